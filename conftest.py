@@ -1,0 +1,3 @@
+"""Repository conftest: the example host trees and benchmark scripts are not test modules."""
+
+collect_ignore = ["examples", "bench"]

@@ -1,0 +1,124 @@
+"""The checks layer: each kind expands its spec section into checks, observes, and knows its fix.
+
+A *kind* (one module per kind) owns a top-level spec section. It parses the section (the spec
+side), then, given a host, expands it into ``Check`` objects with stable ids. Each check carries
+an expectation and a *probe* that observes the host and, where the value is fixable, applies it.
+Built-in kinds register through the ``pytest_gpuhost_check_kinds`` hook like third-party ones do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from ..host import Host
+from ..matchers import Expectation
+from ..spec import EntryOptions, Node, SpecContext
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One thing that was read or run: where, and the raw value it gave."""
+
+    source: str
+    raw: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"source": self.source, "raw": self.raw}
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What a probe saw. ``value`` is the raw string (None when there is nothing to read);
+    ``problem`` explains a None value or a partial reading."""
+
+    value: str | None
+    evidence: tuple[Evidence, ...] = ()
+    problem: str | None = None
+
+
+class FixError(Exception):
+    """A fix that could not be applied; the message carries the errno or the tool's stderr."""
+
+    def __init__(self, message: str, action: str | None = None) -> None:
+        super().__init__(message)
+        self.action = action
+
+
+class CannotFix(Exception):
+    """A failing check that has no safe fix on this host (nothing to write to, builtin module)."""
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What a fix did, for the record: the action and anything the action printed."""
+
+    action: str
+    output: str = ""
+
+
+class Probe(Protocol):
+    fixable: bool
+
+    def observe(self, host: Host) -> Observation: ...
+
+    def apply(self, host: Host, value: str, observed: Observation) -> Applied:
+        """Make the host hold ``value``. Raise CannotFix or FixError."""
+
+
+class NoFix:
+    """Mixin for probes of values that are checked only."""
+
+    fixable = False
+
+    def apply(self, host: Host, value: str, observed: Observation) -> Applied:
+        raise CannotFix("this check has no fixer")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One test: a kind, a key (None for host-wide checks), what to expect, and how to look."""
+
+    kind: str
+    key: str | None
+    expect: Expectation
+    options: EntryOptions
+    probe: Probe = field(compare=False)
+    order: int = 0
+    """Sort rank among kinds; checks that must see the others' effects (dmesg) rank last."""
+
+    @property
+    def id(self) -> str:
+        return self.kind if self.key is None else f"{self.kind}[{self.key}]"
+
+
+class Facts:
+    """Host facts read once per session during expansion (GPU list, CPU list, cpuidle names).
+
+    Observations never come from here: they are read fresh by each check, after any fix.
+    """
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self._cache: dict[Callable[[Host], Any], Any] = {}
+
+    def get(self, reader: Callable[[Host], T]) -> T:
+        if reader not in self._cache:
+            self._cache[reader] = reader(self.host)
+        value: T = self._cache[reader]
+        return value
+
+
+class Kind(Protocol):
+    """A check kind, as registered through the ``pytest_gpuhost_check_kinds`` hook."""
+
+    section: str
+
+    def parse(self, node: Node, context: SpecContext) -> object:
+        """Validate the spec section into a frozen model; raise SpecError."""
+
+    def expand(self, section: Any, facts: Facts) -> Sequence[Check]:
+        """One check per item of the section on this host, in a stable order."""

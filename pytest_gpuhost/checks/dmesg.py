@@ -1,0 +1,131 @@
+"""dmesg: one check that the kernel log has no records at the chosen levels, bar allowed noise.
+
+Records come from dev/kmsg, whose ``PRIO`` field gives reliable levels. ``since: session`` judges
+only records after the sequence number seen when the session collected its checks. The check runs
+after every other check, so under --fix it sees what the fixes caused.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..host import Host
+from ..kmsg import LEVELS, level_number, parse_records
+from ..matchers import Verdict
+from ..spec import EntryOptions, Node, SpecContext
+from . import Check, Evidence, Facts, NoFix, Observation
+
+KMSG = "dev/kmsg"
+DEFAULT_LEVELS = ("emerg", "alert", "crit", "err", "warn")
+SINCE = ("boot", "session")
+SHOWN = 20
+LAST = 10_000  # order rank: after every other kind
+
+
+@dataclass(frozen=True)
+class DmesgSection:
+    levels: tuple[int, ...]
+    since: str
+    allow: tuple[re.Pattern[str], ...]
+    options: EntryOptions
+
+
+@dataclass(frozen=True)
+class NoRecords:
+    """The dmesg expectation: zero offending records."""
+
+    section: DmesgSection
+
+    def scope(self) -> str:
+        levels = ", ".join(LEVELS[level] for level in self.section.levels)
+        allowed = len(self.section.allow)
+        noise = f", {allowed} allowed pattern{'s' if allowed != 1 else ''}" if allowed else ""
+        return f"at {levels} since {self.section.since}{noise}"
+
+    def describe(self) -> str:
+        return f"0 records {self.scope()}"
+
+    def judge(self, observed: str | None) -> Verdict:
+        if observed is None:
+            return Verdict(False, "the kernel log could not be read")
+        if observed == "0":
+            return Verdict(True)
+        return Verdict(False, f"{observed} kernel log record(s) {self.scope()}")
+
+    def fix_value(self, observed: str | None) -> str | None:
+        return None
+
+
+def last_seq(host: Host) -> int:
+    """The sequence number of the newest record, taken once when the session collects."""
+    if not host.exists(KMSG):
+        return -1
+    records, _ = parse_records(host.read_kmsg(KMSG))
+    return max((r.seq for r in records), default=-1)
+
+
+@dataclass(frozen=True)
+class DmesgProbe(NoFix):
+    section: DmesgSection
+    after_seq: int
+
+    def observe(self, host: Host) -> Observation:
+        if not host.exists(KMSG):
+            return Observation(None, problem=f"{KMSG} does not exist")
+        records, malformed = parse_records(host.read_kmsg(KMSG))
+        considered = [r for r in records if r.seq > self.after_seq]
+        at_level = [r for r in considered if r.level in self.section.levels]
+        allowed = [r for r in at_level if any(p.search(r.text) for p in self.section.allow)]
+        offending = [r for r in at_level if r not in allowed]
+        summary = (f"{len(considered)} records since {self.section.since}, {len(at_level)} at the "
+                   f"levels, {len(allowed)} allowed as noise, {len(offending)} offending")
+        if malformed:
+            summary += f"; {malformed} malformed line(s) skipped"
+        evidence = [Evidence(KMSG, summary)]
+        evidence += [Evidence(f"{KMSG} seq {r.seq}", str(r)) for r in offending[:SHOWN]]
+        if len(offending) > SHOWN:
+            evidence.append(Evidence(KMSG, f"... and {len(offending) - SHOWN} more"))
+        return Observation(str(len(offending)), tuple(evidence))
+
+
+class DmesgKind:
+    section = "dmesg"
+    keys = ("levels", "since", "allow", "why", "fix", "when")
+
+    def parse(self, node: Node, context: SpecContext) -> DmesgSection:
+        levels: tuple[int, ...] = tuple(level_number(name) for name in DEFAULT_LEVELS)
+        since = "boot"
+        allow: tuple[re.Pattern[str], ...] = ()
+        empty = not (node.is_mapping or node.is_sequence) and node.scalar() is None
+        pairs = [] if empty else node.mapping("dmesg")
+        for key, value in pairs:
+            if key == "levels":
+                levels = tuple(self._level(item) for item in value.sequence("dmesg levels"))
+                if not levels:
+                    raise value.error("dmesg levels is empty; expected names like [err, warn]")
+            elif key == "since":
+                since = value.string("dmesg since")
+                if since not in SINCE:
+                    raise value.error(f"dmesg since must be one of: {', '.join(SINCE)}")
+            elif key == "allow":
+                allow = tuple(item.regex("a dmesg allow pattern")
+                              for item in value.sequence("dmesg allow"))
+            elif key not in self.keys:
+                raise value.error(f"unknown key {key!r} in dmesg; expected one of: "
+                                  f"{', '.join(self.keys)}")
+        options = context.parse_options(node, pairs)
+        return DmesgSection(tuple(sorted(set(levels))), since, allow, options)
+
+    @staticmethod
+    def _level(node: Node) -> int:
+        try:
+            return level_number(node.string("a dmesg level"))
+        except ValueError as exc:
+            raise node.error(str(exc)) from None
+
+    def expand(self, section: DmesgSection, facts: Facts) -> Sequence[Check]:
+        after = facts.get(last_seq) if section.since == "session" else -1
+        probe = DmesgProbe(section, after)
+        return [Check("dmesg", None, NoRecords(section), section.options, probe, order=LAST)]

@@ -1,0 +1,115 @@
+"""modules: one check per kernel module, loaded or absent; fixed with modprobe / modprobe -r.
+
+A module built into the kernel counts as loaded: lsmod and proc/modules miss it, but it has a
+``sys/module/NAME`` without ``initstate``, or it is listed in ``modules.builtin``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..host import Host, HostError
+from ..matchers import Choice, Expectation
+from ..spec import EntryOptions, Node, SpecContext, parse_expectation
+from . import Applied, CannotFix, Check, Evidence, Facts, FixError, Observation
+
+LOADED, ABSENT, BUILTIN = "loaded", "absent", "builtin"
+_NAME = re.compile(r"[A-Za-z0-9_-]+\Z")
+
+
+class ModuleState(Choice):
+    """``loaded`` is satisfied by a built-in module too."""
+
+    def __init__(self) -> None:
+        super().__init__((LOADED, ABSENT))
+
+    def equal(self, observed: str, expected: str) -> bool:
+        state = observed.strip()
+        return state == expected or (expected == LOADED and state == BUILTIN)
+
+
+def canonical(name: str) -> str:
+    """The kernel treats '-' and '_' in module names alike and shows '_'."""
+    return name.replace("-", "_")
+
+
+def _builtin_list(host: Host) -> tuple[str, str | None]:
+    """(path of modules.builtin, its text or None)."""
+    try:
+        release = host.read_text("proc/sys/kernel/osrelease").strip()
+    except HostError:
+        return "lib/modules/<unknown release>/modules.builtin", None
+    path = f"lib/modules/{release}/modules.builtin"
+    return path, host.read_text(path) if host.exists(path) else None
+
+
+@dataclass(frozen=True)
+class ModuleProbe:
+    name: str
+    fixable = True
+
+    def observe(self, host: Host) -> Observation:
+        name = canonical(self.name)
+        for line in host.read_text("proc/modules").splitlines():
+            fields = line.split()
+            if fields and fields[0] == name:
+                state = fields[4] if len(fields) > 4 else "Live"
+                value = LOADED if state == "Live" else state.lower()
+                return Observation(value, (Evidence("proc/modules", line),))
+        sysfs = f"sys/module/{name}"
+        if host.exists(sysfs) and not host.exists(f"{sysfs}/initstate"):
+            return Observation(BUILTIN, (Evidence(sysfs, "present without initstate: built in"),))
+        path, builtin = _builtin_list(host)
+        if builtin is not None:
+            for line in builtin.splitlines():
+                stem = line.strip().rsplit("/", 1)[-1].removesuffix(".ko")
+                if canonical(stem) == name:
+                    return Observation(BUILTIN, (Evidence(path, line.strip()),))
+        return Observation(ABSENT, (Evidence("proc/modules", f"no line for {name}"),))
+
+    def apply(self, host: Host, value: str, observed: Observation) -> Applied:
+        if value == ABSENT and observed.value == BUILTIN:
+            raise CannotFix(f"{self.name} is built into the kernel and cannot be unloaded")
+        argv = ["modprobe", self.name] if value == LOADED else ["modprobe", "-r", self.name]
+        try:
+            result = host.run(argv)
+        except HostError as exc:
+            raise FixError(str(exc), action=" ".join(argv)) from exc
+        output = (result.stderr.strip() + "\n" + result.stdout.strip()).strip()
+        if result.returncode != 0:
+            raise FixError(f"{result.shown} exited {result.returncode}: {output or 'no output'}",
+                           action=result.shown)
+        return Applied(result.shown, output)
+
+
+@dataclass(frozen=True)
+class ModuleEntry:
+    name: str
+    expect: Expectation
+    options: EntryOptions
+
+
+class ModulesKind:
+    section = "modules"
+
+    def parse(self, node: Node, context: SpecContext) -> tuple[ModuleEntry, ...]:
+        pairs = node.mapping("modules")
+        if not pairs:
+            raise node.error("modules is empty; expected 'name: loaded' or 'name: absent'")
+        entries: dict[str, ModuleEntry] = {}
+        for name, value in pairs:
+            if not _NAME.match(name):
+                raise value.error(f"module name {name!r} is not allowed: a module name is "
+                                  "letters, digits, '_' and '-'")
+            if canonical(name) in entries:
+                raise value.error(f"module {name!r} is listed twice ('-' and '_' are the same)")
+            expect, options = parse_expectation(value, context, ModuleState(),
+                                                what=f"module {name}", value_key="state",
+                                                matchers=())
+            entries[canonical(name)] = ModuleEntry(name, expect, options)
+        return tuple(sorted(entries.values(), key=lambda e: e.name))
+
+    def expand(self, section: tuple[ModuleEntry, ...], facts: Facts) -> Sequence[Check]:
+        return [Check("module", e.name, e.expect, e.options, ModuleProbe(e.name)) for e in section]

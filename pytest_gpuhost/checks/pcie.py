@@ -1,0 +1,140 @@
+"""pcie: one check per GPU per key; MaxReadReq is fixed by a read-modify-write of DevCtl 14:12.
+
+An idle GPU drops its link to 2.5 GT/s, so speed is checked as ``max_link_speed`` and width as
+``current_link_width``, never the idle current speed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..host import Host, HostError
+from ..matchers import Domain, Expectation, Integer, LinkSpeed
+from ..pciconfig import SIZES, ConfigError, DeviceControl, device_control
+from ..spec import EntryOptions, Node, SpecContext, parse_expectation
+from . import Applied, Check, Evidence, Facts, FixError, NoFix, Observation
+from .gpus import Gpu, find_gpus
+
+
+def _device_control(host: Host, gpu: Gpu) -> tuple[DeviceControl, str]:
+    path = f"{gpu.sysfs}/config"
+    try:
+        return device_control(host.read_bytes(path)), path
+    except ConfigError as exc:
+        raise HostError(f"{path}: {exc}") from exc
+
+
+def _devctl_evidence(path: str, devctl: DeviceControl) -> Evidence:
+    return Evidence(f"{path} @0x{devctl.offset:02x}",
+                    f"DevCtl 0x{devctl.value:04x} (bytes {devctl.raw.hex(' ')}): "
+                    f"MaxPayload {devctl.max_payload}, MaxReadReq {devctl.max_read_request}")
+
+
+@dataclass(frozen=True)
+class MaxReadRequestProbe:
+    gpu: Gpu
+    fixable = True
+
+    def observe(self, host: Host) -> Observation:
+        devctl, path = _device_control(host, self.gpu)
+        return Observation(str(devctl.max_read_request), (_devctl_evidence(path, devctl),))
+
+    def apply(self, host: Host, value: str, observed: Observation) -> Applied:
+        devctl, path = _device_control(host, self.gpu)
+        wanted = devctl.with_max_read_request(int(value))
+        try:
+            host.write_bytes(path, wanted.raw, wanted.offset)
+        except HostError as exc:
+            raise FixError(str(exc)) from exc
+        return Applied(f"write DevCtl 0x{devctl.value:04x} -> 0x{wanted.value:04x} "
+                       f"at {path} @0x{wanted.offset:02x} (bits 14:12 only)")
+
+
+@dataclass(frozen=True)
+class MaxPayloadProbe(NoFix):
+    gpu: Gpu
+
+    def observe(self, host: Host) -> Observation:
+        devctl, path = _device_control(host, self.gpu)
+        return Observation(str(devctl.max_payload), (_devctl_evidence(path, devctl),))
+
+
+@dataclass(frozen=True)
+class SysfsAttributeProbe(NoFix):
+    gpu: Gpu
+    attribute: str
+
+    def observe(self, host: Host) -> Observation:
+        path = f"{self.gpu.sysfs}/{self.attribute}"
+        if not host.exists(path):
+            return Observation(None, problem=f"{path} does not exist")
+        value = host.read_text(path).strip()
+        return Observation(value, (Evidence(path, value),))
+
+
+@dataclass(frozen=True)
+class MissingGpus(NoFix):
+    def observe(self, host: Host) -> Observation:
+        return Observation(None, problem="no NVIDIA GPU (vendor 0x10de, class 0x0300/0x0302) "
+                                         "under sys/bus/pci/devices")
+
+
+@dataclass(frozen=True)
+class PcieKey:
+    domain: Domain
+    matchers: tuple[str, ...]
+
+
+KEYS = {
+    "max_read_request": PcieKey(Integer(SIZES), ("min", "max", "one_of")),
+    "max_payload": PcieKey(Integer(SIZES), ("min", "max", "one_of")),
+    "link_width": PcieKey(Integer((1, 2, 4, 8, 16, 32)), ("min", "max", "one_of")),
+    "max_link_speed": PcieKey(LinkSpeed(), ("min", "max", "one_of")),
+}
+
+
+@dataclass(frozen=True)
+class PcieEntry:
+    key: str
+    expect: Expectation
+    options: EntryOptions
+
+
+def _probe(key: str, gpu: Gpu) -> MaxReadRequestProbe | MaxPayloadProbe | SysfsAttributeProbe:
+    if key == "max_read_request":
+        return MaxReadRequestProbe(gpu)
+    if key == "max_payload":
+        return MaxPayloadProbe(gpu)
+    attribute = "current_link_width" if key == "link_width" else "max_link_speed"
+    return SysfsAttributeProbe(gpu, attribute)
+
+
+class PcieKind:
+    section = "pcie"
+
+    def parse(self, node: Node, context: SpecContext) -> tuple[PcieEntry, ...]:
+        entries = []
+        pairs = node.mapping("pcie")
+        if not pairs:
+            raise node.error(f"pcie is empty; expected one of: {', '.join(KEYS)}")
+        for key, value in pairs:
+            if key not in KEYS:
+                raise value.error(f"unknown key {key!r} in pcie; expected one of: "
+                                  f"{', '.join(KEYS)}")
+            spec = KEYS[key]
+            expect, options = parse_expectation(value, context, spec.domain, what=f"pcie {key}",
+                                                matchers=spec.matchers)
+            entries.append(PcieEntry(key, expect, options))
+        return tuple(sorted(entries, key=lambda e: e.key))
+
+    def expand(self, section: tuple[PcieEntry, ...], facts: Facts) -> Sequence[Check]:
+        gpus = facts.get(find_gpus)
+        checks: list[Check] = []
+        for entry in section:
+            kind = f"pcie.{entry.key}"
+            if not gpus:
+                checks.append(Check(kind, None, entry.expect, entry.options, MissingGpus()))
+            checks.extend(Check(kind, gpu.address, entry.expect, entry.options,
+                                _probe(entry.key, gpu)) for gpu in gpus)
+        return checks

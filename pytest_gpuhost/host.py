@@ -1,0 +1,203 @@
+"""The host layer: the only code that touches a machine.
+
+A host has a root (``/`` or a fake tree). Every path is relative to it and is checked so that it
+cannot leave it; commands resolve under the root's sbin/bin directories and run without a shell.
+Files are read directly (no process per check) and are never created by a write.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import stat
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Protocol
+
+COMMAND_DIRS = ("usr/sbin", "usr/bin", "sbin", "bin")
+COMMAND_TIMEOUT_S = 120.0
+
+
+class HostError(Exception):
+    """A read, write or command that failed; the message says what and where."""
+
+
+class UnsafePath(HostError):
+    """A path that would leave the host root."""
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def shown(self) -> str:
+        return " ".join(self.argv)
+
+
+def safe_relative(path: str) -> PurePosixPath:
+    """A path relative to the root, refusing ``..``, absolute paths, NUL and empty parts."""
+    if "\0" in path:
+        raise UnsafePath(f"path {path!r} contains NUL")
+    pure = PurePosixPath(path)
+    if pure.is_absolute():
+        raise UnsafePath(f"path {path!r} is absolute; host paths are relative to the root")
+    if any(part == ".." for part in pure.parts) or not pure.parts:
+        raise UnsafePath(f"path {path!r} would leave the host root")
+    return pure
+
+
+class Host(Protocol):
+    """What checks may do to a machine. ``describe()`` names it for reports."""
+
+    def describe(self) -> str: ...
+
+    def read_text(self, path: str) -> str: ...
+
+    def read_bytes(self, path: str) -> bytes: ...
+
+    def write_text(self, path: str, text: str) -> None: ...
+
+    def write_bytes(self, path: str, data: bytes, offset: int = 0) -> None: ...
+
+    def listdir(self, path: str) -> list[str]: ...
+
+    def exists(self, path: str) -> bool: ...
+
+    def read_kmsg(self, path: str = "dev/kmsg") -> list[str]: ...
+
+    def run(self, argv: list[str]) -> CommandResult: ...
+
+
+class LocalHost:
+    """This machine, seen through ``root``: ``/`` for the real host, a directory for a fake one."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.is_real = root.resolve() == Path("/")
+
+    def describe(self) -> str:
+        return str(self.root)
+
+    def path(self, path: str) -> Path:
+        return self.root / safe_relative(path)
+
+    def _fail(self, action: str, path: str, exc: OSError) -> HostError:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        return HostError(f"cannot {action} {self.path(path)}: {reason}")
+
+    def read_text(self, path: str) -> str:
+        try:
+            return self.path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise self._fail("read", path, exc) from exc
+
+    def read_bytes(self, path: str) -> bytes:
+        try:
+            return self.path(path).read_bytes()
+        except OSError as exc:
+            raise self._fail("read", path, exc) from exc
+
+    def write_text(self, path: str, text: str) -> None:
+        """Write the whole value in one write(2), as /proc/sys requires; never create the file."""
+        self._write(path, text.encode(), 0, truncate=True)
+
+    def write_bytes(self, path: str, data: bytes, offset: int = 0) -> None:
+        """Write ``data`` at ``offset`` (config space is written in place); never create."""
+        self._write(path, data, offset, truncate=False)
+
+    def _write(self, path: str, data: bytes, offset: int, *, truncate: bool) -> None:
+        target = self.path(path)
+        flags = os.O_WRONLY | (os.O_TRUNC if truncate else 0)
+        try:
+            fd = os.open(target, flags)
+        except OSError as exc:
+            raise self._fail("write", path, exc) from exc
+        try:
+            written = os.pwrite(fd, data, offset) if offset else os.write(fd, data)
+        except OSError as exc:
+            raise self._fail("write", path, exc) from exc
+        finally:
+            os.close(fd)
+        if written != len(data):
+            raise HostError(f"short write to {target}: {written} of {len(data)} bytes")
+
+    def listdir(self, path: str) -> list[str]:
+        try:
+            return sorted(os.listdir(self.path(path)))
+        except OSError as exc:
+            raise self._fail("list", path, exc) from exc
+
+    def exists(self, path: str) -> bool:
+        return self.path(path).exists()
+
+    def read_kmsg(self, path: str = "dev/kmsg") -> list[str]:
+        """The kernel log records: one read(2) per record from the real device until EAGAIN,
+        or the lines of a plain file in a fake tree."""
+        target = self.path(path)
+        try:
+            is_device = stat.S_ISCHR(target.stat().st_mode)
+        except OSError as exc:
+            raise self._fail("read", path, exc) from exc
+        if not is_device:
+            return self.read_text(path).splitlines()
+        records: list[str] = []
+        try:
+            fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            raise self._fail("read", path, exc) from exc
+        try:
+            while True:
+                try:
+                    chunk = os.read(fd, 8192)
+                except BlockingIOError:
+                    break
+                except OSError as exc:
+                    if exc.errno == errno.EPIPE:  # records were overwritten while we read
+                        continue
+                    raise self._fail("read", path, exc) from exc
+                if not chunk:
+                    break
+                records.extend(chunk.decode("utf-8", errors="replace").splitlines())
+        finally:
+            os.close(fd)
+        return records
+
+    def which(self, name: str) -> Path | None:
+        """A command under the root's sbin/bin directories (and PATH only when the root is /)."""
+        if "/" in name or not name:
+            raise UnsafePath(f"command {name!r} must be a bare name")
+        for directory in COMMAND_DIRS:
+            candidate = self.root / directory / name
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                return candidate
+        if self.is_real:
+            found = shutil.which(name)
+            return Path(found) if found else None
+        return None
+
+    def run(self, argv: list[str]) -> CommandResult:
+        executable = self.which(argv[0])
+        if executable is None:
+            searched = ", ".join(str(self.root / d) for d in COMMAND_DIRS)
+            raise HostError(f"{argv[0]} not found in {searched}")
+        env = dict(os.environ, GPUHOST_ROOT=str(self.root), LC_ALL="C")
+        try:
+            done = subprocess.run(
+                [str(executable), *argv[1:]],
+                capture_output=True,
+                text=True,
+                timeout=COMMAND_TIMEOUT_S,
+                env=env,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise HostError(f"{' '.join(argv)} did not finish in {exc.timeout:.0f} s") from exc
+        except OSError as exc:
+            raise HostError(f"cannot run {executable}: {exc.strerror}") from exc
+        return CommandResult(tuple(argv), done.returncode, done.stdout, done.stderr)

@@ -1,0 +1,251 @@
+"""Compare a raw observed string with what the spec expects.
+
+Values stay the strings that were read; a *domain* says how two of them compare (integers as
+integers, link speeds by their GT/s number, text whitespace-normalized) and an *expectation*
+(exact, range, one_of, match) says which observed values pass and which value a fix writes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class Domain(Protocol):
+    """How raw strings of one kind of value are validated, ordered and compared."""
+
+    name: str
+
+    def validate(self, value: str) -> None:
+        """Raise ValueError (with a reason) when a spec value is not of this domain."""
+
+    def order_key(self, raw: str) -> float | int:
+        """A number to order by; raise ValueError when ``raw`` has none."""
+
+    def equal(self, observed: str, expected: str) -> bool: ...
+
+
+def normalize_ws(raw: str) -> str:
+    """Collapse runs of whitespace: ``"4096\\t87380  16777216\\n"`` -> ``"4096 87380 16777216"``."""
+    return " ".join(raw.split())
+
+
+_INT = re.compile(r"[+-]?\d+\Z")
+
+
+def parse_int(raw: str) -> int:
+    """Parse a decimal integer exactly: never truncates ``"1.5"`` or ``"1 2"`` to a number."""
+    text = raw.strip()
+    if not _INT.match(text):
+        raise ValueError(f"not an integer: {raw.strip()!r}")
+    return int(text)
+
+
+class Auto:
+    """sysctl values: integers compare as integers, anything else as normalized text."""
+
+    name = "auto"
+
+    def validate(self, value: str) -> None:
+        if not normalize_ws(value):
+            raise ValueError("an empty value")
+
+    def order_key(self, raw: str) -> int:
+        return parse_int(raw)
+
+    def equal(self, observed: str, expected: str) -> bool:
+        try:
+            return parse_int(observed) == parse_int(expected)
+        except ValueError:
+            return normalize_ws(observed) == normalize_ws(expected)
+
+
+class Integer(Auto):
+    """Integers only, optionally from a fixed set (MaxReadReq accepts 128 << 0..5)."""
+
+    name = "integer"
+
+    def __init__(self, allowed: tuple[int, ...] | None = None) -> None:
+        self.allowed = allowed
+
+    def validate(self, value: str) -> None:
+        number = parse_int(value)
+        if self.allowed is not None and number not in self.allowed:
+            choices = ", ".join(str(a) for a in self.allowed)
+            raise ValueError(f"{number} is not one of {choices}")
+
+    def equal(self, observed: str, expected: str) -> bool:
+        try:
+            return parse_int(observed) == parse_int(expected)
+        except ValueError:
+            return False
+
+
+_SPEED = re.compile(r"\s*(\d+(?:\.\d+)?)\s*GT/s\b")
+
+
+class LinkSpeed:
+    """PCIe speeds: sysfs says ``32.0 GT/s PCIe`` (older kernels ``8 GT/s``); compare the number."""
+
+    name = "link speed"
+
+    def validate(self, value: str) -> None:
+        self.order_key(value)
+
+    def order_key(self, raw: str) -> float:
+        match = _SPEED.match(raw)
+        if not match:
+            raise ValueError(f"not a link speed like '32.0 GT/s': {raw.strip()!r}")
+        return float(match.group(1))
+
+    def equal(self, observed: str, expected: str) -> bool:
+        try:
+            return self.order_key(observed) == self.order_key(expected)
+        except ValueError:
+            return False
+
+
+class Choice:
+    """A word from a fixed vocabulary (module states: loaded, absent)."""
+
+    name = "choice"
+
+    def __init__(self, words: tuple[str, ...]) -> None:
+        self.words = words
+
+    def validate(self, value: str) -> None:
+        if value not in self.words:
+            raise ValueError(f"{value!r} is not one of {', '.join(self.words)}")
+
+    def order_key(self, raw: str) -> int:
+        raise ValueError(f"{self.words} have no order")
+
+    def equal(self, observed: str, expected: str) -> bool:
+        return observed.strip() == expected
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    reason: str = ""
+
+
+class Expectation(Protocol):
+    def describe(self) -> str:
+        """What is expected, as a reader would write it: ``0``, ``>= 16777216``."""
+
+    def judge(self, observed: str | None) -> Verdict: ...
+
+    def fix_value(self, observed: str | None) -> str | None:
+        """The value a fix writes, or None when the expectation names no single value."""
+
+
+def _missing() -> Verdict:
+    return Verdict(False, "nothing was observed")
+
+
+@dataclass(frozen=True)
+class Exact:
+    value: str
+    domain: Domain
+
+    def describe(self) -> str:
+        return normalize_ws(self.value)
+
+    def judge(self, observed: str | None) -> Verdict:
+        if observed is None:
+            return _missing()
+        if self.domain.equal(observed, self.value):
+            return Verdict(True)
+        return Verdict(False, f"{normalize_ws(observed)!r} != {self.describe()!r}")
+
+    def fix_value(self, observed: str | None) -> str | None:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Range:
+    """``{min: X}``, ``{max: X}`` or both; a fix writes the bound that was crossed."""
+
+    min: str | None
+    max: str | None
+    domain: Domain
+
+    def describe(self) -> str:
+        parts = []
+        if self.min is not None:
+            parts.append(f">= {self.min}")
+        if self.max is not None:
+            parts.append(f"<= {self.max}")
+        return " and ".join(parts)
+
+    def _position(self, observed: str) -> int:
+        """-1 below min, 1 above max, 0 inside; ValueError when observed has no order."""
+        key = self.domain.order_key(observed)
+        if self.min is not None and key < self.domain.order_key(self.min):
+            return -1
+        if self.max is not None and key > self.domain.order_key(self.max):
+            return 1
+        return 0
+
+    def judge(self, observed: str | None) -> Verdict:
+        if observed is None:
+            return _missing()
+        try:
+            position = self._position(observed)
+        except ValueError as exc:
+            return Verdict(False, str(exc))
+        if position < 0:
+            return Verdict(False, f"{normalize_ws(observed)} < min {self.min}")
+        if position > 0:
+            return Verdict(False, f"{normalize_ws(observed)} > max {self.max}")
+        return Verdict(True)
+
+    def fix_value(self, observed: str | None) -> str | None:
+        try:
+            above = observed is not None and self._position(observed) > 0
+        except ValueError:
+            above = False
+        if above or self.min is None:
+            return self.max
+        return self.min
+
+
+@dataclass(frozen=True)
+class OneOf:
+    values: tuple[str, ...]
+    domain: Domain
+
+    def describe(self) -> str:
+        return "one of " + ", ".join(normalize_ws(v) for v in self.values)
+
+    def judge(self, observed: str | None) -> Verdict:
+        if observed is None:
+            return _missing()
+        if any(self.domain.equal(observed, v) for v in self.values):
+            return Verdict(True)
+        return Verdict(False, f"{normalize_ws(observed)!r} is not {self.describe()}")
+
+    def fix_value(self, observed: str | None) -> str | None:
+        return self.values[0]
+
+
+@dataclass(frozen=True)
+class Match:
+    """A regular expression that must match the whole whitespace-normalized value."""
+
+    pattern: re.Pattern[str]
+
+    def describe(self) -> str:
+        return f"matches /{self.pattern.pattern}/"
+
+    def judge(self, observed: str | None) -> Verdict:
+        if observed is None:
+            return _missing()
+        if self.pattern.fullmatch(normalize_ws(observed)):
+            return Verdict(True)
+        return Verdict(False, f"{normalize_ws(observed)!r} does not match /{self.pattern.pattern}/")
+
+    def fix_value(self, observed: str | None) -> str | None:
+        return None

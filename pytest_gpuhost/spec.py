@@ -1,0 +1,327 @@
+"""The spec layer: a YAML file becomes a frozen, validated model, or a SpecError naming file:line.
+
+No pytest here and no host access. Each section of the spec is parsed by the check kind that owns
+it (see ``checks``); this module supplies the YAML walking, the entry options every entry may
+carry (why, fix, when) and the expectation forms (exact, min/max, one_of, match).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+from yaml.constructor import SafeConstructor
+
+from .matchers import Domain, Exact, Expectation, Match, OneOf, Range
+
+SPEC_VERSION = 1
+
+
+class SpecError(Exception):
+    """A spec that cannot be used; str() is ``file:line: what is wrong, what was expected``."""
+
+    def __init__(self, where: str, message: str) -> None:
+        super().__init__(f"{where}: {message}")
+        self.where = where
+        self.message = message
+
+
+def _closest(word: str, choices: Iterable[str]) -> str:
+    found = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {found[0]!r}?)" if found else ""
+
+
+class Node:
+    """A YAML node that remembers where it came from, with typed accessors that raise SpecError."""
+
+    _constructor = SafeConstructor()
+
+    def __init__(self, node: yaml.Node, file: str) -> None:
+        self._node = node
+        self.file = file
+
+    @property
+    def line(self) -> int:
+        return int(self._node.start_mark.line) + 1
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    def error(self, message: str) -> SpecError:
+        return SpecError(self.where, message)
+
+    @property
+    def is_mapping(self) -> bool:
+        return isinstance(self._node, yaml.MappingNode)
+
+    @property
+    def is_sequence(self) -> bool:
+        return isinstance(self._node, yaml.SequenceNode)
+
+    def mapping(self, what: str) -> list[tuple[str, Node]]:
+        """The (key, value) pairs of a mapping, in file order; duplicate keys are errors."""
+        if not self.is_mapping:
+            raise self.error(f"{what} must be a mapping, got {self.kind_name()}")
+        pairs: list[tuple[str, Node]] = []
+        seen: dict[str, int] = {}
+        for key_node, value_node in self._node.value:
+            key = Node(key_node, self.file)
+            name = key.scalar()
+            if not isinstance(name, str):
+                raise key.error(f"keys in {what} must be strings, got {name!r}")
+            if name in seen:
+                raise key.error(f"duplicate key {name!r} in {what} (first at line {seen[name]})")
+            seen[name] = key.line
+            pairs.append((name, Node(value_node, self.file)))
+        return pairs
+
+    def sequence(self, what: str) -> list[Node]:
+        if not self.is_sequence:
+            raise self.error(f"{what} must be a list, got {self.kind_name()}")
+        return [Node(child, self.file) for child in self._node.value]
+
+    def scalar(self) -> Any:
+        if not isinstance(self._node, yaml.ScalarNode):
+            raise self.error(f"expected a single value, got {self.kind_name()}")
+        return self._constructor.construct_object(self._node)
+
+    def kind_name(self) -> str:
+        if self.is_mapping:
+            return "a mapping"
+        if self.is_sequence:
+            return "a list"
+        value = self._constructor.construct_object(self._node)
+        return "nothing" if value is None else f"{type(value).__name__} {value!r}"
+
+    def text(self, what: str) -> str:
+        """A string, or an integer taken as its decimal string; booleans and floats are refused."""
+        value = self.scalar() if not (self.is_mapping or self.is_sequence) else None
+        if isinstance(value, bool) or value is None or isinstance(value, float):
+            raise self.error(f"{what} must be a string or an integer, got {self.kind_name()}")
+        if isinstance(value, int):
+            return str(value)
+        if isinstance(value, str):
+            return value
+        raise self.error(f"{what} must be a string or an integer, got {self.kind_name()}")
+
+    def string(self, what: str) -> str:
+        value = self.scalar() if not (self.is_mapping or self.is_sequence) else None
+        if not isinstance(value, str) or not value:
+            raise self.error(f"{what} must be a non-empty string, got {self.kind_name()}")
+        return value
+
+    def boolean(self, what: str) -> bool:
+        value = self.scalar() if not (self.is_mapping or self.is_sequence) else None
+        if not isinstance(value, bool):
+            raise self.error(f"{what} must be true or false, got {self.kind_name()}")
+        return value
+
+    def regex(self, what: str) -> re.Pattern[str]:
+        pattern = self.string(what)
+        try:
+            return re.compile(pattern)
+        except re.error as exc:
+            raise self.error(f"{what} is not a valid regular expression: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Condition:
+    """``when: infiniband`` or ``when: not container``."""
+
+    name: str
+    negate: bool = False
+
+    def __str__(self) -> str:
+        return f"not {self.name}" if self.negate else self.name
+
+
+@dataclass(frozen=True)
+class EntryOptions:
+    """What every spec entry may carry beside its expected value."""
+
+    where: str
+    why: str | None = None
+    fix: bool = True
+    when: Condition | None = None
+
+
+OPTION_KEYS = ("why", "fix", "when")
+
+
+@dataclass(frozen=True)
+class SpecContext:
+    """What a section parser may consult: the known ``when:`` conditions."""
+
+    conditions: frozenset[str]
+
+    def parse_options(self, node: Node, pairs: Iterable[tuple[str, Node]]) -> EntryOptions:
+        """Entry options from the option keys among ``pairs`` (other keys are the caller's)."""
+        why: str | None = None
+        fix = True
+        when: Condition | None = None
+        for key, value in pairs:
+            if key == "why":
+                why = value.string("why")
+            elif key == "fix":
+                fix = value.boolean("fix")
+            elif key == "when":
+                when = self.parse_condition(value)
+        return EntryOptions(where=node.where, why=why, fix=fix, when=when)
+
+    def parse_condition(self, node: Node) -> Condition:
+        text = node.string("when").strip()
+        negate = text.startswith("not ")
+        name = text[4:].strip() if negate else text
+        if name not in self.conditions:
+            known = ", ".join(sorted(self.conditions))
+            raise node.error(f"unknown condition {name!r} for when{_closest(name, self.conditions)}"
+                             f"; known conditions: {known}")
+        return Condition(name, negate)
+
+
+MATCHER_KEYS = ("min", "max", "one_of", "match")
+
+
+def parse_expectation(
+    node: Node,
+    context: SpecContext,
+    domain: Domain,
+    *,
+    what: str,
+    value_key: str = "value",
+    matchers: tuple[str, ...] = MATCHER_KEYS,
+) -> tuple[Expectation, EntryOptions]:
+    """An entry's expectation and options.
+
+    A scalar is an exact value. A mapping holds either ``value_key`` (exact), ``min`` and/or
+    ``max``, ``one_of`` or ``match``, next to the entry options.
+    """
+    if not node.is_mapping:
+        return _exact(node, domain, what), EntryOptions(where=node.where)
+    allowed = (value_key, *matchers, *OPTION_KEYS)
+    pairs = node.mapping(what)
+    for key, value in pairs:
+        if key not in allowed:
+            raise value.error(f"unknown key {key!r} in {what}{_closest(key, allowed)}; "
+                              f"expected one of: {', '.join(allowed)}")
+    given = {key: value for key, value in pairs if key not in OPTION_KEYS}
+    forms = [k for k in given if k not in ("min", "max")] + (
+        ["min/max"] if "min" in given or "max" in given else [])
+    if len(forms) != 1:
+        ranged = ["min/max"] if "min" in matchers or "max" in matchers else []
+        others = [m for m in matchers if m not in ("min", "max")]
+        expected = ", ".join([value_key, *ranged, *others])
+        got = "none" if not forms else " and ".join(forms)
+        raise node.error(f"{what} needs exactly one of {expected}; got {got}")
+    options = context.parse_options(node, pairs)
+    if value_key in given:
+        return _exact(given[value_key], domain, what), options
+    if "one_of" in given:
+        items = given["one_of"].sequence(f"{what}: one_of")
+        if not items:
+            raise given["one_of"].error(f"{what}: one_of needs at least one value")
+        values = tuple(_value(item, domain, what) for item in items)
+        return OneOf(values, domain), options
+    if "match" in given:
+        return Match(given["match"].regex(f"{what}: match")), options
+    low = _value(given["min"], domain, what) if "min" in given else None
+    high = _value(given["max"], domain, what) if "max" in given else None
+    if low is not None and high is not None and domain.order_key(low) > domain.order_key(high):
+        raise node.error(f"{what}: min {low} is greater than max {high}")
+    if (low is not None or high is not None):
+        try:
+            domain.order_key(low if low is not None else str(high))
+        except ValueError as exc:
+            raise node.error(f"{what}: min/max need a {domain.name} with an order: {exc}") from None
+    return Range(low, high, domain), options
+
+
+def _value(node: Node, domain: Domain, what: str) -> str:
+    text = node.text(what)
+    try:
+        domain.validate(text)
+    except ValueError as exc:
+        raise node.error(f"{what}: {exc}") from None
+    return text
+
+
+def _exact(node: Node, domain: Domain, what: str) -> Exact:
+    return Exact(_value(node, domain, what), domain)
+
+
+class SectionParser(Protocol):
+    """The spec side of a check kind: validates its top-level section into a frozen model."""
+
+    section: str
+
+    def parse(self, node: Node, context: SpecContext) -> object: ...
+
+
+@dataclass(frozen=True)
+class Spec:
+    path: Path
+    name: str
+    version: int
+    sections: Mapping[str, object]
+    """Section name -> the model its parser returned, in the parsers' registration order."""
+
+
+def load_spec(
+    path: Path,
+    parsers: Mapping[str, SectionParser],
+    conditions: Iterable[str],
+    *,
+    display: Callable[[Path], str] = str,
+) -> Spec:
+    """Read and validate a spec file; raise SpecError with ``file:line`` on any problem."""
+    shown = display(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(shown, "spec file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(shown, f"cannot read the spec: {exc}") from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise SpecError(f"{shown}{line}", f"not valid YAML: {exc.problem or exc}") from None
+    except yaml.YAMLError as exc:
+        raise SpecError(shown, f"not valid YAML: {exc}") from None
+    if root is None:
+        raise SpecError(f"{shown}:1", f"the spec is empty; expected 'version: {SPEC_VERSION}' "
+                                      f"and at least one of: {', '.join(parsers)}")
+    top = Node(root, shown)
+    context = SpecContext(frozenset(conditions))
+    pairs = dict(top.mapping("the spec"))
+    if "version" not in pairs:
+        raise top.error(f"the spec needs 'version: {SPEC_VERSION}' at the top")
+    version_node = pairs.pop("version")
+    if version_node.scalar() != SPEC_VERSION or isinstance(version_node.scalar(), bool):
+        raise version_node.error(f"unsupported spec version {version_node.scalar()!r}; "
+                                 f"this pytest-gpuhost reads version {SPEC_VERSION}")
+    name = path.stem
+    if "name" in pairs:
+        name_node = pairs.pop("name")
+        name = name_node.string("name")
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+            raise name_node.error(f"name {name!r} must be letters, digits, '.', '_' or '-'")
+    for key, node in pairs.items():
+        if key not in parsers:
+            raise node.error(f"unknown section {key!r}{_closest(key, parsers)}; known sections: "
+                             f"{', '.join(parsers)}")
+    if not pairs:
+        raise top.error(f"the spec has no checks; add at least one of: {', '.join(parsers)}")
+    sections = {
+        section: parser.parse(pairs[section], context)
+        for section, parser in parsers.items()
+        if section in pairs
+    }
+    return Spec(path=path, name=name, version=SPEC_VERSION, sections=sections)
