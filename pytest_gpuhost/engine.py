@@ -32,7 +32,8 @@ def run_check(
         return _result(check, Outcome.PASSED, "", observed)
     problem = _explain(verdict.reason, observed)
     if not options.fix:
-        hint = " (fixable: run with --fix)" if check.probe.fixable and check.options.fix else ""
+        fixable = check.probe.fixable and check.options.fix and observed.value is not None
+        hint = " (fixable: run with --fix)" if fixable else ""
         return _result(check, Outcome.FAILED, problem + hint, observed)
     if not check.options.fix:
         return _result(check, Outcome.FAILED, f"{problem}; not fixed: 'fix: false' in the spec",

@@ -85,12 +85,13 @@ CONFIG = json.loads(__CONFIG__)
 
 def kmsg(lines):
     path = ROOT / "dev/kmsg"
+    if not path.exists():
+        return
     seq = 0
-    if path.exists():
-        for line in path.read_text().splitlines():
-            head = line.split(";", 1)[0].split(",")
-            if len(head) >= 4 and head[1].isdigit():
-                seq = max(seq, int(head[1]))
+    for line in path.read_text().splitlines():
+        head = line.split(";", 1)[0].split(",")
+        if len(head) >= 4 and head[1].isdigit():
+            seq = max(seq, int(head[1]))
     usec = int(time.monotonic() * 1e6)
     with open(path, "a") as out:
         for prio, text in lines:

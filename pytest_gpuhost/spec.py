@@ -41,9 +41,11 @@ class Node:
 
     _constructor = SafeConstructor()
 
-    def __init__(self, node: yaml.Node, file: str) -> None:
+    def __init__(self, node: yaml.Node, file: str, key_line: int | None = None) -> None:
         self._node = node
         self.file = file
+        self.key_line = key_line
+        """For a mapping value: the line of its key, where errors about the key point."""
 
     @property
     def line(self) -> int:
@@ -55,6 +57,10 @@ class Node:
 
     def error(self, message: str) -> SpecError:
         return SpecError(self.where, message)
+
+    def key_error(self, message: str) -> SpecError:
+        """An error about the key this value sits under (unknown key, bad name)."""
+        return SpecError(f"{self.file}:{self.key_line or self.line}", message)
 
     @property
     def is_mapping(self) -> bool:
@@ -78,7 +84,7 @@ class Node:
             if name in seen:
                 raise key.error(f"duplicate key {name!r} in {what} (first at line {seen[name]})")
             seen[name] = key.line
-            pairs.append((name, Node(value_node, self.file)))
+            pairs.append((name, Node(value_node, self.file, key_line=key.line)))
         return pairs
 
     def sequence(self, what: str) -> list[Node]:
@@ -208,7 +214,7 @@ def parse_expectation(
     pairs = node.mapping(what)
     for key, value in pairs:
         if key not in allowed:
-            raise value.error(f"unknown key {key!r} in {what}{_closest(key, allowed)}; "
+            raise value.key_error(f"unknown key {key!r} in {what}{_closest(key, allowed)}; "
                               f"expected one of: {', '.join(allowed)}")
     given = {key: value for key, value in pairs if key not in OPTION_KEYS}
     forms = [k for k in given if k not in ("min", "max")] + (
@@ -238,7 +244,7 @@ def parse_expectation(
         try:
             domain.order_key(low if low is not None else str(high))
         except ValueError as exc:
-            raise node.error(f"{what}: min/max need a {domain.name} with an order: {exc}") from None
+            raise node.error(f"{what}: min/max need a value with an order: {exc}") from None
     return Range(low, high, domain), options
 
 
@@ -315,8 +321,9 @@ def load_spec(
             raise name_node.error(f"name {name!r} must be letters, digits, '.', '_' or '-'")
     for key, node in pairs.items():
         if key not in parsers:
-            raise node.error(f"unknown section {key!r}{_closest(key, parsers)}; known sections: "
-                             f"{', '.join(parsers)}")
+            known = ", ".join(parsers)
+            raise node.key_error(f"unknown section {key!r}{_closest(key, parsers)}; "
+                                 f"known sections: {known}")
     if not pairs:
         raise top.error(f"the spec has no checks; add at least one of: {', '.join(parsers)}")
     sections = {

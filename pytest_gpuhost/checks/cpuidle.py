@@ -137,7 +137,7 @@ class CpuidleKind:
         entries: dict[str, StateEntry] = {}
         for key, value in node.mapping("cpuidle"):
             if key != "disabled":
-                raise value.error(f"unknown key {key!r} in cpuidle; expected: disabled")
+                raise value.key_error(f"unknown key {key!r} in cpuidle; expected: disabled")
             items = value.sequence("cpuidle disabled")
             if not items:
                 raise value.error("cpuidle disabled is empty; expected state names like [C2]")
@@ -157,7 +157,7 @@ class CpuidleKind:
         allowed = ("name", "why", "fix", "when")
         for key, value in pairs:
             if key not in allowed:
-                raise value.error(f"unknown key {key!r} in a cpuidle state; expected one of: "
+                raise value.key_error(f"unknown key {key!r} in a cpuidle state; expected one of: "
                                   f"{', '.join(allowed)}")
         names = [value for key, value in pairs if key == "name"]
         if not names:

@@ -113,7 +113,7 @@ class DmesgKind:
                 allow = tuple(item.regex("a dmesg allow pattern")
                               for item in value.sequence("dmesg allow"))
             elif key not in self.keys:
-                raise value.error(f"unknown key {key!r} in dmesg; expected one of: "
+                raise value.key_error(f"unknown key {key!r} in dmesg; expected one of: "
                                   f"{', '.join(self.keys)}")
         options = context.parse_options(node, pairs)
         return DmesgSection(tuple(sorted(set(levels))), since, allow, options)

@@ -98,7 +98,7 @@ class GpusKind:
                 count = parse_expectation(value, context, Integer(), what="gpus count",
                                           matchers=("min", "max"))
             else:
-                raise value.error(f"unknown key {key!r} in gpus; expected one of: "
+                raise value.key_error(f"unknown key {key!r} in gpus; expected one of: "
                                   f"{', '.join(self.keys)}")
         if count is None:
             raise node.error(f"gpus is empty; expected one of: {', '.join(self.keys)}")

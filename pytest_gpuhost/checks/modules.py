@@ -101,10 +101,10 @@ class ModulesKind:
         entries: dict[str, ModuleEntry] = {}
         for name, value in pairs:
             if not _NAME.match(name):
-                raise value.error(f"module name {name!r} is not allowed: a module name is "
+                raise value.key_error(f"module name {name!r} is not allowed: a module name is "
                                   "letters, digits, '_' and '-'")
             if canonical(name) in entries:
-                raise value.error(f"module {name!r} is listed twice ('-' and '_' are the same)")
+                raise value.key_error(f"module {name!r} is listed twice ('-' and '_' are the same)")
             expect, options = parse_expectation(value, context, ModuleState(),
                                                 what=f"module {name}", value_key="state",
                                                 matchers=())

@@ -120,7 +120,7 @@ class PcieKind:
             raise node.error(f"pcie is empty; expected one of: {', '.join(KEYS)}")
         for key, value in pairs:
             if key not in KEYS:
-                raise value.error(f"unknown key {key!r} in pcie; expected one of: "
+                raise value.key_error(f"unknown key {key!r} in pcie; expected one of: "
                                   f"{', '.join(KEYS)}")
             spec = KEYS[key]
             expect, options = parse_expectation(value, context, spec.domain, what=f"pcie {key}",

@@ -78,7 +78,7 @@ class SysctlKind:
             try:
                 path = sysctl_path(key)
             except ValueError as exc:
-                raise value.error(f"sysctl key {key!r} is not allowed: {exc}") from None
+                raise value.key_error(f"sysctl key {key!r} is not allowed: {exc}") from None
             expect, options = parse_expectation(value, context, Auto(), what=f"sysctl {key}")
             entries.append(SysctlEntry(key, path, expect, options))
         return tuple(sorted(entries, key=lambda e: e.key))

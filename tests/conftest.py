@@ -1,0 +1,62 @@
+"""Fixtures: fake host trees built in tmp_path, and the bundled example host copied there."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pytest_gpuhost.builtin import pytest_gpuhost_check_kinds, pytest_gpuhost_conditions
+from pytest_gpuhost.checks import Facts
+from pytest_gpuhost.engine import RunOptions, run_check
+from pytest_gpuhost.fakehost import FakeHost
+from pytest_gpuhost.host import LocalHost
+from pytest_gpuhost.result import CheckResult
+from pytest_gpuhost.spec import load_spec
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE_HOST = REPO / "examples" / "hosts" / "blackwell8-untuned"
+BLACKWELL8 = REPO / "specs" / "blackwell8.yaml"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> FakeHost:
+    """An empty fake host (a kernel release and an empty proc/modules) to build on."""
+    return FakeHost(tmp_path / "host")
+
+
+@pytest.fixture
+def host(fake: FakeHost) -> LocalHost:
+    return LocalHost(fake.root)
+
+
+@pytest.fixture
+def example_host(tmp_path: Path) -> Path:
+    """A private copy of the bundled untuned blackwell8 host: --fix may change it."""
+    target = tmp_path / "blackwell8-untuned"
+    shutil.copytree(EXAMPLE_HOST, target, symlinks=True)
+    return target
+
+
+def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file's bytes and mtime, to prove that a run wrote nothing."""
+    return {str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def run_spec(spec_text: str, root: Path, *, fix: bool = False) -> dict[str, CheckResult]:
+    """Expand a spec on the host at ``root`` and run every check without pytest's glue."""
+    import textwrap
+
+    spec_path = root.parent / "spec.yaml"
+    spec_path.write_text(textwrap.dedent(spec_text))
+    kinds = {kind.section: kind for kind in pytest_gpuhost_check_kinds()}
+    conditions = dict(pytest_gpuhost_conditions())
+    spec = load_spec(spec_path, kinds, conditions)
+    host = LocalHost(root)
+    facts = Facts(host)
+    checks = [check for section, model in spec.sections.items()
+              for check in kinds[section].expand(model, facts)]
+    return {check.id: run_check(check, host, conditions, RunOptions(fix=fix)) for check in checks}

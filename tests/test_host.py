@@ -1,0 +1,84 @@
+"""The host layer: every path stays under the root, writes never create, commands never use PATH."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from pytest_gpuhost.fakehost import FakeHost
+from pytest_gpuhost.host import HostError, LocalHost, UnsafePath
+
+
+@pytest.mark.parametrize("path", ["../etc/passwd", "proc/../../x", "/etc/passwd", "a\0b", ""])
+def test_paths_that_leave_the_root_are_refused(host: LocalHost, path: str) -> None:
+    with pytest.raises(UnsafePath):
+        host.read_text(path)
+
+
+def test_write_replaces_the_value_in_place(fake: FakeHost, host: LocalHost) -> None:
+    fake.sysctl("vm.swappiness", 60)
+    host.write_text("proc/sys/vm/swappiness", "10\n")
+    assert host.read_text("proc/sys/vm/swappiness") == "10\n"
+
+
+def test_write_never_creates_a_file(fake: FakeHost, host: LocalHost) -> None:
+    with pytest.raises(HostError, match="No such file or directory"):
+        host.write_text("proc/sys/vm/not_a_sysctl", "1\n")
+    assert not (fake.root / "proc/sys/vm/not_a_sysctl").exists()
+
+
+def test_write_bytes_at_an_offset_keeps_the_rest(fake: FakeHost, host: LocalHost) -> None:
+    fake.file("config", bytes(range(16)))
+    host.write_bytes("config", b"\xaa\xbb", 8)
+    assert host.read_bytes("config") == bytes(range(8)) + b"\xaa\xbb" + bytes(range(10, 16))
+
+
+def test_write_errors_carry_the_errno_text(fake: FakeHost, host: LocalHost) -> None:
+    target = fake.file("proc/sys/kernel/x", "1\n")
+    target.chmod(0o444)
+    if os.geteuid() == 0:
+        pytest.skip("root writes read-only files")
+    with pytest.raises(HostError, match="Permission denied"):
+        host.write_text("proc/sys/kernel/x", "0\n")
+
+
+def test_commands_resolve_under_the_root_only(fake: FakeHost, host: LocalHost) -> None:
+    with pytest.raises(HostError, match=r"modprobe not found in .*usr/sbin, .*usr/bin, .*sbin, "
+                                        r".*bin"):
+        host.run(["modprobe", "nvidia"])
+    fake.file("bin/hello", "#!/bin/sh\necho \"root=$GPUHOST_ROOT args=$*\"\necho oops >&2\n",
+              mode=0o755)
+    result = host.run(["hello", "a b", "c;d"])
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"root={fake.root} args=a b c;d"  # no shell: one argv each
+    assert result.stderr.strip() == "oops"
+
+
+def test_command_names_with_a_slash_are_refused(host: LocalHost) -> None:
+    with pytest.raises(UnsafePath):
+        host.run(["../../bin/sh"])
+
+
+def test_first_command_directory_wins(fake: FakeHost, host: LocalHost) -> None:
+    fake.file("usr/sbin/tool", "#!/bin/sh\necho usr-sbin\n", mode=0o755)
+    fake.file("bin/tool", "#!/bin/sh\necho bin\n", mode=0o755)
+    assert host.run(["tool"]).stdout.strip() == "usr-sbin"
+
+
+def test_kmsg_from_a_plain_file(fake: FakeHost, host: LocalHost) -> None:
+    fake.kmsg([(6, "hello"), (3, "oops")], continuation="SUBSYSTEM=pci")
+    assert host.read_kmsg() == ["6,1,1001237,-;hello", " SUBSYSTEM=pci", "3,2,1002474,-;oops",
+                                " SUBSYSTEM=pci"]
+
+
+def test_listdir_is_sorted(fake: FakeHost, host: LocalHost) -> None:
+    for name in ("b", "a", "c"):
+        fake.file(f"d/{name}", "")
+    assert host.listdir("d") == ["a", "b", "c"]
+
+
+def test_the_real_root_is_recognized() -> None:
+    assert LocalHost(Path("/")).is_real
+    assert not LocalHost(Path("/tmp")).is_real

@@ -1,0 +1,92 @@
+"""Config-space decoding, on fixtures written in the format of ``lspci -vvv -xxxx`` dumps."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_gpuhost.pciconfig import (
+    ConfigError,
+    DeviceControl,
+    device_control,
+    find_capability,
+    parse_hexdump,
+)
+
+from .conftest import FIXTURES
+
+
+@pytest.fixture(scope="module")
+def dumps() -> dict[str, bytes]:
+    return parse_hexdump((FIXTURES / "lspci_vvv_xxxx_rtx_pro_6000.txt").read_text())
+
+
+def test_hexdump_gives_every_function_its_4096_bytes(dumps: dict[str, bytes]) -> None:
+    assert sorted(dumps) == ["41:00.0", "41:00.1", "c1:00.0"]
+    assert {len(config) for config in dumps.values()} == {4096}
+    assert dumps["41:00.0"][:4] == bytes.fromhex("de10b52b")  # vendor 10de, device 2bb5
+
+
+def test_capability_walk_finds_express_at_its_card_specific_offset(
+    dumps: dict[str, bytes],
+) -> None:
+    assert find_capability(dumps["41:00.0"], 0x10) == 0x78
+    assert find_capability(dumps["c1:00.0"], 0x10) == 0x60
+    assert find_capability(dumps["41:00.0"], 0x05) == 0x68  # MSI, on the way
+    assert find_capability(dumps["41:00.0"], 0x11) is None  # no MSI-X
+
+
+def test_device_control_matches_what_lspci_decoded(dumps: dict[str, bytes]) -> None:
+    gpu = device_control(dumps["41:00.0"])
+    assert (gpu.offset, gpu.value) == (0x80, 0x2937)
+    assert (gpu.max_payload, gpu.max_read_request) == (256, 512)
+    other = device_control(dumps["c1:00.0"])
+    assert (other.offset, other.max_payload, other.max_read_request) == (0x68, 256, 4096)
+
+
+def test_non_root_read_of_64_bytes_says_to_run_as_root() -> None:
+    dump = parse_hexdump((FIXTURES / "lspci_x_nonroot_64_bytes.txt").read_text())
+    config = dump["41:00.0"]
+    assert len(config) == 64
+    with pytest.raises(ConfigError, match="reads past 64 bytes of sysfs config need root"):
+        device_control(config)
+
+
+def test_a_function_without_a_capability_list() -> None:
+    config = bytearray(256)
+    config[0x34] = 0x40  # a pointer, but Status bit 4 says there is no list
+    assert find_capability(bytes(config), 0x10) is None
+    with pytest.raises(ConfigError, match="no PCI Express capability"):
+        device_control(bytes(config))
+
+
+def test_a_looping_capability_list_is_an_error() -> None:
+    config = bytearray(256)
+    config[0x06] = 0x10
+    config[0x34] = 0x40
+    config[0x40:0x42] = bytes([0x01, 0x48])
+    config[0x48:0x4A] = bytes([0x05, 0x40])
+    with pytest.raises(ConfigError, match="loops at 0x40"):
+        find_capability(bytes(config), 0x10)
+
+
+def test_shorter_than_the_header() -> None:
+    with pytest.raises(ConfigError, match="the header alone is 64"):
+        find_capability(b"\x00" * 32, 0x10)
+
+
+@pytest.mark.parametrize(("size", "code"), [(128, 0), (512, 2), (4096, 5)])
+def test_max_read_request_rewrite_touches_bits_14_to_12_only(size: int, code: int) -> None:
+    before = DeviceControl(0x78, 0x2937)
+    after = before.with_max_read_request(size)
+    assert after.max_read_request == size
+    assert after.value & 0x7000 == code << 12
+    assert after.value & ~0x7000 == 0x0937  # payload, error reporting, ExtTag, NoSnoop kept
+
+
+def test_rewrite_never_sets_function_level_reset() -> None:
+    assert not DeviceControl(0x78, 0xA937).with_max_read_request(4096).value & 0x8000
+
+
+def test_rewrite_refuses_sizes_that_are_not_encodable() -> None:
+    with pytest.raises(ValueError, match="MaxReadReq 1000"):
+        DeviceControl(0x78, 0x2937).with_max_read_request(1000)
