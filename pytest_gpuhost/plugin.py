@@ -17,6 +17,7 @@ from .host import LocalHost
 from .report import format_failure, summary_lines, write_json_report
 from .result import CheckResult, Outcome
 from .spec import Spec, SpecError, load_spec
+from .workers import WAIT_TIMEOUT_S, DoneMarks, SharedDirectory, worker_marks
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 REPORT_ATTR = "gpuhost"
@@ -34,6 +35,8 @@ class GpuhostState:
     report_path: Path | None
     is_worker: bool
     facts: Facts
+    marks: DoneMarks | None
+    """On an xdist worker: where finished checks are marked, so dmesg can wait for them."""
     results: dict[str, tuple[int, CheckResult]] = field(default_factory=dict)
     """nodeid -> (collection index, record), gathered from local or xdist worker reports."""
 
@@ -151,9 +154,12 @@ def pytest_configure(config: pytest.Config) -> None:
         report_path=config.invocation_params.dir / report if report else None,
         is_worker=hasattr(config, "workerinput"),
         facts=Facts(host),
+        marks=worker_marks(config),
     )
     _add_spec_args(config, specs)
     config.pluginmanager.register(RunReporter(config.stash[STATE]), "gpuhost-run")
+    if not hasattr(config, "workerinput") and config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(SharedDirectory(), "gpuhost-shared-dir")
 
 
 def _add_spec_args(config: pytest.Config, specs: Iterable[Path]) -> None:
@@ -194,11 +200,19 @@ class GpuhostItem(pytest.Item):
         self.check = check
         self.result: CheckResult | None = None
         self.index = 0
+        self.waits_for: list[int] = []
+        """Collection indices of the checks this one must run after (dmesg: all others)."""
         self.add_marker("gpuhost")
 
     def runtest(self) -> None:
         __tracebackhide__ = True
         state = self.config.stash[STATE]
+        if state.marks is not None and self.waits_for:
+            missing = state.marks.wait_for(self.waits_for)
+            if missing:
+                pytest.fail(f"{self.check.id} ran before {len(missing)} other check(s) "
+                                  "finished on the other xdist workers (waited "
+                                  f"{WAIT_TIMEOUT_S:.0f} s)", pytrace=False)
         self.result = run_check(self.check, state.host, state.conditions, state.options)
         if self.result.outcome is Outcome.SKIPPED:
             pytest.skip(self.result.message)
@@ -211,15 +225,23 @@ class GpuhostItem(pytest.Item):
         return super().repr_failure(excinfo, style=style)
 
     def reportinfo(self) -> tuple[Path, int, str]:
+        # The domain must not be a suffix of the nodeid, or -v rewrites its dots into '::'.
         line = int(self.check.options.where.rsplit(":", 1)[-1]) - 1
-        return self.path, line, f"{self.path.name}::{self.check.id}"
+        return self.path, line, f"gpuhost check {self.check.id}"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Checks that must see the others' effects (dmesg) run after every other check."""
     items.sort(key=lambda item: item.check.order if isinstance(item, GpuhostItem) else 0)
-    for index, item in enumerate(i for i in items if isinstance(i, GpuhostItem)):
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Number the selected checks; a last-ranked check waits for every lower-ranked one."""
+    checks = [item for item in session.items if isinstance(item, GpuhostItem)]
+    for index, item in enumerate(checks):
         item.index = index
+    for item in checks:
+        item.waits_for = [other.index for other in checks if other.check.order < item.check.order]
 
 
 @pytest.hookimpl(wrapper=True)
@@ -227,8 +249,13 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
-    if isinstance(item, GpuhostItem) and call.when == "call" and item.result is not None:
+    if not isinstance(item, GpuhostItem):
+        return report
+    if call.when == "call" and item.result is not None:
         setattr(report, REPORT_ATTR, {"index": item.index, "result": item.result.as_dict()})
+    marks = item.config.stash[STATE].marks
+    if call.when == "teardown" and marks is not None:
+        marks.mark(item.index)
     return report
 
 

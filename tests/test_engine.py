@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from pytest_gpuhost.checks import Check, Observation
-from pytest_gpuhost.checks.pcie import MaxReadRequestProbe
 from pytest_gpuhost.checks.gpus import Gpu
+from pytest_gpuhost.checks.pcie import MaxReadRequestProbe
 from pytest_gpuhost.checks.sysctl import SysctlProbe
 from pytest_gpuhost.engine import RunOptions, run_check
 from pytest_gpuhost.fakehost import FakeHost

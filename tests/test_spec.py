@@ -1,4 +1,4 @@
-"""The spec layer: valid specs become models; every bad spec names file:line and what was expected."""
+"""The spec layer: valid specs become models; a bad spec names file:line and what was expected."""
 
 from __future__ import annotations
 
@@ -91,7 +91,8 @@ BAD_SPECS = [
                  "spec.yaml:3: sysctl vm.swappiness must be a string or an integer, got float",
                  id="float-value"),
     pytest.param("version: 1\nsysctl:\n  vm.swappiness: {min: 10, max: 1}\n",
-                 "spec.yaml:3: sysctl vm.swappiness: min 10 is greater than max 1", id="min-gt-max"),
+                 "spec.yaml:3: sysctl vm.swappiness: min 10 is greater than max 1",
+                 id="min-gt-max"),
     pytest.param("version: 1\nsysctl:\n  vm.swappiness: {value: 1, min: 1}\n",
                  "spec.yaml:3: sysctl vm.swappiness needs exactly one of value, min/max, one_of, "
                  "match; got value and min/max", id="two-forms"),

@@ -1,0 +1,67 @@
+"""Ordering across pytest-xdist workers: checks that must run after all others wait for them.
+
+Without xdist, collection order is run order. With ``-n N`` each worker runs its own share, so the
+controller hands every worker one shared directory (through ``workerinput``); each finished check
+leaves a mark there, and a last-ranked check (dmesg) waits until every other check's mark exists.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+WORKERINPUT_KEY = "gpuhost_shared_dir"
+WAIT_TIMEOUT_S = 900.0
+POLL_S = 0.05
+
+
+class DoneMarks:
+    """One empty file per finished check, named by its collection index."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def mark(self, index: int) -> None:
+        (self.directory / f"done-{index}").touch()
+
+    def missing(self, indices: Iterable[int]) -> list[int]:
+        return [i for i in indices if not (self.directory / f"done-{i}").exists()]
+
+    def wait_for(self, indices: Iterable[int], timeout: float = WAIT_TIMEOUT_S) -> list[int]:
+        """Wait until every index is marked; return those still missing at the timeout."""
+        wanted = list(indices)
+        deadline = time.monotonic() + timeout
+        while True:
+            missing = self.missing(wanted)
+            if not missing or time.monotonic() >= deadline:
+                return missing
+            wanted = missing
+            time.sleep(POLL_S)
+
+
+class SharedDirectory:
+    """Controller side: make the directory and pass it to every worker."""
+
+    def __init__(self) -> None:
+        self.path = Path(tempfile.mkdtemp(prefix="pytest-gpuhost-"))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput[WORKERINPUT_KEY] = str(self.path)
+
+    def pytest_unconfigure(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def worker_marks(config: pytest.Config) -> DoneMarks | None:
+    """On an xdist worker started by a gpuhost controller, the shared marks; else None."""
+    workerinput = getattr(config, "workerinput", None)
+    if not workerinput or WORKERINPUT_KEY not in workerinput:
+        return None
+    return DoneMarks(Path(workerinput[WORKERINPUT_KEY]))

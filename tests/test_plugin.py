@@ -1,0 +1,260 @@
+"""Whole-plugin runs with pytester: verify, --fix, reports, exit codes, xdist, -p no:gpuhost."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from glob import escape
+from pathlib import Path
+
+import pytest
+
+from .conftest import BLACKWELL8, snapshot
+
+pytest_plugins = ["pytester"]
+
+SMALL_SPEC = """\
+version: 1
+name: small
+dmesg:
+  since: boot
+  allow: ['vxlan: non-ECT from']
+sysctl:
+  vm.swappiness: {value: 10, why: keep weights in RAM}
+  net.core.rmem_max: {min: 16777216}
+modules:
+  nvidia: loaded
+"""
+
+
+@pytest.fixture
+def spec(pytester: pytest.Pytester) -> Path:
+    """The bundled blackwell8 spec, copied beside the test run."""
+    return Path(shutil.copy(BLACKWELL8, pytester.path / "blackwell8.yaml"))
+
+
+def counts(result: pytest.RunResult) -> dict[str, int]:
+    """The final line's counts, FIXED included (assert_outcomes knows only pytest's own)."""
+    return {k: v for k, v in result.parseoutcomes().items() if k not in ("warnings", "warning")}
+
+
+def report(path: Path) -> dict[str, object]:
+    data: dict[str, object] = json.loads(path.read_text())
+    return data
+
+
+def by_id(data: dict[str, object]) -> dict[str, dict[str, object]]:
+    return {c["id"]: c for c in data["checks"]}  # type: ignore[attr-defined, index]
+
+
+def test_verify_the_untuned_example_host(pytester: pytest.Pytester, spec: Path,
+                                         example_host: Path) -> None:
+    before = snapshot(example_host)
+    result = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}",
+                                "--gpuhost-report=out.json")
+    result.assert_outcomes(passed=28, failed=20)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert snapshot(example_host) == before  # verification writes nothing
+    result.stdout.fnmatch_lines([
+        "*= gpuhost: blackwell8 on *blackwell8-untuned =*",
+        "sysctl * 9 checks: 9 failed",
+        "pcie.max_read_request * 8 checks: 8 failed",
+        "total * 48 checks: 28 passed, 20 failed",
+    ])
+    result.stdout.fnmatch_lines([
+        "'1' != '0' (fixable: run with --fix)",
+        escape("  FAILED sysctl[kernel.numa_balancing] at blackwell8.yaml:9"),
+        "  expected  0",
+        "  observed  1",
+        "  why       automatic NUMA balancing *",
+        "  read      proc/sys/kernel/numa_balancing: 1",
+    ])
+    data = report(pytester.path / "out.json")
+    assert data["fix"] is False
+    assert data["summary"] == {"passed": 28, "failed": 20, "fixed": 0, "fix_failed": 0,
+                               "skipped": 0, "error": 0}
+    check = by_id(data)["pcie.max_read_request[0000:81:00.0]"]
+    assert {k: check[k] for k in ("kind", "key", "expected", "observed", "before", "after",
+                                  "outcome")} == {
+        "kind": "pcie.max_read_request", "key": "0000:81:00.0", "expected": "4096",
+        "observed": "512", "before": None, "after": None, "outcome": "failed"}
+
+
+def test_fix_the_example_host_reproduces_the_real_story(pytester: pytest.Pytester, spec: Path,
+                                                        example_host: Path) -> None:
+    result = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}",
+                                "--fix", "--gpuhost-report=out.json", "-v")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert counts(result) == {"passed": 27, "failed": 2, "fixed": 19}
+    result.stdout.fnmatch_lines([
+        escape("blackwell8.yaml::sysctl[kernel.numa_balancing] FIXED") + "*",
+        escape("blackwell8.yaml::module[nvidia_peermem] FIX_FAILED") + "*",
+        "--fix: 19 of 20 fixes applied",
+        escape("  FIX_FAILED module[nvidia_peermem]: apply failed: modprobe nvidia_peermem exited "
+               "1: modprobe: ERROR: could not insert 'nvidia_peermem': Invalid argument"),
+    ])
+    checks = by_id(report(pytester.path / "out.json"))
+    fixed = sorted(i for i, c in checks.items() if c["outcome"] == "fixed")
+    assert len(fixed) == 19 and all(i.startswith(("sysctl", "pcie.max_read_request",
+                                                  "cpuidle", "module[nvidia_uvm]"))
+                                    for i in fixed)
+    assert checks["module[nvidia_peermem]"]["outcome"] == "fix_failed"
+    # The dmesg check ran last and saw what the failed load wrote to the kernel log.
+    assert list(checks)[-1] == "dmesg"
+    assert checks["dmesg"]["outcome"] == "failed"
+    assert "Unknown symbol ib_register_peer_memory_client (err -22)" in json.dumps(
+        checks["dmesg"]["evidence"])
+    assert (example_host / "proc/sys/vm/swappiness").read_text() == "10\n"
+    numa = checks["sysctl[kernel.numa_balancing]"]
+    assert (numa["before"], numa["after"], numa["observed"]) == ("1", "0", "0")
+
+
+def test_second_fix_is_idempotent_and_writes_nothing(pytester: pytest.Pytester, spec: Path,
+                                                     example_host: Path) -> None:
+    shutil.rmtree(example_host / "sys/class/infiniband")  # peermem is then not applicable
+    args = [f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}", "--fix"]
+    first = pytester.runpytest(*args)
+    assert counts(first) == {"passed": 28, "fixed": 19, "skipped": 1}
+    assert first.ret == pytest.ExitCode.OK
+    tuned = snapshot(example_host)
+    second = pytester.runpytest(*args)
+    second.assert_outcomes(passed=47, skipped=1)
+    second.stdout.fnmatch_lines(["--fix: 0 of 0 fixes applied"])
+    assert snapshot(example_host) == tuned
+    verify = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}")
+    assert verify.ret == pytest.ExitCode.OK
+
+
+def test_spec_named_as_an_argument_and_ids_are_stable(pytester: pytest.Pytester,
+                                                      example_host: Path) -> None:
+    pytester.makefile(".yaml", small=SMALL_SPEC)
+    result = pytester.runpytest("small.yaml", f"--gpuhost-root={example_host}", "--co", "-q")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines([
+        escape("small.yaml::sysctl[net.core.rmem_max]"),
+        escape("small.yaml::sysctl[vm.swappiness]"),
+        escape("small.yaml::module[nvidia]"),
+        "small.yaml::dmesg",
+    ], consecutive=True)
+
+
+def test_ini_twins(pytester: pytest.Pytester, example_host: Path) -> None:
+    pytester.makefile(".yaml", small=SMALL_SPEC)
+    pytester.makeini(f"[pytest]\ngpuhost_spec = small.yaml\ngpuhost_root = {example_host}\n")
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=2, failed=2)
+
+
+def test_option_overrides_the_ini(pytester: pytest.Pytester, example_host: Path) -> None:
+    pytester.makefile(".yaml", small=SMALL_SPEC)
+    pytester.makeini("[pytest]\ngpuhost_spec = small.yaml\ngpuhost_root = /does/not/exist\n")
+    result = pytester.runpytest(f"--gpuhost-root={example_host}")
+    result.assert_outcomes(passed=2, failed=2)
+    bad = pytester.runpytest()
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["ERROR: gpuhost_root in *tox.ini=/does/not/exist: no such "
+                              "directory*"])
+
+
+def test_spec_beside_explicit_test_paths(pytester: pytest.Pytester, example_host: Path) -> None:
+    pytester.makefile(".yaml", small=SMALL_SPEC)
+    pytester.makepyfile(test_bench="def test_benchmark():\n    assert True\n")
+    result = pytester.runpytest("test_bench.py", "--gpuhost-spec=small.yaml",
+                                f"--gpuhost-root={example_host}")
+    result.assert_outcomes(passed=3, failed=2)
+
+
+def test_spec_alone_when_no_paths_are_given(pytester: pytest.Pytester, example_host: Path) -> None:
+    pytester.makefile(".yaml", small=SMALL_SPEC)
+    pytester.makepyfile(test_other="def test_other():\n    assert False\n")
+    result = pytester.runpytest("--gpuhost-spec=small.yaml", f"--gpuhost-root={example_host}")
+    result.assert_outcomes(passed=2, failed=2)
+
+
+BAD = [
+    pytest.param("version: 1\nsysclt: {a.b: 1}\n", [],
+                 escape("ERROR: bad gpuhost spec: bad.yaml:2: unknown section 'sysclt' (did you "
+                        "mean 'sysctl'?)") + "*", id="unknown-section"),
+    pytest.param("version: 1\nsysctl:\n  vm.swappiness: {match: '('}\n", [],
+                 "ERROR: bad gpuhost spec: bad.yaml:3: sysctl vm.swappiness: match is not a "
+                 "valid regular expression*", id="bad-regex"),
+    pytest.param("version: 1\npcie:\n  max_read_request: 8192\n", [],
+                 "ERROR: bad gpuhost spec: bad.yaml:3: pcie max_read_request: 8192 is not one "
+                 "of 128, 256, 512, 1024, 2048, 4096", id="mrrs"),
+    pytest.param("", [], "ERROR: bad gpuhost spec: bad.yaml:1: the spec is empty*", id="empty"),
+    pytest.param("version: 1\nsysctl:\n  ../../etc/shadow: 1\n", [],
+                 "ERROR: bad gpuhost spec: bad.yaml:3: sysctl key '../../etc/shadow' is not "
+                 "allowed*", id="escaping-key"),
+    pytest.param(None, [], "ERROR: bad gpuhost spec: missing.yaml: spec file not found",
+                 id="missing-spec"),
+    pytest.param("version: 1\nsysctl: {vm.swappiness: 1}\n", ["--gpuhost-root=/no/such/dir"],
+                 "ERROR: --gpuhost-root=/no/such/dir: no such directory*", id="missing-root"),
+]
+
+
+@pytest.mark.parametrize(("text", "extra", "line"), BAD)
+def test_usage_errors_exit_4_with_one_clear_message(pytester: pytest.Pytester, text: str | None,
+                                                    extra: list[str], line: str) -> None:
+    name = "missing.yaml"
+    if text is not None:
+        pytester.makefile(".yaml", bad=text)
+        name = "bad.yaml"
+    result = pytester.runpytest(f"--gpuhost-spec={name}", *extra)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([line])
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+def test_fix_without_a_spec_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--fix")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --fix needs a spec: pass --gpuhost-spec=FILE*"])
+
+
+def test_plugin_can_be_disabled(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".yaml", small=SMALL_SPEC)
+    pytester.makepyfile(test_plain="def test_plain():\n    assert True\n")
+    plain = pytester.runpytest("-p", "no:gpuhost", "test_plain.py")
+    plain.assert_outcomes(passed=1)
+    refused = pytester.runpytest("-p", "no:gpuhost", "--gpuhost-spec=small.yaml")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines(["*unrecognized arguments: --gpuhost-spec=small.yaml*"])
+
+
+def test_without_a_spec_the_plugin_stays_out_of_the_way(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_plain="def test_plain():\n    assert True\n")
+    pytester.makefile(".yaml", other="just: some yaml\n")
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1)
+    assert "= gpuhost:" not in result.stdout.str()
+
+
+def test_dmesg_runs_last_whatever_the_spec_order(pytester: pytest.Pytester,
+                                                 example_host: Path) -> None:
+    pytester.makefile(".yaml", small=SMALL_SPEC)
+    result = pytester.runpytest("small.yaml", f"--gpuhost-root={example_host}", "-v")
+    lines = [line for line in result.stdout.lines if line.startswith("small.yaml::")]
+    assert lines[-1].startswith("small.yaml::dmesg PASSED")
+
+
+def test_xdist_collects_identically_and_reports_once(pytester: pytest.Pytester, spec: Path,
+                                                     example_host: Path, tmp_path: Path) -> None:
+    serial_host = tmp_path / "serial"
+    shutil.copytree(example_host, serial_host)
+    serial = pytester.runpytest_subprocess(f"--gpuhost-spec={spec}",
+                                           f"--gpuhost-root={serial_host}", "--fix",
+                                           "--gpuhost-report=serial.json", "-p",
+                                           "no:cacheprovider")
+    parallel = pytester.runpytest_subprocess(f"--gpuhost-spec={spec}",
+                                             f"--gpuhost-root={example_host}", "--fix", "-n", "2",
+                                             "--gpuhost-report=parallel.json", "-p",
+                                             "no:cacheprovider")
+    assert serial.ret == parallel.ret == pytest.ExitCode.TESTS_FAILED
+    parallel.stdout.fnmatch_lines(["*2 workers*", "--fix: 19 of 20 fixes applied"])
+    assert parallel.stdout.str().count("= gpuhost: blackwell8 on") == 1
+    one, two = report(pytester.path / "serial.json"), report(pytester.path / "parallel.json")
+    outcome = {i: c["outcome"] for i, c in by_id(one).items()}
+    assert list(by_id(one)) == list(by_id(two))  # same checks, same order
+    assert {i: c["outcome"] for i, c in by_id(two).items()} == outcome
+    assert outcome["dmesg"] == "failed"  # it waited for the failed peermem load on the other worker
+    assert one["summary"]["fixed"] == two["summary"]["fixed"] == 19  # type: ignore[index]
