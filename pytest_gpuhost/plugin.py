@@ -113,9 +113,13 @@ def _registered(config: pytest.Config) -> tuple[dict[str, Kind], dict[str, Condi
     kinds: dict[str, Kind] = {}
     for batch in config.hook.pytest_gpuhost_check_kinds():
         for kind in batch:
-            if kind.section in kinds:
-                raise pytest.UsageError(f"two gpuhost check kinds claim section {kind.section!r}")
-            kinds[kind.section] = kind
+            claimed = kinds.get(kind.section)
+            if claimed is not None and type(claimed) is not type(kind):
+                raise pytest.UsageError(
+                    f"two gpuhost check kinds claim section {kind.section!r}: "
+                    f"{type(claimed).__module__}.{type(claimed).__qualname__} and "
+                    f"{type(kind).__module__}.{type(kind).__qualname__}")
+            kinds.setdefault(kind.section, kind)  # the same kind twice: a re-exported hook
     conditions: dict[str, ConditionFn] = {}
     for batch in config.hook.pytest_gpuhost_conditions():
         conditions.update(batch)

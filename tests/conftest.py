@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpuhost.builtin import pytest_gpuhost_check_kinds, pytest_gpuhost_conditions
+from pytest_gpuhost import builtin
 from pytest_gpuhost.checks import Facts
 from pytest_gpuhost.engine import RunOptions, run_check
 from pytest_gpuhost.fakehost import FakeHost
@@ -52,8 +52,8 @@ def run_spec(spec_text: str, root: Path, *, fix: bool = False) -> dict[str, Chec
 
     spec_path = root.parent / "spec.yaml"
     spec_path.write_text(textwrap.dedent(spec_text))
-    kinds = {kind.section: kind for kind in pytest_gpuhost_check_kinds()}
-    conditions = dict(pytest_gpuhost_conditions())
+    kinds = {kind.section: kind for kind in builtin.pytest_gpuhost_check_kinds()}
+    conditions = dict(builtin.pytest_gpuhost_conditions())
     spec = load_spec(spec_path, kinds, conditions)
     host = LocalHost(root)
     facts = Facts(host)

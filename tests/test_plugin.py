@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_gpuhost.fakehost import FakeHost
+
 from .conftest import BLACKWELL8, snapshot
 
 pytest_plugins = ["pytester"]
@@ -36,6 +38,12 @@ def spec(pytester: pytest.Pytester) -> Path:
 def counts(result: pytest.RunResult) -> dict[str, int]:
     """The final line's counts, FIXED included (assert_outcomes knows only pytest's own)."""
     return {k: v for k, v in result.parseoutcomes().items() if k not in ("warnings", "warning")}
+
+
+@pytest.fixture
+def fake_root(fake: FakeHost) -> Path:
+    fake.sysctl("vm.nr_hugepages", 16)
+    return fake.root
 
 
 def report(path: Path) -> dict[str, object]:
@@ -258,3 +266,66 @@ def test_xdist_collects_identically_and_reports_once(pytester: pytest.Pytester, 
     assert {i: c["outcome"] for i, c in by_id(two).items()} == outcome
     assert outcome["dmesg"] == "failed"  # it waited for the failed peermem load on the other worker
     assert one["summary"]["fixed"] == two["summary"]["fixed"] == 19  # type: ignore[index]
+
+
+THIRD_PARTY = """
+from dataclasses import dataclass
+
+from pytest_gpuhost.checks import Check, Evidence, NoFix, Observation
+from pytest_gpuhost.hookspecs import hookimpl
+from pytest_gpuhost.matchers import Integer
+from pytest_gpuhost.spec import parse_expectation
+
+
+@dataclass(frozen=True)
+class HugepagesProbe(NoFix):
+    def observe(self, host):
+        value = host.read_text("proc/sys/vm/nr_hugepages").strip()
+        return Observation(value, (Evidence("proc/sys/vm/nr_hugepages", value),))
+
+
+class HugepagesKind:
+    section = "hugepages"
+
+    def parse(self, node, context):
+        return parse_expectation(node, context, Integer(), what="hugepages")
+
+    def expand(self, section, facts):
+        expect, options = section
+        return [Check("hugepages", None, expect, options, HugepagesProbe())]
+
+
+@hookimpl
+def pytest_gpuhost_check_kinds():
+    return [HugepagesKind()]
+
+
+@hookimpl
+def pytest_gpuhost_conditions():
+    return {"lab": lambda host: (host.exists("etc/lab"), "etc/lab exists")}
+"""
+
+
+def test_a_third_party_kind_and_condition_register_like_the_built_ins(
+        pytester: pytest.Pytester, fake_root: Path) -> None:
+    pytester.makeconftest(THIRD_PARTY)
+    pytester.makefile(".yaml", spec="version: 1\nhugepages: {min: 1024, when: not lab}\n")
+    result = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake_root}", "-rs")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["16 < min 1024"])
+    (fake_root / "etc").mkdir()
+    (fake_root / "etc/lab").write_text("")
+    skipped = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake_root}", "-rs")
+    skipped.assert_outcomes(skipped=1)
+    skipped.stdout.fnmatch_lines(["*when: not lab is false: etc/lab exists*"])
+
+
+def test_a_conflicting_section_is_a_usage_error(pytester: pytest.Pytester,
+                                                fake_root: Path) -> None:
+    pytester.makeconftest(THIRD_PARTY.replace('section = "hugepages"', 'section = "sysctl"'))
+    pytester.makefile(".yaml", spec="version: 1\nsysctl: {vm.swappiness: 1}\n")
+    result = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake_root}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: two gpuhost check kinds claim section 'sysctl': "
+                                 "pytest_gpuhost.checks.sysctl.SysctlKind and "
+                                 "conftest.HugepagesKind"])

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpuhost.builtin import pytest_gpuhost_check_kinds, pytest_gpuhost_conditions
+from pytest_gpuhost import builtin
 from pytest_gpuhost.checks.sysctl import sysctl_path
 from pytest_gpuhost.matchers import Exact, Match, OneOf, Range
 from pytest_gpuhost.spec import Spec, SpecError, load_spec
 
 from .conftest import BLACKWELL8
 
-KINDS = {kind.section: kind for kind in pytest_gpuhost_check_kinds()}
-CONDITIONS = set(pytest_gpuhost_conditions())
+KINDS = {kind.section: kind for kind in builtin.pytest_gpuhost_check_kinds()}
+CONDITIONS = set(builtin.pytest_gpuhost_conditions())
 
 
 def load(tmp_path: Path, text: str) -> Spec:
