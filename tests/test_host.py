@@ -82,3 +82,9 @@ def test_listdir_is_sorted(fake: FakeHost, host: LocalHost) -> None:
 def test_the_real_root_is_recognized() -> None:
     assert LocalHost(Path("/")).is_real
     assert not LocalHost(Path("/tmp")).is_real
+
+
+def test_kmsg_from_a_character_device_reads_until_the_end(fake: FakeHost, host: LocalHost) -> None:
+    (fake.root / "dev").mkdir()
+    (fake.root / "dev/kmsg").symlink_to("/dev/null")  # a character device that holds no records
+    assert host.read_kmsg() == []

@@ -329,3 +329,19 @@ def test_a_conflicting_section_is_a_usage_error(pytester: pytest.Pytester,
     result.stderr.fnmatch_lines(["ERROR: two gpuhost check kinds claim section 'sysctl': "
                                  "pytest_gpuhost.checks.sysctl.SysctlKind and "
                                  "conftest.HugepagesKind"])
+
+
+def test_an_unreadable_host_value_is_an_error_and_fails_the_run(pytester: pytest.Pytester,
+                                                                fake: FakeHost) -> None:
+    from pytest_gpuhost.fakehost import config_space
+
+    short = config_space(vendor=0x10DE, device=0x2BB5, class_code=0x030000)[:64]
+    fake.pci_device("0000:01:00.0", vendor=0x10DE, device=0x2BB5, class_code=0x030000,
+                    config=short)
+    pytester.makefile(".yaml", spec="version: 1\npcie:\n  max_read_request: 4096\n")
+    result = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert counts(result) == {"errors": 1}
+    result.stdout.fnmatch_lines([escape("ERROR spec.yaml::pcie.max_read_request[0000:01:00.0]")
+                                 + " - *"])
+    assert "reads past 64 bytes of sysfs config need root" in result.stdout.str()
