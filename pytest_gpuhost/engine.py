@@ -1,12 +1,17 @@
-"""Run one check: observe -> compare -> (fix -> re-observe -> compare) -> one result record."""
+"""Run one check: observe -> compare -> (plan -> journal -> apply -> re-observe -> compare).
+
+One result record comes out, whatever happens. A dry run stops after the plan.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .checks import Applied, CannotFix, Check, FixError, Observation
+from .changes import Plan, to_dict
+from .checks import CannotFix, Check, Observation
 from .conditions import ConditionFn
+from .fixes import Applied, Fixer, FixError
 from .host import Host, HostError
 from .result import CheckResult, Outcome
 
@@ -14,11 +19,17 @@ from .result import CheckResult, Outcome
 @dataclass(frozen=True)
 class RunOptions:
     fix: bool = False
+    dry_run: bool = False
 
 
 def run_check(
-    check: Check, host: Host, conditions: Mapping[str, ConditionFn], options: RunOptions
+    check: Check,
+    host: Host,
+    conditions: Mapping[str, ConditionFn],
+    options: RunOptions,
+    fixer: Fixer | None = None,
 ) -> CheckResult:
+    """Raises only LockTimeout (another run holds the root); everything else is a record."""
     expected = check.expect.describe()
     try:
         skip = _skip_reason(check, host, conditions)
@@ -41,38 +52,78 @@ def run_check(
     if not check.probe.fixable:
         return _result(check, Outcome.FAILED, f"{problem} (a check-only kind: no fixer)",
                        observed)
-    value = check.expect.fix_value(observed.value)
-    if value is None:
+    if check.expect.fix_value(observed.value) is None:
         return _result(check, Outcome.FAILED, f"{problem}; not fixed: '{expected}' names no "
                                               "single value to write", observed)
-    return _fix(check, host, observed, value, problem)
+    if options.dry_run:
+        return _plan_only(check, host, observed, problem)
+    if fixer is None:
+        fixer = Fixer(host, None, run_lock=None, apply_lock=None, lock_timeout=0)
+    with fixer.locked():
+        return _fix(check, host, fixer, problem)
 
 
-def _fix(check: Check, host: Host, before: Observation, value: str, problem: str) -> CheckResult:
-    apply_error: str | None = None
+def _plan(check: Check, host: Host, observed: Observation) -> Plan:
+    value = check.expect.fix_value(observed.value)
+    if value is None:
+        raise CannotFix(f"'{check.expect.describe()}' names no single value to write")
+    plan = check.probe.plan(host, value, observed)
+    if not plan.changes:
+        raise CannotFix("the probe planned no change")
+    return plan
+
+
+def _plan_only(check: Check, host: Host, observed: Observation, problem: str) -> CheckResult:
     try:
-        applied = check.probe.apply(host, value, before)
+        plan = _plan(check, host, observed)
+    except CannotFix as exc:
+        return _result(check, Outcome.FAILED, f"{problem}; not fixable: {exc}", observed)
+    except HostError as exc:
+        return _result(check, Outcome.ERROR, f"planning the fix failed: {exc}", observed)
+    return _result(check, Outcome.WOULD_FIX, f"{problem}; would {plan.summary}", observed,
+                   plan=plan)
+
+
+def _fix(check: Check, host: Host, fixer: Fixer, problem: str) -> CheckResult:
+    # Observed again under the lock: another run may have fixed it while we waited.
+    try:
+        before = check.probe.observe(host)
+    except HostError as exc:
+        return _result(check, Outcome.ERROR, str(exc), None)
+    if check.expect.judge(before.value).ok:
+        return _result(check, Outcome.PASSED, "right by the time the lock was taken", before)
+    try:
+        plan = _plan(check, host, before)
     except CannotFix as exc:
         return _result(check, Outcome.FAILED, f"{problem}; not fixed: {exc}", before)
+    except HostError as exc:
+        return _result(check, Outcome.ERROR, f"planning the fix failed: {exc}", before)
+    apply_error: str | None = None
+    try:
+        applied = fixer.apply(check.id, check.kind, check.key, plan)
     except FixError as exc:
         apply_error = str(exc)
-        applied = Applied(exc.action or f"set {value}")
+        applied = Applied(exc.action or plan.summary)
     try:
         after = check.probe.observe(host)
     except HostError as exc:
         reason = apply_error or f"{applied.action}, then the read-back failed: {exc}"
-        return _result(check, Outcome.FIX_FAILED, reason, before, before=before, applied=applied)
+        return _result(check, Outcome.FIX_FAILED, reason, before, before=before, applied=applied,
+                       plan=plan)
     if apply_error is not None:
         return _result(check, Outcome.FIX_FAILED, f"apply failed: {apply_error}", after,
-                       before=before, applied=applied)
+                       before=before, applied=applied, plan=plan)
     verdict = check.expect.judge(after.value)
+    printed = f"; it printed: {applied.output}" if applied.output else ""
     if verdict.ok:
-        return _result(check, Outcome.FIXED, f"{before.value} -> {after.value}", after,
-                       before=before, applied=applied)
-    message = f"{applied.action}, but read back {after.value!r}: {_explain(verdict.reason, after)}"
-    if applied.output:
-        message += f"; it printed: {applied.output}"
-    return _result(check, Outcome.FIX_FAILED, message, after, before=before, applied=applied)
+        return _result(check, Outcome.FIXED, f"{before.value} -> {after.value}{printed}", after,
+                       before=before, applied=applied, plan=plan)
+    message = (f"{applied.action}, but read back {after.value!r}: "
+               f"{_explain(verdict.reason, after)}{printed}")
+    if not printed:
+        message += " (the device or kernel ignored the write)"
+    return _result(check, Outcome.FIX_FAILED, message, after, before=before, applied=applied,
+                   plan=plan)
 
 
 def _skip_reason(check: Check, host: Host, conditions: Mapping[str, ConditionFn]) -> str | None:
@@ -89,6 +140,17 @@ def _explain(reason: str, observed: Observation) -> str:
     return observed.problem if observed.value is None and observed.problem else reason
 
 
+def _warnings(check: Check, outcome: Outcome, observed: Observation | None) -> tuple[str, ...]:
+    """A value that is right now but that boot-time configuration would set back."""
+    if observed is None or observed.persisted is None or outcome not in (Outcome.PASSED,
+                                                                         Outcome.FIXED):
+        return ()
+    value, source = observed.persisted
+    if check.expect.judge(value).ok:
+        return ()
+    return (f"will revert: {source} sets {value!r} on the next boot or `sysctl --system`",)
+
+
 def _result(
     check: Check,
     outcome: Outcome,
@@ -97,6 +159,7 @@ def _result(
     *,
     before: Observation | None = None,
     applied: Applied | None = None,
+    plan: Plan | None = None,
 ) -> CheckResult:
     evidence = [e.as_dict() for e in observed.evidence] if observed else []
     if before is not None and before is not observed:
@@ -117,4 +180,6 @@ def _result(
         action=applied.action if applied else None,
         action_output=applied.output if applied and applied.output else None,
         evidence=tuple(evidence),
+        plan=tuple({"change": c.describe(), **to_dict(c)} for c in plan.changes) if plan else (),
+        warnings=_warnings(check, outcome, observed),
     )

@@ -12,6 +12,7 @@ import os
 import shutil
 import stat
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Protocol
@@ -21,7 +22,11 @@ COMMAND_TIMEOUT_S = 120.0
 
 
 class HostError(Exception):
-    """A read, write or command that failed; the message says what and where."""
+    """A read, write or command that failed; the message says what and where, ``errno`` why."""
+
+    def __init__(self, message: str, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
 
 
 class UnsafePath(HostError):
@@ -57,6 +62,9 @@ class Host(Protocol):
 
     def describe(self) -> str: ...
 
+    def privileged(self) -> bool:
+        """Whether writes to /proc/sys, /sys and config space may be allowed (root)."""
+
     def read_text(self, path: str) -> str: ...
 
     def read_bytes(self, path: str) -> bytes: ...
@@ -64,6 +72,10 @@ class Host(Protocol):
     def write_text(self, path: str, text: str) -> None: ...
 
     def write_bytes(self, path: str, data: bytes, offset: int = 0) -> None: ...
+
+    def replace_file(self, path: str, text: str) -> None: ...
+
+    def remove(self, path: str) -> None: ...
 
     def listdir(self, path: str) -> list[str]: ...
 
@@ -84,12 +96,15 @@ class LocalHost:
     def describe(self) -> str:
         return str(self.root)
 
+    def privileged(self) -> bool:
+        return os.geteuid() == 0
+
     def path(self, path: str) -> Path:
         return self.root / safe_relative(path)
 
     def _fail(self, action: str, path: str, exc: OSError) -> HostError:
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
-        return HostError(f"cannot {action} {self.path(path)}: {reason}")
+        return HostError(f"cannot {action} {self.path(path)}: {reason}", exc.errno)
 
     def read_text(self, path: str) -> str:
         try:
@@ -126,6 +141,28 @@ class LocalHost:
             os.close(fd)
         if written != len(data):
             raise HostError(f"short write to {target}: {written} of {len(data)} bytes")
+
+    def replace_file(self, path: str, text: str) -> None:
+        """Create or replace a whole file atomically: a temporary file beside it, fsync, rename.
+        For files pytest-gpuhost owns (persistence), never for /proc or /sys."""
+        target = self.path(path)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(text)
+                out.flush()
+                os.fsync(out.fileno())
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, target)
+        except OSError as exc:
+            raise self._fail("write", path, exc) from exc
+
+    def remove(self, path: str) -> None:
+        try:
+            self.path(path).unlink()
+        except OSError as exc:
+            raise self._fail("remove", path, exc) from exc
 
     def listdir(self, path: str) -> list[str]:
         try:

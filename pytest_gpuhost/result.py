@@ -16,6 +16,8 @@ class Outcome(str, enum.Enum):
     FIX_FAILED = "fix_failed"
     SKIPPED = "skipped"
     ERROR = "error"
+    WOULD_FIX = "would_fix"
+    """A dry run (--fix --gpuhost-dry-run): failing, and this is the plan that would fix it."""
 
     def __str__(self) -> str:
         return self.value
@@ -41,18 +43,25 @@ class CheckResult:
     """What a fix did (the write or the command), when one was attempted."""
     action_output: str | None = None
     evidence: tuple[dict[str, str], ...] = field(default=())
+    plan: tuple[dict[str, object], ...] = field(default=())
+    """The changes a fix made or, in a dry run, would make: path or command, from, to."""
+    warnings: tuple[str, ...] = field(default=())
+    """Right now, but not for long: boot-time configuration that would set the value back."""
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["outcome"] = self.outcome.value
         data["evidence"] = list(self.evidence)
+        data["plan"] = list(self.plan)
+        data["warnings"] = list(self.warnings)
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CheckResult:
         values = dict(data)
         values["outcome"] = Outcome(values["outcome"])
-        values["evidence"] = tuple(values.get("evidence", ()))
+        for key in ("evidence", "plan", "warnings"):
+            values[key] = tuple(values.get(key, ()))
         known = cls.__dataclass_fields__
         return cls(**{k: v for k, v in values.items() if k in known})
 

@@ -80,7 +80,7 @@ def test_verify_the_untuned_example_host(pytester: pytest.Pytester, spec: Path,
     data = report(pytester.path / "out.json")
     assert data["fix"] is False
     assert data["summary"] == {"passed": 28, "failed": 20, "fixed": 0, "fix_failed": 0,
-                               "skipped": 0, "error": 0}
+                               "skipped": 0, "error": 0, "would_fix": 0}
     check = by_id(data)["pcie.max_read_request[0000:81:00.0]"]
     assert {k: check[k] for k in ("kind", "key", "expected", "observed", "before", "after",
                                   "outcome")} == {

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from ..changes import Plan
 from ..host import Host
 from ..matchers import Expectation
 from ..spec import EntryOptions, Node, SpecContext
@@ -38,35 +39,24 @@ class Observation:
     value: str | None
     evidence: tuple[Evidence, ...] = ()
     problem: str | None = None
-
-
-class FixError(Exception):
-    """A fix that could not be applied; the message carries the errno or the tool's stderr."""
-
-    def __init__(self, message: str, action: str | None = None) -> None:
-        super().__init__(message)
-        self.action = action
+    persisted: tuple[str, str] | None = None
+    """(value, where) when boot-time configuration sets this value too (sysctl.d)."""
 
 
 class CannotFix(Exception):
     """A failing check that has no safe fix on this host (nothing to write to, builtin module)."""
 
 
-@dataclass(frozen=True)
-class Applied:
-    """What a fix did, for the record: the action and anything the action printed."""
-
-    action: str
-    output: str = ""
-
-
 class Probe(Protocol):
+    """Observes one value; if ``fixable``, plans the changes that would make it right."""
+
     fixable: bool
 
     def observe(self, host: Host) -> Observation: ...
 
-    def apply(self, host: Host, value: str, observed: Observation) -> Applied:
-        """Make the host hold ``value``. Raise CannotFix or FixError."""
+    def plan(self, host: Host, value: str, observed: Observation) -> Plan:
+        """The changes that make the host hold ``value``, each with its original. Raise
+        CannotFix when there is no safe way. Planning reads but never writes."""
 
 
 class NoFix:
@@ -74,7 +64,7 @@ class NoFix:
 
     fixable = False
 
-    def apply(self, host: Host, value: str, observed: Observation) -> Applied:
+    def plan(self, host: Host, value: str, observed: Observation) -> Plan:
         raise CannotFix("this check has no fixer")
 
 

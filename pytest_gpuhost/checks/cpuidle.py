@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ..changes import Plan, WriteText
 from ..host import Host, HostError
 from ..matchers import Choice, Exact
 from ..spec import EntryOptions, Node, SpecContext
-from . import Applied, CannotFix, Check, Evidence, Facts, FixError, Observation
+from . import CannotFix, Check, Evidence, Facts, Observation
 
 CPU = "sys/devices/system/cpu"
 DRIVER = f"{CPU}/cpuidle/current_driver"
@@ -112,22 +113,14 @@ class IdleStateProbe:
         value = DISABLED if not enabled else f"enabled on cpus {fold_cpu_list(enabled)}"
         return Observation(value, (Evidence(first_path, raw),))
 
-    def apply(self, host: Host, value: str, observed: Observation) -> Applied:
+    def plan(self, host: Host, value: str, observed: Observation) -> Plan:
         if self.name not in self.states.by_name:
             raise CannotFix(observed.problem or f"no cpuidle state named {self.name!r}")
-        changed, errors = [], []
-        for cpu, path, current in self._read(host):
-            if current == "1":
-                continue
-            try:
-                host.write_text(path, "1\n")
-                changed.append(cpu)
-            except HostError as exc:
-                errors.append(str(exc))
-        if errors:
-            more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-            raise FixError(f"{errors[0]}{more}")
-        return Applied(f"write 1 to cpuidle/{self.name}/disable on cpus {fold_cpu_list(changed)}")
+        enabled = [(cpu, path, current) for cpu, path, current in self._read(host)
+                   if current != "1"]
+        changes = tuple(WriteText(path, current + "\n", "1\n") for _, path, current in enabled)
+        cpus = fold_cpu_list(cpu for cpu, _, _ in enabled)
+        return Plan(f"write 1 to cpuidle/{self.name}/disable on cpus {cpus}", changes)
 
 
 class CpuidleKind:

@@ -10,10 +10,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..changes import Command, Plan
 from ..host import Host, HostError
 from ..matchers import Choice, Expectation
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
-from . import Applied, CannotFix, Check, Evidence, Facts, FixError, Observation
+from . import CannotFix, Check, Evidence, Facts, Observation
 
 LOADED, ABSENT, BUILTIN = "loaded", "absent", "builtin"
 _NAME = re.compile(r"[A-Za-z0-9_-]+\Z")
@@ -69,19 +70,12 @@ class ModuleProbe:
                     return Observation(BUILTIN, (Evidence(path, line.strip()),))
         return Observation(ABSENT, (Evidence("proc/modules", f"no line for {name}"),))
 
-    def apply(self, host: Host, value: str, observed: Observation) -> Applied:
+    def plan(self, host: Host, value: str, observed: Observation) -> Plan:
         if value == ABSENT and observed.value == BUILTIN:
             raise CannotFix(f"{self.name} is built into the kernel and cannot be unloaded")
-        argv = ["modprobe", self.name] if value == LOADED else ["modprobe", "-r", self.name]
-        try:
-            result = host.run(argv)
-        except HostError as exc:
-            raise FixError(str(exc), action=" ".join(argv)) from exc
-        output = (result.stderr.strip() + "\n" + result.stdout.strip()).strip()
-        if result.returncode != 0:
-            raise FixError(f"{result.shown} exited {result.returncode}: {output or 'no output'}",
-                           action=result.shown)
-        return Applied(result.shown, output)
+        load, unload = ("modprobe", self.name), ("modprobe", "-r", self.name)
+        argv, undo = (load, unload) if value == LOADED else (unload, load)
+        return Plan(" ".join(argv), (Command(argv, undo, observed.value or ABSENT, value),))
 
 
 @dataclass(frozen=True)

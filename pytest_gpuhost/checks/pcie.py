@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..changes import Plan, WriteBytes
 from ..host import Host, HostError
 from ..matchers import Domain, Expectation, Integer, LinkSpeed
 from ..pciconfig import SIZES, ConfigError, DeviceControl, device_control
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
-from . import Applied, Check, Evidence, Facts, FixError, NoFix, Observation
+from . import Check, Evidence, Facts, NoFix, Observation
 from .gpus import Gpu, find_gpus
 
 
@@ -40,15 +41,13 @@ class MaxReadRequestProbe:
         devctl, path = _device_control(host, self.gpu)
         return Observation(str(devctl.max_read_request), (_devctl_evidence(path, devctl),))
 
-    def apply(self, host: Host, value: str, observed: Observation) -> Applied:
+    def plan(self, host: Host, value: str, observed: Observation) -> Plan:
+        """A read-modify-write of DevCtl bits 14:12 alone (bit 15, FLR, stays clear)."""
         devctl, path = _device_control(host, self.gpu)
         wanted = devctl.with_max_read_request(int(value))
-        try:
-            host.write_bytes(path, wanted.raw, wanted.offset)
-        except HostError as exc:
-            raise FixError(str(exc)) from exc
-        return Applied(f"write DevCtl 0x{devctl.value:04x} -> 0x{wanted.value:04x} "
-                       f"at {path} @0x{wanted.offset:02x} (bits 14:12 only)")
+        change = WriteBytes(path, wanted.offset, devctl.raw.hex(), wanted.raw.hex())
+        return Plan(f"write DevCtl 0x{devctl.value:04x} -> 0x{wanted.value:04x} at {path} "
+                    f"@0x{wanted.offset:02x} (bits 14:12 only)", (change,))
 
 
 @dataclass(frozen=True)

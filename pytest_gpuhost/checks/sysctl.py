@@ -6,10 +6,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..changes import Plan, WriteText
 from ..host import Host, HostError
 from ..matchers import Auto, Expectation
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
-from . import Applied, CannotFix, Check, Evidence, Facts, FixError, Observation
+from . import CannotFix, Check, Evidence, Facts, Observation
 
 _KEY_CHARS = re.compile(r"[A-Za-z0-9_.:/@+-]+\Z")
 
@@ -32,6 +33,46 @@ def sysctl_path(key: str) -> str:
     return "proc/sys/" + "/".join(parts)
 
 
+SYSCTL_DIRS = ("etc/sysctl.d", "run/sysctl.d", "usr/local/lib/sysctl.d", "usr/lib/sysctl.d",
+               "lib/sysctl.d")
+SYSCTL_CONF = "etc/sysctl.conf"
+
+
+def boot_config_files(host: Host) -> list[str]:
+    """The files ``sysctl --system`` applies, in its order: every ``*.conf`` of the sysctl.d
+    directories sorted by name (a name in an earlier directory hides the same name in a later
+    one), then etc/sysctl.conf."""
+    by_name: dict[str, str] = {}
+    for directory in SYSCTL_DIRS:
+        if host.exists(directory):
+            for name in host.listdir(directory):
+                if name.endswith(".conf"):
+                    by_name.setdefault(name, f"{directory}/{name}")
+    files = [by_name[name] for name in sorted(by_name)]
+    return [*files, SYSCTL_CONF] if host.exists(SYSCTL_CONF) else files
+
+
+def read_boot_config(host: Host) -> dict[str, tuple[str, str]]:
+    """proc/sys path -> (value, ``file:line``) of the last assignment a boot would apply."""
+    values: dict[str, tuple[str, str]] = {}
+    for path in boot_config_files(host):
+        try:
+            text = host.read_text(path)
+        except HostError:
+            continue  # a dangling link or an unreadable file: sysctl skips it too
+        for number, line in enumerate(text.splitlines(), 1):
+            stripped = line.strip()
+            if not stripped or stripped[0] in "#;" or "=" not in stripped:
+                continue
+            key, _, value = stripped.partition("=")
+            try:
+                target = sysctl_path(key.strip().lstrip("-"))
+            except ValueError:
+                continue  # globs and other keys that name no single file
+            values[target] = (value.strip(), f"{path}:{number}")
+    return values
+
+
 @dataclass(frozen=True)
 class SysctlEntry:
     key: str
@@ -43,6 +84,8 @@ class SysctlEntry:
 @dataclass(frozen=True)
 class SysctlProbe:
     path: str
+    boot: tuple[str, str] | None = None
+    """What boot-time configuration sets this sysctl to, and where."""
     fixable = True
 
     def observe(self, host: Host) -> Observation:
@@ -54,16 +97,16 @@ class SysctlProbe:
                                                  "no such sysctl (or its module is not loaded)")
             raise exc
         value = raw.rstrip("\n")
-        return Observation(value, (Evidence(self.path, value),))
+        evidence = [Evidence(self.path, value)]
+        if self.boot is not None:
+            evidence.append(Evidence(self.boot[1], f"sets {self.boot[0]} at boot"))
+        return Observation(value, tuple(evidence), persisted=self.boot)
 
-    def apply(self, host: Host, value: str, observed: Observation) -> Applied:
+    def plan(self, host: Host, value: str, observed: Observation) -> Plan:
         if observed.value is None:
             raise CannotFix(f"{self.path} does not exist; a fix never creates it")
-        try:
-            host.write_text(self.path, value + "\n")
-        except HostError as exc:
-            raise FixError(str(exc)) from exc
-        return Applied(f"write {value!r} to {self.path}")
+        change = WriteText(self.path, observed.value + "\n", value + "\n")
+        return Plan(f"write {value!r} to {self.path}", (change,))
 
 
 class SysctlKind:
@@ -84,4 +127,6 @@ class SysctlKind:
         return tuple(sorted(entries, key=lambda e: e.key))
 
     def expand(self, section: tuple[SysctlEntry, ...], facts: Facts) -> Sequence[Check]:
-        return [Check("sysctl", e.key, e.expect, e.options, SysctlProbe(e.path)) for e in section]
+        boot = facts.get(read_boot_config)
+        return [Check("sysctl", e.key, e.expect, e.options, SysctlProbe(e.path, boot.get(e.path)))
+                for e in section]

@@ -1,0 +1,130 @@
+"""The fix journal: every change is appended, before it is made, with its original.
+
+JSON lines, one file per --fix run, fsync'd after each line, so a run that crashes mid-fix still
+leaves what rollback needs: an entry whose outcome line is missing may or may not have been
+applied, and restoring its original is safe either way. A rollback appends a closing line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .changes import Change, from_dict, to_dict
+
+JOURNAL_DIR = "var/lib/pytest-gpuhost/journal"
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def new_journal_path(root: Path, spec: str) -> Path:
+    """``ROOT/var/lib/pytest-gpuhost/journal/20261202T143351Z-blackwell8-4242.jsonl``."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return root / JOURNAL_DIR / f"{stamp}-{spec}-{os.getpid()}.jsonl"
+
+
+class Journal:
+    """Appends to one journal file; shared by the xdist workers of one run (O_APPEND lines)."""
+
+    def __init__(self, path: Path, spec: str) -> None:
+        self.path = path
+        self.spec = spec
+        self._count = 0
+
+    def _append(self, record: dict[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        line = json.dumps(record, sort_keys=True) + "\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def record(self, check: str, kind: str, key: str | None, change: Change) -> str:
+        """Write the change down before it is made; returns the entry's id."""
+        self._count += 1
+        entry = f"{os.getpid()}-{self._count}"
+        self._append({"event": "change", "id": entry, "time": _now(), "spec": self.spec,
+                      "check": check, "kind": kind, "key": key, "change": to_dict(change)})
+        return entry
+
+    def outcome(self, entry: str, error: str | None) -> None:
+        self._append({"event": "applied" if error is None else "failed", "id": entry,
+                      "time": _now(), "error": error})
+
+    def close_rollback(self, restored: int, failed: int) -> None:
+        self._append({"event": "rolled_back", "time": _now(), "restored": restored,
+                      "failed": failed})
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    id: str
+    time: str
+    spec: str
+    check: str
+    kind: str
+    key: str | None
+    change: Change
+    state: str
+    """``applied``, ``failed``, or ``pending`` (written down, then the run stopped)."""
+
+
+@dataclass(frozen=True)
+class JournalContents:
+    path: Path
+    entries: tuple[JournalEntry, ...]
+    rolled_back: bool
+    damaged_lines: int
+
+
+def _lines(path: Path) -> Iterator[tuple[dict[str, Any] | None, str]]:
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            yield json.loads(line), line
+        except json.JSONDecodeError:
+            yield None, line  # a line cut short by a crash
+
+
+def read_journal(path: Path) -> JournalContents:
+    changes: dict[str, dict[str, Any]] = {}
+    states: dict[str, str] = {}
+    rolled_back, damaged = False, 0
+    for record, _ in _lines(path):
+        if record is None:
+            damaged += 1
+            continue
+        event = record.get("event")
+        if event == "change":
+            changes[record["id"]] = record
+            states.setdefault(record["id"], "pending")
+        elif event in ("applied", "failed"):
+            states[record["id"]] = event
+        elif event == "rolled_back":
+            rolled_back = True
+    entries = tuple(
+        JournalEntry(id=i, time=r["time"], spec=r["spec"], check=r["check"], kind=r["kind"],
+                     key=r.get("key"), change=from_dict(r["change"]), state=states[i])
+        for i, r in changes.items())
+    return JournalContents(path, entries, rolled_back, damaged)
+
+
+def latest_journal(root: Path) -> Path | None:
+    """The newest journal under the root that has not been rolled back."""
+    directory = root / JOURNAL_DIR
+    if not directory.is_dir():
+        return None
+    for path in sorted(directory.glob("*.jsonl"), key=lambda p: p.name, reverse=True):
+        if not read_journal(path).rolled_back:
+            return path
+    return None
