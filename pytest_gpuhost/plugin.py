@@ -13,9 +13,14 @@ from . import builtin, hookspecs
 from .checks import Check, Facts, Kind
 from .conditions import ConditionFn
 from .engine import RunOptions, run_check
+from .fixrun import JOURNAL_KEY, FixRun, close_rollback, default_journal, make_fixer
+from .fixrun import persist as persist_files
 from .host import LocalHost
+from .journal import JOURNAL_DIR, latest_journal, read_journal
+from .locking import LockTimeout
 from .report import format_failure, summary_lines, write_json_report
 from .result import CheckResult, Outcome
+from .rollback import rollback_checks
 from .spec import Spec, SpecError, load_spec
 from .workers import WAIT_TIMEOUT_S, DoneMarks, SharedDirectory, worker_marks
 
@@ -37,6 +42,9 @@ class GpuhostState:
     facts: Facts
     marks: DoneMarks | None
     """On an xdist worker: where finished checks are marked, so dmesg can wait for them."""
+    fixrun: FixRun
+    rollback_checks: list[Check] = field(default_factory=list)
+    """In a --gpuhost-rollback run: one check per journaled change, newest first."""
     results: dict[str, tuple[int, CheckResult]] = field(default_factory=dict)
     """nodeid -> (collection index, record), gathered from local or xdist worker reports."""
 
@@ -61,6 +69,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "and re-assert")
     group.addoption("--gpuhost-report", default=None, metavar="OUT.json",
                     help="write a machine-readable JSON report of every check")
+    group.addoption("--gpuhost-dry-run", action="store_true", default=False,
+                    help="with --fix or --gpuhost-rollback: print and report the plan (each "
+                         "change: path or command, from, to) and write nothing")
+    group.addoption("--gpuhost-journal", default=None, metavar="FILE",
+                    help="journal of the changes --fix makes (default: ROOT/" + JOURNAL_DIR +
+                         "/<time>-<spec>-<pid>.jsonl)")
+    group.addoption("--gpuhost-rollback", nargs="?", const="", default=None, metavar="JOURNAL",
+                    help="restore the originals recorded in JOURNAL, newest change first (default:"
+                         " the newest journal under the root not yet rolled back)")
+    group.addoption("--fix-persist", action="store_true", default=False,
+                    help="with --fix: also write the sysctl.d, modules-load.d, modprobe.d and "
+                         "udev files under the root that make the fixes survive a reboot")
+    group.addoption("--gpuhost-lock-timeout", type=float, default=120.0, metavar="SECONDS",
+                    help="how long a --fix run waits for another run's lock on the root "
+                         "(default 120)")
     parser.addini("gpuhost_spec", "spec file(s) of the host's tuning", type="args", default=[])
     parser.addini("gpuhost_root", "host root (default /)", type="string", default="")
 
@@ -99,6 +122,13 @@ def _root(config: pytest.Config) -> Path:
     return root
 
 
+def _display_path(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def _display(config: pytest.Config) -> Any:
     def show(path: Path) -> str:
         try:
@@ -126,20 +156,48 @@ def _registered(config: pytest.Config) -> tuple[dict[str, Kind], dict[str, Condi
     return kinds, conditions
 
 
+def _usage_checks(config: pytest.Config, has_specs: bool) -> None:
+    option = config.option
+    rollback = option.gpuhost_rollback is not None
+    if not has_specs and not rollback:
+        for flag, given in (("--fix", option.fix), ("--gpuhost-report", option.gpuhost_report),
+                            ("--gpuhost-root", option.gpuhost_root),
+                            ("--fix-persist", option.fix_persist),
+                            ("--gpuhost-dry-run", option.gpuhost_dry_run),
+                            ("--gpuhost-journal", option.gpuhost_journal)):
+            if given:
+                raise pytest.UsageError(f"{flag} needs a spec: pass --gpuhost-spec=FILE "
+                                        "(or name a .yaml spec as an argument)")
+        return
+    if rollback and has_specs:
+        raise pytest.UsageError("--gpuhost-rollback restores a journal; run it without a spec")
+    if rollback and getattr(option, "numprocesses", None):
+        raise pytest.UsageError("--gpuhost-rollback runs serially, newest change first: drop -n")
+    if not rollback:
+        for flag, given in (("--gpuhost-dry-run", option.gpuhost_dry_run),
+                            ("--fix-persist", option.fix_persist),
+                            ("--gpuhost-journal", option.gpuhost_journal)):
+            if given and not option.fix:
+                raise pytest.UsageError(f"{flag} only makes sense with --fix")
+
+
+def _distributing(config: pytest.Config) -> bool:
+    """True on an xdist controller that will start workers."""
+    return not hasattr(config, "workerinput") and bool(getattr(config.option, "numprocesses",
+                                                               None))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpuhost: a host check generated from a gpuhost spec")
     if not config.pluginmanager.is_registered(builtin):
         config.pluginmanager.register(builtin, "gpuhost-builtin")
     paths = _spec_paths(config)
-    if not paths:
-        for flag, given in (("--fix", config.option.fix),
-                            ("--gpuhost-report", config.option.gpuhost_report),
-                            ("--gpuhost-root", config.option.gpuhost_root)):
-            if given:
-                raise pytest.UsageError(f"{flag} needs a spec: pass --gpuhost-spec=FILE "
-                                        "(or name a .yaml spec as an argument)")
+    _usage_checks(config, bool(paths))
+    rollback = config.option.gpuhost_rollback
+    if not paths and rollback is None:
         return
     root = _root(config)
+    host = LocalHost(root)
     kinds, conditions = _registered(config)
     specs: dict[Path, Spec] = {}
     for path in paths:
@@ -147,23 +205,63 @@ def pytest_configure(config: pytest.Config) -> None:
             specs[path] = load_spec(path, kinds, conditions, display=_display(config))
         except SpecError as exc:
             raise pytest.UsageError(f"bad gpuhost spec: {exc}") from None
-    report = config.option.gpuhost_report
-    host = LocalHost(root)
-    config.stash[STATE] = GpuhostState(
+    option = config.option
+    fix = option.fix or rollback is not None
+    options = RunOptions(fix=fix, dry_run=option.gpuhost_dry_run)
+    spec_name = next(iter(specs.values())).name if specs else "rollback"
+    workerinput = getattr(config, "workerinput", None)
+    journal_path = None
+    if fix and not options.dry_run and rollback is None:
+        journal_path = default_journal(root, option.gpuhost_journal, config.invocation_params.dir,
+                                       spec_name, workerinput)
+    fixer = None
+    if fix and not options.dry_run:
+        fixer = make_fixer(root, host, journal_path, spec_name, worker=workerinput is not None,
+                           distributing=_distributing(config),
+                           lock_timeout=option.gpuhost_lock_timeout)
+    report = option.gpuhost_report
+    state = GpuhostState(
         specs=specs,
         kinds=kinds,
         conditions=conditions,
         host=host,
-        options=RunOptions(fix=config.option.fix),
+        options=options,
         report_path=config.invocation_params.dir / report if report else None,
-        is_worker=hasattr(config, "workerinput"),
+        is_worker=workerinput is not None,
         facts=Facts(host),
         marks=worker_marks(config),
+        fixrun=FixRun(fixer, journal_path, persist=option.fix_persist),
     )
-    _add_spec_args(config, specs)
-    config.pluginmanager.register(RunReporter(config.stash[STATE]), "gpuhost-run")
-    if not hasattr(config, "workerinput") and config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(SharedDirectory(), "gpuhost-shared-dir")
+    config.stash[STATE] = state
+    if rollback is not None:
+        _configure_rollback(config, state, root, rollback)
+    else:
+        _add_spec_args(config, specs)
+    config.pluginmanager.register(RunReporter(state), "gpuhost-run")
+    if workerinput is None and config.pluginmanager.hasplugin("xdist"):
+        extra = {JOURNAL_KEY: str(journal_path)} if journal_path else {}
+        config.pluginmanager.register(SharedDirectory(extra), "gpuhost-shared-dir")
+    if fixer is not None and fixer.run_lock is not None and _distributing(config):
+        try:  # before any worker starts: the workers' fixes run under this run's lock
+            fixer.run_lock.acquire(option.gpuhost_lock_timeout)
+        except LockTimeout as exc:
+            pytest.exit(str(exc), returncode=pytest.ExitCode.INTERRUPTED)
+
+
+def _configure_rollback(config: pytest.Config, state: GpuhostState, root: Path,
+                        option: str) -> None:
+    journal = config.invocation_params.dir / option if option else latest_journal(root)
+    if journal is None:
+        raise pytest.UsageError(f"no journal to roll back under {root / JOURNAL_DIR} (every one "
+                                "there is rolled back already); pass --gpuhost-rollback=FILE")
+    if not journal.is_file():
+        raise pytest.UsageError(f"--gpuhost-rollback={option}: no such journal")
+    contents = read_journal(journal)
+    if not contents.entries:
+        raise pytest.UsageError(f"{journal}: the journal records no change to roll back")
+    state.fixrun.rollback = contents
+    state.rollback_checks = rollback_checks(contents, _display(config)(journal))
+    config.args = [str(journal)]
 
 
 def _add_spec_args(config: pytest.Config, specs: Iterable[Path]) -> None:
@@ -176,10 +274,15 @@ def _add_spec_args(config: pytest.Config, specs: Iterable[Path]) -> None:
         config.args = [*config.args, *missing]
 
 
-def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> SpecFile | None:
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.File | None:
     state = parent.config.stash.get(STATE, None)
-    if state is not None and file_path.resolve() in state.specs:
+    if state is None:
+        return None
+    if file_path.resolve() in state.specs:
         return SpecFile.from_parent(parent, path=file_path)
+    rollback = state.fixrun.rollback
+    if rollback is not None and file_path.resolve() == rollback.path.resolve():
+        return JournalFile.from_parent(parent, path=file_path)
     return None
 
 
@@ -190,6 +293,14 @@ class SpecFile(pytest.File):
         for section, model in spec.sections.items():
             for check in state.kinds[section].expand(model, state.facts):
                 yield GpuhostItem.from_parent(self, name=check.id, check=check)
+
+
+class JournalFile(pytest.File):
+    """A journal under --gpuhost-rollback: one check per change, newest first."""
+
+    def collect(self) -> Iterable[GpuhostItem]:
+        for check in self.config.stash[STATE].rollback_checks:
+            yield GpuhostItem.from_parent(self, name=check.id, check=check)
 
 
 class CheckFailed(Exception):
@@ -217,7 +328,11 @@ class GpuhostItem(pytest.Item):
                 pytest.fail(f"{self.check.id} ran before {len(missing)} other check(s) "
                                   "finished on the other xdist workers (waited "
                                   f"{WAIT_TIMEOUT_S:.0f} s)", pytrace=False)
-        self.result = run_check(self.check, state.host, state.conditions, state.options)
+        try:
+            self.result = run_check(self.check, state.host, state.conditions, state.options,
+                                    state.fixrun.fixer)
+        except LockTimeout as exc:
+            pytest.exit(str(exc), returncode=pytest.ExitCode.INTERRUPTED)
         if self.result.outcome is Outcome.SKIPPED:
             pytest.skip(self.result.message)
         if self.result.outcome not in (Outcome.PASSED, Outcome.FIXED):
@@ -280,6 +395,8 @@ def pytest_report_teststatus(
         return "failed", "F", "FIX_FAILED"
     if result.outcome is Outcome.ERROR:
         return "error", "E", "ERROR"
+    if result.outcome is Outcome.WOULD_FIX:
+        return "would_fix", "W", "WOULD_FIX"
     return None
 
 
@@ -303,15 +420,51 @@ class RunReporter:
         state = self.state
         if state.is_worker:
             return
-        specs = ", ".join(spec.name for spec in state.specs.values())
-        terminalreporter.section(f"gpuhost: {specs} on {state.host.describe()}")
-        for line in summary_lines(self.ordered(), fix=state.options.fix):
+        rollback = state.fixrun.rollback
+        subject = (f"rollback of {rollback.path}" if rollback is not None else
+                   ", ".join(spec.name for spec in state.specs.values()))
+        terminalreporter.section(f"gpuhost: {subject} on {state.host.describe()}")
+        results = self.ordered()
+        for line in summary_lines(results, fix=state.options.fix, dry_run=state.options.dry_run):
             terminalreporter.write_line(line)
+        journal = state.fixrun.journal_path
+        if journal is not None and state.fixrun.journal_used():
+            terminalreporter.write_line(f"journal: {journal} (undo: --gpuhost-rollback={journal})")
+        if rollback is not None and not state.options.dry_run:
+            done = self.rolled_back
+            terminalreporter.write_line(
+                f"rollback: {rollback.path} is {'closed' if done else 'still open'}"
+                + ("" if done else " (some changes are not back: run it again once fixed)"))
 
+    rolled_back = False
+
+    @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self) -> None:
+        """Session-end fixes (persistence, closing a rollback) and the reports, on the
+        controller, before the terminal summary is printed."""
         state = self.state
-        if state.is_worker or state.report_path is None:
+        if state.is_worker:
             return
-        write_json_report(state.report_path, specs=list(state.specs.values()),
-                          root=state.host.describe(), fix=state.options.fix,
-                          results=self.ordered())
+        fixrun = state.fixrun
+        if fixrun.persist:
+            spec = next(iter(state.specs.values()))
+            records = persist_files(state.host, fixrun.fixer, state.options, spec.name,
+                                    _display_path(spec.path), self.ordered())
+            base = len(state.results)
+            for offset, record in enumerate(records):
+                state.results[f"persist::{record.key}"] = (base + offset, record)
+        if fixrun.rollback is not None and not state.options.dry_run:
+            self.rolled_back = close_rollback(fixrun.rollback, "rollback", self.ordered())
+        if state.report_path is not None:
+            write_json_report(state.report_path, specs=list(state.specs.values()),
+                              root=state.host.describe(), fix=state.options.fix,
+                              results=self.ordered(), extra={
+                                  "dry_run": state.options.dry_run,
+                                  "journal": str(fixrun.journal_path)
+                                  if fixrun.journal_used() else None,
+                                  "rollback": str(fixrun.rollback.path)
+                                  if fixrun.rollback else None})
+
+    def pytest_unconfigure(self) -> None:
+        if self.state.fixrun.fixer is not None:
+            self.state.fixrun.fixer.close()

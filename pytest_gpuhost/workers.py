@@ -46,14 +46,17 @@ class DoneMarks:
 
 
 class SharedDirectory:
-    """Controller side: make the directory and pass it to every worker."""
+    """Controller side: make the directory and pass it, and ``extra`` values such as the run's
+    journal, to every worker."""
 
-    def __init__(self) -> None:
+    def __init__(self, extra: dict[str, str] | None = None) -> None:
         self.path = Path(tempfile.mkdtemp(prefix="pytest-gpuhost-"))
+        self.extra = dict(extra or {})
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput[WORKERINPUT_KEY] = str(self.path)
+        node.workerinput.update(self.extra)
 
     def pytest_unconfigure(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)

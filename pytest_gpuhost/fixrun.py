@@ -1,0 +1,69 @@
+"""What a --fix run holds beyond its checks: the fixer with its journal and locks, and the
+session-end work (persistence, closing a rollback's journal)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .engine import RunOptions, run_check
+from .fixes import Fixer
+from .host import Host
+from .journal import Journal, JournalContents, new_journal_path
+from .locking import RootLock
+from .persist import persistence_checks
+from .result import CheckResult, Outcome
+
+STATE_DIR = "var/lib/pytest-gpuhost"
+JOURNAL_KEY = "gpuhost_journal"
+
+
+@dataclass
+class FixRun:
+    fixer: Fixer | None
+    """None in a dry run and when --fix is off."""
+    journal_path: Path | None
+    persist: bool
+    rollback: JournalContents | None = None
+
+    def journal_used(self) -> bool:
+        return self.journal_path is not None and self.journal_path.exists()
+
+
+def make_fixer(root: Path, host: Host, journal_path: Path | None, spec: str, *, worker: bool,
+               distributing: bool, lock_timeout: float) -> Fixer:
+    """A worker serializes its fixes on the apply lock (its controller holds the run lock); a
+    single process takes the run lock at its first fix and holds it to the end."""
+    state = root / STATE_DIR
+    run_lock = None if worker else RootLock(state / "run.lock", "run")
+    apply_lock = RootLock(state / "apply.lock", "apply") if worker or distributing else None
+    journal = Journal(journal_path, spec) if journal_path is not None else None
+    return Fixer(host, journal, run_lock=run_lock, apply_lock=apply_lock,
+                 lock_timeout=lock_timeout)
+
+
+def default_journal(root: Path, option: str | None, invocation: Path, spec: str,
+                    workerinput: Mapping[str, object] | None) -> Path:
+    if workerinput is not None and JOURNAL_KEY in workerinput:
+        return Path(str(workerinput[JOURNAL_KEY]))
+    if option:
+        return invocation / option
+    return new_journal_path(root, spec)
+
+
+def persist(host: Host, fixer: Fixer | None, options: RunOptions, spec: str, source: str,
+            results: Sequence[CheckResult]) -> list[CheckResult]:
+    """Write (or, in a dry run, plan) the persistence files; one record per file."""
+    return [run_check(check, host, {}, options, fixer)
+            for check in persistence_checks(spec, source, results)]
+
+
+def close_rollback(journal: JournalContents, spec: str, results: Sequence[CheckResult]) -> bool:
+    """Mark the journal rolled back when every change is back to its original."""
+    restored = sum(r.outcome is Outcome.FIXED for r in results)
+    failed = sum(r.outcome not in (Outcome.FIXED, Outcome.PASSED) for r in results)
+    if failed:
+        return False
+    Journal(journal.path, spec).close_rollback(restored, failed)
+    return True
