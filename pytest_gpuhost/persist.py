@@ -16,7 +16,7 @@ from .changes import Plan, ReplaceFile
 from .checks import CannotFix, Check, Evidence, Observation
 from .host import Host
 from .matchers import Choice, Exact, normalize_ws
-from .pciconfig import SIZES
+from .pciconfig import SIZES, DeviceControl
 from .result import CheckResult, Outcome
 from .spec import EntryOptions
 
@@ -31,7 +31,20 @@ def _header(spec: str, source: str) -> str:
 
 
 def _right_now(results: Sequence[CheckResult], kind: str) -> list[CheckResult]:
-    return [r for r in results if r.kind == kind and r.outcome in _RIGHT_NOW and r.observed]
+    """Records whose value is right now, or (in a dry run) would be after the planned fix."""
+    return [r for r in results if r.kind == kind and r.observed and (
+        r.outcome in _RIGHT_NOW or r.outcome is Outcome.WOULD_FIX)]
+
+
+def _value(record: CheckResult) -> str:
+    """The value to persist: the one read back, or the one a dry run's plan would write."""
+    if record.outcome is not Outcome.WOULD_FIX:
+        return record.observed or ""
+    new = str(record.plan[0]["new"]) if record.plan else ""
+    if record.kind == "pcie.max_read_request":
+        return str(DeviceControl(0, int.from_bytes(bytes.fromhex(new), "little"))
+                   .max_read_request)
+    return new.strip() if record.kind == "sysctl" else record.expected
 
 
 def persistence_files(spec: str, source: str, results: Sequence[CheckResult]) -> dict[str, str]:
@@ -40,10 +53,10 @@ def persistence_files(spec: str, source: str, results: Sequence[CheckResult]) ->
     files: dict[str, str] = {}
     sysctls = _right_now(results, "sysctl")
     if sysctls:
-        lines = [f"{r.key} = {normalize_ws(r.observed or '')}" for r in sysctls]
+        lines = [f"{r.key} = {normalize_ws(_value(r))}" for r in sysctls]
         files[f"etc/sysctl.d/90-gpuhost-{spec}.conf"] = header + "\n".join(lines) + "\n"
     modules = _right_now(results, "module")
-    loaded = [r.key for r in modules if r.expected == "loaded" and r.observed == "loaded"]
+    loaded = [r.key for r in modules if r.expected == "loaded" and _value(r) == "loaded"]
     if loaded:
         files[f"etc/modules-load.d/gpuhost-{spec}.conf"] = header + "\n".join(
             str(name) for name in loaded) + "\n"
@@ -61,7 +74,7 @@ def _udev_rules(results: Sequence[CheckResult]) -> str:
     """MaxReadReq per GPU when its driver binds, and C-states per CPU when it comes online."""
     lines = []
     for record in _right_now(results, "pcie.max_read_request"):
-        code = SIZES.index(int(record.observed or "0")) << 12
+        code = SIZES.index(int(_value(record))) << 12
         lines.append(f'ACTION=="add|bind", SUBSYSTEM=="pci", KERNEL=="{record.key}", '
                      f'RUN+="/usr/bin/setpci -s $kernel CAP_EXP+8.w={code:04x}:7000"')
     states = [str(r.key) for r in _right_now(results, "cpuidle")]

@@ -1,0 +1,409 @@
+"""Fix safety: dry run, journal, rollback, persistence, locks, and bad situations on fake trees."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from glob import escape
+from pathlib import Path
+
+import pytest
+
+from pytest_gpuhost.changes import Command, ReplaceFile, WriteBytes, WriteText, from_dict, to_dict
+from pytest_gpuhost.checks import Check
+from pytest_gpuhost.checks.gpus import Gpu
+from pytest_gpuhost.checks.modules import ModuleProbe, ModuleState
+from pytest_gpuhost.checks.pcie import MaxReadRequestProbe
+from pytest_gpuhost.checks.sysctl import SysctlProbe, read_boot_config
+from pytest_gpuhost.engine import RunOptions, run_check
+from pytest_gpuhost.fakehost import FakeHost
+from pytest_gpuhost.fixes import Fixer
+from pytest_gpuhost.host import HostError, LocalHost
+from pytest_gpuhost.journal import Journal, latest_journal, read_journal
+from pytest_gpuhost.locking import LockTimeout, RootLock
+from pytest_gpuhost.matchers import Auto, Exact, Integer
+from pytest_gpuhost.result import Outcome
+from pytest_gpuhost.spec import EntryOptions
+
+from .conftest import BLACKWELL8, snapshot
+
+FIX = RunOptions(fix=True)
+STATE = "var/lib/pytest-gpuhost"
+
+
+def counts(result: pytest.RunResult) -> dict[str, int]:
+    return {k: v for k, v in result.parseoutcomes().items() if k not in ("warnings", "warning")}
+
+
+def host_state(root: Path) -> dict[str, tuple[bytes, int]]:
+    """The host's files, leaving out pytest-gpuhost's own state (journal, locks)."""
+    return {path: value for path, value in snapshot(root).items() if not path.startswith(STATE)}
+
+
+@pytest.fixture
+def spec(pytester: pytest.Pytester) -> Path:
+    return Path(shutil.copy(BLACKWELL8, pytester.path / "blackwell8.yaml"))
+
+
+# --- changes and the journal --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("change", [
+    WriteText("proc/sys/vm/swappiness", "60\n", "10\n"),
+    WriteBytes("sys/bus/pci/devices/0000:01:00.0/config", 0x80, "3729", "3759"),
+    Command(("modprobe", "nvidia_uvm"), ("modprobe", "-r", "nvidia_uvm"), "absent", "loaded"),
+    ReplaceFile("etc/sysctl.d/90-gpuhost-x.conf", None, "vm.swappiness = 10\n"),
+])
+def test_changes_round_trip_and_undo(change: object) -> None:
+    assert from_dict(json.loads(json.dumps(to_dict(change)))) == change  # type: ignore[arg-type]
+    assert change.undo().undo() == change  # type: ignore[attr-defined]
+
+
+def test_a_crash_cut_line_does_not_lose_the_journal(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "j.jsonl", "spec")
+    first = journal.record("sysctl[a]", "sysctl", "a", WriteText("proc/sys/a", "1\n", "0\n"))
+    journal.outcome(first, None)
+    journal.record("sysctl[b]", "sysctl", "b", WriteText("proc/sys/b", "1\n", "0\n"))
+    with (tmp_path / "j.jsonl").open("a") as out:
+        out.write('{"event": "applied", "id": "')  # the process died mid-write
+    contents = read_journal(tmp_path / "j.jsonl")
+    assert [(e.check, e.state) for e in contents.entries] == [("sysctl[a]", "applied"),
+                                                             ("sysctl[b]", "pending")]
+    assert contents.damaged_lines == 1 and not contents.rolled_back
+
+
+def test_latest_journal_skips_rolled_back_ones(tmp_path: Path) -> None:
+    directory = tmp_path / STATE / "journal"
+    older = directory / "20261201T000000Z-a-1.jsonl"
+    newer = directory / "20261202T000000Z-a-2.jsonl"
+    for path in (older, newer):
+        Journal(path, "a").record("x", "sysctl", "x", WriteText("proc/sys/x", "1\n", "0\n"))
+    assert latest_journal(tmp_path) == newer
+    Journal(newer, "a").close_rollback(1, 0)
+    assert latest_journal(tmp_path) == older
+
+
+# --- locks --------------------------------------------------------------------------------------
+
+
+def test_a_held_lock_times_out_naming_its_holder(tmp_path: Path) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys, time
+            from pathlib import Path
+            from pytest_gpuhost.locking import RootLock
+            RootLock(Path({str(tmp_path / 'run.lock')!r}), "run").acquire(1)
+            print("held", flush=True)
+            time.sleep(30)
+        """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(LockTimeout) as excinfo:
+            RootLock(tmp_path / "run.lock", "run").acquire(0.2)
+        assert f"holds the run lock {tmp_path / 'run.lock'} (waited 0.2 s): pid {holder.pid}" in \
+            str(excinfo.value)
+    finally:
+        holder.kill()
+        holder.wait()
+    lock = RootLock(tmp_path / "run.lock", "run")
+    lock.acquire(1)  # the kernel dropped the dead holder's lock: nothing stale is left
+    assert lock.held
+    lock.release()
+
+
+def test_a_second_fix_run_waits_for_the_first_and_says_who_holds_it(
+        pytester: pytest.Pytester, spec: Path, example_host: Path) -> None:
+    lock = RootLock(example_host / STATE / "run.lock", "run")
+    lock.acquire(1)
+    try:
+        before = host_state(example_host)
+        blocked = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}",
+                                     "--fix", "--gpuhost-lock-timeout=0.2")
+        assert blocked.ret == pytest.ExitCode.INTERRUPTED
+        blocked.stdout.fnmatch_lines([f"*another pytest-gpuhost run holds the run lock *run.lock "
+                                      f"(waited 0.2 s): pid {os.getpid()} *"])
+        assert host_state(example_host) == before  # nothing was written while locked out
+        verify = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}")
+        assert verify.ret == pytest.ExitCode.TESTS_FAILED  # verifying needs no lock
+    finally:
+        lock.release()
+
+
+# --- dry run ------------------------------------------------------------------------------------
+
+
+def test_dry_run_reports_the_plan_and_writes_nothing(pytester: pytest.Pytester, spec: Path,
+                                                     example_host: Path) -> None:
+    before = snapshot(example_host)
+    result = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}",
+                                "--fix", "--gpuhost-dry-run", "--fix-persist",
+                                "--gpuhost-report=plan.json")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert counts(result) == {"passed": 28, "would_fix": 20}
+    assert snapshot(example_host) == before  # not even a journal or a lock file
+    result.stdout.fnmatch_lines([
+        "--gpuhost-dry-run: 24 fixes planned (87 changes); nothing was written",
+        escape("  WOULD_FIX  sysctl[vm.swappiness]: '60' != '10'; would write '10' to "
+               "proc/sys/vm/swappiness"),
+    ])
+    result.stdout.fnmatch_lines([
+        escape("  WOULD_FIX  cpuidle[C2]: 'enabled on cpus 0-63' != 'disabled'; would write 1 "
+               "to cpuidle/C2/disable on cpus 0-63"),
+        "      write sys/devices/system/cpu/cpu0/cpuidle/state2/disable: '0' -> '1'",
+    ])
+    data = json.loads((pytester.path / "plan.json").read_text())
+    assert data["dry_run"] is True and data["journal"] is None
+    assert data["summary"]["would_fix"] == 24
+    checks = {c["id"]: c for c in data["checks"]}
+    mrrs = checks["pcie.max_read_request[0000:81:00.0]"]
+    assert mrrs["outcome"] == "would_fix"
+    assert mrrs["plan"] == [{"change": "write sys/bus/pci/devices/0000:81:00.0/config @0x80: "
+                                       "3729 -> 3759", "type": "write_bytes",
+                             "path": "sys/bus/pci/devices/0000:81:00.0/config", "offset": 128,
+                             "old": "3729", "new": "3759"}]
+    assert checks["module[nvidia_uvm]"]["plan"][0]["argv"] == ["modprobe", "nvidia_uvm"]
+    persisted = checks["persist[etc/sysctl.d/90-gpuhost-blackwell8.conf]"]
+    assert persisted["outcome"] == "would_fix"
+    assert persisted["plan"][0]["old"] is None  # would create it
+
+
+def test_dry_run_needs_fix(pytester: pytest.Pytester, spec: Path, example_host: Path) -> None:
+    result = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}",
+                                "--gpuhost-dry-run")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --gpuhost-dry-run only makes sense with --fix"])
+
+
+# --- journal and rollback -----------------------------------------------------------------------
+
+
+def test_fix_journals_every_change_and_rollback_restores_the_originals(
+        pytester: pytest.Pytester, spec: Path, example_host: Path) -> None:
+    untuned = host_state(example_host)
+    fixed = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}",
+                               "--fix", "--fix-persist")
+    fixed.stdout.fnmatch_lines(["--fix: 19 of 20 fixes applied",
+                                "--fix-persist: 4 of 4 files written",
+                                "journal: *.jsonl (undo: --gpuhost-rollback=*.jsonl)"])
+    [journal] = (example_host / STATE / "journal").glob("*-blackwell8-*.jsonl")
+    contents = read_journal(journal)
+    first = contents.entries[0]
+    assert (first.check, first.spec, first.state) == ("sysctl[kernel.nmi_watchdog]",
+                                                     "blackwell8", "applied")
+    assert first.change == WriteText("proc/sys/kernel/nmi_watchdog", "1\n", "0\n")
+    assert first.time.endswith("Z")
+    states = {e.check: e.state for e in contents.entries}
+    assert states["module[nvidia_peermem]"] == "failed"
+    assert len(contents.entries) == 9 + 8 + 64 + 2 + 4  # sysctls, GPUs, CPUs, modprobes, files
+
+    rollback = pytester.runpytest(f"--gpuhost-root={example_host}", "--gpuhost-rollback", "-v")
+    assert rollback.ret == pytest.ExitCode.OK
+    assert counts(rollback) == {"passed": 1, "fixed": 86}  # the failed modprobe changed nothing
+    rollback.stdout.fnmatch_lines(["--gpuhost-rollback: 86 of 86 changes restored",
+                                   "rollback: *.jsonl is closed"])
+    order = [line.split("rollback[", 1)[1] for line in rollback.stdout.lines
+             if "::rollback[" in line and (" FIXED " in line or " PASSED " in line)]
+    assert len(order) == 87
+    assert order[0].startswith("persist[etc/udev/rules.d/90-gpuhost-blackwell8.rules]")
+    assert order[-1].startswith("sysctl[kernel.nmi_watchdog] proc/sys/kernel/nmi_watchdog]")
+    restored = host_state(example_host)
+    changed = {p for p in set(restored) | set(untuned) if restored.get(p, (None,))[0] !=
+               untuned.get(p, (None,))[0]}
+    assert changed == {"dev/kmsg"}  # only the kernel's own log of the failed peermem load
+    again = pytester.runpytest(f"--gpuhost-root={example_host}", "--gpuhost-rollback")
+    assert again.ret == pytest.ExitCode.USAGE_ERROR
+    again.stderr.fnmatch_lines(["ERROR: no journal to roll back under *journal (every one there "
+                                "is rolled back already); pass --gpuhost-rollback=FILE"])
+
+
+def test_a_run_that_crashed_mid_fix_can_still_be_rolled_back(
+        pytester: pytest.Pytester, spec: Path, example_host: Path) -> None:
+    pytester.makeconftest("""
+        import os
+        from pytest_gpuhost.host import LocalHost
+
+        real = LocalHost.write_text
+        writes = []
+
+        def dying(self, path, text):
+            writes.append(path)
+            if len(writes) == 4:
+                os._exit(9)  # killed between the journal line and the write
+            real(self, path, text)
+
+        LocalHost.write_text = dying
+    """)
+    crashed = pytester.runpytest_subprocess(f"--gpuhost-spec={spec}",
+                                            f"--gpuhost-root={example_host}", "--fix")
+    assert crashed.ret == 9
+    [journal] = (example_host / STATE / "journal").glob("*.jsonl")
+    entries = read_journal(journal).entries
+    assert [e.state for e in entries] == ["applied", "applied", "applied", "pending"]
+    (pytester.path / "conftest.py").unlink()
+    rollback = pytester.runpytest(f"--gpuhost-root={example_host}",
+                                  f"--gpuhost-rollback={journal}")
+    assert counts(rollback) == {"passed": 1, "fixed": 3}  # the pending one was never written
+    assert (example_host / "proc/sys/kernel/perf_event_paranoid").read_text() == "4\n"
+    assert (example_host / "proc/sys/kernel/numa_balancing").read_text() == "1\n"
+
+
+# --- persistence --------------------------------------------------------------------------------
+
+
+def test_fix_persist_writes_files_that_make_it_stick(pytester: pytest.Pytester, spec: Path,
+                                                     example_host: Path) -> None:
+    shutil.rmtree(example_host / "sys/class/infiniband")
+    args = [f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}", "--fix", "--fix-persist"]
+    first = pytester.runpytest(*args)
+    assert first.ret == pytest.ExitCode.OK
+    etc = example_host / "etc"
+    sysctl = (etc / "sysctl.d/90-gpuhost-blackwell8.conf").read_text()
+    assert sysctl.startswith("# Written by pytest-gpuhost --fix-persist from spec blackwell8 "
+                             "(blackwell8.yaml).\n")
+    assert "vm.swappiness = 10\n" in sysctl and "net.core.rmem_max = 16777216\n" in sysctl
+    assert (etc / "modules-load.d/gpuhost-blackwell8.conf").read_text().endswith(
+        "nvidia\nnvidia_uvm\n")
+    assert "blacklist nouveau\ninstall nouveau /bin/false\n" in (
+        etc / "modprobe.d/gpuhost-blackwell8.conf").read_text()
+    rules = (etc / "udev/rules.d/90-gpuhost-blackwell8.rules").read_text()
+    assert ('ACTION=="add|bind", SUBSYSTEM=="pci", KERNEL=="0000:81:00.0", '
+            'RUN+="/usr/bin/setpci -s $kernel CAP_EXP+8.w=5000:7000"') in rules
+    assert "case $$(cat $$d/name) in C2) echo 1 > $$d/disable;; esac" in rules
+    assert not [p for p in etc.rglob(".*")]  # no temporary file left behind
+    persisted = host_state(example_host)
+    second = pytester.runpytest(*args)
+    assert second.ret == pytest.ExitCode.OK
+    second.stdout.fnmatch_lines(["--fix: 0 of 0 fixes applied",
+                                 "--fix-persist: 0 of 0 files written"])
+    assert host_state(example_host) == persisted  # unchanged files are not rewritten
+
+
+def test_persist_keeps_a_higher_value_than_the_minimum(pytester: pytest.Pytester,
+                                                       fake: FakeHost) -> None:
+    fake.sysctl("net.core.rmem_max", 67108864)
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  net.core.rmem_max: {min: 16777216}\n")
+    result = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}", "--fix",
+                                "--fix-persist")
+    assert result.ret == pytest.ExitCode.OK
+    assert (fake.root / "etc/sysctl.d/90-gpuhost-spec.conf").read_text().endswith(
+        "net.core.rmem_max = 67108864\n")
+
+
+def test_a_value_that_boot_configuration_would_set_back_is_reported(
+        pytester: pytest.Pytester, fake: FakeHost) -> None:
+    fake.sysctl("vm.swappiness", 60)
+    fake.file("usr/lib/sysctl.d/10-distro.conf", "vm.swappiness = 30\n")
+    fake.file("etc/sysctl.d/10-distro.conf", "# the admin's copy hides the vendor's\n"
+                                             "vm.swappiness=60\n")
+    fake.file("etc/sysctl.d/99-late.conf", "-net.core.rmem_max = 1\n")
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    result = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}", "--fix")
+    assert counts(result) == {"fixed": 1}
+    result.stdout.fnmatch_lines([escape(
+        "  WILL REVERT sysctl[vm.swappiness]: will revert: etc/sysctl.d/10-distro.conf:2 sets "
+        "'60' on the next boot or `sysctl --system`")])
+    fake.file("etc/sysctl.conf", "vm.swappiness = 10\n")  # applied last: it wins
+    clean = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}")
+    assert "WILL REVERT" not in clean.stdout.str()
+
+
+def test_boot_configuration_order(fake: FakeHost, host: LocalHost) -> None:
+    fake.file("lib/sysctl.d/50-a.conf", "vm.a = 1\n")
+    fake.file("run/sysctl.d/50-a.conf", "vm.a = 2\n")  # hides lib's 50-a.conf
+    fake.file("usr/lib/sysctl.d/60-b.conf", "vm.a = 3\nnet.ipv4.conf.eth0/100.rp_filter = 2\n")
+    fake.file("etc/sysctl.d/notes.txt", "vm.a = 9\n")  # not a .conf file
+    assert read_boot_config(host) == {
+        "proc/sys/vm/a": ("3", "usr/lib/sysctl.d/60-b.conf:1"),
+        "proc/sys/net/ipv4/conf/eth0.100/rp_filter": ("2", "usr/lib/sysctl.d/60-b.conf:2"),
+    }
+
+
+# --- bad situations -----------------------------------------------------------------------------
+
+
+class Refusing(LocalHost):
+    """A host whose writes fail with one errno, as a container or a locked-down kernel does."""
+
+    def __init__(self, root: Path, code: int, *, privileged: bool = True) -> None:
+        super().__init__(root)
+        self.code = code
+        self._privileged = privileged
+
+    def privileged(self) -> bool:
+        return self._privileged
+
+    def _write(self, path: str, data: bytes, offset: int, *, truncate: bool) -> None:
+        raise HostError(f"cannot write {self.path(path)}: {os.strerror(self.code)}", self.code)
+
+
+def sysctl_check() -> Check:
+    return Check("sysctl", "net.core.rmem_max", Exact("16777216", Auto()),
+                 EntryOptions(where="spec.yaml:3"), SysctlProbe("proc/sys/net/core/rmem_max"))
+
+
+def test_read_only_proc_sys_in_a_container(fake: FakeHost) -> None:
+    fake.sysctl("net.core.rmem_max", 212992)
+    result = run_check(sysctl_check(), Refusing(fake.root, errno.EROFS), {}, FIX)
+    assert result.outcome is Outcome.FIX_FAILED
+    assert result.message.startswith("apply failed: read-only: this sysctl is not namespaced in a "
+                                     "container (cannot write ")
+    assert result.after == "212992"
+
+
+def test_not_root(fake: FakeHost) -> None:
+    fake.sysctl("net.core.rmem_max", 212992)
+    result = run_check(sysctl_check(), Refusing(fake.root, errno.EACCES, privileged=False), {},
+                       FIX)
+    assert result.outcome is Outcome.FIX_FAILED
+    assert "permission denied: --fix needs root; run it with sudo" in result.message
+
+
+def test_kernel_lockdown_refuses_config_space_writes(fake: FakeHost) -> None:
+    fake.gpu("0000:01:00.0", max_read_request=512)
+    fake.file("sys/kernel/security/lockdown", "none [integrity] confidentiality\n")
+    check = Check("pcie.max_read_request", "0000:01:00.0", Exact("4096", Integer()),
+                  EntryOptions(where="spec.yaml:3"), MaxReadRequestProbe(Gpu("0000:01:00.0", "")))
+    result = run_check(check, Refusing(fake.root, errno.EPERM), {}, FIX)
+    assert result.outcome is Outcome.FIX_FAILED
+    assert "kernel lockdown (integrity) refuses PCI config-space writes from user space" in \
+        result.message
+
+
+def test_a_modprobe_that_exits_0_but_prints_an_error(fake: FakeHost) -> None:
+    fake.file("usr/sbin/modprobe", "#!/bin/sh\necho \"modprobe: ERROR: could not insert "
+                                   "'nvidia_peermem': Unknown symbol in module\" >&2\nexit 0\n",
+              mode=0o755)
+    check = Check("module", "nvidia_peermem", Exact("loaded", ModuleState()),
+                  EntryOptions(where="spec.yaml:3"), ModuleProbe("nvidia_peermem"))
+    result = run_check(check, LocalHost(fake.root), {}, FIX)
+    assert result.outcome is Outcome.FIX_FAILED
+    assert result.message == ("modprobe nvidia_peermem, but read back 'absent': 'absent' != "
+                              "'loaded'; it printed: modprobe: ERROR: could not insert "
+                              "'nvidia_peermem': Unknown symbol in module")
+
+
+def test_a_failed_change_is_journaled_as_failed(fake: FakeHost, tmp_path: Path) -> None:
+    fake.sysctl("net.core.rmem_max", 212992)
+    journal = Journal(tmp_path / "j.jsonl", "spec")
+    fixer = Fixer(Refusing(fake.root, errno.EROFS), journal, run_lock=None, apply_lock=None,
+                  lock_timeout=1)
+    run_check(sysctl_check(), fixer.host, {}, FIX, fixer)
+    [entry] = read_journal(tmp_path / "j.jsonl").entries
+    assert entry.state == "failed"
+
+
+def test_a_fix_run_under_xdist_shares_one_journal(pytester: pytest.Pytester, spec: Path,
+                                                  example_host: Path) -> None:
+    result = pytester.runpytest_subprocess(f"--gpuhost-spec={spec}",
+                                           f"--gpuhost-root={example_host}", "--fix", "-n", "2",
+                                           "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["--fix: 19 of 20 fixes applied"])
+    [journal] = (example_host / STATE / "journal").glob("*.jsonl")
+    entries = read_journal(journal).entries
+    assert len(entries) == 9 + 8 + 64 + 2
+    assert len({e.id.split("-")[0] for e in entries}) == 2  # both workers wrote to it
