@@ -117,4 +117,5 @@ def _result(
         action=applied.action if applied else None,
         action_output=applied.output if applied and applied.output else None,
         evidence=tuple(evidence),
+        severity=check.options.severity,
     )

@@ -1,4 +1,4 @@
-"""One result record per check: what every reporter (terminal, JSON, later Allure) is fed from."""
+"""One result record per check: what every reporter (terminal, JSON, JUnit, Allure...) reads."""
 
 from __future__ import annotations
 
@@ -41,6 +41,8 @@ class CheckResult:
     """What a fix did (the write or the command), when one was attempted."""
     action_output: str | None = None
     evidence: tuple[dict[str, str], ...] = field(default=())
+    severity: str = "normal"
+    """The spec's ``severity:`` (Allure's levels), how much a failure of this check matters."""
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
