@@ -16,6 +16,7 @@ from .conditions import ConditionFn
 from .engine import RunOptions, run_check
 from .gate import judge, verdict_text
 from .host import LocalHost
+from .progress import progress_to
 from .prometheus import write_textfile
 from .report import format_failure, junit_properties, summary_lines, write_json_report
 from .result import CheckResult, Outcome
@@ -258,7 +259,8 @@ class GpuhostItem(pytest.Item):
                 pytest.fail(f"{self.check.id} ran before {len(missing)} other check(s) "
                                   "finished on the other xdist workers (waited "
                                   f"{WAIT_TIMEOUT_S:.0f} s)", pytrace=False)
-        self.result = run_check(self.check, state.host, state.conditions, state.options)
+        with progress_to(self._progress_sink()):
+            self.result = run_check(self.check, state.host, state.conditions, state.options)
         self.user_properties.extend(junit_properties(self.result))
         if self.result.outcome is Outcome.SKIPPED:
             pytest.skip(self.result.message)
@@ -266,6 +268,19 @@ class GpuhostItem(pytest.Item):
             raise CheckError(self.result)
         if self.result.outcome not in (Outcome.PASSED, Outcome.FIXED):
             raise CheckFailed(self.result)
+
+    def _progress_sink(self) -> Any:
+        """Lines a long check reports, written to the terminal past output capturing."""
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        capture = self.config.pluginmanager.get_plugin("capturemanager")
+        if reporter is None or capture is None or hasattr(self.config, "workerinput"):
+            return None
+
+        def show(text: str) -> None:
+            with capture.global_and_fixture_disabled():
+                reporter.write_line(f"  {self.check.id}: {text}")
+
+        return show
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if isinstance(excinfo.value, (CheckFailed, CheckError)):

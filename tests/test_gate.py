@@ -168,3 +168,47 @@ def test_no_gpuhost_still_wins_over_pytest_plugins(pytester: pytest.Pytester) ->
     """)
     result = pytester.runpytest_subprocess("-p", "no:gpuhost")
     result.assert_outcomes(passed=1)
+
+
+SLOW_KIND = """
+from dataclasses import dataclass
+
+from pytest_gpuhost.checks import Check, Evidence, NoFix, Observation
+from pytest_gpuhost.hookspecs import hookimpl
+from pytest_gpuhost.matchers import Integer
+from pytest_gpuhost.progress import report_progress
+from pytest_gpuhost.spec import parse_expectation
+
+
+@dataclass(frozen=True)
+class PairsProbe(NoFix):
+    def observe(self, host):
+        for pair in range(1, 4):
+            report_progress(f"measuring pair {pair} of 3")
+        return Observation("3", (Evidence("measured", "3"),))
+
+
+class PairsKind:
+    section = "pairs"
+
+    def parse(self, node, context):
+        return parse_expectation(node, context, Integer(), what="pairs")
+
+    def expand(self, section, facts):
+        expect, options = section
+        return [Check("pairs", None, expect, options, PairsProbe())]
+
+
+@hookimpl
+def pytest_gpuhost_check_kinds():
+    return [PairsKind()]
+"""
+
+
+def test_a_long_check_shows_its_progress(pytester: pytest.Pytester, example_host: Path) -> None:
+    pytester.makeconftest(SLOW_KIND)
+    pytester.makefile(".yaml", spec="version: 1\npairs: 3\n")
+    result = pytester.runpytest("spec.yaml", f"--gpuhost-root={example_host}")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"  pairs: measuring pair {n} of 3" for n in (1, 2, 3)],
+                                consecutive=True)
