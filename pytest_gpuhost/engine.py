@@ -182,4 +182,5 @@ def _result(
         evidence=tuple(evidence),
         plan=tuple({"change": c.describe(), **to_dict(c)} for c in plan.changes) if plan else (),
         warnings=_warnings(check, outcome, observed),
+        severity=check.options.severity,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,10 +16,13 @@ from .conditions import ConditionFn
 from .engine import RunOptions, run_check
 from .fixrun import JOURNAL_KEY, FixRun, close_rollback, default_journal, make_fixer
 from .fixrun import persist as persist_files
+from .gate import judge, verdict_text
 from .host import LocalHost
 from .journal import JOURNAL_DIR, latest_journal, read_journal
 from .locking import LockTimeout
-from .report import format_failure, summary_lines, write_json_report
+from .progress import progress_to
+from .prometheus import write_textfile
+from .report import format_failure, junit_properties, summary_lines, write_json_report
 from .result import CheckResult, Outcome
 from .rollback import rollback_checks
 from .spec import Spec, SpecError, load_spec
@@ -45,8 +49,15 @@ class GpuhostState:
     fixrun: FixRun
     rollback_checks: list[Check] = field(default_factory=list)
     """In a --gpuhost-rollback run: one check per journaled change, newest first."""
+    gate: bool = False
+    """--gpuhost-gate: every other test of the session waits for the host checks."""
+    prom_path: Path | None = None
     results: dict[str, tuple[int, CheckResult]] = field(default_factory=dict)
     """nodeid -> (collection index, record), gathered from local or xdist worker reports."""
+    host_checks: list[tuple[int, str]] = field(default_factory=list)
+    """(collection index, id) of every selected host check, the same on every xdist worker."""
+    verdicts: dict[int, str] = field(default_factory=dict)
+    """Collection index -> gate verdict of the host checks that finished in this process."""
 
 
 STATE = pytest.StashKey[GpuhostState]()
@@ -84,6 +95,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gpuhost-lock-timeout", type=float, default=120.0, metavar="SECONDS",
                     help="how long a --fix run waits for another run's lock on the root "
                          "(default 120)")
+    group.addoption("--gpuhost-gate", action="store_true", default=False,
+                    help="run the host checks first; if any fails, the session's other tests "
+                         "do not run and are reported as errors naming the failed checks")
+    group.addoption("--gpuhost-prom", default=None, metavar="FILE",
+                    help="write the checks as a Prometheus textfile (node_exporter's textfile "
+                         "collector), atomically")
     parser.addini("gpuhost_spec", "spec file(s) of the host's tuning", type="args", default=[])
     parser.addini("gpuhost_root", "host root (default /)", type="string", default="")
 
@@ -162,6 +179,8 @@ def _usage_checks(config: pytest.Config, has_specs: bool) -> None:
     if not has_specs and not rollback:
         for flag, given in (("--fix", option.fix), ("--gpuhost-report", option.gpuhost_report),
                             ("--gpuhost-root", option.gpuhost_root),
+                            ("--gpuhost-gate", option.gpuhost_gate),
+                            ("--gpuhost-prom", option.gpuhost_prom),
                             ("--fix-persist", option.fix_persist),
                             ("--gpuhost-dry-run", option.gpuhost_dry_run),
                             ("--gpuhost-journal", option.gpuhost_journal)):
@@ -188,7 +207,9 @@ def _distributing(config: pytest.Config) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "gpuhost: a host check generated from a gpuhost spec")
+    config.addinivalue_line("markers", "gpuhost: on a generated host check: its kind; on a "
+                            "test of yours: run it only after every host check passed "
+                            "(--gpuhost-gate does this for every test)")
     if not config.pluginmanager.is_registered(builtin):
         config.pluginmanager.register(builtin, "gpuhost-builtin")
     paths = _spec_paths(config)
@@ -231,6 +252,9 @@ def pytest_configure(config: pytest.Config) -> None:
         facts=Facts(host),
         marks=worker_marks(config),
         fixrun=FixRun(fixer, journal_path, persist=option.fix_persist),
+        gate=option.gpuhost_gate,
+        prom_path=config.invocation_params.dir / option.gpuhost_prom
+        if option.gpuhost_prom else None,
     )
     config.stash[STATE] = state
     if rollback is not None:
@@ -238,6 +262,14 @@ def pytest_configure(config: pytest.Config) -> None:
     else:
         _add_spec_args(config, specs)
     config.pluginmanager.register(RunReporter(state), "gpuhost-run")
+    alluredir = getattr(option, "allure_report_dir", None)
+    if alluredir:
+        from .allure_evidence import AllureEvidence
+
+        config.pluginmanager.register(AllureEvidence(
+            config.invocation_params.dir / alluredir, host,
+            [spec.name for spec in specs.values()], fix=fix, is_worker=workerinput is not None),
+            "gpuhost-allure")
     if workerinput is None and config.pluginmanager.hasplugin("xdist"):
         extra = {JOURNAL_KEY: str(journal_path)} if journal_path else {}
         config.pluginmanager.register(SharedDirectory(extra), "gpuhost-shared-dir")
@@ -303,7 +335,17 @@ class JournalFile(pytest.File):
             yield GpuhostItem.from_parent(self, name=check.id, check=check)
 
 
-class CheckFailed(Exception):
+class CheckFailed(AssertionError):
+    """A check that failed (or whose fix failed): a failed test, in Allure too."""
+
+    def __init__(self, result: CheckResult) -> None:
+        super().__init__(result.message)
+        self.result = result
+
+
+class CheckError(Exception):
+    """A host that could not be read: an error, broken in Allure."""
+
     def __init__(self, result: CheckResult) -> None:
         super().__init__(result.message)
         self.result = result
@@ -329,17 +371,34 @@ class GpuhostItem(pytest.Item):
                                   "finished on the other xdist workers (waited "
                                   f"{WAIT_TIMEOUT_S:.0f} s)", pytrace=False)
         try:
-            self.result = run_check(self.check, state.host, state.conditions, state.options,
-                                    state.fixrun.fixer)
+            with progress_to(self._progress_sink()):
+                self.result = run_check(self.check, state.host, state.conditions,
+                                        state.options, state.fixrun.fixer)
         except LockTimeout as exc:
             pytest.exit(str(exc), returncode=pytest.ExitCode.INTERRUPTED)
+        self.user_properties.extend(junit_properties(self.result))
         if self.result.outcome is Outcome.SKIPPED:
             pytest.skip(self.result.message)
+        if self.result.outcome is Outcome.ERROR:
+            raise CheckError(self.result)
         if self.result.outcome not in (Outcome.PASSED, Outcome.FIXED):
             raise CheckFailed(self.result)
 
+    def _progress_sink(self) -> Any:
+        """Lines a long check reports, written to the terminal past output capturing."""
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        capture = self.config.pluginmanager.get_plugin("capturemanager")
+        if reporter is None or capture is None or hasattr(self.config, "workerinput"):
+            return None
+
+        def show(text: str) -> None:
+            with capture.global_and_fixture_disabled():
+                reporter.write_line(f"  {self.check.id}: {text}")
+
+        return show
+
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
-        if isinstance(excinfo.value, CheckFailed):
+        if isinstance(excinfo.value, (CheckFailed, CheckError)):
             return format_failure(excinfo.value.result)
         return super().repr_failure(excinfo, style=style)
 
@@ -349,9 +408,21 @@ class GpuhostItem(pytest.Item):
         return self.path, line, f"gpuhost check {self.check.id}"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Checks that must see the others' effects (dmesg) run after every other check."""
-    items.sort(key=lambda item: item.check.order if isinstance(item, GpuhostItem) else 0)
+def _gated(item: pytest.Item, config: pytest.Config) -> bool:
+    """A test of the user's that must wait for the host checks."""
+    if isinstance(item, GpuhostItem):
+        return False
+    return bool(config.option.gpuhost_gate) or item.get_closest_marker("gpuhost") is not None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Checks that must see the others' effects (dmesg) run after every other check; when a test
+    is gated, every host check runs before the session's other tests."""
+    if any(_gated(item, config) for item in items):
+        items.sort(key=lambda item: (0, item.check.order) if isinstance(item, GpuhostItem)
+                   else (1, 0))
+    else:
+        items.sort(key=lambda item: item.check.order if isinstance(item, GpuhostItem) else 0)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -361,6 +432,31 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         item.index = index
     for item in checks:
         item.waits_for = [other.index for other in checks if other.check.order < item.check.order]
+    state = session.config.stash.get(STATE, None)
+    if state is not None:
+        state.host_checks = [(item.index, item.check.id) for item in checks]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A gated test runs only when every host check passed, was fixed or did not apply; else
+    it is an error (before any of its fixtures run) naming the checks that closed the gate."""
+    __tracebackhide__ = True
+    if not _gated(item, item.config):
+        return
+    state = item.config.stash.get(STATE, None)
+    if state is None:
+        pytest.fail(f"{item.nodeid} is marked gpuhost (it needs the host checks to pass) but no "
+                    "gpuhost spec was given: pass --gpuhost-spec=FILE", pytrace=False)
+    indices = [index for index, _ in state.host_checks]
+    if state.marks is not None:
+        state.marks.wait_for(indices)
+        verdicts: dict[int, str | None] = {i: state.marks.verdict(i) for i in indices}
+    else:
+        verdicts = dict(state.verdicts)
+    gate = judge(state.host_checks, verdicts)
+    if not gate.open:
+        pytest.fail(gate.message(), pytrace=False)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -372,9 +468,12 @@ def pytest_runtest_makereport(
         return report
     if call.when == "call" and item.result is not None:
         setattr(report, REPORT_ATTR, {"index": item.index, "result": item.result.as_dict()})
-    marks = item.config.stash[STATE].marks
-    if call.when == "teardown" and marks is not None:
-        marks.mark(item.index)
+    state = item.config.stash[STATE]
+    if call.when == "teardown":
+        verdict = verdict_text(item.check.id, item.result)
+        state.verdicts[item.index] = verdict
+        if state.marks is not None:
+            state.marks.mark(item.index, verdict)
     return report
 
 
@@ -464,6 +563,11 @@ class RunReporter:
                                   if fixrun.journal_used() else None,
                                   "rollback": str(fixrun.rollback.path)
                                   if fixrun.rollback else None})
+
+        if state.prom_path is not None:
+            write_textfile(state.prom_path, self.ordered(),
+                           spec=",".join(spec.name for spec in state.specs.values()),
+                           timestamp=time.time())
 
     def pytest_unconfigure(self) -> None:
         if self.state.fixrun.fixer is not None:

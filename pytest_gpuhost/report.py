@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import tempfile
 import time
@@ -11,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from . import __version__
-from .result import CheckResult, Outcome, summarize
+from .result import OUTCOMES, CheckResult, Outcome, summarize
 from .spec import Spec
 
 
@@ -43,9 +44,52 @@ def format_failure(result: CheckResult) -> str:
     return "\n".join(lines)
 
 
-def _counts(results: Sequence[CheckResult]) -> str:
-    counts = summarize(results)
-    return ", ".join(f"{n} {outcome}" for outcome, n in counts.items() if n)
+ALWAYS_SHOWN = ("passed", "failed", "fixed", "fix_failed", "skipped")
+"""Outcome columns of the summary table; any other outcome gets a column when it occurred."""
+_PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")
+_CPUS = re.compile(r"cpus ([0-9][0-9,-]*)")
+
+
+def _attention(result: CheckResult) -> bool:
+    return result.outcome not in (Outcome.PASSED, Outcome.SKIPPED)
+
+
+def _detail(group: Sequence[CheckResult]) -> str:
+    """The GPUs (by address) and the CPUs (folded, as the kernel lists them) that were wrong."""
+    items: list[str] = []
+    for result in group:
+        if not _attention(result) or result.key is None:
+            continue
+        if _PCI_ADDRESS.match(result.key):
+            items.append(result.key)
+            continue
+        seen = result.before if result.before is not None else result.observed
+        cpus = _CPUS.search(seen or "")
+        if cpus:
+            items.append(f"{result.key} cpus {cpus.group(1)}")
+    return " ".join(items)
+
+
+def summary_table(results: Sequence[CheckResult]) -> list[str]:
+    """One row per kind: checks per outcome (``-`` for none), then the GPUs and CPUs involved."""
+    by_kind: dict[str, list[CheckResult]] = {}
+    for result in results:
+        by_kind.setdefault(result.kind, []).append(result)
+    totals = summarize(results)
+    columns = [o for o in OUTCOMES if o in ALWAYS_SHOWN or totals.get(o)]
+    header = ["kind", "checks", *columns, ""]
+    rows = [[kind, str(len(group)),
+             *[str(summarize(group)[c] or "-") for c in columns], _detail(group)]
+            for kind, group in by_kind.items()]
+    rows.append(["total", str(len(results)), *[str(totals[c] or "-") for c in columns], ""])
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
+
+    def render(row: list[str]) -> str:
+        cells = [row[0].ljust(widths[0])] + [cell.rjust(w) for cell, w in
+                                             zip(row[1:-1], widths[1:], strict=True)]
+        return "  ".join([*cells, row[-1]]).rstrip()
+
+    return [render(header), *[render(row) for row in rows]]
 
 
 PLAN_LINES = 3
@@ -53,17 +97,11 @@ PLAN_LINES = 3
 
 def summary_lines(results: Sequence[CheckResult], *, fix: bool, dry_run: bool = False
                   ) -> list[str]:
-    """One line per kind; then, under --fix, the fixes (or the plan) and why any failed; and
+    """A table per kind; then, under --fix, the fixes (or the plan) and why any failed; and
     values that boot-time configuration would set back."""
     if not results:
         return ["no gpuhost checks ran"]
-    by_kind: dict[str, list[CheckResult]] = {}
-    for result in results:
-        by_kind.setdefault(result.kind, []).append(result)
-    width = max(len(kind) for kind in by_kind)
-    lines = [f"{kind:<{width}}  {len(group):>4} checks: {_counts(group)}"
-             for kind, group in by_kind.items()]
-    lines.append(f"{'total':<{width}}  {len(results):>4} checks: {_counts(results)}")
+    lines = summary_table(results)
     if dry_run:
         planned = [r for r in results if r.outcome is Outcome.WOULD_FIX]
         changes = sum(len(r.plan) for r in planned)
@@ -94,6 +132,15 @@ def summary_lines(results: Sequence[CheckResult], *, fix: bool, dry_run: bool = 
                   if r.outcome is Outcome.FAILED]
     lines += [f"  WILL REVERT {r.id}: {warning}" for r in results for warning in r.warnings]
     return lines
+
+
+def junit_properties(result: CheckResult) -> list[tuple[str, str]]:
+    """What a JUnit consumer sees of a check, as <property> elements of its test case."""
+    values = [("kind", result.kind), ("key", result.key), ("expected", result.expected),
+              ("observed", result.observed), ("outcome", result.outcome.value),
+              ("before", result.before), ("after", result.after),
+              ("severity", result.severity)]
+    return [(name, value) for name, value in values if value is not None]
 
 
 def json_report(

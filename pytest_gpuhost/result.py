@@ -1,4 +1,4 @@
-"""One result record per check: what every reporter (terminal, JSON, later Allure) is fed from."""
+"""One result record per check: what every reporter (terminal, JSON, JUnit, Allure...) reads."""
 
 from __future__ import annotations
 
@@ -47,6 +47,8 @@ class CheckResult:
     """The changes a fix made or, in a dry run, would make: path or command, from, to."""
     warnings: tuple[str, ...] = field(default=())
     """Right now, but not for long: boot-time configuration that would set the value back."""
+    severity: str = "normal"
+    """The spec's ``severity:`` (Allure's levels), how much a failure of this check matters."""
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)

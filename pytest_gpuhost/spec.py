@@ -155,9 +155,12 @@ class EntryOptions:
     why: str | None = None
     fix: bool = True
     when: Condition | None = None
+    severity: str = "normal"
+    """Allure's severity of a failure: blocker, critical, normal, minor or trivial."""
 
 
-OPTION_KEYS = ("why", "fix", "when")
+OPTION_KEYS = ("why", "fix", "when", "severity")
+SEVERITIES = ("blocker", "critical", "normal", "minor", "trivial")
 
 
 @dataclass(frozen=True)
@@ -171,6 +174,7 @@ class SpecContext:
         why: str | None = None
         fix = True
         when: Condition | None = None
+        severity = "normal"
         for key, value in pairs:
             if key == "why":
                 why = value.string("why")
@@ -178,7 +182,13 @@ class SpecContext:
                 fix = value.boolean("fix")
             elif key == "when":
                 when = self.parse_condition(value)
-        return EntryOptions(where=node.where, why=why, fix=fix, when=when)
+            elif key == "severity":
+                severity = value.string("severity")
+                if severity not in SEVERITIES:
+                    raise value.error(f"unknown severity {severity!r}"
+                                      f"{_closest(severity, SEVERITIES)}; expected one of: "
+                                      f"{', '.join(SEVERITIES)}")
+        return EntryOptions(where=node.where, why=why, fix=fix, when=when, severity=severity)
 
     def parse_condition(self, node: Node) -> Condition:
         text = node.string("when").strip()

@@ -3,10 +3,13 @@
 Without xdist, collection order is run order. With ``-n N`` each worker runs its own share, so the
 controller hands every worker one shared directory (through ``workerinput``); each finished check
 leaves a mark there, and a last-ranked check (dmesg) waits until every other check's mark exists.
+A mark holds the check's gate verdict (see ``gate``), so a gated test on any worker can wait for
+every host check's mark and read why the gate is open or closed.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -22,13 +25,23 @@ POLL_S = 0.05
 
 
 class DoneMarks:
-    """One empty file per finished check, named by its collection index."""
+    """One file per finished check, named by its collection index, holding its verdict."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
 
-    def mark(self, index: int) -> None:
-        (self.directory / f"done-{index}").touch()
+    def mark(self, index: int, verdict: str = "") -> None:
+        """Write to a temporary name and rename, so a mark that exists is complete."""
+        fd, tmp = tempfile.mkstemp(prefix=f".done-{index}.", dir=self.directory)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(verdict)
+        os.replace(tmp, self.directory / f"done-{index}")
+
+    def verdict(self, index: int) -> str | None:
+        try:
+            return (self.directory / f"done-{index}").read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
 
     def missing(self, indices: Iterable[int]) -> list[int]:
         return [i for i in indices if not (self.directory / f"done-{i}").exists()]

@@ -65,10 +65,18 @@ def test_verify_the_untuned_example_host(pytester: pytest.Pytester, spec: Path,
     assert snapshot(example_host) == before  # verification writes nothing
     result.stdout.fnmatch_lines([
         "*= gpuhost: blackwell8 on *blackwell8-untuned =*",
-        "sysctl * 9 checks: 9 failed",
-        "pcie.max_read_request * 8 checks: 8 failed",
-        "total * 48 checks: 28 passed, 20 failed",
+        "kind *  checks  passed  failed  fixed  fix_failed  skipped",
+        "sysctl                      9       -       9      -           -        -",
     ])
+    result.stdout.fnmatch_lines([
+        "pcie.max_read_request       8       -       8      -           -        -  "
+        "0000:01:00.0 0000:21:00.0 0000:41:00.0 0000:61:00.0 0000:81:00.0 0000:a1:00.0 "
+        "0000:c1:00.0 0000:e1:00.0",
+        "cpuidle                     1       -       1      -           -        -  C2 cpus 0-63",
+        "module                      4       2       2      -           -        -",
+        "dmesg                       1       1       -      -           -        -",
+        "total                      48      28      20      -           -        -",
+    ], consecutive=True)
     result.stdout.fnmatch_lines([
         "'1' != '0' (fixable: run with --fix)",
         escape("  FAILED sysctl[kernel.numa_balancing] at blackwell8.yaml:9"),

@@ -70,6 +70,23 @@ def test_when_conditions(tmp_path: Path) -> None:
     assert str(entries["nouveau"].options.when) == "not container"
 
 
+def test_severity_per_entry_defaults_to_normal(tmp_path: Path) -> None:
+    spec = load(tmp_path, """\
+        version: 1
+        modules:
+          nvidia: {state: loaded, severity: blocker}
+          nouveau: absent
+        cpuidle:
+          disabled: [{name: C2, severity: minor}]
+        dmesg: {severity: critical}
+    """)
+    modules = {e.name: e for e in spec.sections["modules"]}  # type: ignore[attr-defined]
+    assert modules["nvidia"].options.severity == "blocker"
+    assert modules["nouveau"].options.severity == "normal"
+    assert spec.sections["cpuidle"][0].options.severity == "minor"  # type: ignore[index]
+    assert spec.sections["dmesg"].options.severity == "critical"  # type: ignore[attr-defined]
+
+
 BAD_SPECS = [
     pytest.param("", "spec.yaml:1: the spec is empty", id="empty-file"),
     pytest.param("version: 1\n", "spec.yaml:1: the spec has no checks", id="only-version"),
@@ -163,6 +180,9 @@ BAD_SPECS = [
     pytest.param("version: 1\nsysctl:\n  vm.swappiness: {value: 1, fix: maybe}\n",
                  "spec.yaml:3: fix must be true or false", id="fix-type"),
     pytest.param("version: 1\nsysctl: {\n", "spec.yaml:3: not valid YAML", id="yaml-syntax"),
+    pytest.param("version: 1\nsysctl:\n  vm.swappiness: {value: 1, severity: critcal}\n",
+                 "spec.yaml:3: unknown severity 'critcal' (did you mean 'critical'?); expected "
+                 "one of: blocker, critical, normal, minor, trivial", id="severity"),
     pytest.param("version: 1\nname: 'my spec'\nsysctl: {a.b: 1}\n",
                  "spec.yaml:2: name 'my spec' must be letters", id="name-chars"),
 ]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ..changes import Plan, WriteText
 from ..host import Host, HostError
 from ..matchers import Choice, Exact
-from ..spec import EntryOptions, Node, SpecContext
+from ..spec import OPTION_KEYS, EntryOptions, Node, SpecContext
 from . import CannotFix, Check, Evidence, Facts, Observation
 
 CPU = "sys/devices/system/cpu"
@@ -147,7 +147,7 @@ class CpuidleKind:
         if not item.is_mapping:
             return StateEntry(self._name(item), EntryOptions(where=item.where))
         pairs = item.mapping("a cpuidle state")
-        allowed = ("name", "why", "fix", "when")
+        allowed = ("name", *OPTION_KEYS)
         for key, value in pairs:
             if key not in allowed:
                 raise value.key_error(f"unknown key {key!r} in a cpuidle state; expected one of: "

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ..host import Host
 from ..kmsg import LEVELS, level_number, parse_records
 from ..matchers import Verdict
-from ..spec import EntryOptions, Node, SpecContext
+from ..spec import OPTION_KEYS, EntryOptions, Node, SpecContext
 from . import Check, Evidence, Facts, NoFix, Observation
 
 KMSG = "dev/kmsg"
@@ -92,7 +92,7 @@ class DmesgProbe(NoFix):
 
 class DmesgKind:
     section = "dmesg"
-    keys = ("levels", "since", "allow", "why", "fix", "when")
+    keys = ("levels", "since", "allow", *OPTION_KEYS)
 
     def parse(self, node: Node, context: SpecContext) -> DmesgSection:
         levels: tuple[int, ...] = tuple(level_number(name) for name in DEFAULT_LEVELS)

@@ -1,0 +1,214 @@
+"""The pre-benchmark gate and naming the plugin in pytest_plugins, as whole runs with pytester."""
+
+from __future__ import annotations
+
+import shutil
+from glob import escape
+from pathlib import Path
+
+import pytest
+
+from .conftest import BLACKWELL8
+
+pytest_plugins = ["pytester"]
+
+BENCH = """
+import pytest
+
+def test_bench_a():
+    pass
+
+def test_bench_b():
+    pass
+"""
+
+GOOD = "version: 1\nname: good\nsysctl:\n  vm.swappiness: 60\nmodules:\n  nvidia: loaded\n"
+
+
+@pytest.fixture
+def spec(pytester: pytest.Pytester) -> Path:
+    return Path(shutil.copy(BLACKWELL8, pytester.path / "blackwell8.yaml"))
+
+
+def test_a_failing_host_check_turns_gated_tests_into_errors(
+        pytester: pytest.Pytester, spec: Path, example_host: Path) -> None:
+    pytester.makepyfile(test_bench=BENCH)
+    result = pytester.runpytest("test_bench.py", f"--gpuhost-spec={spec}",
+                                f"--gpuhost-root={example_host}", "--gpuhost-gate", "-v")
+    result.assert_outcomes(passed=28, failed=20, errors=2)
+    lines = [line for line in result.stdout.lines if "::" in line and line.endswith("]")]
+    # Every host check ran before the benchmarks.
+    assert [i for i, line in enumerate(lines) if "test_bench" in line] == [48, 49]
+    result.stdout.fnmatch_lines([
+        "*_ ERROR at setup of test_bench_a _*",
+        escape("gpuhost gate closed: 20 of 48 host checks failed: sysctl[kernel.nmi_watchdog] "
+               "(failed), ") + "*" + escape("cpuidle[C2] (failed), module[nvidia_peermem] "
+                                            "(failed), module[nvidia_uvm] (failed)"),
+        "*_ ERROR at setup of test_bench_b _*",
+    ])
+    result.stdout.fnmatch_lines(["ERROR test_bench.py::test_bench_a - Failed: gpuhost gate "
+                                 "closed: 20 of 48*"])
+    assert "cpuidle[C2] (failed)" in result.stdout.str()
+
+
+def test_fixed_checks_open_the_gate(pytester: pytest.Pytester, spec: Path,
+                                    example_host: Path) -> None:
+    shutil.rmtree(example_host / "sys/class/infiniband")  # peermem is then not applicable
+    pytester.makepyfile(test_bench=BENCH)
+    result = pytester.runpytest("test_bench.py", f"--gpuhost-spec={spec}",
+                                f"--gpuhost-root={example_host}", "--gpuhost-gate", "--fix")
+    assert result.ret == pytest.ExitCode.OK
+    outcomes = result.parseoutcomes()
+    assert (outcomes["passed"], outcomes["fixed"], outcomes["skipped"]) == (28 + 2, 19, 1)
+
+
+def test_the_marker_gates_one_test(pytester: pytest.Pytester, example_host: Path) -> None:
+    pytester.makefile(".yaml", bad="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    pytester.makepyfile(test_bench="""
+        import pytest
+
+        @pytest.mark.gpuhost
+        def test_needs_a_tuned_host():
+            pass
+
+        def test_does_not_care():
+            pass
+    """)
+    result = pytester.runpytest("test_bench.py", "--gpuhost-spec=bad.yaml",
+                                f"--gpuhost-root={example_host}")
+    result.assert_outcomes(passed=1, failed=1, errors=1)
+    result.stdout.fnmatch_lines(["*_ ERROR at setup of test_needs_a_tuned_host _*",
+                                 escape("gpuhost gate closed: 1 of 1 host checks failed: "
+                                        "sysctl[vm.swappiness] (failed)")])
+
+
+def test_a_gated_test_runs_when_every_check_passed(pytester: pytest.Pytester,
+                                                   example_host: Path) -> None:
+    pytester.makefile(".yaml", good=GOOD)
+    pytester.makepyfile(test_bench=BENCH)
+    result = pytester.runpytest("test_bench.py", "--gpuhost-spec=good.yaml",
+                                f"--gpuhost-root={example_host}", "--gpuhost-gate")
+    result.assert_outcomes(passed=4)
+
+
+def test_a_marked_test_without_a_spec_is_an_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_bench="""
+        import pytest
+
+        @pytest.mark.gpuhost
+        def test_needs_a_tuned_host():
+            pass
+    """)
+    result = pytester.runpytest()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*is marked gpuhost (it needs the host checks to pass) but no "
+                                 "gpuhost spec was given*"])
+
+
+def test_a_gate_with_no_host_check_selected_stays_closed(pytester: pytest.Pytester,
+                                                         example_host: Path) -> None:
+    pytester.makefile(".yaml", good=GOOD)
+    pytester.makepyfile(test_bench=BENCH)
+    result = pytester.runpytest("test_bench.py", "--gpuhost-spec=good.yaml",
+                                f"--gpuhost-root={example_host}", "--gpuhost-gate", "-k", "bench")
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(["*gpuhost gate: no host check was selected*"])
+
+
+def test_gate_under_xdist_waits_for_every_worker(pytester: pytest.Pytester, spec: Path,
+                                                 example_host: Path) -> None:
+    pytester.makepyfile(test_bench=BENCH)
+    result = pytester.runpytest_subprocess("test_bench.py", f"--gpuhost-spec={spec}",
+                                           f"--gpuhost-root={example_host}", "--gpuhost-gate",
+                                           "--fix", "-n", "2", "-p", "no:cacheprovider")
+    outcomes = result.parseoutcomes()
+    assert (outcomes["errors"], outcomes["fixed"], outcomes["failed"]) == (2, 19, 2)
+    # The peermem fix and the dmesg check ran on some worker; both gated tests saw them.
+    for name in ("test_bench_a", "test_bench_b"):
+        result.stdout.fnmatch_lines([f"*_ ERROR at setup of {name} _*", escape(
+            "gpuhost gate closed: 2 of 48 host checks failed: module[nvidia_peermem] "
+            "(fix_failed), dmesg (failed)")])
+
+
+def test_gate_without_a_spec_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--gpuhost-gate")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --gpuhost-gate needs a spec*"])
+
+
+@pytest.mark.parametrize("autoload", [True, False], ids=["with-entry-point", "without"])
+def test_pytest_plugins_names_the_package_once(pytester: pytest.Pytester, example_host: Path,
+                                               monkeypatch: pytest.MonkeyPatch,
+                                               autoload: bool) -> None:
+    if not autoload:
+        monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    pytester.makeconftest('pytest_plugins = ["pytest_gpuhost"]\n')
+    pytester.makefile(".yaml", good=GOOD)
+    pytester.makepyfile(test_plugins="""
+        import pytest_gpuhost.plugin
+
+        def test_registered_once(pytestconfig):
+            manager = pytestconfig.pluginmanager
+            assert manager.get_plugin("gpuhost") is pytest_gpuhost.plugin
+            names = [name for name, plugin in manager.list_name_plugin()
+                     if plugin is pytest_gpuhost.plugin]
+            assert names == ["gpuhost"]
+    """)
+    result = pytester.runpytest_subprocess("test_plugins.py", "--gpuhost-spec=good.yaml",
+                                           f"--gpuhost-root={example_host}", "-W", "error")
+    result.assert_outcomes(passed=3)
+    assert result.stdout.str().count("= gpuhost: good on") == 1
+
+
+def test_no_gpuhost_still_wins_over_pytest_plugins(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest('pytest_plugins = ["pytest_gpuhost"]\n')
+    pytester.makepyfile(test_plain="""
+        def test_plain(pytestconfig):
+            assert not pytestconfig.pluginmanager.has_plugin("gpuhost")
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:gpuhost")
+    result.assert_outcomes(passed=1)
+
+
+SLOW_KIND = """
+from dataclasses import dataclass
+
+from pytest_gpuhost.checks import Check, Evidence, NoFix, Observation
+from pytest_gpuhost.hookspecs import hookimpl
+from pytest_gpuhost.matchers import Integer
+from pytest_gpuhost.progress import report_progress
+from pytest_gpuhost.spec import parse_expectation
+
+
+@dataclass(frozen=True)
+class PairsProbe(NoFix):
+    def observe(self, host):
+        for pair in range(1, 4):
+            report_progress(f"measuring pair {pair} of 3")
+        return Observation("3", (Evidence("measured", "3"),))
+
+
+class PairsKind:
+    section = "pairs"
+
+    def parse(self, node, context):
+        return parse_expectation(node, context, Integer(), what="pairs")
+
+    def expand(self, section, facts):
+        expect, options = section
+        return [Check("pairs", None, expect, options, PairsProbe())]
+
+
+@hookimpl
+def pytest_gpuhost_check_kinds():
+    return [PairsKind()]
+"""
+
+
+def test_a_long_check_shows_its_progress(pytester: pytest.Pytester, example_host: Path) -> None:
+    pytester.makeconftest(SLOW_KIND)
+    pytester.makefile(".yaml", spec="version: 1\npairs: 3\n")
+    result = pytester.runpytest("spec.yaml", f"--gpuhost-root={example_host}")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"  pairs: measuring pair {n} of 3" for n in (1, 2, 3)],
+                                consecutive=True)
