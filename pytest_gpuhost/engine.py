@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .checks import Applied, CannotFix, Check, FixError, Observation
+from .checks import Applied, CannotFix, Check, FixError, NotApplicable, Observation
 from .conditions import ConditionFn
 from .host import Host, HostError
 from .result import CheckResult, Outcome
@@ -25,11 +25,13 @@ def run_check(
         if skip is not None:
             return _result(check, Outcome.SKIPPED, skip, None)
         observed = check.probe.observe(host)
+    except NotApplicable as exc:
+        return _result(check, Outcome.SKIPPED, str(exc), None)
     except HostError as exc:
         return _result(check, Outcome.ERROR, str(exc), None)
     verdict = check.expect.judge(observed.value)
     if verdict.ok:
-        return _result(check, Outcome.PASSED, "", observed)
+        return _result(check, Outcome.PASSED, verdict.warning, observed, warning=verdict.warning)
     problem = _explain(verdict.reason, observed)
     if not options.fix:
         fixable = check.probe.fixable and check.options.fix and observed.value is not None
@@ -97,6 +99,7 @@ def _result(
     *,
     before: Observation | None = None,
     applied: Applied | None = None,
+    warning: str = "",
 ) -> CheckResult:
     evidence = [e.as_dict() for e in observed.evidence] if observed else []
     if before is not None and before is not observed:
@@ -117,4 +120,6 @@ def _result(
         action=applied.action if applied else None,
         action_output=applied.output if applied and applied.output else None,
         evidence=tuple(evidence),
+        warning=warning or None,
+        details=dict(observed.details) if observed else {},
     )

@@ -14,6 +14,7 @@ from .checks import Check, Facts, Kind
 from .conditions import ConditionFn
 from .engine import RunOptions, run_check
 from .host import LocalHost
+from .nvml import NvmlSource
 from .report import format_failure, summary_lines, write_json_report
 from .result import CheckResult, Outcome
 from .spec import Spec, SpecError, load_spec
@@ -149,6 +150,7 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"bad gpuhost spec: {exc}") from None
     report = config.option.gpuhost_report
     host = LocalHost(root)
+    marks = worker_marks(config)
     config.stash[STATE] = GpuhostState(
         specs=specs,
         kinds=kinds,
@@ -157,8 +159,9 @@ def pytest_configure(config: pytest.Config) -> None:
         options=RunOptions(fix=config.option.fix),
         report_path=config.invocation_params.dir / report if report else None,
         is_worker=hasattr(config, "workerinput"),
-        facts=Facts(host),
-        marks=worker_marks(config),
+        facts=Facts(host, nvml=NvmlSource(config.hook.pytest_gpuhost_nvml(host=host)),
+                    shared_dir=marks.directory if marks is not None else None),
+        marks=marks,
     )
     _add_spec_args(config, specs)
     config.pluginmanager.register(RunReporter(config.stash[STATE]), "gpuhost-run")

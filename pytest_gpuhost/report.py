@@ -32,6 +32,9 @@ def format_failure(result: CheckResult) -> str:
     else:
         row("observed", result.observed if result.observed is not None else "(nothing)")
     row("why", result.why)
+    for name in ("class", "floor", "probe"):
+        if name in result.details:
+            row(name, str(result.details[name]))
     row("action", result.action)
     row("output", result.action_output)
     for evidence in result.evidence:
@@ -55,6 +58,10 @@ def summary_lines(results: Sequence[CheckResult], *, fix: bool) -> list[str]:
     lines = [f"{kind:<{width}}  {len(group):>4} checks: {_counts(group)}"
              for kind, group in by_kind.items()]
     lines.append(f"{'total':<{width}}  {len(results):>4} checks: {_counts(results)}")
+    warned = [r for r in results if r.warning]
+    if warned:
+        lines.append(f"warnings: {len(warned)} passed close to their floor")
+        lines += [f"  WARN {r.id}: {r.warning}" for r in warned]
     if fix:
         attempted = [r for r in results if r.outcome in (Outcome.FIXED, Outcome.FIX_FAILED)]
         applied = sum(r.outcome is Outcome.FIXED for r in attempted)

@@ -41,11 +41,16 @@ class CheckResult:
     """What a fix did (the write or the command), when one was attempted."""
     action_output: str | None = None
     evidence: tuple[dict[str, str], ...] = field(default=())
+    warning: str | None = None
+    """A pass close to failing (a bandwidth within warn_margin above its floor)."""
+    details: dict[str, Any] = field(default_factory=dict)
+    """Kind-specific facts for the report (p2p: gbps, class, floor, probe)."""
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["outcome"] = self.outcome.value
         data["evidence"] = list(self.evidence)
+        data["details"] = dict(self.details)
         return data
 
     @classmethod
