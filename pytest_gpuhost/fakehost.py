@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from .checks.p2p import RECORDED_DIR
 from .checks.sysctl import sysctl_path
+from .nvml import RECORDED_NVML, FakeGpu, FakeNvml
 from .pciconfig import CAP_ID_EXP, CAP_POINTER, DEVCTL, SIZES, STATUS, STATUS_CAP_LIST
 
 DEVCTL_FLAGS = 0x0917
@@ -265,6 +267,17 @@ class FakeHost:
         self.file(f"sys/class/infiniband/{device}/node_type", "1: CA\n")
         return self
 
+    def nvml(self, fake: FakeNvml) -> FakeHost:
+        """Record what NVML says about this tree's GPUs (read by the NVML checks on a fake root)."""
+        for name, text in fake.files().items():
+            self.file(f"{RECORDED_NVML}/{name}", text)
+        return self
+
+    def recorded_bandwidth(self, name: str, text: str) -> FakeHost:
+        """A saved bandwidth tool output where ``p2p: {probe: auto}`` finds it on a fake root."""
+        self.file(f"{RECORDED_DIR}/{name}", text)
+        return self
+
     def modprobe(self, *, available: Iterable[str],
                  failures: Mapping[str, Mapping[str, object]] | None = None,
                  messages: Mapping[str, str] | None = None) -> FakeHost:
@@ -295,6 +308,35 @@ BLACKWELL8_GPUS = (  # (address, NUMA node): four GPUs behind each socket
     ("0000:01:00.0", 0), ("0000:21:00.0", 0), ("0000:41:00.0", 0), ("0000:61:00.0", 0),
     ("0000:81:00.0", 1), ("0000:a1:00.0", 1), ("0000:c1:00.0", 1), ("0000:e1:00.0", 1),
 )
+
+
+def nvbandwidth_text(tests: Mapping[str, tuple[str, Sequence[Sequence[float | None]]]], *,
+                     devices: Sequence[str], version: str = "v0.8",
+                     driver: str = "580.95.05") -> str:
+    """Text as nvbandwidth prints it: a header, the devices, then per test ``Running NAME.``, the
+    matrix (``N/A`` where nothing was measured) and ``SUM NAME``."""
+    lines = [f"nvbandwidth Version: {version}", f"Built from Git version: {version}", "",
+             "CUDA Runtime Version: 13000", "CUDA Driver Version: 13000",
+             f"Driver Version: {driver}", ""]
+    lines += [f"Device {i}: {name}" for i, name in enumerate(devices)] + [""]
+    for name, (description, rows) in tests.items():
+        columns = len(rows[0])
+        lines += [f"Running {name}.", description,
+                  " " * 2 + "".join(f"{c:>10}" for c in range(columns))]
+        for index, row in enumerate(rows):
+            cells = "".join(f"{'N/A' if v is None else f'{v:.2f}':>10}" for v in row)
+            lines.append(f"{index:>2}{cells}")
+        total = sum(v for row in rows for v in row if v is not None)
+        lines += ["", f"SUM {name} {total:.2f}", ""]
+    return "\n".join(lines)
+
+
+def _untuned_p2p(source: int, target: int) -> float:
+    """MaxReadReq 512 on every GPU: same-socket reads just above 45 GB/s, cross-socket reads,
+    with the longer round trip through the socket link, well below 32 GB/s."""
+    if BLACKWELL8_GPUS[source][1] == BLACKWELL8_GPUS[target][1]:
+        return 46.21 + ((source * 7 + target * 3) % 9) * 0.09
+    return 27.35 + ((source * 5 + target * 3) % 11) * 0.13
 
 
 def blackwell8_untuned(root: Path, *, cpus: int = 64) -> FakeHost:
@@ -330,6 +372,23 @@ def blackwell8_untuned(root: Path, *, cpus: int = 64) -> FakeHost:
         failures={"nvidia_peermem": PEERMEM_FAILURE},
         messages={"nvidia_uvm": "nvidia-uvm: Loaded the UVM driver, major device number 508."},
     )
+    host.nvml(FakeNvml(driver="580.95.05",
+                       devices={address: FakeGpu(persistence_mode=False, max_link_generation=5)
+                                for address, _ in BLACKWELL8_GPUS},
+                       topologies={f"{a}->{b}": "NODE" if na == nb else "SYS"
+                                   for a, na in BLACKWELL8_GPUS for b, nb in BLACKWELL8_GPUS
+                                   if a < b}))
+    count = len(BLACKWELL8_GPUS)
+    p2p = [[None if s == t else round(_untuned_p2p(s, t), 2) for t in range(count)]
+           for s in range(count)]
+    host.recorded_bandwidth("nvbandwidth.txt", nvbandwidth_text({
+        "host_to_device_memcpy_ce": ("memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)",
+                                     [[round(53.9 + (i % 3) * 0.21, 2) for i in range(count)]]),
+        "device_to_host_memcpy_ce": ("memcpy CE CPU(row) <- GPU(column) bandwidth (GB/s)",
+                                     [[round(55.2 + (i % 4) * 0.17, 2) for i in range(count)]]),
+        "device_to_device_memcpy_read_ce": ("memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)",
+                                            p2p),
+    }, devices=["NVIDIA RTX PRO 6000 Blackwell Server Edition"] * count))
     return host
 
 

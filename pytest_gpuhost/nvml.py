@@ -2,8 +2,8 @@
 
 ``Nvml`` is the handful of calls the checks need. ``PynvmlNvml`` wraps nvidia-ml-py, imported
 only when a check first needs it (the extra ``pytest-gpuhost[nvml]``). ``FakeNvml`` is the
-in-memory stand-in for tests; ``RecordedNvml`` is a FakeNvml saved as JSON inside a fake host tree
-(``var/lib/pytest-gpuhost/nvml.json``), so an offline root has NVML facts too.
+in-memory stand-in for tests; ``RecordedNvml`` reads NVML facts recorded as files in a fake host
+tree (``var/lib/pytest-gpuhost/nvml/``), so an offline root has NVML facts too.
 
 NVML describes the machine the process runs on, so the real library is used only when the host
 root is ``/``: a fake tree never mixes its sysfs with this machine's GPUs.
@@ -12,15 +12,14 @@ root is ``/``: a fake tree never mixes its sysfs with this machine's GPUs.
 from __future__ import annotations
 
 import importlib
-import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .host import Host, HostError, LocalHost
 from .pciaddr import normalize_address
 
-RECORDED_NVML = "var/lib/pytest-gpuhost/nvml.json"
+RECORDED_NVML = "var/lib/pytest-gpuhost/nvml"
 INSTALL_HINT = "install nvidia-ml-py: pip install 'pytest-gpuhost[nvml]'"
 
 
@@ -98,8 +97,8 @@ def default_factory(host: Host) -> NvmlFactory:
     def open_nvml() -> Nvml:
         if isinstance(host, LocalHost) and host.is_real:
             return PynvmlNvml.open()
-        if host.exists(RECORDED_NVML):
-            return RecordedNvml.load(host)
+        if host.exists(f"{RECORDED_NVML}/gpus"):
+            return RecordedNvml(host)
         raise NvmlUnavailable(
             f"the host root {host.describe()} is not this machine, so this machine's NVML "
             f"does not describe it, and it has no recorded {RECORDED_NVML}")
@@ -236,48 +235,68 @@ class FakeNvml:
     def topology(self, one: str, other: str) -> str | None:
         return self.topologies.get(f"{one}->{other}") or self.topologies.get(f"{other}->{one}")
 
-    def as_json(self) -> str:
-        data = {
-            "driver_version": self.driver,
-            "gpus": [{"address": a, "persistence_mode": g.persistence_mode,
-                      "max_link_generation": g.max_link_generation}
-                     for a, g in self.devices.items()],
-            "p2p_read_status": dict(sorted(self.p2p.items())),
-            "topology": dict(sorted(self.topologies.items())),
-        }
-        return json.dumps(data, indent=2) + "\n"
-
-    @classmethod
-    def from_json(cls, text: str) -> FakeNvml:
-        data: Mapping[str, Any] = json.loads(text)
-        gpus: Sequence[Mapping[str, Any]] = data.get("gpus", [])
-        return cls(
-            driver=str(data["driver_version"]),
-            devices={normalize_address(g["address"]): FakeGpu(bool(g["persistence_mode"]),
-                                                              int(g["max_link_generation"]))
-                     for g in gpus},
-            p2p=dict(data.get("p2p_read_status", {})),
-            topologies=dict(data.get("topology", {})),
-        )
+    def files(self) -> dict[str, str]:
+        """This state as the files of a recorded NVML directory (see ``RecordedNvml``)."""
+        files = {"driver_version": self.driver + "\n",
+                 "gpus": "".join(f"{a}\n" for a in self.devices),
+                 "p2p_read_status": "".join(f"{k} {v}\n" for k, v in sorted(self.p2p.items())),
+                 "topology": "".join(f"{k} {v}\n" for k, v in sorted(self.topologies.items()))}
+        for address, gpu in self.devices.items():
+            files[f"{address}/persistence_mode"] = PERSISTENCE[gpu.persistence_mode] + "\n"
+            files[f"{address}/max_link_generation"] = f"{gpu.max_link_generation}\n"
+        return files
 
 
-class RecordedNvml(FakeNvml):
-    """A FakeNvml saved in a fake host tree; a setter writes the file back (never creates it)."""
+PERSISTENCE = {True: "Enabled", False: "Disabled"}
 
-    host: Host | None = None
 
-    @classmethod
-    def load(cls, host: Host) -> RecordedNvml:
-        try:
-            fake = FakeNvml.from_json(host.read_text(RECORDED_NVML))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise NvmlUnavailable(f"{RECORDED_NVML} is not a recorded NVML snapshot: "
-                                  f"{exc}") from None
-        recorded = cls(fake.driver, fake.devices, fake.p2p, fake.topologies)
-        recorded.host = host
-        return recorded
+class RecordedNvml:
+    """NVML facts recorded as files in a fake host tree, like sysfs: ``RECORDED_NVML/gpus`` (one
+    address a line, in NVML order), ``driver_version``, ``ADDR/persistence_mode`` (Enabled or
+    Disabled; a setter writes it, never creates it), ``ADDR/max_link_generation``, and
+    ``p2p_read_status`` / ``topology`` lines ``A->B VALUE``. Read fresh on every call."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+
+    def _read(self, name: str) -> str:
+        return self.host.read_text(f"{RECORDED_NVML}/{name}").strip()
+
+    def _pairs(self, name: str) -> dict[str, str]:
+        if not self.host.exists(f"{RECORDED_NVML}/{name}"):
+            return {}
+        lines = (line.split(None, 1) for line in self._read(name).splitlines())
+        return {parts[0]: parts[1] for parts in lines if len(parts) == 2}
+
+    def _gpu_file(self, address: str, name: str) -> str:
+        if address not in self.gpus():
+            raise HostError(f"NVML has no GPU at {address}")
+        return f"{address}/{name}"
+
+    def driver_version(self) -> str:
+        return self._read("driver_version")
+
+    def gpus(self) -> list[str]:
+        return [normalize_address(line) for line in self._read("gpus").split()]
+
+    def persistence_mode(self, address: str) -> bool:
+        return self._read(self._gpu_file(address, "persistence_mode")) == PERSISTENCE[True]
 
     def set_persistence_mode(self, address: str, enabled: bool) -> None:
-        super().set_persistence_mode(address, enabled)
-        if self.host is not None:
-            self.host.write_text(RECORDED_NVML, self.as_json())
+        path = f"{RECORDED_NVML}/{self._gpu_file(address, 'persistence_mode')}"
+        self.host.write_text(path, PERSISTENCE[enabled] + "\n")
+
+    def max_link_generation(self, address: str) -> int:
+        text = self._read(self._gpu_file(address, "max_link_generation"))
+        try:
+            return int(text)
+        except ValueError:
+            raise HostError(f"{RECORDED_NVML}/{address}/max_link_generation: not a number: "
+                            f"{text!r}") from None
+
+    def p2p_read_status(self, source: str, target: str) -> str:
+        return self._pairs("p2p_read_status").get(f"{source}->{target}", "ok")
+
+    def topology(self, one: str, other: str) -> str | None:
+        levels = self._pairs("topology")
+        return levels.get(f"{one}->{other}") or levels.get(f"{other}->{one}")

@@ -32,9 +32,8 @@ def format_failure(result: CheckResult) -> str:
     else:
         row("observed", result.observed if result.observed is not None else "(nothing)")
     row("why", result.why)
-    for name in ("class", "floor", "probe"):
-        if name in result.details:
-            row(name, str(result.details[name]))
+    if "class" in result.details:
+        row("class", str(result.details["class"]))
     row("action", result.action)
     row("output", result.action_output)
     for evidence in result.evidence:

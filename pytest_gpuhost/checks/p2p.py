@@ -318,7 +318,10 @@ class Measurer:
             output = parse_output(text)
         except ParseError as exc:
             raise HostError(f"{path}: {exc}") from exc
-        return to_measurements(output, self.gpus, f"recorded in {path}")
+        measured = to_measurements(output, self.gpus, f"recorded in {path}")
+        stale = ("a saved output: it does not change with --fix; re-measure with probe cuda or "
+                 "nvbandwidth to see a fix's effect")
+        return Measurements(measured.source, measured.rates, (*measured.notes, stale))
 
     def nvbandwidth(self) -> Measurements:
         tests = ([P2P_TESTS[0]] if self.wanted["pairs"] else []) + \
