@@ -74,7 +74,7 @@ class ToolOutput:
     devices: dict[int, str] = field(default_factory=dict)
     """ordinal -> sysfs address, where the output names the bus id."""
     matrices: dict[str, Matrix] = field(default_factory=dict)
-    """test name -> {(row, column): GB/s or None for N/A}; rows are sources."""
+    """test name -> {(source, target): GB/s or None for N/A}; host tests: {(0, gpu): ...}."""
     waived: set[str] = field(default_factory=set)
     no_peer: set[tuple[int, int]] = field(default_factory=set)
     """p2pBandwidthLatencyTest's ``CANNOT Access Peer`` pairs."""
@@ -116,6 +116,14 @@ def _read_matrix(lines: Sequence[str], start: int) -> tuple[Matrix, int]:
     return matrix, index
 
 
+def _sources_first(description: str, matrix: Matrix) -> Matrix:
+    """Cells keyed (source, target): ``GPU(row) <- GPU(column)`` means data flows column to
+    row, so the matrix is transposed; host tests keep their single CPU row."""
+    if "GPU(row) <- GPU(column)" in description:
+        return {(column, row): value for (row, column), value in matrix.items()}
+    return matrix
+
+
 def parse_nvbandwidth_text(text: str) -> ToolOutput:
     lines = text.splitlines()
     version = re.search(r"nvbandwidth Version: (\S+)", text)
@@ -134,6 +142,7 @@ def parse_nvbandwidth_text(text: str) -> ToolOutput:
             output.waived.add(match.group(1))
         elif line.startswith("memcpy ") and "bandwidth" in line:
             pending, index = _read_matrix(lines, index + 1)
+            pending = _sources_first(line, pending)
             if running is not None:
                 output.matrices[running] = pending
                 running, pending = None, None
@@ -167,8 +176,9 @@ def parse_nvbandwidth_json(text: str) -> ToolOutput:
         matrix_rows = case.get("bandwidth_matrix")
         if matrix_rows is None:
             continue
-        output.matrices[name] = {(r, c): _cell(str(cell)) for r, row in enumerate(matrix_rows)
-                                 for c, cell in enumerate(row)}
+        matrix = {(r, c): _cell(str(cell)) for r, row in enumerate(matrix_rows)
+                  for c, cell in enumerate(row)}
+        output.matrices[name] = _sources_first(str(case.get("bandwidth_description", "")), matrix)
     return output
 
 
