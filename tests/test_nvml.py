@@ -197,7 +197,7 @@ def test_the_pynvml_wrapper_normalizes_bus_ids(monkeypatch: pytest.MonkeyPatch) 
 
 def test_driver_not_loaded_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(init_fails=True))
-    with pytest.raises(NvmlUnavailable, match="Driver Not Loaded.*driver is not loaded"):
+    with pytest.raises(NvmlUnavailable, match=r"Driver Not Loaded.*driver is not loaded"):
         PynvmlNvml.open()
 
 
