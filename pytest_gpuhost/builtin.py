@@ -9,17 +9,26 @@ from .checks.cpuidle import CpuidleKind
 from .checks.dmesg import DmesgKind
 from .checks.gpus import GpusKind
 from .checks.modules import ModulesKind
+from .checks.p2p import P2pKind
 from .checks.pcie import PcieKind
 from .checks.sysctl import SysctlKind
 from .conditions import BUILTIN_CONDITIONS, ConditionFn
 from .hookspecs import hookimpl
+from .host import Host
+from .nvml import NvmlFactory, default_factory
 
 
 @hookimpl
 def pytest_gpuhost_check_kinds() -> Sequence[Kind]:
-    return [SysctlKind(), GpusKind(), PcieKind(), CpuidleKind(), ModulesKind(), DmesgKind()]
+    return [SysctlKind(), GpusKind(), PcieKind(), CpuidleKind(), ModulesKind(), P2pKind(),
+            DmesgKind()]
 
 
 @hookimpl
 def pytest_gpuhost_conditions() -> Mapping[str, ConditionFn]:
     return BUILTIN_CONDITIONS
+
+
+@hookimpl(trylast=True)
+def pytest_gpuhost_nvml(host: Host) -> NvmlFactory:
+    return default_factory(host)

@@ -75,7 +75,27 @@ class ReplaceFile:
         return ReplaceFile(self.path, self.new, self.old)
 
 
-Change = WriteText | WriteBytes | Command | ReplaceFile
+@dataclass(frozen=True)
+class NvmlSetting:
+    """A GPU setting made through NVML (persistence mode), for the GPU at ``address``."""
+
+    address: str
+    setting: str
+    old: str
+    new: str
+
+    def describe(self) -> str:
+        return f"set NVML {self.setting} of {self.address}: {self.old} -> {self.new}"
+
+    def undo(self) -> NvmlSetting:
+        return NvmlSetting(self.address, self.setting, self.new, self.old)
+
+
+Change = WriteText | WriteBytes | Command | ReplaceFile | NvmlSetting
+_TYPES: dict[str, type[Change]] = {
+    "write_text": WriteText, "write_bytes": WriteBytes, "command": Command,
+    "replace_file": ReplaceFile, "nvml_setting": NvmlSetting,
+}
 
 
 @dataclass(frozen=True)
@@ -84,10 +104,6 @@ class Plan:
 
     summary: str
     changes: tuple[Change, ...]
-_TYPES: dict[str, type[Change]] = {
-    "write_text": WriteText, "write_bytes": WriteBytes, "command": Command,
-    "replace_file": ReplaceFile,
-}
 
 
 def to_dict(change: Change) -> dict[str, Any]:

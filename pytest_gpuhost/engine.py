@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .changes import Plan, to_dict
-from .checks import CannotFix, Check, Observation
+from .checks import CannotFix, Check, NotApplicable, Observation
 from .conditions import ConditionFn
 from .fixes import Applied, Fixer, FixError
 from .host import Host, HostError
@@ -36,11 +36,14 @@ def run_check(
         if skip is not None:
             return _result(check, Outcome.SKIPPED, skip, None)
         observed = check.probe.observe(host)
+    except NotApplicable as exc:
+        return _result(check, Outcome.SKIPPED, str(exc), None)
     except HostError as exc:
         return _result(check, Outcome.ERROR, str(exc), None)
     verdict = check.expect.judge(observed.value)
     if verdict.ok:
-        return _result(check, Outcome.PASSED, "", observed)
+        return _result(check, Outcome.PASSED, verdict.warning, observed,
+                       notes=(verdict.warning,) if verdict.warning else ())
     problem = _explain(verdict.reason, observed)
     if not options.fix:
         fixable = check.probe.fixable and check.options.fix and observed.value is not None
@@ -160,6 +163,7 @@ def _result(
     before: Observation | None = None,
     applied: Applied | None = None,
     plan: Plan | None = None,
+    notes: tuple[str, ...] = (),
 ) -> CheckResult:
     evidence = [e.as_dict() for e in observed.evidence] if observed else []
     if before is not None and before is not observed:
@@ -181,6 +185,7 @@ def _result(
         action_output=applied.output if applied and applied.output else None,
         evidence=tuple(evidence),
         plan=tuple({"change": c.describe(), **to_dict(c)} for c in plan.changes) if plan else (),
-        warnings=_warnings(check, outcome, observed),
+        warnings=(*notes, *_warnings(check, outcome, observed)),
         severity=check.options.severity,
+        details=dict(observed.details) if observed else {},
     )

@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from .checks.p2p import RECORDED_DIR
 from .checks.sysctl import sysctl_path
+from .nvml import RECORDED_NVML, FakeGpu, FakeNvml
 from .pciconfig import CAP_ID_EXP, CAP_POINTER, DEVCTL, SIZES, STATUS, STATUS_CAP_LIST
 
 DEVCTL_FLAGS = 0x0917
@@ -143,6 +145,61 @@ def main(argv):
 sys.exit(main(sys.argv[1:]))
 '''
 
+NVBANDWIDTH = r'''#!/usr/bin/env python3
+"""A fake nvbandwidth for a pytest-gpuhost fake host tree (written by pytest_gpuhost.fakehost).
+
+It replays bandwidths recorded on the real box for each MaxReadReq setting: it reads every GPU's
+Device Control from the tree's config space, so a --fix that raises MaxReadReq shows in the next
+measurement, as it does on the hardware. Prints what ``nvbandwidth -j`` prints.
+"""
+import json, sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = json.loads(__CONFIG__)
+
+def max_read_request(address):
+    config = (ROOT / "sys/bus/pci/devices" / address / "config").read_bytes()
+    offset = config[0x34] & 0xFC
+    while offset:
+        if config[offset] == 0x10:
+            devctl = int.from_bytes(config[offset + 8:offset + 10], "little")
+            return 128 << ((devctl >> 12) & 7)
+        offset = config[offset + 1] & 0xFC
+    raise SystemExit(f"{address}: no PCI Express capability")
+
+def table(address):
+    mrrs = max_read_request(address)
+    known = sorted(int(size) for size in CONFIG["p2p"])
+    return CONFIG["p2p"][str(min(known, key=lambda size: abs(size - mrrs)))]
+
+def matrix(test):
+    gpus = CONFIG["gpus"]
+    if test == "device_to_device_memcpy_read_ce":
+        return [[None if s == t else table(s)[f"{s}->{t}"] for t in gpus] for s in gpus]
+    return [[CONFIG[test][gpu] for gpu in gpus]]
+
+def main(argv):
+    tests = [argv[i + 1] for i, arg in enumerate(argv) if arg == "-t" and i + 1 < len(argv)]
+    cases = []
+    for test in tests or CONFIG["tests"]:
+        if test not in CONFIG["tests"]:
+            cases.append({"name": test, "status": "Not Found"})
+            continue
+        rows = matrix(test)
+        cells = [["N/A" if v is None else f"{v:.4f}" for v in row] for row in rows]
+        values = [v for row in rows for v in row if v is not None]
+        cases.append({"name": test, "status": "Passed", "bandwidth_matrix": cells,
+                      "bandwidth_description": CONFIG["tests"][test],
+                      "sum": round(sum(values), 4), "average": round(sum(values) / len(values), 4)})
+    print(json.dumps({"nvbandwidth": {"git_version": "v0.8", "Driver Version": CONFIG["driver"],
+                                      "CUDA Runtime Version": 13000, "testcases": cases}},
+                     indent=1))
+    return 0
+
+sys.exit(main(sys.argv[1:]))
+'''
+
 PEERMEM_FAILURE = {
     "stderr": "modprobe: ERROR: could not insert 'nvidia_peermem': Invalid argument",
     "kmsg": [
@@ -265,6 +322,36 @@ class FakeHost:
         self.file(f"sys/class/infiniband/{device}/node_type", "1: CA\n")
         return self
 
+    def nvml(self, fake: FakeNvml) -> FakeHost:
+        """Record what NVML says about this tree's GPUs (read by the NVML checks on a fake root)."""
+        for name, text in fake.files().items():
+            self.file(f"{RECORDED_NVML}/{name}", text)
+        return self
+
+    def nvbandwidth(self, *, gpus: Sequence[str], p2p: Mapping[int, Mapping[str, float]],
+                    h2d: Mapping[str, float], d2h: Mapping[str, float],
+                    driver: str = "580.95.05") -> FakeHost:
+        """Install ROOT/usr/bin/nvbandwidth replaying ``p2p[max_read_request]["a->b"]`` GB/s by
+        each reading GPU's current MaxReadReq (and fixed host copy rates)."""
+        config = {"gpus": list(gpus), "driver": driver,
+                  "p2p": {str(size): dict(rates) for size, rates in p2p.items()},
+                  "host_to_device_memcpy_ce": dict(h2d), "device_to_host_memcpy_ce": dict(d2h),
+                  "tests": {"host_to_device_memcpy_ce": "memcpy CE CPU(row) -> GPU(column) "
+                                                        "bandwidth (GB/s)",
+                            "device_to_host_memcpy_ce": "memcpy CE CPU(row) <- GPU(column) "
+                                                        "bandwidth (GB/s)",
+                            "device_to_device_memcpy_read_ce": "memcpy CE GPU(row) -> "
+                                                               "GPU(column) bandwidth (GB/s)"}}
+        script = NVBANDWIDTH.replace("__CONFIG__", repr(json.dumps(config, sort_keys=True)))
+        path = self.file("usr/bin/nvbandwidth", script)
+        path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        return self
+
+    def recorded_bandwidth(self, name: str, text: str) -> FakeHost:
+        """A saved bandwidth tool output where ``p2p: {probe: auto}`` finds it on a fake root."""
+        self.file(f"{RECORDED_DIR}/{name}", text)
+        return self
+
     def modprobe(self, *, available: Iterable[str],
                  failures: Mapping[str, Mapping[str, object]] | None = None,
                  messages: Mapping[str, str] | None = None) -> FakeHost:
@@ -295,6 +382,38 @@ BLACKWELL8_GPUS = (  # (address, NUMA node): four GPUs behind each socket
     ("0000:01:00.0", 0), ("0000:21:00.0", 0), ("0000:41:00.0", 0), ("0000:61:00.0", 0),
     ("0000:81:00.0", 1), ("0000:a1:00.0", 1), ("0000:c1:00.0", 1), ("0000:e1:00.0", 1),
 )
+
+
+def nvbandwidth_text(tests: Mapping[str, tuple[str, Sequence[Sequence[float | None]]]], *,
+                     devices: Sequence[str], version: str = "v0.8",
+                     driver: str = "580.95.05") -> str:
+    """Text as nvbandwidth prints it: a header, the devices, then per test ``Running NAME.``, the
+    matrix (``N/A`` where nothing was measured) and ``SUM NAME``."""
+    lines = [f"nvbandwidth Version: {version}", f"Built from Git version: {version}", "",
+             "CUDA Runtime Version: 13000", "CUDA Driver Version: 13000",
+             f"Driver Version: {driver}", ""]
+    lines += [f"Device {i}: {name}" for i, name in enumerate(devices)] + [""]
+    for name, (description, rows) in tests.items():
+        columns = len(rows[0])
+        lines += [f"Running {name}.", description,
+                  " " * 2 + "".join(f"{c:>10}" for c in range(columns))]
+        for index, row in enumerate(rows):
+            cells = "".join(f"{'N/A' if v is None else f'{v:.2f}':>10}" for v in row)
+            lines.append(f"{index:>2}{cells}")
+        total = sum(v for row in rows for v in row if v is not None)
+        lines += ["", f"SUM {name} {total:.2f}", ""]
+    return "\n".join(lines)
+
+
+def _p2p_rate(source: int, target: int, max_read_request: int) -> float:
+    """GB/s read by GPU ``source`` from GPU ``target``, as recorded on the box: with MaxReadReq
+    512, same-socket reads land just above the 45 GB/s floor and cross-socket reads, with the
+    longer round trip through the socket link, well below 32; with 4096 both clear them."""
+    same = BLACKWELL8_GPUS[source][1] == BLACKWELL8_GPUS[target][1]
+    jitter = ((source * 7 + target * 3) % 9) * 0.09
+    if max_read_request >= 4096:
+        return round((52.41 if same else 41.07) + jitter, 2)
+    return round((46.21 if same else 27.35) + jitter, 2)
 
 
 def blackwell8_untuned(root: Path, *, cpus: int = 64) -> FakeHost:
@@ -329,6 +448,20 @@ def blackwell8_untuned(root: Path, *, cpus: int = 64) -> FakeHost:
                    "nouveau", "ib_core", "mlx5_ib", "mlx5_core"),
         failures={"nvidia_peermem": PEERMEM_FAILURE},
         messages={"nvidia_uvm": "nvidia-uvm: Loaded the UVM driver, major device number 508."},
+    )
+    host.nvml(FakeNvml(driver="580.95.05",
+                       devices={address: FakeGpu(persistence_mode=False, max_link_generation=5)
+                                for address, _ in BLACKWELL8_GPUS},
+                       topologies={f"{a}->{b}": "NODE" if na == nb else "SYS"
+                                   for a, na in BLACKWELL8_GPUS for b, nb in BLACKWELL8_GPUS
+                                   if a < b}))
+    addresses = [address for address, _ in BLACKWELL8_GPUS]
+    host.nvbandwidth(
+        gpus=addresses,
+        p2p={size: {f"{a}->{b}": _p2p_rate(s, t, size) for s, a in enumerate(addresses)
+                    for t, b in enumerate(addresses) if s != t} for size in (512, 4096)},
+        h2d={a: round(53.9 + (i % 3) * 0.21, 2) for i, a in enumerate(addresses)},
+        d2h={a: round(55.2 + (i % 4) * 0.17, 2) for i, a in enumerate(addresses)},
     )
     return host
 

@@ -12,10 +12,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from .changes import Change, Command, Plan, ReplaceFile, WriteBytes, WriteText
+from .changes import Change, Command, NvmlSetting, Plan, ReplaceFile, WriteBytes, WriteText
 from .host import Host, HostError
 from .journal import Journal
 from .locking import RootLock
+from .nvml import NvmlPermissionError, NvmlSource, NvmlUnavailable
 
 LOCKDOWN = "sys/kernel/security/lockdown"
 
@@ -78,8 +79,10 @@ class Fixer:
     """
 
     def __init__(self, host: Host, journal: Journal | None, *, run_lock: RootLock | None,
-                 apply_lock: RootLock | None, lock_timeout: float) -> None:
+                 apply_lock: RootLock | None, lock_timeout: float,
+                 nvml: NvmlSource | None = None) -> None:
         self.host = host
+        self.nvml = nvml
         self.journal = journal
         self.run_lock = run_lock
         self.apply_lock = apply_lock
@@ -122,6 +125,8 @@ class Fixer:
                 self.host.write_text(change.path, change.new)
             elif isinstance(change, WriteBytes):
                 self.host.write_bytes(change.path, bytes.fromhex(change.new), change.offset)
+            elif isinstance(change, NvmlSetting):
+                self._nvml(change)
             elif isinstance(change, ReplaceFile):
                 if change.new is None:
                     self.host.remove(change.path)
@@ -132,6 +137,14 @@ class Fixer:
         except HostError as exc:
             raise FixError(explain(self.host, change, exc), action=change.describe()) from exc
         return ""
+
+    def _nvml(self, change: NvmlSetting) -> None:
+        if self.nvml is None:
+            raise FixError("no NVML to make the change through", action=change.describe())
+        try:
+            self.nvml.get().set_persistence_mode(change.address, change.new == "enabled")
+        except (NvmlPermissionError, NvmlUnavailable) as exc:
+            raise FixError(str(exc), action=change.describe()) from exc
 
     def _run(self, change: Command) -> str:
         result = self.host.run(list(change.argv))

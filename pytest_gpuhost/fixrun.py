@@ -12,6 +12,7 @@ from .fixes import Fixer
 from .host import Host
 from .journal import Journal, JournalContents, new_journal_path
 from .locking import RootLock
+from .nvml import NvmlSource
 from .persist import persistence_checks
 from .result import CheckResult, Outcome
 
@@ -32,7 +33,7 @@ class FixRun:
 
 
 def make_fixer(root: Path, host: Host, journal_path: Path | None, spec: str, *, worker: bool,
-               distributing: bool, lock_timeout: float) -> Fixer:
+               distributing: bool, lock_timeout: float, nvml: NvmlSource | None) -> Fixer:
     """A worker serializes its fixes on the apply lock (its controller holds the run lock); a
     single process takes the run lock at its first fix and holds it to the end."""
     state = root / STATE_DIR
@@ -40,7 +41,7 @@ def make_fixer(root: Path, host: Host, journal_path: Path | None, spec: str, *, 
     apply_lock = RootLock(state / "apply.lock", "apply") if worker or distributing else None
     journal = Journal(journal_path, spec) if journal_path is not None else None
     return Fixer(host, journal, run_lock=run_lock, apply_lock=apply_lock,
-                 lock_timeout=lock_timeout)
+                 lock_timeout=lock_timeout, nvml=nvml)
 
 
 def default_journal(root: Path, option: str | None, invocation: Path, spec: str,

@@ -44,9 +44,18 @@ class GateVerdict:
                     "host; select the spec's checks too (or drop --gpuhost-gate)")
         if self.unfinished:
             return (f"gpuhost gate: {len(self.unfinished)} of {self.total} host checks did not "
-                    f"finish: {', '.join(self.unfinished)}")
+                    f"finish: {_listed(self.unfinished)}")
         return (f"gpuhost gate closed: {len(self.failing)} of {self.total} host checks failed: "
-                f"{', '.join(self.failing)}")
+                f"{_listed(self.failing)}")
+
+
+NAMED = 12
+"""How many checks a gate message names; the rest are counted (the report lists them all)."""
+
+
+def _listed(ids: Sequence[str]) -> str:
+    more = f", and {len(ids) - NAMED} more" if len(ids) > NAMED else ""
+    return ", ".join(ids[:NAMED]) + more
 
 
 def judge(checks: Sequence[tuple[int, str]], verdicts: Mapping[int, str | None]) -> GateVerdict:

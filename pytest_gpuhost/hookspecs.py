@@ -14,6 +14,8 @@ import pluggy
 
 from .checks import Kind
 from .conditions import ConditionFn
+from .host import Host
+from .nvml import NvmlFactory
 
 hookspec = pluggy.HookspecMarker("pytest")
 hookimpl = pluggy.HookimplMarker("pytest")
@@ -28,4 +30,13 @@ def pytest_gpuhost_check_kinds() -> Sequence[Kind]:
 @hookspec
 def pytest_gpuhost_conditions() -> Mapping[str, ConditionFn]:
     """Return named conditions usable as ``when: NAME`` in a spec."""
+    raise NotImplementedError
+
+
+@hookspec(firstresult=True)
+def pytest_gpuhost_nvml(host: Host) -> NvmlFactory | None:
+    """Return a factory that opens NVML for ``host`` (called at most once, when a check first
+    needs NVML; it raises ``NvmlUnavailable`` with the reason). The built-in implementation runs
+    last: the real library on ``/``, a recorded snapshot in a fake tree. A conftest returns
+    ``lambda: FakeNvml(...)`` to run the NVML checks against a fake."""
     raise NotImplementedError

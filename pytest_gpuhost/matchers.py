@@ -106,6 +106,44 @@ class LinkSpeed:
             return False
 
 
+_VERSION = re.compile(r"\d+(?:\.\d+){0,3}\Z")
+_VERSION_PART_LIMIT = 100_000
+
+
+class Version:
+    """Dotted release numbers compared part by part: ``580.95.05`` >= ``580.0``, ``580.105`` >
+    ``580.95`` (never as text or as a float), trailing zeros ignored (``580`` == ``580.0``)."""
+
+    name = "version"
+
+    def parts(self, raw: str) -> tuple[int, ...]:
+        text = raw.strip()
+        if not _VERSION.match(text):
+            raise ValueError(f"not a version like '580.95.05': {text!r}")
+        parts = tuple(int(p) for p in text.split("."))
+        if any(p >= _VERSION_PART_LIMIT for p in parts):
+            raise ValueError(f"version part too large in {text!r}")
+        return parts
+
+    def validate(self, value: str) -> None:
+        self.parts(value)
+
+    def order_key(self, raw: str) -> int:
+        """Four parts of up to five digits each, packed into one integer that orders like the
+        tuple (580.95.05 -> 580_00095_00005_00000)."""
+        parts = (*self.parts(raw), 0, 0, 0)[:4]
+        key = 0
+        for part in parts:
+            key = key * _VERSION_PART_LIMIT + part
+        return key
+
+    def equal(self, observed: str, expected: str) -> bool:
+        try:
+            return self.order_key(observed) == self.order_key(expected)
+        except ValueError:
+            return False
+
+
 class Choice:
     """A word from a fixed vocabulary (module states: loaded, absent)."""
 
@@ -129,6 +167,9 @@ class Choice:
 class Verdict:
     ok: bool
     reason: str = ""
+    warning: str = ""
+    """For a pass that is close to failing (a bandwidth just above its floor): shown in the
+    summary and the report, the outcome stays passed."""
 
 
 class Expectation(Protocol):
@@ -246,6 +287,50 @@ class Match:
         if self.pattern.fullmatch(normalize_ws(observed)):
             return Verdict(True)
         return Verdict(False, f"{normalize_ws(observed)!r} does not match /{self.pattern.pattern}/")
+
+    def fix_value(self, observed: str | None) -> str | None:
+        return None
+
+
+def parse_rate(raw: str) -> float:
+    """A bandwidth in GB/s as a probe wrote it (``26.34``); ValueError for anything else."""
+    text = raw.strip()
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"not a bandwidth in GB/s: {text!r}") from None
+    if value != value or value < 0:  # NaN or negative
+        raise ValueError(f"not a bandwidth in GB/s: {text!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Floor:
+    """A measured bandwidth must reach ``floor`` GB/s; within ``warn_margin`` (a fraction) above
+    it the check passes with a warning. A measurement is never "fixed"."""
+
+    floor: float
+    label: str
+    """What the floor applies to (``same_numa``), shown with the number."""
+    warn_margin: float = 0.0
+
+    def describe(self) -> str:
+        return f">= {self.floor:g} GB/s ({self.label})"
+
+    def judge(self, observed: str | None) -> Verdict:
+        if observed is None:
+            return _missing()
+        try:
+            value = parse_rate(observed)
+        except ValueError as exc:
+            return Verdict(False, str(exc))
+        if value < self.floor:
+            return Verdict(False, f"{value:.2f} GB/s < floor {self.floor:g} GB/s ({self.label}), "
+                                  f"{value / self.floor:.0%} of it")
+        if value < self.floor * (1 + self.warn_margin):
+            return Verdict(True, warning=f"{value:.2f} GB/s is within {self.warn_margin:.0%} "
+                                         f"above the floor {self.floor:g} GB/s ({self.label})")
+        return Verdict(True)
 
     def fix_value(self, observed: str | None) -> str | None:
         return None

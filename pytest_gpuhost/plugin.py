@@ -20,6 +20,7 @@ from .gate import judge, verdict_text
 from .host import LocalHost
 from .journal import JOURNAL_DIR, latest_journal, read_journal
 from .locking import LockTimeout
+from .nvml import NvmlSource
 from .progress import progress_to
 from .prometheus import write_textfile
 from .report import format_failure, junit_properties, summary_lines, write_json_report
@@ -235,12 +236,14 @@ def pytest_configure(config: pytest.Config) -> None:
     if fix and not options.dry_run and rollback is None:
         journal_path = default_journal(root, option.gpuhost_journal, config.invocation_params.dir,
                                        spec_name, workerinput)
+    nvml = NvmlSource(config.hook.pytest_gpuhost_nvml(host=host))
     fixer = None
     if fix and not options.dry_run:
         fixer = make_fixer(root, host, journal_path, spec_name, worker=workerinput is not None,
                            distributing=_distributing(config),
-                           lock_timeout=option.gpuhost_lock_timeout)
+                           lock_timeout=option.gpuhost_lock_timeout, nvml=nvml)
     report = option.gpuhost_report
+    marks = worker_marks(config)
     state = GpuhostState(
         specs=specs,
         kinds=kinds,
@@ -249,8 +252,9 @@ def pytest_configure(config: pytest.Config) -> None:
         options=options,
         report_path=config.invocation_params.dir / report if report else None,
         is_worker=workerinput is not None,
-        facts=Facts(host),
-        marks=worker_marks(config),
+        facts=Facts(host, nvml=nvml,
+                    shared_dir=marks.directory if marks is not None else None),
+        marks=marks,
         fixrun=FixRun(fixer, journal_path, persist=option.fix_persist),
         gate=option.gpuhost_gate,
         prom_path=config.invocation_params.dir / option.gpuhost_prom
@@ -292,7 +296,8 @@ def _configure_rollback(config: pytest.Config, state: GpuhostState, root: Path,
     if not contents.entries:
         raise pytest.UsageError(f"{journal}: the journal records no change to roll back")
     state.fixrun.rollback = contents
-    state.rollback_checks = rollback_checks(contents, _display(config)(journal))
+    state.rollback_checks = rollback_checks(contents, _display(config)(journal),
+                                            state.facts.nvml)
     config.args = [str(journal)]
 
 

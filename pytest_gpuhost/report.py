@@ -33,6 +33,8 @@ def format_failure(result: CheckResult) -> str:
     else:
         row("observed", result.observed if result.observed is not None else "(nothing)")
     row("why", result.why)
+    if "class" in result.details:
+        row("class", str(result.details["class"]))
     row("action", result.action)
     row("output", result.action_output)
     for change in result.plan if result.outcome is Outcome.WOULD_FIX else ():
@@ -93,6 +95,7 @@ def summary_table(results: Sequence[CheckResult]) -> list[str]:
 
 
 PLAN_LINES = 3
+WARN_LINES = 12
 
 
 def summary_lines(results: Sequence[CheckResult], *, fix: bool, dry_run: bool = False
@@ -130,7 +133,13 @@ def summary_lines(results: Sequence[CheckResult], *, fix: bool, dry_run: bool = 
     if fix:
         lines += [f"  NOT FIXED  {r.id}: {r.message}" for r in results
                   if r.outcome is Outcome.FAILED]
-    lines += [f"  WILL REVERT {r.id}: {warning}" for r in results for warning in r.warnings]
+    warned = [(r.id, warning) for r in results for warning in r.warnings]
+    if warned:
+        lines.append(f"warnings: {len(warned)} (a value close to its floor, or one that boot-time "
+                     "configuration would set back)")
+        lines += [f"  WARN {check}: {warning}" for check, warning in warned[:WARN_LINES]]
+        if len(warned) > WARN_LINES:
+            lines.append(f"  ... and {len(warned) - WARN_LINES} more in the JSON report")
     return lines
 
 

@@ -49,6 +49,8 @@ class CheckResult:
     """Right now, but not for long: boot-time configuration that would set the value back."""
     severity: str = "normal"
     """The spec's ``severity:`` (Allure's levels), how much a failure of this check matters."""
+    details: dict[str, Any] = field(default_factory=dict)
+    """Kind-specific facts for the report (p2p: gbps, class, floor, probe)."""
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -56,6 +58,7 @@ class CheckResult:
         data["evidence"] = list(self.evidence)
         data["plan"] = list(self.plan)
         data["warnings"] = list(self.warnings)
+        data["details"] = dict(self.details)
         return data
 
     @classmethod

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .changes import Change, Command, Plan, ReplaceFile, WriteBytes, WriteText
+from .changes import Change, Command, NvmlSetting, Plan, ReplaceFile, WriteBytes, WriteText
 from .checks import CannotFix, Check, Evidence, Observation, Probe
 from .checks.modules import ModuleProbe, ModuleState
+from .checks.nvml import PERSISTENCE, PersistenceModeProbe
 from .host import Host, HostError
 from .journal import JournalContents
 from .matchers import Auto, Choice, Exact, Expectation
+from .nvml import NvmlSource
 from .persist import FileContentProbe, expected_state
 from .spec import EntryOptions
 
@@ -59,11 +61,18 @@ class BytesProbe:
 
 
 def _target(change: Change) -> str:
-    return " ".join(change.argv) if isinstance(change, Command) else change.path
+    if isinstance(change, Command):
+        return " ".join(change.argv)
+    if isinstance(change, NvmlSetting):
+        return f"nvml {change.setting} {change.address}"
+    return change.path
 
 
-def _restore(change: Change) -> tuple[Expectation, Probe]:
+def _restore(change: Change, nvml: NvmlSource) -> tuple[Expectation, Probe]:
     """What the original was, and a probe that can read and write it back."""
+    if isinstance(change, NvmlSetting):
+        return (Exact(change.old, Choice(PERSISTENCE)),
+                PersistenceModeProbe(nvml, change.address))
     if isinstance(change, WriteText):
         return Exact(change.old.rstrip("\n"), Auto()), TextProbe(change.path)
     if isinstance(change, WriteBytes):
@@ -76,11 +85,11 @@ def _restore(change: Change) -> tuple[Expectation, Probe]:
     raise ValueError(f"no way to roll back {change.describe()}")
 
 
-def rollback_checks(journal: JournalContents, shown: str) -> list[Check]:
+def rollback_checks(journal: JournalContents, shown: str, nvml: NvmlSource) -> list[Check]:
     checks = []
     entries = list(journal.entries)
     for number, entry in reversed(list(enumerate(entries, 1))):
-        expect, probe = _restore(entry.change)
+        expect, probe = _restore(entry.change, nvml)
         options = EntryOptions(where=f"{shown}:{number}",
                                why=f"undo {entry.change.describe()} ({entry.state} at "
                                    f"{entry.time})")

@@ -11,6 +11,7 @@ from pytest_gpuhost import builtin
 from pytest_gpuhost.checks import Facts
 from pytest_gpuhost.engine import RunOptions, run_check
 from pytest_gpuhost.fakehost import FakeHost
+from pytest_gpuhost.fixes import Fixer
 from pytest_gpuhost.host import LocalHost
 from pytest_gpuhost.result import CheckResult
 from pytest_gpuhost.spec import load_spec
@@ -59,4 +60,6 @@ def run_spec(spec_text: str, root: Path, *, fix: bool = False) -> dict[str, Chec
     facts = Facts(host)
     checks = [check for section, model in spec.sections.items()
               for check in kinds[section].expand(model, facts)]
-    return {check.id: run_check(check, host, conditions, RunOptions(fix=fix)) for check in checks}
+    fixer = Fixer(host, None, run_lock=None, apply_lock=None, lock_timeout=0, nvml=facts.nvml)
+    return {check.id: run_check(check, host, conditions, RunOptions(fix=fix), fixer)
+            for check in checks}

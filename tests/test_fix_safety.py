@@ -144,10 +144,10 @@ def test_dry_run_reports_the_plan_and_writes_nothing(pytester: pytest.Pytester, 
                                 "--fix", "--gpuhost-dry-run", "--fix-persist",
                                 "--gpuhost-report=plan.json")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    assert counts(result) == {"passed": 28, "would_fix": 20}
+    assert counts(result) == {"passed": 63, "failed": 32, "would_fix": 28}  # P2P has no fixer
     assert snapshot(example_host) == before  # not even a journal or a lock file
     result.stdout.fnmatch_lines([
-        "--gpuhost-dry-run: 24 fixes planned (87 changes); nothing was written",
+        "--gpuhost-dry-run: 32 fixes planned (95 changes); nothing was written",
         escape("  WOULD_FIX  sysctl[vm.swappiness]: '60' != '10'; would write '10' to "
                "proc/sys/vm/swappiness"),
     ])
@@ -158,7 +158,7 @@ def test_dry_run_reports_the_plan_and_writes_nothing(pytester: pytest.Pytester, 
     ])
     data = json.loads((pytester.path / "plan.json").read_text())
     assert data["dry_run"] is True and data["journal"] is None
-    assert data["summary"]["would_fix"] == 24
+    assert data["summary"]["would_fix"] == 32
     checks = {c["id"]: c for c in data["checks"]}
     mrrs = checks["pcie.max_read_request[0000:81:00.0]"]
     assert mrrs["outcome"] == "would_fix"
@@ -187,7 +187,7 @@ def test_fix_journals_every_change_and_rollback_restores_the_originals(
     untuned = host_state(example_host)
     fixed = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}",
                                "--fix", "--fix-persist")
-    fixed.stdout.fnmatch_lines(["--fix: 19 of 20 fixes applied",
+    fixed.stdout.fnmatch_lines(["--fix: 27 of 28 fixes applied",
                                 "--fix-persist: 4 of 4 files written",
                                 "journal: *.jsonl (undo: --gpuhost-rollback=*.jsonl)"])
     [journal] = (example_host / STATE / "journal").glob("*-blackwell8-*.jsonl")
@@ -199,22 +199,25 @@ def test_fix_journals_every_change_and_rollback_restores_the_originals(
     assert first.time.endswith("Z")
     states = {e.check: e.state for e in contents.entries}
     assert states["module[nvidia_peermem]"] == "failed"
-    assert len(contents.entries) == 9 + 8 + 64 + 2 + 4  # sysctls, GPUs, CPUs, modprobes, files
+    # sysctls, MaxReadReq and persistence mode per GPU, C2 per CPU, modprobes, files
+    assert len(contents.entries) == 9 + 8 + 8 + 64 + 2 + 4
 
     rollback = pytester.runpytest(f"--gpuhost-root={example_host}", "--gpuhost-rollback", "-v")
     assert rollback.ret == pytest.ExitCode.OK
-    assert counts(rollback) == {"passed": 1, "fixed": 86}  # the failed modprobe changed nothing
-    rollback.stdout.fnmatch_lines(["--gpuhost-rollback: 86 of 86 changes restored",
+    assert counts(rollback) == {"passed": 1, "fixed": 94}  # the failed modprobe changed nothing
+    rollback.stdout.fnmatch_lines(["--gpuhost-rollback: 94 of 94 changes restored",
                                    "rollback: *.jsonl is closed"])
     order = [line.split("rollback[", 1)[1] for line in rollback.stdout.lines
              if "::rollback[" in line and (" FIXED " in line or " PASSED " in line)]
-    assert len(order) == 87
+    assert len(order) == 95
     assert order[0].startswith("persist[etc/udev/rules.d/90-gpuhost-blackwell8.rules]")
     assert order[-1].startswith("sysctl[kernel.nmi_watchdog] proc/sys/kernel/nmi_watchdog]")
     restored = host_state(example_host)
     changed = {p for p in set(restored) | set(untuned) if restored.get(p, (None,))[0] !=
                untuned.get(p, (None,))[0]}
     assert changed == {"dev/kmsg"}  # only the kernel's own log of the failed peermem load
+    nvml = example_host / STATE / "nvml/0000:81:00.0/persistence_mode"  # recorded NVML state
+    assert nvml.read_text() == "Disabled\n"
     again = pytester.runpytest(f"--gpuhost-root={example_host}", "--gpuhost-rollback")
     assert again.ret == pytest.ExitCode.USAGE_ERROR
     again.stderr.fnmatch_lines(["ERROR: no journal to roll back under *journal (every one there "
@@ -305,11 +308,11 @@ def test_a_value_that_boot_configuration_would_set_back_is_reported(
     result = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}", "--fix")
     assert counts(result) == {"fixed": 1}
     result.stdout.fnmatch_lines([escape(
-        "  WILL REVERT sysctl[vm.swappiness]: will revert: etc/sysctl.d/10-distro.conf:2 sets "
+        "  WARN sysctl[vm.swappiness]: will revert: etc/sysctl.d/10-distro.conf:2 sets "
         "'60' on the next boot or `sysctl --system`")])
     fake.file("etc/sysctl.conf", "vm.swappiness = 10\n")  # applied last: it wins
     clean = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}")
-    assert "WILL REVERT" not in clean.stdout.str()
+    assert "will revert" not in clean.stdout.str()
 
 
 def test_boot_configuration_order(fake: FakeHost, host: LocalHost) -> None:
@@ -402,8 +405,8 @@ def test_a_fix_run_under_xdist_shares_one_journal(pytester: pytest.Pytester, spe
     result = pytester.runpytest_subprocess(f"--gpuhost-spec={spec}",
                                            f"--gpuhost-root={example_host}", "--fix", "-n", "2",
                                            "-p", "no:cacheprovider")
-    result.stdout.fnmatch_lines(["--fix: 19 of 20 fixes applied"])
+    result.stdout.fnmatch_lines(["--fix: 27 of 28 fixes applied"])
     [journal] = (example_host / STATE / "journal").glob("*.jsonl")
     entries = read_journal(journal).entries
-    assert len(entries) == 9 + 8 + 64 + 2
+    assert len(entries) == 9 + 8 + 8 + 64 + 2
     assert len({e.id.split("-")[0] for e in entries}) == 2  # both workers wrote to it

@@ -35,20 +35,20 @@ def test_a_failing_host_check_turns_gated_tests_into_errors(
     pytester.makepyfile(test_bench=BENCH)
     result = pytester.runpytest("test_bench.py", f"--gpuhost-spec={spec}",
                                 f"--gpuhost-root={example_host}", "--gpuhost-gate", "-v")
-    result.assert_outcomes(passed=28, failed=20, errors=2)
+    result.assert_outcomes(passed=63, failed=60, errors=2)
     lines = [line for line in result.stdout.lines if "::" in line and line.endswith("]")]
     # Every host check ran before the benchmarks.
-    assert [i for i, line in enumerate(lines) if "test_bench" in line] == [48, 49]
+    assert [i for i, line in enumerate(lines) if "test_bench" in line] == [123, 124]
     result.stdout.fnmatch_lines([
         "*_ ERROR at setup of test_bench_a _*",
-        escape("gpuhost gate closed: 20 of 48 host checks failed: sysctl[kernel.nmi_watchdog] "
-               "(failed), ") + "*" + escape("cpuidle[C2] (failed), module[nvidia_peermem] "
-                                            "(failed), module[nvidia_uvm] (failed)"),
+        escape("gpuhost gate closed: 60 of 123 host checks failed: sysctl[kernel.nmi_watchdog] "
+               "(failed), ") + "*" + escape("gpus.persistence_mode[0000:41:00.0] (failed), and "
+                                            "48 more"),
         "*_ ERROR at setup of test_bench_b _*",
     ])
     result.stdout.fnmatch_lines(["ERROR test_bench.py::test_bench_a - Failed: gpuhost gate "
-                                 "closed: 20 of 48*"])
-    assert "cpuidle[C2] (failed)" in result.stdout.str()
+                                 "closed: 60 of 123*"])
+    assert "cpuidle[C2]" in result.stdout.str()  # named in the summary table
 
 
 def test_fixed_checks_open_the_gate(pytester: pytest.Pytester, spec: Path,
@@ -59,7 +59,7 @@ def test_fixed_checks_open_the_gate(pytester: pytest.Pytester, spec: Path,
                                 f"--gpuhost-root={example_host}", "--gpuhost-gate", "--fix")
     assert result.ret == pytest.ExitCode.OK
     outcomes = result.parseoutcomes()
-    assert (outcomes["passed"], outcomes["fixed"], outcomes["skipped"]) == (28 + 2, 19, 1)
+    assert (outcomes["passed"], outcomes["fixed"], outcomes["skipped"]) == (95 + 2, 27, 1)
 
 
 def test_the_marker_gates_one_test(pytester: pytest.Pytester, example_host: Path) -> None:
@@ -122,11 +122,11 @@ def test_gate_under_xdist_waits_for_every_worker(pytester: pytest.Pytester, spec
                                            f"--gpuhost-root={example_host}", "--gpuhost-gate",
                                            "--fix", "-n", "2", "-p", "no:cacheprovider")
     outcomes = result.parseoutcomes()
-    assert (outcomes["errors"], outcomes["fixed"], outcomes["failed"]) == (2, 19, 2)
+    assert (outcomes["errors"], outcomes["fixed"], outcomes["failed"]) == (2, 27, 2)
     # The peermem fix and the dmesg check ran on some worker; both gated tests saw them.
     for name in ("test_bench_a", "test_bench_b"):
         result.stdout.fnmatch_lines([f"*_ ERROR at setup of {name} _*", escape(
-            "gpuhost gate closed: 2 of 48 host checks failed: module[nvidia_peermem] "
+            "gpuhost gate closed: 2 of 123 host checks failed: module[nvidia_peermem] "
             "(fix_failed), dmesg (failed)")])
 
 

@@ -46,6 +46,12 @@ def fake_root(fake: FakeHost) -> Path:
     return fake.root
 
 
+def row(kind: str, cells: str, detail: str = "") -> str:
+    """A glob for one row of the summary table: the kind, its counts, then the keys (a glob)."""
+    pattern = kind + "".join(f" *{escape(cell)}" for cell in cells.split())
+    return pattern + (f"  {detail}" if detail else "")
+
+
 def report(path: Path) -> dict[str, object]:
     data: dict[str, object] = json.loads(path.read_text())
     return data
@@ -60,22 +66,31 @@ def test_verify_the_untuned_example_host(pytester: pytest.Pytester, spec: Path,
     before = snapshot(example_host)
     result = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}",
                                 "--gpuhost-report=out.json")
-    result.assert_outcomes(passed=28, failed=20)
+    result.assert_outcomes(passed=63, failed=60)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert snapshot(example_host) == before  # verification writes nothing
     result.stdout.fnmatch_lines([
         "*= gpuhost: blackwell8 on *blackwell8-untuned =*",
-        "kind *  checks  passed  failed  fixed  fix_failed  skipped",
-        "sysctl                      9       -       9      -           -        -",
+        "kind * checks  passed  failed  fixed  fix_failed  skipped",
+        "sysctl  * 9       -       9      -           -        -",
     ])
     result.stdout.fnmatch_lines([
-        "pcie.max_read_request       8       -       8      -           -        -  "
-        "0000:01:00.0 0000:21:00.0 0000:41:00.0 0000:61:00.0 0000:81:00.0 0000:a1:00.0 "
-        "0000:c1:00.0 0000:e1:00.0",
-        "cpuidle                     1       -       1      -           -        -  C2 cpus 0-63",
-        "module                      4       2       2      -           -        -",
-        "dmesg                       1       1       -      -           -        -",
-        "total                      48      28      20      -           -        -",
+        row("gpus.persistence_mode", "8 - 8 - - -", "0000:01:00.0 *"),
+        row("pcie.link_width", "8 8 - - - -"),
+        row("pcie.max_link_speed", "8 8 - - - -"),
+        row("pcie.max_payload", "8 8 - - - -"),
+        row("pcie.max_read_request", "8 - 8 - - -",
+            "0000:01:00.0 0000:21:00.0 0000:41:00.0 0000:61:00.0 0000:81:00.0 0000:a1:00.0 "
+            "0000:c1:00.0 0000:e1:00.0"),
+        row("cpuidle", "1 - 1 - - -", "C2 cpus 0-63"),
+        row("module", "4 2 2 - - -"),
+        row("p2p", "56 24 32 - - -"),
+        row("dmesg", "1 1 - - - -"),
+        row("total", "123 63 60 - - -"),
+        "warnings: 24 (a value close to its floor, or one that boot-time configuration would set "
+        "back)",
+        escape("  WARN p2p[0000:01:00.0->0000:21:00.0]: 46.48 GB/s is within 5% above the floor "
+               "45 GB/s (same_numa)"),
     ], consecutive=True)
     result.stdout.fnmatch_lines([
         "'1' != '0' (fixable: run with --fix)",
@@ -87,8 +102,16 @@ def test_verify_the_untuned_example_host(pytester: pytest.Pytester, spec: Path,
     ])
     data = report(pytester.path / "out.json")
     assert data["fix"] is False
-    assert data["summary"] == {"passed": 28, "failed": 20, "fixed": 0, "fix_failed": 0,
+    assert data["summary"] == {"passed": 63, "failed": 60, "fixed": 0, "fix_failed": 0,
                                "skipped": 0, "error": 0, "would_fix": 0}
+    pair = by_id(data)["p2p[0000:01:00.0->0000:81:00.0]"]
+    assert (pair["kind"], pair["key"], pair["observed"], pair["outcome"]) == (
+        "p2p", "0000:01:00.0->0000:81:00.0", "27.62", "failed")
+    assert pair["details"]["gbps"] == 27.62  # type: ignore[index]
+    assert pair["details"]["class"] == "cross_numa"  # type: ignore[index]
+    assert pair["details"]["floor"] == 32.0  # type: ignore[index]
+    warned = by_id(data)["p2p[0000:01:00.0->0000:21:00.0]"]
+    assert warned["outcome"] == "passed" and "within 5%" in warned["warnings"][0]  # type: ignore[index]
     check = by_id(data)["pcie.max_read_request[0000:81:00.0]"]
     assert {k: check[k] for k in ("kind", "key", "expected", "observed", "before", "after",
                                   "outcome")} == {
@@ -101,18 +124,21 @@ def test_fix_the_example_host_reproduces_the_real_story(pytester: pytest.Pyteste
     result = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}",
                                 "--fix", "--gpuhost-report=out.json", "-v")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    assert counts(result) == {"passed": 27, "failed": 2, "fixed": 19}
+    # The P2P pairs are measured after the fixes: with MaxReadReq 4096 all 56 clear their floor.
+    assert counts(result) == {"passed": 94, "failed": 2, "fixed": 27}
     result.stdout.fnmatch_lines([
         escape("blackwell8.yaml::sysctl[kernel.numa_balancing] FIXED") + "*",
+        escape("blackwell8.yaml::gpus.persistence_mode[0000:01:00.0] FIXED") + "*",
         escape("blackwell8.yaml::module[nvidia_peermem] FIX_FAILED") + "*",
-        "--fix: 19 of 20 fixes applied",
+        "--fix: 27 of 28 fixes applied",
         escape("  FIX_FAILED module[nvidia_peermem]: apply failed: modprobe nvidia_peermem exited "
                "1: modprobe: ERROR: could not insert 'nvidia_peermem': Invalid argument"),
     ])
     checks = by_id(report(pytester.path / "out.json"))
     fixed = sorted(i for i, c in checks.items() if c["outcome"] == "fixed")
-    assert len(fixed) == 19 and all(i.startswith(("sysctl", "pcie.max_read_request",
-                                                  "cpuidle", "module[nvidia_uvm]"))
+    assert len(fixed) == 27 and all(i.startswith(("sysctl", "pcie.max_read_request",
+                                                  "gpus.persistence_mode", "cpuidle",
+                                                  "module[nvidia_uvm]"))
                                     for i in fixed)
     assert checks["module[nvidia_peermem]"]["outcome"] == "fix_failed"
     # The dmesg check ran last and saw what the failed load wrote to the kernel log.
@@ -123,6 +149,8 @@ def test_fix_the_example_host_reproduces_the_real_story(pytester: pytest.Pyteste
     assert (example_host / "proc/sys/vm/swappiness").read_text() == "10\n"
     numa = checks["sysctl[kernel.numa_balancing]"]
     assert (numa["before"], numa["after"], numa["observed"]) == ("1", "0", "0")
+    pair = checks["p2p[0000:01:00.0->0000:81:00.0]"]
+    assert (pair["outcome"], pair["observed"]) == ("passed", "41.34")
 
 
 def test_second_fix_is_idempotent_and_writes_nothing(pytester: pytest.Pytester, spec: Path,
@@ -130,11 +158,11 @@ def test_second_fix_is_idempotent_and_writes_nothing(pytester: pytest.Pytester, 
     shutil.rmtree(example_host / "sys/class/infiniband")  # peermem is then not applicable
     args = [f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}", "--fix"]
     first = pytester.runpytest(*args)
-    assert counts(first) == {"passed": 28, "fixed": 19, "skipped": 1}
+    assert counts(first) == {"passed": 95, "fixed": 27, "skipped": 1}
     assert first.ret == pytest.ExitCode.OK
     tuned = snapshot(example_host)
     second = pytester.runpytest(*args)
-    second.assert_outcomes(passed=47, skipped=1)
+    second.assert_outcomes(passed=122, skipped=1)
     second.stdout.fnmatch_lines(["--fix: 0 of 0 fixes applied"])
     assert snapshot(example_host) == tuned
     verify = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}")
@@ -266,14 +294,14 @@ def test_xdist_collects_identically_and_reports_once(pytester: pytest.Pytester, 
                                              "--gpuhost-report=parallel.json", "-p",
                                              "no:cacheprovider")
     assert serial.ret == parallel.ret == pytest.ExitCode.TESTS_FAILED
-    parallel.stdout.fnmatch_lines(["*2 workers*", "--fix: 19 of 20 fixes applied"])
+    parallel.stdout.fnmatch_lines(["*2 workers*", "--fix: 27 of 28 fixes applied"])
     assert parallel.stdout.str().count("= gpuhost: blackwell8 on") == 1
     one, two = report(pytester.path / "serial.json"), report(pytester.path / "parallel.json")
     outcome = {i: c["outcome"] for i, c in by_id(one).items()}
     assert list(by_id(one)) == list(by_id(two))  # same checks, same order
     assert {i: c["outcome"] for i, c in by_id(two).items()} == outcome
     assert outcome["dmesg"] == "failed"  # it waited for the failed peermem load on the other worker
-    assert one["summary"]["fixed"] == two["summary"]["fixed"] == 19  # type: ignore[index]
+    assert one["summary"]["fixed"] == two["summary"]["fixed"] == 27  # type: ignore[index]
 
 
 THIRD_PARTY = """

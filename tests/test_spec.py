@@ -27,7 +27,8 @@ def load(tmp_path: Path, text: str) -> Spec:
 def test_bundled_spec_is_valid() -> None:
     spec = load_spec(BLACKWELL8, KINDS, CONDITIONS)
     assert spec.name == "blackwell8"
-    assert list(spec.sections) == ["sysctl", "gpus", "pcie", "cpuidle", "modules", "dmesg"]
+    assert list(spec.sections) == ["sysctl", "gpus", "pcie", "cpuidle", "modules", "p2p",
+                                  "dmesg"]
     sysctls = {entry.key: entry for entry in spec.sections["sysctl"]}  # type: ignore[attr-defined]
     assert sysctls["kernel.numa_balancing"].expect == Exact("0", sysctls[
         "kernel.numa_balancing"].expect.domain)

@@ -8,14 +8,18 @@ Built-in kinds register through the ``pytest_gpuhost_check_kinds`` hook like thi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..changes import Plan
 from ..host import Host
 from ..matchers import Expectation
 from ..spec import EntryOptions, Node, SpecContext
+
+if TYPE_CHECKING:
+    from ..nvml import NvmlSource
 
 T = TypeVar("T")
 
@@ -41,6 +45,13 @@ class Observation:
     problem: str | None = None
     persisted: tuple[str, str] | None = None
     """(value, where) when boot-time configuration sets this value too (sysctl.d)."""
+    details: Mapping[str, Any] = field(default_factory=dict)
+    """Kind-specific facts carried into the result record (p2p: gbps, class, floor)."""
+
+
+class NotApplicable(Exception):
+    """Raised by ``observe`` when the check cannot apply here (NVML absent): the check is
+    skipped with this reason."""
 
 
 class CannotFix(Exception):
@@ -86,14 +97,28 @@ class Check:
 
 
 class Facts:
-    """Host facts read once per session during expansion (GPU list, CPU list, cpuidle names).
+    """Host facts read once per session during expansion (GPU list, CPU list, cpuidle names),
+    and the session's ways to reach the GPUs: NVML, opened lazily, and the directory shared
+    with xdist workers (where bandwidth is measured once, under a lock).
 
     Observations never come from here: they are read fresh by each check, after any fix.
     """
 
-    def __init__(self, host: Host) -> None:
+    def __init__(self, host: Host, *, nvml: NvmlSource | None = None,
+                 shared_dir: Path | None = None) -> None:
         self.host = host
+        self.shared_dir = shared_dir
+        """Shared with the other xdist workers of this session; None without xdist."""
+        self._nvml = nvml
         self._cache: dict[Callable[[Host], Any], Any] = {}
+
+    @property
+    def nvml(self) -> NvmlSource:
+        if self._nvml is None:
+            from ..nvml import NvmlSource, default_factory
+
+            self._nvml = NvmlSource(default_factory(self.host))
+        return self._nvml
 
     def get(self, reader: Callable[[Host], T]) -> T:
         if reader not in self._cache:

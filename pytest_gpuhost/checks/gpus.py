@@ -6,36 +6,20 @@ audio function ``.1`` of a workstation card and NVSwitch bridges are not.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..host import Host, HostError
 from ..matchers import Expectation, Integer
+from ..pciaddr import address_order, normalize_address
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from . import Check, Evidence, Facts, NoFix, Observation
+from .nvml import KEYS as NVML_KEYS
+from .nvml import NvmlEntry, expand_nvml
 
 PCI_DEVICES = "sys/bus/pci/devices"
 NVIDIA = 0x10DE
 GPU_CLASSES = (0x0300, 0x0302)
-_ADDRESS = re.compile(r"([0-9a-f]{4,8}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])\Z")
-
-
-def normalize_address(address: str) -> str:
-    """The sysfs form ``0000:81:00.0`` of an address (NVML prints ``00000000:81:00.0``)."""
-    match = _ADDRESS.fullmatch(address.strip().lower())
-    if not match:
-        raise ValueError(f"not a PCI address: {address!r}")
-    domain, bus, device, function = match.groups()
-    return f"{int(domain, 16):04x}:{bus}:{device}.{function}"
-
-
-def address_order(address: str) -> tuple[int, ...]:
-    domain, bus, rest = address.split(":")
-    device, function = rest.split(".")
-    return (int(domain, 16), int(bus, 16), int(device, 16), int(function, 16))
-
-
 @dataclass(frozen=True)
 class Gpu:
     address: str
@@ -77,6 +61,8 @@ def find_gpus(host: Host) -> tuple[Gpu, ...]:
 @dataclass(frozen=True)
 class GpusSection:
     count: tuple[Expectation, EntryOptions] | None
+    nvml: tuple[NvmlEntry, ...] = ()
+    where: str = ""
 
 
 @dataclass(frozen=True)
@@ -89,23 +75,32 @@ class GpuCountProbe(NoFix):
 
 class GpusKind:
     section = "gpus"
-    keys = ("count",)
+    keys = ("count", *NVML_KEYS)
 
     def parse(self, node: Node, context: SpecContext) -> GpusSection:
         count = None
+        nvml: list[NvmlEntry] = []
         for key, value in node.mapping("gpus"):
             if key == "count":
                 count = parse_expectation(value, context, Integer(), what="gpus count",
                                           matchers=("min", "max"))
+            elif key in NVML_KEYS:
+                spec = NVML_KEYS[key]
+                expect, options = parse_expectation(value, context, spec.domain,
+                                                    what=f"gpus {key}", matchers=spec.matchers)
+                nvml.append(NvmlEntry(key, expect, options))
             else:
                 raise value.key_error(f"unknown key {key!r} in gpus; expected one of: "
                                   f"{', '.join(self.keys)}")
-        if count is None:
+        if count is None and not nvml:
             raise node.error(f"gpus is empty; expected one of: {', '.join(self.keys)}")
-        return GpusSection(count)
+        return GpusSection(count, tuple(sorted(nvml, key=lambda e: e.key)), node.where)
 
     def expand(self, section: GpusSection, facts: Facts) -> Sequence[Check]:
-        if section.count is None:
-            return []
-        expect, options = section.count
-        return [Check("gpu_count", None, expect, options, GpuCountProbe())]
+        checks: list[Check] = []
+        if section.count is not None:
+            expect, options = section.count
+            checks.append(Check("gpu_count", None, expect, options, GpuCountProbe()))
+        addresses = tuple(g.address for g in facts.get(find_gpus))
+        checks += expand_nvml(section.nvml, facts.nvml, addresses, section.where)
+        return checks

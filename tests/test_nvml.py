@@ -1,0 +1,237 @@
+"""NVML facts: the Version domain, the checks against an injected fake NVML, the lazy real
+wrapper (on a fake pynvml module), and whole-plugin runs with a conftest-injected fake."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_gpuhost import builtin
+from pytest_gpuhost.checks import Facts
+from pytest_gpuhost.engine import RunOptions, run_check
+from pytest_gpuhost.fakehost import FakeHost
+from pytest_gpuhost.fixes import Fixer
+from pytest_gpuhost.host import LocalHost
+from pytest_gpuhost.matchers import Range, Version
+from pytest_gpuhost.nvml import (
+    FakeGpu,
+    FakeNvml,
+    NvmlSource,
+    NvmlUnavailable,
+    PynvmlNvml,
+    RecordedNvml,
+    default_factory,
+)
+from pytest_gpuhost.result import CheckResult, Outcome
+from pytest_gpuhost.spec import load_spec
+
+pytest_plugins = ["pytester"]
+
+A, B = "0000:01:00.0", "0000:81:00.0"
+SPEC = """\
+version: 1
+gpus:
+  driver_version: {min: "580.0"}
+  persistence_mode: enabled
+  max_link_generation: {min: 5}
+  p2p_status: ok
+"""
+
+
+@pytest.mark.parametrize(("observed", "ok"), [("580.95.05", True), ("580.0", True), ("580", True),
+                                              ("575.57.08", False), ("1000.1", True),
+                                              ("580.105.08", True)])
+def test_version_compares_part_by_part(observed: str, ok: bool) -> None:
+    assert Range("580.0", None, Version()).judge(observed).ok is ok
+
+
+def test_version_orders_parts_numerically_not_as_text() -> None:
+    version = Version()
+    assert version.order_key("580.105") > version.order_key("580.95")
+    assert version.equal("580.0.0", "580")
+    with pytest.raises(ValueError, match="not a version"):
+        version.validate("580.x")
+
+
+def two_gpus(fake: FakeHost) -> FakeHost:
+    return fake.gpu(A, numa_node=0).gpu(B, numa_node=1)
+
+
+def run(spec_text: str, root: Path, nvml: FakeNvml | None, *, fix: bool = False
+        ) -> dict[str, CheckResult]:
+    spec_path = root.parent / "spec.yaml"
+    spec_path.write_text(textwrap.dedent(spec_text))
+    kinds = {kind.section: kind for kind in builtin.pytest_gpuhost_check_kinds()}
+    conditions = dict(builtin.pytest_gpuhost_conditions())
+    spec = load_spec(spec_path, kinds, conditions)
+    host = LocalHost(root)
+    source = NvmlSource(lambda: nvml) if nvml is not None else None
+    facts = Facts(host, nvml=source)
+    checks = [c for s, m in spec.sections.items() for c in kinds[s].expand(m, facts)]
+    fixer = Fixer(host, None, run_lock=None, apply_lock=None, lock_timeout=0, nvml=facts.nvml)
+    return {c.id: run_check(c, host, conditions, RunOptions(fix=fix), fixer) for c in checks}
+
+
+def fake_nvml(**overrides: Any) -> FakeNvml:
+    values: dict[str, Any] = {"driver": "580.95.05",
+                              "devices": {A: FakeGpu(True, 5), B: FakeGpu(True, 5)}}
+    values.update(overrides)
+    return FakeNvml(**values)
+
+
+def test_nvml_checks_pass_on_a_good_host(fake: FakeHost) -> None:
+    results = run(SPEC, two_gpus(fake).root, fake_nvml())
+    assert {i: r.outcome for i, r in results.items()} == {
+        "gpus.nvml_inventory": Outcome.PASSED, "gpus.driver_version": Outcome.PASSED,
+        f"gpus.max_link_generation[{A}]": Outcome.PASSED,
+        f"gpus.max_link_generation[{B}]": Outcome.PASSED,
+        "gpus.p2p_status": Outcome.PASSED,
+        f"gpus.persistence_mode[{A}]": Outcome.PASSED,
+        f"gpus.persistence_mode[{B}]": Outcome.PASSED}
+
+
+def test_each_nvml_fact_fails_with_what_nvml_said(fake: FakeHost) -> None:
+    nvml = fake_nvml(driver="575.57.08", devices={A: FakeGpu(False, 5), B: FakeGpu(True, 4)},
+                     p2p={f"{A}->{B}": "the chipset does not support P2P"})
+    results = run(SPEC, two_gpus(fake).root, nvml)
+    assert results["gpus.driver_version"].message == "575.57.08 < min 580.0"
+    assert results[f"gpus.persistence_mode[{A}]"].message == \
+        "'disabled' != 'enabled' (fixable: run with --fix)"
+    assert results[f"gpus.max_link_generation[{B}]"].message == "4 < min 5"
+    p2p = results["gpus.p2p_status"]
+    assert p2p.outcome is Outcome.FAILED
+    assert f"1 of 2 pairs not ok: {A}->{B}: the chipset does not support P2P" in p2p.message
+    assert p2p.evidence[0]["source"] == f"NVML nvmlDeviceGetP2PStatus({A}->{B}, READ)"
+
+
+def test_persistence_mode_is_fixed_through_nvml(fake: FakeHost) -> None:
+    nvml = fake_nvml(devices={A: FakeGpu(False, 5), B: FakeGpu(True, 5)})
+    result = run(SPEC, two_gpus(fake).root, nvml, fix=True)[f"gpus.persistence_mode[{A}]"]
+    assert (result.outcome, result.before, result.after) == (Outcome.FIXED, "disabled", "enabled")
+    assert nvml.set_calls == [(A, True)]
+    assert result.action == f"NVML nvmlDeviceSetPersistenceMode({A}, enabled)"
+
+
+def test_persistence_fix_without_root_says_so(fake: FakeHost) -> None:
+    nvml = fake_nvml(devices={A: FakeGpu(False, 5), B: FakeGpu(True, 5)}, setter_needs_root=True)
+    result = run(SPEC, two_gpus(fake).root, nvml, fix=True)[f"gpus.persistence_mode[{A}]"]
+    assert result.outcome is Outcome.FIX_FAILED
+    assert "needs root" in result.message
+
+
+def test_nvml_and_sysfs_disagree_names_both_lists(fake: FakeHost) -> None:
+    nvml = fake_nvml(devices={A: FakeGpu(True, 5), "0000:c1:00.0": FakeGpu(True, 5)})
+    results = run(SPEC, two_gpus(fake).root, nvml)
+    message = results["gpus.nvml_inventory"].message
+    assert message == (f"NVML and sysfs disagree (missing from NVML: {B}; not in sysfs: "
+                       f"0000:c1:00.0): NVML sees 2 [{A}, 0000:c1:00.0], sysfs lists 2 [{A}, {B}]")
+    assert "NVML does not see the GPU" in results[f"gpus.persistence_mode[{B}]"].message
+
+
+def test_without_nvml_the_checks_skip_with_the_reason(fake: FakeHost) -> None:
+    results = run(SPEC, two_gpus(fake).root, None)  # a fake root with no recorded NVML
+    assert {r.outcome for r in results.values()} == {Outcome.SKIPPED}
+    assert "NVML unavailable: the host root" in results["gpus.driver_version"].message
+    assert "has no recorded var/lib/pytest-gpuhost/nvml" in results["gpus.driver_version"].message
+
+
+def test_recorded_nvml_in_a_fake_tree_is_read_and_written(fake: FakeHost) -> None:
+    two_gpus(fake).nvml(fake_nvml(devices={A: FakeGpu(False, 5), B: FakeGpu(True, 5)},
+                                  topologies={f"{A}->{B}": "SYS"}))
+    recorded = default_factory(LocalHost(fake.root))()
+    assert isinstance(recorded, RecordedNvml)
+    assert recorded.gpus() == [A, B] and recorded.topology(B, A) == "SYS"
+    results = run(SPEC, fake.root, None, fix=True)
+    assert results[f"gpus.persistence_mode[{A}]"].outcome is Outcome.FIXED
+    assert (fake.root / f"var/lib/pytest-gpuhost/nvml/{A}/persistence_mode").read_text() == \
+        "Enabled\n"
+
+
+def test_missing_pynvml_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails as if not installed
+    with pytest.raises(NvmlUnavailable, match=r"pip install 'pytest-gpuhost\[nvml\]'"):
+        PynvmlNvml.open()
+
+
+class FakeNVMLError(Exception):
+    pass
+
+
+def fake_pynvml(init_fails: bool = False) -> types.ModuleType:
+    module = types.ModuleType("pynvml")
+    info = types.SimpleNamespace
+    handles = {0: "h0", 1: "h1"}
+    bus = {"h0": b"00000000:01:00.0", "h1": "00000000:81:00.0"}
+
+    def init() -> None:
+        if init_fails:
+            raise FakeNVMLError("Driver Not Loaded")
+
+    module.__dict__.update(
+        NVMLError=FakeNVMLError, NVMLError_NoPermission=type("NoPerm", (FakeNVMLError,), {}),
+        NVML_FEATURE_ENABLED=1, NVML_FEATURE_DISABLED=0, NVML_P2P_CAPS_INDEX_READ=0,
+        nvmlInit=init, nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: handles[i],
+        nvmlDeviceGetPciInfo=lambda h: info(busId=bus[h]),
+        nvmlSystemGetDriverVersion=lambda: "580.95.05",
+        nvmlDeviceGetPersistenceMode=lambda h: 1 if h == "h0" else 0,
+        nvmlDeviceGetMaxPcieLinkGeneration=lambda h: 5,
+        nvmlDeviceGetP2PStatus=lambda a, b, cap: 0 if cap == 0 and a == "h0" else 1,
+        nvmlDeviceGetTopologyCommonAncestor=lambda a, b: 50)
+    return module
+
+
+def test_the_pynvml_wrapper_normalizes_bus_ids(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
+    nvml = PynvmlNvml.open()
+    assert nvml.gpus() == [A, B]  # 00000000:01:00.0 (bytes or str) -> sysfs form
+    assert nvml.driver_version() == "580.95.05"
+    assert nvml.persistence_mode(A) and not nvml.persistence_mode(B)
+    assert nvml.p2p_read_status(A, B) == "ok"
+    assert nvml.p2p_read_status(B, A) == "the chipset does not support P2P"
+    assert nvml.topology(A, B) == "SYS"
+
+
+def test_driver_not_loaded_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(init_fails=True))
+    with pytest.raises(NvmlUnavailable, match=r"Driver Not Loaded.*driver is not loaded"):
+        PynvmlNvml.open()
+
+
+CONFTEST = f"""
+from pytest_gpuhost.hookspecs import hookimpl
+from pytest_gpuhost.nvml import FakeGpu, FakeNvml
+
+@hookimpl
+def pytest_gpuhost_nvml(host):
+    return lambda: FakeNvml(driver="580.95.05",
+                            devices={{"{A}": FakeGpu(False, 5), "{B}": FakeGpu(True, 5)}},
+                            setter_needs_root=True)
+"""
+
+
+def test_a_conftest_injects_a_fake_nvml_into_a_whole_run(pytester: pytest.Pytester,
+                                                         fake: FakeHost) -> None:
+    two_gpus(fake)
+    pytester.makeconftest(CONFTEST)
+    pytester.makefile(".yaml", spec=SPEC)
+    result = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}", "--fix")
+    outcomes = {k: v for k, v in result.parseoutcomes().items() if not k.startswith("warning")}
+    assert outcomes == {"passed": 6, "failed": 1}
+    result.stdout.fnmatch_lines(["*FIX_FAILED gpus.persistence_mode[[]0000:01:00.0[]]: apply "
+                                 "failed: NVML refused (Insufficient Permissions): setting "
+                                 "persistence mode needs root"])
+
+
+def test_without_a_fake_a_run_on_a_fake_root_skips_nvml(pytester: pytest.Pytester,
+                                                        fake: FakeHost) -> None:
+    two_gpus(fake)
+    pytester.makefile(".yaml", spec=SPEC)
+    result = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}", "-rs")
+    result.assert_outcomes(skipped=7)
+    result.stdout.fnmatch_lines(["*NVML unavailable: the host root * is not this machine*"])
