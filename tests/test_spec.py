@@ -163,6 +163,9 @@ BAD_SPECS = [
     pytest.param("version: 1\nsysctl:\n  vm.swappiness: {value: 1, fix: maybe}\n",
                  "spec.yaml:3: fix must be true or false", id="fix-type"),
     pytest.param("version: 1\nsysctl: {\n", "spec.yaml:3: not valid YAML", id="yaml-syntax"),
+    pytest.param("version: 1\nsysctl:\n\tvm.swappiness: 1\n",
+                 "spec.yaml:3: not valid YAML: found character '\\t' that cannot start any token",
+                 id="yaml-tab"),
     pytest.param("version: 1\nname: 'my spec'\nsysctl: {a.b: 1}\n",
                  "spec.yaml:2: name 'my spec' must be letters", id="name-chars"),
 ]
