@@ -19,6 +19,7 @@ from typing import Protocol
 
 COMMAND_DIRS = ("usr/sbin", "usr/bin", "sbin", "bin")
 COMMAND_TIMEOUT_S = 120.0
+_MISSING = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)
 
 
 class HostError(Exception):
@@ -45,16 +46,23 @@ class CommandResult:
         return " ".join(self.argv)
 
 
-def safe_relative(path: str) -> PurePosixPath:
-    """A path relative to the root, refusing ``..``, absolute paths, NUL and empty parts."""
+def checked_relative(path: str) -> str:
+    """``path``, normalized as ``PurePosixPath`` would, once it is known to stay under the root:
+    refuses ``..``, absolute paths, NUL and empty paths. Strings only: this runs for every read
+    of every check."""
     if "\0" in path:
         raise UnsafePath(f"path {path!r} contains NUL")
-    pure = PurePosixPath(path)
-    if pure.is_absolute():
+    if path.startswith("/"):
         raise UnsafePath(f"path {path!r} is absolute; host paths are relative to the root")
-    if any(part == ".." for part in pure.parts) or not pure.parts:
+    parts = path.split("/")
+    if ".." in parts or all(part in ("", ".") for part in parts):
         raise UnsafePath(f"path {path!r} would leave the host root")
-    return pure
+    return os.path.normpath(path)
+
+
+def safe_relative(path: str) -> PurePosixPath:
+    """A path relative to the root, refusing ``..``, absolute paths, NUL and empty parts."""
+    return PurePosixPath(checked_relative(path))
 
 
 class Host(Protocol):
@@ -92,6 +100,7 @@ class LocalHost:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.is_real = root.resolve() == Path("/")
+        self._base = os.fspath(root)
 
     def describe(self) -> str:
         return str(self.root)
@@ -102,19 +111,25 @@ class LocalHost:
     def path(self, path: str) -> Path:
         return self.root / safe_relative(path)
 
+    def _os_path(self, path: str) -> str:
+        """The checked path as a string: without Path objects, a read costs half as much."""
+        return os.path.join(self._base, checked_relative(path))
+
     def _fail(self, action: str, path: str, exc: OSError) -> HostError:
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
         return HostError(f"cannot {action} {self.path(path)}: {reason}", exc.errno)
 
     def read_text(self, path: str) -> str:
         try:
-            return self.path(path).read_text(encoding="utf-8", errors="replace")
+            with open(self._os_path(path), encoding="utf-8", errors="replace") as file:
+                return file.read()
         except OSError as exc:
             raise self._fail("read", path, exc) from exc
 
     def read_bytes(self, path: str) -> bytes:
         try:
-            return self.path(path).read_bytes()
+            with open(self._os_path(path), "rb") as file:
+                return file.read()
         except OSError as exc:
             raise self._fail("read", path, exc) from exc
 
@@ -127,7 +142,7 @@ class LocalHost:
         self._write(path, data, offset, truncate=False)
 
     def _write(self, path: str, data: bytes, offset: int, *, truncate: bool) -> None:
-        target = self.path(path)
+        target = self._os_path(path)
         flags = os.O_WRONLY | (os.O_TRUNC if truncate else 0)
         try:
             fd = os.open(target, flags)
@@ -166,12 +181,19 @@ class LocalHost:
 
     def listdir(self, path: str) -> list[str]:
         try:
-            return sorted(os.listdir(self.path(path)))
+            return sorted(os.listdir(self._os_path(path)))
         except OSError as exc:
             raise self._fail("list", path, exc) from exc
 
     def exists(self, path: str) -> bool:
-        return self.path(path).exists()
+        """As ``Path.exists``: a missing file is False, any other error (EACCES) is raised."""
+        try:
+            os.stat(self._os_path(path))
+        except OSError as exc:
+            if exc.errno in _MISSING:
+                return False
+            raise
+        return True
 
     def read_kmsg(self, path: str = "dev/kmsg") -> list[str]:
         """The kernel log records: one read(2) per record from the real device until EAGAIN,

@@ -435,8 +435,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     checks = [item for item in session.items if isinstance(item, GpuhostItem)]
     for index, item in enumerate(checks):
         item.index = index
+    lower: dict[int, list[int]] = {}  # per rank, not per item: O(checks x ranks), not checks^2
+    for rank in sorted({item.check.order for item in checks}):
+        lower[rank] = [other.index for other in checks if other.check.order < rank]
     for item in checks:
-        item.waits_for = [other.index for other in checks if other.check.order < item.check.order]
+        item.waits_for = lower[item.check.order]
     state = session.config.stash.get(STATE, None)
     if state is not None:
         state.host_checks = [(item.index, item.check.id) for item in checks]

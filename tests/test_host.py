@@ -11,10 +11,20 @@ from pytest_gpuhost.fakehost import FakeHost
 from pytest_gpuhost.host import HostError, LocalHost, UnsafePath
 
 
-@pytest.mark.parametrize("path", ["../etc/passwd", "proc/../../x", "/etc/passwd", "a\0b", ""])
+@pytest.mark.parametrize("path", ["../etc/passwd", "proc/../../x", "/etc/passwd", "a\0b", "",
+                                  ".", "./", "proc/sys/.."])
 def test_paths_that_leave_the_root_are_refused(host: LocalHost, path: str) -> None:
     with pytest.raises(UnsafePath):
         host.read_text(path)
+    with pytest.raises(UnsafePath):
+        host.exists(path)
+
+
+def test_redundant_separators_and_dots_stay_under_the_root(fake: FakeHost,
+                                                            host: LocalHost) -> None:
+    fake.sysctl("vm.swappiness", 60)
+    assert host.read_text("proc//sys/./vm/swappiness") == "60\n"
+    assert host.exists("./proc/sys/vm/swappiness/")
 
 
 def test_write_replaces_the_value_in_place(fake: FakeHost, host: LocalHost) -> None:

@@ -184,6 +184,9 @@ BAD_SPECS = [
     pytest.param("version: 1\nsysctl:\n  vm.swappiness: {value: 1, severity: critcal}\n",
                  "spec.yaml:3: unknown severity 'critcal' (did you mean 'critical'?); expected "
                  "one of: blocker, critical, normal, minor, trivial", id="severity"),
+    pytest.param("version: 1\nsysctl:\n\tvm.swappiness: 1\n",
+                 "spec.yaml:3: not valid YAML: found character '\\t' that cannot start any token",
+                 id="yaml-tab"),
     pytest.param("version: 1\nname: 'my spec'\nsysctl: {a.b: 1}\n",
                  "spec.yaml:2: name 'my spec' must be letters", id="name-chars"),
 ]

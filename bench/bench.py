@@ -1,0 +1,704 @@
+"""Benchmarks of pytest-gpuhost: overhead over pytest's floor, against testinfra, scale, --fix.
+
+    .venv/bin/pip install -e '.[bench]'
+    .venv/bin/python bench/bench.py                 # every figure, writes bench/RESULTS.md
+    .venv/bin/python bench/bench.py --repeat 3 --only floor,scale --out /tmp/r.md
+
+Every measured run is a fresh ``python -m pytest`` subprocess (what a user pays) with
+``-p no:cacheprovider`` and the same flags on both sides of a comparison. The cases of a figure
+run alternately (A B, then B A, ...) after one unmeasured warm-up each; figures are ratios of
+paired runs, reported as the median with the spread (min-max) over the rounds. Generated hosts,
+specs and test files live in a temporary directory, never in the repository. The testinfra
+figure reads this machine's /proc/sys and never writes to it (no --fix against the real root).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from pytest_gpuhost import builtin  # noqa: E402
+from pytest_gpuhost.checks import Facts  # noqa: E402
+from pytest_gpuhost.fakehost import CountingHost, FakeHost  # noqa: E402
+from pytest_gpuhost.host import LocalHost  # noqa: E402
+from pytest_gpuhost.spec import load_spec  # noqa: E402
+
+EXAMPLE_HOST = REPO / "examples" / "hosts" / "blackwell8-untuned"
+BLACKWELL8 = REPO / "specs" / "blackwell8.yaml"
+COMMON = ("-q", "-p", "no:cacheprovider")
+"""Flags of every measured run, on both sides of every comparison."""
+FIGURES = ("floor", "testinfra", "scale", "fix")
+
+
+# ---------------------------------------------------------------------------------------------
+# Running and timing
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measured command: a fresh pytest process in ``cwd``; ``prepare`` runs untimed first."""
+
+    name: str
+    args: tuple[str, ...]
+    cwd: Path
+    expect_rc: int = 0
+    prepare: Callable[[], None] | None = None
+
+    @property
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "pytest", *COMMON, *self.args]
+
+    def shown(self, base: Path) -> str:
+        """The command as a user would type it, with the temporary directory as ``$BENCH``."""
+        words = ["python", "-m", "pytest", *COMMON, *self.args]
+        text = " ".join(shlex.quote(w) for w in words)
+        return f"cd {self.cwd} && {text}".replace(str(base), "$BENCH")
+
+
+def clean_env() -> dict[str, str]:
+    """This environment without pytest settings, and with bytecode caching on as in a user's
+    install (a PYTHONDONTWRITEBYTECODE here would make every run compile every module)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    for name in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE"):
+        env.pop(name, None)
+    return env
+
+
+def run_once(case: Case) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the process and its children) of one fresh run."""
+    if case.prepare is not None:
+        case.prepare()
+    with tempfile.TemporaryFile("w+") as output:
+        start = time.perf_counter()
+        process = subprocess.Popen(case.argv, cwd=case.cwd, env=clean_env(), stdout=output,
+                                   stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(process.pid, 0)
+        elapsed = time.perf_counter() - start
+        process.returncode = os.waitstatus_to_exitcode(status)
+        if process.returncode != case.expect_rc:
+            output.seek(0)
+            tail = "\n".join(output.read().splitlines()[-30:])
+            raise SystemExit(f"{case.name}: exit {process.returncode}, expected "
+                             f"{case.expect_rc}:\n{' '.join(case.argv)}\n{tail}")
+    return elapsed, usage.ru_utime + usage.ru_stime
+
+
+@dataclass
+class Timings:
+    """Per case name: the wall and CPU seconds of each measured round."""
+
+    wall: dict[str, list[float]] = field(default_factory=dict)
+    cpu: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, name: str, measured: tuple[float, float]) -> None:
+        self.wall.setdefault(name, []).append(measured[0])
+        self.cpu.setdefault(name, []).append(measured[1])
+
+    def line(self, round_: int, repeat: int) -> str:
+        return f"  round {round_ + 1}/{repeat}: " + ", ".join(
+            f"{name} {values[-1]:.3f}s" for name, values in self.wall.items())
+
+
+def alternate(cases: Sequence[Case], repeat: int, warmup: int) -> Timings:
+    """Warm up each case, then ``repeat`` rounds, the order reversed every other round."""
+    for _ in range(warmup):
+        for case in cases:
+            run_once(case)
+    times = Timings()
+    for round_ in range(repeat):
+        for case in (cases if round_ % 2 == 0 else list(reversed(cases))):
+            times.add(case.name, run_once(case))
+        progress(times.line(round_, repeat))
+    return times
+
+
+@dataclass(frozen=True)
+class Ratio:
+    median: float
+    low: float
+    high: float
+
+    @classmethod
+    def paired(cls, numerator: Sequence[float], denominator: Sequence[float]) -> Ratio:
+        ratios = [a / b for a, b in zip(numerator, denominator, strict=True)]
+        return cls(statistics.median(ratios), min(ratios), max(ratios))
+
+    def __str__(self) -> str:
+        return f"{self.median:.3f} ({self.low:.3f}-{self.high:.3f})"
+
+
+def med(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def progress(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Generated hosts and specs
+
+
+def gpu_addresses(count: int) -> list[str]:
+    """``count`` GPU addresses spread over the buses of PCI domain 0 (up to 85 GPUs)."""
+    return [f"0000:{1 + 3 * i:02x}:00.0" for i in range(count)]
+
+
+def bench_sysctls(count: int) -> dict[str, tuple[str, str]]:
+    """``count`` sysctls: key -> (value on the host, the spec's entry), a blackwell8-like mix of
+    exact integers, minimums, maximums and multi-value strings."""
+    values: dict[str, tuple[str, str]] = {}
+    for i in range(count):
+        key = f"kernel.bench.g{i // 25:02d}.k{i % 25:02d}"
+        kind = i % 4
+        if kind == 0:
+            values[key] = (str(i), f"{{value: {i}, why: 'bench entry {i}'}}")
+        elif kind == 1:
+            values[key] = (str(16777216 + i), f"{{min: 16777216, why: 'bench entry {i}'}}")
+        elif kind == 2:
+            values[key] = ("1", "{max: 1}")
+        else:
+            values[key] = (f"4096\t87380\t{16777216 + i}", f'"4096 87380 {16777216 + i}"')
+    return values
+
+
+def build_tuned_host(root: Path, *, gpus: int, cpus: int, sysctls: int,
+                     states: Sequence[str] = ("POLL", "C1", "C2", "C3")) -> FakeHost:
+    """A host on which every check of ``bench_spec`` passes."""
+    host = FakeHost(root)
+    for key, (value, _) in bench_sysctls(sysctls).items():
+        host.sysctl(key, value)
+    for n, address in enumerate(gpu_addresses(gpus)):
+        host.gpu(address, numa_node=n * 2 // max(gpus, 1), max_read_request=4096)
+    host.cpus(cpus, states=states, disabled=("C2", "C3"), nodes=2 if cpus > 1 else 1)
+    for name in ("nvidia", "nvidia_uvm", "nvidia_peermem"):
+        host.module(name)
+    host.infiniband("mlx5_0")
+    host.kmsg([(6, "Linux version 6.8.0-49-generic"), (4, "vxlan: non-ECT from 10.0.0.1 "
+                                                         "with TOS=0x2")])
+    host.modprobe(available=("nvidia", "nvidia_uvm", "nvidia_peermem", "nouveau"))
+    return host
+
+
+def bench_spec(*, gpus: int, sysctls: int) -> str:
+    """The blackwell8 spec's shape (every section) with ``sysctls`` sysctl entries."""
+    lines = ["version: 1", "name: bench", "sysctl:"]
+    lines += [f"  {key}: {entry}" for key, (_, entry) in bench_sysctls(sysctls).items()]
+    lines += [
+        "gpus:", f"  count: {{value: {gpus}, why: 'every GPU on the bus'}}",
+        "pcie:",
+        "  max_read_request: {value: 4096, why: 'P2P read bandwidth'}",
+        "  max_payload: {min: 256}",
+        "  link_width: 16",
+        "  max_link_speed: '32.0 GT/s'",
+        "cpuidle:",
+        "  disabled: [{name: C2, why: exit latency}, C3]",
+        "modules:",
+        "  nvidia: loaded",
+        "  nvidia_uvm: {state: loaded, why: unified memory}",
+        "  nouveau: absent",
+        "  nvidia_peermem: {state: loaded, when: infiniband}",
+        "dmesg:",
+        "  levels: [emerg, alert, crit, err, warn]",
+        "  allow: ['vxlan: non-ECT from .* with TOS=0x2']",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def check_count(*, gpus: int, sysctls: int) -> int:
+    """Checks of ``bench_spec``: sysctls, gpu_count, 4 pcie keys per GPU, 2 C-states,
+    4 modules, dmesg."""
+    return sysctls + 1 + 4 * gpus + 2 + 4 + 1
+
+
+def plain_test_file(count: int) -> str:
+    return ("import pytest\n\n\n"
+            f"@pytest.mark.parametrize('n', range({count}))\n"
+            "def test_trivial(n):\n"
+            "    assert n >= 0\n")
+
+
+def workdir(path: Path) -> Path:
+    """A directory with an empty pytest.ini, so that no ini above it (the repo's) applies."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "pytest.ini").write_text("[pytest]\n")
+    return path
+
+
+@dataclass(frozen=True)
+class SpecCase:
+    directory: Path
+    gpus: int
+    cpus: int
+    sysctls: int
+
+    @property
+    def args(self) -> tuple[str, ...]:
+        return ("--gpuhost-spec=spec.yaml", "--gpuhost-root=host")
+
+    @property
+    def checks(self) -> int:
+        return check_count(gpus=self.gpus, sysctls=self.sysctls)
+
+
+def make_spec_case(directory: Path, *, gpus: int, cpus: int, sysctls: int) -> SpecCase:
+    workdir(directory)
+    build_tuned_host(directory / "host", gpus=gpus, cpus=cpus, sysctls=sysctls)
+    (directory / "spec.yaml").write_text(bench_spec(gpus=gpus, sysctls=sysctls))
+    return SpecCase(directory, gpus, cpus, sysctls)
+
+
+def collection_reads(case: SpecCase) -> tuple[int, int]:
+    """(host operations while expanding the spec into checks, number of checks), in-process."""
+    kinds = {kind.section: kind for kind in builtin.pytest_gpuhost_check_kinds()}
+    spec = load_spec(case.directory / "spec.yaml", kinds, builtin.pytest_gpuhost_conditions())
+    host = CountingHost(LocalHost(case.directory / "host"))
+    facts = Facts(host)
+    checks = [c for section, model in spec.sections.items()
+              for c in kinds[section].expand(model, facts)]
+    return host.total, len(checks)
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures
+
+
+@dataclass
+class Figure:
+    title: str
+    goal: str
+    result: str
+    met: bool | None
+    commands: list[str] = field(default_factory=list)
+    details: list[str] = field(default_factory=list)
+
+
+def both(times: Timings, numerator: str, denominator: str) -> tuple[Ratio, str]:
+    """The wall-time ratio (the figure) and a line with the CPU-time ratio beside it."""
+    wall = Ratio.paired(times.wall[numerator], times.wall[denominator])
+    cpu = Ratio.paired(times.cpu[numerator], times.cpu[denominator])
+    return wall, f"{numerator} / {denominator}: wall {wall}, CPU {cpu}"
+
+
+def medians(times: Timings) -> str:
+    return "medians (wall / CPU): " + ", ".join(
+        f"{name} {med(times.wall[name]):.3f} s / {med(times.cpu[name]):.3f} s"
+        for name in times.wall)
+
+
+def figure_floor(base: Path, repeat: int, warmup: int) -> Figure:
+    """(1) The full spec on a 128-CPU x 4-state, 8-GPU, 300-sysctl host vs a plain test file
+    with the same number of trivial parametrized tests."""
+    progress("floor: overhead over pytest's floor")
+    spec = make_spec_case(base / "floor", gpus=8, cpus=128, sysctls=300)
+    (spec.directory / "test_plain.py").write_text(plain_test_file(spec.checks))
+    # pytest-testinfra (installed for figure 2) is no part of a gpuhost run: off on both sides.
+    off = ("-p", "no:testinfra")
+    gpuhost = Case("gpuhost", (*off, *spec.args), spec.directory)
+    plain = Case("plain", (*off, "test_plain.py"), spec.directory)
+    times = alternate([gpuhost, plain], repeat, warmup)
+    ratio, line = both(times, "gpuhost", "plain")
+    return Figure(
+        f"(1) overhead over pytest's floor: {spec.checks} checks (128 CPUs x 4 C-states, "
+        "8 GPUs, 300 sysctls) vs as many trivial parametrized tests",
+        "gpuhost / plain <= 1.2 (serial)", f"{ratio}", ratio.median <= 1.2,
+        [gpuhost.shown(base), plain.shown(base)], [line, medians(times)])
+
+
+def _readable_sysctls() -> dict[str, str]:
+    """Every single-line, stable, readable sysctl of this machine: dotted key -> raw value."""
+    found: dict[str, str] = {}
+    proc = Path("/proc/sys")
+    for path in sorted(p for p in proc.rglob("*") if p.is_file()):
+        parts = path.relative_to(proc).parts
+        if any("." in part for part in parts):
+            continue  # an interface name like eth0.100: its key needs the '/' form
+        try:
+            if not os.access(path, os.R_OK):
+                continue
+            raw = path.read_text()
+        except (OSError, UnicodeDecodeError):
+            continue
+        value = raw.rstrip("\n")
+        if not value.strip() or not value.replace("\t", " ").isprintable():
+            continue
+        if any(c in value for c in "'\"\\#:{}[],&*!|>%@`"):
+            continue
+        found[".".join(parts)] = value
+    return found
+
+
+def choose_sysctls(count: int) -> dict[str, str]:
+    """``count`` keys chosen evenly from the sorted list of stable readable sysctls (values
+    read twice, a moment apart, so counters like fs.file-nr are left out)."""
+    first = _readable_sysctls()
+    time.sleep(0.5)
+    second = _readable_sysctls()
+    stable = sorted(k for k, v in first.items() if second.get(k) == v)
+    if len(stable) < count:
+        raise SystemExit(f"only {len(stable)} stable readable sysctls here; need {count}")
+    picked = [stable[i * len(stable) // count] for i in range(count)]
+    return {key: first[key] for key in picked}
+
+
+def testinfra_expected(raw: str) -> int | str:
+    """What testinfra's host.sysctl returns for a value: int() of `sysctl -n`, else the text."""
+    try:
+        return int(raw)
+    except ValueError:
+        return raw
+
+
+def figure_testinfra(base: Path, repeat: int, warmup: int, count: int) -> Figure:
+    """(2) The same sysctl checks of this machine's /proc/sys: pytest-gpuhost vs testinfra."""
+    progress(f"testinfra: {count} sysctls of this machine, read only")
+    directory = workdir(base / "testinfra")
+    chosen = choose_sysctls(count)
+    spec = ["version: 1", "name: real-sysctls", "sysctl:"]
+    spec += [f"  {key}: {json.dumps(value)}" for key, value in chosen.items()]
+    (directory / "real.yaml").write_text("\n".join(spec) + "\n")
+    params = ",\n".join(f"    ({key!r}, {testinfra_expected(v)!r})" for key, v in chosen.items())
+    (directory / "test_testinfra.py").write_text(
+        "import pytest\n\n"
+        f"SYSCTLS = [\n{params},\n]\n\n\n"
+        "@pytest.mark.parametrize('key, expected', SYSCTLS, ids=[k for k, _ in SYSCTLS])\n"
+        "def test_sysctl(host, key, expected):\n"
+        "    assert host.sysctl(key) == expected\n")
+    (directory / "test_one.py").write_text(plain_test_file(1))
+    gpuhost = Case("gpuhost", ("--gpuhost-spec=real.yaml",), directory)  # root /, no --fix
+    testinfra = Case("testinfra", ("test_testinfra.py",), directory)
+    startup = Case("startup", ("test_one.py",), directory)
+    times = alternate([gpuhost, testinfra, startup], repeat, warmup)
+    ratio, line = both(times, "gpuhost", "testinfra")
+
+    def above(name: str) -> list[float]:
+        return [t - s for t, s in zip(times.wall[name], times.wall["startup"], strict=True)]
+
+    beyond = Ratio.paired(above("gpuhost"), above("testinfra"))
+    bound = med(times.wall["startup"]) / med(times.wall["testinfra"])
+    keys = list(chosen)
+    return Figure(
+        f"(2) against testinfra: {count} sysctl checks of this machine's /proc/sys (read only)",
+        "gpuhost / testinfra <= 0.3", f"{ratio}", ratio.median <= 0.3,
+        [gpuhost.shown(base), testinfra.shown(base), startup.shown(base)],
+        [line, medians(times),
+         f"beyond pytest's startup (each run minus the run of one trivial test in its round): "
+         f"gpuhost / testinfra {beyond}; per check: gpuhost "
+         f"{med(above('gpuhost')) / count * 1000:.2f} ms, testinfra "
+         f"{med(above('testinfra')) / count * 1000:.2f} ms",
+         f"pytest's startup alone is {bound:.3f}"
+         " of testinfra's median: with checks that cost nothing, gpuhost / testinfra could not "
+         "go below that",
+         f"keys: {len(keys)} of the {len(keys)} evenly spaced in the sorted list of stable "
+         f"readable sysctls, from {keys[0]} to {keys[-1]}"])
+
+
+def fit_line(points: Sequence[tuple[int, float]]) -> tuple[float, float]:
+    """Least squares: (slope, intercept)."""
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x in xs)
+    return slope, my - slope * mx
+
+
+def _scale_axis(base: Path, axis: str, values: Sequence[int], fixed: dict[str, int],
+                repeat: int, warmup: int) -> tuple[list[str], list[str], bool]:
+    cases: list[Case] = []
+    specs: dict[str, SpecCase] = {}
+    for value in values:
+        sizes = {**fixed, axis: value}
+        name = f"{value} {axis}"
+        spec = make_spec_case(base / "scale" / f"{axis}{value}", gpus=sizes["gpus"],
+                              cpus=sizes["cpus"], sysctls=sizes["sysctls"])
+        specs[name] = spec
+        cases.append(Case(name, ("-p", "no:testinfra", *spec.args), spec.directory))
+    progress(f"scale: {axis} {', '.join(map(str, values))}")
+    times = alternate(cases, repeat, warmup)
+    rows, reads = [], []
+    first = cases[0].name
+    for case in cases:
+        spec = specs[case.name]
+        total, checks = collection_reads(spec)
+        reads.append((getattr(spec, axis), total))
+        rows.append(f"| {case.name} | {checks} | {total} | {med(times.wall[case.name]):.3f} s | "
+                    f"{Ratio.paired(times.wall[case.name], times.wall[first])} | "
+                    f"{Ratio.paired(times.cpu[case.name], times.cpu[first])} |")
+    unit = axis[:-1].upper()
+    notes = []
+    steps_of: dict[str, list[float]] = {}
+    slopes: dict[str, float] = {}
+    for clock, series in (("wall", times.wall), ("CPU", times.cpu)):
+        points = [(getattr(specs[c.name], axis), med(series[c.name])) for c in cases]
+        slope, intercept = fit_line(points)
+        slopes[clock] = slope
+        steps_of[clock] = [(y2 - y1) / (x2 - x1)
+                           for (x1, y1), (x2, y2) in itertools.pairwise(points)]
+        notes.append(f"{axis}, {clock} time = {intercept:.3f} s + {slope * 1000:.2f} ms per "
+                     f"{unit} (least squares over the medians); per step: "
+                     + ", ".join(f"{s * 1000:.2f} ms/{unit}" for s in steps_of[clock]))
+    read_slope, read_intercept = fit_line(reads)
+    read_steps = [(y2 - y1) / (x2 - x1) for (x1, y1), (x2, y2) in itertools.pairwise(reads)]
+    notes.append(f"{axis}: linear or better means the wall cost per {unit} of the last step is "
+                 "at most 1.5 x the least-squares slope + 0.5 ms, and the collection reads grow "
+                 "by the same count per unit at every step")
+    notes.append(f"{axis}: collection reads = {read_intercept:.0f} + {read_slope:g} per {unit} "
+                 "(host operations while the spec expands into checks; per step: "
+                 + ", ".join(f"{s:g}" for s in read_steps) + f" per {unit}, the same whatever "
+                 "the number of checks)")
+    # Linear or better: the cost per unit of the last, largest step is at most 1.5 times the
+    # least-squares slope over all three points (+0.5 ms per unit for noise): a cost growing
+    # faster than linearly concentrates in that step. And the collection reads grow by the same
+    # count per unit at every step.
+    wall_steps = steps_of["wall"]
+    linear = wall_steps[-1] <= 1.5 * max(slopes["wall"], 0.0) + 0.0005 and \
+        len(set(read_steps)) == 1
+    return rows, notes + [c.shown(base) for c in cases], linear
+
+
+def figure_scale(base: Path, repeat: int, warmup: int) -> Figure:
+    """(3) Wall time for 1, 8, 64 GPUs (16 CPUs) and 16, 128, 512 CPUs (8 GPUs)."""
+    rows = ["| host | checks | collection reads | median wall | wall ratio to the smallest "
+            "| CPU ratio |", "| --- | ---: | ---: | ---: | --- | --- |"]
+    gpu_rows, gpu_notes, gpu_linear = _scale_axis(
+        base, "gpus", (1, 8, 64), {"cpus": 16, "sysctls": 20}, repeat, warmup)
+    cpu_rows, cpu_notes, cpu_linear = _scale_axis(
+        base, "cpus", (16, 128, 512), {"gpus": 8, "sysctls": 20}, repeat, warmup)
+    notes = [n for n in gpu_notes + cpu_notes if not n.startswith("cd ")]
+    commands = [n for n in gpu_notes + cpu_notes if n.startswith("cd ")]
+    linear = gpu_linear and cpu_linear
+    return Figure(
+        "(3) scale: 1, 8, 64 GPUs (16 CPUs x 4 C-states) and 16, 128, 512 CPUs (8 GPUs), "
+        "20 sysctls", "cost grows linearly or better; collection reads O(1) per GPU/CPU",
+        "linear" if linear else "worse than linear", linear, commands,
+        rows[:2] + gpu_rows + cpu_rows + [""] + notes)
+
+
+def figure_fix(base: Path, repeat: int, warmup: int) -> Figure:
+    """(4) --fix of a copy of the example host, then a second (idempotent) --fix of it, vs a
+    plain verify run of an untouched copy."""
+    progress("fix: --fix and a second --fix of the example host")
+    directory = workdir(base / "fix")
+    shutil.copy(BLACKWELL8, directory / "blackwell8.yaml")
+    spec = ("--gpuhost-spec=blackwell8.yaml", "--gpuhost-report=report.json")
+
+    def fresh(name: str) -> Callable[[], None]:
+        def copy() -> None:
+            shutil.rmtree(directory / name, ignore_errors=True)
+            shutil.copytree(EXAMPLE_HOST, directory / name, symlinks=True)
+        return copy
+
+    # Every run fails somewhere (nvidia_peermem cannot load on the example host): exit 1.
+    verify = Case("verify", (*spec, "--gpuhost-root=verify-host"), directory, 1,
+                  fresh("verify-host"))
+    first = Case("fix", (*spec, "--gpuhost-root=fix-host", "--fix"), directory, 1,
+                 fresh("fix-host"))
+    second = Case("second fix", (*spec, "--gpuhost-root=fix-host", "--fix"), directory, 1)
+    times = Timings()
+    summaries: dict[str, dict[str, int]] = {}
+    modprobes: dict[str, int] = {}
+    for _ in range(warmup):
+        for case in (verify, first, second):
+            run_once(case)
+    for round_ in range(repeat):
+        order = (verify, first, second) if round_ % 2 == 0 else (first, second, verify)
+        for case in order:
+            times.add(case.name, run_once(case))
+            report = json.loads((directory / "report.json").read_text())
+            summaries[case.name] = report["summary"]
+            modprobes[case.name] = sum(1 for c in report["checks"]
+                                       if (c["action"] or "").startswith("modprobe"))
+            if case is first:
+                tuned = tree(directory / "fix-host")
+        changed = sorted(k for k, v in tree(directory / "fix-host").items()
+                         if tuned.get(k) != v and k != "dev/kmsg")
+        if summaries["second fix"]["fixed"] != 0 or changed:
+            raise SystemExit(f"the second --fix was not idempotent: {summaries['second fix']}, "
+                             f"changed {changed[:5]}")
+        progress(times.line(round_, repeat))
+    fix_ratio, fix_line = both(times, "fix", "verify")
+    again_ratio, again_line = both(times, "second fix", "verify")
+    modprobe_s = time_fake_modprobe(directory, repeat)
+
+    def less_modprobe(name: str) -> str:
+        ratio = (med(times.wall[name]) - modprobes[name] * modprobe_s) / med(times.wall["verify"])
+        return f"{name} / verify {ratio:.3f} ({modprobes[name]} modprobe)"
+
+    without = ", ".join(less_modprobe(name) for name in ("fix", "second fix"))
+    shown = ", ".join(f"{k} {v}" for k, v in summaries["fix"].items() if v)
+    shown_again = ", ".join(f"{k} {v}" for k, v in summaries["second fix"].items() if v)
+    return Figure(
+        "(4) --fix of the example host (48 checks), then a second --fix of the fixed copy",
+        "report; second --fix changes nothing",
+        f"fix / verify {fix_ratio}; second fix / verify {again_ratio}", None,
+        [verify.shown(base), first.shown(base), second.shown(base) + "  (on the fixed copy)"],
+        [fix_line, again_line, medians(times),
+         f"the example host's modprobe is a Python script: {modprobe_s:.3f} s a run (median of "
+         f"{repeat}), where a real modprobe is a C binary; less those runs, the medians give "
+         f"{without}",
+         f"first --fix: {shown}; second --fix: {shown_again} (0 fixed, no file changed but "
+         "dev/kmsg, where the fake modprobe logs the failed nvidia_peermem load again, as the "
+         "kernel does)"])
+
+
+def time_fake_modprobe(directory: Path, repeat: int) -> float:
+    """Median wall time of the example host's fake ``modprobe nvidia_peermem`` (which fails)."""
+    scratch = directory / "modprobe-host"
+    shutil.rmtree(scratch, ignore_errors=True)
+    shutil.copytree(EXAMPLE_HOST, scratch, symlinks=True)
+    runs = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        subprocess.run([str(scratch / "usr/sbin/modprobe"), "nvidia_peermem"], env=clean_env(),
+                       capture_output=True, check=False)
+        runs.append(time.perf_counter() - start)
+    return med(runs)
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+
+
+def version_of(module: str) -> str:
+    code = f"import importlib.metadata as m; print(m.version({module!r}))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=False)
+    return done.stdout.strip() or "not installed"
+
+
+def machine() -> list[str]:
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    nproc = subprocess.run(["nproc"], capture_output=True, text=True, check=False).stdout
+    return [
+        f"- `nproc`: {nproc.strip()} ({model})",
+        f"- `python --version`: Python {platform.python_version()}",
+        f"- pytest {version_of('pytest')}, pytest-testinfra {version_of('pytest-testinfra')}, "
+        f"pytest-xdist {version_of('pytest-xdist')}, pytest-gpuhost "
+        f"{version_of('pytest-gpuhost')}",
+        f"- kernel {platform.release()}",
+    ]
+
+
+def render(figures: Sequence[Figure], argv: Sequence[str], repeat: int, warmup: int,
+           elapsed: float) -> str:
+    def mark(met: bool | None) -> str:
+        return "n/a" if met is None else ("yes" if met else "**no**")
+
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Produced by `{' '.join(['python', 'bench/bench.py', *argv])}` in {elapsed:.0f} s "
+        f"({repeat} measured rounds per figure after {warmup} warm-up; ratios are the median "
+        "of the per-round ratios, with their min-max in parentheses). Each run is a fresh "
+        f"`python -m pytest {' '.join(COMMON)} ...` process; `$BENCH` is the temporary "
+        "directory of generated hosts, specs and test files.",
+        "",
+        "## Machine",
+        "",
+        *machine(),
+        "",
+        "## Summary",
+        "",
+        "| figure | goal | result | met |",
+        "| --- | --- | --- | --- |",
+        *(f"| {f.title} | {f.goal} | {f.result} | {mark(f.met)} |" for f in figures),
+    ]
+    for figure in figures:
+        lines += ["", f"## {figure.title}", "", f"Goal: {figure.goal}. Result: {figure.result}.",
+                  ""]
+        table = [d for d in figure.details if d.startswith("|")]
+        text = [d for d in figure.details if d and not d.startswith("|")]
+        if table:
+            lines += [*table, ""]
+        lines += [f"- {d}" for d in text]
+        lines += ["", "Commands:", "", "```", *figure.commands, "```"]
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=9, help="measured rounds per figure")
+    parser.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first")
+    parser.add_argument("--only", default=",".join(FIGURES),
+                        help=f"comma-separated figures to run, of: {', '.join(FIGURES)}")
+    parser.add_argument("--sysctls", type=int, default=100,
+                        help="sysctls of this machine for the testinfra figure")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "RESULTS.md")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the temporary directory (printed) for a closer look")
+    args = parser.parse_args(argv)
+    unknown = set(args.only.split(",")) - set(FIGURES)
+    if unknown:
+        parser.error(f"unknown figure(s): {', '.join(sorted(unknown))}")
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    return args
+
+
+@dataclass
+class TempDir:
+    keep: bool
+    path: Path = field(init=False)
+
+    def __enter__(self) -> Path:
+        self.path = Path(tempfile.mkdtemp(prefix="gpuhost-bench-"))
+        return self.path
+
+    def __exit__(self, *exc: object) -> None:
+        if self.keep:
+            progress(f"kept {self.path}")
+        else:
+            shutil.rmtree(self.path, ignore_errors=True)
+
+
+def run_figures(base: Path, args: argparse.Namespace) -> Iterator[Figure]:
+    only = args.only.split(",")
+    if "floor" in only:
+        yield figure_floor(base, args.repeat, args.warmup)
+    if "testinfra" in only:
+        yield figure_testinfra(base, args.repeat, args.warmup, args.sysctls)
+    if "scale" in only:
+        yield figure_scale(base, args.repeat, args.warmup)
+    if "fix" in only:
+        yield figure_fix(base, args.repeat, args.warmup)
+
+
+def main(argv: Sequence[str]) -> int:
+    args = parse_args(argv)
+    start = time.perf_counter()
+    with TempDir(args.keep) as base:
+        figures = list(run_figures(base, args))
+    text = render(figures, argv, args.repeat, args.warmup, time.perf_counter() - start)
+    args.out.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
