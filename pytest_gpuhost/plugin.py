@@ -31,6 +31,8 @@ from .workers import WAIT_TIMEOUT_S, DoneMarks, SharedDirectory, worker_marks
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 REPORT_ATTR = "gpuhost"
+GPUHOST_MARK = pytest.mark.gpuhost
+"""Built once: looking a marker up by name costs more than the rest of an item's set-up."""
 
 
 @dataclass
@@ -364,7 +366,7 @@ class GpuhostItem(pytest.Item):
         self.index = 0
         self.waits_for: list[int] = []
         """Collection indices of the checks this one must run after (dmesg: all others)."""
-        self.add_marker("gpuhost")
+        self.add_marker(GPUHOST_MARK)
 
     def runtest(self) -> None:
         __tracebackhide__ = True
@@ -485,26 +487,20 @@ def pytest_runtest_makereport(
     return report
 
 
-def _record(report: pytest.TestReport | pytest.CollectReport) -> CheckResult | None:
-    payload = getattr(report, REPORT_ATTR, None)
-    return CheckResult.from_dict(payload["result"]) if payload else None
+STATUSES = {
+    Outcome.FIXED.value: ("fixed", "+", "FIXED"),
+    Outcome.FIX_FAILED.value: ("failed", "F", "FIX_FAILED"),
+    Outcome.ERROR.value: ("error", "E", "ERROR"),
+    Outcome.WOULD_FIX.value: ("would_fix", "W", "WOULD_FIX"),
+}
+"""pytest's (category, letter, word) for the outcomes that are not its own."""
 
 
 def pytest_report_teststatus(
     report: pytest.TestReport | pytest.CollectReport, config: pytest.Config
 ) -> tuple[str, str, str] | None:
-    result = _record(report)
-    if result is None:
-        return None
-    if result.outcome is Outcome.FIXED:
-        return "fixed", "+", "FIXED"
-    if result.outcome is Outcome.FIX_FAILED:
-        return "failed", "F", "FIX_FAILED"
-    if result.outcome is Outcome.ERROR:
-        return "error", "E", "ERROR"
-    if result.outcome is Outcome.WOULD_FIX:
-        return "would_fix", "W", "WOULD_FIX"
-    return None
+    payload = getattr(report, REPORT_ATTR, None)  # read, not rebuilt: called thrice per test
+    return STATUSES.get(payload["result"]["outcome"]) if payload else None
 
 
 class RunReporter:
