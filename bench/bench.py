@@ -545,12 +545,14 @@ def figure_fix(base: Path, repeat: int, warmup: int) -> Figure:
     shown = ", ".join(f"{k} {v}" for k, v in summaries["fix"].items() if v)
     shown_again = ", ".join(f"{k} {v}" for k, v in summaries["second fix"].items() if v)
     return Figure(
-        "(4) --fix of the example host (48 checks), then a second --fix of the fixed copy",
+        f"(4) --fix of the example host ({sum(summaries['verify'].values())} checks), then a "
+        "second --fix of the fixed copy",
         "report; second --fix changes nothing",
         f"fix / verify {fix_ratio}; second fix / verify {again_ratio}", None,
         [verify.shown(base), first.shown(base), second.shown(base) + "  (on the fixed copy)"],
         [fix_line, again_line, medians(times),
-         f"the example host's modprobe is a Python script: {modprobe_s:.3f} s a run (median of "
+         f"the example host's modprobe (like its nvbandwidth) is a Python script: "
+         f"{modprobe_s:.3f} s a run (median of "
          f"{repeat}), where a real modprobe is a C binary; less those runs, the medians give "
          f"{without}",
          f"first --fix: {shown}; second --fix: {shown_again} (0 fixed, no host file changed but "

@@ -13,6 +13,7 @@ from pytest_gpuhost.engine import RunOptions, run_check
 from pytest_gpuhost.fakehost import FakeHost
 from pytest_gpuhost.fixes import Fixer
 from pytest_gpuhost.host import LocalHost
+from pytest_gpuhost.nvml import NvmlSource
 from pytest_gpuhost.result import CheckResult
 from pytest_gpuhost.spec import load_spec
 
@@ -47,8 +48,10 @@ def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def run_spec(spec_text: str, root: Path, *, fix: bool = False) -> dict[str, CheckResult]:
-    """Expand a spec on the host at ``root`` and run every check without pytest's glue."""
+def run_spec(spec_text: str, root: Path, *, fix: bool = False,
+             nvml: NvmlSource | None = None) -> dict[str, CheckResult]:
+    """Expand a spec on the host at ``root`` and run every check without pytest's glue
+    (``nvml``: an injected NVML; by default the root's, recorded or real)."""
     import textwrap
 
     spec_path = root.parent / "spec.yaml"
@@ -57,7 +60,7 @@ def run_spec(spec_text: str, root: Path, *, fix: bool = False) -> dict[str, Chec
     conditions = dict(builtin.pytest_gpuhost_conditions())
     spec = load_spec(spec_path, kinds, conditions)
     host = LocalHost(root)
-    facts = Facts(host)
+    facts = Facts(host, nvml=nvml)
     checks = [check for section, model in spec.sections.items()
               for check in kinds[section].expand(model, facts)]
     fixer = Fixer(host, None, run_lock=None, apply_lock=None, lock_timeout=0, nvml=facts.nvml)

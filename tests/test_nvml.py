@@ -4,18 +4,13 @@ wrapper (on a fake pynvml module), and whole-plugin runs with a conftest-injecte
 from __future__ import annotations
 
 import sys
-import textwrap
 import types
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_gpuhost import builtin
-from pytest_gpuhost.checks import Facts
-from pytest_gpuhost.engine import RunOptions, run_check
 from pytest_gpuhost.fakehost import FakeHost
-from pytest_gpuhost.fixes import Fixer
 from pytest_gpuhost.host import LocalHost
 from pytest_gpuhost.matchers import Range, Version
 from pytest_gpuhost.nvml import (
@@ -28,7 +23,8 @@ from pytest_gpuhost.nvml import (
     default_factory,
 )
 from pytest_gpuhost.result import CheckResult, Outcome
-from pytest_gpuhost.spec import load_spec
+
+from .conftest import run_spec
 
 pytest_plugins = ["pytester"]
 
@@ -64,17 +60,8 @@ def two_gpus(fake: FakeHost) -> FakeHost:
 
 def run(spec_text: str, root: Path, nvml: FakeNvml | None, *, fix: bool = False
         ) -> dict[str, CheckResult]:
-    spec_path = root.parent / "spec.yaml"
-    spec_path.write_text(textwrap.dedent(spec_text))
-    kinds = {kind.section: kind for kind in builtin.pytest_gpuhost_check_kinds()}
-    conditions = dict(builtin.pytest_gpuhost_conditions())
-    spec = load_spec(spec_path, kinds, conditions)
-    host = LocalHost(root)
     source = NvmlSource(lambda: nvml) if nvml is not None else None
-    facts = Facts(host, nvml=source)
-    checks = [c for s, m in spec.sections.items() for c in kinds[s].expand(m, facts)]
-    fixer = Fixer(host, None, run_lock=None, apply_lock=None, lock_timeout=0, nvml=facts.nvml)
-    return {c.id: run_check(c, host, conditions, RunOptions(fix=fix), fixer) for c in checks}
+    return run_spec(spec_text, root, fix=fix, nvml=source)
 
 
 def fake_nvml(**overrides: Any) -> FakeNvml:
