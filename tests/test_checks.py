@@ -332,3 +332,13 @@ def test_dmesg_since_session_ignores_records_before_collection(tmp_path: Path) -
     result = run_check(check, host, {}, RunOptions())
     assert result.outcome is Outcome.FAILED
     assert result.evidence[1]["raw"].endswith("new error during the session")
+
+
+def test_a_kernel_without_loadable_modules(fake: FakeHost) -> None:
+    (fake.root / "proc/modules").unlink()  # CONFIG_MODULES=n: a microVM's kernel, say
+    fake.module("crc32c", state="builtin")
+    results = run_spec("version: 1\nmodules:\n  crc32c: loaded\n  nvidia: loaded\n", fake.root)
+    assert results["module[crc32c]"].outcome is Outcome.PASSED
+    nvidia = results["module[nvidia]"]
+    assert (nvidia.outcome, nvidia.observed) == (Outcome.FAILED, "absent")
+    assert nvidia.evidence[0]["raw"] == "absent: this kernel has no loadable module support"

@@ -53,7 +53,10 @@ class ModuleProbe:
 
     def observe(self, host: Host) -> Observation:
         name = canonical(self.name)
-        for line in host.read_text("proc/modules").splitlines():
+        # A kernel built without loadable modules (CONFIG_MODULES=n) has no proc/modules:
+        # then a module is built in or it is absent.
+        listing = host.read_text("proc/modules") if host.exists("proc/modules") else ""
+        for line in listing.splitlines():
             fields = line.split()
             if fields and fields[0] == name:
                 state = fields[4] if len(fields) > 4 else "Live"
@@ -68,6 +71,9 @@ class ModuleProbe:
                 stem = line.strip().rsplit("/", 1)[-1].removesuffix(".ko")
                 if canonical(stem) == name:
                     return Observation(BUILTIN, (Evidence(path, line.strip()),))
+        if not host.exists("proc/modules"):
+            return Observation(ABSENT, (Evidence("proc/modules", "absent: this kernel has no "
+                                                 "loadable module support"),))
         return Observation(ABSENT, (Evidence("proc/modules", f"no line for {name}"),))
 
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
