@@ -9,9 +9,7 @@ a fix (observe, apply, read back, assert) become steps rebuilt from what the rec
 from __future__ import annotations
 
 import json
-import os
 import socket
-import tempfile
 from collections.abc import Generator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ import pytest
 from allure_commons.types import AttachmentType
 
 from .checks.gpus import find_gpus
+from .files import write_atomically
 from .host import Host, HostError
 from .result import CheckResult, Outcome
 
@@ -152,11 +151,7 @@ def properties_text(values: Mapping[str, str]) -> str:
                    for k, v in values.items())
 
 
-def _write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write(text)
-    os.replace(tmp, path)
+_write = write_atomically
 
 
 def write_session_files(directory: Path, host: Host, spec_names: Sequence[str], *,

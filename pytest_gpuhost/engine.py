@@ -29,7 +29,7 @@ def run_check(
     options: RunOptions,
     fixer: Fixer | None = None,
 ) -> CheckResult:
-    """Raises only LockTimeout (another run holds the root); everything else is a record."""
+    """Raises only LockUnavailable (the root's lock cannot be had); all else is a record."""
     expected = check.expect.describe()
     try:
         skip = _skip_reason(check, host, conditions)
@@ -40,15 +40,15 @@ def run_check(
         return _result(check, Outcome.SKIPPED, str(exc), None)
     except HostError as exc:
         return _result(check, Outcome.ERROR, str(exc), None)
+    except Exception as exc:  # a probe's bug must still leave a record, not a traceback
+        return _result(check, Outcome.ERROR, f"{type(exc).__name__}: {exc}", None)
     verdict = check.expect.judge(observed.value)
     if verdict.ok:
         return _result(check, Outcome.PASSED, verdict.warning, observed,
                        notes=(verdict.warning,) if verdict.warning else ())
     problem = _explain(verdict.reason, observed)
     if not options.fix:
-        fixable = check.probe.fixable and check.options.fix and observed.value is not None
-        hint = " (fixable: run with --fix)" if fixable else ""
-        return _result(check, Outcome.FAILED, problem + hint, observed)
+        return _result(check, Outcome.FAILED, problem + _hint(check, host, observed), observed)
     if not check.options.fix:
         return _result(check, Outcome.FAILED, f"{problem}; not fixed: 'fix: false' in the spec",
                        observed)
@@ -74,6 +74,19 @@ def _plan(check: Check, host: Host, observed: Observation) -> Plan:
     if not plan.changes:
         raise CannotFix("the probe planned no change")
     return plan
+
+
+def _hint(check: Check, host: Host, observed: Observation) -> str:
+    """Whether --fix would fix this failure, decided the way --fix decides it (by planning)."""
+    if not check.probe.fixable or not check.options.fix or observed.value is None:
+        return ""  # nothing was read: the problem already says why
+    try:
+        _plan(check, host, observed)
+    except CannotFix as exc:
+        return f" (not fixable: {exc})"
+    except (HostError, ValueError):
+        return ""
+    return " (fixable: run with --fix)"
 
 
 def _plan_only(check: Check, host: Host, observed: Observation, problem: str) -> CheckResult:
@@ -178,7 +191,8 @@ def _result(
         outcome=outcome,
         message=message,
         before=before.value if before else None,
-        after=observed.value if before is not None and observed is not None else None,
+        after=observed.value if before is not None and observed is not None
+        and observed is not before else None,
         why=check.options.why,
         location=check.options.where,
         action=applied.action if applied else None,

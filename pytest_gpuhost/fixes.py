@@ -7,6 +7,7 @@ container, kernel lockdown, not root).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -90,7 +91,7 @@ class Fixer:
 
     @contextmanager
     def locked(self) -> Iterator[None]:
-        """Hold the locks while a check re-observes, plans and applies (raises LockTimeout)."""
+        """Hold the locks while a check re-observes, plans and applies (raises LockUnavailable)."""
         if self.run_lock is not None:
             self.run_lock.acquire(self.lock_timeout)
         if self.apply_lock is None:
@@ -106,18 +107,30 @@ class Fixer:
         """Journal, then make, each change in order; stop at the first one refused."""
         outputs = []
         for change in plan.changes:
-            entry = self.journal.record(check, kind, key, change) if self.journal else None
+            try:
+                entry = self.journal.record(check, kind, key, change) if self.journal else None
+            except OSError as exc:
+                where = self.journal.path if self.journal else "?"
+                raise FixError(f"cannot write the journal {where}: {exc.strerror or exc}; the "
+                               "change was not made", action=change.describe()) from exc
             try:
                 output = self._execute(change)
             except FixError as exc:
                 if self.journal and entry:
-                    self.journal.outcome(entry, str(exc))
+                    self._journal_outcome(entry, str(exc))
                 raise
             if self.journal and entry:
-                self.journal.outcome(entry, None)
+                self._journal_outcome(entry, None)
             if output:
                 outputs.append(output)
         return Applied(plan.summary, "\n".join(outputs))
+
+    def _journal_outcome(self, entry: str, error: str | None) -> None:
+        """An outcome line that cannot be written leaves the entry pending: rollback treats a
+        pending change as possibly made, so nothing is lost."""
+        assert self.journal is not None
+        with contextlib.suppress(OSError):
+            self.journal.outcome(entry, error)
 
     def _execute(self, change: Change) -> str:
         try:

@@ -186,13 +186,13 @@ class LocalHost:
             raise self._fail("list", path, exc) from exc
 
     def exists(self, path: str) -> bool:
-        """As ``Path.exists``: a missing file is False, any other error (EACCES) is raised."""
+        """As ``Path.exists``: a missing file is False, any other error (EACCES) a HostError."""
         try:
             os.stat(self._os_path(path))
         except OSError as exc:
             if exc.errno in _MISSING:
                 return False
-            raise
+            raise self._fail("look at", path, exc) from exc
         return True
 
     def read_kmsg(self, path: str = "dev/kmsg") -> list[str]:

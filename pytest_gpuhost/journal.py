@@ -27,7 +27,12 @@ def _now() -> str:
 def new_journal_path(root: Path, spec: str) -> Path:
     """``ROOT/var/lib/pytest-gpuhost/journal/20261202T143351Z-blackwell8-4242.jsonl``."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    return root / JOURNAL_DIR / f"{stamp}-{spec}-{os.getpid()}.jsonl"
+    path = root / JOURNAL_DIR / f"{stamp}-{spec}-{os.getpid()}.jsonl"
+    number = 1
+    while path.exists():  # two runs of one process in one second (pytester, an IDE)
+        number += 1
+        path = root / JOURNAL_DIR / f"{stamp}-{spec}-{os.getpid()}-{number}.jsonl"
+    return path
 
 
 class Journal:
@@ -65,6 +70,10 @@ class Journal:
                       "failed": failed})
 
 
+class JournalError(Exception):
+    """A journal that cannot be rolled back as it is; the message names ``file:line``."""
+
+
 @dataclass(frozen=True)
 class JournalEntry:
     id: str
@@ -76,6 +85,8 @@ class JournalEntry:
     change: Change
     state: str
     """``applied``, ``failed``, or ``pending`` (written down, then the run stopped)."""
+    line: int = 0
+    """Where the change is recorded in the journal file."""
 
 
 @dataclass(frozen=True)
@@ -86,37 +97,52 @@ class JournalContents:
     damaged_lines: int
 
 
-def _lines(path: Path) -> Iterator[tuple[dict[str, Any] | None, str]]:
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+def _records(path: Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
+    """(line number, record) per line; None for a line cut short by a crash."""
+    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace")
+                                  .splitlines(), 1):
         if not line.strip():
             continue
         try:
-            yield json.loads(line), line
+            record = json.loads(line)
         except json.JSONDecodeError:
-            yield None, line  # a line cut short by a crash
+            yield number, None
+            continue
+        if not isinstance(record, dict):
+            raise JournalError(f"{path}:{number}: not a journal record: {line[:80]}")
+        yield number, record
 
 
 def read_journal(path: Path) -> JournalContents:
-    changes: dict[str, dict[str, Any]] = {}
+    changes: dict[str, tuple[int, dict[str, Any]]] = {}
     states: dict[str, str] = {}
     rolled_back, damaged = False, 0
-    for record, _ in _lines(path):
+    for number, record in _records(path):
         if record is None:
             damaged += 1
             continue
         event = record.get("event")
         if event == "change":
-            changes[record["id"]] = record
-            states.setdefault(record["id"], "pending")
+            if record.get("id") in changes:
+                raise JournalError(f"{path}:{number}: entry {record.get('id')!r} is recorded "
+                                   "twice; a journal records one run")
+            changes[str(record.get("id"))] = (number, record)
+            states.setdefault(str(record.get("id")), "pending")
         elif event in ("applied", "failed"):
-            states[record["id"]] = event
+            states[str(record.get("id"))] = str(event)
         elif event == "rolled_back":
             rolled_back = True
-    entries = tuple(
-        JournalEntry(id=i, time=r["time"], spec=r["spec"], check=r["check"], kind=r["kind"],
-                     key=r.get("key"), change=from_dict(r["change"]), state=states[i])
-        for i, r in changes.items())
-    return JournalContents(path, entries, rolled_back, damaged)
+    entries = []
+    for entry, (number, record) in changes.items():
+        try:
+            entries.append(JournalEntry(
+                id=entry, time=record["time"], spec=record["spec"], check=record["check"],
+                kind=record["kind"], key=record.get("key"), change=from_dict(record["change"]),
+                state=states[entry], line=number))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise JournalError(f"{path}:{number}: a change record without a usable "
+                               f"{exc}") from None
+    return JournalContents(path, tuple(entries), rolled_back, damaged)
 
 
 def latest_journal(root: Path) -> Path | None:

@@ -7,6 +7,7 @@ waiter that times out says who holds it.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import socket
@@ -17,7 +18,11 @@ from pathlib import Path
 POLL_S = 0.05
 
 
-class LockTimeout(Exception):
+class LockUnavailable(Exception):
+    """The root's lock cannot be had: a --fix run stops; the message says why."""
+
+
+class LockTimeout(LockUnavailable):
     """The lock stayed held past the timeout; the message names the holder."""
 
 
@@ -34,8 +39,13 @@ class RootLock:
     def acquire(self, timeout: float) -> None:
         if self._fd is not None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            hint = " (--fix needs root)" if exc.errno in (errno.EACCES, errno.EPERM) else ""
+            raise LockUnavailable(f"cannot take the {self.purpose} lock {self.path}: "
+                                  f"{exc.strerror}{hint}") from exc
         deadline = time.monotonic() + timeout
         while True:
             try:

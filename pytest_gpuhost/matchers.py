@@ -244,10 +244,12 @@ class Range:
         return Verdict(True)
 
     def fix_value(self, observed: str | None) -> str | None:
+        """None when the observed value has no order (``4096 87380 6291456`` under a min):
+        writing the bound there would replace a multi-value setting with one number."""
         try:
             above = observed is not None and self._position(observed) > 0
         except ValueError:
-            above = False
+            return None
         if above or self.min is None:
             return self.max
         return self.min

@@ -98,6 +98,8 @@ class FileContentProbe:
     path: str
     content: str | None
     """None: the file should not exist (a rollback of a file that persistence created)."""
+    only_if: str | None = None
+    """For a rollback: change the file only while it still holds what the fix wrote."""
     fixable = True
 
     def _current(self, host: Host) -> str | None:
@@ -112,6 +114,8 @@ class FileContentProbe:
                                                        f"{len(current.splitlines())} lines"),))
 
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
+        if self.only_if is not None and self._current(host) != self.only_if:
+            raise CannotFix(f"{self.path} was edited since the fix: left as it is")
         if self.content is None:
             if not host.exists(self.path):
                 raise CannotFix(f"{self.path} is already absent")

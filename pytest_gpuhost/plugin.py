@@ -18,8 +18,8 @@ from .fixrun import JOURNAL_KEY, FixRun, close_rollback, default_journal, make_f
 from .fixrun import persist as persist_files
 from .gate import judge, verdict_text
 from .host import LocalHost
-from .journal import JOURNAL_DIR, latest_journal, read_journal
-from .locking import LockTimeout
+from .journal import JOURNAL_DIR, JournalError, latest_journal, read_journal
+from .locking import LockUnavailable
 from .nvml import NvmlSource
 from .progress import progress_to
 from .prometheus import write_textfile
@@ -193,6 +193,13 @@ def _usage_checks(config: pytest.Config, has_specs: bool) -> None:
         return
     if rollback and has_specs:
         raise pytest.UsageError("--gpuhost-rollback restores a journal; run it without a spec")
+    if rollback:
+        for flag, given in (("--fix-persist", option.fix_persist),
+                            ("--gpuhost-journal", option.gpuhost_journal)):
+            if given:
+                raise pytest.UsageError(f"{flag} does not go with --gpuhost-rollback (a rollback "
+                                        "journals nothing and persists nothing)")
+
     if rollback and getattr(option, "numprocesses", None):
         raise pytest.UsageError("--gpuhost-rollback runs serially, newest change first: drop -n")
     if not rollback:
@@ -230,6 +237,9 @@ def pytest_configure(config: pytest.Config) -> None:
         except SpecError as exc:
             raise pytest.UsageError(f"bad gpuhost spec: {exc}") from None
     option = config.option
+    if option.fix_persist and len(specs) > 1:
+        raise pytest.UsageError("--fix-persist names its files after the spec: run it with one "
+                                "spec at a time")
     fix = option.fix or rollback is not None
     options = RunOptions(fix=fix, dry_run=option.gpuhost_dry_run)
     spec_name = next(iter(specs.values())).name if specs else "rollback"
@@ -238,6 +248,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if fix and not options.dry_run and rollback is None:
         journal_path = default_journal(root, option.gpuhost_journal, config.invocation_params.dir,
                                        spec_name, workerinput)
+        if workerinput is None and option.gpuhost_journal and journal_path.exists():
+            raise pytest.UsageError(f"--gpuhost-journal={option.gpuhost_journal}: the file exists;"
+                                    " a journal records one run: name a new file")
     nvml = NvmlSource(config.hook.pytest_gpuhost_nvml(host=host))
     fixer = None
     if fix and not options.dry_run:
@@ -276,13 +289,13 @@ def pytest_configure(config: pytest.Config) -> None:
             config.invocation_params.dir / alluredir, host,
             [spec.name for spec in specs.values()], fix=fix, is_worker=workerinput is not None),
             "gpuhost-allure")
-    if workerinput is None and config.pluginmanager.hasplugin("xdist"):
+    if _distributing(config):
         extra = {JOURNAL_KEY: str(journal_path)} if journal_path else {}
         config.pluginmanager.register(SharedDirectory(extra), "gpuhost-shared-dir")
     if fixer is not None and fixer.run_lock is not None and _distributing(config):
         try:  # before any worker starts: the workers' fixes run under this run's lock
             fixer.run_lock.acquire(option.gpuhost_lock_timeout)
-        except LockTimeout as exc:
+        except LockUnavailable as exc:
             pytest.exit(str(exc), returncode=pytest.ExitCode.INTERRUPTED)
 
 
@@ -294,12 +307,15 @@ def _configure_rollback(config: pytest.Config, state: GpuhostState, root: Path,
                                 "there is rolled back already); pass --gpuhost-rollback=FILE")
     if not journal.is_file():
         raise pytest.UsageError(f"--gpuhost-rollback={option}: no such journal")
-    contents = read_journal(journal)
-    if not contents.entries:
-        raise pytest.UsageError(f"{journal}: the journal records no change to roll back")
+    try:
+        contents = read_journal(journal)
+        if not contents.entries:
+            raise JournalError(f"{journal}: the journal records no change to roll back")
+        state.rollback_checks = rollback_checks(contents, _display(config)(journal),
+                                                state.facts.nvml)
+    except JournalError as exc:
+        raise pytest.UsageError(str(exc)) from None
     state.fixrun.rollback = contents
-    state.rollback_checks = rollback_checks(contents, _display(config)(journal),
-                                            state.facts.nvml)
     config.args = [str(journal)]
 
 
@@ -381,11 +397,12 @@ class GpuhostItem(pytest.Item):
             with progress_to(self._progress_sink()):
                 self.result = run_check(self.check, state.host, state.conditions,
                                         state.options, state.fixrun.fixer)
-        except LockTimeout as exc:
+        except LockUnavailable as exc:
             pytest.exit(str(exc), returncode=pytest.ExitCode.INTERRUPTED)
         self.user_properties.extend(junit_properties(self.result))
         if self.result.outcome is Outcome.SKIPPED:
-            pytest.skip(self.result.message)
+            # Reported at the spec's line, as a skip mark's would be (not in pytest's runner).
+            raise pytest.skip.Exception(self.result.message, _use_item_location=True)
         if self.result.outcome is Outcome.ERROR:
             raise CheckError(self.result)
         if self.result.outcome not in (Outcome.PASSED, Outcome.FIXED):
@@ -533,16 +550,23 @@ class RunReporter:
         journal = state.fixrun.journal_path
         if journal is not None and state.fixrun.journal_used():
             terminalreporter.write_line(f"journal: {journal} (undo: --gpuhost-rollback={journal})")
+        if rollback is not None and rollback.damaged_lines:
+            terminalreporter.write_line(f"journal: {rollback.damaged_lines} line(s) cut short "
+                                        "by a crash were skipped")
         if rollback is not None and not state.options.dry_run:
             done = self.rolled_back
             terminalreporter.write_line(
                 f"rollback: {rollback.path} is {'closed' if done else 'still open'}"
                 + ("" if done else " (some changes are not back: run it again once fixed)"))
+        if self.persist_error:
+            terminalreporter.write_line(f"--fix-persist: nothing written: {self.persist_error}",
+                                        red=True)
 
     rolled_back = False
+    persist_error = ""
 
     @pytest.hookimpl(tryfirst=True)
-    def pytest_sessionfinish(self) -> None:
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Session-end fixes (persistence, closing a rollback) and the reports, on the
         controller, before the terminal summary is printed."""
         state = self.state
@@ -551,8 +575,13 @@ class RunReporter:
         fixrun = state.fixrun
         if fixrun.persist:
             spec = next(iter(state.specs.values()))
-            records = persist_files(state.host, fixrun.fixer, state.options, spec.name,
-                                    _display_path(spec.path), self.ordered())
+            try:
+                records = persist_files(state.host, fixrun.fixer, state.options, spec.name,
+                                        _display_path(spec.path), self.ordered())
+            except LockUnavailable as exc:
+                self.persist_error = str(exc)
+                session.exitstatus = pytest.ExitCode.INTERRUPTED
+                records = []
             base = len(state.results)
             for offset, record in enumerate(records):
                 state.results[f"persist::{record.key}"] = (base + offset, record)

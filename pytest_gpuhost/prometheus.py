@@ -7,12 +7,11 @@ temporary name in the same directory and renamed, so the collector never reads h
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from .files import write_atomically
 from .result import OUTCOMES, CheckResult, Outcome
 
 GATE_OPEN = (Outcome.PASSED, Outcome.FIXED, Outcome.SKIPPED)
@@ -37,16 +36,23 @@ def textfile(results: Sequence[CheckResult], *, spec: str, timestamp: float) -> 
     """The exposition-format text: per check, whether it is good, its outcome and, where the
     observed value is a number, that number; then counts per outcome and the run's time."""
 
+    def spec_of(r: CheckResult) -> str:
+        """Each check's own spec (the file it came from), so two specs never make one series."""
+        return Path(r.location.rsplit(":", 1)[0]).stem if r.location else spec
+
     def check_labels(r: CheckResult, *extra: tuple[str, str]) -> str:
-        return _labels((("spec", spec), ("kind", r.kind), ("key", r.key or ""), *extra))
+        return _labels((("spec", spec_of(r)), ("kind", r.kind), ("key", r.key or ""), *extra))
+
+    specs = sorted({spec_of(r) for r in results}) or [spec]
 
     ok = [(check_labels(r), int(r.outcome in GATE_OPEN)) for r in results]
     outcome = [(check_labels(r, ("outcome", name)), int(r.outcome.value == name))
                for r in results for name in OUTCOMES]
     observed = [(check_labels(r), float(r.observed) if "." in r.observed else int(r.observed))
                 for r in results if r.observed is not None and _NUMBER.fullmatch(r.observed)]
-    counts = [(_labels((("spec", spec), ("outcome", name))),
-               sum(r.outcome.value == name for r in results)) for name in OUTCOMES]
+    counts = [(_labels((("spec", each), ("outcome", name))),
+               sum(r.outcome.value == name and spec_of(r) == each for r in results))
+              for each in specs for name in OUTCOMES]
     lines = [
         *_metric("gpuhost_check_ok", "1 when the check passed, was fixed or did not apply; "
                  "0 when it failed, its fix failed or the host could not be read", ok),
@@ -56,20 +62,11 @@ def textfile(results: Sequence[CheckResult], *, spec: str, timestamp: float) -> 
                  observed),
         *_metric("gpuhost_checks", "number of checks per outcome in the last run", counts),
         *_metric("gpuhost_last_run_timestamp_seconds", "when the last run finished (Unix time)",
-                 [(_labels((("spec", spec),)), round(timestamp, 3))]),
+                 [(_labels((("spec", each),)), round(timestamp, 3)) for each in specs]),
     ]
     return "\n".join(lines) + "\n"
 
 
 def write_textfile(path: Path, results: Sequence[CheckResult], *, spec: str,
                    timestamp: float) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(textfile(results, spec=spec, timestamp=timestamp))
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomically(path, textfile(results, spec=spec, timestamp=timestamp))

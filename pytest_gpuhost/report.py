@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
-import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from . import __version__
+from .files import write_atomically
 from .result import OUTCOMES, CheckResult, Outcome, summarize
 from .spec import Spec
 
@@ -178,9 +177,4 @@ def write_json_report(
 ) -> None:
     """Write atomically, so a reader never sees half a report."""
     data = json_report(specs=specs, root=root, fix=fix, results=results, extra=extra)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        json.dump(data, out, indent=2)
-        out.write("\n")
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(data, indent=2) + "\n")

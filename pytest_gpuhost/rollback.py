@@ -15,9 +15,10 @@ from .checks import CannotFix, Check, Evidence, Observation, Probe
 from .checks.modules import ModuleProbe, ModuleState
 from .checks.nvml import PERSISTENCE, PersistenceModeProbe
 from .host import Host, HostError
-from .journal import JournalContents
+from .journal import JournalContents, JournalError
 from .matchers import Auto, Choice, Exact, Expectation
 from .nvml import NvmlSource
+from .pciconfig import BCR_FLR
 from .persist import FileContentProbe, expected_state
 from .spec import EntryOptions
 
@@ -41,23 +42,69 @@ class TextProbe:
 
 
 @dataclass(frozen=True)
-class BytesProbe:
-    path: str
-    offset: int
-    length: int
+class Guarded:
+    """Undo a change only while the host still holds what the fix left: a value someone
+    changed since is theirs, and is reported rather than overwritten."""
+
+    inner: Probe
+    left: str
     fixable = True
 
     def observe(self, host: Host) -> Observation:
+        return self.inner.observe(host)
+
+    def plan(self, host: Host, value: str, observed: Observation) -> Plan:
+        if (observed.value or "").strip() != self.left.strip():
+            raise CannotFix(f"changed since the fix (now {observed.value!r}, the fix left "
+                            f"{self.left.strip()!r}): left as it is")
+        return self.inner.plan(host, value, observed)
+
+
+@dataclass(frozen=True)
+class BitsProbe:
+    """The bits a config-space write changed (``old`` XOR ``new``), read back and restored by a
+    read-modify-write of those bits alone; bit 15 of Device Control (FLR) is never set."""
+
+    path: str
+    offset: int
+    old: int
+    new: int
+    length: int
+    fixable = True
+
+    @property
+    def mask(self) -> int:
+        return self.old ^ self.new
+
+    def shown(self, value: int) -> str:
+        return f"0x{value & self.mask:0{self.length * 2}x}"
+
+    def _current(self, host: Host) -> int:
         data = host.read_bytes(self.path)[self.offset:self.offset + self.length]
         if len(data) != self.length:
             raise HostError(f"{self.path}: {len(data)} bytes at 0x{self.offset:02x}, not "
                             f"{self.length}: reads past 64 bytes of sysfs config need root")
-        return Observation(data.hex(), (Evidence(f"{self.path} @0x{self.offset:02x}",
-                                                 data.hex(" ")),))
+        return int.from_bytes(data, "little")
+
+    def observe(self, host: Host) -> Observation:
+        current = self._current(host)
+        return Observation(self.shown(current), (Evidence(
+            f"{self.path} @0x{self.offset:02x}",
+            f"0x{current:0{self.length * 2}x}, bits 0x{self.mask:0{self.length * 2}x} hold "
+            f"{self.shown(current)}"),))
 
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
-        change = WriteBytes(self.path, self.offset, observed.value or "", value)
-        return Plan(f"write {value} back to {self.path} @0x{self.offset:02x}", (change,))
+        current = self._current(host)
+        if current & self.mask != self.new & self.mask:
+            raise CannotFix(f"changed since the fix (bits {self.shown(current)}, the fix left "
+                            f"{self.shown(self.new)}): left as it is")
+        restored = (current & ~self.mask | self.old & self.mask) & ~BCR_FLR
+        change = WriteBytes(self.path, self.offset, self._hex(current), self._hex(restored))
+        return Plan(f"write bits {self.shown(self.old)} back to {self.path} @0x{self.offset:02x}",
+                    (change,))
+
+    def _hex(self, value: int) -> str:
+        return value.to_bytes(self.length, "little").hex()
 
 
 def _target(change: Change) -> str:
@@ -72,17 +119,20 @@ def _restore(change: Change, nvml: NvmlSource) -> tuple[Expectation, Probe]:
     """What the original was, and a probe that can read and write it back."""
     if isinstance(change, NvmlSetting):
         return (Exact(change.old, Choice(PERSISTENCE)),
-                PersistenceModeProbe(nvml, change.address))
+                Guarded(PersistenceModeProbe(nvml, change.address), change.new))
     if isinstance(change, WriteText):
-        return Exact(change.old.rstrip("\n"), Auto()), TextProbe(change.path)
+        return Exact(change.old.rstrip("\n"), Auto()), Guarded(TextProbe(change.path), change.new)
     if isinstance(change, WriteBytes):
-        return (Exact(change.old, Choice((change.old,))),
-                BytesProbe(change.path, change.offset, len(bytes.fromhex(change.old))))
+        old, new = (int.from_bytes(bytes.fromhex(v), "little") for v in (change.old, change.new))
+        probe = BitsProbe(change.path, change.offset, old, new, len(bytes.fromhex(change.old)))
+        return Exact(probe.shown(old), Choice((probe.shown(old),))), probe
     if isinstance(change, ReplaceFile):
-        return expected_state(change.old), FileContentProbe(change.path, change.old)
+        return (expected_state(change.old),
+                FileContentProbe(change.path, change.old, only_if=change.new))
     if change.argv[:1] == ("modprobe",):
-        return Exact(change.old, ModuleState()), ModuleProbe(change.argv[-1])
-    raise ValueError(f"no way to roll back {change.describe()}")
+        return (Exact(change.old, ModuleState()),
+                Guarded(ModuleProbe(change.argv[-1]), change.new))
+    raise JournalError(f"no way to roll back {change.describe()}")
 
 
 def rollback_checks(journal: JournalContents, shown: str, nvml: NvmlSource) -> list[Check]:
@@ -90,9 +140,10 @@ def rollback_checks(journal: JournalContents, shown: str, nvml: NvmlSource) -> l
     entries = list(journal.entries)
     for number, entry in reversed(list(enumerate(entries, 1))):
         expect, probe = _restore(entry.change, nvml)
-        options = EntryOptions(where=f"{shown}:{number}",
+        options = EntryOptions(where=f"{shown}:{entry.line}",
                                why=f"undo {entry.change.describe()} ({entry.state} at "
                                    f"{entry.time})")
-        checks.append(Check("rollback", f"{entry.check} {_target(entry.change)}", expect,
-                            options, probe))
+        # The entry's number keeps ids unique when one target was changed twice.
+        checks.append(Check("rollback", f"{entry.check} {_target(entry.change)} #{number}",
+                            expect, options, probe))
     return checks

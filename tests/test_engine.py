@@ -121,3 +121,31 @@ def test_when_conditions_skip_with_the_reason(fake: FakeHost, holds: bool, negat
     assert result.outcome is outcome
     if outcome is Outcome.SKIPPED:
         assert result.message == f"when: {'not ' if negate else ''}lab is false: seen"
+
+
+def test_a_probe_that_raises_still_leaves_a_record(fake: FakeHost) -> None:
+    class Buggy(SysctlProbe):
+        def observe(self, host: object) -> Observation:
+            raise TypeError("argument 3: wrong type")
+
+    check = Check("sysctl", "x", Exact("1", Auto()), EntryOptions(where="s:1"), Buggy("x"))
+    result = run_check(check, LocalHost(fake.root), {}, FIX)
+    assert (result.outcome, result.message) == (Outcome.ERROR, "TypeError: argument 3: wrong type")
+
+
+def test_a_failed_read_back_records_no_after(fake: FakeHost) -> None:
+    fake.sysctl("vm.swappiness", 60)
+
+    class Vanishing(SysctlProbe):
+        calls = 0
+
+        def observe(self, host: object) -> Observation:
+            Vanishing.calls += 1
+            if Vanishing.calls > 2:  # before, again under the lock, then the read-back
+                raise HostError("cannot read proc/sys/vm/swappiness: Input/output error")
+            return super().observe(host)  # type: ignore[arg-type]
+
+    check = Check("sysctl", "vm.swappiness", Exact("10", Auto()), EntryOptions(where="s:1"),
+                  Vanishing("proc/sys/vm/swappiness"))
+    result = run_check(check, LocalHost(fake.root), {}, FIX)
+    assert (result.outcome, result.before, result.after) == (Outcome.FIX_FAILED, "60", None)

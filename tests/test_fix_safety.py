@@ -211,7 +211,7 @@ def test_fix_journals_every_change_and_rollback_restores_the_originals(
              if "::rollback[" in line and (" FIXED " in line or " PASSED " in line)]
     assert len(order) == 95
     assert order[0].startswith("persist[etc/udev/rules.d/90-gpuhost-blackwell8.rules]")
-    assert order[-1].startswith("sysctl[kernel.nmi_watchdog] proc/sys/kernel/nmi_watchdog]")
+    assert order[-1].startswith("sysctl[kernel.nmi_watchdog] proc/sys/kernel/nmi_watchdog #1]")
     restored = host_state(example_host)
     changed = {p for p in set(restored) | set(untuned) if restored.get(p, (None,))[0] !=
                untuned.get(p, (None,))[0]}
@@ -410,3 +410,124 @@ def test_a_fix_run_under_xdist_shares_one_journal(pytester: pytest.Pytester, spe
     entries = read_journal(journal).entries
     assert len(entries) == 9 + 8 + 8 + 64 + 2
     assert len({e.id.split("-")[0] for e in entries}) == 2  # both workers wrote to it
+
+
+# --- what a review found: each a case that once crashed, lied or overwrote ----------------------
+
+
+def fix_once(pytester: pytest.Pytester, spec: Path, root: Path, *extra: str) -> Path:
+    result = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={root}", "--fix",
+                                *extra)
+    assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
+    [journal] = (root / STATE / "journal").glob("*.jsonl")
+    return journal
+
+
+def test_an_existing_journal_file_is_refused(pytester: pytest.Pytester, spec: Path,
+                                             example_host: Path) -> None:
+    (pytester.path / "mine.jsonl").write_text("")
+    result = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}",
+                                "--fix", "--gpuhost-journal=mine.jsonl")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --gpuhost-journal=mine.jsonl: the file exists; a "
+                                 "journal records one run: name a new file"])
+
+
+def test_a_root_where_the_lock_cannot_be_made_stops_cleanly(pytester: pytest.Pytester,
+                                                            spec: Path,
+                                                            example_host: Path) -> None:
+    (example_host / STATE / "run.lock").mkdir(parents=True)  # a lock that cannot be opened
+    before = host_state(example_host)
+    result = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}",
+                                "--fix")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*cannot take the run lock *run.lock: Is a directory*"])
+    assert "Traceback" not in result.stdout.str()
+    assert host_state(example_host) == before
+
+
+def test_a_held_lock_at_persistence_time_exits_2(pytester: pytest.Pytester, fake: FakeHost
+                                                 ) -> None:
+    fake.sysctl("vm.swappiness", 10)  # already right: the first write would be persistence
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    lock = RootLock(fake.root / STATE / "run.lock", "run")
+    lock.acquire(1)
+    try:
+        result = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}", "--fix",
+                                    "--fix-persist", "--gpuhost-lock-timeout=0.2")
+    finally:
+        lock.release()
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["--fix-persist: nothing written: another pytest-gpuhost run "
+                                 "holds the run lock*"])
+    assert not (fake.root / "etc").exists()
+
+
+@pytest.mark.parametrize("flag", ["--fix-persist", "--gpuhost-journal=x.jsonl"])
+def test_rollback_refuses_flags_it_cannot_honour(pytester: pytest.Pytester, fake: FakeHost,
+                                                 flag: str) -> None:
+    result = pytester.runpytest(f"--gpuhost-root={fake.root}", "--gpuhost-rollback", flag)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: {flag.split('=')[0]} does not go with "
+                                 "--gpuhost-rollback*"])
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("[1, 2]", "not a journal record"),
+    ('{"event": "change", "id": "1-1", "time": "t"}', "a change record without a usable"),
+])
+def test_a_hand_edited_journal_names_the_line(pytester: pytest.Pytester, fake: FakeHost,
+                                              line: str, message: str) -> None:
+    journal = pytester.path / "edited.jsonl"
+    journal.write_text('{"event": "rolled_back_not", "time": "t"}\n' + line + "\n")
+    result = pytester.runpytest(f"--gpuhost-root={fake.root}",
+                                f"--gpuhost-rollback={journal}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: {journal}:2: {message}*"])
+
+
+def test_rollback_leaves_what_was_changed_since_the_fix(pytester: pytest.Pytester, spec: Path,
+                                                        example_host: Path) -> None:
+    shutil.rmtree(example_host / "sys/class/infiniband")
+    journal = fix_once(pytester, spec, example_host, "--fix-persist")
+    (example_host / "proc/sys/vm/swappiness").write_text("5\n")  # the operator, since
+    persisted = example_host / "etc/sysctl.d/90-gpuhost-blackwell8.conf"
+    persisted.write_text(persisted.read_text() + "vm.overcommit_memory = 1\n")
+    config = example_host / "sys/bus/pci/devices/0000:81:00.0/config"
+    data = bytearray(config.read_bytes())
+    data[0x80] = (data[0x80] & 0x1F) | (2 << 5)  # MaxPayload 512 since (DevCtl bits 7:5)
+    config.write_bytes(bytes(data))
+    result = pytester.runpytest(f"--gpuhost-root={example_host}",
+                                f"--gpuhost-rollback={journal}", "-rA")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert (example_host / "proc/sys/vm/swappiness").read_text() == "5\n"
+    assert "vm.overcommit_memory = 1" in persisted.read_text()
+    result.stdout.fnmatch_lines(["*changed since the fix (now '5', the fix left '10'): left as "
+                                 "it is*"])
+    result.stdout.fnmatch_lines(["*90-gpuhost-blackwell8.conf was edited since the fix: left as "
+                                 "it is*"])
+    restored = config.read_bytes()
+    assert restored[0x80:0x82] == bytes([(0x37 & 0x1F) | (2 << 5), 0x29])  # MRRS back, MPS kept
+    rollback = read_journal(journal)
+    assert not rollback.rolled_back  # still open: two changes are not back
+
+
+def test_the_verify_hint_matches_what_fix_would_do(pytester: pytest.Pytester,
+                                                   fake: FakeHost) -> None:
+    fake.sysctl("kernel.core_pattern", "core").module("nouveau", state="builtin")
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  kernel.core_pattern: {match: "
+                                    "'[|].*'}\nmodules:\n  nouveau: absent\n")
+    result = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}")
+    out = result.stdout.str()
+    assert "'core' does not match /[|].*/ (not fixable: 'matches /[|].*/' names no single " \
+           "value to write)" in out
+    assert "(not fixable: nouveau is built into the kernel and cannot be unloaded)" in out
+    assert "run with --fix" not in out
+
+
+def test_a_skip_points_at_the_spec(pytester: pytest.Pytester, fake: FakeHost) -> None:
+    pytester.makefile(".yaml", spec="version: 1\nmodules:\n  nvidia_peermem: "
+                                    "{state: loaded, when: infiniband}\n")
+    result = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}", "-rs")
+    result.stdout.fnmatch_lines(["SKIPPED [1] spec.yaml:3: when: infiniband is false: no RDMA "
+                                 "device under sys/class/infiniband"])

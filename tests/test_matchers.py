@@ -80,3 +80,8 @@ def test_integer_domain_with_allowed_values() -> None:
 def test_nothing_observed_fails() -> None:
     assert not Exact("0", Auto()).judge(None).ok
     assert not Range("1", None, Auto()).judge(None).ok
+
+
+def test_no_fix_value_for_a_value_without_order() -> None:
+    # A kernel given "16777216" for tcp_rmem sets only its first field: never write it.
+    assert Range("16777216", None, Auto()).fix_value("4096 87380 6291456") is None

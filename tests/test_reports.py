@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_gpuhost.fakehost import FakeHost
 from pytest_gpuhost.prometheus import escape_label, textfile
 from pytest_gpuhost.result import OUTCOMES, CheckResult, Outcome
 
@@ -263,3 +264,19 @@ def test_without_alluredir_nothing_of_allure_runs(pytester: pytest.Pytester,
                                 f"--gpuhost-root={example_host}", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
     assert {p.name for p in pytester.path.iterdir()} == before
+
+
+def test_two_specs_make_distinct_series_and_readable_files(pytester: pytest.Pytester,
+                                                           fake: FakeHost) -> None:
+    fake.sysctl("vm.swappiness", 10)
+    pytester.makefile(".yaml", a="version: 1\nsysctl:\n  vm.swappiness: 10\n",
+                      b="version: 1\nsysctl:\n  vm.swappiness: {max: 20}\n")
+    result = pytester.runpytest("a.yaml", "b.yaml", f"--gpuhost-root={fake.root}",
+                                "--gpuhost-prom=out.prom", "--gpuhost-report=out.json")
+    assert result.ret == pytest.ExitCode.OK
+    text = (pytester.path / "out.prom").read_text()
+    ok = [line for line in text.splitlines() if line.startswith("gpuhost_check_ok{")]
+    assert sorted(ok) == ['gpuhost_check_ok{spec="a",kind="sysctl",key="vm.swappiness"} 1',
+                          'gpuhost_check_ok{spec="b",kind="sysctl",key="vm.swappiness"} 1']
+    for name in ("out.prom", "out.json"):
+        assert (pytester.path / name).stat().st_mode & 0o777 == 0o644
