@@ -169,7 +169,8 @@ def fake_pynvml(init_fails: bool = False) -> types.ModuleType:
 
     module.__dict__.update(
         NVMLError=FakeNVMLError, NVMLError_NoPermission=type("NoPerm", (FakeNVMLError,), {}),
-        NVML_FEATURE_ENABLED=1, NVML_FEATURE_DISABLED=0, NVML_P2P_CAPS_INDEX_READ=(0,),  # nvidia-ml-py 13.x: `= 0,`
+        NVML_FEATURE_ENABLED=1, NVML_FEATURE_DISABLED=0,
+        NVML_P2P_CAPS_INDEX_READ=(0,),  # as nvidia-ml-py 13.x spells it: `= 0,`
         nvmlInit=init, nvmlDeviceGetCount=lambda: 2,
         nvmlDeviceGetHandleByIndex=lambda i: handles[i],
         nvmlDeviceGetPciInfo=lambda h: info(busId=bus[h]),

@@ -115,6 +115,23 @@ def test_unknown_numa_node_uses_nvml_topology(fake: FakeHost) -> None:
                                         "and NVML unavailable")
 
 
+class BrokenTopologyNvml(FakeNvml):
+    def topology(self, one: str, other: str) -> str | None:
+        raise HostError("NVML nvmlDeviceGetTopologyCommonAncestor failed: Unknown Error")
+
+
+def test_an_nvml_error_while_classing_fails_the_pairs_with_the_reason(fake: FakeHost) -> None:
+    four_gpus(fake, numa=(-1, -1, -1, -1))
+    record(fake, ROWS)
+    results = run(spec(), fake.root, BrokenTopologyNvml(devices={a: FakeGpu() for a in G}))
+    assert len(results) == 12
+    unclassed = results[f"p2p[{G[0]}->{G[1]}]"]
+    assert unclassed.outcome is Outcome.FAILED
+    assert unclassed.message == ("cannot class the pair: sysfs numa_node is -1 and -1, and NVML "
+                                 "cannot tell: NVML nvmlDeviceGetTopologyCommonAncestor failed: "
+                                 "Unknown Error")
+
+
 def test_a_class_without_a_floor_is_not_tested(fake: FakeHost) -> None:
     record(four_gpus(fake), ROWS)
     text = "version: 1\np2p: {probe: auto, floors: {cross_numa: 30}}\n"

@@ -230,6 +230,8 @@ def classify(a: str, b: str, numa: Mapping[str, int], nvml: NvmlSource) -> str:
         level = nvml.get().topology(a, b)
     except NvmlUnavailable as exc:
         level, why = None, f"NVML unavailable: {exc}"
+    except HostError as exc:  # NVML has no such GPU, or the call failed
+        level, why = None, f"NVML cannot tell: {exc}"
     else:
         why = "NVML does not report their topology"
     if level is not None:
