@@ -414,9 +414,9 @@ class CountingHost:
         self._count("read_kmsg", path)
         return self.host.read_kmsg(path)
 
-    def run(self, argv: list[str]) -> CommandResult:
+    def run(self, argv: list[str], env: Mapping[str, str] | None = None) -> CommandResult:
         self._count("run", " ".join(argv))
-        return self.host.run(argv)
+        return self.host.run(argv, env)
 
 
 UNTUNED_SYSCTLS: dict[str, str | int] = {

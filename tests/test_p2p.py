@@ -250,6 +250,18 @@ def test_under_xdist_nvbandwidth_runs_once(pytester: pytest.Pytester, fake: Fake
         "device_to_device_memcpy_read_ce"}
 
 
+def test_nvbandwidth_runs_with_cuda_ordinals_in_pci_order(fake: FakeHost,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    four_gpus(fake)
+    fake.file("nvbandwidth.json", json_output(ROWS))
+    fake.file("usr/bin/nvbandwidth", '#!/bin/sh\necho "CUDA_DEVICE_ORDER=$CUDA_DEVICE_ORDER" '
+              '> "$GPUHOST_ROOT/env.log"\ncat "$GPUHOST_ROOT/nvbandwidth.json"\n', mode=0o755)
+    results = run_spec(spec("nvbandwidth"), fake.root)
+    assert (fake.root / "env.log").read_text() == "CUDA_DEVICE_ORDER=PCI_BUS_ID\n"
+    assert results[f"p2p[{G[0]}->{G[1]}]"].observed == "52.00"
+
+
 def test_p2p_runs_after_the_pcie_fixes_and_before_dmesg(pytester: pytest.Pytester,
                                                         fake: FakeHost) -> None:
     record(four_gpus(fake), ROWS)
