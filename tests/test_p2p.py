@@ -38,12 +38,19 @@ def spec(probe: str = "auto", *, inside: str = "", after: str = "") -> str:
             f"  warn_margin: 5%\n{inside}{after}")
 
 
+def read_matrix(rows: list[list[float | None]]) -> list[list[float | None]]:
+    """``rows[s][t]`` (data from GPU s to GPU t) as nvbandwidth's read test prints it: the row is
+    the GPU that reads, the column the one read from."""
+    return [list(column) for column in zip(*rows, strict=True)]
+
+
 def record(fake: FakeHost, rows: list[list[float | None]], name: str = "nvbandwidth.txt") -> None:
     fake.recorded_bandwidth(name, nvbandwidth_text(
-        {"device_to_device_memcpy_read_ce": (D2D, rows)}, devices=["GPU"] * len(rows)))
+        {"device_to_device_memcpy_read_ce": (D2D, read_matrix(rows))},
+        devices=["GPU"] * len(rows)))
 
 
-ROWS: list[list[float | None]] = [
+ROWS: list[list[float | None]] = [  # ROWS[s][t]: p2p[G[s]->G[t]]
     [None, 52.0, 35.0, 31.0],
     [46.0, None, 33.0, 34.0],
     [33.5, 33.2, None, 44.9],
@@ -83,7 +90,9 @@ def test_file_probe_relative_to_the_root_and_absolute(fake: FakeHost, tmp_path: 
     outside = tmp_path / "nvb.json"
     shutil.copy(FIXTURES / "nvbandwidth_2gpu.json", outside)
     absolute = run_spec(spec(f"file:{outside}"), fake.root)
-    assert absolute[f"p2p[{G[0]}->{G[1]}]"].observed == "26.34"  # GPU 0 -> 1 of the JSON
+    # The JSON's read test: row 1 reads 26.2987 from column 0, so data flows GPU 0 -> 1.
+    assert absolute[f"p2p[{G[0]}->{G[1]}]"].observed == "26.30"
+    assert absolute[f"p2p[{G[1]}->{G[0]}]"].observed == "26.34"
     assert "does not name this GPU pair" not in absolute[f"p2p[{G[0]}->{G[1]}]"].message
     missing = absolute[f"p2p[{G[0]}->{G[3]}]"]
     assert missing.outcome is Outcome.FAILED and "(0, 3)" in missing.message
@@ -225,7 +234,7 @@ sys.stdout.write((root / "nvbandwidth.json").read_text())
 
 
 def json_output(rows: list[list[float | None]]) -> str:
-    cells = [["N/A" if v is None else f"{v:.4f}" for v in row] for row in rows]
+    cells = [["N/A" if v is None else f"{v:.4f}" for v in row] for row in read_matrix(rows)]
     return json.dumps({"nvbandwidth": {"version": "v0.8", "testcases": [
         {"name": "device_to_device_memcpy_read_ce", "status": "Passed",
          "bandwidth_description": D2D, "bandwidth_matrix": cells}]}})
