@@ -4,11 +4,19 @@ A ``Measurements`` maps a key to a ``Rate`` (GB/s = 10^9 bytes/s, or the reason 
 ``A->B`` for a P2P copy from GPU A to GPU B, ``h2d[A]`` / ``d2h[A]`` for host copies, and
 ``ring:A->B`` for one flow of the concurrent ring. GPUs are sysfs PCI addresses.
 
-Parsed outputs: nvbandwidth text (v0.2 prints ``0.00`` on the diagonal, v0.8 ``N/A``; a test it
-skips is a ``Waiving NAME.`` line), nvbandwidth ``-j`` JSON (cells are strings) and cuda-samples
-p2pBandwidthLatencyTest. The tools number GPUs by CUDA ordinal; where the output names a GPU's
-bus id it is used, else ordinal i is the i-th GPU in PCI address order (CUDA's order for identical
-GPUs; set ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` on a mixed box).
+Parsed outputs: nvbandwidth text (v0.2 prints ``0.00`` on the diagonal and for a pair it could
+not measure, v0.8 ``N/A``; a test it skips is ``Running NAME.`` then ``Waived: MSG`` in v0.8, a
+``Waiving NAME.`` line in old versions; ``Error: MSG`` / ``Not Found: MSG`` is a test with no
+result), nvbandwidth ``-j`` JSON (cells are strings) and cuda-samples p2pBandwidthLatencyTest.
+The tools number GPUs by CUDA ordinal; where the output names a GPU's bus id it is used, else
+ordinal i is the i-th GPU in PCI address order (the probe runs nvbandwidth with
+``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so that holds on a mixed box too).
+
+Direction: the labels do not give it, the test does (nvbandwidth testcases_ce.cpp). The read test
+stores M[row][col] = a copy from the column GPU's buffer into the row GPU's, run by the row GPU
+(it reads): data flows column -> row. The write test stores M[row][col] = a copy from row to
+column, run by the row GPU (it writes): data flows row -> column. p2pBandwidthLatencyTest's rows
+are the sources. Matrices are re-keyed (source, target) by test name.
 """
 
 from __future__ import annotations
@@ -76,6 +84,10 @@ class ToolOutput:
     matrices: dict[str, Matrix] = field(default_factory=dict)
     """test name -> {(source, target): GB/s or None for N/A}; host tests: {(0, gpu): ...}."""
     waived: set[str] = field(default_factory=set)
+    problems: dict[str, str] = field(default_factory=dict)
+    """test name -> why it has no result (``Waived: MSG``, ``Error: MSG``, a truncated table)."""
+    unmeasured: set[tuple[str, int, int]] = field(default_factory=set)
+    """(test, source, target) cells printed as 0.00 off the diagonal: not measured."""
     no_peer: set[tuple[int, int]] = field(default_factory=set)
     """p2pBandwidthLatencyTest's ``CANNOT Access Peer`` pairs."""
 
@@ -96,8 +108,11 @@ _HEADER = re.compile(r"\s*(?:D\\D\s+)?(\d+(?:\s+\d+)*)\s*$")
 
 
 def _read_matrix(lines: Sequence[str], start: int) -> tuple[Matrix, int]:
-    """Rows after the column header at ``start``; returns the matrix and the next line index."""
-    header = _HEADER.match(lines[start]) if start < len(lines) else None
+    """Rows after the column header at ``start``; returns the matrix and the next line index.
+    An output that ends at the title or the header (cut short) gives an empty matrix."""
+    if start >= len(lines):
+        return {}, start
+    header = _HEADER.match(lines[start])
     if header is None:
         raise ParseError(f"line {start + 1}: expected a row of column numbers")
     columns = [int(c) for c in header.group(1).split()]
@@ -116,12 +131,27 @@ def _read_matrix(lines: Sequence[str], start: int) -> tuple[Matrix, int]:
     return matrix, index
 
 
-def _sources_first(description: str, matrix: Matrix) -> Matrix:
-    """Cells keyed (source, target): ``GPU(row) <- GPU(column)`` means data flows column to
-    row, so the matrix is transposed; host tests keep their single CPU row."""
-    if "GPU(row) <- GPU(column)" in description:
-        return {(column, row): value for (row, column), value in matrix.items()}
-    return matrix
+def _is_p2p(test: str) -> bool:
+    return test.startswith("device_to_device") or test == P2P_SAMPLE_MATRIX
+
+
+def _store(output: ToolOutput, test: str, matrix: Matrix) -> None:
+    """Key ``matrix`` (as printed, (row, column)) by (source, target) for ``test``; a 0.00 off
+    the diagonal of a P2P matrix is a pair that was not measured."""
+    if not matrix:
+        output.problems.setdefault(test, "the output ends before the matrix rows (cut short)")
+        return
+    if test.startswith("device_to_device") and "_read_" in test:
+        matrix = {(column, row): value for (row, column), value in matrix.items()}
+    if _is_p2p(test):
+        for (source, target), value in list(matrix.items()):
+            if source != target and value == 0.0:
+                matrix[(source, target)] = None
+                output.unmeasured.add((test, source, target))
+    output.matrices[test] = matrix
+
+
+_STATUS = re.compile(r"(Waived|Error|Not Found): ?(.*)$")
 
 
 def parse_nvbandwidth_text(text: str) -> ToolOutput:
@@ -137,21 +167,26 @@ def parse_nvbandwidth_text(text: str) -> ToolOutput:
         if device and device.group(2):
             output.devices[int(device.group(1))] = normalize_address(device.group(2) + ".0")
         if match := re.match(r"Running (\w+)\.?$", line):
-            running = match.group(1)
-        elif match := re.match(r"Waiving (\w+)\.?$", line):
+            running, pending = match.group(1), None
+        elif match := re.match(r"Waiving (\w+)\.?$", line):  # before v0.8
             output.waived.add(match.group(1))
+            output.problems.setdefault(match.group(1), "waived")
+        elif (status := _STATUS.match(line)) and running is not None:  # v0.8
+            if status.group(1) == "Waived":
+                output.waived.add(running)
+            output.problems[running] = f"{status.group(1)}: {status.group(2)}".rstrip(": ")
+            running = None
         elif line.startswith("memcpy ") and "bandwidth" in line:
             pending, index = _read_matrix(lines, index + 1)
-            pending = _sources_first(line, pending)
             if running is not None:
-                output.matrices[running] = pending
+                _store(output, running, pending)
                 running, pending = None, None
             continue
         elif (match := re.match(r"SUM (\w+)", line)) and pending is not None:
-            output.matrices[match.group(1)] = pending
+            _store(output, match.group(1), pending)
             pending = None
         index += 1
-    if not output.matrices and not output.waived:
+    if not output.matrices and not output.problems:
         raise ParseError("no nvbandwidth result matrix ('memcpy ... bandwidth (GB/s)') found")
     return output
 
@@ -172,13 +207,16 @@ def parse_nvbandwidth_json(text: str) -> ToolOutput:
         name, status = str(case.get("name")), str(case.get("status", ""))
         if status.lower() == "waived":
             output.waived.add(name)
+            output.problems[name] = "waived"
             continue
         matrix_rows = case.get("bandwidth_matrix")
         if matrix_rows is None:
+            if status:
+                output.problems[name] = status
             continue
         matrix = {(r, c): _cell(str(cell)) for r, row in enumerate(matrix_rows)
                   for c, cell in enumerate(row)}
-        output.matrices[name] = _sources_first(str(case.get("bandwidth_description", "")), matrix)
+        _store(output, name, matrix)
     return output
 
 
@@ -201,7 +239,8 @@ def parse_p2p_bandwidth_latency_test(text: str) -> ToolOutput:
             output.no_peer.add((int(peer.group(1)), int(peer.group(2))))
         elif line.startswith("Unidirectional P2P=Enabled Bandwidth"):
             matrix, index = _read_matrix(lines, index + 1)
-            output.matrices[P2P_SAMPLE_MATRIX] = matrix
+            if matrix:
+                _store(output, P2P_SAMPLE_MATRIX, matrix)
             continue
         index += 1
     if P2P_SAMPLE_MATRIX not in output.matrices:
@@ -250,8 +289,14 @@ def _pair_rate(output: ToolOutput, test: str | None, ordinal: Mapping[str, int],
     if test is None:
         waived = [t for t in P2P_TESTS if t in output.waived]
         if waived:
-            return Rate(None, f"{output.tool} waived {waived[0]}: P2P is not available between "
-                              "these GPUs")
+            why = output.problems.get(waived[0], "waived")
+            shown = f" ({why})" if why != "waived" else ""
+            return Rate(None, f"{output.tool} waived {waived[0]}{shown}: P2P is not available "
+                              "between these GPUs")
+        failed = [t for t in P2P_TESTS if t in output.problems]
+        if failed:
+            return Rate(None, f"{output.tool} gave no {failed[0]} result: "
+                              f"{output.problems[failed[0]]}")
         return Rate(None, f"the {output.tool} output has no P2P results "
                           f"({' or '.join(P2P_TESTS)})")
     if source not in ordinal or target not in ordinal:
@@ -265,6 +310,9 @@ def _pair_rate(output: ToolOutput, test: str | None, ordinal: Mapping[str, int],
     if (row, column) not in output.matrices[test]:
         return Rate(None, f"{test} has no cell ({row}, {column}): the output lists fewer GPUs")
     value = output.matrices[test][(row, column)]
+    if (test, row, column) in output.unmeasured:
+        return Rate(None, f"{output.tool} reported 0.00 for device {row} -> {column}: the pair "
+                          "was not measured")
     if value is None:
         return Rate(None, f"{output.tool} reported N/A for device {row} -> {column}")
     return Rate(value)
@@ -273,6 +321,8 @@ def _pair_rate(output: ToolOutput, test: str | None, ordinal: Mapping[str, int],
 def _host_rate(output: ToolOutput, test: str, column: int | None) -> Rate:
     if test in output.waived:
         return Rate(None, f"{output.tool} waived {test}")
+    if test not in output.matrices and test in output.problems:
+        return Rate(None, f"{output.tool} gave no {test} result: {output.problems[test]}")
     if test not in output.matrices:
         return Rate(None, f"the {output.tool} output has no {test} results")
     value = output.matrices[test].get((0, column)) if column is not None else None

@@ -1,10 +1,16 @@
 """Our own bandwidth probe on cuda-python (the extra ``pytest-gpuhost[cuda]``), imported lazily.
 
-Per ordered pair: peer access is checked and enabled both ways (a pair without it fails rather
-than being timed as a copy staged through host memory), one warm-up copy, then ``repeats`` timed
-``cudaMemcpyPeerAsync`` copies between CUDA events on the source's stream; the rate is the median.
+Per ordered pair A->B (data flows A to B): peer access is checked and enabled both ways (a pair
+without it fails rather than being timed as a copy staged through host memory), one warm-up copy,
+then ``repeats`` timed ``cudaMemcpyPeerAsync(dst=B, src=A)`` copies between CUDA events on a
+stream of the target B, so B's copy engine reads from A: the read that B's MaxReadReq limits, as
+nvbandwidth's default device_to_device_memcpy_read_ce measures it. The rate is the median.
 Host copies use pinned memory and ``cudaMemcpyAsync`` timed the same way. The concurrent ring
-starts every GPU's copy to its neighbour at once, each on its own stream, and times each flow.
+starts every GPU's copy to its neighbour at once, each on its own stream of the target, and times
+each flow.
+
+GPUs are mapped to CUDA ordinals by ``cudaDeviceGetPCIBusId``, never by position, so the probe
+does not depend on ``CUDA_DEVICE_ORDER``.
 """
 
 from __future__ import annotations
@@ -134,11 +140,13 @@ class CudaBandwidth:
             self._call("cudaSetDevice", src)
             source = self._call("cudaMalloc", self.size)
             buffers.append((src, source))
+            self._call("cudaSetDevice", dst)  # the target's stream and events: B reads from A
             stream = self._call("cudaStreamCreate")
             try:
                 times = self._timed(stream, lambda: self._call(
                     "cudaMemcpyPeerAsync", target, dst, source, src, self.size, stream))
             finally:
+                self._call("cudaSetDevice", dst)
                 self._call("cudaStreamDestroy", stream)
             return Rate(self._gbps(times))
         finally:
@@ -186,19 +194,20 @@ class CudaBandwidth:
                 self._call("cudaSetDevice", src)
                 source = self._call("cudaMalloc", self.size)
                 allocated.append((src, "cudaFree", source))
+                self._call("cudaSetDevice", dst)  # the target's stream: B reads from A
                 stream = self._call("cudaStreamCreate")
-                allocated.append((src, "cudaStreamDestroy", stream))
+                allocated.append((dst, "cudaStreamDestroy", stream))
                 start, stop = self._call("cudaEventCreate"), self._call("cudaEventCreate")
-                allocated += [(src, "cudaEventDestroy", start), (src, "cudaEventDestroy", stop)]
+                allocated += [(dst, "cudaEventDestroy", start), (dst, "cudaEventDestroy", stop)]
                 legs.append((src, dst, source, target, stream, start, stop))
             times: list[list[float]] = [[] for _ in flows]
             for round_ in range(self.warmup + self.repeats):
                 for src, dst, source, target, stream, start, _ in legs:
-                    self._call("cudaSetDevice", src)
+                    self._call("cudaSetDevice", dst)
                     self._call("cudaEventRecord", start, stream)
                     self._call("cudaMemcpyPeerAsync", target, dst, source, src, self.size, stream)
-                for src, _, _, _, stream, _, stop in legs:
-                    self._call("cudaSetDevice", src)
+                for _, dst, _, _, stream, _, stop in legs:
+                    self._call("cudaSetDevice", dst)
                     self._call("cudaEventRecord", stop, stream)
                 for index, (_, _, _, _, _, start, stop) in enumerate(legs):
                     self._call("cudaEventSynchronize", stop)

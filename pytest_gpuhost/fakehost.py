@@ -177,8 +177,8 @@ def table(address):
 
 def matrix(test):
     gpus = CONFIG["gpus"]
-    if test == "device_to_device_memcpy_read_ce":
-        return [[None if s == t else table(s)[f"{s}->{t}"] for t in gpus] for s in gpus]
+    if test == "device_to_device_memcpy_read_ce":  # row s reads from column t: data t -> s
+        return [[None if s == t else table(s)[f"{t}->{s}"] for t in gpus] for s in gpus]
     return [[CONFIG[test][gpu] for gpu in gpus]]
 
 def main(argv):
@@ -333,8 +333,9 @@ class FakeHost:
     def nvbandwidth(self, *, gpus: Sequence[str], p2p: Mapping[int, Mapping[str, float]],
                     h2d: Mapping[str, float], d2h: Mapping[str, float],
                     driver: str = "580.95.05") -> FakeHost:
-        """Install ROOT/usr/bin/nvbandwidth replaying ``p2p[max_read_request]["a->b"]`` GB/s by
-        each reading GPU's current MaxReadReq (and fixed host copy rates)."""
+        """Install ROOT/usr/bin/nvbandwidth replaying ``p2p[max_read_request]["a->b"]`` GB/s
+        (data from a to b, read by b's copy engine) by the reading GPU b's current MaxReadReq,
+        printed as nvbandwidth's read test prints it (row b, column a); fixed host copy rates."""
         config = {"gpus": list(gpus), "driver": driver,
                   "p2p": {str(size): dict(rates) for size, rates in p2p.items()},
                   "host_to_device_memcpy_ce": dict(h2d), "device_to_host_memcpy_ce": dict(d2h),
@@ -414,9 +415,9 @@ class CountingHost:
         self._count("read_kmsg", path)
         return self.host.read_kmsg(path)
 
-    def run(self, argv: list[str]) -> CommandResult:
+    def run(self, argv: list[str], env: Mapping[str, str] | None = None) -> CommandResult:
         self._count("run", " ".join(argv))
-        return self.host.run(argv)
+        return self.host.run(argv, env)
 
 
 UNTUNED_SYSCTLS: dict[str, str | int] = {
@@ -461,7 +462,8 @@ def nvbandwidth_text(tests: Mapping[str, tuple[str, Sequence[Sequence[float | No
 
 
 def _p2p_rate(source: int, target: int, max_read_request: int) -> float:
-    """GB/s read by GPU ``source`` from GPU ``target``, as recorded on the box: with MaxReadReq
+    """GB/s for data from GPU ``source`` to GPU ``target`` (the target reads it), as recorded
+    on the box, by the reading GPU's MaxReadReq: with MaxReadReq
     512, same-socket reads land just above the 45 GB/s floor and cross-socket reads, with the
     longer round trip through the socket link, well below 32; with 4096 both clear them."""
     same = BLACKWELL8_GPUS[source][1] == BLACKWELL8_GPUS[target][1]

@@ -13,6 +13,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Protocol
@@ -91,7 +92,8 @@ class Host(Protocol):
 
     def read_kmsg(self, path: str = "dev/kmsg") -> list[str]: ...
 
-    def run(self, argv: list[str]) -> CommandResult: ...
+    def run(self, argv: list[str], env: Mapping[str, str] | None = None) -> CommandResult:
+        """``env``: variables merged over the inherited environment."""
 
 
 class LocalHost:
@@ -240,19 +242,20 @@ class LocalHost:
             return Path(found) if found else None
         return None
 
-    def run(self, argv: list[str]) -> CommandResult:
+    def run(self, argv: list[str], env: Mapping[str, str] | None = None) -> CommandResult:
         executable = self.which(argv[0])
         if executable is None:
             searched = ", ".join(str(self.root / d) for d in COMMAND_DIRS)
             raise HostError(f"{argv[0]} not found in {searched}")
-        env = dict(os.environ, GPUHOST_ROOT=str(self.root), LC_ALL="C")
+        environment = dict(os.environ, GPUHOST_ROOT=str(self.root), LC_ALL="C")
+        environment.update(env or {})
         try:
             done = subprocess.run(
                 [str(executable), *argv[1:]],
                 capture_output=True,
                 text=True,
                 timeout=COMMAND_TIMEOUT_S,
-                env=env,
+                env=environment,
                 check=False,
             )
         except subprocess.TimeoutExpired as exc:

@@ -11,6 +11,7 @@ root is ``/``: a fake tree never mixes its sysfs with this machine's GPUs.
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,6 +55,15 @@ class Nvml(Protocol):
         or None when NVML does not say."""
 
 
+PERSISTENCE = ("enabled", "disabled")
+"""Persistence mode as the spec names it (the ``gpus.persistence_mode`` choice); a recorded
+NVML file holds it capitalized, as nvidia-smi prints it (``Enabled``)."""
+
+
+def persistence_text(enabled: bool) -> str:
+    return PERSISTENCE[0] if enabled else PERSISTENCE[1]
+
+
 NvmlFactory = Callable[[], Nvml]
 """Opens NVML; raises NvmlUnavailable with the reason. Called at most once per session."""
 
@@ -66,6 +76,9 @@ P2P_STATUS = {  # nvmlGpuP2PStatus_t
     5: "P2P is not supported",
     6: "P2P status unknown",
 }
+
+P2P_CAPS_INDEX_READ = 0
+"""nvmlGpuP2PCapsIndex_t NVML_P2P_CAPS_INDEX_READ."""
 
 TOPOLOGY = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 """nvmlGpuTopologyLevel_t: INTERNAL, SINGLE, MULTIPLE, HOSTBRIDGE, NODE, SYSTEM."""
@@ -142,10 +155,16 @@ class PynvmlNvml:
             raise HostError(f"NVML has no GPU at {address}") from None
 
     def _call(self, name: str, *args: Any) -> Any:
+        """Any failure of the binding, not only an NVMLError (a ctypes.ArgumentError from a
+        mistyped constant, a TypeError, an OSError from the library), is a HostError naming
+        the function: the check reports it instead of a traceback."""
         try:
             return getattr(self._nv, name)(*args)
         except self._nv.NVMLError as exc:
             raise HostError(f"NVML {name} failed: {exc}") from exc
+        except (ctypes.ArgumentError, TypeError, ValueError, OSError, AttributeError) as exc:
+            raise HostError(f"NVML {name} failed in nvidia-ml-py: {type(exc).__name__}: "
+                            f"{exc}") from exc
 
     def driver_version(self) -> str:
         return _text(self._call("nvmlSystemGetDriverVersion"))
@@ -171,8 +190,10 @@ class PynvmlNvml:
         return int(self._call("nvmlDeviceGetMaxPcieLinkGeneration", self._handle(address)))
 
     def p2p_read_status(self, source: str, target: str) -> str:
+        # The enum's integer, never pynvml's constant: nvidia-ml-py 13.x defines
+        # ``NVML_P2P_CAPS_INDEX_READ = 0,`` (a tuple), which ctypes rejects.
         status = self._call("nvmlDeviceGetP2PStatus", self._handle(source), self._handle(target),
-                            self._nv.NVML_P2P_CAPS_INDEX_READ)
+                            P2P_CAPS_INDEX_READ)
         return P2P_STATUS.get(int(status), f"P2P status {status}")
 
     def topology(self, one: str, other: str) -> str | None:
@@ -242,12 +263,10 @@ class FakeNvml:
                  "p2p_read_status": "".join(f"{k} {v}\n" for k, v in sorted(self.p2p.items())),
                  "topology": "".join(f"{k} {v}\n" for k, v in sorted(self.topologies.items()))}
         for address, gpu in self.devices.items():
-            files[f"{address}/persistence_mode"] = PERSISTENCE[gpu.persistence_mode] + "\n"
+            mode = persistence_text(gpu.persistence_mode).capitalize()
+            files[f"{address}/persistence_mode"] = mode + "\n"
             files[f"{address}/max_link_generation"] = f"{gpu.max_link_generation}\n"
         return files
-
-
-PERSISTENCE = {True: "Enabled", False: "Disabled"}
 
 
 class RecordedNvml:
@@ -280,11 +299,11 @@ class RecordedNvml:
         return [normalize_address(line) for line in self._read("gpus").split()]
 
     def persistence_mode(self, address: str) -> bool:
-        return self._read(self._gpu_file(address, "persistence_mode")) == PERSISTENCE[True]
+        return self._read(self._gpu_file(address, "persistence_mode")).lower() == PERSISTENCE[0]
 
     def set_persistence_mode(self, address: str, enabled: bool) -> None:
         path = f"{RECORDED_NVML}/{self._gpu_file(address, 'persistence_mode')}"
-        self.host.write_text(path, PERSISTENCE[enabled] + "\n")
+        self.host.write_text(path, persistence_text(enabled).capitalize() + "\n")
 
     def max_link_generation(self, address: str) -> int:
         text = self._read(self._gpu_file(address, "max_link_generation"))

@@ -30,10 +30,15 @@ def test_nvbandwidth_v02_text_zero_diagonal_and_waiving() -> None:
     assert "device_to_device_bidirectional_memcpy_read_ce" in output.waived
     d2d = output.matrices["device_to_device_memcpy_read_ce"]
     assert d2d[(0, 0)] == 0.0
-    # 'GPU(row) <- GPU(column)': data flows column -> row, so (source, target) is transposed.
+    # The read test: the row GPU reads from the column GPU, so (source, target) is transposed.
     assert d2d[(0, 2)] == 19.86 and d2d[(2, 0)] == 19.84
     measured = to_measurements(output, GPUS4, "test")
     assert measured.rates["0000:01:00.0->0000:21:00.0"] == Rate(25.28)
+    # v0.2's 0.00 off the diagonal (row 3, column 1) is a pair it did not measure, not 0 GB/s.
+    assert d2d[(1, 3)] is None
+    unmeasured = measured.rates["0000:21:00.0->0000:a1:00.0"]
+    assert unmeasured.gbps is None
+    assert "reported 0.00 for device 1 -> 3: the pair was not measured" in str(unmeasured.problem)
     assert measured.rates["h2d[0000:81:00.0]"] == Rate(24.70)
     assert measured.rates["d2h[0000:a1:00.0]"] == Rate(26.15)
     assert "PCI address order" in measured.notes[0]
@@ -43,9 +48,11 @@ def test_nvbandwidth_v02_text_zero_diagonal_and_waiving() -> None:
 def test_nvbandwidth_v08_text_na_cells_and_the_sum_line_names_the_test() -> None:
     output = parse_nvbandwidth_text(read("nvbandwidth_v0.8_3gpu_na.txt"))
     measured = to_measurements(output, GPUS4[:3], "test")
-    assert measured.rates["0000:01:00.0->0000:21:00.0"] == Rate(52.17)
-    na = measured.rates["0000:21:00.0->0000:81:00.0"]
-    assert na.gbps is None and "reported N/A for device 1 -> 2" in str(na.problem)
+    # The read test: row 1 (the reader) got 52.21 from column 0: data flows GPU 0 -> 1.
+    assert measured.rates["0000:01:00.0->0000:21:00.0"] == Rate(52.21)
+    assert measured.rates["0000:21:00.0->0000:01:00.0"] == Rate(52.17)
+    na = measured.rates["0000:81:00.0->0000:21:00.0"]  # row 1, column 2
+    assert na.gbps is None and "reported N/A for device 2 -> 1" in str(na.problem)
     assert "no device_to_host_memcpy_ce results" in str(measured.rates["d2h[0000:01:00.0]"].problem)
 
 
@@ -55,18 +62,83 @@ def test_a_gpu_beyond_the_output_is_named() -> None:
 
 
 def test_waived_p2p_tests_fail_the_pairs_with_the_reason() -> None:
-    output = parse_output(read("nvbandwidth_v0.8_waived_p2p.txt"))
+    output = parse_output(read("nvbandwidth_v0.8_waived_p2p.txt"))  # Running X. / Waived: MSG
+    assert output.waived == {"device_to_device_memcpy_read_ce", "device_to_device_memcpy_write_ce"}
     measured = to_measurements(output, GPUS4[:2], "t")
     problem = str(measured.rates["0000:01:00.0->0000:21:00.0"].problem)
-    assert "waived device_to_device_memcpy_read_ce" in problem
+    assert problem == ("nvbandwidth v0.8 waived device_to_device_memcpy_read_ce (Waived: Peer "
+                       "access is not available between the devices): P2P is not available "
+                       "between these GPUs")
     assert measured.rates["h2d[0000:21:00.0]"] == Rate(55.91)
+    d2h = str(measured.rates["d2h[0000:01:00.0]"].problem)
+    assert d2h == ("nvbandwidth v0.8 gave no device_to_host_memcpy_ce result: Error: "
+                   "cudaErrorMemoryAllocation: out of memory")
+
+
+def test_the_old_waiving_line_is_still_read() -> None:
+    output = parse_output(read("nvbandwidth_v0.2_waiving_p2p.txt"))  # Waiving NAME.
+    assert output.waived == {"device_to_device_memcpy_read_ce", "device_to_device_memcpy_write_ce"}
+    measured = to_measurements(output, GPUS4[:2], "t")
+    assert str(measured.rates["0000:21:00.0->0000:01:00.0"].problem) == (
+        "nvbandwidth v0.2 waived device_to_device_memcpy_read_ce: P2P is not available between "
+        "these GPUs")
+    assert measured.rates["h2d[0000:01:00.0]"] == Rate(25.50)
+
+
+HEADER = "nvbandwidth Version: v0.8\n\nDevice 0: NVIDIA L40S\nDevice 1: NVIDIA L40S\n\n"
+
+
+@pytest.mark.parametrize("status", ["Waived: needs 2 peer-capable GPUs", "Not Found: no such test",
+                                    "Error: cudaErrorNoDevice"])
+def test_a_file_whose_only_test_has_no_result_is_not_a_parse_error(status: str) -> None:
+    text = HEADER + f"Running device_to_device_memcpy_read_ce.\n{status}\n"
+    output = parse_nvbandwidth_text(text)
+    assert output.matrices == {}
+    assert output.problems == {"device_to_device_memcpy_read_ce": status}
+    assert (status.startswith("Waived")) == bool(output.waived)
+    problem = str(to_measurements(output, GPUS4[:2], "t").rates[f"{GPUS4[0]}->{GPUS4[1]}"].problem)
+    assert status in problem
+
+
+def test_the_write_test_keeps_its_rows_as_sources_whatever_its_label_says() -> None:
+    # DeviceToDeviceWriteCE: M[row][col] = copy row -> column run by the row GPU, labelled
+    # 'GPU(row) <- GPU(column)'; the read test's label is '->' with data flowing column -> row.
+    text = HEADER + ("Running device_to_device_memcpy_write_ce.\n"
+                     "memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)\n"
+                     "           0         1\n 0       N/A     30.00\n 1     20.00       N/A\n"
+                     "\nSUM device_to_device_memcpy_write_ce 50.00\n")
+    measured = to_measurements(parse_output(text), GPUS4[:2], "t")
+    assert measured.rates[f"{GPUS4[0]}->{GPUS4[1]}"] == Rate(30.00)
+    assert measured.rates[f"{GPUS4[1]}->{GPUS4[0]}"] == Rate(20.00)
+    read = text.replace("write", "read").replace("<-", "->")
+    measured = to_measurements(parse_output(read), GPUS4[:2], "t")
+    assert measured.rates[f"{GPUS4[0]}->{GPUS4[1]}"] == Rate(20.00)  # row 1 read from column 0
+
+
+def test_a_table_cut_short_ends_there_and_later_tables_are_read() -> None:
+    text = HEADER + ("Running host_to_device_memcpy_ce.\n"
+                     "memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)\n"
+                     "           0         1\n\n"
+                     "Running device_to_device_memcpy_read_ce.\n"
+                     "memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)\n"
+                     "           0         1\n 0       N/A     30.00\n 1     20.00       N/A\n"
+                     "\nRunning device_to_host_memcpy_ce.\n"
+                     "memcpy CE CPU(row) <- GPU(column) bandwidth (GB/s)\n"
+                     "           0         1\n")  # the end, as a pager or a paste cuts it
+    output = parse_nvbandwidth_text(text)
+    assert set(output.matrices) == {"device_to_device_memcpy_read_ce"}
+    measured = to_measurements(output, GPUS4[:2], "t")
+    assert measured.rates[f"{GPUS4[0]}->{GPUS4[1]}"] == Rate(20.00)
+    assert "cut short" in str(measured.rates[f"h2d[{GPUS4[0]}]"].problem)
+    assert "cut short" in str(measured.rates[f"d2h[{GPUS4[1]}]"].problem)
 
 
 def test_nvbandwidth_json_string_cells_and_waived_status() -> None:
     output = parse_nvbandwidth_json(read("nvbandwidth_2gpu.json"))
     assert output.tool == "nvbandwidth v0.7"
     measured = to_measurements(output, GPUS4[:2], "t")
-    assert measured.rates["0000:21:00.0->0000:01:00.0"] == Rate(26.2987)
+    assert measured.rates["0000:21:00.0->0000:01:00.0"] == Rate(26.3412)  # row 0 reads column 1
+    assert measured.rates["0000:01:00.0->0000:21:00.0"] == Rate(26.2987)
     assert measured.rates["h2d[0000:01:00.0]"] == Rate(24.8811)
     assert "waived device_to_host_memcpy_ce" in str(measured.rates["d2h[0000:01:00.0]"].problem)
     assert parse_output(read("nvbandwidth_2gpu.json")).matrices == output.matrices

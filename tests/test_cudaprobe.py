@@ -35,6 +35,8 @@ class FakeRuntime:
         self.log: list[str] = []
         self._ids = iter(range(1, 10_000))
         self.live: set[int] = set()
+        self.owner: dict[int, int] = {}
+        """stream or event -> the device current when it was created."""
 
     def _new(self) -> int:
         handle = next(self._ids)
@@ -78,12 +80,16 @@ class FakeRuntime:
     def cudaStreamCreate(self) -> tuple[Err, int]:
         stream = self._new()
         self.clock[stream] = 0.0
+        self.owner[stream] = self.device
         return Err.cudaSuccess, stream
 
     def cudaEventCreate(self) -> tuple[Err, int]:
-        return Err.cudaSuccess, self._new()
+        event = self._new()
+        self.owner[event] = self.device
+        return Err.cudaSuccess, event
 
     def cudaEventRecord(self, event: int, stream: int) -> tuple[Err]:
+        assert self.owner[event] == self.owner[stream], "event and stream on different devices"
         self.events[event] = self.clock[stream]
         return (Err.cudaSuccess,)
 
@@ -99,7 +105,7 @@ class FakeRuntime:
         rates = self.rates[key]
         rate = rates.pop(0) if len(rates) > 1 else rates[0]
         self.clock[stream] += size / (rate * 1e9) * 1e3
-        self.log.append(f"copy {key}")
+        self.log.append(f"copy {key} on device {self.owner[stream]}")
         return (Err.cudaSuccess,)
 
     def cudaMemcpyPeerAsync(self, dst: int, dst_dev: int, src: int, src_dev: int, size: int,
@@ -127,6 +133,8 @@ def test_pairs_are_the_median_after_a_warm_up_and_peer_access_is_undone() -> Non
     assert measured.rates["0000:01:00.0->0000:81:00.0"].gbps == pytest.approx(51.0)
     assert measured.rates["0000:81:00.0->0000:01:00.0"].gbps == pytest.approx(40.0)
     assert runtime.peers == set() and runtime.live == set()  # everything released
+    # Each copy runs on the target's stream: B's copy engine reads from A (what MaxReadReq limits).
+    assert set(runtime.log) == {"copy (0, 1) on device 1", "copy (1, 0) on device 0"}
     assert "median of 5 after 1 warm-up" in measured.source
 
 
@@ -150,6 +158,8 @@ def test_host_copies_and_the_concurrent_ring() -> None:
     assert measured.rates["ring:0000:01:00.0->0000:81:00.0"].gbps == pytest.approx(21.0)
     assert measured.rates["ring:0000:81:00.0->0000:01:00.0"].gbps == pytest.approx(22.0)
     assert runtime.live == set()
+    ring = {line for line in runtime.log if not line.startswith(("copy ('h2d'", "copy ('d2h'"))}
+    assert ring == {"copy (0, 1) on device 1", "copy (1, 0) on device 0"}
 
 
 def test_without_cuda_python_it_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -66,6 +66,16 @@ def test_commands_resolve_under_the_root_only(fake: FakeHost, host: LocalHost) -
     assert result.stderr.strip() == "oops"
 
 
+def test_a_command_gets_extra_variables_over_the_environment(
+        fake: FakeHost, host: LocalHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
+    monkeypatch.setenv("KEPT", "yes")
+    fake.file("bin/show", "#!/bin/sh\necho \"$CUDA_DEVICE_ORDER $KEPT\"\n", mode=0o755)
+    assert host.run(["show"]).stdout.strip() == "FASTEST_FIRST yes"
+    merged = host.run(["show"], env={"CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+    assert merged.stdout.strip() == "PCI_BUS_ID yes"
+
+
 def test_command_names_with_a_slash_are_refused(host: LocalHost) -> None:
     with pytest.raises(UnsafePath):
         host.run(["../../bin/sh"])

@@ -3,6 +3,7 @@ wrapper (on a fake pynvml module), and whole-plugin runs with a conftest-injecte
 
 from __future__ import annotations
 
+import ctypes
 import sys
 import types
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from pytest_gpuhost.fakehost import FakeHost
-from pytest_gpuhost.host import LocalHost
+from pytest_gpuhost.host import HostError, LocalHost
 from pytest_gpuhost.matchers import Range, Version
 from pytest_gpuhost.nvml import (
     FakeGpu,
@@ -149,6 +150,13 @@ class FakeNVMLError(Exception):
     pass
 
 
+def p2p_status(a: str, b: str, cap: object) -> int:
+    """Like the ctypes binding: a tuple where a c_uint belongs is a ctypes.ArgumentError."""
+    if not isinstance(cap, int):
+        raise ctypes.ArgumentError("argument 3: TypeError: wrong type")
+    return 0 if cap == 0 and a == "h0" else 1
+
+
 def fake_pynvml(init_fails: bool = False) -> types.ModuleType:
     module = types.ModuleType("pynvml")
     info = types.SimpleNamespace
@@ -161,14 +169,15 @@ def fake_pynvml(init_fails: bool = False) -> types.ModuleType:
 
     module.__dict__.update(
         NVMLError=FakeNVMLError, NVMLError_NoPermission=type("NoPerm", (FakeNVMLError,), {}),
-        NVML_FEATURE_ENABLED=1, NVML_FEATURE_DISABLED=0, NVML_P2P_CAPS_INDEX_READ=0,
+        NVML_FEATURE_ENABLED=1, NVML_FEATURE_DISABLED=0,
+        NVML_P2P_CAPS_INDEX_READ=(0,),  # as nvidia-ml-py 13.x spells it: `= 0,`
         nvmlInit=init, nvmlDeviceGetCount=lambda: 2,
         nvmlDeviceGetHandleByIndex=lambda i: handles[i],
         nvmlDeviceGetPciInfo=lambda h: info(busId=bus[h]),
         nvmlSystemGetDriverVersion=lambda: "580.95.05",
         nvmlDeviceGetPersistenceMode=lambda h: 1 if h == "h0" else 0,
         nvmlDeviceGetMaxPcieLinkGeneration=lambda h: 5,
-        nvmlDeviceGetP2PStatus=lambda a, b, cap: 0 if cap == 0 and a == "h0" else 1,
+        nvmlDeviceGetP2PStatus=p2p_status,
         nvmlDeviceGetTopologyCommonAncestor=lambda a, b: 50)
     return module
 
@@ -182,6 +191,35 @@ def test_the_pynvml_wrapper_normalizes_bus_ids(monkeypatch: pytest.MonkeyPatch) 
     assert nvml.p2p_read_status(A, B) == "ok"
     assert nvml.p2p_read_status(B, A) == "the chipset does not support P2P"
     assert nvml.topology(A, B) == "SYS"
+
+
+def test_a_binding_failure_that_is_not_an_nvml_error_names_the_function(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    module = fake_pynvml()
+
+    def broken(handle: str) -> int:
+        raise OSError("libnvidia-ml.so.1: undefined symbol")
+
+    module.__dict__["nvmlDeviceGetMaxPcieLinkGeneration"] = broken
+    module.__dict__["nvmlDeviceGetPersistenceMode"] = lambda h: int("x")  # a ValueError
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    nvml = PynvmlNvml.open()
+    with pytest.raises(HostError, match=r"NVML nvmlDeviceGetMaxPcieLinkGeneration failed in "
+                                        r"nvidia-ml-py: OSError: libnvidia-ml.so.1"):
+        nvml.max_link_generation(A)
+    with pytest.raises(HostError, match="nvmlDeviceGetPersistenceMode failed"):
+        nvml.persistence_mode(A)
+
+
+def test_a_binding_failure_fails_the_check_with_the_reason(fake: FakeHost,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    module = fake_pynvml()
+    module.__dict__["nvmlDeviceGetP2PStatus"] = lambda a, b, cap: p2p_status(a, b, (cap,))
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    source = NvmlSource(PynvmlNvml.open)
+    result = run_spec(SPEC, two_gpus(fake).root, nvml=source)["gpus.p2p_status"]
+    assert result.outcome is Outcome.ERROR
+    assert "nvmlDeviceGetP2PStatus failed in nvidia-ml-py: ArgumentError" in result.message
 
 
 def test_driver_not_loaded_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:

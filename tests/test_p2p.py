@@ -38,12 +38,19 @@ def spec(probe: str = "auto", *, inside: str = "", after: str = "") -> str:
             f"  warn_margin: 5%\n{inside}{after}")
 
 
+def read_matrix(rows: list[list[float | None]]) -> list[list[float | None]]:
+    """``rows[s][t]`` (data from GPU s to GPU t) as nvbandwidth's read test prints it: the row is
+    the GPU that reads, the column the one read from."""
+    return [list(column) for column in zip(*rows, strict=True)]
+
+
 def record(fake: FakeHost, rows: list[list[float | None]], name: str = "nvbandwidth.txt") -> None:
     fake.recorded_bandwidth(name, nvbandwidth_text(
-        {"device_to_device_memcpy_read_ce": (D2D, rows)}, devices=["GPU"] * len(rows)))
+        {"device_to_device_memcpy_read_ce": (D2D, read_matrix(rows))},
+        devices=["GPU"] * len(rows)))
 
 
-ROWS: list[list[float | None]] = [
+ROWS: list[list[float | None]] = [  # ROWS[s][t]: p2p[G[s]->G[t]]
     [None, 52.0, 35.0, 31.0],
     [46.0, None, 33.0, 34.0],
     [33.5, 33.2, None, 44.9],
@@ -83,7 +90,9 @@ def test_file_probe_relative_to_the_root_and_absolute(fake: FakeHost, tmp_path: 
     outside = tmp_path / "nvb.json"
     shutil.copy(FIXTURES / "nvbandwidth_2gpu.json", outside)
     absolute = run_spec(spec(f"file:{outside}"), fake.root)
-    assert absolute[f"p2p[{G[0]}->{G[1]}]"].observed == "26.34"  # GPU 0 -> 1 of the JSON
+    # The JSON's read test: row 1 reads 26.2987 from column 0, so data flows GPU 0 -> 1.
+    assert absolute[f"p2p[{G[0]}->{G[1]}]"].observed == "26.30"
+    assert absolute[f"p2p[{G[1]}->{G[0]}]"].observed == "26.34"
     assert "does not name this GPU pair" not in absolute[f"p2p[{G[0]}->{G[1]}]"].message
     missing = absolute[f"p2p[{G[0]}->{G[3]}]"]
     assert missing.outcome is Outcome.FAILED and "(0, 3)" in missing.message
@@ -113,6 +122,23 @@ def test_unknown_numa_node_uses_nvml_topology(fake: FakeHost) -> None:
     assert unclassed.outcome is Outcome.FAILED
     assert unclassed.message.startswith("cannot class the pair: sysfs numa_node is -1 and -1, "
                                         "and NVML unavailable")
+
+
+class BrokenTopologyNvml(FakeNvml):
+    def topology(self, one: str, other: str) -> str | None:
+        raise HostError("NVML nvmlDeviceGetTopologyCommonAncestor failed: Unknown Error")
+
+
+def test_an_nvml_error_while_classing_fails_the_pairs_with_the_reason(fake: FakeHost) -> None:
+    four_gpus(fake, numa=(-1, -1, -1, -1))
+    record(fake, ROWS)
+    results = run(spec(), fake.root, BrokenTopologyNvml(devices={a: FakeGpu() for a in G}))
+    assert len(results) == 12
+    unclassed = results[f"p2p[{G[0]}->{G[1]}]"]
+    assert unclassed.outcome is Outcome.FAILED
+    assert unclassed.message == ("cannot class the pair: sysfs numa_node is -1 and -1, and NVML "
+                                 "cannot tell: NVML nvmlDeviceGetTopologyCommonAncestor failed: "
+                                 "Unknown Error")
 
 
 def test_a_class_without_a_floor_is_not_tested(fake: FakeHost) -> None:
@@ -208,7 +234,7 @@ sys.stdout.write((root / "nvbandwidth.json").read_text())
 
 
 def json_output(rows: list[list[float | None]]) -> str:
-    cells = [["N/A" if v is None else f"{v:.4f}" for v in row] for row in rows]
+    cells = [["N/A" if v is None else f"{v:.4f}" for v in row] for row in read_matrix(rows)]
     return json.dumps({"nvbandwidth": {"version": "v0.8", "testcases": [
         {"name": "device_to_device_memcpy_read_ce", "status": "Passed",
          "bandwidth_description": D2D, "bandwidth_matrix": cells}]}})
@@ -231,6 +257,18 @@ def test_under_xdist_nvbandwidth_runs_once(pytester: pytest.Pytester, fake: Fake
     assert {c["details"]["probe"] for c in data["checks"]} == {
         "nvbandwidth v0.8 (ran nvbandwidth -j -b 64 -t device_to_device_memcpy_read_ce): "
         "device_to_device_memcpy_read_ce"}
+
+
+def test_nvbandwidth_runs_with_cuda_ordinals_in_pci_order(fake: FakeHost,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    four_gpus(fake)
+    fake.file("nvbandwidth.json", json_output(ROWS))
+    fake.file("usr/bin/nvbandwidth", '#!/bin/sh\necho "CUDA_DEVICE_ORDER=$CUDA_DEVICE_ORDER" '
+              '> "$GPUHOST_ROOT/env.log"\ncat "$GPUHOST_ROOT/nvbandwidth.json"\n', mode=0o755)
+    results = run_spec(spec("nvbandwidth"), fake.root)
+    assert (fake.root / "env.log").read_text() == "CUDA_DEVICE_ORDER=PCI_BUS_ID\n"
+    assert results[f"p2p[{G[0]}->{G[1]}]"].observed == "52.00"
 
 
 def test_p2p_runs_after_the_pcie_fixes_and_before_dmesg(pytester: pytest.Pytester,

@@ -14,12 +14,11 @@ from itertools import permutations
 from ..changes import NvmlSetting, Plan
 from ..host import Host
 from ..matchers import Choice, Domain, Expectation, Integer, Verdict, Version
-from ..nvml import Nvml, NvmlSource, NvmlUnavailable
+from ..nvml import PERSISTENCE as PERSISTENCE  # re-exported: defined once, in ..nvml
+from ..nvml import Nvml, NvmlSource, NvmlUnavailable, persistence_text
 from ..pciaddr import address_order
 from ..spec import EntryOptions
 from . import Check, Evidence, NoFix, NotApplicable, Observation
-
-PERSISTENCE = ("enabled", "disabled")
 
 
 @dataclass(frozen=True)
@@ -72,7 +71,7 @@ class PersistenceModeProbe:
         unseen = _unseen(self.address, nvml)
         if unseen:
             return unseen
-        mode = PERSISTENCE[0] if nvml.persistence_mode(self.address) else PERSISTENCE[1]
+        mode = persistence_text(nvml.persistence_mode(self.address))
         return Observation(mode, (Evidence(f"NVML nvmlDeviceGetPersistenceMode({self.address})",
                                            mode),))
 

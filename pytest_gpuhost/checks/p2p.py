@@ -209,6 +209,9 @@ def _rekey(check: Check) -> Check:
     return Check(check.kind, key, check.expect, check.options, check.probe, check.order)
 
 
+NVBANDWIDTH_ENV = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+
 def numa_nodes(host: Host) -> dict[str, int]:
     """Each GPU's sysfs numa_node (-1 where the kernel does not know it)."""
     nodes = {}
@@ -230,6 +233,8 @@ def classify(a: str, b: str, numa: Mapping[str, int], nvml: NvmlSource) -> str:
         level = nvml.get().topology(a, b)
     except NvmlUnavailable as exc:
         level, why = None, f"NVML unavailable: {exc}"
+    except HostError as exc:  # NVML has no such GPU, or the call failed
+        level, why = None, f"NVML cannot tell: {exc}"
     else:
         why = "NVML does not report their topology"
     if level is not None:
@@ -332,7 +337,8 @@ class Measurer:
         argv = ["nvbandwidth", "-j", "-b", str(max(1, self.section.size // 2**20))]
         for test in tests:
             argv += ["-t", test]
-        done = self.host.run(argv)
+        # CUDA ordinal i = the i-th GPU in PCI order, our mapping when the output names no bus ids.
+        done = self.host.run(argv, env=NVBANDWIDTH_ENV)
         if done.returncode != 0:
             raise HostError(f"{done.shown} exited {done.returncode}: "
                             f"{(done.stderr or done.stdout).strip()[-500:]}")
