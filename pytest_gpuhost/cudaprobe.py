@@ -22,6 +22,7 @@ from typing import Any
 
 from .bandwidth import Measurements, Rate
 from .pciaddr import normalize_address
+from .progress import report_progress
 
 INSTALL_HINT = "install cuda-python: pip install 'pytest-gpuhost[cuda]'"
 
@@ -233,12 +234,12 @@ class CudaBandwidth:
                     rates[f"{key}[{gpu}]"] = (self.host_copy(ordinals[gpu], to_device)
                                               if gpu in ordinals else missing)
         if pairs:
-            for src in gpus:
-                for dst in gpus:
-                    if src != dst:
-                        both = src in ordinals and dst in ordinals
-                        rates[f"{src}->{dst}"] = (self.pair(ordinals[src], ordinals[dst])
-                                                  if both else missing)
+            ordered = [(src, dst) for src in gpus for dst in gpus if src != dst]
+            for done, (src, dst) in enumerate(ordered, 1):
+                report_progress(f"cuda probe: pair {done} of {len(ordered)}: {src}->{dst}")
+                both = src in ordinals and dst in ordinals
+                rates[f"{src}->{dst}"] = (self.pair(ordinals[src], ordinals[dst])
+                                          if both else missing)
         if ring and len(gpus) >= 2:
             flows = [(gpus[i], gpus[(i + 1) % len(gpus)]) for i in range(len(gpus))]
             if all(a in ordinals and b in ordinals for a, b in flows):

@@ -169,3 +169,14 @@ def test_without_cuda_python_it_says_what_to_install(monkeypatch: pytest.MonkeyP
         monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(CudaUnavailable, match=r"pip install 'pytest-gpuhost\[cuda\]'"):
         load_runtime()
+
+
+def test_each_pair_is_reported_as_it_is_measured() -> None:
+    from pytest_gpuhost.progress import progress_to
+
+    runtime = FakeRuntime({(0, 1): [1.0, 50.0], (1, 0): [1.0, 40.0]}, set())
+    lines: list[str] = []
+    with progress_to(lines.append):
+        CudaBandwidth(runtime, MiB).measure(GPUS, pairs=True, h2d=False, d2h=False, ring=False)
+    assert lines == ["cuda probe: pair 1 of 2: 0000:01:00.0->0000:81:00.0",
+                     "cuda probe: pair 2 of 2: 0000:81:00.0->0000:01:00.0"]

@@ -92,6 +92,9 @@ def test_verify_the_untuned_example_host(pytester: pytest.Pytester, spec: Path,
         escape("  WARN p2p[0000:01:00.0->0000:21:00.0]: 46.48 GB/s is within 5% above the floor "
                "45 GB/s (same_numa)"),
     ], consecutive=True)
+    result.stdout.fnmatch_lines([escape(  # the bandwidth measurement shows progress
+        "  p2p[0000:01:00.0->0000:21:00.0]: running nvbandwidth -j -b 256 -t "
+        "device_to_device_memcpy_read_ce") + "*"])
     result.stdout.fnmatch_lines([
         "'1' != '0' (fixable: run with --fix)",
         escape("  FAILED sysctl[kernel.numa_balancing] at blackwell8.yaml:9"),

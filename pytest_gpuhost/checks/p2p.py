@@ -34,6 +34,7 @@ from ..host import Host, HostError, LocalHost
 from ..matchers import Floor
 from ..measure import SharedMeasurement, cache_key
 from ..nvml import NvmlSource, NvmlUnavailable
+from ..progress import report_progress
 from ..spec import EntryOptions, Node, SpecContext
 from . import Check, Evidence, Facts, NoFix, Observation
 from .gpus import PCI_DEVICES, find_gpus
@@ -338,6 +339,7 @@ class Measurer:
         for test in tests:
             argv += ["-t", test]
         # CUDA ordinal i = the i-th GPU in PCI order, our mapping when the output names no bus ids.
+        report_progress(f"running {' '.join(argv)} (every pair, serially; this takes a while)")
         done = self.host.run(argv, env=NVBANDWIDTH_ENV)
         if done.returncode != 0:
             raise HostError(f"{done.shown} exited {done.returncode}: "
