@@ -2,7 +2,8 @@
 
 A host has a root (``/`` or a fake tree). Every path is relative to it and is checked so that it
 cannot leave it; commands resolve under the root's sbin/bin directories and run without a shell.
-Files are read directly (no process per check) and are never created by a write.
+Files are read directly (no process per check); a write never creates a file (only
+``replace_file``, for the files pytest-gpuhost owns, does).
 """
 
 from __future__ import annotations
