@@ -42,6 +42,11 @@ def example_host(tmp_path: Path) -> Path:
     return target
 
 
+def counts(result: pytest.RunResult) -> dict[str, int]:
+    """A whole run's final counts, FIXED included (assert_outcomes knows only pytest's own)."""
+    return {k: v for k, v in result.parseoutcomes().items() if k not in ("warnings", "warning")}
+
+
 def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
     """Every file's bytes and mtime, to prove that a run wrote nothing."""
     return {str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns)

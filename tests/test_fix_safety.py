@@ -30,14 +30,10 @@ from pytest_gpuhost.matchers import Auto, Exact, Integer
 from pytest_gpuhost.result import Outcome
 from pytest_gpuhost.spec import EntryOptions
 
-from .conftest import BLACKWELL8, snapshot
+from .conftest import BLACKWELL8, counts, snapshot
 
 FIX = RunOptions(fix=True)
 STATE = "var/lib/pytest-gpuhost"
-
-
-def counts(result: pytest.RunResult) -> dict[str, int]:
-    return {k: v for k, v in result.parseoutcomes().items() if k not in ("warnings", "warning")}
 
 
 def host_state(root: Path) -> dict[str, tuple[bytes, int]]:

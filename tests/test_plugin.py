@@ -11,7 +11,7 @@ import pytest
 
 from pytest_gpuhost.fakehost import FakeHost
 
-from .conftest import BLACKWELL8, snapshot
+from .conftest import BLACKWELL8, counts, snapshot
 
 pytest_plugins = ["pytester"]
 
@@ -33,11 +33,6 @@ modules:
 def spec(pytester: pytest.Pytester) -> Path:
     """The bundled blackwell8 spec, copied beside the test run."""
     return Path(shutil.copy(BLACKWELL8, pytester.path / "blackwell8.yaml"))
-
-
-def counts(result: pytest.RunResult) -> dict[str, int]:
-    """The final line's counts, FIXED included (assert_outcomes knows only pytest's own)."""
-    return {k: v for k, v in result.parseoutcomes().items() if k not in ("warnings", "warning")}
 
 
 @pytest.fixture
