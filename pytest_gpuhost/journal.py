@@ -146,11 +146,13 @@ def read_journal(path: Path) -> JournalContents:
 
 
 def latest_journal(root: Path) -> Path | None:
-    """The newest journal under the root that has not been rolled back."""
+    """The newest journal under the root with something to undo: not rolled back yet, and not
+    one whose every change failed (a second --fix that only retried a failing modprobe)."""
     directory = root / JOURNAL_DIR
     if not directory.is_dir():
         return None
     for path in sorted(directory.glob("*.jsonl"), key=lambda p: p.name, reverse=True):
-        if not read_journal(path).rolled_back:
+        contents = read_journal(path)
+        if not contents.rolled_back and any(e.state != "failed" for e in contents.entries):
             return path
     return None

@@ -82,6 +82,11 @@ def test_latest_journal_skips_rolled_back_ones(tmp_path: Path) -> None:
     assert latest_journal(tmp_path) == newer
     Journal(newer, "a").close_rollback(1, 0)
     assert latest_journal(tmp_path) == older
+    retried = Journal(directory / "20261203T000000Z-a-3.jsonl", "a")  # nothing but a failure
+    retried.outcome(retried.record("m", "module", "m", Command(("modprobe", "m"),
+                                                               ("modprobe", "-r", "m"),
+                                                               "absent", "loaded")), "exit 1")
+    assert latest_journal(tmp_path) == older
 
 
 # --- locks --------------------------------------------------------------------------------------
