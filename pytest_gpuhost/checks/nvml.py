@@ -7,7 +7,7 @@ checks are skipped with the reason (what to install, or that the driver is not l
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import permutations
 
@@ -51,6 +51,17 @@ def _unseen(address: str, nvml: Nvml) -> Observation | None:
                                      "(see gpus.nvml_inventory)")
 
 
+def _per_gpu(source: NvmlSource, address: str, call: str,
+             read: Callable[[Nvml], str]) -> Observation:
+    """One GPU's NVML value, or why there is none (NVML does not see the GPU sysfs lists)."""
+    nvml = _open(source)
+    unseen = _unseen(address, nvml)
+    if unseen:
+        return unseen
+    value = read(nvml)
+    return Observation(value, (Evidence(f"NVML {call}({address})", value),))
+
+
 @dataclass(frozen=True)
 class DriverVersionProbe(NoFix):
     nvml: NvmlSource
@@ -67,13 +78,8 @@ class PersistenceModeProbe:
     fixable = True
 
     def observe(self, host: Host) -> Observation:
-        nvml = _open(self.nvml)
-        unseen = _unseen(self.address, nvml)
-        if unseen:
-            return unseen
-        mode = persistence_text(nvml.persistence_mode(self.address))
-        return Observation(mode, (Evidence(f"NVML nvmlDeviceGetPersistenceMode({self.address})",
-                                           mode),))
+        return _per_gpu(self.nvml, self.address, "nvmlDeviceGetPersistenceMode",
+                        lambda nvml: persistence_text(nvml.persistence_mode(self.address)))
 
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
         change = NvmlSetting(self.address, "persistence_mode", observed.value or "", value)
@@ -86,13 +92,8 @@ class MaxLinkGenerationProbe(NoFix):
     address: str
 
     def observe(self, host: Host) -> Observation:
-        nvml = _open(self.nvml)
-        unseen = _unseen(self.address, nvml)
-        if unseen:
-            return unseen
-        generation = str(nvml.max_link_generation(self.address))
-        source = f"NVML nvmlDeviceGetMaxPcieLinkGeneration({self.address})"
-        return Observation(generation, (Evidence(source, generation),))
+        return _per_gpu(self.nvml, self.address, "nvmlDeviceGetMaxPcieLinkGeneration",
+                        lambda nvml: str(nvml.max_link_generation(self.address)))
 
 
 @dataclass(frozen=True)
