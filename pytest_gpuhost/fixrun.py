@@ -60,11 +60,10 @@ def persist(host: Host, fixer: Fixer | None, options: RunOptions, spec: str, sou
             for check in persistence_checks(spec, source, results)]
 
 
-def close_rollback(journal: JournalContents, spec: str, results: Sequence[CheckResult]) -> bool:
+def close_rollback(journal: JournalContents, results: Sequence[CheckResult]) -> bool:
     """Mark the journal rolled back when every change is back to its original."""
-    restored = sum(r.outcome is Outcome.FIXED for r in results)
-    failed = sum(r.outcome not in (Outcome.FIXED, Outcome.PASSED) for r in results)
-    if failed:
+    if any(r.outcome not in (Outcome.FIXED, Outcome.PASSED) for r in results):
         return False
-    Journal(journal.path, spec).close_rollback(restored, failed)
+    restored = sum(r.outcome is Outcome.FIXED for r in results)
+    Journal(journal.path, "rollback").close_rollback(restored, failed=0)
     return True

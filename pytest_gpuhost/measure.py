@@ -10,13 +10,12 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from .bandwidth import Measurements
+from .files import write_atomically
 from .host import HostError
 
 LOCK_NAME = "p2p-measure.lock"
@@ -70,10 +69,7 @@ class SharedMeasurement:
                     data: dict[str, Any] = json.loads(cache.read_text())
                     return data
                 record = self._take()
-                fd, tmp = tempfile.mkstemp(dir=self._shared_dir, prefix=".p2p-")
-                with os.fdopen(fd, "w") as out:
-                    json.dump(record, out)
-                os.replace(tmp, cache)
+                write_atomically(cache, json.dumps(record))
                 return record
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)

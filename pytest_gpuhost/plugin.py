@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,8 @@ class GpuhostState:
     marks: DoneMarks | None
     """On an xdist worker: where finished checks are marked, so dmesg can wait for them."""
     fixrun: FixRun
+    display: Callable[[Path], str]
+    """A path as the user named it: relative to where pytest was invoked, if inside it."""
     rollback_checks: list[Check] = field(default_factory=list)
     """In a --gpuhost-rollback run: one check per journaled change, newest first."""
     gate: bool = False
@@ -142,14 +144,7 @@ def _root(config: pytest.Config) -> Path:
     return root
 
 
-def _display_path(path: Path) -> str:
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
-
-
-def _display(config: pytest.Config) -> Any:
+def _display(config: pytest.Config) -> Callable[[Path], str]:
     def show(path: Path) -> str:
         try:
             return str(path.relative_to(config.invocation_params.dir))
@@ -271,6 +266,7 @@ def pytest_configure(config: pytest.Config) -> None:
                     shared_dir=marks.directory if marks is not None else None),
         marks=marks,
         fixrun=FixRun(fixer, journal_path, persist=option.fix_persist),
+        display=_display(config),
         gate=option.gpuhost_gate,
         prom_path=config.invocation_params.dir / option.gpuhost_prom
         if option.gpuhost_prom else None,
@@ -577,7 +573,7 @@ class RunReporter:
             spec = next(iter(state.specs.values()))
             try:
                 records = persist_files(state.host, fixrun.fixer, state.options, spec.name,
-                                        _display_path(spec.path), self.ordered())
+                                        state.display(spec.path), self.ordered())
             except LockUnavailable as exc:
                 self.persist_error = str(exc)
                 session.exitstatus = pytest.ExitCode.INTERRUPTED
@@ -586,7 +582,7 @@ class RunReporter:
             for offset, record in enumerate(records):
                 state.results[f"persist::{record.key}"] = (base + offset, record)
         if fixrun.rollback is not None and not state.options.dry_run:
-            self.rolled_back = close_rollback(fixrun.rollback, "rollback", self.ordered())
+            self.rolled_back = close_rollback(fixrun.rollback, self.ordered())
         if state.report_path is not None:
             write_json_report(state.report_path, specs=list(state.specs.values()),
                               root=state.host.describe(), fix=state.options.fix,

@@ -12,9 +12,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from .files import write_atomically
-from .result import OUTCOMES, CheckResult, Outcome
+from .gate import OPEN_OUTCOMES
+from .result import OUTCOMES, CheckResult
 
-GATE_OPEN = (Outcome.PASSED, Outcome.FIXED, Outcome.SKIPPED)
 _NUMBER = re.compile(r"-?\d+(\.\d+)?")
 
 
@@ -45,7 +45,7 @@ def textfile(results: Sequence[CheckResult], *, spec: str, timestamp: float) -> 
 
     specs = sorted({spec_of(r) for r in results}) or [spec]
 
-    ok = [(check_labels(r), int(r.outcome in GATE_OPEN)) for r in results]
+    ok = [(check_labels(r), int(r.outcome in OPEN_OUTCOMES)) for r in results]
     outcome = [(check_labels(r, ("outcome", name)), int(r.outcome.value == name))
                for r in results for name in OUTCOMES]
     observed = [(check_labels(r), float(r.observed) if "." in r.observed else int(r.observed))

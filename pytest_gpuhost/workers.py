@@ -9,7 +9,6 @@ every host check's mark and read why the gate is open or closed.
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import time
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from .files import write_atomically
 
 WORKERINPUT_KEY = "gpuhost_shared_dir"
 WAIT_TIMEOUT_S = 900.0
@@ -32,10 +33,7 @@ class DoneMarks:
 
     def mark(self, index: int, verdict: str = "") -> None:
         """Write to a temporary name and rename, so a mark that exists is complete."""
-        fd, tmp = tempfile.mkstemp(prefix=f".done-{index}.", dir=self.directory)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(verdict)
-        os.replace(tmp, self.directory / f"done-{index}")
+        write_atomically(self.directory / f"done-{index}", verdict)
 
     def verdict(self, index: int) -> str | None:
         try:
