@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from .checks import Kind
+from .checks.conditions import BUILTIN_CONDITIONS, ConditionFn
 from .checks.cpuidle import CpuidleKind
 from .checks.dmesg import DmesgKind
 from .checks.gpus import GpusKind
@@ -12,10 +13,9 @@ from .checks.modules import ModulesKind
 from .checks.p2p import P2pKind
 from .checks.pcie import PcieKind
 from .checks.sysctl import SysctlKind
-from .conditions import BUILTIN_CONDITIONS, ConditionFn
+from .gpu.nvml import NvmlFactory, default_factory
 from .hookspecs import hookimpl
 from .host import Host
-from .nvml import NvmlFactory, default_factory
 
 
 @hookimpl

@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .changes import Plan, to_dict
 from .checks import CannotFix, Check, NotApplicable, Observation
-from .conditions import ConditionFn
-from .fixes import Applied, Fixer, FixError
+from .checks.conditions import ConditionFn
+from .fix.changes import Plan, to_dict
+from .fix.fixer import Applied, Fixer, FixError
 from .host import Host, HostError
 from .result import CheckResult, Outcome
 

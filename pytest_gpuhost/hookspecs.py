@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 import pluggy
 
 from .checks import Kind
-from .conditions import ConditionFn
+from .checks.conditions import ConditionFn
+from .gpu.nvml import NvmlFactory
 from .host import Host
-from .nvml import NvmlFactory
 
 hookspec = pluggy.HookspecMarker("pytest")
 hookimpl = pluggy.HookimplMarker("pytest")

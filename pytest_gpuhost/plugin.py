@@ -12,20 +12,20 @@ import pytest
 
 from . import builtin, hookspecs
 from .checks import Check, Facts, Kind
-from .conditions import ConditionFn
+from .checks.conditions import ConditionFn
 from .engine import RunOptions, run_check
-from .fixrun import JOURNAL_KEY, FixRun, close_rollback, default_journal, make_fixer
-from .fixrun import persist as persist_files
+from .fix.journal import JOURNAL_DIR, JournalError, latest_journal, read_journal
+from .fix.locking import LockUnavailable
+from .fix.rollback import rollback_checks
+from .fix.run import JOURNAL_KEY, FixRun, close_rollback, default_journal, make_fixer
+from .fix.run import persist as persist_files
 from .gate import judge, verdict_text
+from .gpu.nvml import NvmlSource
 from .host import LocalHost
-from .journal import JOURNAL_DIR, JournalError, latest_journal, read_journal
-from .locking import LockUnavailable
-from .nvml import NvmlSource
 from .progress import progress_to
-from .prometheus import write_textfile
-from .report import format_failure, junit_properties, summary_lines, write_json_report
+from .reports.prometheus import write_textfile
+from .reports.text import format_failure, junit_properties, summary_lines, write_json_report
 from .result import CheckResult, Outcome
-from .rollback import rollback_checks
 from .spec import Spec, SpecError, load_spec
 from .workers import WAIT_TIMEOUT_S, DoneMarks, SharedDirectory, worker_marks
 
@@ -279,7 +279,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(RunReporter(state), "gpuhost-run")
     alluredir = getattr(option, "allure_report_dir", None)
     if alluredir:
-        from .allure_evidence import AllureEvidence
+        from .reports.allure import AllureEvidence
 
         config.pluginmanager.register(AllureEvidence(
             config.invocation_params.dir / alluredir, host,

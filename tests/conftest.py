@@ -10,12 +10,12 @@ import pytest
 from pytest_gpuhost import builtin
 from pytest_gpuhost.checks import Facts
 from pytest_gpuhost.engine import RunOptions, run_check
-from pytest_gpuhost.fakehost import FakeHost
-from pytest_gpuhost.fixes import Fixer
+from pytest_gpuhost.fix.fixer import Fixer
+from pytest_gpuhost.gpu.nvml import NvmlSource
 from pytest_gpuhost.host import LocalHost
-from pytest_gpuhost.nvml import NvmlSource
 from pytest_gpuhost.result import CheckResult
 from pytest_gpuhost.spec import load_spec
+from pytest_gpuhost.testing.fakehost import FakeHost
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_HOST = REPO / "examples" / "hosts" / "blackwell8-untuned"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_gpuhost.bandwidth import (
+from pytest_gpuhost.gpu.bandwidth import (
     Measurements,
     ParseError,
     Rate,

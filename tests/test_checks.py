@@ -6,11 +6,11 @@ from pathlib import Path
 
 from pytest_gpuhost.checks.cpuidle import fold_cpu_list, parse_cpu_list
 from pytest_gpuhost.checks.gpus import find_gpus, normalize_address
-from pytest_gpuhost.fakehost import FakeHost, config_space
 from pytest_gpuhost.host import LocalHost
-from pytest_gpuhost.kmsg import parse_records
-from pytest_gpuhost.pciconfig import device_control
+from pytest_gpuhost.linux.kmsg import parse_records
+from pytest_gpuhost.linux.pciconfig import device_control
 from pytest_gpuhost.result import Outcome
+from pytest_gpuhost.testing.fakehost import FakeHost, config_space
 
 from .conftest import run_spec
 

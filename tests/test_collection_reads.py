@@ -14,9 +14,9 @@ import pytest
 
 from pytest_gpuhost import builtin, plugin
 from pytest_gpuhost.checks import Facts
-from pytest_gpuhost.fakehost import CountingHost, FakeHost
 from pytest_gpuhost.host import LocalHost
 from pytest_gpuhost.spec import load_spec
+from pytest_gpuhost.testing.fakehost import CountingHost, FakeHost
 
 STATES = ("POLL", "C1", "C2", "C3")
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuhost.cudaprobe import CudaBandwidth, CudaUnavailable, load_runtime
+from pytest_gpuhost.gpu.cudaprobe import CudaBandwidth, CudaUnavailable, load_runtime
 
 MiB = 2**20
 

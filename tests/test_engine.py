@@ -11,11 +11,11 @@ from pytest_gpuhost.checks.gpus import Gpu
 from pytest_gpuhost.checks.pcie import MaxReadRequestProbe
 from pytest_gpuhost.checks.sysctl import SysctlProbe
 from pytest_gpuhost.engine import RunOptions, run_check
-from pytest_gpuhost.fakehost import FakeHost
 from pytest_gpuhost.host import HostError, LocalHost
-from pytest_gpuhost.matchers import Auto, Exact, Integer
 from pytest_gpuhost.result import Outcome
 from pytest_gpuhost.spec import EntryOptions
+from pytest_gpuhost.spec.matchers import Auto, Exact, Integer
+from pytest_gpuhost.testing.fakehost import FakeHost
 
 FIX = RunOptions(fix=True)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pytest_gpuhost.fakehost import blackwell8_untuned
+from pytest_gpuhost.testing.fakehost import blackwell8_untuned
 
 from .conftest import EXAMPLE_HOST
 

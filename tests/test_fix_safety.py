@@ -14,21 +14,28 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpuhost.changes import Command, ReplaceFile, WriteBytes, WriteText, from_dict, to_dict
 from pytest_gpuhost.checks import Check
 from pytest_gpuhost.checks.gpus import Gpu
 from pytest_gpuhost.checks.modules import ModuleProbe, ModuleState
 from pytest_gpuhost.checks.pcie import MaxReadRequestProbe
 from pytest_gpuhost.checks.sysctl import SysctlProbe, read_boot_config
 from pytest_gpuhost.engine import RunOptions, run_check
-from pytest_gpuhost.fakehost import FakeHost
-from pytest_gpuhost.fixes import Fixer
+from pytest_gpuhost.fix.changes import (
+    Command,
+    ReplaceFile,
+    WriteBytes,
+    WriteText,
+    from_dict,
+    to_dict,
+)
+from pytest_gpuhost.fix.fixer import Fixer
+from pytest_gpuhost.fix.journal import Journal, latest_journal, read_journal
+from pytest_gpuhost.fix.locking import LockTimeout, RootLock
 from pytest_gpuhost.host import HostError, LocalHost
-from pytest_gpuhost.journal import Journal, latest_journal, read_journal
-from pytest_gpuhost.locking import LockTimeout, RootLock
-from pytest_gpuhost.matchers import Auto, Exact, Integer
 from pytest_gpuhost.result import Outcome
 from pytest_gpuhost.spec import EntryOptions
+from pytest_gpuhost.spec.matchers import Auto, Exact, Integer
+from pytest_gpuhost.testing.fakehost import FakeHost
 
 from .conftest import BLACKWELL8, counts, snapshot
 
@@ -97,7 +104,7 @@ def test_a_held_lock_times_out_naming_its_holder(tmp_path: Path) -> None:
         [sys.executable, "-c", textwrap.dedent(f"""
             import sys, time
             from pathlib import Path
-            from pytest_gpuhost.locking import RootLock
+            from pytest_gpuhost.fix.locking import RootLock
             RootLock(Path({str(tmp_path / 'run.lock')!r}), "run").acquire(1)
             print("held", flush=True)
             time.sleep(30)

@@ -175,7 +175,7 @@ from dataclasses import dataclass
 
 from pytest_gpuhost.checks import Check, Evidence, NoFix, Observation
 from pytest_gpuhost.hookspecs import hookimpl
-from pytest_gpuhost.matchers import Integer
+from pytest_gpuhost.spec.matchers import Integer
 from pytest_gpuhost.progress import report_progress
 from pytest_gpuhost.spec import parse_expectation
 

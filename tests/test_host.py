@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpuhost.fakehost import FakeHost
 from pytest_gpuhost.host import HostError, LocalHost, UnsafePath
+from pytest_gpuhost.testing.fakehost import FakeHost
 
 
 @pytest.mark.parametrize("path", ["../etc/passwd", "proc/../../x", "/etc/passwd", "a\0b", "",

@@ -11,10 +11,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuhost.fakehost import FakeHost
-from pytest_gpuhost.host import HostError, LocalHost
-from pytest_gpuhost.matchers import Range, Version
-from pytest_gpuhost.nvml import (
+from pytest_gpuhost.gpu.nvml import (
     FakeGpu,
     FakeNvml,
     NvmlSource,
@@ -23,7 +20,10 @@ from pytest_gpuhost.nvml import (
     RecordedNvml,
     default_factory,
 )
+from pytest_gpuhost.host import HostError, LocalHost
 from pytest_gpuhost.result import CheckResult, Outcome
+from pytest_gpuhost.spec.matchers import Range, Version
+from pytest_gpuhost.testing.fakehost import FakeHost
 
 from .conftest import run_spec
 
@@ -230,7 +230,7 @@ def test_driver_not_loaded_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> No
 
 CONFTEST = f"""
 from pytest_gpuhost.hookspecs import hookimpl
-from pytest_gpuhost.nvml import FakeGpu, FakeNvml
+from pytest_gpuhost.gpu.nvml import FakeGpu, FakeNvml
 
 @hookimpl
 def pytest_gpuhost_nvml(host):

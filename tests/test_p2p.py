@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpuhost.bandwidth import Measurements, Rate
-from pytest_gpuhost.fakehost import FakeHost, nvbandwidth_text
+from pytest_gpuhost.gpu.bandwidth import Measurements, Rate
+from pytest_gpuhost.gpu.measure import MeasurementFailed, SharedMeasurement
+from pytest_gpuhost.gpu.nvml import FakeGpu, FakeNvml
 from pytest_gpuhost.host import HostError
-from pytest_gpuhost.measure import MeasurementFailed, SharedMeasurement
-from pytest_gpuhost.nvml import FakeGpu, FakeNvml
 from pytest_gpuhost.result import Outcome
 from pytest_gpuhost.spec import SpecError
+from pytest_gpuhost.testing.fakehost import FakeHost, nvbandwidth_text
 
 from .conftest import FIXTURES, run_spec
 from .test_nvml import run

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_gpuhost.pciconfig import (
+from pytest_gpuhost.linux.pciconfig import (
     ConfigError,
     DeviceControl,
     device_control,

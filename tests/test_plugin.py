@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpuhost.fakehost import FakeHost
+from pytest_gpuhost.testing.fakehost import FakeHost
 
 from .conftest import BLACKWELL8, counts, snapshot
 
@@ -307,7 +307,7 @@ from dataclasses import dataclass
 
 from pytest_gpuhost.checks import Check, Evidence, NoFix, Observation
 from pytest_gpuhost.hookspecs import hookimpl
-from pytest_gpuhost.matchers import Integer
+from pytest_gpuhost.spec.matchers import Integer
 from pytest_gpuhost.spec import parse_expectation
 
 
@@ -367,7 +367,7 @@ def test_a_conflicting_section_is_a_usage_error(pytester: pytest.Pytester,
 
 def test_an_unreadable_host_value_is_an_error_and_fails_the_run(pytester: pytest.Pytester,
                                                                 fake: FakeHost) -> None:
-    from pytest_gpuhost.fakehost import config_space
+    from pytest_gpuhost.testing.fakehost import config_space
 
     short = config_space(vendor=0x10DE, device=0x2BB5, class_code=0x030000)[:64]
     fake.pci_device("0000:01:00.0", vendor=0x10DE, device=0x2BB5, class_code=0x030000,

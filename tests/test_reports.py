@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpuhost.fakehost import FakeHost
-from pytest_gpuhost.prometheus import escape_label, textfile
+from pytest_gpuhost.reports.prometheus import escape_label, textfile
 from pytest_gpuhost.result import OUTCOMES, CheckResult, Outcome
+from pytest_gpuhost.testing.fakehost import FakeHost
 
 from .conftest import BLACKWELL8
 

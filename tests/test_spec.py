@@ -9,8 +9,8 @@ import pytest
 
 from pytest_gpuhost import builtin
 from pytest_gpuhost.checks.sysctl import sysctl_path
-from pytest_gpuhost.matchers import Exact, Match, OneOf, Range
 from pytest_gpuhost.spec import Spec, SpecError, load_spec
+from pytest_gpuhost.spec.matchers import Exact, Match, OneOf, Range
 
 from .conftest import BLACKWELL8
 

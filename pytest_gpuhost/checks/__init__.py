@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from ..changes import Plan
+from ..fix.changes import Plan
 from ..host import Host
-from ..matchers import Expectation
 from ..spec import EntryOptions, Node, SpecContext
+from ..spec.matchers import Expectation
 
 if TYPE_CHECKING:
-    from ..nvml import NvmlSource
+    from ..gpu.nvml import NvmlSource
 
 T = TypeVar("T")
 
@@ -115,7 +115,7 @@ class Facts:
     @property
     def nvml(self) -> NvmlSource:
         if self._nvml is None:
-            from ..nvml import NvmlSource, default_factory
+            from ..gpu.nvml import NvmlSource, default_factory
 
             self._nvml = NvmlSource(default_factory(self.host))
         return self._nvml

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..changes import Plan, WriteText
+from ..fix.changes import Plan, WriteText
 from ..host import Host, HostError
-from ..matchers import Choice, Exact
 from ..spec import OPTION_KEYS, EntryOptions, Node, SpecContext
+from ..spec.matchers import Choice, Exact
 from . import CannotFix, Check, Evidence, Facts, Observation
 
 CPU = "sys/devices/system/cpu"

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..host import Host
-from ..kmsg import LEVELS, level_number, parse_records
-from ..matchers import Verdict
+from ..linux.kmsg import LEVELS, level_number, parse_records
 from ..spec import OPTION_KEYS, EntryOptions, Node, SpecContext
+from ..spec.matchers import Verdict
 from . import Check, Evidence, Facts, NoFix, Observation
 
 KMSG = "dev/kmsg"

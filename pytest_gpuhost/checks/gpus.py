@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..host import Host, HostError
-from ..matchers import Expectation, Integer
-from ..pciaddr import address_order, normalize_address
+from ..linux.pciaddr import address_order, normalize_address
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
+from ..spec.matchers import Expectation, Integer
 from . import Check, Evidence, Facts, NoFix, Observation
 from .nvml import KEYS as NVML_KEYS
 from .nvml import NvmlEntry, expand_nvml

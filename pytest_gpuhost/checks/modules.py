@@ -10,10 +10,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..changes import Command, Plan
+from ..fix.changes import Command, Plan
 from ..host import Host, HostError
-from ..matchers import Choice, Expectation
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
+from ..spec.matchers import Choice, Expectation
 from . import CannotFix, Check, Evidence, Facts, Observation
 
 LOADED, ABSENT, BUILTIN = "loaded", "absent", "builtin"

@@ -11,13 +11,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import permutations
 
-from ..changes import NvmlSetting, Plan
+from ..fix.changes import NvmlSetting, Plan
+from ..gpu.nvml import PERSISTENCE as PERSISTENCE  # re-exported: defined once, in ..nvml
+from ..gpu.nvml import Nvml, NvmlSource, NvmlUnavailable, persistence_text
 from ..host import Host
-from ..matchers import Choice, Domain, Expectation, Integer, Verdict, Version
-from ..nvml import PERSISTENCE as PERSISTENCE  # re-exported: defined once, in ..nvml
-from ..nvml import Nvml, NvmlSource, NvmlUnavailable, persistence_text
-from ..pciaddr import address_order
+from ..linux.pciaddr import address_order
 from ..spec import EntryOptions
+from ..spec.matchers import Choice, Domain, Expectation, Integer, Verdict, Version
 from . import Check, Evidence, NoFix, NotApplicable, Observation
 
 

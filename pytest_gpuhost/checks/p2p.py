@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from itertools import permutations
 from pathlib import Path
 
-from ..bandwidth import (
+from ..gpu.bandwidth import (
     D2H_TEST,
     H2D_TEST,
     P2P_TESTS,
@@ -29,13 +29,13 @@ from ..bandwidth import (
     parse_output,
     to_measurements,
 )
-from ..cudaprobe import CudaBandwidth, CudaError, CudaUnavailable, cuda_available, load_runtime
+from ..gpu.cudaprobe import CudaBandwidth, CudaError, CudaUnavailable, cuda_available, load_runtime
+from ..gpu.measure import SharedMeasurement, cache_key
+from ..gpu.nvml import NvmlSource, NvmlUnavailable
 from ..host import Host, HostError, LocalHost
-from ..matchers import Floor
-from ..measure import SharedMeasurement, cache_key
-from ..nvml import NvmlSource, NvmlUnavailable
 from ..progress import report_progress
 from ..spec import EntryOptions, Node, SpecContext
+from ..spec.matchers import Floor
 from . import Check, Evidence, Facts, NoFix, Observation
 from .gpus import PCI_DEVICES, find_gpus
 

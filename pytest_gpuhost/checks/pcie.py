@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..changes import Plan, WriteBytes
+from ..fix.changes import Plan, WriteBytes
 from ..host import Host, HostError
-from ..matchers import Domain, Expectation, Integer, LinkSpeed
-from ..pciconfig import SIZES, ConfigError, DeviceControl, device_control
+from ..linux.pciconfig import SIZES, ConfigError, DeviceControl, device_control
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
+from ..spec.matchers import Domain, Expectation, Integer, LinkSpeed
 from . import Check, Evidence, Facts, NoFix, Observation
 from .gpus import Gpu, find_gpus
 

@@ -6,10 +6,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..changes import Plan, WriteText
+from ..fix.changes import Plan, WriteText
 from ..host import Host, HostError
-from ..matchers import Auto, Expectation
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
+from ..spec.matchers import Auto, Expectation
 from . import CannotFix, Check, Evidence, Facts, Observation
 
 _KEY_CHARS = re.compile(r"[A-Za-z0-9_.:/@+-]+\Z")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .host import Host, HostError
+from ..host import Host, HostError
 
 ConditionFn = Callable[[Host], tuple[bool, str]]
 """Returns whether the condition holds and a reason that says what was seen."""

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .pciaddr import normalize_address
+from ..linux.pciaddr import normalize_address
 
 P2P_TESTS = ("device_to_device_memcpy_read_ce", "device_to_device_memcpy_write_ce")
 """nvbandwidth's unidirectional P2P tests, in the order they are preferred (reads first: they are

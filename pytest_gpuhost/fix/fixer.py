@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from ..gpu.nvml import NvmlPermissionError, NvmlSource, NvmlUnavailable
+from ..host import Host, HostError
 from .changes import Change, Command, NvmlSetting, Plan, ReplaceFile, WriteBytes, WriteText
-from .host import Host, HostError
 from .journal import Journal
 from .locking import RootLock
-from .nvml import NvmlPermissionError, NvmlSource, NvmlUnavailable
 
 LOCKDOWN = "sys/kernel/security/lockdown"
 

@@ -7,14 +7,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .engine import RunOptions, run_check
-from .fixes import Fixer
-from .host import Host
+from ..engine import RunOptions, run_check
+from ..gpu.nvml import NvmlSource
+from ..host import Host
+from ..result import CheckResult, Outcome
+from .fixer import Fixer
 from .journal import Journal, JournalContents, new_journal_path
 from .locking import RootLock
-from .nvml import NvmlSource
 from .persist import persistence_checks
-from .result import CheckResult, Outcome
 
 STATE_DIR = "var/lib/pytest-gpuhost"
 JOURNAL_KEY = "gpuhost_journal"

@@ -9,10 +9,10 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from . import __version__
-from .files import write_atomically
-from .result import OUTCOMES, CheckResult, Outcome, summarize
-from .spec import Spec
+from .. import __version__
+from ..files import write_atomically
+from ..result import OUTCOMES, CheckResult, Outcome, summarize
+from ..spec import Spec
 
 
 def format_failure(result: CheckResult) -> str:

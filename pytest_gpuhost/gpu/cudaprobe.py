@@ -20,9 +20,9 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..linux.pciaddr import normalize_address
+from ..progress import report_progress
 from .bandwidth import Measurements, Rate
-from .pciaddr import normalize_address
-from .progress import report_progress
 
 INSTALL_HINT = "install cuda-python: pip install 'pytest-gpuhost[cuda]'"
 

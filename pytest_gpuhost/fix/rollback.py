@@ -10,17 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..checks import CannotFix, Check, Evidence, Observation, Probe
+from ..checks.modules import ModuleProbe, ModuleState
+from ..checks.nvml import PERSISTENCE, PersistenceModeProbe
+from ..gpu.nvml import NvmlSource
+from ..host import Host, HostError
+from ..linux.pciconfig import BCR_FLR
+from ..spec import EntryOptions
+from ..spec.matchers import Auto, Choice, Exact, Expectation
 from .changes import Change, Command, NvmlSetting, Plan, ReplaceFile, WriteBytes, WriteText
-from .checks import CannotFix, Check, Evidence, Observation, Probe
-from .checks.modules import ModuleProbe, ModuleState
-from .checks.nvml import PERSISTENCE, PersistenceModeProbe
-from .host import Host, HostError
 from .journal import JournalContents, JournalError
-from .matchers import Auto, Choice, Exact, Expectation
-from .nvml import NvmlSource
-from .pciconfig import BCR_FLR
 from .persist import FileContentProbe, expected_state
-from .spec import EntryOptions
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,13 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..checks import CannotFix, Check, Evidence, Observation
+from ..host import Host
+from ..linux.pciconfig import SIZES, DeviceControl
+from ..result import CheckResult, Outcome
+from ..spec import EntryOptions
+from ..spec.matchers import Choice, Exact, normalize_ws
 from .changes import Plan, ReplaceFile
-from .checks import CannotFix, Check, Evidence, Observation
-from .host import Host
-from .matchers import Choice, Exact, normalize_ws
-from .pciconfig import SIZES, DeviceControl
-from .result import CheckResult, Outcome
-from .spec import EntryOptions
 
 CURRENT, ABSENT, DIFFERS = "current", "absent", "differs"
 _RIGHT_NOW = (Outcome.PASSED, Outcome.FIXED)

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..files import write_atomically
+from ..host import HostError
 from .bandwidth import Measurements
-from .files import write_atomically
-from .host import HostError
 
 LOCK_NAME = "p2p-measure.lock"
 

@@ -18,10 +18,10 @@ import allure
 import pytest
 from allure_commons.types import AttachmentType
 
-from .checks.gpus import find_gpus
-from .files import write_atomically
-from .host import Host, HostError
-from .result import CheckResult, Outcome
+from ..checks.gpus import find_gpus
+from ..files import write_atomically
+from ..host import Host, HostError
+from ..result import CheckResult, Outcome
 
 dynamic: Any = allure.dynamic
 """allure's dynamic API is untyped."""

@@ -11,9 +11,9 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from .files import write_atomically
-from .gate import OPEN_OUTCOMES
-from .result import OUTCOMES, CheckResult
+from ..files import write_atomically
+from ..gate import OPEN_OUTCOMES
+from ..result import OUTCOMES, CheckResult
 
 _NUMBER = re.compile(r"-?\d+(\.\d+)?")
 
