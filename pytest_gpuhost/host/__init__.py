@@ -8,9 +8,12 @@ Files are read directly (no process per check); a write never creates a file (on
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
+import signal
+import socket
 import stat
 import subprocess
 import tempfile
@@ -34,6 +37,31 @@ class HostError(Exception):
 
 class UnsafePath(HostError):
     """A path that would leave the host root."""
+
+
+class CommandTimeout(HostError):
+    """A command that did not finish in time. Its whole process group was killed, but what it
+    did before that is unknown: a fix that timed out may or may not have been made."""
+
+    def __init__(self, message: str, argv: tuple[str, ...], timeout: float) -> None:
+        super().__init__(message, errno.ETIMEDOUT)
+        self.argv = argv
+        self.timeout = timeout
+
+
+@dataclass(frozen=True)
+class HostIdentity:
+    """What a journal records of the machine it changed, so that rollback refuses another:
+    the root as the host names it and, for the real root, the machine's own ids."""
+
+    root: str
+    hostname: str | None = None
+    machine_id: str | None = None
+    boot_id: str | None = None
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {"root": self.root, "hostname": self.hostname, "machine_id": self.machine_id,
+                "boot_id": self.boot_id}
 
 
 @dataclass(frozen=True)
@@ -93,8 +121,13 @@ class Host(Protocol):
 
     def read_kmsg(self, path: str = "dev/kmsg") -> list[str]: ...
 
-    def run(self, argv: list[str], env: Mapping[str, str] | None = None) -> CommandResult:
-        """``env``: variables merged over the inherited environment."""
+    def run(self, argv: list[str], env: Mapping[str, str] | None = None, *,
+            timeout: float = COMMAND_TIMEOUT_S) -> CommandResult:
+        """``env``: variables merged over the inherited environment. Raises CommandTimeout
+        (after killing the command's process group) when it runs too long."""
+
+    def identity(self) -> HostIdentity:
+        """The root and, for a real machine, its hostname, machine-id and boot id."""
 
 
 class LocalHost:
@@ -110,6 +143,21 @@ class LocalHost:
 
     def privileged(self) -> bool:
         return os.geteuid() == 0
+
+    def identity(self) -> HostIdentity:
+        root = os.path.realpath(self.root)
+        if not self.is_real:
+            return HostIdentity(root)
+
+        def first_line(path: str) -> str | None:
+            try:
+                with open(path, encoding="utf-8", errors="replace") as file:
+                    return file.readline().strip() or None
+            except OSError:
+                return None
+
+        return HostIdentity(root, socket.gethostname(), first_line("/etc/machine-id"),
+                            first_line("/proc/sys/kernel/random/boot_id"))
 
     def path(self, path: str) -> Path:
         return self.root / safe_relative(path)
@@ -243,7 +291,8 @@ class LocalHost:
             return Path(found) if found else None
         return None
 
-    def run(self, argv: list[str], env: Mapping[str, str] | None = None) -> CommandResult:
+    def run(self, argv: list[str], env: Mapping[str, str] | None = None, *,
+            timeout: float = COMMAND_TIMEOUT_S) -> CommandResult:
         executable = self.which(argv[0])
         if executable is None:
             searched = ", ".join(str(self.root / d) for d in COMMAND_DIRS)
@@ -251,16 +300,28 @@ class LocalHost:
         environment = dict(os.environ, GPUHOST_ROOT=str(self.root), LC_ALL="C")
         environment.update(env or {})
         try:
-            done = subprocess.run(
-                [str(executable), *argv[1:]],
-                capture_output=True,
-                text=True,
-                timeout=COMMAND_TIMEOUT_S,
-                env=environment,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise HostError(f"{' '.join(argv)} did not finish in {exc.timeout:.0f} s") from exc
+            process = subprocess.Popen(
+                [str(executable), *argv[1:]], stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                errors="replace", env=environment, start_new_session=True)
         except OSError as exc:
             raise HostError(f"cannot run {executable}: {exc.strerror}") from exc
-        return CommandResult(tuple(argv), done.returncode, done.stdout, done.stderr)
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(process)
+            raise CommandTimeout(f"{' '.join(argv)} did not finish in {timeout:g} s; its "
+                                 "process group was killed, and whether it made its change "
+                                 "is unknown", tuple(argv), timeout) from None
+        except BaseException:
+            _kill_group(process)
+            raise
+        return CommandResult(tuple(argv), process.returncode, stdout, stderr)
+
+
+def _kill_group(process: subprocess.Popen[str]) -> None:
+    """Kill the command and every child it started (its own session), then reap it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(Exception):
+        process.communicate(timeout=5)

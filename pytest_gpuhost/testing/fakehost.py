@@ -18,7 +18,7 @@ from pathlib import Path
 from ..checks.p2p import RECORDED_DIR
 from ..checks.sysctl import sysctl_path
 from ..gpu.nvml import RECORDED_NVML, FakeGpu, FakeNvml
-from ..host import CommandResult, Host
+from ..host import COMMAND_TIMEOUT_S, CommandResult, Host, HostIdentity
 from ..linux.pciconfig import CAP_ID_EXP, CAP_POINTER, DEVCTL, SIZES, STATUS, STATUS_CAP_LIST
 
 DEVCTL_FLAGS = 0x0917
@@ -415,9 +415,16 @@ class CountingHost:
         self._count("read_kmsg", path)
         return self.host.read_kmsg(path)
 
-    def run(self, argv: list[str], env: Mapping[str, str] | None = None) -> CommandResult:
+    def run(self, argv: list[str], env: Mapping[str, str] | None = None, *,
+            timeout: float = COMMAND_TIMEOUT_S) -> CommandResult:
         self._count("run", " ".join(argv))
-        return self.host.run(argv, env)
+        return self.host.run(argv, env, timeout=timeout)
+
+    def identity(self) -> HostIdentity:
+        return self.host.identity()
+
+    def privileged(self) -> bool:
+        return self.host.privileged()
 
 
 UNTUNED_SYSCTLS: dict[str, str | int] = {
