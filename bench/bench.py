@@ -38,7 +38,8 @@ from pytest_gpuhost.checks import Facts  # noqa: E402
 from pytest_gpuhost.fix.run import STATE_DIR  # noqa: E402
 from pytest_gpuhost.host import LocalHost  # noqa: E402
 from pytest_gpuhost.spec import load_spec  # noqa: E402
-from pytest_gpuhost.testing.fakehost import CountingHost, FakeHost  # noqa: E402
+from pytest_gpuhost.testing.counting import CountingHost  # noqa: E402
+from pytest_gpuhost.testing.fakehost import FakeHost  # noqa: E402
 
 EXAMPLE_HOST = REPO / "examples" / "hosts" / "blackwell8-untuned"
 BLACKWELL8 = REPO / "specs" / "blackwell8.yaml"

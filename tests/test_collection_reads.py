@@ -16,7 +16,8 @@ from pytest_gpuhost import builtin, plugin
 from pytest_gpuhost.checks import Facts
 from pytest_gpuhost.host import LocalHost
 from pytest_gpuhost.spec import load_spec
-from pytest_gpuhost.testing.fakehost import CountingHost, FakeHost
+from pytest_gpuhost.testing.counting import CountingHost
+from pytest_gpuhost.testing.fakehost import FakeHost
 
 STATES = ("POLL", "C1", "C2", "C3")
 

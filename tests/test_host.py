@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 import pytest
 
-from pytest_gpuhost.host import HostError, LocalHost, UnsafePath
+from pytest_gpuhost.host import HostError, LocalHost, UnsafePath, agent
 from pytest_gpuhost.testing.fakehost import FakeHost
 
 
@@ -104,7 +105,40 @@ def test_the_real_root_is_recognized() -> None:
     assert not LocalHost(Path("/tmp")).is_real
 
 
-def test_kmsg_from_a_character_device_reads_until_the_end(fake: FakeHost, host: LocalHost) -> None:
-    (fake.root / "dev").mkdir()
-    (fake.root / "dev/kmsg").symlink_to("/dev/null")  # a character device that holds no records
+def _null_device(path: Path) -> None:
+    """A character device 1:3 (what /dev/null is) at ``path``, or skip where mknod is denied."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+    except PermissionError:
+        pytest.skip("mknod needs CAP_MKNOD")
+
+
+def test_kmsg_from_a_character_device_reads_until_the_end(
+        fake: FakeHost, host: LocalHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    _null_device(fake.root / "dev/kmsg")
+    monkeypatch.setattr(agent, "KMSG_DEVICE", (1, 3))  # take the null device for the log
     assert host.read_kmsg() == []
+
+
+def test_kmsg_refuses_a_character_device_that_is_not_the_kernel_log(
+        fake: FakeHost, host: LocalHost) -> None:
+    _null_device(fake.root / "dev/kmsg")
+    with pytest.raises(HostError, match=r"character device 1:3, not the kernel log"):
+        host.read_kmsg()
+
+
+def test_the_agent_is_python_3_8_and_stdlib_only() -> None:
+    """It runs on targets with only python3 3.8+: its syntax, and no import from the package."""
+    import ast
+
+    source = Path(agent.__file__).read_text()
+    tree = ast.parse(source, feature_version=(3, 8))
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree)
+                if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and node.module and not node.level}
+    assert not any(isinstance(node, ast.ImportFrom) and node.level for node in ast.walk(tree))
+    import sys
+
+    assert imported <= set(sys.stdlib_module_names) | {"__future__"}

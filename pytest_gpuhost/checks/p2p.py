@@ -32,7 +32,7 @@ from ..gpu.bandwidth import (
 from ..gpu.cudaprobe import CudaBandwidth, CudaError, CudaUnavailable, cuda_available, load_runtime
 from ..gpu.measure import SharedMeasurement, cache_key
 from ..gpu.nvml import NvmlSource, NvmlUnavailable
-from ..host import Host, HostError, LocalHost
+from ..host import Host, HostError
 from ..progress import report_progress
 from ..spec import EntryOptions, Node, SpecContext
 from ..spec.matchers import Floor
@@ -289,7 +289,7 @@ class Measurer:
 
     @property
     def real(self) -> bool:
-        return isinstance(self.host, LocalHost) and self.host.is_real
+        return self.host.local_machine()
 
     def measure(self) -> Measurements:
         probe = self.section.probe
@@ -302,7 +302,7 @@ class Measurer:
             return self.nvbandwidth()
         if self.real and cuda_available():
             return self.cuda()
-        if isinstance(self.host, LocalHost) and self.host.which("nvbandwidth") is not None:
+        if self.host.which("nvbandwidth") is not None:
             return self.nvbandwidth()
         if not self.real:
             for name in RECORDED:

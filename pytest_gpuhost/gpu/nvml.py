@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..host import Host, HostError, LocalHost
+from ..host import Host, HostError
 from ..linux.pciaddr import normalize_address
 
 RECORDED_NVML = "var/lib/pytest-gpuhost/nvml"
@@ -108,7 +108,7 @@ def default_factory(host: Host) -> NvmlFactory:
     """NVML for ``host``: the real library on ``/``, the recorded snapshot in a fake tree."""
 
     def open_nvml() -> Nvml:
-        if isinstance(host, LocalHost) and host.is_real:
+        if host.local_machine():
             return PynvmlNvml.open()
         if host.exists(f"{RECORDED_NVML}/gpus"):
             return RecordedNvml(host)

@@ -1,30 +1,31 @@
 """The host layer: the only code that touches a machine.
 
-A host has a root (``/`` or a fake tree). Every path is relative to it and is checked so that it
-cannot leave it; commands resolve under the root's sbin/bin directories and run without a shell.
-Files are read directly (no process per check); a write never creates a file (only
-``replace_file``, for the files pytest-gpuhost owns, does).
+A ``Host`` is a machine seen through a root (``/`` or a fake tree): it reads, writes, lists,
+resolves links, finds and runs commands, and reads many paths in one call (``batch``), which is
+what makes a remote host cost a constant number of round trips. Every path is relative to the
+root and resolved inside it as ``openat2(RESOLVE_IN_ROOT)`` would (see ``agent``): an absolute
+link target is relative to the root and ``..`` stops at it, so no read, write, listing or command
+ever reaches outside. A write never creates a file; ``replace_file`` (for pytest-gpuhost's own
+files) never replaces anything but a file.
+
+Implementations: ``LocalHost`` (this machine, in-process) here, others by URL scheme through the
+``pytest_gpuhost_make_host`` hook. ``CachedHost`` wraps any of them to serve a phase's reads from
+one batch.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import os
-import shutil
-import signal
-import socket
-import stat
-import subprocess
-import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
 from typing import Protocol
 
-COMMAND_DIRS = ("usr/sbin", "usr/bin", "sbin", "bin")
-COMMAND_TIMEOUT_S = 120.0
-_MISSING = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)
+from .agent import COMMAND_DIRS as COMMAND_DIRS
+from .agent import COMMAND_TIMEOUT_S as COMMAND_TIMEOUT_S
+from .agent import DEFAULT_LIMIT, KMSG_LIMIT
+
+MISSING_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
+"""Errors that mean "there is nothing there" to ``exists``."""
 
 
 class HostError(Exception):
@@ -49,19 +50,28 @@ class CommandTimeout(HostError):
         self.timeout = timeout
 
 
-@dataclass(frozen=True)
-class HostIdentity:
-    """What a journal records of the machine it changed, so that rollback refuses another:
-    the root as the host names it and, for the real root, the machine's own ids."""
+def checked_relative(path: str) -> str:
+    """``path``, normalized (``proc//sys/./vm/`` -> ``proc/sys/vm``), once it is known to name
+    something under the root: refuses ``..``, absolute paths, NUL and empty paths (``..`` in a
+    link target is resolved inside the root)."""
+    if not isinstance(path, str):
+        raise UnsafePath(f"path {path!r} is not a string")
+    if "\0" in path:
+        raise UnsafePath(f"path {path!r} contains NUL")
+    if path.startswith("/"):
+        raise UnsafePath(f"path {path!r} is absolute; host paths are relative to the root")
+    parts = [part for part in path.split("/") if part not in ("", ".")]
+    if ".." in parts or not parts:
+        raise UnsafePath(f"path {path!r} would leave the host root")
+    return "/".join(parts)
 
-    root: str
-    hostname: str | None = None
-    machine_id: str | None = None
-    boot_id: str | None = None
 
-    def as_dict(self) -> dict[str, str | None]:
-        return {"root": self.root, "hostname": self.hostname, "machine_id": self.machine_id,
-                "boot_id": self.boot_id}
+def checked_command(name: str) -> str:
+    """A command's bare name: a path (``../../bin/sh``) could run something outside the root."""
+    if not isinstance(name, str) or not name or "/" in name or "\0" in name:
+        raise UnsafePath(f"command {name!r} must be a bare name, found under the root's "
+                         f"{', '.join(COMMAND_DIRS)}")
+    return name
 
 
 @dataclass(frozen=True)
@@ -76,252 +86,260 @@ class CommandResult:
         return " ".join(self.argv)
 
 
-def checked_relative(path: str) -> str:
-    """``path``, normalized as ``PurePosixPath`` would, once it is known to stay under the root:
-    refuses ``..``, absolute paths, NUL and empty paths. Strings only: this runs for every read
-    of every check."""
-    if "\0" in path:
-        raise UnsafePath(f"path {path!r} contains NUL")
-    if path.startswith("/"):
-        raise UnsafePath(f"path {path!r} is absolute; host paths are relative to the root")
-    parts = path.split("/")
-    if ".." in parts or all(part in ("", ".") for part in parts):
-        raise UnsafePath(f"path {path!r} would leave the host root")
-    return os.path.normpath(path)
+@dataclass(frozen=True)
+class HostIdentity:
+    """What a journal records of the machine it changed, so that rollback refuses another:
+    the root as the host names it and, for the real root, the machine's own ids."""
+
+    root: str
+    hostname: str | None = None
+    machine_id: str | None = None
+    boot_id: str | None = None
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {"root": self.root, "hostname": self.hostname, "machine_id": self.machine_id,
+                "boot_id": self.boot_id}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> HostIdentity:
+        def text(key: str) -> str | None:
+            value = data.get(key)
+            return str(value) if value is not None else None
+
+        return cls(str(data.get("root", "")), text("hostname"), text("machine_id"),
+                   text("boot_id"))
 
 
-def safe_relative(path: str) -> PurePosixPath:
-    """A path relative to the root, refusing ``..``, absolute paths, NUL and empty parts."""
-    return PurePosixPath(checked_relative(path))
+@dataclass(frozen=True)
+class FileInfo:
+    type: str
+    """``file``, ``directory``, ``character device``, ``FIFO``, ..."""
+    size: int
+    mode: int
+    rdev: tuple[int, int] = (0, 0)
+
+
+# -- batch requests -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Read:
+    """A regular file's bytes (bounded by ``limit``)."""
+
+    path: str
+    limit: int = DEFAULT_LIMIT
+
+    def wire(self) -> dict[str, object]:
+        return {"op": "read", "path": checked_relative(self.path), "limit": self.limit}
+
+
+@dataclass(frozen=True)
+class Stat:
+    """What is at a path (links followed inside the root), or a missing-file error."""
+
+    path: str
+
+    def wire(self) -> dict[str, object]:
+        return {"op": "stat", "path": checked_relative(self.path)}
+
+
+@dataclass(frozen=True)
+class ListDir:
+    path: str
+
+    def wire(self) -> dict[str, object]:
+        return {"op": "list", "path": checked_relative(self.path)}
+
+
+@dataclass(frozen=True)
+class Glob:
+    """Every path matching ``pattern`` (fnmatch wildcards within a component), with its bytes
+    when ``read``: one request for ``sys/bus/pci/devices/*/vendor``, whatever the count."""
+
+    pattern: str
+    read: bool = True
+
+    def wire(self) -> dict[str, object]:
+        return {"op": "glob", "pattern": checked_relative(self.pattern), "read": self.read}
+
+
+@dataclass(frozen=True)
+class Kmsg:
+    """The kernel log's records (the device, or a plain file in a fake tree)."""
+
+    path: str = "dev/kmsg"
+    limit: int = KMSG_LIMIT
+
+    def wire(self) -> dict[str, object]:
+        return {"op": "kmsg", "path": checked_relative(self.path), "limit": self.limit}
+
+
+Request = Read | Stat | ListDir | Glob | Kmsg
+Match = tuple[str, "bytes | HostError | None"]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One request's answer: its value, or the error the host gave."""
+
+    value: object = None
+    error: HostError | None = None
+
+    def get(self) -> object:
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+    def data(self) -> bytes:
+        value = self.get()
+        assert isinstance(value, bytes)
+        return value
+
+    def text(self) -> str:
+        return self.data().decode("utf-8", errors="replace")
+
+    def names(self) -> list[str]:
+        value = self.get()
+        assert isinstance(value, list)
+        return [str(name) for name in value]
+
+    def lines(self) -> list[str]:
+        return self.names()
+
+    def info(self) -> FileInfo:
+        value = self.get()
+        assert isinstance(value, FileInfo)
+        return value
+
+    def matches(self) -> list[Match]:
+        value = self.get()
+        assert isinstance(value, list)
+        return value
+
+    @property
+    def missing(self) -> bool:
+        return self.error is not None and self.error.errno in MISSING_ERRNOS
+
+
+def reply_from_wire(request: Request, answer: Mapping[str, object]) -> Reply:
+    """A reply from the agent's ``{"value": ...}`` / ``{"error": ..., "errno": ...}``."""
+    if "error" in answer:
+        code = answer.get("errno")
+        return Reply(error=HostError(str(answer["error"]),
+                                     int(code) if isinstance(code, int) else None))
+    value = answer.get("value")
+    if isinstance(request, Stat) and isinstance(value, Mapping):
+        rdev = value.get("rdev") or (0, 0)
+        assert isinstance(rdev, (list, tuple))
+        value = FileInfo(str(value["type"]), int(str(value["size"])), int(str(value["mode"])),
+                         (int(rdev[0]), int(rdev[1])))
+    elif isinstance(request, Glob) and isinstance(value, list):
+        value = [(str(path), _glob_item(item)) for path, item in value]
+    return Reply(value)
+
+
+def _glob_item(item: object) -> bytes | HostError | None:
+    if isinstance(item, Mapping) and "error" in item:
+        code = item.get("errno")
+        return HostError(str(item["error"]), int(code) if isinstance(code, int) else None)
+    assert item is None or isinstance(item, bytes)
+    return item
 
 
 class Host(Protocol):
-    """What checks may do to a machine. ``describe()`` names it for reports."""
+    """What checks, fixes and reports may ask of a machine."""
 
-    def describe(self) -> str: ...
+    def describe(self) -> str:
+        """The host for messages: the root's path, or the target (``ssh://root@pve/``)."""
+
+    def local_machine(self) -> bool:
+        """Whether this is the machine pytest runs on, at ``/``: only then do this process's
+        NVML and CUDA describe it."""
 
     def privileged(self) -> bool:
         """Whether writes to /proc/sys, /sys and config space may be allowed (root)."""
+
+    def identity(self) -> HostIdentity:
+        """The root and, for a real machine, its hostname, machine-id and boot id."""
+
+    def batch(self, requests: Sequence[Request]) -> list[Reply]:
+        """Many reads in one call (one round trip to a remote host): a reply per request."""
+
+    def invalidate(self) -> None:
+        """Forget anything read earlier: the next read is live (a no-op without a cache)."""
 
     def read_text(self, path: str) -> str: ...
 
     def read_bytes(self, path: str) -> bytes: ...
 
-    def write_text(self, path: str, text: str) -> None: ...
-
-    def write_bytes(self, path: str, data: bytes, offset: int = 0) -> None: ...
-
-    def replace_file(self, path: str, text: str) -> None: ...
-
-    def remove(self, path: str) -> None: ...
+    def exists(self, path: str) -> bool:
+        """As ``Path.exists``: a missing file is False, any other error a HostError."""
 
     def listdir(self, path: str) -> list[str]: ...
 
-    def exists(self, path: str) -> bool: ...
+    def glob(self, pattern: str, *, read: bool = True) -> list[Match]: ...
 
     def read_kmsg(self, path: str = "dev/kmsg") -> list[str]: ...
+
+    def write_text(self, path: str, text: str) -> None:
+        """The whole value in one write(2), as /proc/sys requires; never creates the file."""
+
+    def write_bytes(self, path: str, data: bytes, offset: int = 0) -> None:
+        """``data`` at ``offset`` (config space is written in place); never creates."""
+
+    def replace_file(self, path: str, text: str | bytes) -> None:
+        """Create or replace a whole file atomically (persistence files only)."""
+
+    def remove(self, path: str) -> None: ...
+
+    def which(self, name: str) -> str | None:
+        """A command under the root's sbin/bin directories (and PATH only at ``/``)."""
 
     def run(self, argv: list[str], env: Mapping[str, str] | None = None, *,
             timeout: float = COMMAND_TIMEOUT_S) -> CommandResult:
         """``env``: variables merged over the inherited environment. Raises CommandTimeout
         (after killing the command's process group) when it runs too long."""
 
-    def identity(self) -> HostIdentity:
-        """The root and, for a real machine, its hostname, machine-id and boot id."""
 
+class BatchReads:
+    """The single reads of ``Host`` in terms of ``batch``: for hosts whose every call is a
+    batch (a remote one, a cache)."""
 
-class LocalHost:
-    """This machine, seen through ``root``: ``/`` for the real host, a directory for a fake one."""
+    def batch(self, requests: Sequence[Request]) -> list[Reply]:
+        raise NotImplementedError
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.is_real = root.resolve() == Path("/")
-        self._base = os.fspath(root)
-
-    def describe(self) -> str:
-        return str(self.root)
-
-    def privileged(self) -> bool:
-        return os.geteuid() == 0
-
-    def identity(self) -> HostIdentity:
-        root = os.path.realpath(self.root)
-        if not self.is_real:
-            return HostIdentity(root)
-
-        def first_line(path: str) -> str | None:
-            try:
-                with open(path, encoding="utf-8", errors="replace") as file:
-                    return file.readline().strip() or None
-            except OSError:
-                return None
-
-        return HostIdentity(root, socket.gethostname(), first_line("/etc/machine-id"),
-                            first_line("/proc/sys/kernel/random/boot_id"))
-
-    def path(self, path: str) -> Path:
-        return self.root / safe_relative(path)
-
-    def _os_path(self, path: str) -> str:
-        """The checked path as a string: without Path objects, a read costs half as much."""
-        return os.path.join(self._base, checked_relative(path))
-
-    def _fail(self, action: str, path: str, exc: OSError) -> HostError:
-        reason = os.strerror(exc.errno) if exc.errno else str(exc)
-        return HostError(f"cannot {action} {self.path(path)}: {reason}", exc.errno)
-
-    def read_text(self, path: str) -> str:
-        try:
-            with open(self._os_path(path), encoding="utf-8", errors="replace") as file:
-                return file.read()
-        except OSError as exc:
-            raise self._fail("read", path, exc) from exc
+    def _one(self, request: Request) -> Reply:
+        return self.batch([request])[0]
 
     def read_bytes(self, path: str) -> bytes:
-        try:
-            with open(self._os_path(path), "rb") as file:
-                return file.read()
-        except OSError as exc:
-            raise self._fail("read", path, exc) from exc
+        return self._one(Read(path)).data()
 
-    def write_text(self, path: str, text: str) -> None:
-        """Write the whole value in one write(2), as /proc/sys requires; never create the file."""
-        self._write(path, text.encode(), 0, truncate=True)
-
-    def write_bytes(self, path: str, data: bytes, offset: int = 0) -> None:
-        """Write ``data`` at ``offset`` (config space is written in place); never create."""
-        self._write(path, data, offset, truncate=False)
-
-    def _write(self, path: str, data: bytes, offset: int, *, truncate: bool) -> None:
-        target = self._os_path(path)
-        flags = os.O_WRONLY | (os.O_TRUNC if truncate else 0)
-        try:
-            fd = os.open(target, flags)
-        except OSError as exc:
-            raise self._fail("write", path, exc) from exc
-        try:
-            written = os.pwrite(fd, data, offset) if offset else os.write(fd, data)
-        except OSError as exc:
-            raise self._fail("write", path, exc) from exc
-        finally:
-            os.close(fd)
-        if written != len(data):
-            raise HostError(f"short write to {target}: {written} of {len(data)} bytes")
-
-    def replace_file(self, path: str, text: str) -> None:
-        """Create or replace a whole file atomically: a temporary file beside it, fsync, rename.
-        For files pytest-gpuhost owns (persistence), never for /proc or /sys."""
-        target = self.path(path)
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.write(text)
-                out.flush()
-                os.fsync(out.fileno())
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, target)
-        except OSError as exc:
-            raise self._fail("write", path, exc) from exc
-
-    def remove(self, path: str) -> None:
-        try:
-            self.path(path).unlink()
-        except OSError as exc:
-            raise self._fail("remove", path, exc) from exc
-
-    def listdir(self, path: str) -> list[str]:
-        try:
-            return sorted(os.listdir(self._os_path(path)))
-        except OSError as exc:
-            raise self._fail("list", path, exc) from exc
+    def read_text(self, path: str) -> str:
+        return self._one(Read(path)).text()
 
     def exists(self, path: str) -> bool:
-        """As ``Path.exists``: a missing file is False, any other error (EACCES) a HostError."""
-        try:
-            os.stat(self._os_path(path))
-        except OSError as exc:
-            if exc.errno in _MISSING:
-                return False
-            raise self._fail("look at", path, exc) from exc
+        reply = self._one(Stat(path))
+        if reply.missing:
+            return False
+        reply.get()
         return True
 
+    def listdir(self, path: str) -> list[str]:
+        return self._one(ListDir(path)).names()
+
+    def glob(self, pattern: str, *, read: bool = True) -> list[Match]:
+        return self._one(Glob(pattern, read)).matches()
+
     def read_kmsg(self, path: str = "dev/kmsg") -> list[str]:
-        """The kernel log records: one read(2) per record from the real device until EAGAIN,
-        or the lines of a plain file in a fake tree."""
-        target = self.path(path)
-        try:
-            is_device = stat.S_ISCHR(target.stat().st_mode)
-        except OSError as exc:
-            raise self._fail("read", path, exc) from exc
-        if not is_device:
-            return self.read_text(path).splitlines()
-        records: list[str] = []
-        try:
-            fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK)
-        except OSError as exc:
-            raise self._fail("read", path, exc) from exc
-        try:
-            while True:
-                try:
-                    chunk = os.read(fd, 8192)
-                except BlockingIOError:
-                    break
-                except OSError as exc:
-                    if exc.errno == errno.EPIPE:  # records were overwritten while we read
-                        continue
-                    raise self._fail("read", path, exc) from exc
-                if not chunk:
-                    break
-                records.extend(chunk.decode("utf-8", errors="replace").splitlines())
-        finally:
-            os.close(fd)
-        return records
-
-    def which(self, name: str) -> Path | None:
-        """A command under the root's sbin/bin directories (and PATH only when the root is /)."""
-        if "/" in name or not name:
-            raise UnsafePath(f"command {name!r} must be a bare name")
-        for directory in COMMAND_DIRS:
-            candidate = self.root / directory / name
-            if candidate.is_file() and os.access(candidate, os.X_OK):
-                return candidate
-        if self.is_real:
-            found = shutil.which(name)
-            return Path(found) if found else None
-        return None
-
-    def run(self, argv: list[str], env: Mapping[str, str] | None = None, *,
-            timeout: float = COMMAND_TIMEOUT_S) -> CommandResult:
-        executable = self.which(argv[0])
-        if executable is None:
-            searched = ", ".join(str(self.root / d) for d in COMMAND_DIRS)
-            raise HostError(f"{argv[0]} not found in {searched}")
-        environment = dict(os.environ, GPUHOST_ROOT=str(self.root), LC_ALL="C")
-        environment.update(env or {})
-        try:
-            process = subprocess.Popen(
-                [str(executable), *argv[1:]], stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                errors="replace", env=environment, start_new_session=True)
-        except OSError as exc:
-            raise HostError(f"cannot run {executable}: {exc.strerror}") from exc
-        try:
-            stdout, stderr = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill_group(process)
-            raise CommandTimeout(f"{' '.join(argv)} did not finish in {timeout:g} s; its "
-                                 "process group was killed, and whether it made its change "
-                                 "is unknown", tuple(argv), timeout) from None
-        except BaseException:
-            _kill_group(process)
-            raise
-        return CommandResult(tuple(argv), process.returncode, stdout, stderr)
+        return self._one(Kmsg(path)).lines()
 
 
-def _kill_group(process: subprocess.Popen[str]) -> None:
-    """Kill the command and every child it started (its own session), then reap it."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
-    with contextlib.suppress(Exception):
-        process.communicate(timeout=5)
+from .cache import CachedHost  # noqa: E402  (it builds on the names above)
+from .local import LocalHost  # noqa: E402
+
+__all__ = [
+    "COMMAND_DIRS", "COMMAND_TIMEOUT_S", "BatchReads", "CachedHost", "CommandResult",
+    "CommandTimeout", "FileInfo", "Glob", "Host", "HostError", "HostIdentity", "Kmsg", "ListDir",
+    "LocalHost", "Match", "Read", "Reply", "Request", "Stat", "UnsafePath", "checked_command",
+    "checked_relative",
+]

@@ -11,14 +11,12 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from ..checks.p2p import RECORDED_DIR
 from ..checks.sysctl import sysctl_path
 from ..gpu.nvml import RECORDED_NVML, FakeGpu, FakeNvml
-from ..host import COMMAND_TIMEOUT_S, CommandResult, Host, HostIdentity
 from ..linux.pciconfig import CAP_ID_EXP, CAP_POINTER, DEVCTL, SIZES, STATUS, STATUS_CAP_LIST
 
 DEVCTL_FLAGS = 0x0917
@@ -365,66 +363,6 @@ class FakeHost:
         path = self.file("usr/sbin/modprobe", script)
         path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
         return self
-
-
-class CountingHost:
-    """A host that counts every operation on the host it wraps, by method (tests, benchmarks)."""
-
-    def __init__(self, host: Host) -> None:
-        self.host = host
-        self.calls: Counter[str] = Counter()
-        self.ops: Counter[tuple[str, str]] = Counter()
-        """(method, path) -> count: the same file read twice shows up here."""
-
-    @property
-    def total(self) -> int:
-        return sum(self.calls.values())
-
-    def _count(self, method: str, path: str) -> None:
-        self.calls[method] += 1
-        self.ops[method, path] += 1
-
-    def describe(self) -> str:
-        return self.host.describe()
-
-    def read_text(self, path: str) -> str:
-        self._count("read_text", path)
-        return self.host.read_text(path)
-
-    def read_bytes(self, path: str) -> bytes:
-        self._count("read_bytes", path)
-        return self.host.read_bytes(path)
-
-    def write_text(self, path: str, text: str) -> None:
-        self._count("write_text", path)
-        self.host.write_text(path, text)
-
-    def write_bytes(self, path: str, data: bytes, offset: int = 0) -> None:
-        self._count("write_bytes", path)
-        self.host.write_bytes(path, data, offset)
-
-    def listdir(self, path: str) -> list[str]:
-        self._count("listdir", path)
-        return self.host.listdir(path)
-
-    def exists(self, path: str) -> bool:
-        self._count("exists", path)
-        return self.host.exists(path)
-
-    def read_kmsg(self, path: str = "dev/kmsg") -> list[str]:
-        self._count("read_kmsg", path)
-        return self.host.read_kmsg(path)
-
-    def run(self, argv: list[str], env: Mapping[str, str] | None = None, *,
-            timeout: float = COMMAND_TIMEOUT_S) -> CommandResult:
-        self._count("run", " ".join(argv))
-        return self.host.run(argv, env, timeout=timeout)
-
-    def identity(self) -> HostIdentity:
-        return self.host.identity()
-
-    def privileged(self) -> bool:
-        return self.host.privileged()
 
 
 UNTUNED_SYSCTLS: dict[str, str | int] = {

@@ -1,0 +1,690 @@
+"""The host agent: every operation pytest-gpuhost makes on a machine, contained in its host root.
+
+This one file is the whole of what touches a machine. ``LocalHost`` calls it in-process; a remote
+host sends this file's source over its one connection and runs it there with ``python3``
+(``serve``), so a remote target gets exactly the same containment and limits as a local one.
+Hence: the standard library only, Python 3.8 syntax, no imports from the package, nothing
+written to the target but what an operation asks for (no temporary files, no caches).
+
+Containment. Every path is relative to the root and resolved inside it the way
+``openat2(RESOLVE_IN_ROOT)`` or a chroot resolves it: an absolute symlink target is relative to
+the root, ``..`` stops at the root. The kernel's openat2 does it where it exists (Linux 5.6+);
+elsewhere a walk one component at a time, each step relative to a directory descriptor already
+inside the root and opened without following links, does the same (``Root(prefer_openat2=False)``
+forces it, for tests). The root ``/`` needs neither: there the kernel's own resolution is it.
+
+Limits. A read takes a regular file only (/proc and /sys attributes are regular files): a FIFO, a
+device or a directory in its place is an error naming it, never a read that blocks or never ends;
+sizes are bounded (``DEFAULT_LIMIT``). Only ``kmsg`` reads a character device, and only the
+kernel log (1:11), non-blocking and bounded. Commands resolve under the root's sbin/bin
+directories, run without a shell in their own session, and a timeout kills their process group.
+
+Errors are ``OpError(message, errno)``; a batch answers each request with its value or its error.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ctypes
+import errno
+import fnmatch
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from typing import Any
+
+PROTOCOL = 1
+DEFAULT_LIMIT = 4 * 2**20
+"""Bytes a read may return: more than any kernel attribute, modules.builtin or a tool output."""
+KMSG_LIMIT = 64 * 2**20
+"""Bytes of kernel log records: the largest ring buffer a kernel allows is 32 MiB."""
+COMMAND_DIRS = ("usr/sbin", "usr/bin", "sbin", "bin")
+COMMAND_TIMEOUT_S = 120.0
+OUTPUT_LIMIT = 16 * 2**20
+MAX_LINKS = 40
+KMSG_DEVICE = (1, 11)
+_MISSING = (errno.ENOENT, errno.ENOTDIR)
+
+_TYPES = (
+    (stat.S_ISREG, "file"), (stat.S_ISDIR, "directory"), (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"),
+    (stat.S_ISLNK, "symbolic link"),
+)
+
+
+class OpError(Exception):
+    """An operation that failed; ``str()`` says what, where and why."""
+
+    def __init__(self, message: str, error: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = error
+
+
+def file_type(mode: int) -> str:
+    for test, name in _TYPES:
+        if test(mode):
+            return name
+    return "special file"
+
+
+def check_relative(path: str) -> str:
+    """``path`` once it names something under the root: relative, without NUL and without
+    ``..`` (which only a link target may hold; it is resolved inside the root)."""
+    if not isinstance(path, str) or not path:
+        raise OpError("an empty path: host paths are relative to the root", errno.EINVAL)
+    if "\0" in path:
+        raise OpError(f"path {path!r} contains NUL", errno.EINVAL)
+    if path.startswith("/"):
+        raise OpError(f"path {path!r} is absolute; host paths are relative to the root",
+                      errno.EINVAL)
+    parts = path.split("/")
+    if ".." in parts or all(part in ("", ".") for part in parts):
+        raise OpError(f"path {path!r} would leave the host root", errno.EINVAL)
+    return path
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64),
+                ("resolve", ctypes.c_uint64)]
+
+
+_SYS_OPENAT2 = 437  # the same number on every architecture (the unified syscall table)
+_RESOLVE_NO_MAGICLINKS = 0x02
+_RESOLVE_IN_ROOT = 0x10
+_openat2_state: list[object] = []  # [libc] once probed and usable, [None] when not
+
+
+def _libc_openat2() -> object | None:
+    if not _openat2_state:
+        libc = None
+        if sys.platform.startswith("linux"):
+            try:
+                candidate = ctypes.CDLL(None, use_errno=True)
+                candidate.syscall  # noqa: B018 - probe that the symbol exists
+                libc = candidate
+            except (OSError, AttributeError):
+                libc = None
+        _openat2_state.append(libc)
+    return _openat2_state[0]
+
+
+class Root:
+    """A host root: resolves relative paths inside it and opens them."""
+
+    def __init__(self, path: str, *, prefer_openat2: bool = True) -> None:
+        self.path = os.path.abspath(path)
+        self.real = os.path.realpath(self.path) == "/"
+        self.fd = os.open(self.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        self._openat2 = prefer_openat2 and not self.real and _libc_openat2() is not None
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def shown(self, rel: str) -> str:
+        return rel if self.real else os.path.join(self.path, rel)
+
+    def fail(self, action: str, rel: str, exc: OSError) -> OpError:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        name = errno.errorcode.get(exc.errno or 0, "")
+        return OpError(f"cannot {action} {self.shown(rel)}: {reason}"
+                       + (f" ({name})" if name else ""), exc.errno)
+
+    # -- resolution -------------------------------------------------------------------------
+
+    def open(self, rel: str, flags: int, mode: int = 0) -> int:
+        """Open ``rel`` (its last component followed too) inside the root; raises OSError."""
+        check_relative(rel)
+        return self._open(rel, flags, mode)
+
+    def _open(self, rel: str, flags: int, mode: int = 0) -> int:
+        """``open`` without the check: ``.`` opens the root itself."""
+        flags |= os.O_CLOEXEC
+        if self.real:
+            return os.open("/" + rel, flags, mode)
+        if self._openat2:
+            fd = self._open_openat2(rel, flags, mode)
+            if fd is not None:
+                return fd
+        parent, name = self._walk(rel, follow_last=True)
+        try:
+            return os.open(name, flags | os.O_NOFOLLOW, mode, dir_fd=parent)
+        finally:
+            if parent != self.fd:
+                os.close(parent)
+
+    def _open_openat2(self, rel: str, flags: int, mode: int) -> int | None:
+        libc = _libc_openat2()
+        how = _OpenHow(flags, mode, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
+        fd = libc.syscall(_SYS_OPENAT2, self.fd, os.fsencode(rel), ctypes.byref(how),  # type: ignore[attr-defined]
+                          ctypes.sizeof(how))
+        if fd >= 0:
+            return int(fd)
+        error = ctypes.get_errno()
+        if error in (errno.ENOSYS, errno.EPERM) and not self._probe_openat2():
+            self._openat2 = False  # no openat2 here (an old kernel, or seccomp): walk instead
+            return None
+        raise OSError(error, os.strerror(error))
+
+    def _probe_openat2(self) -> bool:
+        """Whether openat2 works at all (EPERM can also be the file's own answer)."""
+        libc = _libc_openat2()
+        how = _OpenHow(os.O_PATH | os.O_CLOEXEC, 0, _RESOLVE_IN_ROOT)
+        fd = libc.syscall(_SYS_OPENAT2, self.fd, b".", ctypes.byref(how),  # type: ignore[attr-defined]
+                          ctypes.sizeof(how))
+        if fd >= 0:
+            os.close(fd)
+            return True
+        return False
+
+    def parent(self, rel: str) -> tuple[int, str]:
+        """The directory holding ``rel``'s last component, resolved inside the root, and that
+        component's name, not followed: for creating, replacing and removing without ever
+        following a link. The caller closes the descriptor (never the root's own)."""
+        check_relative(rel)
+        head, _, name = rel.rstrip("/").rpartition("/")
+        if name in ("", ".", ".."):
+            raise OpError(f"path {rel!r} names no file", errno.EINVAL)
+        if not head:
+            return os.dup(self.fd), name
+        return self.open(head, os.O_PATH | os.O_DIRECTORY), name
+
+    def _walk(self, rel: str, *, follow_last: bool) -> tuple[int, str]:
+        """The fallback resolution: (directory fd, last name) with every link on the way
+        resolved inside the root. The returned fd is the root's own or one to close."""
+        stack = [self.fd]
+        parts = [p for p in rel.split("/") if p not in ("", ".")]
+        links = 0
+        try:
+            while parts:
+                part = parts.pop(0)
+                if part == "..":
+                    if len(stack) > 1:
+                        os.close(stack.pop())
+                    continue
+                last = not parts
+                try:
+                    info = os.stat(part, dir_fd=stack[-1], follow_symlinks=False)
+                except FileNotFoundError:
+                    if last:
+                        return stack.pop(), part
+                    raise
+                if stat.S_ISLNK(info.st_mode) and (follow_last or not last):
+                    links += 1
+                    if links > MAX_LINKS:
+                        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))
+                    target = os.readlink(part, dir_fd=stack[-1])
+                    if target.startswith("/"):
+                        while len(stack) > 1:
+                            os.close(stack.pop())
+                    parts = [p for p in target.split("/") if p not in ("", ".")] + parts
+                    if not parts:  # a link to the root itself
+                        return self._root_as_parent(stack)
+                    continue
+                if last:
+                    return stack.pop(), part
+                stack.append(os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW
+                                     | os.O_CLOEXEC, dir_fd=stack[-1]))
+            return self._root_as_parent(stack)
+        finally:
+            for fd in stack[1:]:
+                os.close(fd)
+
+    def _root_as_parent(self, stack: list[int]) -> tuple[int, str]:
+        """A path that resolves to a directory itself: (that directory, ``.``)."""
+        return (stack.pop() if len(stack) > 1 else self.fd), "."
+
+    def real_path(self, fd: int) -> str:
+        return os.readlink(f"/proc/self/fd/{fd}")
+
+    # -- operations -------------------------------------------------------------------------
+
+    def read(self, rel: str, limit: int = DEFAULT_LIMIT) -> bytes:
+        try:
+            fd = self.open(rel, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            raise self.fail("read", rel, exc) from None
+        try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise OpError(f"cannot read {self.shown(rel)}: it is a {file_type(mode)}, not a "
+                              "file", errno.EINVAL)
+            return self._bounded(fd, rel, limit)
+        except OSError as exc:
+            raise self.fail("read", rel, exc) from None
+        finally:
+            os.close(fd)
+
+    def _bounded(self, fd: int, rel: str, limit: int) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            chunk = os.read(fd, min(1 << 16, limit + 1 - size))
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise OpError(f"cannot read {self.shown(rel)}: larger than {limit} bytes, "
+                              "more than a kernel attribute holds", errno.EFBIG)
+
+    def stat(self, rel: str) -> dict[str, object]:
+        try:
+            fd = self.open(rel, os.O_PATH)
+        except OSError as exc:
+            raise self.fail("look at", rel, exc) from None
+        try:
+            info = os.fstat(fd)
+        finally:
+            os.close(fd)
+        return {"type": file_type(info.st_mode), "size": info.st_size,
+                "mode": stat.S_IMODE(info.st_mode),
+                "rdev": [os.major(info.st_rdev), os.minor(info.st_rdev)]}
+
+    def listdir(self, rel: str) -> list[str]:
+        check_relative(rel)
+        return self._listdir(rel)
+
+    def _listdir(self, rel: str) -> list[str]:
+        try:
+            fd = self._open(rel, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as exc:
+            raise self.fail("list", rel, exc) from None
+        try:
+            return sorted(os.listdir(fd))
+        except OSError as exc:
+            raise self.fail("list", rel, exc) from None
+        finally:
+            os.close(fd)
+
+    def glob(self, pattern: str, *, read: bool, limit: int = DEFAULT_LIMIT) -> list[list[object]]:
+        """``[path, content or error or None]`` for every path matching ``pattern`` (fnmatch
+        wildcards within one component; names starting with '.' only where the pattern's
+        component does), sorted; with ``read``, each match's bytes (or why not)."""
+        check_relative(pattern)
+        paths = [""]
+        for part in [p for p in pattern.split("/") if p not in ("", ".")]:
+            following = []
+            for base in paths:
+                if not any(char in part for char in "*?["):
+                    following.append(f"{base}/{part}" if base else part)
+                    continue
+                try:
+                    names = self._listdir(base or ".")
+                except OpError:
+                    continue
+                hidden = part.startswith(".")
+                following += [f"{base}/{n}" if base else n for n in names
+                              if fnmatch.fnmatchcase(n, part) and (hidden or n[0] != ".")]
+            paths = following
+        matches: list[list[object]] = []
+        for path in sorted(paths):
+            if not read:
+                try:
+                    self.stat(path)
+                except OpError:
+                    continue
+                matches.append([path, None])
+                continue
+            try:
+                matches.append([path, self.read(path, limit)])
+            except OpError as exc:
+                if exc.errno in _MISSING:
+                    continue
+                matches.append([path, exc])
+        return matches
+
+    def kmsg(self, rel: str, limit: int = KMSG_LIMIT) -> list[str]:
+        """The kernel log's records: read(2) per record from the device until EAGAIN, or the
+        lines of a plain file in a fake tree. Anything else in its place is refused."""
+        try:
+            fd = self.open(rel, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            raise self.fail("read", rel, exc) from None
+        try:
+            info = os.fstat(fd)
+            if stat.S_ISREG(info.st_mode):
+                data = self._bounded(fd, rel, limit)
+                return data.decode("utf-8", errors="replace").splitlines()
+            device = (os.major(info.st_rdev), os.minor(info.st_rdev))
+            if not stat.S_ISCHR(info.st_mode) or device != KMSG_DEVICE:
+                what = file_type(info.st_mode)
+                if stat.S_ISCHR(info.st_mode):
+                    what += f" {device[0]}:{device[1]}"
+                raise OpError(f"cannot read {self.shown(rel)}: it is a {what}, not the kernel "
+                              "log (character device 1:11)", errno.EINVAL)
+            return self._records(fd, rel, limit)
+        except OSError as exc:
+            raise self.fail("read", rel, exc) from None
+        finally:
+            os.close(fd)
+
+    def _records(self, fd: int, rel: str, limit: int) -> list[str]:
+        records: list[str] = []
+        size = 0
+        while True:
+            try:
+                chunk = os.read(fd, 8192)
+            except BlockingIOError:
+                return records
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:  # records were overwritten while we read
+                    continue
+                raise
+            if not chunk:
+                return records
+            size += len(chunk)
+            if size > limit:
+                raise OpError(f"cannot read {self.shown(rel)}: more than {limit} bytes of "
+                              "records", errno.EFBIG)
+            records.extend(chunk.decode("utf-8", errors="replace").splitlines())
+
+    def write(self, rel: str, data: bytes, offset: int = 0, *, truncate: bool) -> None:
+        """Write ``data`` into an existing regular file: one write(2), as /proc/sys requires;
+        never create, never write a FIFO or device in the file's place."""
+        flags = os.O_WRONLY | os.O_NONBLOCK | (os.O_TRUNC if truncate and not offset else 0)
+        try:
+            fd = self.open(rel, flags)
+        except OSError as exc:
+            raise self.fail("write", rel, exc) from None
+        try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise OpError(f"cannot write {self.shown(rel)}: it is a {file_type(mode)}, not "
+                              "a file", errno.EINVAL)
+            written = os.pwrite(fd, data, offset) if offset else os.write(fd, data)
+        except OSError as exc:
+            raise self.fail("write", rel, exc) from None
+        finally:
+            os.close(fd)
+        if written != len(data):
+            raise OpError(f"short write to {self.shown(rel)}: {written} of {len(data)} bytes",
+                          errno.EIO)
+
+    def replace(self, rel: str, data: bytes, mode: int = 0o644) -> None:
+        """Create or replace a whole file atomically (a temporary file beside it, fsync,
+        rename), creating missing directories inside the root. Refuses to replace anything
+        but a regular file: a link, a device or a FIFO in its place stays as it is."""
+        try:
+            self._make_dirs(rel.rstrip("/").rpartition("/")[0])
+            parent, name = self.parent(rel)
+        except OSError as exc:
+            raise self.fail("write", rel, exc) from None
+        tmp = f".{name}.{os.getpid()}.{time.monotonic_ns()}.tmp"
+        try:
+            try:
+                info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            except FileNotFoundError:
+                info = None
+            if info is not None and not stat.S_ISREG(info.st_mode):
+                raise OpError(f"cannot replace {self.shown(rel)}: it is a "
+                              f"{file_type(info.st_mode)}; pytest-gpuhost replaces only files",
+                              errno.EINVAL)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, mode, dir_fd=parent)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fchmod(fd, mode)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
+            tmp = ""
+        except OSError as exc:
+            raise self.fail("write", rel, exc) from None
+        finally:
+            if tmp:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=parent)
+            os.close(parent)
+
+    def _make_dirs(self, rel: str) -> None:
+        """mkdir -p inside the root: each level created relative to its resolved parent."""
+        if not rel:
+            return
+        try:
+            os.close(self.open(rel, os.O_PATH | os.O_DIRECTORY))
+            return
+        except FileNotFoundError:
+            pass
+        head = rel.rstrip("/").rpartition("/")[0]
+        self._make_dirs(head)
+        parent, name = self.parent(rel)
+        try:
+            os.mkdir(name, 0o755, dir_fd=parent)
+        except FileExistsError:
+            info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            if stat.S_ISLNK(info.st_mode):
+                target = os.readlink(name, dir_fd=parent)
+                raise OpError(f"cannot create {self.shown(rel)}: it is a symbolic link to "
+                              f"{target}, which does not exist under the root "
+                              "(links resolve inside the root)", errno.ENOENT) from None
+        finally:
+            os.close(parent)
+
+    def remove(self, rel: str) -> None:
+        """Remove a regular file (never what a link points to, never a directory)."""
+        try:
+            parent, name = self.parent(rel)
+        except OSError as exc:
+            raise self.fail("remove", rel, exc) from None
+        try:
+            info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            if not stat.S_ISREG(info.st_mode):
+                raise OpError(f"cannot remove {self.shown(rel)}: it is a "
+                              f"{file_type(info.st_mode)}, not a file", errno.EINVAL)
+            os.unlink(name, dir_fd=parent)
+        except OSError as exc:
+            raise self.fail("remove", rel, exc) from None
+        finally:
+            os.close(parent)
+
+    def which(self, name: str) -> str | None:
+        """A command's path on this machine: under the root's sbin/bin directories (their links
+        resolved inside the root), and on PATH only when the root is ``/``."""
+        if not isinstance(name, str) or not name or "/" in name or "\0" in name:
+            raise OpError(f"command {name!r} must be a bare name", errno.EINVAL)
+        for directory in COMMAND_DIRS:
+            try:
+                fd = self.open(f"{directory}/{name}", os.O_PATH)
+            except OSError:
+                continue
+            try:
+                info = os.fstat(fd)
+                if stat.S_ISREG(info.st_mode) and info.st_mode & 0o111:
+                    return self.real_path(fd)
+            finally:
+                os.close(fd)
+        if self.real:
+            for directory in os.environ.get("PATH", "").split(os.pathsep):
+                candidate = os.path.join(directory, name)
+                if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+                    return candidate
+        return None
+
+    def run(self, argv: list[str], env: dict[str, str] | None = None,
+            timeout: float = COMMAND_TIMEOUT_S) -> dict[str, object]:
+        if not argv or not all(isinstance(arg, str) and "\0" not in arg for arg in argv):
+            raise OpError(f"not a command line: {argv!r}", errno.EINVAL)
+        executable = self.which(argv[0])
+        if executable is None:
+            searched = ", ".join(self.shown(d) for d in COMMAND_DIRS)
+            raise OpError(f"{argv[0]} not found in {searched}"
+                          + (" or on PATH" if self.real else ""), errno.ENOENT)
+        environment = dict(os.environ, GPUHOST_ROOT=self.path, LC_ALL="C")
+        environment.update(env or {})
+        try:
+            process = subprocess.Popen(
+                [executable, *argv[1:]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, env=environment, cwd=self.path, start_new_session=True)
+        except OSError as exc:
+            raise OpError(f"cannot run {executable}: {exc.strerror}", exc.errno) from None
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(process)
+            raise OpError(f"{' '.join(argv)} did not finish in {timeout:g} s; its process group "
+                          "was killed, and whether it made its change is unknown",
+                          errno.ETIMEDOUT) from None
+        except BaseException:
+            _kill_group(process)
+            raise
+        return {"returncode": process.returncode,
+                "stdout": stdout[-OUTPUT_LIMIT:].decode("utf-8", errors="replace"),
+                "stderr": stderr[-OUTPUT_LIMIT:].decode("utf-8", errors="replace")}
+
+    def identity(self) -> dict[str, object]:
+        info: dict[str, object] = {"root": os.path.realpath(self.path)}
+        if self.real:
+            info["hostname"] = socket.gethostname()
+            for key, path in (("machine_id", "/etc/machine-id"),
+                              ("boot_id", "/proc/sys/kernel/random/boot_id")):
+                try:
+                    with open(path, encoding="utf-8", errors="replace") as file:
+                        info[key] = file.readline().strip() or None
+                except OSError:
+                    info[key] = None
+        return info
+
+
+def _kill_group(process: subprocess.Popen) -> None:  # type: ignore[type-arg]
+    """Kill the command and every child it started (its own session), then reap it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(Exception):  # reaping is best effort once the group is dead
+        process.communicate(timeout=5)
+
+
+# -- requests -----------------------------------------------------------------------------------
+
+
+def execute(root: Root, request: dict[str, Any]) -> object:
+    """One request: ``{"op": ..., ...}`` -> its value; raises OpError."""
+    op = request.get("op")
+    if op == "read":
+        return root.read(str(request["path"]), int(request.get("limit") or DEFAULT_LIMIT))
+    if op == "stat":
+        return root.stat(str(request["path"]))
+    if op == "list":
+        return root.listdir(str(request["path"]))
+    if op == "glob":
+        return root.glob(str(request["pattern"]), read=bool(request.get("read")),
+                         limit=int(request.get("limit") or DEFAULT_LIMIT))
+    if op == "kmsg":
+        return root.kmsg(str(request["path"]), int(request.get("limit") or KMSG_LIMIT))
+    if op == "write":
+        data = request["data"]
+        assert isinstance(data, bytes)
+        root.write(str(request["path"]), data, int(request.get("offset") or 0),
+                   truncate=bool(request.get("truncate")))
+        return None
+    if op == "replace":
+        data = request["data"]
+        assert isinstance(data, bytes)
+        root.replace(str(request["path"]), data, int(request.get("mode") or 0o644))
+        return None
+    if op == "remove":
+        root.remove(str(request["path"]))
+        return None
+    if op == "which":
+        return root.which(str(request["name"]))
+    if op == "run":
+        argv = request["argv"]
+        env = request.get("env")
+        assert isinstance(argv, list)
+        return root.run([str(a) for a in argv], dict(env) if isinstance(env, dict) else None,
+                        float(request.get("timeout") or COMMAND_TIMEOUT_S))
+    if op == "identity":
+        return root.identity()
+    raise OpError(f"unknown operation {op!r}", errno.EINVAL)
+
+
+def batch(root: Root, requests: list[dict[str, Any]]) -> list[dict[str, object]]:
+    """Each request's ``{"value": ...}`` or ``{"error": message, "errno": n}``, in order."""
+    replies: list[dict[str, object]] = []
+    for request in requests:
+        try:
+            replies.append({"value": execute(root, request)})
+        except OpError as exc:
+            replies.append({"error": str(exc), "errno": exc.errno})
+        except OSError as exc:
+            replies.append({"error": str(exc), "errno": exc.errno})
+    return replies
+
+
+# -- the remote side ----------------------------------------------------------------------------
+
+
+def encode(value: object) -> object:
+    """JSON for a reply: bytes as ``{"b64": ...}``, errors as ``{"error": ..., "errno": ...}``."""
+    if isinstance(value, bytes):
+        return {"b64": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, OpError):
+        return {"error": str(value), "errno": value.errno}
+    if isinstance(value, dict):
+        return {key: encode(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [encode(item) for item in value]
+    return value
+
+
+def decode(value: object) -> object:
+    """The inverse of ``encode`` for requests (``{"b64": ...}`` -> bytes)."""
+    if isinstance(value, dict):
+        if set(value) == {"b64"}:
+            return base64.b64decode(str(value["b64"]))
+        return {key: decode(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [decode(item) for item in value]
+    return value
+
+
+def _send(out: object, message: object) -> None:
+    data = json.dumps(message, separators=(",", ":")).encode()
+    out.write(b"%d\n" % len(data) + data)  # type: ignore[attr-defined]
+    out.flush()  # type: ignore[attr-defined]
+
+
+def _receive(source: object) -> object:
+    header = source.readline()  # type: ignore[attr-defined]
+    if not header:
+        return None
+    size = int(header)
+    data = source.read(size)  # type: ignore[attr-defined]
+    if len(data) != size:
+        return None
+    return json.loads(data)
+
+
+def serve(root_path: str) -> int:
+    """Answer batches on stdin/stdout until stdin closes: a length line, then that many bytes
+    of JSON, each way. The first message says who and where this is."""
+    source, out = sys.stdin.buffer, sys.stdout.buffer
+    try:
+        root = Root(root_path)
+    except OSError as exc:
+        _send(out, {"hello": None, "error": f"the host root {root_path} cannot be opened: "
+                                            f"{exc.strerror}", "errno": exc.errno})
+        return 1
+    _send(out, {"hello": {"protocol": PROTOCOL, "python": list(sys.version_info[:3]),
+                          "euid": os.geteuid(), "identity": root.identity()}})
+    while True:
+        message = _receive(source)
+        if message is None:
+            return 0
+        requests = decode(message)
+        assert isinstance(requests, list)
+        _send(out, encode(batch(root, requests)))
+
+
+if __name__ == "__main__":
+    sys.exit(serve(sys.argv[1] if len(sys.argv) > 1 else "/"))

@@ -1,0 +1,99 @@
+"""A phase's reads in one batch: ``CachedHost`` serves reads from what was prefetched.
+
+The session prefetches what a phase will read (collection: every kind's facts; running: every
+selected check's observation) in one ``batch`` call, so a remote host costs one round trip per
+phase whatever the number of checks. Any change made through it (a write, a replaced file, a
+command) forgets everything, and so does ``invalidate()`` (a fix re-observes under its lock):
+a read after a change is always live.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from . import (
+    COMMAND_TIMEOUT_S,
+    BatchReads,
+    CommandResult,
+    Host,
+    HostIdentity,
+    Read,
+    Reply,
+    Request,
+    Stat,
+)
+
+
+class CachedHost(BatchReads):
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self._replies: dict[Request, Reply] = {}
+
+    def describe(self) -> str:
+        return self.host.describe()
+
+    def local_machine(self) -> bool:
+        return self.host.local_machine()
+
+    def privileged(self) -> bool:
+        return self.host.privileged()
+
+    def identity(self) -> HostIdentity:
+        return self.host.identity()
+
+    def invalidate(self) -> None:
+        self._replies.clear()
+        self.host.invalidate()
+
+    def prefetch(self, requests: Iterable[Request]) -> int:
+        """Read every request not yet cached in one batch; returns how many were read."""
+        wanted = list(dict.fromkeys(r for r in requests if r not in self._replies))
+        if wanted:
+            self._replies.update(zip(wanted, self.host.batch(wanted), strict=True))
+        return len(wanted)
+
+    def cached(self, request: Request) -> bool:
+        return request in self._replies
+
+    def batch(self, requests: Sequence[Request]) -> list[Reply]:
+        self.prefetch(requests)
+        return [self._replies[request] for request in requests]
+
+    def exists(self, path: str) -> bool:
+        """Answered from a cached read of the path too: read, or missing, means it is known."""
+        read = self._replies.get(Read(path))
+        if read is not None and (read.error is None or read.missing):
+            return read.error is None
+        return super().exists(path)
+
+    def read_bytes(self, path: str) -> bytes:
+        stat = self._replies.get(Stat(path))
+        if stat is not None and stat.missing:
+            raise stat.error  # type: ignore[misc]
+        return super().read_bytes(path)
+
+    # -- changes forget everything ------------------------------------------------------------
+
+    def write_text(self, path: str, text: str) -> None:
+        self.invalidate()
+        self.host.write_text(path, text)
+
+    def write_bytes(self, path: str, data: bytes, offset: int = 0) -> None:
+        self.invalidate()
+        self.host.write_bytes(path, data, offset)
+
+    def replace_file(self, path: str, text: str | bytes) -> None:
+        self.invalidate()
+        self.host.replace_file(path, text)
+
+    def remove(self, path: str) -> None:
+        self.invalidate()
+        self.host.remove(path)
+
+    def which(self, name: str) -> str | None:
+        return self.host.which(name)
+
+    def run(self, argv: list[str], env: Mapping[str, str] | None = None, *,
+            timeout: float = COMMAND_TIMEOUT_S) -> CommandResult:
+        self.invalidate()
+        return self.host.run(argv, env, timeout=timeout)
