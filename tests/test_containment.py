@@ -92,7 +92,7 @@ def test_a_device_link_chain_that_ends_outside_is_not_followed_out(
 def test_a_link_loop_is_an_error(fake: FakeHost, host: LocalHost) -> None:
     _link(fake, "a", "b")
     _link(fake, "b", "a")
-    with pytest.raises(HostError, match="symbolic links|ELOOP"):
+    with pytest.raises(HostError, match=r"symbolic links|ELOOP"):
         host.read_text("a")
     assert not host.exists("a")
 
@@ -108,7 +108,7 @@ def test_a_link_to_the_root_itself_stays_in_it(fake: FakeHost, host: LocalHost) 
 def test_replace_file_through_a_linked_directory_stays_inside(
         fake: FakeHost, host: LocalHost, outside: Path) -> None:
     _link(fake, "etc", outside)
-    with pytest.raises(HostError, match="symbolic link to .*does not exist under the root"):
+    with pytest.raises(HostError, match=r"symbolic link to .*does not exist under the root"):
         host.replace_file("etc/sysctl.d/90-gpuhost.conf", "vm.swappiness = 10\n")
     assert sorted(p.name for p in outside.iterdir()) == ["canary", "script"]
     inside = fake.root / str(outside).lstrip("/")
@@ -208,7 +208,7 @@ def test_a_batch_answers_each_request_on_its_own(fake: FakeHost, host: LocalHost
 
 @pytest.mark.parametrize("path", ["../etc/passwd", "proc/../../x", "/etc/passwd", "a\0b"])
 def test_requests_that_name_paths_outside_are_refused(host: LocalHost, path: str) -> None:
-    with pytest.raises(HostError, match="leave the host root|absolute|NUL"):
+    with pytest.raises(HostError, match=r"leave the host root|absolute|NUL"):
         host.batch([Read(path)])
 
 
