@@ -272,6 +272,8 @@ def collection_reads(case: SpecCase) -> tuple[int, int]:
     spec = load_spec(case.directory / "spec.yaml", kinds, builtin.pytest_gpuhost_conditions())
     host = CountingHost(LocalHost(case.directory / "host"))
     facts = Facts(host)
+    facts.prime(fact for section, model in spec.sections.items()
+                for fact in getattr(kinds[section], "facts", lambda _: ())(model))
     checks = [c for section, model in spec.sections.items()
               for c in kinds[section].expand(model, facts)]
     return host.total, len(checks)

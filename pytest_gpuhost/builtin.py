@@ -15,7 +15,8 @@ from .checks.pcie import PcieKind
 from .checks.sysctl import SysctlKind
 from .gpu.nvml import NvmlFactory, default_factory
 from .hookspecs import hookimpl
-from .host import Host
+from .host import Host, LocalHost
+from .settings import Settings
 
 
 @hookimpl
@@ -27,6 +28,14 @@ def pytest_gpuhost_check_kinds() -> Sequence[Kind]:
 @hookimpl
 def pytest_gpuhost_conditions() -> Mapping[str, ConditionFn]:
     return BUILTIN_CONDITIONS
+
+
+@hookimpl(trylast=True)
+def pytest_gpuhost_make_host(url: str, settings: Settings) -> Host | None:
+    """This machine at the run's root; other schemes are for the plugins that know them."""
+    if url == "local":
+        return LocalHost(settings.root)
+    return None
 
 
 @hookimpl(trylast=True)

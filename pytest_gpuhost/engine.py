@@ -101,7 +101,8 @@ def _plan_only(check: Check, host: Host, observed: Observation, problem: str) ->
 
 
 def _fix(check: Check, host: Host, fixer: Fixer, problem: str) -> CheckResult:
-    # Observed again under the lock: another run may have fixed it while we waited.
+    # Observed again under the lock, live: another run may have fixed it while we waited.
+    host.invalidate()
     try:
         before = check.probe.observe(host)
     except HostError as exc:
@@ -202,4 +203,11 @@ def _result(
         warnings=(*notes, *_warnings(check, outcome, observed)),
         severity=check.options.severity,
         details=dict(observed.details) if observed else {},
+        subjects={**check.subjects, **_seen_subjects(before or observed)},
+        hardware=check.hardware,
     )
+
+
+def _seen_subjects(observation: Observation | None) -> dict[str, str]:
+    """What was wrong when the check looked first (a fix's before, else what it observed)."""
+    return dict(observation.subjects) if observation is not None else {}

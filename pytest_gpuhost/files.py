@@ -1,10 +1,23 @@
-"""Writing report files so that a reader never sees half of one."""
+"""Writing report files: atomically, and never replacing what is not a file.
+
+A report path is checked when the run is configured (``check_output``), before anything is
+changed, so a bad path is a usage error (exit 4), not a traceback after the fixes. At the end,
+``write_output`` writes a regular file atomically (a reader never sees half a report), follows a
+symlink to the file it names and replaces that, and writes a character device or a FIFO as it
+is (``--gpuhost-report=/dev/stdout``); it never replaces a device, a FIFO or a link with a file.
+"""
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
+
+
+class OutputError(Exception):
+    """A report path that cannot be written; the message names it and says why."""
 
 
 def write_atomically(path: Path, text: str, *, mode: int = 0o644) -> None:
@@ -20,3 +33,71 @@ def write_atomically(path: Path, text: str, *, mode: int = 0o644) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def check_output(path: Path, source: str) -> Path:
+    """The path a report will be written to (a symlink's target), or OutputError naming
+    ``source`` (``--gpuhost-report=x.json``) and what is wrong."""
+    target = Path(os.path.realpath(path))
+    try:
+        info = os.stat(target)
+    except FileNotFoundError:
+        info = None
+    except OSError as exc:
+        raise OutputError(f"{source}: cannot look at {target}: {exc.strerror}") from None
+    if info is not None:
+        if stat.S_ISDIR(info.st_mode):
+            raise OutputError(f"{source}: {target} is a directory; name a file in it")
+        if stat.S_ISBLK(info.st_mode) or stat.S_ISSOCK(info.st_mode):
+            kind = "block device" if stat.S_ISBLK(info.st_mode) else "socket"
+            raise OutputError(f"{source}: {target} is a {kind}; a report goes to a file, a "
+                              "character device or a FIFO")
+        return target
+    ancestor = target.parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise OutputError(f"{source}: {ancestor} is not a directory, so {target} cannot be "
+                          "created under it")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise OutputError(f"{source}: {ancestor} is not writable, so {target} cannot be "
+                          "created")
+    return target
+
+
+def write_output(path: Path, text: str, *, mode: int = 0o644) -> None:
+    """Write a report to the path ``check_output`` returned; raises OutputError."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        info = None
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror}") from None
+    try:
+        if info is None or stat.S_ISREG(info.st_mode):
+            write_atomically(path, text, mode=mode)
+            return
+        if stat.S_ISCHR(info.st_mode) or stat.S_ISFIFO(info.st_mode):
+            _write_in_place(path, text.encode())
+            return
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+    raise OutputError(f"cannot write {path}: it is not a file, a character device or a FIFO")
+
+
+def _write_in_place(path: Path, data: bytes) -> None:
+    """A device or FIFO as it is: no create, no truncate, no rename; a FIFO without a reader
+    is an error, not a wait."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise OutputError(f"cannot write {path}: it is a FIFO with no reader") from None
+        raise
+    try:
+        os.set_blocking(fd, True)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)

@@ -1,21 +1,24 @@
-"""Hooks through which check kinds and ``when:`` conditions are registered.
+"""Hooks through which check kinds, ``when:`` conditions, hosts and NVML are provided.
 
 pytest only treats names that start with ``pytest_`` as hooks, hence the prefix.
 
 pytest-gpuhost's own kinds use these hooks too, so a third-party package (a pytest11 plugin)
-adds a kind exactly the way the built-in ones are added.
+adds a kind, a condition or a kind of host exactly the way the built-in ones are added.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import pluggy
 
-from .checks import Kind
-from .checks.conditions import ConditionFn
-from .gpu.nvml import NvmlFactory
-from .host import Host
+if TYPE_CHECKING:  # imported by every pytest run: nothing heavy at import time
+    from .checks import Kind
+    from .checks.conditions import ConditionFn
+    from .gpu.nvml import NvmlFactory
+    from .host import Host
+    from .settings import Settings
 
 hookspec = pluggy.HookspecMarker("pytest")
 hookimpl = pluggy.HookimplMarker("pytest")
@@ -30,6 +33,15 @@ def pytest_gpuhost_check_kinds() -> Sequence[Kind]:
 @hookspec
 def pytest_gpuhost_conditions() -> Mapping[str, ConditionFn]:
     """Return named conditions usable as ``when: NAME`` in a spec."""
+    raise NotImplementedError
+
+
+@hookspec(firstresult=True)
+def pytest_gpuhost_make_host(url: str, settings: Settings) -> Host | None:
+    """Return the ``Host`` for a target (``local``, ``ssh://...``), or None to let another
+    plugin make it. The one place a run's hosts are made: a plugin adds a kind of host by
+    answering for its URL scheme. A conftest may wrap the host the built-in one makes (a
+    counting host in the tests)."""
     raise NotImplementedError
 
 

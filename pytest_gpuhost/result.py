@@ -51,6 +51,15 @@ class CheckResult:
     """The spec's ``severity:`` (Allure's levels), how much a failure of this check matters."""
     details: dict[str, Any] = field(default_factory=dict)
     """Kind-specific facts for the report (p2p: gbps, class, floor, probe)."""
+    subjects: dict[str, str] = field(default_factory=dict)
+    """What the check was about: the GPU (``gpu``), the CPUs still wrong (``cpus``), ..."""
+    hardware: bool = False
+    """A failure points at the hardware rather than at a setting."""
+
+    @property
+    def spec_file(self) -> str:
+        """The spec (or journal) the check came from, as shown: half of its identity."""
+        return self.location.rsplit(":", 1)[0] if self.location else ""
 
     def as_dict(self) -> dict[str, Any]:
         # Field by field: dataclasses.asdict deep-copies and was a tenth of a 340-check run.
@@ -60,6 +69,7 @@ class CheckResult:
         data["plan"] = list(self.plan)
         data["warnings"] = list(self.warnings)
         data["details"] = dict(self.details)
+        data["subjects"] = dict(self.subjects)
         return data
 
     @classmethod

@@ -1,18 +1,25 @@
 """Ordering across pytest-xdist workers: checks that must run after all others wait for them.
 
 Without xdist, collection order is run order. With ``-n N`` each worker runs its own share, so the
-controller hands every worker one shared directory (through ``workerinput``); each finished check
-leaves a mark there, and a last-ranked check (dmesg) waits until every other check's mark exists.
-A mark holds the check's gate verdict (see ``gate``), so a gated test on any worker can wait for
-every host check's mark and read why the gate is open or closed.
+controller hands every worker one shared directory (through ``workerinput``). Each worker appends
+to its own log there, one line when a check starts and one when it is done (with its gate
+verdict): an O_APPEND write, no file per check. A last-ranked check (dmesg) and a gated test
+wait until every check they depend on is done.
+
+A worker that dies is noticed: the controller (which pytest-xdist tells) writes ``down-WORKER``
+with the reason, and a waiter stops waiting for the checks that worker had started and never
+finished: they are lost, and named as such, within a poll, not after the timeout.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import tempfile
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,40 +32,83 @@ WAIT_TIMEOUT_S = 900.0
 POLL_S = 0.05
 
 
-class DoneMarks:
-    """One file per finished check, named by its collection index, holding its verdict."""
+@dataclass
+class Progress:
+    """What the logs say so far."""
 
-    def __init__(self, directory: Path) -> None:
+    done: dict[int, str] = field(default_factory=dict)
+    """Index -> gate verdict of each finished check."""
+    started: dict[int, str] = field(default_factory=dict)
+    """Index -> the worker that started it."""
+    down: dict[str, str] = field(default_factory=dict)
+    """Worker -> why it went down."""
+
+    def lost(self, indices: Iterable[int]) -> list[int]:
+        """Checks that a worker started and went down without finishing."""
+        return [i for i in indices if i not in self.done and self.started.get(i) in self.down]
+
+
+class DoneLog:
+    """The shared directory: each worker's log of started and finished checks."""
+
+    def __init__(self, directory: Path, worker: str) -> None:
         self.directory = directory
+        self.worker = worker
+        self.path = directory / f"log-{worker}"
+        self._offsets: dict[Path, int] = {}
+        self.progress = Progress()
 
-    def mark(self, index: int, verdict: str = "") -> None:
-        """Write to a temporary name and rename, so a mark that exists is complete."""
-        write_atomically(self.directory / f"done-{index}", verdict)
-
-    def verdict(self, index: int) -> str | None:
+    def _append(self, line: dict[str, Any]) -> None:
+        data = (json.dumps(line, separators=(",", ":")) + "\n").encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
-            return (self.directory / f"done-{index}").read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None
+            os.write(fd, data)
+        finally:
+            os.close(fd)
 
-    def missing(self, indices: Iterable[int]) -> list[int]:
-        return [i for i in indices if not (self.directory / f"done-{i}").exists()]
+    def start(self, index: int) -> None:
+        self._append({"start": index})
+
+    def mark(self, index: int, verdict: str) -> None:
+        self._append({"done": index, "verdict": verdict})
+
+    def read(self) -> Progress:
+        """Read what every log gained since the last read, and which workers went down."""
+        for path in sorted(self.directory.glob("log-*")):
+            worker = path.name[4:]
+            offset = self._offsets.get(path, 0)
+            with open(path, "rb") as file:
+                file.seek(offset)
+                chunk = file.read()
+            *lines, rest = chunk.split(b"\n")  # a line being written is read next time
+            self._offsets[path] = offset + len(chunk) - len(rest)
+            for line in lines:
+                entry = json.loads(line)
+                if "start" in entry:
+                    self.progress.started[int(entry["start"])] = worker
+                else:
+                    self.progress.done[int(entry["done"])] = str(entry["verdict"])
+        for path in self.directory.glob("down-*"):
+            self.progress.down.setdefault(path.name[5:], path.read_text(errors="replace"))
+        return self.progress
 
     def wait_for(self, indices: Iterable[int], timeout: float = WAIT_TIMEOUT_S) -> list[int]:
-        """Wait until every index is marked; return those still missing at the timeout."""
+        """Wait until every index is done or lost; return those not done."""
         wanted = list(indices)
         deadline = time.monotonic() + timeout
         while True:
-            missing = self.missing(wanted)
-            if not missing or time.monotonic() >= deadline:
+            progress = self.read()
+            missing = [i for i in wanted if i not in progress.done]
+            if not missing or set(missing) <= set(progress.lost(missing)) \
+                    or time.monotonic() >= deadline:
                 return missing
             wanted = missing
             time.sleep(POLL_S)
 
 
 class SharedDirectory:
-    """Controller side: make the directory and pass it, and ``extra`` values such as the run's
-    journal, to every worker."""
+    """Controller side: make the directory, pass it and ``extra`` values such as the run's
+    journal to every worker, and record each worker that goes down."""
 
     def __init__(self, extra: dict[str, str] | None = None) -> None:
         self.path = Path(tempfile.mkdtemp(prefix="pytest-gpuhost-"))
@@ -69,13 +119,19 @@ class SharedDirectory:
         node.workerinput[WORKERINPUT_KEY] = str(self.path)
         node.workerinput.update(self.extra)
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object | None) -> None:
+        if error is not None:
+            worker = node.gateway.id
+            write_atomically(self.path / f"down-{worker}", f"worker {worker} crashed: {error}")
+
     def pytest_unconfigure(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
-def worker_marks(config: pytest.Config) -> DoneMarks | None:
-    """On an xdist worker started by a gpuhost controller, the shared marks; else None."""
+def worker_log(config: pytest.Config) -> DoneLog | None:
+    """On an xdist worker started by a gpuhost controller, its log; else None."""
     workerinput = getattr(config, "workerinput", None)
     if not workerinput or WORKERINPUT_KEY not in workerinput:
         return None
-    return DoneMarks(Path(workerinput[WORKERINPUT_KEY]))
+    return DoneLog(Path(workerinput[WORKERINPUT_KEY]), str(workerinput.get("workerid", "gw")))

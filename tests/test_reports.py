@@ -109,13 +109,13 @@ def test_prometheus_textfile_from_a_run(pytester: pytest.Pytester, spec: Path,
                 if labels["kind"] == "pcie.max_read_request"}
     assert set(observed.values()) == {4096}
     [(labels, stamp)] = metrics["gpuhost_last_run_timestamp_seconds"]
-    assert labels == {"spec": "blackwell8"} and stamp > 1.7e9
+    assert labels == {"spec": "blackwell8", "spec_file": "blackwell8.yaml"} and stamp > 1.7e9
 
 
 def test_prometheus_label_values_are_escaped() -> None:
     assert escape_label('a"b\\c\nd') == 'a\\"b\\\\c\\nd'
     odd = CheckResult('sysctl[x"y]', "sysctl", 'x"y\\z\n', "1", "2", Outcome.FAILED, "m")
-    metrics = parse_exposition(textfile([odd], spec="s", timestamp=1.0))
+    metrics = parse_exposition(textfile([odd], specs=["s.yaml"], timestamp=1.0))
     [(labels, value)] = metrics["gpuhost_check_ok"]
     assert labels["key"] == 'x"y\\z\n' and value == 0
     assert len(metrics["gpuhost_check_outcome"]) == len(OUTCOMES)
@@ -276,7 +276,8 @@ def test_two_specs_make_distinct_series_and_readable_files(pytester: pytest.Pyte
     assert result.ret == pytest.ExitCode.OK
     text = (pytester.path / "out.prom").read_text()
     ok = [line for line in text.splitlines() if line.startswith("gpuhost_check_ok{")]
-    assert sorted(ok) == ['gpuhost_check_ok{spec="a",kind="sysctl",key="vm.swappiness"} 1',
-                          'gpuhost_check_ok{spec="b",kind="sysctl",key="vm.swappiness"} 1']
+    assert sorted(ok) == [
+        'gpuhost_check_ok{spec="a",spec_file="a.yaml",kind="sysctl",key="vm.swappiness"} 1',
+        'gpuhost_check_ok{spec="b",spec_file="b.yaml",kind="sysctl",key="vm.swappiness"} 1']
     for name in ("out.prom", "out.json"):
         assert (pytester.path / name).stat().st_mode & 0o777 == 0o644

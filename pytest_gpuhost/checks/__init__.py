@@ -8,13 +8,13 @@ Built-in kinds register through the ``pytest_gpuhost_check_kinds`` hook like thi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from ..fix.changes import Plan
-from ..host import Host
+from ..host import Host, Reply, Request
 from ..spec import EntryOptions, Node, SpecContext
 from ..spec.matchers import Expectation
 
@@ -47,6 +47,9 @@ class Observation:
     """(value, where) when boot-time configuration sets this value too (sysctl.d)."""
     details: Mapping[str, Any] = field(default_factory=dict)
     """Kind-specific facts carried into the result record (p2p: gbps, class, floor)."""
+    subjects: Mapping[str, str] = field(default_factory=dict)
+    """What the observation was about beyond the check's own subjects: the CPUs a C-state is
+    still enabled on (``{"cpus": "0-3,8"}``); reports show these instead of parsing text."""
 
 
 class NotApplicable(Exception):
@@ -59,7 +62,12 @@ class CannotFix(Exception):
 
 
 class Probe(Protocol):
-    """Observes one value; if ``fixable``, plans the changes that would make it right."""
+    """Observes one value; if ``fixable``, plans the changes that would make it right.
+
+    A probe may also have ``reads() -> Sequence[Request]``: the host reads its ``observe`` makes,
+    which the session fetches for every check of a run in one batch (a remote host then costs
+    one round trip for all of them). Without it the probe's reads are simply live.
+    """
 
     fixable: bool
 
@@ -90,16 +98,36 @@ class Check:
     probe: Probe = field(compare=False)
     order: int = 0
     """Sort rank among kinds; checks that must see the others' effects (dmesg) rank last."""
+    subjects: Mapping[str, str] = field(default_factory=dict, compare=False)
+    """What the check is about, for reports: ``{"gpu": "0000:81:00.0"}``, a bridge, a pair."""
+    hardware: bool = False
+    """A failure points at the hardware (a missing GPU, a degraded link, kernel errors), not
+    at a setting that --fix could change."""
 
     @property
     def id(self) -> str:
         return self.kind if self.key is None else f"{self.kind}[{self.key}]"
 
 
+@dataclass(frozen=True)
+class Fact(Generic[T]):
+    """A host fact read once per session (the GPU list, the CPU list, cpuidle names): the
+    requests it reads, all in one batch, and how to make the fact of their replies. A kind
+    names the facts it needs (``Kind.facts``), so the session reads those of every kind in
+    one batch before expanding."""
+
+    name: str
+    requests: tuple[Request, ...]
+    parse: Callable[[Sequence[Reply]], T] = field(compare=False)
+
+    def read(self, host: Host) -> T:
+        return self.parse(host.batch(self.requests))
+
+
 class Facts:
-    """Host facts read once per session during expansion (GPU list, CPU list, cpuidle names),
-    and the session's ways to reach the GPUs: NVML, opened lazily, and the directory shared
-    with xdist workers (where bandwidth is measured once, under a lock).
+    """Host facts read once per session during expansion, and the session's ways to reach the
+    GPUs: NVML, opened lazily, and the directory shared with xdist workers (where bandwidth is
+    measured once, under a lock).
 
     Observations never come from here: they are read fresh by each check, after any fix.
     """
@@ -110,7 +138,7 @@ class Facts:
         self.shared_dir = shared_dir
         """Shared with the other xdist workers of this session; None without xdist."""
         self._nvml = nvml
-        self._cache: dict[Callable[[Host], Any], Any] = {}
+        self._cache: dict[Fact[Any] | Callable[[Host], Any], Any] = {}
 
     @property
     def nvml(self) -> NvmlSource:
@@ -120,11 +148,24 @@ class Facts:
             self._nvml = NvmlSource(default_factory(self.host))
         return self._nvml
 
-    def get(self, reader: Callable[[Host], T]) -> T:
+    def get(self, reader: Fact[T] | Callable[[Host], T]) -> T:
+        """The fact, read on first use (a ``Fact`` in one batch; a plain ``host -> value``
+        function, as a third-party kind may pass, however it reads)."""
         if reader not in self._cache:
-            self._cache[reader] = reader(self.host)
+            self._cache[reader] = reader.read(self.host) if isinstance(reader, Fact) \
+                else reader(self.host)
         value: T = self._cache[reader]
         return value
+
+    def prime(self, facts: Iterable[Fact[Any]]) -> None:
+        """Read every fact not read yet, all their requests in one batch."""
+        wanted = [fact for fact in dict.fromkeys(facts) if fact not in self._cache]
+        if not wanted:
+            return
+        requests = list(dict.fromkeys(r for fact in wanted for r in fact.requests))
+        replies = dict(zip(requests, self.host.batch(requests), strict=True))
+        for fact in wanted:
+            self._cache[fact] = fact.parse([replies[r] for r in fact.requests])
 
 
 class Kind(Protocol):
@@ -136,4 +177,7 @@ class Kind(Protocol):
         """Validate the spec section into a frozen model; raise SpecError."""
 
     def expand(self, section: Any, facts: Facts) -> Sequence[Check]:
-        """One check per item of the section on this host, in a stable order."""
+        """One check per item of the section on this host, in a stable order.
+
+        A kind may also have ``facts(section) -> Sequence[Fact]``: the facts its ``expand`` will
+        get, read for every kind of the spec in one batch beforehand."""

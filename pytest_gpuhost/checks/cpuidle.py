@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..fix.changes import Plan, WriteText
-from ..host import Host, HostError
+from ..host import Glob, Host, HostError, Read, Reply, Request
 from ..spec import OPTION_KEYS, EntryOptions, Node, SpecContext
 from ..spec.matchers import Choice, Exact
-from . import CannotFix, Check, Evidence, Facts, Observation
+from . import CannotFix, Check, Evidence, Fact, Facts, Observation
 
 CPU = "sys/devices/system/cpu"
 DRIVER = f"{CPU}/cpuidle/current_driver"
@@ -58,23 +59,38 @@ class IdleStates:
         return sorted(self.by_name)
 
 
-def find_idle_states(host: Host) -> IdleStates:
+def _parse_idle_states(replies: Sequence[Reply]) -> IdleStates:
+    online, driver, names = replies
     try:
-        cpus = tuple(parse_cpu_list(host.read_text(f"{CPU}/online")))
+        cpus = tuple(parse_cpu_list(online.text()))
     except (HostError, ValueError):
         cpus = ()
-    driver = host.read_text(DRIVER).strip() if host.exists(DRIVER) else "unknown"
-    by_name: dict[str, list[tuple[int, str]]] = {}
-    for cpu in cpus:
-        base = f"{CPU}/cpu{cpu}/cpuidle"
-        if not host.exists(base):
+    wanted = set(cpus)
+    by_name: dict[str, list[tuple[int, int, str]]] = {}
+    for path, data in names.matches() if names.error is None else ():
+        # sys/devices/system/cpu/cpuN/cpuidle/stateM/name
+        parts = path.split("/")
+        cpu, state = parts[-4].removeprefix("cpu"), parts[-2].removeprefix("state")
+        if not (cpu.isdigit() and state.isdigit()) or int(cpu) not in wanted:
             continue
-        for state in host.listdir(base):
-            if not state.startswith("state"):
-                continue
-            name = host.read_text(f"{base}/{state}/name").strip()
-            by_name.setdefault(name, []).append((cpu, f"{base}/{state}/disable"))
-    return IdleStates(driver, cpus, {name: tuple(paths) for name, paths in by_name.items()})
+        if not isinstance(data, bytes):
+            continue
+        name = data.decode("utf-8", errors="replace").strip()
+        by_name.setdefault(name, []).append((int(cpu), int(state),
+                                             path.rsplit("/", 1)[0] + "/disable"))
+    shown = driver.text().strip() if driver.error is None else "unknown"
+    return IdleStates(shown, cpus, {name: tuple((cpu, path) for cpu, _, path in sorted(paths))
+                                    for name, paths in by_name.items()})
+
+
+IDLE_STATES = Fact("cpuidle states", (Read(f"{CPU}/online"), Read(DRIVER),
+                                      Glob(f"{CPU}/cpu*/cpuidle/state*/name")),
+                   _parse_idle_states)
+"""Where each named state's ``disable`` file is, per online CPU: one batch for any count."""
+
+
+def find_idle_states(host: Host) -> IdleStates:
+    return IDLE_STATES.read(host)
 
 
 @dataclass(frozen=True)
@@ -88,6 +104,9 @@ class IdleStateProbe:
     name: str
     states: IdleStates
     fixable = True
+
+    def reads(self) -> Sequence[Request]:
+        return tuple(Read(path) for _, path in self.states.by_name.get(self.name, ()))
 
     def _read(self, host: Host) -> list[tuple[int, str, str]]:
         return [(cpu, path, host.read_text(path).strip())
@@ -111,7 +130,8 @@ class IdleStateProbe:
         if without:
             raw += f"; cpus {fold_cpu_list(without)} have no state {self.name}"
         value = DISABLED if not enabled else f"enabled on cpus {fold_cpu_list(enabled)}"
-        return Observation(value, (Evidence(first_path, raw),))
+        subjects = {"cpus": fold_cpu_list(enabled)} if enabled else {}
+        return Observation(value, (Evidence(first_path, raw),), subjects=subjects)
 
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
         if self.name not in self.states.by_name:
@@ -164,8 +184,11 @@ class CpuidleKind:
             raise node.error(f"cpuidle state name {name!r} must be one word like C2 or C1E")
         return name
 
+    def facts(self, section: tuple[StateEntry, ...]) -> Sequence[Fact[Any]]:
+        return [IDLE_STATES]
+
     def expand(self, section: tuple[StateEntry, ...], facts: Facts) -> Sequence[Check]:
-        states = facts.get(find_idle_states)
+        states = facts.get(IDLE_STATES)
         expect = Exact(DISABLED, Choice((DISABLED,)))
         return [Check("cpuidle", e.name, expect, e.options, IdleStateProbe(e.name, states))
                 for e in section]

@@ -10,12 +10,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from ..host import Host
+from ..host import Host, Kmsg, Reply, Request
 from ..linux.kmsg import LEVELS, level_number, parse_records
 from ..spec import OPTION_KEYS, EntryOptions, Node, SpecContext
 from ..spec.matchers import Verdict
-from . import Check, Evidence, Facts, NoFix, Observation
+from . import Check, Evidence, Fact, Facts, NoFix, Observation
 
 KMSG = "dev/kmsg"
 DEFAULT_LEVELS = ("emerg", "alert", "crit", "err", "warn")
@@ -58,18 +59,28 @@ class NoRecords:
         return None
 
 
-def last_seq(host: Host) -> int:
-    """The sequence number of the newest record, taken once when the session collects."""
-    if not host.exists(KMSG):
-        return -1
-    records, _ = parse_records(host.read_kmsg(KMSG))
+def _last_seq(replies: Sequence[Reply]) -> int:
+    if replies[0].error is not None:
+        return -1  # no log yet: every record counts
+    records, _ = parse_records(replies[0].lines())
     return max((r.seq for r in records), default=-1)
+
+
+LAST_SEQ = Fact("newest kernel log record", (Kmsg(KMSG),), _last_seq)
+"""The sequence number of the newest record, taken once when the session collects."""
+
+
+def last_seq(host: Host) -> int:
+    return LAST_SEQ.read(host)
 
 
 @dataclass(frozen=True)
 class DmesgProbe(NoFix):
     section: DmesgSection
     after_seq: int
+
+    def reads(self) -> Sequence[Request]:
+        return (Kmsg(KMSG),)
 
     def observe(self, host: Host) -> Observation:
         if not host.exists(KMSG):
@@ -125,7 +136,11 @@ class DmesgKind:
         except ValueError as exc:
             raise node.error(str(exc)) from None
 
+    def facts(self, section: DmesgSection) -> Sequence[Fact[Any]]:
+        return [LAST_SEQ] if section.since == "session" else []
+
     def expand(self, section: DmesgSection, facts: Facts) -> Sequence[Check]:
-        after = facts.get(last_seq) if section.since == "session" else -1
+        after = facts.get(LAST_SEQ) if section.since == "session" else -1
         probe = DmesgProbe(section, after)
-        return [Check("dmesg", None, NoRecords(section), section.options, probe, order=LAST)]
+        return [Check("dmesg", None, NoRecords(section), section.options, probe, order=LAST,
+                      hardware=True)]

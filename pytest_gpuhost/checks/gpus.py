@@ -8,54 +8,79 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from ..host import Host, HostError
+from ..host import Glob, Host, Reply, Request
 from ..linux.pciaddr import address_order, normalize_address
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Expectation, Integer
-from . import Check, Evidence, Facts, NoFix, Observation
+from . import Check, Evidence, Fact, Facts, NoFix, Observation
 from .nvml import KEYS as NVML_KEYS
 from .nvml import NvmlEntry, expand_nvml
 
 PCI_DEVICES = "sys/bus/pci/devices"
 NVIDIA = 0x10DE
 GPU_CLASSES = (0x0300, 0x0302)
+
+
 @dataclass(frozen=True)
 class Gpu:
     address: str
     device_id: str
+    numa_node: int = -1
+    """The kernel's NUMA node of the GPU (sysfs numa_node), -1 where it does not know."""
 
     @property
     def sysfs(self) -> str:
         return f"{PCI_DEVICES}/{self.address}"
 
 
-def _read_hex(host: Host, path: str) -> int | None:
+_ATTRIBUTES = ("vendor", "class", "device", "numa_node")
+
+
+def _by_device(reply: Reply) -> dict[str, str]:
+    """``sys/bus/pci/devices/ADDR/attr`` matches -> {ADDR: value}; unreadable ones left out."""
+    if reply.error is not None:
+        return {}
+    values = {}
+    for path, data in reply.matches():
+        if isinstance(data, bytes):
+            values[path.split("/")[-2]] = data.decode("ascii", errors="replace").strip()
+    return values
+
+
+def _number(text: str | None, base: int) -> int | None:
     try:
-        return int(host.read_text(path).strip(), 16)
-    except (HostError, ValueError):
+        return int(text, base) if text is not None else None
+    except ValueError:
         return None
 
 
-def find_gpus(host: Host) -> tuple[Gpu, ...]:
-    """Every NVIDIA GPU function under sys/bus/pci/devices, sorted by address."""
-    if not host.exists(PCI_DEVICES):
-        return ()
+def _parse_gpus(replies: Sequence[Reply]) -> tuple[Gpu, ...]:
+    vendor, pci_class, device, numa = (_by_device(reply) for reply in replies)
     gpus = []
-    for name in host.listdir(PCI_DEVICES):
+    for name in vendor:
         try:
             address = normalize_address(name)
         except ValueError:
             continue
-        base = f"{PCI_DEVICES}/{name}"
-        pci_class = _read_hex(host, f"{base}/class")
-        if _read_hex(host, f"{base}/vendor") != NVIDIA or pci_class is None:
+        code = _number(pci_class.get(name), 16)
+        if _number(vendor[name], 16) != NVIDIA or code is None or code >> 8 not in GPU_CLASSES:
             continue
-        if pci_class >> 8 not in GPU_CLASSES:
-            continue
-        device = _read_hex(host, f"{base}/device")
-        gpus.append(Gpu(address, f"0x{device:04x}" if device is not None else "unknown"))
+        model = _number(device.get(name), 16)
+        node = _number(numa.get(name), 10)
+        gpus.append(Gpu(address, f"0x{model:04x}" if model is not None else "unknown",
+                        node if node is not None else -1))
     return tuple(sorted(gpus, key=lambda g: address_order(g.address)))
+
+
+GPUS = Fact("gpus", tuple(Glob(f"{PCI_DEVICES}/*/{name}") for name in _ATTRIBUTES), _parse_gpus)
+"""Every NVIDIA GPU function under sys/bus/pci/devices, sorted by address: one batch of four
+globs, whatever the number of devices."""
+
+
+def find_gpus(host: Host) -> tuple[Gpu, ...]:
+    return GPUS.read(host)
 
 
 @dataclass(frozen=True)
@@ -67,6 +92,9 @@ class GpusSection:
 
 @dataclass(frozen=True)
 class GpuCountProbe(NoFix):
+    def reads(self) -> Sequence[Request]:
+        return GPUS.requests
+
     def observe(self, host: Host) -> Observation:
         gpus = find_gpus(host)
         listed = ", ".join(g.address for g in gpus) or "none"
@@ -96,11 +124,14 @@ class GpusKind:
             raise node.error(f"gpus is empty; expected one of: {', '.join(self.keys)}")
         return GpusSection(count, tuple(sorted(nvml, key=lambda e: e.key)), node.where)
 
+    def facts(self, section: GpusSection) -> Sequence[Fact[Any]]:
+        return [GPUS]
+
     def expand(self, section: GpusSection, facts: Facts) -> Sequence[Check]:
         checks: list[Check] = []
         if section.count is not None:
             expect, options = section.count
-            checks.append(Check("gpu_count", None, expect, options, GpuCountProbe()))
-        addresses = tuple(g.address for g in facts.get(find_gpus))
+            checks.append(Check("gpu_count", None, expect, options, GpuCountProbe(), hardware=True))
+        addresses = tuple(g.address for g in facts.get(GPUS))
         checks += expand_nvml(section.nvml, facts.nvml, addresses, section.where)
         return checks

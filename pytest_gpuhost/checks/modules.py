@@ -9,12 +9,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..fix.changes import Command, Plan
-from ..host import Host, HostError
+from ..host import Host, HostError, Read, Reply, Request, Stat
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Choice, Expectation
-from . import CannotFix, Check, Evidence, Facts, Observation
+from . import CannotFix, Check, Evidence, Fact, Facts, Observation
 
 LOADED, ABSENT, BUILTIN = "loaded", "absent", "builtin"
 _NAME = re.compile(r"[A-Za-z0-9_-]+\Z")
@@ -36,20 +37,51 @@ def canonical(name: str) -> str:
     return name.replace("-", "_")
 
 
-def _builtin_list(host: Host) -> tuple[str, str | None]:
+OSRELEASE = "proc/sys/kernel/osrelease"
+
+
+def _release(replies: Sequence[Reply]) -> str | None:
+    return replies[0].text().strip() or None if replies[0].error is None else None
+
+
+RELEASE = Fact("kernel release", (Read(OSRELEASE),), _release)
+"""The running kernel's release, which names its lib/modules directory."""
+
+
+def _builtin_path(release: str) -> str | None:
+    if not release or "/" in release or release in (".", ".."):
+        return None
+    return f"lib/modules/{release}/modules.builtin"
+
+
+def _builtin_list(host: Host, release: str | None) -> tuple[str, str | None]:
     """(path of modules.builtin, its text or None)."""
-    try:
-        release = host.read_text("proc/sys/kernel/osrelease").strip()
-    except HostError:
+    if release is None:
+        try:
+            release = host.read_text(OSRELEASE).strip()
+        except HostError:
+            release = ""
+    path = _builtin_path(release)
+    if path is None:
         return "lib/modules/<unknown release>/modules.builtin", None
-    path = f"lib/modules/{release}/modules.builtin"
     return path, host.read_text(path) if host.exists(path) else None
 
 
 @dataclass(frozen=True)
 class ModuleProbe:
     name: str
+    release: str | None = None
+    """The kernel release read at collection (None: read it when observing)."""
     fixable = True
+
+    def reads(self) -> Sequence[Request]:
+        name = canonical(self.name)
+        reads: list[Request] = [Read("proc/modules"), Stat(f"sys/module/{name}"),
+                                Stat(f"sys/module/{name}/initstate")]
+        builtin = _builtin_path(self.release or "")
+        if builtin is not None:
+            reads += [Stat(builtin), Read(builtin)]
+        return tuple(reads)
 
     def observe(self, host: Host) -> Observation:
         name = canonical(self.name)
@@ -65,7 +97,7 @@ class ModuleProbe:
         sysfs = f"sys/module/{name}"
         if host.exists(sysfs) and not host.exists(f"{sysfs}/initstate"):
             return Observation(BUILTIN, (Evidence(sysfs, "present without initstate: built in"),))
-        path, builtin = _builtin_list(host)
+        path, builtin = _builtin_list(host, self.release)
         if builtin is not None:
             for line in builtin.splitlines():
                 stem = line.strip().rsplit("/", 1)[-1].removesuffix(".ko")
@@ -111,5 +143,10 @@ class ModulesKind:
             entries[canonical(name)] = ModuleEntry(name, expect, options)
         return tuple(sorted(entries.values(), key=lambda e: e.name))
 
+    def facts(self, section: tuple[ModuleEntry, ...]) -> Sequence[Fact[Any]]:
+        return [RELEASE]
+
     def expand(self, section: tuple[ModuleEntry, ...], facts: Facts) -> Sequence[Check]:
-        return [Check("module", e.name, e.expect, e.options, ModuleProbe(e.name)) for e in section]
+        release = facts.get(RELEASE)
+        return [Check("module", e.name, e.expect, e.options, ModuleProbe(e.name, release))
+                for e in section]

@@ -14,7 +14,7 @@ from itertools import permutations
 from ..fix.changes import NvmlSetting, Plan
 from ..gpu.nvml import PERSISTENCE as PERSISTENCE  # re-exported: defined once, in ..nvml
 from ..gpu.nvml import Nvml, NvmlSource, NvmlUnavailable, persistence_text
-from ..host import Host
+from ..host import Host, Request
 from ..linux.pciaddr import address_order
 from ..spec import EntryOptions
 from ..spec.matchers import Choice, Domain, Expectation, Integer, Verdict, Version
@@ -62,8 +62,17 @@ def _per_gpu(source: NvmlSource, address: str, call: str,
     return Observation(value, (Evidence(f"NVML {call}({address})", value),))
 
 
+class NvmlReads:
+    """The host reads of an NVML probe: a recorded snapshot's files (none for the real one)."""
+
+    nvml: NvmlSource
+
+    def reads(self) -> Sequence[Request]:
+        return self.nvml.reads()
+
+
 @dataclass(frozen=True)
-class DriverVersionProbe(NoFix):
+class DriverVersionProbe(NvmlReads, NoFix):
     nvml: NvmlSource
 
     def observe(self, host: Host) -> Observation:
@@ -72,7 +81,7 @@ class DriverVersionProbe(NoFix):
 
 
 @dataclass(frozen=True)
-class PersistenceModeProbe:
+class PersistenceModeProbe(NvmlReads):
     nvml: NvmlSource
     address: str
     fixable = True
@@ -87,7 +96,7 @@ class PersistenceModeProbe:
 
 
 @dataclass(frozen=True)
-class MaxLinkGenerationProbe(NoFix):
+class MaxLinkGenerationProbe(NvmlReads, NoFix):
     nvml: NvmlSource
     address: str
 
@@ -97,7 +106,7 @@ class MaxLinkGenerationProbe(NoFix):
 
 
 @dataclass(frozen=True)
-class P2pStatusProbe(NoFix):
+class P2pStatusProbe(NvmlReads, NoFix):
     """nvmlDeviceGetP2PStatus(read) for every ordered pair of GPUs: ``ok`` or the bad pairs."""
 
     nvml: NvmlSource
@@ -151,7 +160,7 @@ class SameGpus:
 
 
 @dataclass(frozen=True)
-class InventoryProbe(NoFix):
+class InventoryProbe(NvmlReads, NoFix):
     nvml: NvmlSource
 
     def observe(self, host: Host) -> Observation:
@@ -183,8 +192,10 @@ def expand_nvml(entries: Sequence[NvmlEntry], nvml: NvmlSource,
                                 P2pStatusProbe(nvml, addresses)))
         elif entry.key == "persistence_mode":
             checks.extend(Check(kind, a, entry.expect, entry.options,
-                                PersistenceModeProbe(nvml, a)) for a in addresses)
+                                PersistenceModeProbe(nvml, a), subjects={"gpu": a})
+                          for a in addresses)
         else:
             checks.extend(Check(kind, a, entry.expect, entry.options,
-                                MaxLinkGenerationProbe(nvml, a)) for a in addresses)
+                                MaxLinkGenerationProbe(nvml, a), subjects={"gpu": a})
+                          for a in addresses)
     return checks

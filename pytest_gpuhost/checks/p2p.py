@@ -14,11 +14,13 @@ tree) an ``nvbandwidth`` under the root, else a recorded output in ``var/lib/pyt
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import permutations
 from pathlib import Path
+from typing import Any
 
 from ..gpu.bandwidth import (
     D2H_TEST,
@@ -36,8 +38,8 @@ from ..host import Host, HostError
 from ..progress import report_progress
 from ..spec import EntryOptions, Node, SpecContext
 from ..spec.matchers import Floor
-from . import Check, Evidence, Facts, NoFix, Observation
-from .gpus import PCI_DEVICES, find_gpus
+from . import Check, Evidence, Fact, Facts, NoFix, Observation
+from .gpus import GPUS
 
 ORDER = 5_000  # after the checks whose fixes change bandwidth (pcie), before dmesg
 RECORDED_DIR = "var/lib/pytest-gpuhost"
@@ -113,6 +115,9 @@ def _probe(node: Node) -> tuple[str, str | None]:
 class P2pKind:
     section = "p2p"
 
+    def facts(self, section: P2pSection) -> Sequence[Fact[Any]]:
+        return [GPUS]
+
     def parse(self, node: Node, context: SpecContext) -> P2pSection:
         pairs = node.mapping("p2p")
         probe, path, size, margin = "auto", None, 256 * 2**20, 0.0
@@ -153,8 +158,9 @@ class P2pKind:
                           options)
 
     def expand(self, section: P2pSection, facts: Facts) -> Sequence[Check]:
-        gpus = tuple(g.address for g in facts.get(find_gpus))
-        numa = facts.get(numa_nodes)
+        found = facts.get(GPUS)
+        gpus = tuple(g.address for g in found)
+        numa = {g.address: g.numa_node for g in found}
         classes = {(a, b): classify(a, b, numa, facts.nvml) for a, b in permutations(gpus, 2)}
         wanted = {"pairs": any(section.floor(c) is not None for c in classes.values()),
                   "h2d": section.floor("h2d") is not None,
@@ -207,22 +213,11 @@ def _rekey(check: Check) -> Check:
         key = key[4:-1]
     elif key is not None and key.startswith("ring:"):
         key = key[5:]
-    return Check(check.kind, key, check.expect, check.options, check.probe, check.order)
+    subjects = {"gpus": key.replace("->", " ")} if key is not None else {}
+    return dataclasses.replace(check, key=key, subjects=subjects)
 
 
 NVBANDWIDTH_ENV = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
-
-
-def numa_nodes(host: Host) -> dict[str, int]:
-    """Each GPU's sysfs numa_node (-1 where the kernel does not know it)."""
-    nodes = {}
-    for gpu in find_gpus(host):
-        path = f"{PCI_DEVICES}/{gpu.address}/numa_node"
-        try:
-            nodes[gpu.address] = int(host.read_text(path).strip())
-        except (HostError, ValueError):
-            nodes[gpu.address] = -1
-    return nodes
 
 
 def classify(a: str, b: str, numa: Mapping[str, int], nvml: NvmlSource) -> str:

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..fix.changes import Plan, WriteBytes
-from ..host import Host, HostError
+from ..host import Host, HostError, Read, Request
 from ..linux.pciconfig import SIZES, ConfigError, DeviceControl, device_control
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Domain, Expectation, Integer, LinkSpeed
-from . import Check, Evidence, Facts, NoFix, Observation
-from .gpus import Gpu, find_gpus
+from . import Check, Evidence, Fact, Facts, NoFix, Observation
+from .gpus import GPUS, Gpu
 
 
 def _device_control(host: Host, gpu: Gpu) -> tuple[DeviceControl, str]:
@@ -37,6 +38,9 @@ class MaxReadRequestProbe:
     gpu: Gpu
     fixable = True
 
+    def reads(self) -> Sequence[Request]:
+        return (Read(f"{self.gpu.sysfs}/config"),)
+
     def observe(self, host: Host) -> Observation:
         devctl, path = _device_control(host, self.gpu)
         return Observation(str(devctl.max_read_request), (_devctl_evidence(path, devctl),))
@@ -54,6 +58,9 @@ class MaxReadRequestProbe:
 class MaxPayloadProbe(NoFix):
     gpu: Gpu
 
+    def reads(self) -> Sequence[Request]:
+        return (Read(f"{self.gpu.sysfs}/config"),)
+
     def observe(self, host: Host) -> Observation:
         devctl, path = _device_control(host, self.gpu)
         return Observation(str(devctl.max_payload), (_devctl_evidence(path, devctl),))
@@ -63,6 +70,9 @@ class MaxPayloadProbe(NoFix):
 class SysfsAttributeProbe(NoFix):
     gpu: Gpu
     attribute: str
+
+    def reads(self) -> Sequence[Request]:
+        return (Read(f"{self.gpu.sysfs}/{self.attribute}"),)
 
     def observe(self, host: Host) -> Observation:
         path = f"{self.gpu.sysfs}/{self.attribute}"
@@ -91,6 +101,10 @@ KEYS = {
     "link_width": PcieKey(Integer((1, 2, 4, 8, 16, 32)), ("min", "max", "one_of")),
     "max_link_speed": PcieKey(LinkSpeed(), ("min", "max", "one_of")),
 }
+
+
+HARDWARE_KEYS = ("link_width", "max_link_speed")
+"""A narrow or slow link is the slot, riser or card: no setting fixes it."""
 
 
 @dataclass(frozen=True)
@@ -127,13 +141,19 @@ class PcieKind:
             entries.append(PcieEntry(key, expect, options))
         return tuple(sorted(entries, key=lambda e: e.key))
 
+    def facts(self, section: tuple[PcieEntry, ...]) -> Sequence[Fact[Any]]:
+        return [GPUS]
+
     def expand(self, section: tuple[PcieEntry, ...], facts: Facts) -> Sequence[Check]:
-        gpus = facts.get(find_gpus)
+        gpus = facts.get(GPUS)
         checks: list[Check] = []
         for entry in section:
             kind = f"pcie.{entry.key}"
+            hardware = entry.key in HARDWARE_KEYS
             if not gpus:
-                checks.append(Check(kind, None, entry.expect, entry.options, MissingGpus()))
+                checks.append(Check(kind, None, entry.expect, entry.options, MissingGpus(),
+                                    hardware=True))
             checks.extend(Check(kind, gpu.address, entry.expect, entry.options,
-                                _probe(entry.key, gpu)) for gpu in gpus)
+                                _probe(entry.key, gpu), subjects={"gpu": gpu.address},
+                                hardware=hardware) for gpu in gpus)
         return checks

@@ -5,12 +5,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..fix.changes import Plan, WriteText
-from ..host import Host, HostError
+from ..host import Glob, Host, HostError, Read, Reply, Request
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Auto, Expectation
-from . import CannotFix, Check, Evidence, Facts, Observation
+from . import CannotFix, Check, Evidence, Fact, Facts, Observation
 
 _KEY_CHARS = re.compile(r"[A-Za-z0-9_.:/@+-]+\Z")
 
@@ -38,28 +39,23 @@ SYSCTL_DIRS = ("etc/sysctl.d", "run/sysctl.d", "usr/local/lib/sysctl.d", "usr/li
 SYSCTL_CONF = "etc/sysctl.conf"
 
 
-def boot_config_files(host: Host) -> list[str]:
-    """The files ``sysctl --system`` applies, in its order: every ``*.conf`` of the sysctl.d
-    directories sorted by name (a name in an earlier directory hides the same name in a later
-    one), then etc/sysctl.conf."""
-    by_name: dict[str, str] = {}
-    for directory in SYSCTL_DIRS:
-        if host.exists(directory):
-            for name in host.listdir(directory):
-                if name.endswith(".conf"):
-                    by_name.setdefault(name, f"{directory}/{name}")
+def _parse_boot_config(replies: Sequence[Reply]) -> dict[str, tuple[str, str]]:
+    """proc/sys path -> (value, ``file:line``) of the last assignment a boot would apply: every
+    ``*.conf`` of the sysctl.d directories sorted by name (a name in an earlier directory hides
+    the same name in a later one), then etc/sysctl.conf, as ``sysctl --system`` does."""
+    by_name: dict[str, tuple[str, bytes | HostError | None]] = {}
+    for reply in replies[:-1]:
+        for path, data in reply.matches() if reply.error is None else ():
+            by_name.setdefault(path.rsplit("/", 1)[-1], (path, data))
     files = [by_name[name] for name in sorted(by_name)]
-    return [*files, SYSCTL_CONF] if host.exists(SYSCTL_CONF) else files
-
-
-def read_boot_config(host: Host) -> dict[str, tuple[str, str]]:
-    """proc/sys path -> (value, ``file:line``) of the last assignment a boot would apply."""
+    conf = replies[-1]
+    if conf.error is None:
+        files.append((SYSCTL_CONF, conf.data()))
     values: dict[str, tuple[str, str]] = {}
-    for path in boot_config_files(host):
-        try:
-            text = host.read_text(path)
-        except HostError:
-            continue  # a dangling link or an unreadable file: sysctl skips it too
+    for path, data in files:
+        if not isinstance(data, bytes):
+            continue  # an unreadable file: sysctl skips it too
+        text = data.decode("utf-8", errors="replace")
         for number, line in enumerate(text.splitlines(), 1):
             stripped = line.strip()
             if not stripped or stripped[0] in "#;" or "=" not in stripped:
@@ -71,6 +67,15 @@ def read_boot_config(host: Host) -> dict[str, tuple[str, str]]:
                 continue  # globs and other keys that name no single file
             values[target] = (value.strip(), f"{path}:{number}")
     return values
+
+
+BOOT_CONFIG = Fact("sysctl boot configuration",
+                   (*(Glob(f"{directory}/*.conf") for directory in SYSCTL_DIRS),
+                    Read(SYSCTL_CONF)), _parse_boot_config)
+
+
+def read_boot_config(host: Host) -> dict[str, tuple[str, str]]:
+    return BOOT_CONFIG.read(host)
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,9 @@ class SysctlProbe:
     boot: tuple[str, str] | None = None
     """What boot-time configuration sets this sysctl to, and where."""
     fixable = True
+
+    def reads(self) -> Sequence[Request]:
+        return (Read(self.path),)
 
     def observe(self, host: Host) -> Observation:
         try:
@@ -126,7 +134,10 @@ class SysctlKind:
             entries.append(SysctlEntry(key, path, expect, options))
         return tuple(sorted(entries, key=lambda e: e.key))
 
+    def facts(self, section: tuple[SysctlEntry, ...]) -> Sequence[Fact[Any]]:
+        return [BOOT_CONFIG]
+
     def expand(self, section: tuple[SysctlEntry, ...], facts: Facts) -> Sequence[Check]:
-        boot = facts.get(read_boot_config)
+        boot = facts.get(BOOT_CONFIG)
         return [Check("sysctl", e.key, e.expect, e.options, SysctlProbe(e.path, boot.get(e.path)))
                 for e in section]

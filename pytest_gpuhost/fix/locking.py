@@ -60,7 +60,7 @@ class RootLock:
                         f"(waited {timeout:g} s): {holder}") from None
                 time.sleep(POLL_S)
         os.ftruncate(fd, 0)
-        argv = " ".join(sys.argv[1:])[:300]
+        argv = " ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]])[:300]
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since "
                       f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}: {argv}\n".encode(), 0)
         self._fd = fd

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..host import Host, HostError
+from ..host import Host, HostError, Request
 from ..linux.pciaddr import normalize_address
 
 RECORDED_NVML = "var/lib/pytest-gpuhost/nvml"
@@ -102,6 +102,14 @@ class NvmlSource:
             except NvmlUnavailable as exc:
                 self._unavailable = exc
         raise self._unavailable
+
+    def reads(self) -> tuple[Request, ...]:
+        """The host reads NVML's calls make (a recorded snapshot's files), for a prefetch."""
+        try:
+            nvml = self.get()
+        except NvmlUnavailable:
+            return ()
+        return tuple(getattr(nvml, "reads", ()))
 
 
 def default_factory(host: Host) -> NvmlFactory:

@@ -17,6 +17,8 @@ from . import (
     CommandResult,
     Host,
     HostIdentity,
+    Kmsg,
+    ListDir,
     Read,
     Reply,
     Request,
@@ -60,17 +62,13 @@ class CachedHost(BatchReads):
         return [self._replies[request] for request in requests]
 
     def exists(self, path: str) -> bool:
-        """Answered from a cached read of the path too: read, or missing, means it is known."""
-        read = self._replies.get(Read(path))
-        if read is not None and (read.error is None or read.missing):
-            return read.error is None
+        """Answered from any cached request of the path too: what was read, listed or looked
+        at exists, and what was missing does not."""
+        for request in (Stat(path), Read(path), Kmsg(path), ListDir(path)):
+            reply = self._replies.get(request)
+            if reply is not None and (reply.error is None or reply.missing):
+                return reply.error is None
         return super().exists(path)
-
-    def read_bytes(self, path: str) -> bytes:
-        stat = self._replies.get(Stat(path))
-        if stat is not None and stat.missing:
-            raise stat.error  # type: ignore[misc]
-        return super().read_bytes(path)
 
     # -- changes forget everything ------------------------------------------------------------
 

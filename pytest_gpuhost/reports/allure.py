@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,26 +18,20 @@ import allure
 import pytest
 from allure_commons.types import AttachmentType
 
-from ..checks.gpus import find_gpus
-from ..files import write_atomically
-from ..host import Host, HostError
+from ..files import write_output
 from ..result import CheckResult, Outcome
+from . import RunInfo
 
 dynamic: Any = allure.dynamic
 """allure's dynamic API is untyped."""
 
-HARDWARE_KINDS = ("gpu_count", "pcie.link_width", "pcie.max_link_speed", "dmesg")
-"""Kinds whose failure points at the hardware (a missing GPU, a degraded link, kernel errors),
-not at a setting."""
-
 _ANY = r"[\s\S]*"
-_HARDWARE = "|".join(kind.replace(".", "[.]") for kind in HARDWARE_KINDS)
 CATEGORIES = [
     {"name": "Fix failed", "matchedStatuses": ["failed"],
      "traceRegex": f"{_ANY}  FIX_FAILED {_ANY}",
      "description": "--fix applied the value but it did not hold, or the apply itself failed"},
     {"name": "Hardware fault", "matchedStatuses": ["failed", "broken"],
-     "traceRegex": f"{_ANY}  (FAILED|ERROR) ({_HARDWARE})[ \\[]{_ANY}",
+     "traceRegex": f"{_ANY}  (FAILED|ERROR) [^\\n]* \\[hardware\\]{_ANY}",
      "description": "a GPU missing from PCI, a degraded link, errors in the kernel log"},
     {"name": "Mis-tuned", "matchedStatuses": ["failed"], "traceRegex": f"{_ANY}  FAILED {_ANY}",
      "description": "a setting differs from the spec (run with --fix)"},
@@ -79,7 +73,7 @@ def describe(result: CheckResult, host_name: str) -> None:
     # read is a measurement: shown, but excluded, or each new value would start a new history.
     dynamic.parameter("host", host_name)
     if result.key is not None:
-        dynamic.parameter("gpu" if result.kind.startswith("pcie.") else "key", result.key)
+        dynamic.parameter("gpu" if "gpu" in result.subjects else "key", result.key)
     if result.observed is not None:
         dynamic.parameter("observed", result.observed, excluded=True)
     before = [e for e in result.evidence if e["source"].startswith("before: ")]
@@ -112,29 +106,18 @@ def describe(result: CheckResult, host_name: str) -> None:
     _step(f"assert: {final} is {result.expected}", failure=None if ok else result.message)
 
 
-def _first_line(host: Host, path: str) -> str | None:
-    try:
-        text = host.read_text(path).strip()
-    except HostError:
-        return None
-    return text.splitlines()[0] if text else None
-
-
-def environment(host: Host, spec_names: Sequence[str], *, fix: bool) -> dict[str, str]:
-    """The run's environment as Allure shows it on the overview."""
-    gpus = find_gpus(host)
-    models = sorted({f"NVIDIA 10de:{gpu.device_id.removeprefix('0x')}" for gpu in gpus})
-    driver = _first_line(host, "sys/module/nvidia/version") or \
-        _first_line(host, "proc/driver/nvidia/version")
+def environment(info: RunInfo) -> dict[str, str]:
+    """The run's environment as Allure shows it on the overview: the machine as it reports
+    itself (its hostname, kernel and driver), never the machine pytest ran on."""
     return {
-        "host": socket.gethostname(),
-        "root": host.describe(),
-        "kernel": _first_line(host, "proc/sys/kernel/osrelease") or "unknown",
-        "driver": driver or "not loaded",
-        "gpu.model": ", ".join(models) or "none",
-        "gpu.count": str(len(gpus)),
-        "spec": ", ".join(spec_names),
-        "fix": str(fix).lower(),
+        "host": info.hostname or socket.gethostname(),
+        "root": info.root,
+        "kernel": info.kernel or "unknown",
+        "driver": info.driver or "not loaded",
+        "gpu.model": ", ".join(info.gpu_models) or "none",
+        "gpu.count": str(len(info.gpus)),
+        "spec": ", ".join(info.spec_names),
+        "fix": str(info.fix).lower(),
     }
 
 
@@ -151,29 +134,24 @@ def properties_text(values: Mapping[str, str]) -> str:
                    for k, v in values.items())
 
 
-_write = write_atomically
+class AllureSessionFiles:
+    """environment.properties and categories.json, written once by the controller."""
 
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
 
-def write_session_files(directory: Path, host: Host, spec_names: Sequence[str], *,
-                        fix: bool) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    _write(directory / "environment.properties",
-           properties_text(environment(host, spec_names, fix=fix)))
-    _write(directory / "categories.json", json.dumps(CATEGORIES, indent=2) + "\n")
+    def write(self, records: Sequence[CheckResult], info: RunInfo) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        write_output(self.directory / "environment.properties",
+                     properties_text(environment(info)))
+        write_output(self.directory / "categories.json", json.dumps(CATEGORIES, indent=2) + "\n")
 
 
 class AllureEvidence:
-    """pytest hooks: evidence on each check's Allure test; the session files on the
-    controller."""
+    """pytest hook: evidence on each check's Allure test, from its record."""
 
-    def __init__(self, directory: Path, host: Host, spec_names: Sequence[str], *, fix: bool,
-                 is_worker: bool) -> None:
-        self.directory = directory
-        self.host = host
-        self.spec_names = list(spec_names)
-        self.fix = fix
-        self.is_worker = is_worker
-        self.host_name = socket.gethostname()
+    def __init__(self, host_name: Callable[[], str]) -> None:
+        self.host_name = host_name
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, Any, Any]:
@@ -182,8 +160,4 @@ class AllureEvidence:
         finally:
             result = getattr(item, "result", None)
             if isinstance(result, CheckResult):
-                describe(result, self.host_name)
-
-    def pytest_sessionfinish(self) -> None:
-        if not self.is_worker:
-            write_session_files(self.directory, self.host, self.spec_names, fix=self.fix)
+                describe(result, self.host_name())

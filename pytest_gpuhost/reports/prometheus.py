@@ -11,9 +11,10 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from ..files import write_atomically
+from ..files import write_output
 from ..gate import OPEN_OUTCOMES
 from ..result import OUTCOMES, CheckResult
+from . import RunInfo
 
 _NUMBER = re.compile(r"-?\d+(\.\d+)?")
 
@@ -32,27 +33,30 @@ def _metric(name: str, help_text: str, samples: Sequence[tuple[str, float | int]
     return lines
 
 
-def textfile(results: Sequence[CheckResult], *, spec: str, timestamp: float) -> str:
+def textfile(results: Sequence[CheckResult], *, specs: Sequence[str], timestamp: float) -> str:
     """The exposition-format text: per check, whether it is good, its outcome and, where the
-    observed value is a number, that number; then counts per outcome and the run's time."""
+    observed value is a number, that number; then counts per outcome and the run's time.
 
-    def spec_of(r: CheckResult) -> str:
-        """Each check's own spec (the file it came from), so two specs never make one series."""
-        return Path(r.location.rsplit(":", 1)[0]).stem if r.location else spec
+    ``spec`` is the name of the file each check came from (``blackwell8``) and ``spec_file`` the
+    file as shown (``specs/blackwell8.yaml``), so two specs of one name in two folders, or one
+    key in two specs, never make one series twice."""
+
+    def file_labels(spec_file: str) -> tuple[tuple[str, str], ...]:
+        return (("spec", Path(spec_file).stem), ("spec_file", spec_file))
 
     def check_labels(r: CheckResult, *extra: tuple[str, str]) -> str:
-        return _labels((("spec", spec_of(r)), ("kind", r.kind), ("key", r.key or ""), *extra))
+        return _labels((*file_labels(r.spec_file), ("kind", r.kind), ("key", r.key or ""),
+                        *extra))
 
-    specs = sorted({spec_of(r) for r in results}) or [spec]
-
+    files = sorted({r.spec_file for r in results}) or list(specs)
     ok = [(check_labels(r), int(r.outcome in OPEN_OUTCOMES)) for r in results]
     outcome = [(check_labels(r, ("outcome", name)), int(r.outcome.value == name))
                for r in results for name in OUTCOMES]
     observed = [(check_labels(r), float(r.observed) if "." in r.observed else int(r.observed))
                 for r in results if r.observed is not None and _NUMBER.fullmatch(r.observed)]
-    counts = [(_labels((("spec", each), ("outcome", name))),
-               sum(r.outcome.value == name and spec_of(r) == each for r in results))
-              for each in specs for name in OUTCOMES]
+    counts = [(_labels((*file_labels(each), ("outcome", name))),
+               sum(r.outcome.value == name and r.spec_file == each for r in results))
+              for each in files for name in OUTCOMES]
     lines = [
         *_metric("gpuhost_check_ok", "1 when the check passed, was fixed or did not apply; "
                  "0 when it failed, its fix failed or the host could not be read", ok),
@@ -62,11 +66,15 @@ def textfile(results: Sequence[CheckResult], *, spec: str, timestamp: float) -> 
                  observed),
         *_metric("gpuhost_checks", "number of checks per outcome in the last run", counts),
         *_metric("gpuhost_last_run_timestamp_seconds", "when the last run finished (Unix time)",
-                 [(_labels((("spec", each),)), round(timestamp, 3)) for each in specs]),
+                 [(_labels(file_labels(each)), round(timestamp, 3)) for each in files]),
     ]
     return "\n".join(lines) + "\n"
 
 
-def write_textfile(path: Path, results: Sequence[CheckResult], *, spec: str,
-                   timestamp: float) -> None:
-    write_atomically(path, textfile(results, spec=spec, timestamp=timestamp))
+class PrometheusTextfile:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def write(self, records: Sequence[CheckResult], info: RunInfo) -> None:
+        specs = [path for path, _ in info.specs]
+        write_output(self.path, textfile(records, specs=specs, timestamp=info.finished_at))

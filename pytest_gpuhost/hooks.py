@@ -1,0 +1,390 @@
+"""The hooks of a gpuhost run, registered by ``plugin.pytest_configure`` only when the run has
+one (a spec or a rollback). Each hook delegates: collection and checks to the session, ordering
+to ``workers``, the gate to ``gate``, statuses and reports to ``reports``.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Generator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import builtin
+from .checks import Kind
+from .checks.conditions import ConditionFn
+from .files import OutputError
+from .fix.locking import LockUnavailable
+from .fix.run import JOURNAL_KEY
+from .gate import judge, verdict_text
+from .host import Host
+from .items import GpuhostItem, JournalFile, SpecFile
+from .reports import Reporter, RunInfo
+from .reports.jsonfile import JsonReport
+from .reports.prometheus import PrometheusTextfile
+from .reports.terminal import TerminalSummary
+from .result import CheckResult, Outcome
+from .session import Session
+from .settings import Settings, SettingsError
+from .spec import SpecError
+from .workers import WAIT_TIMEOUT_S, DoneLog, SharedDirectory, worker_log
+
+RUN = pytest.StashKey["GpuhostRun"]()
+REPORT_ATTR = "gpuhost"
+
+STATUSES = {
+    Outcome.FIXED.value: ("fixed", "+", "FIXED"),
+    Outcome.FIX_FAILED.value: ("failed", "F", "FIX_FAILED"),
+    Outcome.ERROR.value: ("error", "E", "ERROR"),
+    Outcome.WOULD_FIX.value: ("would_fix", "W", "WOULD_FIX"),
+}
+"""pytest's (category, letter, word) for the outcomes that are not its own."""
+
+
+def registered(config: pytest.Config) -> tuple[dict[str, Kind], dict[str, ConditionFn]]:
+    """The check kinds and conditions every plugin registered through the hooks."""
+    kinds: dict[str, Kind] = {}
+    for batch in config.hook.pytest_gpuhost_check_kinds():
+        for kind in batch:
+            claimed = kinds.get(kind.section)
+            if claimed is not None and type(claimed) is not type(kind):
+                raise SettingsError(
+                    f"two gpuhost check kinds claim section {kind.section!r}: "
+                    f"{type(claimed).__module__}.{type(claimed).__qualname__} and "
+                    f"{type(kind).__module__}.{type(kind).__qualname__}")
+            kinds.setdefault(kind.section, kind)  # the same kind twice: a re-exported hook
+    conditions: dict[str, ConditionFn] = {}
+    for batch in config.hook.pytest_gpuhost_conditions():
+        conditions.update(batch)
+    return kinds, conditions
+
+
+def gated(item: pytest.Item, config: pytest.Config) -> bool:
+    """A test of the user's that must wait for the host checks."""
+    if isinstance(item, GpuhostItem):
+        return False
+    return bool(config.option.gpuhost_gate) or item.get_closest_marker("gpuhost") is not None
+
+
+class GpuhostRun:
+    """One pytest process's hooks of a gpuhost run."""
+
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        self.config = config
+        self.settings = settings
+        self.shared: SharedDirectory | None = None
+        self.log: DoneLog | None = worker_log(config)
+        workerinput = getattr(config, "workerinput", None)
+        if not config.pluginmanager.is_registered(builtin):
+            config.pluginmanager.register(builtin, "gpuhost-builtin")
+        kinds, conditions = registered(config)
+
+        def make_host(url: str, settings: Settings) -> Host:
+            made: Host | None = config.hook.pytest_gpuhost_make_host(url=url, settings=settings)
+            if made is None:
+                raise SettingsError(f"no pytest-gpuhost plugin knows the target {url!r}")
+            return made
+
+        def nvml_for(host: Host) -> Any:
+            return config.hook.pytest_gpuhost_nvml(host=host)
+
+        try:
+            self.session = Session(settings, kinds, conditions, make_host, nvml_for,
+                                   shared_dir=self.log.directory if self.log else None,
+                                   workerinput=workerinput)
+        except SpecError as exc:
+            raise pytest.UsageError(f"bad gpuhost spec: {exc}") from None
+        self.results: dict[str, tuple[int, CheckResult]] = {}
+        """nodeid -> (collection index, record), gathered from local or xdist worker reports."""
+        self.host_checks: list[tuple[int, str]] = []
+        """(collection index, id) of every selected host check, the same on every worker."""
+        self.collected: dict[str, None] = {}
+        """nodeids of every selected check (on the controller, every worker's too)."""
+        self.verdicts: dict[int, str] = {}
+        self.problems: list[str] = []
+        """Session-end work that failed (a report that could not be written): summary lines."""
+        self.rolled_back = False
+        self.stopped: str | None = None
+        """Why the run stopped early (the root's lock could not be had)."""
+        self.stopped_early: str | None = None
+        """pytest's own reason to stop (-x, --maxfail, an interrupt)."""
+
+    @property
+    def is_worker(self) -> bool:
+        return self.settings.worker
+
+    def start(self) -> None:
+        """What happens at configure time once the run is known: xdist's shared directory, the
+        run lock taken before any worker starts, Allure's per-check evidence."""
+        config, settings = self.config, self.settings
+        fixrun = self.session.target.fixrun
+        if settings.distributing:
+            journal = fixrun.journal_path
+            self.shared = SharedDirectory({JOURNAL_KEY: str(journal)} if journal else {})
+            config.pluginmanager.register(self.shared, "gpuhost-shared-dir")
+            fixer = fixrun.fixer
+            if fixer is not None and fixer.run_lock is not None:
+                try:  # before any worker starts: the workers' fixes run under this run's lock
+                    fixer.run_lock.acquire(settings.lock_timeout)
+                except LockUnavailable as exc:
+                    pytest.exit(str(exc), returncode=pytest.ExitCode.INTERRUPTED)
+        if settings.alluredir is not None:
+            from .reports.allure import AllureEvidence
+
+            config.pluginmanager.register(AllureEvidence(self._host_name), "gpuhost-allure")
+
+    def stop(self, item: GpuhostItem, reason: str) -> CheckResult:
+        """The root's lock cannot be had: this check is an error, the run stops after it and
+        exits 2 (another run holds the root, or the lock cannot be taken at all)."""
+        self.stopped = reason
+        item.session.shouldstop = reason
+        check = item.check
+        return CheckResult(id=check.id, kind=check.kind, key=check.key,
+                           expected=check.expect.describe(), observed=None,
+                           outcome=Outcome.ERROR, message=reason,
+                           location=check.options.where, severity=check.options.severity)
+
+    def _host_name(self) -> str:
+        return self.session.target.host_facts().hostname or socket.gethostname()
+
+    # -- collection -------------------------------------------------------------------------
+
+    def pytest_collect_file(self, file_path: Path, parent: pytest.Collector
+                            ) -> pytest.File | None:
+        resolved = file_path.resolve()
+        if resolved in self.session.specs:
+            return SpecFile.from_parent(parent, path=file_path)
+        rollback = self.session.rollback
+        if rollback is not None and resolved == rollback.path.resolve():
+            return JournalFile.from_parent(parent, path=file_path)
+        return None
+
+    def pytest_collection_modifyitems(self, config: pytest.Config,
+                                      items: list[pytest.Item]) -> None:
+        """Checks that must see the others' effects (dmesg) run after every other check; when
+        a test is gated, every host check runs before the session's other tests."""
+        if any(gated(item, config) for item in items):
+            items.sort(key=lambda item: (0, item.check.order) if isinstance(item, GpuhostItem)
+                       else (1, 0))
+        else:
+            items.sort(key=lambda item: item.check.order if isinstance(item, GpuhostItem)
+                       else 0)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Number the selected checks; a last-ranked check waits for every lower-ranked one."""
+        checks = [item for item in session.items if isinstance(item, GpuhostItem)]
+        for index, item in enumerate(checks):
+            item.index = index
+        lower: dict[int, list[int]] = {}  # per rank, not per item: O(checks x ranks)
+        for rank in sorted({item.check.order for item in checks}):
+            lower[rank] = [other.index for other in checks if other.check.order < rank]
+        for item in checks:
+            item.waits_for = lower[item.check.order]
+        self.host_checks = [(item.index, item.check.id) for item in checks]
+        self.collected = dict.fromkeys(item.nodeid for item in checks)
+        self.session.target.select(item.check for item in checks)
+
+    # -- running ----------------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        """A gated test runs only when every host check passed, was fixed or did not apply;
+        else it is an error (before any of its fixtures run) naming what closed the gate."""
+        __tracebackhide__ = True
+        if not gated(item, item.config):
+            return
+        indices = [index for index, _ in self.host_checks]
+        if self.log is not None:
+            missing = self.log.wait_for(indices)
+            verdicts: dict[int, str | None] = {i: self.log.progress.done.get(i)
+                                               for i in indices}
+            lost = self._lost(missing)
+        else:
+            verdicts, lost = dict(self.verdicts), ""
+        gate = judge(self.host_checks, verdicts)
+        if not gate.open:
+            pytest.fail(gate.message() + lost, pytrace=False)
+
+    def _lost(self, missing: Sequence[int]) -> str:
+        if not missing or self.log is None:
+            return ""
+        down = self.log.progress.down
+        return f" ({'; '.join(down.values())})" if down else ""
+
+    def unfinished_message(self, check_id: str, missing: Sequence[int]) -> str:
+        """Why a last-ranked check did not run: the checks it waited for that never finished."""
+        assert self.log is not None
+        names = dict(self.host_checks)
+        lost = self.log.progress.lost(missing)
+        shown = ", ".join(names.get(i, str(i)) for i in missing[:5])
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        if lost:
+            why = "; ".join(self.log.progress.down.values())
+            return (f"{check_id} did not run: {len(missing)} check(s) it must follow never "
+                    f"finished, because their xdist worker went down ({why}): {shown}{more}")
+        return (f"{check_id} ran before {len(missing)} other check(s) finished on the other "
+                f"xdist workers (waited {WAIT_TIMEOUT_S:.0f} s): {shown}{more}")
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]
+                                  ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        if not isinstance(item, GpuhostItem):
+            return report
+        if call.when == "call" and item.result is not None:
+            setattr(report, REPORT_ATTR, {"index": item.index, "result": item.result.as_dict()})
+        if call.when == "teardown":
+            verdict = verdict_text(item.check.id, item.result)
+            self.verdicts[item.index] = verdict
+            if self.log is not None:
+                self.log.mark(item.index, verdict)
+        return report
+
+    def pytest_report_teststatus(self, report: pytest.TestReport | pytest.CollectReport,
+                                 config: pytest.Config) -> tuple[str, str, str] | None:
+        payload = getattr(report, REPORT_ATTR, None)  # read, not rebuilt: called thrice a test
+        return STATUSES.get(payload["result"]["outcome"]) if payload else None
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        payload = getattr(report, REPORT_ATTR, None)
+        if payload is not None:
+            record = CheckResult.from_dict(payload["result"])
+            self.results[report.nodeid] = (payload["index"], record)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: Sequence[str]) -> None:
+        """On the controller: the checks a worker collected, so that one whose worker died
+        before reporting it still counts (as an error) in every report."""
+        for nodeid in ids:
+            if nodeid not in self.collected and "::" in nodeid:
+                path = (self.config.rootpath / nodeid.split("::", 1)[0]).resolve()
+                if path in self.session.specs:
+                    self.collected[nodeid] = None
+
+    # -- the end ----------------------------------------------------------------------------
+
+    def ordered(self) -> list[CheckResult]:
+        return [result for _, result in sorted(self.results.values(), key=lambda p: p[0])]
+
+    def records(self) -> list[CheckResult]:
+        """Every check's record in collection order; a collected check without one (its worker
+        died) is an error record, never missing."""
+        if self.config.option.collectonly:
+            return self.ordered()
+        missing = [nodeid for nodeid in self.collected if nodeid not in self.results]
+        stopped = self.stopped or self.stopped_early
+        why = (f"not run: the run stopped before it ({stopped})" if stopped else
+               "no result: the check never reported (its xdist worker went down while it ran)")
+        return self.ordered() + [_no_record(nodeid, why) for nodeid in missing]
+
+    def info(self) -> RunInfo:
+        session, settings = self.session, self.settings
+        target = session.target
+        facts = target.host_facts()
+        fixrun = target.fixrun
+        return RunInfo(
+            specs=tuple((settings.display(spec.path), spec.name)
+                        for spec in session.specs.values()),
+            root=target.host.describe(), hostname=facts.hostname, kernel=facts.kernel,
+            driver=facts.driver, gpus=facts.gpus, gpu_models=facts.gpu_models,
+            fix=settings.fix, dry_run=settings.dry_run,
+            journal=str(fixrun.journal_path) if fixrun.journal_used() else None,
+            rollback=str(fixrun.rollback.path) if fixrun.rollback else None,
+            json_report=settings.report is not None)
+
+    def reporters(self) -> list[Reporter]:
+        settings = self.settings
+        chosen: list[Reporter] = []
+        if settings.report is not None:
+            chosen.append(JsonReport(settings.report))
+        if settings.prom is not None:
+            chosen.append(PrometheusTextfile(settings.prom))
+        if settings.alluredir is not None:
+            from .reports.allure import AllureSessionFiles
+
+            chosen.append(AllureSessionFiles(settings.alluredir))
+        return chosen
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """Session-end work on the controller (persistence, closing a rollback), then the
+        reports, before the terminal summary is printed."""
+        if self.is_worker:
+            return
+        reason = session.shouldstop or session.shouldfail
+        self.stopped_early = str(reason) if reason else None
+        if self.session.target.fixrun.persist:
+            try:
+                extra = self.session.finish(self.ordered())
+            except LockUnavailable as exc:
+                self.problems.append(f"--fix-persist: nothing written: {exc}")
+                _at_least(session, pytest.ExitCode.INTERRUPTED)
+                extra = []
+            base = len(self.results)
+            for offset, record in enumerate(extra):
+                self.results[f"persist::{record.key}"] = (base + offset, record)
+        if self.session.rollback is not None and not self.settings.dry_run:
+            try:
+                self.rolled_back = self.session.close_rollback(self.ordered())
+            except OSError as exc:
+                self.problems.append(f"rollback: the changes are back, but the journal could "
+                                     f"not be closed: {exc}")
+                _at_least(session, pytest.ExitCode.TESTS_FAILED)
+        if self.stopped is not None:
+            _at_least(session, pytest.ExitCode.INTERRUPTED)
+        records, info = self.records(), self.info()
+        if len(records) > len(self.results):  # a check that never reported
+            _at_least(session, pytest.ExitCode.TESTS_FAILED)
+        for reporter in self.reporters():
+            try:
+                reporter.write(records, info)
+            except OutputError as exc:
+                self.problems.append(str(exc))
+                _at_least(session, pytest.ExitCode.TESTS_FAILED)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.is_worker:
+            return
+        session = self.session
+        rollback = session.rollback
+        info = self.info()
+        subject = (f"rollback of {rollback.path}" if rollback is not None else
+                   ", ".join(name for name in info.spec_names))
+        terminalreporter.section(f"gpuhost: {subject} on {info.root}")
+        TerminalSummary(terminalreporter.write_line).write(self.records(), info)
+        if info.journal is not None:
+            terminalreporter.write_line(f"journal: {info.journal} "
+                                        f"(undo: --gpuhost-rollback={info.journal})")
+        if rollback is not None and rollback.damaged_lines:
+            terminalreporter.write_line(f"journal: {rollback.damaged_lines} line(s) cut short "
+                                        "by a crash were skipped")
+        if rollback is not None and not self.settings.dry_run:
+            done = self.rolled_back
+            terminalreporter.write_line(
+                f"rollback: {rollback.path} is {'closed' if done else 'still open'}"
+                + ("" if done else " (some changes are not back: run it again once fixed)"))
+        for problem in self.problems:
+            terminalreporter.write_line(problem, red=True)
+
+    def pytest_unconfigure(self) -> None:
+        self.session.close()
+
+
+def _at_least(session: pytest.Session, code: pytest.ExitCode) -> None:
+    """Raise the exit status to ``code`` unless it already says worse (2 beats 1)."""
+    current = int(session.exitstatus)
+    if current in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED) or (
+            current == pytest.ExitCode.TESTS_FAILED and code == pytest.ExitCode.INTERRUPTED):
+        session.exitstatus = code
+
+
+def _no_record(nodeid: str, why: str) -> CheckResult:
+    """The record of a check that never reported: an error, with what is known of it."""
+    name = nodeid.split("::", 1)[-1]
+    kind, _, key = name.partition("[")
+    return CheckResult(id=name, kind=kind, key=key[:-1] if key else None, expected="",
+                       observed=None, outcome=Outcome.ERROR, message=why,
+                       location=nodeid.split("::", 1)[0])
+

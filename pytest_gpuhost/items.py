@@ -1,0 +1,123 @@
+"""pytest's view of the checks: a spec file (or, under --gpuhost-rollback, a journal) is a file
+collector whose items are the checks; an item runs its check through the session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from .checks import Check
+from .fix.locking import LockUnavailable
+from .progress import progress_to
+from .reports.failure import format_failure
+from .reports.junit import junit_properties
+from .result import CheckResult, Outcome
+
+if TYPE_CHECKING:
+    from .hooks import GpuhostRun
+
+GPUHOST_MARK = pytest.mark.gpuhost
+"""Built once: looking a marker up by name costs more than the rest of an item's set-up."""
+
+
+def run_of(config: pytest.Config) -> GpuhostRun:
+    from .hooks import RUN
+
+    return config.stash[RUN]
+
+
+class SpecFile(pytest.File):
+    def collect(self) -> Iterable[GpuhostItem]:
+        run = run_of(self.config)
+        spec = run.session.specs[self.path.resolve()]
+        for check in run.session.expand(spec):
+            yield GpuhostItem.from_parent(self, name=check.id, check=check)
+
+
+class JournalFile(pytest.File):
+    """A journal under --gpuhost-rollback: one check per change, newest first."""
+
+    def collect(self) -> Iterable[GpuhostItem]:
+        for check in run_of(self.config).session.rollback_checks:
+            yield GpuhostItem.from_parent(self, name=check.id, check=check)
+
+
+class CheckFailed(AssertionError):
+    """A check that failed (or whose fix failed): a failed test, in Allure too."""
+
+    def __init__(self, result: CheckResult) -> None:
+        super().__init__(result.message)
+        self.result = result
+
+
+class CheckError(Exception):
+    """A host that could not be read: an error, broken in Allure."""
+
+    def __init__(self, result: CheckResult) -> None:
+        super().__init__(result.message)
+        self.result = result
+
+
+PASSING = (Outcome.PASSED, Outcome.FIXED)
+
+
+class GpuhostItem(pytest.Item):
+    def __init__(self, *, check: Check, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.check = check
+        self.result: CheckResult | None = None
+        self.index = 0
+        self.waits_for: list[int] = []
+        """Collection indices of the checks this one must run after (dmesg: all others)."""
+        self.add_marker(GPUHOST_MARK)
+
+    def runtest(self) -> None:
+        __tracebackhide__ = True
+        run = run_of(self.config)
+        if run.log is not None:
+            run.log.start(self.index)
+            if self.waits_for:
+                missing = run.log.wait_for(self.waits_for)
+                if missing:
+                    pytest.fail(run.unfinished_message(self.check.id, missing), pytrace=False)
+        try:
+            with progress_to(self._progress_sink()):
+                self.result = run.session.run(self.check)
+        except LockUnavailable as exc:
+            self.result = run.stop(self, str(exc))
+            raise CheckError(self.result) from None
+        self.user_properties.extend(junit_properties(self.result))
+        if self.result.outcome is Outcome.SKIPPED:
+            # Reported at the spec's line, as a skip mark's would be (not in pytest's runner).
+            raise pytest.skip.Exception(self.result.message, _use_item_location=True)
+        if self.result.outcome is Outcome.ERROR:
+            raise CheckError(self.result)
+        if self.result.outcome not in PASSING:
+            raise CheckFailed(self.result)
+
+    def _progress_sink(self) -> Any:
+        """Lines a long check reports, written to the terminal past output capturing."""
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        capture = self.config.pluginmanager.get_plugin("capturemanager")
+        if reporter is None or capture is None or hasattr(self.config, "workerinput"):
+            return None
+
+        def show(text: str) -> None:
+            with capture.global_and_fixture_disabled():
+                reporter.write_line(f"  {self.check.id}: {text}")
+
+        return show
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, (CheckFailed, CheckError)):
+            return format_failure(excinfo.value.result)
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        # The domain must not be a suffix of the nodeid, or -v rewrites its dots into '::'.
+        line = int(self.check.options.where.rsplit(":", 1)[-1]) - 1
+        return self.path, line, f"gpuhost check {self.check.id}"
+

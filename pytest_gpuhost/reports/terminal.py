@@ -1,0 +1,124 @@
+"""The terminal summary: a table per kind, then under --fix what was fixed (or planned) and why
+anything was not, then the values that boot-time configuration would set back."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from ..result import OUTCOMES, CheckResult, Outcome, summarize
+from . import RunInfo
+
+ALWAYS_SHOWN = ("passed", "failed", "fixed", "fix_failed", "skipped")
+"""Outcome columns of the summary table; any other outcome gets a column when it occurred."""
+PLAN_LINES = 3
+WARN_LINES = 12
+SESSION_KINDS = ("persist", "rollback")
+"""Records of the run's own work (persistence files, restored changes), not of the spec."""
+
+
+def _attention(result: CheckResult) -> bool:
+    return result.outcome not in (Outcome.PASSED, Outcome.SKIPPED)
+
+
+def _detail(group: Sequence[CheckResult]) -> str:
+    """The GPUs and the CPUs (folded, as the kernel lists them) the wrong checks were about."""
+    items: list[str] = []
+    for result in group:
+        if not _attention(result):
+            continue
+        if "gpu" in result.subjects:
+            items.append(result.subjects["gpu"])
+        elif "cpus" in result.subjects:
+            items.append(f"{result.key} cpus {result.subjects['cpus']}")
+    return " ".join(items)
+
+
+def summary_table(results: Sequence[CheckResult]) -> list[str]:
+    """One row per kind: checks per outcome (``-`` for none), then the GPUs and CPUs involved."""
+    by_kind: dict[str, list[CheckResult]] = {}
+    for result in results:
+        by_kind.setdefault(result.kind, []).append(result)
+    totals = summarize(results)
+    columns = [o for o in OUTCOMES if o in ALWAYS_SHOWN or totals.get(o)]
+    header = ["kind", "checks", *columns, ""]
+    rows = [[kind, str(len(group)),
+             *[str(summarize(group)[c] or "-") for c in columns], _detail(group)]
+            for kind, group in by_kind.items()]
+    rows.append(["total", str(len(results)), *[str(totals[c] or "-") for c in columns], ""])
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
+
+    def render(row: list[str]) -> str:
+        cells = [row[0].ljust(widths[0])] + [cell.rjust(w) for cell, w in
+                                             zip(row[1:-1], widths[1:], strict=True)]
+        return "  ".join([*cells, row[-1]]).rstrip()
+
+    return [render(header), *[render(row) for row in rows]]
+
+
+def _plan_lines(results: Sequence[CheckResult]) -> list[str]:
+    planned = [r for r in results if r.outcome is Outcome.WOULD_FIX]
+    changes = sum(len(r.plan) for r in planned)
+    lines = [f"--gpuhost-dry-run: {len(planned)} fixes planned ({changes} changes); nothing was "
+             "written"]
+    for record in planned:
+        lines.append(f"  WOULD_FIX  {record.id}: {record.message}")
+        if len(record.plan) > 1:  # one change is what the message already says
+            lines += [f"      {change['change']}" for change in record.plan[:PLAN_LINES]]
+        if len(record.plan) > PLAN_LINES:
+            lines.append(f"      ... and {len(record.plan) - PLAN_LINES} more")
+    measured = [r for r in results if r.outcome is Outcome.FAILED and r.kind.startswith("p2p")]
+    if measured and planned:
+        lines.append(f"  ({len(measured)} p2p checks failed as measured before the planned "
+                     "changes; a real --fix measures after them)")
+    return lines
+
+
+def _fix_lines(results: Sequence[CheckResult]) -> list[str]:
+    attempted = [r for r in results if r.outcome in (Outcome.FIXED, Outcome.FIX_FAILED)]
+    fixes = [r for r in attempted if r.kind not in SESSION_KINDS]
+    lines = []
+    if any(r.kind != "rollback" for r in results):
+        applied = sum(r.outcome is Outcome.FIXED for r in fixes)
+        lines.append(f"--fix: {applied} of {len(fixes)} fixes applied")
+    for kind, flag, verb in (("persist", "--fix-persist", "files written"),
+                             ("rollback", "--gpuhost-rollback", "changes restored")):
+        done = [r for r in attempted if r.kind == kind]
+        if done or any(r.kind == kind for r in results):
+            applied = sum(r.outcome is Outcome.FIXED for r in done)
+            lines.append(f"{flag}: {applied} of {len(done)} {verb}")
+    return lines + [f"  FIX_FAILED {r.id}: {r.message}" for r in attempted
+                    if r.outcome is Outcome.FIX_FAILED]
+
+
+def summary_lines(results: Sequence[CheckResult], info: RunInfo) -> list[str]:
+    if not results:
+        return ["no gpuhost checks ran"]
+    lines = summary_table(results)
+    if info.dry_run:
+        lines += _plan_lines(results)
+    elif info.fix:
+        lines += _fix_lines(results)
+    if info.fix:
+        lines += [f"  NOT FIXED  {r.id}: {r.message}" for r in results
+                  if r.outcome is Outcome.FAILED]
+    warned = [(r.id, warning) for r in results for warning in r.warnings]
+    if warned:
+        lines.append(f"warnings: {len(warned)} (a value close to its floor, or one that boot-time "
+                     "configuration would set back)")
+        lines += [f"  WARN {check}: {warning}" for check, warning in warned[:WARN_LINES]]
+        if len(warned) > WARN_LINES:
+            where = "in the JSON report" if info.json_report else \
+                "(--gpuhost-report=FILE lists them all)"
+            lines.append(f"  ... and {len(warned) - WARN_LINES} more {where}")
+    return lines
+
+
+class TerminalSummary:
+    """The summary section, written through pytest's terminal reporter."""
+
+    def __init__(self, write_line: Callable[[str], None]) -> None:
+        self.write_line = write_line
+
+    def write(self, records: Sequence[CheckResult], info: RunInfo) -> None:
+        for line in summary_lines(records, info):
+            self.write_line(line)

@@ -1,0 +1,186 @@
+"""The run's settings, resolved once from pytest's options and ini values into a frozen record.
+
+An option wins over its ini twin; every error names the source that was wrong
+(``--gpuhost-root=/x: no such directory`` or ``gpuhost_root in tox.ini=/x: ...``) and is a usage
+error (exit 4), raised before anything on a host is read or changed. No pytest here: the plugin
+hands in the raw values (``RawOptions``), so tests and benchmarks build settings directly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .files import OutputError, check_output
+
+SPEC_SUFFIXES = (".yaml", ".yml")
+
+
+class SettingsError(Exception):
+    """A setting that cannot be used; the message names its source."""
+
+
+@dataclass(frozen=True)
+class RawOptions:
+    """What the command line and the ini file said, unresolved."""
+
+    invocation: Path
+    ini_base: Path
+    ini_name: str
+    """The ini file as errors name it (``tox.ini``), or ``the ini file``."""
+    spec: Sequence[str] = ()
+    ini_spec: Sequence[str] = ()
+    args: Sequence[str] = ()
+    root: str | None = None
+    ini_root: str = ""
+    fix: bool = False
+    dry_run: bool = False
+    persist: bool = False
+    journal: str | None = None
+    rollback: str | None = None
+    lock_timeout: float = 120.0
+    gate: bool = False
+    report: str | None = None
+    prom: str | None = None
+    alluredir: str | None = None
+    numprocesses: object = None
+    worker: bool = False
+
+
+@dataclass(frozen=True)
+class Settings:
+    invocation: Path
+    specs: tuple[Path, ...]
+    root: Path
+    fix: bool
+    """--fix (or a rollback, which fixes back to the originals)."""
+    dry_run: bool
+    persist: bool
+    journal: Path | None
+    """--gpuhost-journal as given (resolved against the invocation directory)."""
+    rollback: str | None
+    """None: not a rollback; "": the newest journal under the root; else the journal's path."""
+    lock_timeout: float
+    gate: bool
+    report: Path | None
+    prom: Path | None
+    alluredir: Path | None
+    worker: bool
+    distributing: bool
+    """On an xdist controller that starts workers."""
+
+    @property
+    def active(self) -> bool:
+        """Whether this run has gpuhost work at all (a spec or a rollback)."""
+        return bool(self.specs) or self.rollback is not None
+
+    def display(self, path: Path) -> str:
+        """A path as the user named it: relative to where pytest was invoked, if inside it."""
+        try:
+            return str(path.relative_to(self.invocation))
+        except ValueError:
+            return str(path)
+
+
+def _spec_paths(raw: RawOptions) -> tuple[Path, ...]:
+    """Specs from --gpuhost-spec (else the ini), then .yaml files named as arguments."""
+    paths = [raw.invocation / p for p in raw.spec]
+    if not paths:
+        paths = [raw.ini_base / p for p in raw.ini_spec]
+    for arg in raw.args:
+        candidate = Path(arg.split("::", 1)[0])
+        if candidate.suffix in SPEC_SUFFIXES:
+            paths.append(raw.invocation / candidate)
+    unique: dict[Path, None] = {}
+    for path in paths:
+        unique.setdefault(path.resolve(), None)
+    return tuple(unique)
+
+
+def _root(raw: RawOptions) -> Path:
+    if raw.root is not None:
+        source, value, root = "--gpuhost-root", raw.root, raw.invocation / raw.root
+    elif raw.ini_root:
+        source, value = f"gpuhost_root in {raw.ini_name}", raw.ini_root
+        root = raw.ini_base / value
+    else:
+        return Path("/")
+    if not root.exists():
+        raise SettingsError(f"{source}={value}: no such directory; the host root must be an "
+                            "existing directory ('/' for this machine)")
+    if not root.is_dir():
+        raise SettingsError(f"{source}={value}: not a directory; the host root is the "
+                            "directory a machine's /proc, /sys and /etc are under ('/' for "
+                            "this machine)")
+    return root
+
+
+_NEEDS_SPEC = ("fix", "report", "root", "gate", "prom", "persist", "dry_run", "journal")
+_FLAGS = {"fix": "--fix", "report": "--gpuhost-report", "root": "--gpuhost-root",
+          "gate": "--gpuhost-gate", "prom": "--gpuhost-prom", "persist": "--fix-persist",
+          "dry_run": "--gpuhost-dry-run", "journal": "--gpuhost-journal"}
+
+
+def _usage(raw: RawOptions, has_specs: bool) -> None:
+    rollback = raw.rollback is not None
+    if not has_specs and not rollback:
+        for name in _NEEDS_SPEC:
+            if getattr(raw, name):
+                raise SettingsError(f"{_FLAGS[name]} needs a spec: pass --gpuhost-spec=FILE "
+                                    "(or name a .yaml spec as an argument)")
+        return
+    if rollback and has_specs:
+        raise SettingsError("--gpuhost-rollback restores a journal; run it without a spec")
+    if rollback:
+        for name in ("persist", "journal"):
+            if getattr(raw, name):
+                raise SettingsError(f"{_FLAGS[name]} does not go with --gpuhost-rollback (a "
+                                    "rollback journals nothing and persists nothing)")
+        if raw.numprocesses:
+            raise SettingsError("--gpuhost-rollback runs serially, newest change first: drop -n")
+        return
+    for name in ("dry_run", "persist", "journal"):
+        if getattr(raw, name) and not raw.fix:
+            raise SettingsError(f"{_FLAGS[name]} only makes sense with --fix")
+
+
+def _lock_timeout(value: float) -> float:
+    if not math.isfinite(value) or value < 0:
+        raise SettingsError(f"--gpuhost-lock-timeout={value:g}: expected a number of seconds, "
+                            "0 or more")
+    return value
+
+
+def _output(raw: RawOptions, value: str | None, flag: str) -> Path | None:
+    if not value:
+        return None
+    try:
+        return check_output(raw.invocation / value, f"{flag}={value}")
+    except OutputError as exc:
+        raise SettingsError(str(exc)) from None
+
+
+def resolve(raw: RawOptions) -> Settings:
+    """The run's settings; SettingsError for the first thing that cannot be used."""
+    specs = _spec_paths(raw)
+    _usage(raw, bool(specs))
+    active = bool(specs) or raw.rollback is not None
+    root = _root(raw) if active else Path("/")
+    if raw.persist and len(specs) > 1:
+        raise SettingsError("--fix-persist names its files after the spec: run it with one spec "
+                            "at a time")
+    journal = raw.invocation / raw.journal if raw.journal else None
+    if journal is not None and not raw.worker and journal.exists():
+        raise SettingsError(f"--gpuhost-journal={raw.journal}: the file exists; a journal "
+                            "records one run: name a new file")
+    return Settings(
+        invocation=raw.invocation, specs=specs, root=root,
+        fix=raw.fix or raw.rollback is not None, dry_run=raw.dry_run, persist=raw.persist,
+        journal=journal, rollback=raw.rollback, lock_timeout=_lock_timeout(raw.lock_timeout),
+        gate=raw.gate,
+        report=_output(raw, raw.report, "--gpuhost-report") if not raw.worker else None,
+        prom=_output(raw, raw.prom, "--gpuhost-prom") if not raw.worker else None,
+        alluredir=raw.invocation / raw.alluredir if raw.alluredir else None,
+        worker=raw.worker, distributing=not raw.worker and bool(raw.numprocesses))
