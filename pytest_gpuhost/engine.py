@@ -96,7 +96,8 @@ def _plan_only(check: Check, host: Host, observed: Observation, problem: str) ->
         return _result(check, Outcome.FAILED, f"{problem}; not fixable: {exc}", observed)
     except HostError as exc:
         return _result(check, Outcome.ERROR, f"planning the fix failed: {exc}", observed)
-    return _result(check, Outcome.WOULD_FIX, f"{problem}; would {plan.summary}", observed,
+    return _result(check, Outcome.WOULD_FIX, f"{problem}; would {plan.brief or plan.summary}",
+                   observed,
                    plan=plan)
 
 

@@ -41,7 +41,7 @@ def check_output(path: Path, source: str) -> Path:
     target = Path(os.path.realpath(path))
     try:
         info = os.stat(target)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         info = None
     except OSError as exc:
         raise OutputError(f"{source}: cannot look at {target}: {exc.strerror}") from None
@@ -54,7 +54,7 @@ def check_output(path: Path, source: str) -> Path:
                               "character device or a FIFO")
         return target
     ancestor = target.parent
-    while not ancestor.exists():
+    while not os.path.lexists(ancestor):
         ancestor = ancestor.parent
     if not ancestor.is_dir():
         raise OutputError(f"{source}: {ancestor} is not a directory, so {target} cannot be "

@@ -135,16 +135,11 @@ class GpuhostRun:
 
             config.pluginmanager.register(AllureEvidence(self._host_name), "gpuhost-allure")
 
-    def stop(self, item: GpuhostItem, reason: str) -> CheckResult:
-        """The root's lock cannot be had: this check is an error, the run stops after it and
-        exits 2 (another run holds the root, or the lock cannot be taken at all)."""
+    def stop(self, item: GpuhostItem, reason: str) -> None:
+        """The root's lock cannot be had: the run stops after this check and exits 2 (another
+        run holds the root, or the lock cannot be taken at all)."""
         self.stopped = reason
         item.session.shouldstop = reason
-        check = item.check
-        return CheckResult(id=check.id, kind=check.kind, key=check.key,
-                           expected=check.expect.describe(), observed=None,
-                           outcome=Outcome.ERROR, message=reason,
-                           location=check.options.where, severity=check.options.severity)
 
     def _host_name(self) -> str:
         return self.session.target.host_facts().hostname or socket.gethostname()
@@ -155,11 +150,21 @@ class GpuhostRun:
                             ) -> pytest.File | None:
         resolved = file_path.resolve()
         if resolved in self.session.specs:
-            return SpecFile.from_parent(parent, path=file_path)
+            return SpecFile.from_parent(parent, path=file_path, nodeid=self._nodeid(file_path))
         rollback = self.session.rollback
         if rollback is not None and resolved == rollback.path.resolve():
-            return JournalFile.from_parent(parent, path=file_path)
+            return JournalFile.from_parent(parent, path=file_path,
+                                           nodeid=self._nodeid(file_path))
         return None
+
+    def _nodeid(self, path: Path) -> Any:
+        """pytest's own id for a file under the rootdir; for one outside it (where pytest would
+        say ``::sysctl[...]``), the path as the user named it, so every id names its spec."""
+        try:
+            path.relative_to(self.config.rootpath)
+            return None
+        except ValueError:
+            return self.settings.display(path)
 
     def pytest_collection_modifyitems(self, config: pytest.Config,
                                       items: list[pytest.Item]) -> None:

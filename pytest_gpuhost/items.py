@@ -64,6 +64,15 @@ class CheckError(Exception):
 PASSING = (Outcome.PASSED, Outcome.FIXED)
 
 
+def error_record(check: Check, message: str) -> CheckResult:
+    """The record of a check that could not run at all (the root's lock, a lost worker)."""
+    return CheckResult(id=check.id, kind=check.kind, key=check.key,
+                       expected=check.expect.describe(), observed=None, outcome=Outcome.ERROR,
+                       message=message, location=check.options.where,
+                       severity=check.options.severity, subjects=dict(check.subjects),
+                       hardware=check.hardware)
+
+
 class GpuhostItem(pytest.Item):
     def __init__(self, *, check: Check, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -82,12 +91,15 @@ class GpuhostItem(pytest.Item):
             if self.waits_for:
                 missing = run.log.wait_for(self.waits_for)
                 if missing:
-                    pytest.fail(run.unfinished_message(self.check.id, missing), pytrace=False)
+                    self.result = error_record(self.check,
+                                               run.unfinished_message(self.check.id, missing))
+                    raise CheckError(self.result)
         try:
             with progress_to(self._progress_sink()):
                 self.result = run.session.run(self.check)
         except LockUnavailable as exc:
-            self.result = run.stop(self, str(exc))
+            run.stop(self, str(exc))
+            self.result = error_record(self.check, str(exc))
             raise CheckError(self.result) from None
         self.user_properties.extend(junit_properties(self.result))
         if self.result.outcome is Outcome.SKIPPED:

@@ -135,6 +135,11 @@ def test_a_second_fix_run_waits_for_the_first_and_says_who_holds_it(
         assert blocked.ret == pytest.ExitCode.INTERRUPTED
         blocked.stdout.fnmatch_lines([f"*another pytest-gpuhost run holds the run lock *run.lock "
                                       f"(waited 0.2 s): pid {os.getpid()} *"])
+        shown = blocked.stdout.str()
+        assert "_pytest.outcomes.Exit" not in shown and "Traceback" not in shown
+        # the holder's command line starts with its program's name
+        program = os.path.basename(sys.argv[0])
+        assert f": {program} " in (example_host / STATE / "run.lock").read_text()
         assert host_state(example_host) == before  # nothing was written while locked out
         verify = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}")
         assert verify.ret == pytest.ExitCode.TESTS_FAILED  # verifying needs no lock
@@ -161,7 +166,7 @@ def test_dry_run_reports_the_plan_and_writes_nothing(pytester: pytest.Pytester, 
     ])
     result.stdout.fnmatch_lines([
         escape("  WOULD_FIX  cpuidle[C2]: 'enabled on cpus 0-63' != 'disabled'; would write 1 "
-               "to cpuidle/C2/disable on cpus 0-63"),
+               "to cpuidle/C2/disable on those 64 CPUs"),
         "      write sys/devices/system/cpu/cpu0/cpuidle/state2/disable: '0' -> '1'",
     ])
     data = json.loads((pytester.path / "plan.json").read_text())

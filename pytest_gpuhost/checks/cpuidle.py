@@ -140,7 +140,8 @@ class IdleStateProbe:
                    if current != "1"]
         changes = tuple(WriteText(path, current + "\n", "1\n") for _, path, current in enabled)
         cpus = fold_cpu_list(cpu for cpu, _, _ in enabled)
-        return Plan(f"write 1 to cpuidle/{self.name}/disable on cpus {cpus}", changes)
+        return Plan(f"write 1 to cpuidle/{self.name}/disable on cpus {cpus}", changes,
+                    brief=f"write 1 to cpuidle/{self.name}/disable on those {len(enabled)} CPUs")
 
 
 class CpuidleKind:

@@ -109,6 +109,9 @@ class ModuleProbe:
         return Observation(ABSENT, (Evidence("proc/modules", f"no line for {name}"),))
 
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
+        if not host.exists("proc/modules"):
+            raise CannotFix("this kernel has no loadable module support (no proc/modules): "
+                            "a module is built in or it is absent")
         if value == ABSENT and observed.value == BUILTIN:
             raise CannotFix(f"{self.name} is built into the kernel and cannot be unloaded")
         load, unload = ("modprobe", self.name), ("modprobe", "-r", self.name)

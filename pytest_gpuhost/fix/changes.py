@@ -104,6 +104,9 @@ class Plan:
 
     summary: str
     changes: tuple[Change, ...]
+    brief: str | None = None
+    """The summary after a failure that already names the subject (the CPUs): a dry run's
+    "would ..." says it without repeating them."""
 
 
 def to_dict(change: Change) -> dict[str, Any]:
