@@ -139,7 +139,7 @@ def test_a_second_fix_run_waits_for_the_first_and_says_who_holds_it(
         assert "_pytest.outcomes.Exit" not in shown and "Traceback" not in shown
         # the holder's command line starts with its program's name
         program = os.path.basename(sys.argv[0])
-        assert f": {program} " in (example_host / STATE / "run.lock").read_text()
+        assert f": {program}" in (example_host / STATE / "run.lock").read_text()
         assert host_state(example_host) == before  # nothing was written while locked out
         verify = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}")
         assert verify.ret == pytest.ExitCode.TESTS_FAILED  # verifying needs no lock
