@@ -219,3 +219,21 @@ def test_sysctl_key_maps_like_tuned(key: str, path: str) -> None:
 def test_sysctl_key_that_could_leave_the_root_is_refused(key: str) -> None:
     with pytest.raises(ValueError):
         sysctl_path(key)
+
+
+@pytest.mark.parametrize("section", ["p2p:\n  floors: {same_numa: 45}\n", "dmesg:\n  since: boot\n"])
+def test_every_section_takes_the_entry_options(tmp_path: Path, section: str) -> None:
+    """One schema helper for every section: p2p took why/when but refused severity/fix."""
+    name = section.split(":", 1)[0]
+    text = section + "  severity: critical\n  why: it matters\n  fix: false\n"
+    spec = load(tmp_path, f"version: 1\n{text}")
+    options = spec.sections[name].options  # type: ignore[attr-defined]
+    assert (options.severity, options.why, options.fix) == ("critical", "it matters", False)
+
+
+@pytest.mark.parametrize("section", ["p2p:\n  floors: {same_numa: 45}\n  florrs: 1\n",
+                                     "dmesg:\n  sincee: boot\n"])
+def test_an_unknown_section_key_says_what_was_meant(tmp_path: Path, section: str) -> None:
+    with pytest.raises(SpecError, match=r":[34]: unknown key .* \(did you mean '(floors|since)'"
+                                        r"\?\); expected one of: .*why, fix, when, severity"):
+        load(tmp_path, f"version: 1\n{section}")

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..host import Host, Kmsg, Reply, Request
 from ..linux.kmsg import LEVELS, level_number, parse_records
-from ..spec import OPTION_KEYS, EntryOptions, Node, SpecContext
+from ..spec import EntryOptions, Node, SpecContext, section
 from ..spec.matchers import Verdict
 from . import Check, Evidence, Fact, Facts, NoFix, Observation
 
@@ -103,15 +103,14 @@ class DmesgProbe(NoFix):
 
 class DmesgKind:
     section = "dmesg"
-    keys = ("levels", "since", "allow", *OPTION_KEYS)
+    keys = ("levels", "since", "allow")
 
     def parse(self, node: Node, context: SpecContext) -> DmesgSection:
         levels: tuple[int, ...] = tuple(level_number(name) for name in DEFAULT_LEVELS)
         since = "boot"
         allow: tuple[re.Pattern[str], ...] = ()
-        empty = not (node.is_mapping or node.is_sequence) and node.scalar() is None
-        pairs = [] if empty else node.mapping("dmesg")
-        for key, value in pairs:
+        given = section(node, "dmesg", self.keys, context, empty=True)
+        for key, value in given.values.items():
             if key == "levels":
                 levels = tuple(self._level(item) for item in value.sequence("dmesg levels"))
                 if not levels:
@@ -123,11 +122,7 @@ class DmesgKind:
             elif key == "allow":
                 allow = tuple(item.regex("a dmesg allow pattern")
                               for item in value.sequence("dmesg allow"))
-            elif key not in self.keys:
-                raise value.key_error(f"unknown key {key!r} in dmesg; expected one of: "
-                                  f"{', '.join(self.keys)}")
-        options = context.parse_options(node, pairs)
-        return DmesgSection(tuple(sorted(set(levels))), since, allow, options)
+        return DmesgSection(tuple(sorted(set(levels))), since, allow, given.options)
 
     @staticmethod
     def _level(node: Node) -> int:

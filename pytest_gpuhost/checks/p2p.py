@@ -36,7 +36,7 @@ from ..gpu.measure import SharedMeasurement, cache_key
 from ..gpu.nvml import NvmlSource, NvmlUnavailable
 from ..host import Host, HostError
 from ..progress import report_progress
-from ..spec import EntryOptions, Node, SpecContext
+from ..spec import EntryOptions, Node, SpecContext, section
 from ..spec.matchers import Floor
 from . import Check, Evidence, Fact, Facts, NoFix, Observation
 from .gpus import GPUS
@@ -47,7 +47,7 @@ RECORDED = ("nvbandwidth.json", "nvbandwidth.txt", "p2pBandwidthLatencyTest.txt"
 PROBES = ("auto", "cuda", "nvbandwidth", "file:PATH")
 CLASSES = ("same_numa", "cross_numa")
 FLOORS = (*CLASSES, "h2d", "d2h")
-KEYS = ("probe", "size", "floors", "warn_margin", "concurrent", "why", "when")
+KEYS = ("probe", "size", "floors", "warn_margin", "concurrent")
 _SIZE = re.compile(r"(\d+)\s*(B|KiB|MiB|GiB|KB|MB|GB)?\Z")
 _UNITS = {None: 1, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30,
           "KB": 10**3, "MB": 10**6, "GB": 10**9}
@@ -119,11 +119,11 @@ class P2pKind:
         return [GPUS]
 
     def parse(self, node: Node, context: SpecContext) -> P2pSection:
-        pairs = node.mapping("p2p")
+        given = section(node, "p2p", KEYS, context)
         probe, path, size, margin = "auto", None, 256 * 2**20, 0.0
         floors: dict[str, float] = {}
         concurrent: float | None = None
-        for key, value in pairs:
+        for key, value in given.values.items():
             if key == "probe":
                 probe, path = _probe(value)
             elif key == "size":
@@ -144,16 +144,13 @@ class P2pKind:
                     concurrent = _number(floor, "p2p concurrent floor")
                 if concurrent is None:
                     raise value.error("p2p concurrent needs a floor: {floor: GB/s}")
-            elif key not in ("why", "when"):
-                raise value.key_error(f"unknown key {key!r} in p2p; expected one of: "
-                                      f"{', '.join(KEYS)}")
         if not floors and concurrent is None:
             raise node.error(f"p2p needs floors (one or more of {', '.join(FLOORS)}) or "
                              "concurrent: {floor: GB/s}")
         if concurrent is not None and probe in ("nvbandwidth", "file"):
             raise node.error("p2p concurrent needs probe: cuda (or auto): nvbandwidth and saved "
                              "outputs measure one pair at a time")
-        options = context.parse_options(node, pairs)
+        options = given.options
         return P2pSection(probe, path, size, tuple(sorted(floors.items())), margin, concurrent,
                           options)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -202,6 +202,35 @@ class SpecContext:
             raise node.error(f"unknown condition {name!r} for when{_closest(name, self.conditions)}"
                              f"; known conditions: {known}")
         return Condition(name, negate)
+
+
+@dataclass(frozen=True)
+class Section:
+    """A section's (or an entry's) mapping once its keys are known: the values by key, in file
+    order, and the entry options every section and entry may carry."""
+
+    values: Mapping[str, Node]
+    options: EntryOptions
+
+    def get(self, key: str) -> Node | None:
+        return self.values.get(key)
+
+
+def section(node: Node, what: str, keys: Sequence[str], context: SpecContext, *,
+            empty: bool = False) -> Section:
+    """The one schema check of every section: a mapping whose keys are ``keys`` or the entry
+    options (why, fix, when, severity); an unknown key is refused at its line with a "did you
+    mean" and the full list. ``empty``: a bare ``section:`` (no value) means all defaults."""
+    if empty and not (node.is_mapping or node.is_sequence) and node.scalar() is None:
+        return Section({}, EntryOptions(where=node.where))
+    pairs = node.mapping(what)
+    allowed = (*keys, *OPTION_KEYS)
+    for key, value in pairs:
+        if key not in allowed:
+            raise value.key_error(f"unknown key {key!r} in {what}{_closest(key, allowed)}; "
+                                  f"expected one of: {', '.join(allowed)}")
+    values = {key: value for key, value in pairs if key not in OPTION_KEYS}
+    return Section(values, context.parse_options(node, pairs))
 
 
 MATCHER_KEYS = ("min", "max", "one_of", "match")
