@@ -221,7 +221,8 @@ def test_sysctl_key_that_could_leave_the_root_is_refused(key: str) -> None:
         sysctl_path(key)
 
 
-@pytest.mark.parametrize("section", ["p2p:\n  floors: {same_numa: 45}\n", "dmesg:\n  since: boot\n"])
+@pytest.mark.parametrize("section", ["p2p:\n  floors: {same_numa: 45}\n",
+                                     "dmesg:\n  since: boot\n"])
 def test_every_section_takes_the_entry_options(tmp_path: Path, section: str) -> None:
     """One schema helper for every section: p2p took why/when but refused severity/fix."""
     name = section.split(":", 1)[0]
