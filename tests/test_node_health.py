@@ -21,7 +21,7 @@ from pytest_gpuhost.reports.nodehealth import (
 )
 from pytest_gpuhost.testing.fakehost import FakeHost
 
-from .conftest import BLACKWELL8
+from .conftest import BLACKWELL8, EXAMPLE_HOST
 
 pytest_plugins = ["pytester"]
 
@@ -34,6 +34,8 @@ modules:
   nvidia: loaded
 """
 
+
+# The example host is only verified here (never --fix): used in place, never written.
 
 @pytest.fixture
 def spec(pytester: pytest.Pytester) -> Path:
@@ -55,8 +57,8 @@ def collected_ids(result: pytest.RunResult) -> list[str]:
 # -- gpuhost_slow ------------------------------------------------------------------------------
 
 def test_not_gpuhost_slow_deselects_exactly_the_56_p2p_pairs(
-        pytester: pytest.Pytester, spec: Path, example_host: Path) -> None:
-    args = (f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}", "--co", "-q",
+        pytester: pytest.Pytester, spec: Path) -> None:
+    args = (f"--gpuhost-spec={spec}", f"--gpuhost-root={EXAMPLE_HOST}", "--co", "-q",
             "--strict-markers")
     everything = collected_ids(pytester.runpytest(*args))
     fast = pytester.runpytest(*args, "-m", "not gpuhost_slow")
@@ -146,10 +148,9 @@ def npd_run(pytester: pytest.Pytester, *args: str) -> tuple[int, list[str], str]
     return result.ret, result.outlines, "\n".join(result.errlines)
 
 
-def test_npd_failing_host_one_line_on_stdout(pytester: pytest.Pytester, spec: Path,
-                                             example_host: Path) -> None:
+def test_npd_failing_host_one_line_on_stdout(pytester: pytest.Pytester, spec: Path) -> None:
     ret, out, err = npd_run(pytester, f"--gpuhost-spec={spec}",
-                            f"--gpuhost-root={example_host}", "-m", "not gpuhost_slow")
+                            f"--gpuhost-root={EXAMPLE_HOST}", "-m", "not gpuhost_slow")
     assert ret == 1
     assert out == ["gpuhost: 28 failed: sysctl[kernel.nmi_watchdog] +27"]
     assert "28 failed, 39 passed, 56 deselected" in err  # pytest's own output: on stderr
@@ -226,11 +227,11 @@ def nfd_lines(path: Path) -> list[str]:
 
 
 def test_nfd_file_of_a_failing_and_a_healthy_run(pytester: pytest.Pytester, spec: Path,
-                                                 example_host: Path, good_root: Path) -> None:
+                                                 good_root: Path) -> None:
     features = pytester.path / "features.d"
     features.mkdir()
-    pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}",
-                       "--gpuhost-nfd=features.d/gpuhost", "-n", "2")
+    pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={EXAMPLE_HOST}",
+                       "--gpuhost-nfd=features.d/gpuhost")
     assert nfd_lines(features / "gpuhost") == ["gpuhost.tuned=false", "gpuhost.failed=60"]
     assert stat.S_IMODE((features / "gpuhost").stat().st_mode) == 0o644
     result = pytester.runpytest("--gpuhost-spec=good.yaml", f"--gpuhost-root={good_root}",

@@ -16,7 +16,7 @@ import pytest
 from pytest_gpuhost.reports import slurm
 from pytest_gpuhost.testing.fakehost import FakeHost
 
-from .conftest import BLACKWELL8, REPO
+from .conftest import BLACKWELL8, EXAMPLE_HOST, REPO
 
 WRAPPER = REPO / "examples" / "slurm" / "gpuhost-healthcheck.sh"
 PYTEST = Path(sys.executable).parent / "pytest"
@@ -139,10 +139,24 @@ def good(tmp_path: Path, fake: FakeHost) -> tuple[Path, Path]:
 
 
 DRAIN_REASON = "gpuhost: sysctl[kernel.nmi_watchdog] (+27 more)"
+FAILING = [("sysctl[kernel.nmi_watchdog]", "failed"), ("dmesg", "failed"), ("gpu_count", "passed")]
+PASSING = [("sysctl[vm.swappiness]", "passed"), ("cpuidle[C2]", "skipped")]
 
 
-def test_failure_drains_with_the_first_failing_check(node: Node, example_host: Path) -> None:
-    done = node.run(BLACKWELL8, example_host)
+def canned(tmp_path: Path, outcomes: list[tuple[str, str]], status: int) -> Path:
+    """A stand-in for pytest that writes a report of these outcomes where it is told to: for
+    the cases about Slurm's state, which the checks themselves do not change."""
+    report = write_report(tmp_path / f"canned-{status}.json", outcomes)
+    script = tmp_path / f"canned-pytest-{status}"
+    fake(script, 'for a in "$@"; do case "$a" in --gpuhost-report=*) out=${a#*=} ;; esac; done\n'
+                 f'cp {report} "$out"\nexit {status}\n')
+    return script
+
+
+# real pytest runs, on the bundled example host (verify only: it is never written)
+
+def test_failure_drains_with_the_first_failing_check(node: Node) -> None:
+    done = node.run(BLACKWELL8, EXAMPLE_HOST)
     assert done.returncode == 1, done.stderr
     assert node.calls("sinfo") == [["-h", "-n", "gpu07", "-o", "%t %E"]]
     assert node.calls() == [["update", "NodeName=gpu07", "State=DRAIN",
@@ -157,30 +171,41 @@ def test_success_resumes_a_gpuhost_drain(node: Node, good: tuple[Path, Path]) ->
     assert node.calls() == [["update", "NodeName=gpu07", "State=RESUME"]]
 
 
+def test_a_bad_spec_drains_too(node: Node, tmp_path: Path, good: tuple[Path, Path]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 1\nsysctl: {vm.swappiness: [1}\n")
+    assert node.run(bad, good[1]).returncode == 1
+    assert node.calls() == [["update", "NodeName=gpu07", "State=DRAIN", "Reason=gpuhost: "
+                             "checks could not run: bad spec, root or options (exit 4)"]]
+
+
+# Slurm's side, with a stand-in pytest
+
 @pytest.mark.parametrize("line", ["drain admin: DIMM B3 replaced, burn-in",
                                   "drng NHC: check_fs_mount: /scratch not mounted",
                                   "drain none", "idle none", "alloc none", "mix none"])
-def test_success_leaves_others_drains_and_healthy_nodes_alone(
-        node: Node, good: tuple[Path, Path], line: str) -> None:
+def test_success_leaves_others_drains_and_healthy_nodes_alone(node: Node, tmp_path: Path,
+                                                              line: str) -> None:
     node.sinfo_line = line
-    assert node.run(*good).returncode == 0
+    assert node.run(BLACKWELL8, None, pytest_path=canned(tmp_path, PASSING, 0)).returncode == 0
     assert node.calls() == []
 
 
-def test_failure_keeps_anothers_drain_reason(node: Node, example_host: Path) -> None:
+def test_failure_keeps_anothers_drain_reason(node: Node, tmp_path: Path) -> None:
     node.sinfo_line = "drain NHC: check_hw_eth: eth0 missing"
-    assert node.run(BLACKWELL8, example_host).returncode == 1
+    assert node.run(BLACKWELL8, None, pytest_path=canned(tmp_path, FAILING, 1)).returncode == 1
     assert node.calls() == []
 
 
-def test_failure_rewords_only_its_own_changed_reason(node: Node, example_host: Path) -> None:
-    node.sinfo_line = "drain gpuhost: dmesg"
-    node.run(BLACKWELL8, example_host)
-    assert node.calls() == [["update", "NodeName=gpu07", "State=DRAIN",
-                             f"Reason={DRAIN_REASON}"]]
+def test_failure_rewords_only_its_own_changed_reason(node: Node, tmp_path: Path) -> None:
+    failing = canned(tmp_path, FAILING, 1)
+    node.sinfo_line = "drain gpuhost: module[nvidia]"
+    node.run(BLACKWELL8, None, pytest_path=failing)
+    reason = "Reason=gpuhost: sysctl[kernel.nmi_watchdog] (+1 more)"
+    assert node.calls() == [["update", "NodeName=gpu07", "State=DRAIN", reason]]
     (node.tmp / "calls").unlink()
-    node.sinfo_line = f"drain {DRAIN_REASON}"
-    node.run(BLACKWELL8, example_host)
+    node.sinfo_line = "drain " + reason.removeprefix("Reason=")
+    node.run(BLACKWELL8, None, pytest_path=failing)
     assert node.calls() == []  # the same reason: nothing to say
 
 
@@ -191,55 +216,45 @@ def test_failure_rewords_only_its_own_changed_reason(node: Node, example_host: P
     ("drain* gpuhost: dmesg", 0),  # not responding: even its own drain waits
     ("down* Not responding", 0), ("idle~ none", 0), ("mix@ Reboot ASAP", 0),
 ])
-def test_no_scontrol_while_slurmd_is_not_registered(node: Node, example_host: Path,
-                                                    good: tuple[Path, Path], line: str,
+def test_no_scontrol_while_slurmd_is_not_registered(node: Node, tmp_path: Path, line: str,
                                                     status: int) -> None:
     node.sinfo_line, node.sinfo_status = line, status
-    assert node.run(BLACKWELL8, example_host).returncode == 1
-    assert node.run(*good).returncode == 0
+    assert node.run(BLACKWELL8, None, pytest_path=canned(tmp_path, FAILING, 1)).returncode == 1
+    assert node.run(BLACKWELL8, None, pytest_path=canned(tmp_path, PASSING, 0)).returncode == 0
     assert node.calls() == []
     assert len(node.calls("sinfo")) == 2
 
 
-def test_a_pytest_crash_drains_saying_the_checks_could_not_run(node: Node, tmp_path: Path,
-                                                               good: tuple[Path, Path]) -> None:
+def test_a_pytest_crash_drains_saying_the_checks_could_not_run(node: Node,
+                                                               tmp_path: Path) -> None:
     crash = tmp_path / "crashing-pytest"
     fake(crash, 'echo "Fatal Python error: Segmentation fault" >&2\nkill -SEGV $$\n')
-    assert node.run(good[0], None, pytest_path=crash).returncode == 1
+    assert node.run(BLACKWELL8, None, pytest_path=crash).returncode == 1
     assert node.calls() == [["update", "NodeName=gpu07", "State=DRAIN",
                              "Reason=gpuhost: checks could not run: pytest failed (exit 139)"]]
 
 
-def test_a_hung_run_is_killed_and_drains_saying_so(node: Node, tmp_path: Path,
-                                                   good: tuple[Path, Path]) -> None:
+def test_a_hung_run_is_killed_and_drains_saying_so(node: Node, tmp_path: Path) -> None:
     hung = tmp_path / "hung-pytest"
     fake(hung, "exec sleep 60\n")
-    done = node.run(good[0], None, pytest_path=hung, timeout=1)
+    done = node.run(BLACKWELL8, None, pytest_path=hung, timeout=1)
     assert done.returncode == 1
     assert node.calls() == [["update", "NodeName=gpu07", "State=DRAIN",
                              "Reason=gpuhost: checks could not run: timed out after 1 s"]]
     node.sinfo_line = "drain gpuhost: checks could not run: timed out after 1 s"
     (node.tmp / "calls").unlink()
-    assert node.run(*good).returncode == 0  # the next good run lifts it
+    passing = canned(tmp_path, PASSING, 0)
+    assert node.run(BLACKWELL8, None, pytest_path=passing).returncode == 0  # the next lifts it
     assert node.calls() == [["update", "NodeName=gpu07", "State=RESUME"]]
 
 
-def test_a_bad_spec_drains_too(node: Node, tmp_path: Path, good: tuple[Path, Path]) -> None:
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("version: 1\nsysctl: {vm.swappiness: [1}\n")
-    assert node.run(bad, good[1]).returncode == 1
-    assert node.calls() == [["update", "NodeName=gpu07", "State=DRAIN", "Reason=gpuhost: "
-                             "checks could not run: bad spec, root or options (exit 4)"]]
-
-
-def test_a_stale_report_never_vouches(node: Node, tmp_path: Path,
-                                      good: tuple[Path, Path]) -> None:
-    node.run(*good)
+def test_a_stale_report_never_vouches(node: Node, tmp_path: Path) -> None:
+    node.run(BLACKWELL8, None, pytest_path=canned(tmp_path, PASSING, 0))
     assert (node.tmp / "run/r.json").exists()
     quiet = tmp_path / "quiet-pytest"
     fake(quiet, "exit 0\n")  # claims success, writes no report
     node.sinfo_line = "drain gpuhost: dmesg"
-    assert node.run(good[0], None, pytest_path=quiet).returncode == 1
+    assert node.run(BLACKWELL8, None, pytest_path=quiet).returncode == 1
     assert node.calls()[-1][2:] == ["State=DRAIN", "Reason=gpuhost: checks could not run: "
                                     "no report (No such file or directory; pytest exit 0)"]
 

@@ -4,7 +4,8 @@ One check per ordered pair (``p2p[0000:01:00.0->0000:81:00.0]``), classed ``same
 ``cross_numa`` by the GPUs' sysfs ``numa_node`` (NVML's topology where sysfs says -1); ``h2d`` and
 ``d2h`` floors add one check per GPU, ``concurrent`` one per flow of a ring in which every GPU
 sends to its neighbour at once. The checks run after every other check but dmesg, so under
-``--fix`` a live probe sees the fixed MaxReadReq.
+``--fix`` a live probe sees the fixed MaxReadReq. Every p2p check is slow (marked
+``gpuhost_slow``): a health check with a deadline leaves them out.
 
 Probes: ``cuda`` (ours, cuda-python), ``nvbandwidth`` (the binary, ``-j``), ``file:PATH`` (a saved
 output; a relative PATH is under the host root, an absolute one is read as is) and ``auto``: on
