@@ -353,7 +353,7 @@ class GpuhostRun:
                 _at_least(session, pytest.ExitCode.TESTS_FAILED)
         if self.settings.npd:  # last: NPD's exit status replaces pytest's
             session.exitstatus = npd.answer_run(records, int(session.exitstatus),
-                                                self.config.stash[npd.STDOUT])
+                                                self.config.stash.get(npd.STDOUT, None))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.is_worker:

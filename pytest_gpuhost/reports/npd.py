@@ -9,6 +9,7 @@ standard error.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TextIO
@@ -47,10 +48,11 @@ def answer(health: Health, problem: str | None = None) -> NpdAnswer:
     return NpdAnswer(OK, f"{PREFIX} {health.total} checks ok")
 
 
-def answer_run(records: Sequence[CheckResult], exit_status: int, stdout: TextIO) -> int:
-    """Print the run's one line on ``stdout``; NPD's exit status, which replaces pytest's."""
+def answer_run(records: Sequence[CheckResult], exit_status: int, stdout: TextIO | None) -> int:
+    """Print the run's one line on ``stdout`` (the real one, kept at startup; else sys.stdout);
+    NPD's exit status, which replaces pytest's."""
     reply = answer(health_of_results(records), pytest_problem(exit_status))
-    print(reply.message, file=stdout, flush=True)
+    print(reply.message, file=stdout or sys.stdout, flush=True)
     return reply.status
 
 
