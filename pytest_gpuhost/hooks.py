@@ -21,8 +21,9 @@ from .fix.run import JOURNAL_KEY
 from .gate import judge, verdict_text
 from .host import Host
 from .items import GpuhostItem, JournalFile, SpecFile
-from .reports import Reporter, RunInfo
+from .reports import Reporter, RunInfo, npd
 from .reports.jsonfile import JsonReport
+from .reports.nfd import NfdFeatureFile
 from .reports.prometheus import PrometheusTextfile
 from .reports.terminal import TerminalSummary
 from .result import CheckResult, Outcome
@@ -306,6 +307,8 @@ class GpuhostRun:
             chosen.append(JsonReport(settings.report))
         if settings.prom is not None:
             chosen.append(PrometheusTextfile(settings.prom))
+        if settings.nfd is not None:
+            chosen.append(NfdFeatureFile(settings.nfd))
         if settings.alluredir is not None:
             from .reports.allure import AllureSessionFiles
 
@@ -348,6 +351,9 @@ class GpuhostRun:
             except OutputError as exc:
                 self.problems.append(str(exc))
                 _at_least(session, pytest.ExitCode.TESTS_FAILED)
+        if self.settings.npd:  # last: NPD's exit status replaces pytest's
+            session.exitstatus = npd.answer_run(records, int(session.exitstatus),
+                                                self.config.stash.get(npd.STDOUT, None))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.is_worker:

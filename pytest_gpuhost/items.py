@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 GPUHOST_MARK = pytest.mark.gpuhost
 """Built once: looking a marker up by name costs more than the rest of an item's set-up."""
+SLOW_MARK = pytest.mark.gpuhost_slow
 
 
 def run_of(config: pytest.Config) -> GpuhostRun:
@@ -82,6 +83,8 @@ class GpuhostItem(pytest.Item):
         self.waits_for: list[int] = []
         """Collection indices of the checks this one must run after (dmesg: all others)."""
         self.add_marker(GPUHOST_MARK)
+        if check.slow:
+            self.add_marker(SLOW_MARK)
 
     def runtest(self) -> None:
         __tracebackhide__ = True

@@ -8,6 +8,7 @@ this module and its options only.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
@@ -17,9 +18,12 @@ from . import hookspecs
 MARKERS = (
     "gpuhost: on a generated host check: its kind; on a test of yours: run it only after every "
     "host check passed (--gpuhost-gate does this for every test)",
+    "gpuhost_slow: a host check that takes long (the p2p bandwidth checks); -m 'not "
+    "gpuhost_slow' is the fast subset a scheduler's health check can afford",
 )
 _OPTIONS = ("gpuhost_spec", "gpuhost_root", "fix", "gpuhost_report", "gpuhost_dry_run",
-            "gpuhost_journal", "gpuhost_rollback", "fix_persist", "gpuhost_gate", "gpuhost_prom")
+            "gpuhost_journal", "gpuhost_rollback", "fix_persist", "gpuhost_gate", "gpuhost_prom",
+            "gpuhost_npd", "gpuhost_nfd")
 _SPEC_SUFFIXES = (".yaml", ".yml")
 
 
@@ -61,6 +65,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gpuhost-prom", default=None, metavar="FILE",
                     help="write the checks as a Prometheus textfile (node_exporter's textfile "
                          "collector), atomically")
+    group.addoption("--gpuhost-npd", action="store_true", default=False,
+                    help="node-problem-detector custom plugin: exit 0 (all good), 1 (a check "
+                         "failed) or 2 (could not run), one line on stdout; pytest's output "
+                         "goes to stderr")
+    group.addoption("--gpuhost-nfd", default=None, metavar="FILE",
+                    help="write a Node Feature Discovery feature file (gpuhost.tuned, "
+                         "gpuhost.failed), atomically")
     parser.addini("gpuhost_spec", "spec file(s) of the host's tuning", type="args", default=[])
     parser.addini("gpuhost_root", "host root (default /)", type="string", default="")
 
@@ -92,10 +103,23 @@ def _raw_options(config: pytest.Config) -> Any:
         dry_run=option.gpuhost_dry_run, persist=option.fix_persist,
         journal=option.gpuhost_journal, rollback=option.gpuhost_rollback,
         lock_timeout=option.gpuhost_lock_timeout, gate=option.gpuhost_gate,
-        report=option.gpuhost_report, prom=option.gpuhost_prom,
+        report=option.gpuhost_report, prom=option.gpuhost_prom, npd=option.gpuhost_npd,
+        nfd=option.gpuhost_nfd,
         alluredir=getattr(option, "allure_report_dir", None),
         numprocesses=getattr(option, "numprocesses", None),
         worker=hasattr(config, "workerinput"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """--gpuhost-npd: NPD reads standard output as the condition's message, so the terminal
+    reporter (made at configure, from sys.stdout) writes to stderr; the real stdout is kept for
+    the one line."""
+    if config.option.gpuhost_npd and not hasattr(config, "workerinput"):
+        from .reports.npd import STDOUT
+
+        config.stash[STDOUT] = sys.stdout
+        sys.stdout = sys.stderr
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -103,6 +127,30 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", marker)
     if not _asked(config):
         return
+    if not config.option.gpuhost_npd or hasattr(config, "workerinput"):
+        _configure_run(config)
+        return
+    from .reports.npd import STDOUT, cannot_run
+
+    try:
+        _configure_run(config)
+    except Exception as exc:  # a bad spec or root, a held lock, a bug: NPD's "unknown"
+        message = exc.msg if isinstance(exc, pytest.exit.Exception) else str(exc)
+        reply = cannot_run(message or type(exc).__name__)
+        print(reply.message, file=config.stash[STDOUT], flush=True)
+        pytest.exit(message, returncode=reply.status)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if config.option.gpuhost_npd and not hasattr(config, "workerinput"):
+        from .reports.npd import STDOUT
+
+        stdout = config.stash.get(STDOUT, None)
+        if stdout is not None and sys.stdout is sys.stderr:
+            sys.stdout = stdout
+
+
+def _configure_run(config: pytest.Config) -> None:
     from .hooks import RUN, GpuhostRun
     from .settings import SettingsError, resolve
 

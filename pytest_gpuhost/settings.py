@@ -44,6 +44,8 @@ class RawOptions:
     gate: bool = False
     report: str | None = None
     prom: str | None = None
+    npd: bool = False
+    nfd: str | None = None
     alluredir: str | None = None
     numprocesses: object = None
     worker: bool = False
@@ -70,6 +72,9 @@ class Settings:
     worker: bool
     distributing: bool
     """On an xdist controller that starts workers."""
+    npd: bool = False
+    """--gpuhost-npd, on the controller: answer as a node-problem-detector plugin."""
+    nfd: Path | None = None
 
     @property
     def active(self) -> bool:
@@ -117,10 +122,12 @@ def _root(raw: RawOptions) -> Path:
     return root
 
 
-_NEEDS_SPEC = ("fix", "report", "root", "gate", "prom", "persist", "dry_run", "journal")
+_NEEDS_SPEC = ("fix", "report", "root", "gate", "prom", "persist", "dry_run", "journal", "npd",
+               "nfd")
 _FLAGS = {"fix": "--fix", "report": "--gpuhost-report", "root": "--gpuhost-root",
           "gate": "--gpuhost-gate", "prom": "--gpuhost-prom", "persist": "--fix-persist",
-          "dry_run": "--gpuhost-dry-run", "journal": "--gpuhost-journal"}
+          "dry_run": "--gpuhost-dry-run", "journal": "--gpuhost-journal",
+          "npd": "--gpuhost-npd", "nfd": "--gpuhost-nfd"}
 
 
 def _usage(raw: RawOptions, has_specs: bool) -> None:
@@ -183,4 +190,6 @@ def resolve(raw: RawOptions) -> Settings:
         report=_output(raw, raw.report, "--gpuhost-report") if not raw.worker else None,
         prom=_output(raw, raw.prom, "--gpuhost-prom") if not raw.worker else None,
         alluredir=raw.invocation / raw.alluredir if raw.alluredir else None,
-        worker=raw.worker, distributing=not raw.worker and bool(raw.numprocesses))
+        worker=raw.worker, distributing=not raw.worker and bool(raw.numprocesses),
+        npd=raw.npd and not raw.worker,
+        nfd=_output(raw, raw.nfd, "--gpuhost-nfd") if not raw.worker else None)

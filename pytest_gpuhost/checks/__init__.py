@@ -103,6 +103,9 @@ class Check:
     hardware: bool = False
     """A failure points at the hardware (a missing GPU, a degraded link, kernel errors), not
     at a setting that --fix could change."""
+    slow: bool = False
+    """Takes long (a bandwidth measurement): marked ``gpuhost_slow``, so a health check with a
+    deadline can leave it out with ``-m "not gpuhost_slow"``."""
 
     @property
     def id(self) -> str:

@@ -4,7 +4,8 @@ One check per ordered pair (``p2p[0000:01:00.0->0000:81:00.0]``), classed ``same
 ``cross_numa`` by the GPUs' sysfs ``numa_node`` (NVML's topology where sysfs says -1); ``h2d`` and
 ``d2h`` floors add one check per GPU, ``concurrent`` one per flow of a ring in which every GPU
 sends to its neighbour at once. The checks run after every other check but dmesg, so under
-``--fix`` a live probe sees the fixed MaxReadReq.
+``--fix`` a live probe sees the fixed MaxReadReq. Every p2p check is slow (marked
+``gpuhost_slow``): a health check with a deadline leaves them out.
 
 Probes: ``cuda`` (ours, cuda-python), ``nvbandwidth`` (the binary, ``-j``), ``file:PATH`` (a saved
 output; a relative PATH is under the host root, an absolute one is read as is) and ``auto``: on
@@ -171,7 +172,7 @@ class P2pKind:
         def add(kind: str, key: str | None, floor: float, label: str, cls: str) -> None:
             expect = Floor(floor, label, section.warn_margin)
             checks.append(Check(kind, key, expect, section.options,
-                                RateProbe(shared, key or "", cls, floor), order=ORDER))
+                                RateProbe(shared, key or "", cls, floor), order=ORDER, slow=True))
 
         if not gpus or (len(gpus) == 1 and not (wanted["h2d"] or wanted["d2h"])):
             problem = ("no NVIDIA GPU under sys/bus/pci/devices" if not gpus else
@@ -179,7 +180,7 @@ class P2pKind:
                        "its host link to a floor")
             low = min(f for _, f in section.floors) if section.floors else section.concurrent
             checks.append(Check("p2p", None, Floor(low or 0.0, "p2p"), section.options,
-                                Unmeasurable(problem), order=ORDER))
+                                Unmeasurable(problem), order=ORDER, slow=True))
             return checks
         for name in ("h2d", "d2h"):
             floor = section.floor(name)
@@ -194,7 +195,8 @@ class P2pKind:
                 lowest = min((f for c, f in section.floors if c in CLASSES), default=None)
                 if lowest is not None:
                     checks.append(Check("p2p", f"{a}->{b}", Floor(lowest, "unclassified"),
-                                        section.options, Unmeasurable(cls), order=ORDER))
+                                        section.options, Unmeasurable(cls), order=ORDER,
+                                        slow=True))
         if section.concurrent is not None:
             for i, a in enumerate(gpus):
                 b = gpus[(i + 1) % len(gpus)]

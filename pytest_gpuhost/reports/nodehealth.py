@@ -1,0 +1,93 @@
+"""What a node-health integration (Slurm, node-problem-detector, Node Feature Discovery) says of a
+run: whether the node is healthy, which checks kept it from being so, and short, safe text
+naming them.
+
+Those tools put our text where others read or parse it (a Slurm drain reason, a Kubernetes node
+condition, a label), so every line made here is one line of printable ASCII without quotes,
+backslashes, backticks or ``$``, cut to a width.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..gate import OPEN_OUTCOMES
+from ..result import CheckResult
+
+GOOD_OUTCOMES = frozenset(outcome.value for outcome in OPEN_OUTCOMES)
+"""passed, fixed, skipped; any other outcome (and a check that left no record) is a failure."""
+PREFIX = "gpuhost:"
+"""Starts every line, so a Slurm wrapper knows its own drains from others'."""
+_UNSAFE = re.compile(r"""["'`\\$]""")
+_NOT_PRINTABLE = re.compile(r"[^\x20-\x7e]")
+_PCI_DOMAIN = re.compile(r"\b[0-9a-f]{4}:(?=[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])")
+
+
+@dataclass(frozen=True)
+class Health:
+    total: int
+    """Checks that ran or were selected."""
+    failing: tuple[str, ...]
+    """Ids of the checks that did not pass, get fixed or skip, in run order."""
+
+    @property
+    def healthy(self) -> bool:
+        """At least one check, and none failing: a run that checked nothing vouches for nothing."""
+        return self.total > 0 and not self.failing
+
+
+def health_of(outcomes: Iterable[tuple[str, str]]) -> Health:
+    """From (check id, outcome) pairs; ``none`` stands for a check that left no record."""
+    pairs = list(outcomes)
+    return Health(len(pairs), tuple(check for check, outcome in pairs
+                                    if outcome not in GOOD_OUTCOMES))
+
+
+def health_of_results(results: Sequence[CheckResult]) -> Health:
+    """A run's records (a check that never reported has an error record)."""
+    return health_of((r.id, r.outcome.value) for r in results)
+
+
+def health_of_report(data: Mapping[str, Any]) -> Health:
+    """From a ``--gpuhost-report`` JSON document (its ``checks[].id`` and ``outcome``)."""
+    checks = data.get("checks")
+    if not isinstance(checks, list):
+        raise ValueError("the report has no 'checks' list: is it a --gpuhost-report file?")
+    return health_of((str(c.get("id", "?")), str(c.get("outcome", "none"))) for c in checks
+                     if isinstance(c, Mapping))
+
+
+def clean(text: str) -> str:
+    """One line of printable ASCII without quoting characters: whitespace runs become one space,
+    quotes, backslashes, backticks and ``$`` are dropped, anything else unprintable is ``?``."""
+    text = " ".join(text.split())
+    return _NOT_PRINTABLE.sub("?", _UNSAFE.sub("", text))
+
+
+def cut(text: str, width: int) -> str:
+    """``text`` cleaned and, when longer than ``width``, ending in ``...`` at ``width``."""
+    text = clean(text)
+    if len(text) <= width:
+        return text
+    return (text[:max(width - 3, 0)] + "...")[:width]
+
+
+def short_id(check_id: str, width: int) -> str:
+    """A check id within ``width``: first without PCI domains (``0000:81:00.0`` -> ``81:00.0``),
+    which every GPU of a host shares, then cut."""
+    text = clean(check_id)
+    if len(text) > width:
+        text = _PCI_DOMAIN.sub("", text)
+    return cut(text, width)
+
+
+def first_and_count(health: Health, *, width: int, template: str) -> str:
+    """``template`` (with ``{count}``, ``{more}``, ``{first}``) filled so the line fits
+    ``width``: the first failing id is shortened to what the rest leaves."""
+    count, more = len(health.failing), len(health.failing) - 1
+    rest = len(template.format(count=count, more=more, first=""))
+    first = short_id(health.failing[0], max(width - rest, 8))
+    return cut(template.format(count=count, more=more, first=first), width)

@@ -1,0 +1,72 @@
+"""``--gpuhost-npd``: the run as a node-problem-detector custom plugin answers.
+
+NPD runs a plugin every ``invoke_interval`` and reads its exit status (0 OK, 1 a problem, any
+other status unknown) and its standard output, trimmed and cut at ``max_output_length`` bytes
+(80 by default), as the node condition's message; it logs standard error. So this mode prints one
+line of at most 80 ASCII characters on standard output and sends everything pytest prints to
+standard error.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TextIO
+
+import pytest
+
+from ..result import CheckResult
+from .nodehealth import PREFIX, Health, cut, first_and_count, health_of_results
+
+OK, PROBLEM, UNKNOWN = 0, 1, 2
+"""NPD's exit statuses: every check good; one is not; the checks could not run."""
+MAX_MESSAGE = 80
+"""NPD's default max_output_length: a longer message is cut, in bytes, where NPD likes."""
+STDOUT = pytest.StashKey[TextIO]()
+"""The real standard output, kept when the terminal reporter was sent to stderr."""
+
+
+@dataclass(frozen=True)
+class NpdAnswer:
+    status: int
+    message: str
+
+
+def answer(health: Health, problem: str | None = None) -> NpdAnswer:
+    """``problem``: why the checks could not run (the run was interrupted, nothing collected);
+    then the answer is unknown whatever the records say."""
+    if problem is not None:
+        return cannot_run(problem)
+    if health.total == 0:
+        return cannot_run("no gpuhost checks collected")
+    if health.failing:
+        return NpdAnswer(PROBLEM, first_and_count(
+            health, width=MAX_MESSAGE,
+            template=PREFIX + " {count} failed: {first}" + (" +{more}" if len(health.failing) > 1
+                                                           else "")))
+    return NpdAnswer(OK, f"{PREFIX} {health.total} checks ok")
+
+
+def answer_run(records: Sequence[CheckResult], exit_status: int, stdout: TextIO | None) -> int:
+    """Print the run's one line on ``stdout`` (the real one, kept at startup; else sys.stdout);
+    NPD's exit status, which replaces pytest's."""
+    reply = answer(health_of_results(records), pytest_problem(exit_status))
+    print(reply.message, file=stdout or sys.stdout, flush=True)
+    return reply.status
+
+
+def pytest_problem(exit_status: int) -> str | None:
+    """Why the checks could not run, from how pytest ended: interrupted (a collection error, a
+    held lock), an internal error, a usage error; None when the checks ran (whether or not they
+    passed; a run that collected none is told by its records)."""
+    if exit_status in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED,
+                       pytest.ExitCode.NO_TESTS_COLLECTED):
+        return None
+    names = {code.value: code.name.lower().replace("_", " ") for code in pytest.ExitCode}
+    return f"pytest exit status {exit_status} ({names.get(exit_status, 'unknown')})"
+
+
+def cannot_run(reason: str) -> NpdAnswer:
+    """A bad spec, a missing root, an interrupted run: NPD shows the condition as unknown."""
+    return NpdAnswer(UNKNOWN, cut(f"{PREFIX} could not run: {reason}", MAX_MESSAGE))
