@@ -236,7 +236,8 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError("--fix-persist names its files after the spec: run it with one "
                                 "spec at a time")
     fix = option.fix or rollback is not None
-    options = RunOptions(fix=fix, dry_run=option.gpuhost_dry_run)
+    options = RunOptions(fix=fix, dry_run=option.gpuhost_dry_run,
+                         persist=bool(option.fix_persist))
     spec_name = next(iter(specs.values())).name if specs else "rollback"
     workerinput = getattr(config, "workerinput", None)
     journal_path = None
@@ -505,6 +506,7 @@ STATUSES = {
     Outcome.FIX_FAILED.value: ("failed", "F", "FIX_FAILED"),
     Outcome.ERROR.value: ("error", "E", "ERROR"),
     Outcome.WOULD_FIX.value: ("would_fix", "W", "WOULD_FIX"),
+    Outcome.REBOOT_REQUIRED.value: ("reboot_required", "R", "REBOOT_REQUIRED"),
 }
 """pytest's (category, letter, word) for the outcomes that are not its own."""
 

@@ -36,6 +36,17 @@ class Evidence:
 
 
 @dataclass(frozen=True)
+class NextBoot:
+    """What the boot configuration gives a boot-time value on the next boot."""
+
+    value: str
+    where: str
+    """The file (``file:line``) that sets it."""
+    apply: str
+    """What makes it take effect: ``run `update-grub`, then reboot``."""
+
+
+@dataclass(frozen=True)
 class Observation:
     """What a probe saw. ``value`` is the raw string (None when there is nothing to read);
     ``problem`` explains a None value or a partial reading."""
@@ -47,6 +58,10 @@ class Observation:
     """(value, where) when boot-time configuration sets this value too (sysctl.d)."""
     details: Mapping[str, Any] = field(default_factory=dict)
     """Kind-specific facts carried into the result record (p2p: gbps, class, floor)."""
+    next_boot: NextBoot | None = None
+    """For a value only a boot applies (kernel command line, cpufreq driver, a read-only module
+    parameter): what the boot configuration sets. Running wrong but set right here: the check
+    is ``reboot_required``."""
 
 
 class NotApplicable(Exception):
@@ -68,6 +83,12 @@ class Probe(Protocol):
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
         """The changes that make the host hold ``value``, each with its original. Raise
         CannotFix when there is no safe way. Planning reads but never writes."""
+
+
+def is_boot_time(probe: Probe) -> bool:
+    """A probe whose fix writes the boot configuration (``boot_time = True``): it runs only
+    under --fix --fix-persist and takes effect at the next boot."""
+    return bool(getattr(probe, "boot_time", False))
 
 
 class NoFix:

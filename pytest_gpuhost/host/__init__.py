@@ -119,6 +119,11 @@ class Host(Protocol):
 
     def exists(self, path: str) -> bool: ...
 
+    def readlink(self, path: str) -> str | None:
+        """The target of the symbolic link at ``path`` as stored (``../../devices/...``), or
+        None when ``path`` is not a link. Resolving it inside the root is the caller's (see
+        ``linux.pcitopo``): the target is never followed here."""
+
     def read_kmsg(self, path: str = "dev/kmsg") -> list[str]: ...
 
     def run(self, argv: list[str], env: Mapping[str, str] | None = None, *,
@@ -245,6 +250,14 @@ class LocalHost:
                 return False
             raise self._fail("look at", path, exc) from exc
         return True
+
+    def readlink(self, path: str) -> str | None:
+        try:
+            return os.readlink(self._os_path(path))
+        except OSError as exc:
+            if exc.errno in (*_MISSING, errno.EINVAL):  # EINVAL: not a link
+                return None
+            raise self._fail("read the link", path, exc) from exc
 
     def read_kmsg(self, path: str = "dev/kmsg") -> list[str]:
         """The kernel log records: one read(2) per record from the real device until EAGAIN,

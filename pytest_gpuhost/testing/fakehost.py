@@ -20,6 +20,7 @@ from ..checks.sysctl import sysctl_path
 from ..gpu.nvml import RECORDED_NVML, FakeGpu, FakeNvml
 from ..host import COMMAND_TIMEOUT_S, CommandResult, Host, HostIdentity
 from ..linux.pciconfig import CAP_ID_EXP, CAP_POINTER, DEVCTL, SIZES, STATUS, STATUS_CAP_LIST
+from ..linux.pciext import EXT_ID_ACS, EXT_ID_AER
 
 DEVCTL_FLAGS = 0x0917
 """CorrErr+ NonFatalErr+ FatalErr+ RlxdOrd+ ExtTag+ NoSnoop+, as on a typical NVIDIA endpoint."""
@@ -38,8 +39,16 @@ def config_space(
     link_speed: str = "32.0",
     link_width: int = 16,
     size: int = 4096,
+    bridge: bool = False,
+    port_type: int = 1,
+    aspm: int = 0,
+    ext_caps: Sequence[tuple[int, int, bytes]] = (),
 ) -> bytes:
-    """A type-0 config space with PM and MSI capabilities and, at ``exp_cap``, PCI Express."""
+    """A config space with PM and MSI capabilities and, at ``exp_cap``, PCI Express: type 0
+    (an endpoint; ``port_type`` 1, legacy endpoint) or, with ``bridge``, type 1 (port_type 4 a
+    root port, 5 a switch upstream port, 6 a downstream port). ``aspm`` is Link Control's ASPM
+    bits 1:0. ``ext_caps`` are (offset, id, body) extended capabilities chained from 0x100 in
+    the order given (see ``acs_body``)."""
     data = bytearray(size)
     data[0:2] = vendor.to_bytes(2, "little")
     data[2:4] = device.to_bytes(2, "little")
@@ -55,15 +64,68 @@ def config_space(
     data[msi + 2] = 0x80  # 64bit+
     if exp_cap is not None:
         data[exp_cap:exp_cap + 2] = bytes([CAP_ID_EXP, 0x00])
-        data[exp_cap + 2:exp_cap + 4] = (0x0012).to_bytes(2, "little")  # v2, legacy endpoint
+        data[exp_cap + 2:exp_cap + 4] = (0x0002 | port_type << 4).to_bytes(2, "little")  # v2
         data[exp_cap + 4:exp_cap + 8] = (0x00008FC1).to_bytes(4, "little")  # DevCap: MPS 256
         devctl = DEVCTL_FLAGS | SIZES.index(max_read_request) << 12 | SIZES.index(max_payload) << 5
         data[exp_cap + DEVCTL:exp_cap + DEVCTL + 2] = devctl.to_bytes(2, "little")
         speed = _SPEED_CODES[link_speed]
         lnkcap = speed | link_width << 4 | 0x3 << 10
         data[exp_cap + 0x0C:exp_cap + 0x10] = lnkcap.to_bytes(4, "little")
+        data[exp_cap + 0x10:exp_cap + 0x12] = (0x0040 | aspm).to_bytes(2, "little")  # CommClk+
         data[exp_cap + 0x12:exp_cap + 0x14] = (speed | link_width << 4).to_bytes(2, "little")
+    if bridge:
+        data[0x0E] = 0x01  # header type 1: a PCI-to-PCI bridge
+    for index, (offset, cap_id, body) in enumerate(ext_caps):
+        following = ext_caps[index + 1][0] if index + 1 < len(ext_caps) else 0
+        header = cap_id | 1 << 16 | following << 20
+        data[offset:offset + 4] = header.to_bytes(4, "little")
+        data[offset + 4:offset + 4 + len(body)] = body
     return bytes(data)
+
+
+ACS_CAPABLE = 0x005F
+"""ACSCap: SrcValid+ TransBlk+ ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans+."""
+ACS_KERNEL_DEFAULT = 0x001D
+"""What Linux enables on a port with the IOMMU on: SrcValid+ ReqRedir+ CmpltRedir+ UpstreamFwd+."""
+
+
+def acs_body(control: int, capability: int = ACS_CAPABLE) -> bytes:
+    """The ACS capability after its header: ACS Capability (+4), ACS Control (+6)."""
+    return capability.to_bytes(2, "little") + control.to_bytes(2, "little")
+
+
+AER_BODY = bytes(0x44)
+"""An Advanced Error Reporting capability with nothing logged."""
+
+
+def bridge_caps(acs: int | None, acs_offset: int = 0x148) -> tuple[tuple[int, int, bytes], ...]:
+    """A port's extended capabilities as real ones list them: AER at 0x100, then ACS at
+    ``acs_offset`` (None: a bridge without ACS), then a vendor-specific one at 0x400."""
+    caps: list[tuple[int, int, bytes]] = [(0x100, EXT_ID_AER, AER_BODY)]
+    if acs is not None:
+        caps.append((acs_offset, EXT_ID_ACS, acs_body(acs)))
+    caps.append((0x400, 0x000B, bytes(8)))
+    return tuple(caps)
+
+
+AER_COUNTERS = {
+    "aer_dev_correctable": ("RxErr", "BadTLP", "BadDLLP", "Rollover", "Timeout",
+                            "NonFatalErr", "CorrIntErr", "HeaderOF", "TOTAL_ERR_COR"),
+    "aer_dev_nonfatal": ("Undefined", "DLP", "SDES", "TLP", "FCP", "CmpltTO", "CmpltAbrt",
+                         "UnxCmplt", "RxOF", "MalfTLP", "ECRC", "UnsupReq", "ACSViol",
+                         "TOTAL_ERR_NONFATAL"),
+    "aer_dev_fatal": ("Undefined", "DLP", "SDES", "TLP", "FCP", "CmpltTO", "CmpltAbrt",
+                      "UnxCmplt", "RxOF", "MalfTLP", "ECRC", "UnsupReq", "ACSViol",
+                      "TOTAL_ERR_FATAL"),
+}
+"""The AER counter files of a PCIe device's sysfs directory, as the kernel prints them."""
+
+
+def aer_text(name: str, counts: Mapping[str, int] | None = None) -> str:
+    counts = dict(counts or {})
+    names = AER_COUNTERS[name]
+    total = sum(counts.get(n, 0) for n in names[:-1])
+    return "".join(f"{n} {total if n == names[-1] else counts.get(n, 0)}\n" for n in names)
 
 
 def to_hexdump(address: str, heading: str, config: bytes) -> str:
@@ -220,6 +282,7 @@ class FakeHost:
         self.file("proc/sys/kernel/osrelease", release + "\n")
         self.file("proc/modules", "")
         self._kmsg_seq = 0
+        self._pci_dirs: dict[str, str] = {}
 
     def file(self, path: str, content: str | bytes, mode: int | None = None) -> Path:
         target = self.root / path
@@ -243,8 +306,23 @@ class FakeHost:
 
     def pci_device(self, address: str, *, vendor: int, device: int, class_code: int,
                    numa_node: int = 0, config: bytes | None = None,
-                   link_width: int = 16, max_link_speed: str = "32.0 GT/s PCIe") -> FakeHost:
-        base = f"sys/bus/pci/devices/{address}"
+                   link_width: int = 16, max_link_speed: str = "32.0 GT/s PCIe",
+                   parent: str | None = None, aer: bool = True) -> FakeHost:
+        """A PCI function laid out as sysfs lays it out: its directory in the device tree
+        (``sys/devices/pci0000:00/[bridges/]ADDR``, below ``parent``, a bridge added before)
+        and ``sys/bus/pci/devices/ADDR`` a relative link to it; with ``aer``, its AER counters."""
+        if parent is None:
+            domain, bus, _ = address.split(":")
+            directory = f"sys/devices/pci{domain}:{bus}/{address}"
+        else:
+            directory = f"{self._pci_dirs[parent]}/{address}"
+        self._pci_dirs[address] = directory
+        link = self.root / f"sys/bus/pci/devices/{address}"
+        link.parent.mkdir(parents=True, exist_ok=True)
+        (self.root / directory).mkdir(parents=True, exist_ok=True)
+        if not link.is_symlink():
+            link.symlink_to(os.path.relpath(self.root / directory, link.parent))
+        base = directory
         self.file(f"{base}/vendor", f"0x{vendor:04x}\n")
         self.file(f"{base}/device", f"0x{device:04x}\n")
         self.file(f"{base}/class", f"0x{class_code:06x}\n")
@@ -253,25 +331,135 @@ class FakeHost:
         self.file(f"{base}/max_link_width", f"{link_width}\n")
         self.file(f"{base}/max_link_speed", f"{max_link_speed}\n")
         self.file(f"{base}/current_link_speed", "2.5 GT/s PCIe\n")  # an idle GPU
+        if aer:
+            for name in AER_COUNTERS:
+                self.file(f"{base}/{name}", aer_text(name))
         if config is None:
             config = config_space(vendor=vendor, device=device, class_code=class_code)
         self.file(f"{base}/config", config)
         return self
 
+    def pci_dir(self, address: str) -> str:
+        """The device's own directory in the device tree (where its sysfs link points)."""
+        return self._pci_dirs[address]
+
+    def bridge(self, address: str, *, parent: str | None = None, port_type: int = 4,
+               acs: int | None = ACS_KERNEL_DEFAULT, acs_offset: int = 0x148,
+               vendor: int = 0x1022, device: int = 0x14AB, numa_node: int = 0,
+               aspm: int = 0) -> FakeHost:
+        """A PCIe port: a root port (``port_type`` 4), a switch's upstream (5) or downstream (6)
+        port, with ACS Control ``acs`` at ``acs_offset`` (None: no ACS capability)."""
+        config = config_space(vendor=vendor, device=device, class_code=0x060400, exp_cap=0x58,
+                              bridge=True, port_type=port_type, aspm=aspm,
+                              ext_caps=bridge_caps(acs, acs_offset))
+        return self.pci_device(address, vendor=vendor, device=device, class_code=0x060400,
+                               numa_node=numa_node, config=config, parent=parent)
+
     def gpu(self, address: str, *, numa_node: int = 0, max_read_request: int = 512,
             max_payload: int = 256, exp_cap: int = 0x78, link_width: int = 16,
-            max_link_speed: str = "32.0", device: int = 0x2BB5, audio: bool = True) -> FakeHost:
+            max_link_speed: str = "32.0", device: int = 0x2BB5, audio: bool = True,
+            parent: str | None = None, aspm: int = 0, aer: bool = True) -> FakeHost:
         """An NVIDIA GPU function and, like a workstation card, its HD audio function ``.1``."""
         config = config_space(vendor=0x10DE, device=device, class_code=0x030000,
                               exp_cap=exp_cap, max_read_request=max_read_request,
                               max_payload=max_payload, link_speed=max_link_speed,
-                              link_width=link_width)
+                              link_width=link_width, aspm=aspm)
         self.pci_device(address, vendor=0x10DE, device=device, class_code=0x030000,
                         numa_node=numa_node, config=config, link_width=link_width,
-                        max_link_speed=f"{max_link_speed} GT/s PCIe")
+                        max_link_speed=f"{max_link_speed} GT/s PCIe", parent=parent, aer=aer)
         if audio:
             self.pci_device(address[:-1] + "1", vendor=0x10DE, device=0x22E8,
-                            class_code=0x040300, numa_node=numa_node)
+                            class_code=0x040300, numa_node=numa_node, parent=parent, aer=aer)
+        return self
+
+    def aer_counts(self, address: str, name: str, counts: Mapping[str, int]) -> FakeHost:
+        """Set a device's AER counters (``aer_dev_correctable``, ...) as the kernel would."""
+        self.file(f"{self._pci_dirs[address]}/{name}", aer_text(name, counts))
+        return self
+
+    def iommu_groups(self, types: Mapping[str, str]) -> FakeHost:
+        """One IOMMU group per device, numbered in address order, of the given ``type``
+        (``identity``, ``DMA``, ``DMA-FQ``): ``sys/kernel/iommu_groups/N/{type,devices/ADDR}``
+        and each device's ``iommu_group`` link, as the kernel makes them."""
+        for number, (address, kind) in enumerate(sorted(types.items())):
+            group = f"sys/kernel/iommu_groups/{number}"
+            self.file(f"{group}/type", f"{kind}\n")
+            device = self.root / self._pci_dirs[address]
+            members = self.root / group / "devices"
+            members.mkdir(parents=True, exist_ok=True)
+            (members / address).symlink_to(os.path.relpath(device, members))
+            (device / "iommu_group").symlink_to(os.path.relpath(self.root / group, device))
+        return self
+
+    def cmdline(self, text: str) -> FakeHost:
+        self.file("proc/cmdline", text.rstrip("\n") + "\n")
+        return self
+
+    def grub(self, *, linux: str = "", linux_default: str = "quiet splash",
+             dropins: Mapping[str, str] | None = None) -> FakeHost:
+        """etc/default/grub as Debian ships it, and drop-ins in etc/default/grub.d."""
+        self.file("etc/default/grub", "# If you change this file, run 'update-grub'.\n"
+                                      "GRUB_DEFAULT=0\nGRUB_TIMEOUT=5\n"
+                                      "GRUB_DISTRIBUTOR=`lsb_release -i -s 2> /dev/null`\n"
+                                      f'GRUB_CMDLINE_LINUX_DEFAULT="{linux_default}"\n'
+                                      f'GRUB_CMDLINE_LINUX="{linux}"\n')
+        for name, text in (dropins or {}).items():
+            self.file(f"etc/default/grub.d/{name}", text)
+        return self
+
+    def cpufreq(self, driver: str, *, policies: int, governor: str = "schedutil",
+                epp: str | None = None, boost: str | None = "global", boost_on: bool = True,
+                cpus_per_policy: int = 1) -> FakeHost:
+        """A cpufreq tree: ``policyN`` per group of CPUs with the driver's files. ``boost``:
+        ``global`` (cpufreq/boost: acpi-cpufreq, amd-pstate before 6.11), ``policy``
+        (policyN/boost, 6.11 on), ``intel`` (intel_pstate/no_turbo) or None (a VM)."""
+        base = "sys/devices/system/cpu/cpufreq"
+        governors = ("performance powersave" if driver in ("amd-pstate-epp", "intel_pstate")
+                     else "conservative ondemand userspace powersave performance schedutil")
+        for index in range(policies):
+            first = index * cpus_per_policy
+            policy = f"{base}/policy{first}"
+            cpus = " ".join(str(c) for c in range(first, first + cpus_per_policy))
+            self.file(f"{policy}/scaling_driver", f"{driver}\n")
+            self.file(f"{policy}/scaling_governor", f"{governor}\n")
+            self.file(f"{policy}/scaling_available_governors", f"{governors}\n")
+            self.file(f"{policy}/related_cpus", f"{cpus}\n")
+            self.file(f"{policy}/affected_cpus", f"{cpus}\n")
+            if epp is not None:
+                self.file(f"{policy}/energy_performance_preference", f"{epp}\n")
+                self.file(f"{policy}/energy_performance_available_preferences",
+                          "default performance balance_performance balance_power power\n")
+            if boost == "policy":
+                self.file(f"{policy}/boost", f"{int(boost_on)}\n")
+        if boost == "global":
+            self.file(f"{base}/boost", f"{int(boost_on)}\n")
+        elif boost == "intel":
+            self.file("sys/devices/system/cpu/intel_pstate/no_turbo", f"{int(not boost_on)}\n")
+            self.file("sys/devices/system/cpu/intel_pstate/status", "active\n")
+        return self
+
+    def transparent_hugepage(self, selected: str = "always") -> FakeHost:
+        words = ("always", "madvise", "never")
+        text = " ".join(f"[{w}]" if w == selected else w for w in words)
+        self.file("sys/kernel/mm/transparent_hugepage/enabled", text + "\n")
+        return self
+
+    def module_parameters(self, name: str, values: Mapping[str, str]) -> FakeHost:
+        for parameter, value in values.items():
+            self.file(f"sys/module/{name}/parameters/{parameter}", f"{value}\n")
+        return self
+
+    def idle_counters(self, state: str, *, usage: int, time_us: int,
+                      cpus: Iterable[int] | None = None) -> FakeHost:
+        """Set the ``usage`` and ``time`` counters of the cpuidle state named ``state``."""
+        cpu = "sys/devices/system/cpu"
+        for directory in sorted((self.root / cpu).glob("cpu[0-9]*/cpuidle/state*")):
+            number = int(directory.parent.parent.name[3:])
+            if (directory / "name").read_text().strip() != state:
+                continue
+            if cpus is None or number in set(cpus):
+                (directory / "usage").write_text(f"{usage}\n")
+                (directory / "time").write_text(f"{time_us}\n")
         return self
 
     def cpus(self, count: int, *, states: Iterable[str] = ("POLL", "C1", "C2"),
@@ -288,6 +476,8 @@ class FakeHost:
                 self.file(f"{base}/name", f"{name}\n")
                 self.file(f"{base}/disable", "1\n" if name in off else "0\n")
                 self.file(f"{base}/latency", f"{[0, 1, 400, 800][min(index, 3)]}\n")
+                self.file(f"{base}/usage", "0\n")
+                self.file(f"{base}/time", "0\n")
         per_node = max(1, count // nodes)
         for node in range(nodes):
             first, last = node * per_node, min(count, (node + 1) * per_node) - 1
@@ -410,6 +600,10 @@ class CountingHost:
     def exists(self, path: str) -> bool:
         self._count("exists", path)
         return self.host.exists(path)
+
+    def readlink(self, path: str) -> str | None:
+        self._count("readlink", path)
+        return self.host.readlink(path)
 
     def read_kmsg(self, path: str = "dev/kmsg") -> list[str]:
         self._count("read_kmsg", path)
