@@ -64,6 +64,15 @@ class Observation:
     is ``reboot_required``."""
 
 
+@dataclass(frozen=True)
+class PersistLine:
+    """A line a kind supplies to --fix-persist: ``target`` names the file it goes to
+    (``tmpfiles``: etc/tmpfiles.d, ``cmdline``: a kernel parameter for the grub.d drop-in)."""
+
+    target: str
+    text: str
+
+
 class NotApplicable(Exception):
     """Raised by ``observe`` when the check cannot apply here (NVML absent): the check is
     skipped with this reason."""

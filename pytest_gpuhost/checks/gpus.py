@@ -20,6 +20,15 @@ from .nvml import NvmlEntry, expand_nvml
 PCI_DEVICES = "sys/bus/pci/devices"
 NVIDIA = 0x10DE
 GPU_CLASSES = (0x0300, 0x0302)
+
+
+@dataclass(frozen=True)
+class MissingGpus(NoFix):
+    def observe(self, host: Host) -> Observation:
+        return Observation(None, problem="no NVIDIA GPU (vendor 0x10de, class 0x0300/0x0302) "
+                                         "under sys/bus/pci/devices")
+
+
 @dataclass(frozen=True)
 class Gpu:
     address: str

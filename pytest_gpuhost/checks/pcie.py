@@ -15,7 +15,8 @@ from ..linux.pciconfig import SIZES, ConfigError, DeviceControl, device_control
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Domain, Expectation, Integer, LinkSpeed
 from . import Check, Evidence, Facts, NoFix, Observation
-from .gpus import Gpu, find_gpus
+from .gpus import Gpu, MissingGpus, find_gpus
+from .pcie_path import PathEntry, expand_path_key, parse_path_key
 
 
 def _device_control(host: Host, gpu: Gpu) -> tuple[DeviceControl, str]:
@@ -73,18 +74,12 @@ class SysfsAttributeProbe(NoFix):
 
 
 @dataclass(frozen=True)
-class MissingGpus(NoFix):
-    def observe(self, host: Host) -> Observation:
-        return Observation(None, problem="no NVIDIA GPU (vendor 0x10de, class 0x0300/0x0302) "
-                                         "under sys/bus/pci/devices")
-
-
-@dataclass(frozen=True)
 class PcieKey:
     domain: Domain
     matchers: tuple[str, ...]
 
 
+PATH_KEYS = ("acs_redirect", "aspm", "aer")
 KEYS = {
     "max_read_request": PcieKey(Integer(SIZES), ("min", "max", "one_of")),
     "max_payload": PcieKey(Integer(SIZES), ("min", "max", "one_of")),
@@ -112,25 +107,33 @@ def _probe(key: str, gpu: Gpu) -> MaxReadRequestProbe | MaxPayloadProbe | SysfsA
 class PcieKind:
     section = "pcie"
 
-    def parse(self, node: Node, context: SpecContext) -> tuple[PcieEntry, ...]:
-        entries = []
+    def parse(self, node: Node, context: SpecContext) -> tuple[PcieEntry | PathEntry, ...]:
+        entries: list[PcieEntry | PathEntry] = []
         pairs = node.mapping("pcie")
+        known = (*KEYS, *PATH_KEYS)
         if not pairs:
-            raise node.error(f"pcie is empty; expected one of: {', '.join(KEYS)}")
+            raise node.error(f"pcie is empty; expected one of: {', '.join(known)}")
         for key, value in pairs:
+            if key in PATH_KEYS:
+                entries.append(parse_path_key(key, value, context))
+                continue
             if key not in KEYS:
                 raise value.key_error(f"unknown key {key!r} in pcie; expected one of: "
-                                  f"{', '.join(KEYS)}")
+                                  f"{', '.join(known)}")
             spec = KEYS[key]
             expect, options = parse_expectation(value, context, spec.domain, what=f"pcie {key}",
                                                 matchers=spec.matchers)
             entries.append(PcieEntry(key, expect, options))
         return tuple(sorted(entries, key=lambda e: e.key))
 
-    def expand(self, section: tuple[PcieEntry, ...], facts: Facts) -> Sequence[Check]:
+    def expand(self, section: tuple[PcieEntry | PathEntry, ...], facts: Facts
+               ) -> Sequence[Check]:
         gpus = facts.get(find_gpus)
         checks: list[Check] = []
         for entry in section:
+            if isinstance(entry, PathEntry):
+                checks += expand_path_key(entry, facts)
+                continue
             kind = f"pcie.{entry.key}"
             if not gpus:
                 checks.append(Check(kind, None, entry.expect, entry.options, MissingGpus()))
