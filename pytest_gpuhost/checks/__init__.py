@@ -8,6 +8,7 @@ Built-in kinds register through the ``pytest_gpuhost_check_kinds`` hook like thi
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,6 +142,8 @@ class Facts:
         """Shared with the other xdist workers of this session; None without xdist."""
         self._nvml = nvml
         self._cache: dict[Callable[[Host], Any], Any] = {}
+        self.sleep: Callable[[float], None] = time.sleep
+        """How a check waits out a sampling window (cpuidle residency); tests replace it."""
 
     @property
     def nvml(self) -> NvmlSource:

@@ -65,7 +65,7 @@ def boot_config_paths(host: Host) -> list[str]:
     return [KERNEL_CMDLINE, PROXMOX_UUIDS, GRUB_DEFAULT, *dropins]
 
 
-def _read_all(host: Host, paths: Sequence[str]) -> dict[str, str | None]:
+def read_all(host: Host, paths: Sequence[str]) -> dict[str, str | None]:
     texts: dict[str, str | None] = {}
     for path in paths:
         try:
@@ -103,7 +103,7 @@ def parse_boot_config(texts: dict[str, str | None]) -> BootCommandLine:
 
 
 def read_boot_config(host: Host) -> BootCommandLine:
-    return parse_boot_config(_read_all(host, boot_config_paths(host)))
+    return parse_boot_config(read_all(host, boot_config_paths(host)))
 
 
 def _header(spec: str) -> str:

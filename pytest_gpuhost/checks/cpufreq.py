@@ -17,9 +17,9 @@ from ..fix.changes import Plan, WriteText
 from ..host import Host, HostError
 from ..linux.cmdline import Parameter
 from ..linux.cpufreq import CPUFREQ, GLOBAL_BOOST, INTEL_NO_TURBO, policies, policy_path
+from ..result import CheckResult, Outcome
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Auto, Domain, Expectation, Integer
-from ..result import CheckResult, Outcome
 from . import (
     CannotFix,
     Check,

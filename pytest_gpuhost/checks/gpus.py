@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ..host import Host, HostError
 from ..linux.pciaddr import address_order, normalize_address
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
-from ..spec.matchers import Expectation, Integer
+from ..spec.matchers import Choice, Exact, Expectation, Integer
 from . import Check, Evidence, Facts, NoFix, Observation
 from .nvml import KEYS as NVML_KEYS
 from .nvml import NvmlEntry, expand_nvml
@@ -93,6 +93,9 @@ class GpusKind:
             if key == "count":
                 count = parse_expectation(value, context, Integer(), what="gpus count",
                                           matchers=("min", "max"))
+            elif key == "driver_match" and not value.is_mapping and value.scalar() is True:
+                nvml.append(NvmlEntry(key, Exact("match", Choice(("match",))),
+                                      EntryOptions(where=value.where)))
             elif key in NVML_KEYS:
                 spec = NVML_KEYS[key]
                 expect, options = parse_expectation(value, context, spec.domain,

@@ -20,8 +20,7 @@ from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Auto, Expectation
 from . import CannotFix, Check, Evidence, Facts, NextBoot, NotApplicable, Observation
 from .bootconfig import plan_dropin, read_boot_config
-from .gpus import find_gpus
-from .gpus import MissingGpus
+from .gpus import MissingGpus, find_gpus
 
 KEYS = ("gpu_groups",)
 PASSTHROUGH = ("iommu=pt", "iommu.passthrough=1")

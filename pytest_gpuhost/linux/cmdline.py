@@ -70,7 +70,9 @@ def _values(words: Sequence[str], key: str) -> list[str | None]:
 
 def _members(key: str, value: str | None) -> list[str | None]:
     """``pci=realloc,noaer`` holds two options."""
-    return value.split(",") if key == "pci" and value is not None else [value]
+    if key == "pci" and value is not None:
+        return list(value.split(","))
+    return [value]
 
 
 @dataclass(frozen=True)
@@ -148,9 +150,7 @@ def _shell_value(raw: str, variables: Mapping[str, str]) -> str | None:
                 end += 2 if text[end] == "\\" else 1
             out.append(_expand(text[index + 1:end], variables))
             index = end + 1
-        elif char == "#" and (index == 0 or text[index - 1].isspace()):
-            break
-        elif char.isspace():
+        elif (char == "#" and (index == 0 or text[index - 1].isspace())) or char.isspace():
             break
         else:
             end = index
