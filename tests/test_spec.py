@@ -66,7 +66,7 @@ def test_when_conditions(tmp_path: Path) -> None:
           nvidia_peermem: {state: loaded, when: infiniband}
           nouveau: {state: absent, when: not container}
     """)
-    entries = {e.name: e for e in spec.sections["modules"]}  # type: ignore[attr-defined]
+    entries = {e.name: e for e in spec.sections["modules"].modules}  # type: ignore[attr-defined]
     assert str(entries["nvidia_peermem"].options.when) == "infiniband"
     assert str(entries["nouveau"].options.when) == "not container"
 
@@ -81,7 +81,7 @@ def test_severity_per_entry_defaults_to_normal(tmp_path: Path) -> None:
           disabled: [{name: C2, severity: minor}]
         dmesg: {severity: critical}
     """)
-    modules = {e.name: e for e in spec.sections["modules"]}  # type: ignore[attr-defined]
+    modules = {e.name: e for e in spec.sections["modules"].modules}  # type: ignore[attr-defined]
     assert modules["nvidia"].options.severity == "blocker"
     assert modules["nouveau"].options.severity == "normal"
     assert spec.sections["cpuidle"][0].options.severity == "minor"  # type: ignore[index]

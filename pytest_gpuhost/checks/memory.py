@@ -33,7 +33,7 @@ class ThpProbe:
 
     def observe(self, host: Host) -> Observation:
         raw = self._read(host)
-        selected = bracketed(raw)
+        selected = bracketed(raw, THP_MODES)
         return Observation(selected, (Evidence(THP, raw),),
                            problem=None if selected else f"{THP} selects nothing: {raw!r}")
 

@@ -8,11 +8,15 @@ _BRACKETED = re.compile(r"\[([^\]\s]+)\]")
 _RELEASE = re.compile(r"(\d+(?:\.\d+){0,2})(?:-(\d+))?")
 
 
-def bracketed(text: str) -> str | None:
+def bracketed(text: str, choices: tuple[str, ...] = ()) -> str | None:
     """The selected word of a sysfs choice file: ``always [madvise] never`` -> ``madvise``
-    (transparent_hugepage/enabled, lockdown); None when nothing is bracketed."""
+    (transparent_hugepage/enabled, lockdown); None when nothing is bracketed. A file that holds
+    one of ``choices`` alone (what a write leaves in a fake tree, which has no kernel behind it
+    to re-render the list) is that word."""
     match = _BRACKETED.search(text)
-    return match.group(1) if match else None
+    if match:
+        return match.group(1)
+    return text.strip() if text.strip() in choices else None
 
 
 def release_version(release: str) -> str:
