@@ -113,8 +113,8 @@ def test_reboot_required_is_its_own_status_and_closes_the_gate(
             "`update-grub`, then reboot"),
     ])
     quiet = pytester.runpytest("--gpuhost-spec=boot.yaml", f"--gpuhost-root={fake.root}")
-    assert "R" in quiet.stdout.lines[[i for i, line in enumerate(quiet.stdout.lines)
-                                      if line.startswith("boot.yaml ")][0]]
+    progress = next(line for line in quiet.stdout.lines if line.startswith("boot.yaml "))
+    assert progress.startswith("boot.yaml R")  # its own letter
     data = json.loads((pytester.path / "out.json").read_text())
     assert data["summary"]["reboot_required"] == 1
     assert data["checks"][0]["outcome"] == "reboot_required"
