@@ -179,8 +179,8 @@ def test_allure_results_of_a_fix_run(pytester: pytest.Pytester, spec: Path,
     assert "gpu.model=NVIDIA 10de\\:" not in env  # values are not key-escaped
     assert re.search(r"^kernel=\S+$", env, re.M)
     categories = json.loads((out / "categories.json").read_text())
-    assert [c["name"] for c in categories] == ["Fix failed", "Hardware fault", "Mis-tuned",
-                                               "Not applicable"]
+    assert [c["name"] for c in categories] == ["Fix failed", "Hardware fault",
+                                               "Reboot required", "Mis-tuned", "Not applicable"]
 
 
 def category_of(categories: list[dict[str, object]], status: str, message: str,
@@ -201,7 +201,7 @@ def category_of(categories: list[dict[str, object]], status: str, message: str,
 def test_categories_sort_the_checks(pytester: pytest.Pytester, spec: Path,
                                     example_host: Path) -> None:
     pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}",
-                       "--fix", "--alluredir=allure-results")
+                       "--fix", "--fix-persist", "--alluredir=allure-results")
     out = pytester.path / "allure-results"
     categories = json.loads((out / "categories.json").read_text())
     found = {}
@@ -211,6 +211,8 @@ def test_categories_sort_the_checks(pytester: pytest.Pytester, spec: Path,
                                   details.get("message", ""), details.get("trace", ""))
     assert found["module[nvidia_peermem]"] == "Fix failed"
     assert found["dmesg"] == "Hardware fault"
+    assert found["cpufreq.driver"] == "Reboot required"
+    assert found["kernel.release"] == "Mis-tuned"
     assert found["sysctl[vm.swappiness]"] is None  # fixed: passed
     shutil.rmtree(out)
     verify = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}",

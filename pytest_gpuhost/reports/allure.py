@@ -26,7 +26,7 @@ from ..result import CheckResult, Outcome
 dynamic: Any = allure.dynamic
 """allure's dynamic API is untyped."""
 
-HARDWARE_KINDS = ("gpu_count", "pcie.link_width", "pcie.max_link_speed", "dmesg")
+HARDWARE_KINDS = ("gpu_count", "pcie.link_width", "pcie.max_link_speed", "pcie.aer", "dmesg")
 """Kinds whose failure points at the hardware (a missing GPU, a degraded link, kernel errors),
 not at a setting."""
 
@@ -39,6 +39,9 @@ CATEGORIES = [
     {"name": "Hardware fault", "matchedStatuses": ["failed", "broken"],
      "traceRegex": f"{_ANY}  (FAILED|ERROR) ({_HARDWARE})[ \\[]{_ANY}",
      "description": "a GPU missing from PCI, a degraded link, errors in the kernel log"},
+    {"name": "Reboot required", "matchedStatuses": ["failed"],
+     "traceRegex": f"{_ANY}  REBOOT_REQUIRED {_ANY}",
+     "description": "set right in the boot configuration, not yet running: reboot (or reload)"},
     {"name": "Mis-tuned", "matchedStatuses": ["failed"], "traceRegex": f"{_ANY}  FAILED {_ANY}",
      "description": "a setting differs from the spec (run with --fix)"},
     {"name": "Not applicable", "matchedStatuses": ["skipped"],
