@@ -131,6 +131,9 @@ def _fix(check: Check, host: Host, fixer: Fixer, problem: str) -> CheckResult:
         return _result(check, Outcome.ERROR, str(exc), None)
     if check.expect.judge(before.value).ok:
         return _result(check, Outcome.PASSED, "right by the time the lock was taken", before)
+    pending = _reboot_required(check, before, problem)
+    if pending is not None:  # another worker's boot-time fix wrote it meanwhile
+        return pending
     try:
         plan = _plan(check, host, before)
     except CannotFix as exc:

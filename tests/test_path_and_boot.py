@@ -472,3 +472,25 @@ def test_new_keys_refuse_bad_values_with_file_and_line(tmp_path: Path, text: str
     with pytest.raises(SpecError, match=re.escape(message)) as caught:
         load_spec(path, KINDS, CONDITIONS)
     assert caught.value.where == f"{path}:{line}"
+
+
+def test_a_boot_setting_written_meanwhile_is_reboot_required_not_refixed(fake: FakeHost,
+                                                                        tmp_path: Path) -> None:
+    """Under xdist another worker's fix may write the drop-in between this check's observe and
+    its fix: re-observed under the lock, it is reboot_required, and nothing is written again."""
+    fake.cpufreq("acpi-cpufreq", policies=1).grub().cmdline("ro")
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text("version: 1\nname: t\ncpufreq:\n  driver: amd-pstate-epp\n")
+    spec = load_spec(spec_path, KINDS, CONDITIONS)
+    host = LocalHost(fake.root)
+    [check] = KINDS["cpufreq"].expand(spec.sections["cpufreq"], Facts(host))
+
+    class Racing(Fixer):
+        def locked(self):  # type: ignore[no-untyped-def]
+            fake.file("etc/default/grub.d/90-gpuhost-t.cfg", 'GRUB_CMDLINE_LINUX_DEFAULT='
+                      '"$GRUB_CMDLINE_LINUX_DEFAULT amd_pstate=active"\n')
+            return super().locked()
+
+    fixer = Racing(host, None, run_lock=None, apply_lock=None, lock_timeout=0)
+    result = run_check(check, host, {}, RunOptions(fix=True, persist=True), fixer)
+    assert result.outcome is Outcome.REBOOT_REQUIRED and result.action is None
