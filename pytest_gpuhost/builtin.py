@@ -6,9 +6,13 @@ from collections.abc import Mapping, Sequence
 
 from .checks import Kind
 from .checks.conditions import BUILTIN_CONDITIONS, ConditionFn
+from .checks.cpufreq import CpufreqKind
 from .checks.cpuidle import CpuidleKind
 from .checks.dmesg import DmesgKind
 from .checks.gpus import GpusKind
+from .checks.iommu import IommuKind
+from .checks.kernel import KernelKind
+from .checks.memory import MemoryKind
 from .checks.modules import ModulesKind
 from .checks.p2p import P2pKind
 from .checks.pcie import PcieKind
@@ -21,8 +25,8 @@ from .settings import Settings
 
 @hookimpl
 def pytest_gpuhost_check_kinds() -> Sequence[Kind]:
-    return [SysctlKind(), GpusKind(), PcieKind(), CpuidleKind(), ModulesKind(), P2pKind(),
-            DmesgKind()]
+    return [SysctlKind(), KernelKind(), CpufreqKind(), MemoryKind(), GpusKind(), PcieKind(),
+            IommuKind(), CpuidleKind(), ModulesKind(), P2pKind(), DmesgKind()]
 
 
 @hookimpl

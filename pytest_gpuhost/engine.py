@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .checks import CannotFix, Check, NotApplicable, Observation
+from .checks import CannotFix, Check, NotApplicable, Observation, is_boot_time
 from .checks.conditions import ConditionFn
 from .fix.changes import Plan, to_dict
 from .fix.fixer import Applied, Fixer, FixError
@@ -20,6 +20,8 @@ from .result import CheckResult, Outcome
 class RunOptions:
     fix: bool = False
     dry_run: bool = False
+    persist: bool = False
+    """--fix-persist: boot-time checks may write the boot configuration (a drop-in)."""
 
 
 def run_check(
@@ -47,6 +49,9 @@ def run_check(
         return _result(check, Outcome.PASSED, verdict.warning, observed,
                        notes=(verdict.warning,) if verdict.warning else ())
     problem = _explain(verdict.reason, observed)
+    pending = _reboot_required(check, observed, problem)
+    if pending is not None:
+        return pending
     if not options.fix:
         return _result(check, Outcome.FAILED, problem + _hint(check, host, observed), observed)
     if not check.options.fix:
@@ -58,6 +63,11 @@ def run_check(
     if check.expect.fix_value(observed.value) is None:
         return _result(check, Outcome.FAILED, f"{problem}; not fixed: '{expected}' names no "
                                               "single value to write", observed)
+    if is_boot_time(check.probe) and not options.persist:
+        return _result(check, Outcome.FAILED, f"{problem}; not fixed: a boot-time setting; "
+                                              "--fix --fix-persist writes it to the boot "
+                                              "configuration, then a reboot applies it",
+                       observed)
     if options.dry_run:
         return _plan_only(check, host, observed, problem)
     if fixer is None:
@@ -86,7 +96,20 @@ def _hint(check: Check, host: Host, observed: Observation) -> str:
         return f" (not fixable: {exc})"
     except (HostError, ValueError):
         return ""
+    if is_boot_time(check.probe):
+        return " (a boot-time setting: --fix --fix-persist writes it, then reboot)"
     return " (fixable: run with --fix)"
+
+
+def _reboot_required(check: Check, observed: Observation, problem: str,
+                     done: str = "") -> CheckResult | None:
+    """The record of a value that is wrong now but that the boot configuration sets right."""
+    boot = observed.next_boot
+    if boot is None or not check.expect.judge(boot.value).ok:
+        return None
+    return _result(check, Outcome.REBOOT_REQUIRED,
+                   f"{done}{problem}; {boot.where} sets {boot.value!r} for the next boot: "
+                   f"{boot.apply}", observed)
 
 
 def _plan_only(check: Check, host: Host, observed: Observation, problem: str) -> CheckResult:
@@ -110,6 +133,9 @@ def _fix(check: Check, host: Host, fixer: Fixer, problem: str) -> CheckResult:
         return _result(check, Outcome.ERROR, str(exc), None)
     if check.expect.judge(before.value).ok:
         return _result(check, Outcome.PASSED, "right by the time the lock was taken", before)
+    pending = _reboot_required(check, before, problem)
+    if pending is not None:  # another worker's boot-time fix wrote it meanwhile
+        return pending
     try:
         plan = _plan(check, host, before)
     except CannotFix as exc:
@@ -136,6 +162,11 @@ def _fix(check: Check, host: Host, fixer: Fixer, problem: str) -> CheckResult:
     if verdict.ok:
         return _result(check, Outcome.FIXED, f"{before.value} -> {after.value}{printed}", after,
                        before=before, applied=applied, plan=plan)
+    pending = _reboot_required(check, after, _explain(verdict.reason, after),
+                               done=f"{applied.action}; running: ")
+    if pending is not None:
+        return _result(check, Outcome.REBOOT_REQUIRED, pending.message, after, before=before,
+                       applied=applied, plan=plan)
     message = (f"{applied.action}, but read back {after.value!r}: "
                f"{_explain(verdict.reason, after)}{printed}")
     if not printed:

@@ -40,6 +40,7 @@ STATUSES = {
     Outcome.FIX_FAILED.value: ("failed", "F", "FIX_FAILED"),
     Outcome.ERROR.value: ("error", "E", "ERROR"),
     Outcome.WOULD_FIX.value: ("would_fix", "W", "WOULD_FIX"),
+    Outcome.REBOOT_REQUIRED.value: ("reboot_required", "R", "REBOOT_REQUIRED"),
 }
 """pytest's (category, letter, word) for the outcomes that are not its own."""
 

@@ -18,6 +18,9 @@ class Outcome(str, enum.Enum):
     ERROR = "error"
     WOULD_FIX = "would_fix"
     """A dry run (--fix --gpuhost-dry-run): failing, and this is the plan that would fix it."""
+    REBOOT_REQUIRED = "reboot_required"
+    """The running value is wrong, but the boot configuration already sets the right one:
+    right after the next boot. Not a pass: the host is not tuned yet."""
 
     def __str__(self) -> str:
         return self.value

@@ -187,7 +187,8 @@ class Session:
 
     @property
     def options(self) -> RunOptions:
-        return RunOptions(fix=self.settings.fix, dry_run=self.settings.dry_run)
+        return RunOptions(fix=self.settings.fix, dry_run=self.settings.dry_run,
+                          persist=self.settings.persist)
 
     @property
     def spec_name(self) -> str:

@@ -152,7 +152,8 @@ def test_p2p_bandwidth_latency_test_bus_ids_and_cannot_access() -> None:
     assert measured.rates["0000:1b:00.0->0000:3d:00.0"] == Rate(24.97)
     staged = measured.rates["0000:1b:00.0->0000:89:00.0"]
     assert staged.gbps is None  # never the host-staged copy's number
-    assert "CANNOT access peer device 2 (its 19.90 GB/s is a copy staged" in str(staged.problem)
+    assert "CANNOT access peer device 2" in str(staged.problem)
+    assert "(its 19.90 GB/s is a copy staged" in str(staged.problem)
     assert measured.notes == ()
 
 
@@ -173,3 +174,15 @@ def test_garbage_is_a_parse_error(text: str) -> None:
 def test_measurements_round_trip_through_json() -> None:
     measured = Measurements("src", {"a->b": Rate(1.5), "c->d": Rate(None, "no peer")}, ("n",))
     assert Measurements.from_dict(measured.as_dict()) == measured
+
+
+def test_a_zero_in_the_connectivity_matrix_is_no_p2p_without_a_cannot_line() -> None:
+    """A host with P2P off can print CAN lines (or none) while its P2P Connectivity Matrix says
+    0: the "P2P=Enabled" numbers are then copies staged through host memory, never P2P."""
+    output = parse_output(read("p2pBandwidthLatencyTest_2gpu_matrix_zero.txt"))
+    assert output.no_peer == {(0, 1), (1, 0)}
+    measured = to_measurements(output, ("0000:17:00.0", "0000:ca:00.0"), "t")
+    for pair in ("0000:17:00.0->0000:ca:00.0", "0000:ca:00.0->0000:17:00.0"):
+        assert measured.rates[pair].gbps is None
+        assert "P2P access is not possible" in str(measured.rates[pair].problem)
+        assert "Connectivity Matrix" in str(measured.rates[pair].problem)

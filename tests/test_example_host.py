@@ -27,7 +27,10 @@ def test_committed_example_host_matches_the_generator(tmp_path: Path) -> None:
 
 def test_example_host_is_the_untuned_box() -> None:
     devices = sorted(os.listdir(EXAMPLE_HOST / "sys/bus/pci/devices"))
-    assert len(devices) == 18  # 8 GPUs with their audio functions, a root port, a NIC
+    # 8 GPUs with their audio functions and root ports, a NIC and its root port
+    assert len(devices) == 26
+    assert os.readlink(EXAMPLE_HOST / "sys/bus/pci/devices/0000:81:00.0") == \
+        "../../../devices/pci0000:80/0000:80:01.1/0000:81:00.0"
     assert (EXAMPLE_HOST / "proc/sys/kernel/numa_balancing").read_text() == "1\n"
     assert (EXAMPLE_HOST / "sys/class/infiniband/mlx5_0").is_dir()
     assert os.access(EXAMPLE_HOST / "usr/sbin/modprobe", os.X_OK)

@@ -157,10 +157,11 @@ def test_dry_run_reports_the_plan_and_writes_nothing(pytester: pytest.Pytester, 
                                 "--fix", "--gpuhost-dry-run", "--fix-persist",
                                 "--gpuhost-report=plan.json")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    assert counts(result) == {"passed": 63, "failed": 32, "would_fix": 28}  # P2P has no fixer
+    # P2P has no fixer; boot-time checks plan their drop-ins (--fix-persist is on)
+    assert counts(result) == {"passed": 82, "failed": 57, "would_fix": 58, "skipped": 1}
     assert snapshot(example_host) == before  # not even a journal or a lock file
     result.stdout.fnmatch_lines([
-        "--gpuhost-dry-run: 32 fixes planned (95 changes); nothing was written",
+        "--gpuhost-dry-run: 62 fixes planned (188 changes); nothing was written",
         escape("  WOULD_FIX  sysctl[vm.swappiness]: '60' != '10'; would write '10' to "
                "proc/sys/vm/swappiness"),
     ])
@@ -171,7 +172,16 @@ def test_dry_run_reports_the_plan_and_writes_nothing(pytester: pytest.Pytester, 
     ])
     data = json.loads((pytester.path / "plan.json").read_text())
     assert data["dry_run"] is True and data["journal"] is None
-    assert data["summary"]["would_fix"] == 32
+    assert data["summary"]["would_fix"] == 62
+    checks_by_id = {c["id"]: c for c in data["checks"]}
+    acs = checks_by_id["pcie.acs_redirect[0000:00:01.1]"]
+    assert acs["plan"] == [{"change": "write sys/bus/pci/devices/0000:00:01.1/config @0x14e: "
+                                      "1d00 -> 1100", "type": "write_bytes",
+                            "path": "sys/bus/pci/devices/0000:00:01.1/config", "offset": 0x14E,
+                            "old": "1d00", "new": "1100"}]  # RR and CR cleared, SV and UF kept
+    cmdline = checks_by_id["kernel.cmdline[iommu=pt]"]
+    assert cmdline["outcome"] == "would_fix"
+    assert cmdline["plan"][0]["path"] == "etc/default/grub.d/90-gpuhost-blackwell8.cfg"
     checks = {c["id"]: c for c in data["checks"]}
     mrrs = checks["pcie.max_read_request[0000:81:00.0]"]
     assert mrrs["outcome"] == "would_fix"
@@ -200,8 +210,8 @@ def test_fix_journals_every_change_and_rollback_restores_the_originals(
     untuned = host_state(example_host)
     fixed = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}",
                                "--fix", "--fix-persist")
-    fixed.stdout.fnmatch_lines(["--fix: 27 of 28 fixes applied",
-                                "--fix-persist: 4 of 4 files written",
+    fixed.stdout.fnmatch_lines(["--fix: 45 of 46 fixes applied",
+                                "--fix-persist: 6 of 6 files written",
                                 "journal: *.jsonl (undo: --gpuhost-rollback=*.jsonl)"])
     [journal] = (example_host / STATE / "journal").glob("*-blackwell8-*.jsonl")
     contents = read_journal(journal)
@@ -212,17 +222,19 @@ def test_fix_journals_every_change_and_rollback_restores_the_originals(
     assert first.time.endswith("Z")
     states = {e.check: e.state for e in contents.entries}
     assert states["module[nvidia_peermem]"] == "failed"
-    # sysctls, MaxReadReq and persistence mode per GPU, C2 per CPU, modprobes, files
-    assert len(contents.entries) == 9 + 8 + 8 + 64 + 2 + 4
+    # sysctls, MaxReadReq, persistence mode, power limit per GPU, ACS per root port, C2 and
+    # the governor per CPU, modprobes, THP, the drop-ins of two kernel parameters and one
+    # module option (the driver and IOMMU checks found theirs there already), files
+    assert len(contents.entries) == 9 + 8 + 8 + 8 + 8 + 64 + 64 + 2 + 1 + 2 + 1 + 6
 
     rollback = pytester.runpytest(f"--gpuhost-root={example_host}", "--gpuhost-rollback", "-v")
     assert rollback.ret == pytest.ExitCode.OK
-    assert counts(rollback) == {"passed": 1, "fixed": 94}  # the failed modprobe changed nothing
-    rollback.stdout.fnmatch_lines(["--gpuhost-rollback: 94 of 94 changes restored",
+    assert counts(rollback) == {"passed": 1, "fixed": 180}  # the failed modprobe changed nothing
+    rollback.stdout.fnmatch_lines(["--gpuhost-rollback: 180 of 180 changes restored",
                                    "rollback: *.jsonl is closed"])
     order = [line.split("rollback[", 1)[1] for line in rollback.stdout.lines
              if "::rollback[" in line and (" FIXED " in line or " PASSED " in line)]
-    assert len(order) == 95
+    assert len(order) == 181
     assert order[0].startswith("persist[etc/udev/rules.d/90-gpuhost-blackwell8.rules]")
     assert order[-1].startswith("sysctl[kernel.nmi_watchdog] proc/sys/kernel/nmi_watchdog #1]")
     restored = host_state(example_host)
@@ -274,10 +286,23 @@ def test_a_run_that_crashed_mid_fix_can_still_be_rolled_back(
 def test_fix_persist_writes_files_that_make_it_stick(pytester: pytest.Pytester, spec: Path,
                                                      example_host: Path) -> None:
     shutil.rmtree(example_host / "sys/class/infiniband")
+    (example_host / "proc/sys/kernel/osrelease").write_text("6.8.0-49-generic\n")
     args = [f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}", "--fix", "--fix-persist"]
     first = pytester.runpytest(*args)
-    assert first.ret == pytest.ExitCode.OK
+    assert counts(first) == {"passed": 139, "fixed": 45, "skipped": 2, "reboot_required": 12}
     etc = example_host / "etc"
+    dropin = (etc / "default/grub.d/90-gpuhost-blackwell8.cfg").read_text()
+    assert dropin.endswith('GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT amd_pstate='
+                           "active iommu=pt 'pci=disable_acs_redir=0000:00:01.1;0000:20:01.1;"
+                           "0000:40:01.1;0000:60:01.1;0000:80:01.1;0000:a0:01.1;0000:c0:01.1;"
+                           "0000:e0:01.1'\"\n")  # quoted: GRUB's parser splits at ';'
+    assert (etc / "default/grub").read_text().count("GRUB_CMDLINE") == 2  # the user's, untouched
+    assert (etc / "modprobe.d/gpuhost-blackwell8-options.conf").read_text().endswith(
+        "options nvidia_uvm uvm_disable_hmm=Y\n")
+    tmpfiles = (etc / "tmpfiles.d/gpuhost-blackwell8.conf").read_text()
+    assert ("w /sys/devices/system/cpu/cpufreq/policy*/scaling_governor - - - - performance\n"
+            in tmpfiles)
+    assert "w /sys/kernel/mm/transparent_hugepage/enabled - - - - madvise\n" in tmpfiles
     sysctl = (etc / "sysctl.d/90-gpuhost-blackwell8.conf").read_text()
     assert sysctl.startswith("# Written by pytest-gpuhost --fix-persist from spec blackwell8 "
                              "(blackwell8.yaml).\n")
@@ -293,7 +318,7 @@ def test_fix_persist_writes_files_that_make_it_stick(pytester: pytest.Pytester, 
     assert not [p for p in etc.rglob(".*")]  # no temporary file left behind
     persisted = host_state(example_host)
     second = pytester.runpytest(*args)
-    assert second.ret == pytest.ExitCode.OK
+    assert counts(second) == {"passed": 184, "skipped": 2, "reboot_required": 12}
     second.stdout.fnmatch_lines(["--fix: 0 of 0 fixes applied",
                                  "--fix-persist: 0 of 0 files written"])
     assert host_state(example_host) == persisted  # unchanged files are not rewritten
@@ -418,10 +443,10 @@ def test_a_fix_run_under_xdist_shares_one_journal(pytester: pytest.Pytester, spe
     result = pytester.runpytest_subprocess(f"--gpuhost-spec={spec}",
                                            f"--gpuhost-root={example_host}", "--fix", "-n", "2",
                                            "-p", "no:cacheprovider")
-    result.stdout.fnmatch_lines(["--fix: 27 of 28 fixes applied"])
+    result.stdout.fnmatch_lines(["--fix: 45 of 46 fixes applied"])
     [journal] = (example_host / STATE / "journal").glob("*.jsonl")
     entries = read_journal(journal).entries
-    assert len(entries) == 9 + 8 + 8 + 64 + 2
+    assert len(entries) == 9 + 8 + 8 + 8 + 8 + 64 + 64 + 2 + 1
     assert len({e.id.split("-")[0] for e in entries}) == 2  # both workers wrote to it
 
 

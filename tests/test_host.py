@@ -142,3 +142,18 @@ def test_the_agent_is_python_3_8_and_stdlib_only() -> None:
     import sys
 
     assert imported <= set(sys.stdlib_module_names) | {"__future__"}
+
+
+def test_readlink_gives_the_stored_target_and_none_for_a_file(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "sys/devices/pci0000:00/0000:00:01.1").mkdir(parents=True)
+    (root / "sys/bus/pci/devices").mkdir(parents=True)
+    (root / "sys/bus/pci/devices/0000:00:01.1").symlink_to(
+        "../../../devices/pci0000:00/0000:00:01.1")
+    (root / "file").write_text("x")
+    host = LocalHost(root)
+    assert host.readlink("sys/bus/pci/devices/0000:00:01.1") == \
+        "../../../devices/pci0000:00/0000:00:01.1"
+    assert host.readlink("file") is None and host.readlink("missing") is None
+    with pytest.raises(UnsafePath):
+        host.readlink("../etc/passwd")

@@ -50,7 +50,8 @@ def test_two_same_stem_specs_in_two_folders_are_two_records(pytester: pytest.Pyt
     result.assert_outcomes(passed=1, failed=1)
     report = _report(pytester)
     assert report["summary"] == {"passed": 1, "failed": 1, "fixed": 0, "fix_failed": 0,
-                                 "skipped": 0, "error": 0, "would_fix": 0}
+                                 "skipped": 0, "error": 0, "would_fix": 0,
+                                 "reboot_required": 0}
     text = (pytester.path / "out.prom").read_text()
     assert 'spec_file="one/tuning.yaml"' in text and 'spec_file="two/tuning.yaml"' in text
 
@@ -69,10 +70,18 @@ def test_a_spec_outside_the_rootdir_still_names_itself(pytester: pytest.Pytester
 
 
 def test_without_a_json_report_the_summary_does_not_point_at_one(
-        pytester: pytest.Pytester, example_host: Path) -> None:
-    result = pytester.runpytest(f"--gpuhost-spec={BLACKWELL8}", f"--gpuhost-root={example_host}")
+        pytester: pytest.Pytester, fake: FakeHost) -> None:
+    keys = [f"kernel.k{n}" for n in range(14)]  # more warnings than the summary lists
+    fake.sysctls(dict.fromkeys(keys, 0))
+    fake.file("etc/sysctl.d/10-other.conf", "".join(f"{key} = 1\n" for key in keys))
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n" + "".join(
+        f"  {key}: 0\n" for key in keys))
+    result = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}")
     assert "in the JSON report" not in result.stdout.str()
-    result.stdout.fnmatch_lines(["*... and * more (--gpuhost-report=FILE lists them all)"])
+    result.stdout.fnmatch_lines(["*... and 2 more (--gpuhost-report=FILE lists them all)"])
+    with_report = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}",
+                                     "--gpuhost-report=out.json")
+    with_report.stdout.fnmatch_lines(["*... and 2 more in the JSON report"])
 
 
 def test_a_kernel_without_module_support_plans_no_modprobe(pytester: pytest.Pytester,

@@ -61,7 +61,7 @@ def test_verify_the_untuned_example_host(pytester: pytest.Pytester, spec: Path,
     before = snapshot(example_host)
     result = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}",
                                 "--gpuhost-report=out.json")
-    result.assert_outcomes(passed=63, failed=60)
+    result.assert_outcomes(passed=82, failed=115, skipped=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert snapshot(example_host) == before  # verification writes nothing
     result.stdout.fnmatch_lines([
@@ -77,15 +77,30 @@ def test_verify_the_untuned_example_host(pytester: pytest.Pytester, spec: Path,
         row("pcie.max_read_request", "8 - 8 - - -",
             "0000:01:00.0 0000:21:00.0 0000:41:00.0 0000:61:00.0 0000:81:00.0 0000:a1:00.0 "
             "0000:c1:00.0 0000:e1:00.0"),
+        row("iommu.gpu_groups", "8 - 8 - - -", "0000:01:00.0 *"),
         row("cpuidle", "1 - 1 - - -", "C2 cpus 0-63"),
         row("module", "4 2 2 - - -"),
-        row("p2p", "56 24 32 - - -"),
+        row("cpuidle.residency", "1 1 - - - -"),
+        row("module.parameter", "1 - 1 - - -"),
+        row("p2p", "56 - 56 - - -"),  # ACS redirect on every root port: all pairs slow
+        row("pcie.aer", "8 8 - - - -"),
         row("dmesg", "1 1 - - - -"),
-        row("total", "123 63 60 - - -"),
-        "warnings: 24 (a value close to its floor, or one that boot-time configuration would set "
-        "back)",
-        escape("  WARN p2p[0000:01:00.0->0000:21:00.0]: 46.48 GB/s is within 5% above the floor "
-               "45 GB/s (same_numa)"),
+        row("total", "198 82 115 - - 1"),
+    ])
+    result.stdout.fnmatch_lines([
+        row("kernel.release", "1 - 1 - - -"),
+        row("kernel.cmdline", "3 1 2 - - -"),
+        row("cpufreq.boost", "1 1 - - - -"),
+        row("cpufreq.driver", "1 - 1 - - -"),
+        row("cpufreq.epp", "1 - - - - 1"),  # acpi-cpufreq has no EPP: not applicable
+        row("cpufreq.governor", "1 - 1 - - -"),
+        row("memory.transparent_hugepage", "1 - 1 - - -"),
+    ], consecutive=True)
+    result.stdout.fnmatch_lines([
+        row("pcie.acs_redirect", "8 - 8 - - -",
+            "0000:00:01.1 0000:20:01.1 0000:40:01.1 0000:60:01.1 0000:80:01.1 0000:a0:01.1 "
+            "0000:c0:01.1 0000:e0:01.1"),  # not the NIC's root port 0000:80:03.1
+        row("pcie.aspm", "8 8 - - - -"),
     ], consecutive=True)
     result.stdout.fnmatch_lines([escape(  # the bandwidth measurement shows progress
         "  p2p[0000:01:00.0->0000:21:00.0]: running nvbandwidth -j -b 256 -t "
@@ -100,16 +115,22 @@ def test_verify_the_untuned_example_host(pytester: pytest.Pytester, spec: Path,
     ])
     data = report(pytester.path / "out.json")
     assert data["fix"] is False
-    assert data["summary"] == {"passed": 63, "failed": 60, "fixed": 0, "fix_failed": 0,
-                               "skipped": 0, "error": 0, "would_fix": 0}
+    assert data["summary"] == {"passed": 82, "failed": 115, "fixed": 0, "fix_failed": 0,
+                               "skipped": 1, "error": 0, "would_fix": 0, "reboot_required": 0}
     pair = by_id(data)["p2p[0000:01:00.0->0000:81:00.0]"]
     assert (pair["kind"], pair["key"], pair["observed"], pair["outcome"]) == (
-        "p2p", "0000:01:00.0->0000:81:00.0", "27.62", "failed")
-    assert pair["details"]["gbps"] == 27.62  # type: ignore[index]
+        "p2p", "0000:01:00.0->0000:81:00.0", "17.12", "failed")  # 27.62 GB/s x ACS redirect
+    assert pair["details"]["gbps"] == 17.12  # type: ignore[index]
     assert pair["details"]["class"] == "cross_numa"  # type: ignore[index]
     assert pair["details"]["floor"] == 32.0  # type: ignore[index]
-    warned = by_id(data)["p2p[0000:01:00.0->0000:21:00.0]"]
-    assert warned["outcome"] == "passed" and "within 5%" in warned["warnings"][0]  # type: ignore[index]
+    acs = by_id(data)["pcie.acs_redirect[0000:00:01.1]"]
+    assert (acs["kind"], acs["key"], acs["outcome"]) == ("pcie.acs_redirect", "0000:00:01.1",
+                                                         "failed")
+    assert acs["observed"] == "on: ACSCtl 0x001d: ReqRedir+ CmpltRedir+ EgressCtrl-"
+    assert acs["details"]["gpus"] == ["0000:01:00.0"]  # type: ignore[index]
+    assert "(fixable: run with --fix)" in str(acs["message"])
+    driver = by_id(data)["cpufreq.driver"]
+    assert "a boot-time setting: --fix --fix-persist writes it" in str(driver["message"])
     check = by_id(data)["pcie.max_read_request[0000:81:00.0]"]
     assert {k: check[k] for k in ("kind", "key", "expected", "observed", "before", "after",
                                   "outcome")} == {
@@ -122,22 +143,28 @@ def test_fix_the_example_host_reproduces_the_real_story(pytester: pytest.Pyteste
     result = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}",
                                 "--fix", "--gpuhost-report=out.json", "-v")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    # The P2P pairs are measured after the fixes: with MaxReadReq 4096 all 56 clear their floor.
-    assert counts(result) == {"passed": 94, "failed": 2, "fixed": 27}
+    # The P2P pairs are measured after the fixes: with MaxReadReq 4096 and ACS redirect off
+    # all 56 clear their floor. Boot-time settings need --fix-persist: they stay failed.
+    assert counts(result) == {"passed": 137, "failed": 15, "fixed": 45, "skipped": 1}
     result.stdout.fnmatch_lines([
         escape("blackwell8.yaml::sysctl[kernel.numa_balancing] FIXED") + "*",
         escape("blackwell8.yaml::gpus.persistence_mode[0000:01:00.0] FIXED") + "*",
         escape("blackwell8.yaml::module[nvidia_peermem] FIX_FAILED") + "*",
-        "--fix: 27 of 28 fixes applied",
+        "--fix: 45 of 46 fixes applied",
         escape("  FIX_FAILED module[nvidia_peermem]: apply failed: modprobe nvidia_peermem exited "
                "1: modprobe: ERROR: could not insert 'nvidia_peermem': Invalid argument"),
     ])
     checks = by_id(report(pytester.path / "out.json"))
     fixed = sorted(i for i, c in checks.items() if c["outcome"] == "fixed")
-    assert len(fixed) == 27 and all(i.startswith(("sysctl", "pcie.max_read_request",
+    assert len(fixed) == 45 and all(i.startswith(("sysctl", "pcie.max_read_request",
                                                   "gpus.persistence_mode", "cpuidle",
-                                                  "module[nvidia_uvm]"))
+                                                  "module[nvidia_uvm]", "pcie.acs_redirect",
+                                                  "gpus.power_limit", "cpufreq.governor",
+                                                  "memory.transparent_hugepage"))
                                     for i in fixed)
+    acs = checks["pcie.acs_redirect[0000:80:01.1]"]
+    assert (acs["before"], acs["after"]) == (
+        "on: ACSCtl 0x001d: ReqRedir+ CmpltRedir+ EgressCtrl-", "off")
     assert checks["module[nvidia_peermem]"]["outcome"] == "fix_failed"
     # The dmesg check ran last and saw what the failed load wrote to the kernel log.
     assert list(checks)[-1] == "dmesg"
@@ -154,17 +181,17 @@ def test_fix_the_example_host_reproduces_the_real_story(pytester: pytest.Pyteste
 def test_second_fix_is_idempotent_and_writes_nothing(pytester: pytest.Pytester, spec: Path,
                                                      example_host: Path) -> None:
     shutil.rmtree(example_host / "sys/class/infiniband")  # peermem is then not applicable
-    args = [f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}", "--fix"]
+    (example_host / "proc/sys/kernel/osrelease").write_text("6.8.0-49-generic\n")
+    args = [f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}", "--fix", "--fix-persist"]
     first = pytester.runpytest(*args)
-    assert counts(first) == {"passed": 95, "fixed": 27, "skipped": 1}
-    assert first.ret == pytest.ExitCode.OK
+    assert counts(first) == {"passed": 139, "fixed": 45, "skipped": 2, "reboot_required": 12}
+    assert first.ret == pytest.ExitCode.TESTS_FAILED  # a reboot is still due
     tuned = snapshot(example_host)
     second = pytester.runpytest(*args)
-    second.assert_outcomes(passed=122, skipped=1)
-    second.stdout.fnmatch_lines(["--fix: 0 of 0 fixes applied"])
+    assert counts(second) == {"passed": 184, "skipped": 2, "reboot_required": 12}
+    second.stdout.fnmatch_lines(["--fix: 0 of 0 fixes applied",
+                                 "--fix-persist: 0 of 0 files written"])
     assert snapshot(example_host) == tuned
-    verify = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}")
-    assert verify.ret == pytest.ExitCode.OK
 
 
 def test_spec_named_as_an_argument_and_ids_are_stable(pytester: pytest.Pytester,
@@ -282,7 +309,7 @@ def test_dmesg_runs_last_whatever_the_spec_order(pytester: pytest.Pytester,
 def test_xdist_collects_identically_and_reports_once(pytester: pytest.Pytester, spec: Path,
                                                      example_host: Path, tmp_path: Path) -> None:
     serial_host = tmp_path / "serial"
-    shutil.copytree(example_host, serial_host)
+    shutil.copytree(example_host, serial_host, symlinks=True)
     serial = pytester.runpytest_subprocess(f"--gpuhost-spec={spec}",
                                            f"--gpuhost-root={serial_host}", "--fix",
                                            "--gpuhost-report=serial.json", "-p",
@@ -292,14 +319,14 @@ def test_xdist_collects_identically_and_reports_once(pytester: pytest.Pytester, 
                                              "--gpuhost-report=parallel.json", "-p",
                                              "no:cacheprovider")
     assert serial.ret == parallel.ret == pytest.ExitCode.TESTS_FAILED
-    parallel.stdout.fnmatch_lines(["*2 workers*", "--fix: 27 of 28 fixes applied"])
+    parallel.stdout.fnmatch_lines(["*2 workers*", "--fix: 45 of 46 fixes applied"])
     assert parallel.stdout.str().count("= gpuhost: blackwell8 on") == 1
     one, two = report(pytester.path / "serial.json"), report(pytester.path / "parallel.json")
     outcome = {i: c["outcome"] for i, c in by_id(one).items()}
     assert list(by_id(one)) == list(by_id(two))  # same checks, same order
     assert {i: c["outcome"] for i, c in by_id(two).items()} == outcome
     assert outcome["dmesg"] == "failed"  # it waited for the failed peermem load on the other worker
-    assert one["summary"]["fixed"] == two["summary"]["fixed"] == 27  # type: ignore[index]
+    assert one["summary"]["fixed"] == two["summary"]["fixed"] == 45  # type: ignore[index]
 
 
 THIRD_PARTY = """

@@ -31,7 +31,7 @@ def test_junit_properties_per_check(pytester: pytest.Pytester, spec: Path,
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     cases = {case.get("name"): case for case in ET.parse(pytester.path / "junit.xml").iter(
         "testcase")}
-    assert len(cases) == 123
+    assert len(cases) == 198
 
     def props(name: str) -> dict[str, str]:
         return {p.get("name", ""): p.get("value", "") for p in cases[name].iter("property")}
@@ -52,7 +52,7 @@ def test_junit_properties_under_xdist(pytester: pytest.Pytester, spec: Path,
                                   "-n", "2", "--junitxml=junit.xml", "-p", "no:cacheprovider")
     outcomes = [p.get("value") for p in ET.parse(pytester.path / "junit.xml").iter("property")
                 if p.get("name") == "outcome"]
-    assert sorted(outcomes) == sorted(["passed"] * 63 + ["failed"] * 60)
+    assert sorted(outcomes) == sorted(["passed"] * 82 + ["failed"] * 115 + ["skipped"])
 
 
 SAMPLE = re.compile(r'(?P<name>[a-z_]+)\{(?P<labels>(?:[a-z_]+="(?:[^"\\]|\\.)*",?)*)\} '
@@ -94,7 +94,7 @@ def test_prometheus_textfile_from_a_run(pytester: pytest.Pytester, spec: Path,
     assert [p.name for p in (pytester.path / "textfile").iterdir()] == ["gpuhost.prom"]
     metrics = parse_exposition((pytester.path / "textfile/gpuhost.prom").read_text())
     ok = {(labels["kind"], labels["key"]): value for labels, value in metrics["gpuhost_check_ok"]}
-    assert len(ok) == 123
+    assert len(ok) == 198
     assert ok[("sysctl", "vm.swappiness")] == 1
     assert ok[("module", "nvidia_peermem")] == 0
     assert ok[("dmesg", "")] == 0
@@ -103,8 +103,8 @@ def test_prometheus_textfile_from_a_run(pytester: pytest.Pytester, spec: Path,
     assert outcome[("nvidia_peermem", "fix_failed")] == 1
     assert sum(v for (key, _), v in outcome.items() if key == "nvidia_peermem") == 1
     counts = {labels["outcome"]: value for labels, value in metrics["gpuhost_checks"]}
-    assert counts == {"passed": 94, "failed": 1, "fixed": 27, "fix_failed": 1, "skipped": 0,
-                      "error": 0, "would_fix": 0}
+    assert counts == {"passed": 137, "failed": 14, "fixed": 45, "fix_failed": 1, "skipped": 1,
+                      "error": 0, "would_fix": 0, "reboot_required": 0}
     observed = {labels["key"]: value for labels, value in metrics["gpuhost_check_observed"]
                 if labels["kind"] == "pcie.max_read_request"}
     assert set(observed.values()) == {4096}
@@ -145,8 +145,8 @@ def test_allure_results_of_a_fix_run(pytester: pytest.Pytester, spec: Path,
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     out = pytester.path / "allure-results"
     tests = allure_results(out)
-    assert len(tests) == 123
-    assert len({t["historyId"] for t in tests.values()}) == 123  # one history per check
+    assert len(tests) == 198
+    assert len({t["historyId"] for t in tests.values()}) == 198  # one history per check
     swap = tests["sysctl[vm.swappiness]"]
     assert swap["status"] == "passed"
     assert labels_of(swap)["feature"] == "sysctl"
@@ -179,8 +179,8 @@ def test_allure_results_of_a_fix_run(pytester: pytest.Pytester, spec: Path,
     assert "gpu.model=NVIDIA 10de\\:" not in env  # values are not key-escaped
     assert re.search(r"^kernel=\S+$", env, re.M)
     categories = json.loads((out / "categories.json").read_text())
-    assert [c["name"] for c in categories] == ["Fix failed", "Hardware fault", "Mis-tuned",
-                                               "Not applicable"]
+    assert [c["name"] for c in categories] == ["Fix failed", "Hardware fault",
+                                               "Reboot required", "Mis-tuned", "Not applicable"]
 
 
 def category_of(categories: list[dict[str, object]], status: str, message: str,
@@ -201,7 +201,7 @@ def category_of(categories: list[dict[str, object]], status: str, message: str,
 def test_categories_sort_the_checks(pytester: pytest.Pytester, spec: Path,
                                     example_host: Path) -> None:
     pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}",
-                       "--fix", "--alluredir=allure-results")
+                       "--fix", "--fix-persist", "--alluredir=allure-results")
     out = pytester.path / "allure-results"
     categories = json.loads((out / "categories.json").read_text())
     found = {}
@@ -211,6 +211,8 @@ def test_categories_sort_the_checks(pytester: pytest.Pytester, spec: Path,
                                   details.get("message", ""), details.get("trace", ""))
     assert found["module[nvidia_peermem]"] == "Fix failed"
     assert found["dmesg"] == "Hardware fault"
+    assert found["cpufreq.driver"] == "Reboot required"
+    assert found["kernel.release"] == "Mis-tuned"
     assert found["sysctl[vm.swappiness]"] is None  # fixed: passed
     shutil.rmtree(out)
     verify = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}",
@@ -246,7 +248,7 @@ def test_allure_under_xdist_writes_the_session_files_once(pytester: pytest.Pytes
                                   "-n", "2", "--alluredir=allure-results", "-p",
                                   "no:cacheprovider")
     out = pytester.path / "allure-results"
-    assert len(allure_results(out)) == 123
+    assert len(allure_results(out)) == 198
     assert "gpu.count=8\n" in (out / "environment.properties").read_text()
     assert (out / "categories.json").is_file()
     assert not list(out.glob(".*"))  # no temporary files left

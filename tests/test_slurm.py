@@ -138,7 +138,7 @@ def good(tmp_path: Path, fake: FakeHost) -> tuple[Path, Path]:
     return spec, fake.root
 
 
-DRAIN_REASON = "gpuhost: sysctl[kernel.nmi_watchdog] (+27 more)"
+DRAIN_REASON = "gpuhost: sysctl[kernel.nmi_watchdog] (+58 more)"
 FAILING = [("sysctl[kernel.nmi_watchdog]", "failed"), ("dmesg", "failed"), ("gpu_count", "passed")]
 PASSING = [("sysctl[vm.swappiness]", "passed"), ("cpuidle[C2]", "skipped")]
 

@@ -27,8 +27,8 @@ def load(tmp_path: Path, text: str) -> Spec:
 def test_bundled_spec_is_valid() -> None:
     spec = load_spec(BLACKWELL8, KINDS, CONDITIONS)
     assert spec.name == "blackwell8"
-    assert list(spec.sections) == ["sysctl", "gpus", "pcie", "cpuidle", "modules", "p2p",
-                                  "dmesg"]
+    assert list(spec.sections) == ["sysctl", "kernel", "cpufreq", "memory", "gpus", "pcie",
+                                   "iommu", "cpuidle", "modules", "p2p", "dmesg"]
     sysctls = {entry.key: entry for entry in spec.sections["sysctl"]}  # type: ignore[attr-defined]
     assert sysctls["kernel.numa_balancing"].expect == Exact("0", sysctls[
         "kernel.numa_balancing"].expect.domain)
@@ -66,7 +66,7 @@ def test_when_conditions(tmp_path: Path) -> None:
           nvidia_peermem: {state: loaded, when: infiniband}
           nouveau: {state: absent, when: not container}
     """)
-    entries = {e.name: e for e in spec.sections["modules"]}  # type: ignore[attr-defined]
+    entries = {e.name: e for e in spec.sections["modules"].modules}  # type: ignore[attr-defined]
     assert str(entries["nvidia_peermem"].options.when) == "infiniband"
     assert str(entries["nouveau"].options.when) == "not container"
 
@@ -81,10 +81,10 @@ def test_severity_per_entry_defaults_to_normal(tmp_path: Path) -> None:
           disabled: [{name: C2, severity: minor}]
         dmesg: {severity: critical}
     """)
-    modules = {e.name: e for e in spec.sections["modules"]}  # type: ignore[attr-defined]
+    modules = {e.name: e for e in spec.sections["modules"].modules}  # type: ignore[attr-defined]
     assert modules["nvidia"].options.severity == "blocker"
     assert modules["nouveau"].options.severity == "normal"
-    assert spec.sections["cpuidle"][0].options.severity == "minor"  # type: ignore[index]
+    assert spec.sections["cpuidle"].states[0].options.severity == "minor"  # type: ignore[index]
     assert spec.sections["dmesg"].options.severity == "critical"  # type: ignore[attr-defined]
 
 

@@ -8,6 +8,7 @@ Built-in kinds register through the ``pytest_gpuhost_check_kinds`` hook like thi
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,17 @@ class Evidence:
 
 
 @dataclass(frozen=True)
+class NextBoot:
+    """What the boot configuration gives a boot-time value on the next boot."""
+
+    value: str
+    where: str
+    """The file (``file:line``) that sets it."""
+    apply: str
+    """What makes it take effect: ``run `update-grub`, then reboot``."""
+
+
+@dataclass(frozen=True)
 class Observation:
     """What a probe saw. ``value`` is the raw string (None when there is nothing to read);
     ``problem`` explains a None value or a partial reading."""
@@ -50,6 +62,19 @@ class Observation:
     subjects: Mapping[str, str] = field(default_factory=dict)
     """What the observation was about beyond the check's own subjects: the CPUs a C-state is
     still enabled on (``{"cpus": "0-3,8"}``); reports show these instead of parsing text."""
+    next_boot: NextBoot | None = None
+    """For a value only a boot applies (kernel command line, cpufreq driver, a read-only module
+    parameter): what the boot configuration sets. Running wrong but set right here: the check
+    is ``reboot_required``."""
+
+
+@dataclass(frozen=True)
+class PersistLine:
+    """A line a kind supplies to --fix-persist: ``target`` names the file it goes to
+    (``tmpfiles``: etc/tmpfiles.d, ``cmdline``: a kernel parameter for the grub.d drop-in)."""
+
+    target: str
+    text: str
 
 
 class NotApplicable(Exception):
@@ -76,6 +101,12 @@ class Probe(Protocol):
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
         """The changes that make the host hold ``value``, each with its original. Raise
         CannotFix when there is no safe way. Planning reads but never writes."""
+
+
+def is_boot_time(probe: Probe) -> bool:
+    """A probe whose fix writes the boot configuration (``boot_time = True``): it runs only
+    under --fix --fix-persist and takes effect at the next boot."""
+    return bool(getattr(probe, "boot_time", False))
 
 
 class NoFix:
@@ -142,6 +173,8 @@ class Facts:
         """Shared with the other xdist workers of this session; None without xdist."""
         self._nvml = nvml
         self._cache: dict[Fact[Any] | Callable[[Host], Any], Any] = {}
+        self.sleep: Callable[[float], None] = time.sleep
+        """How a check waits out a sampling window (cpuidle residency); tests replace it."""
 
     @property
     def nvml(self) -> NvmlSource:

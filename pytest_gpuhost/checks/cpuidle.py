@@ -6,15 +6,17 @@ can differ between CPUs, so states are matched by ``name``, CPU by CPU.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..fix.changes import Plan, WriteText
 from ..host import Glob, Host, HostError, Read, Reply, Request
 from ..spec import OPTION_KEYS, EntryOptions, Node, SpecContext
 from ..spec.matchers import Choice, Exact
-from . import CannotFix, Check, Evidence, Fact, Facts, Observation
+from . import CannotFix, Check, Evidence, Fact, Facts, NoFix, NotApplicable, Observation
 
 CPU = "sys/devices/system/cpu"
 DRIVER = f"{CPU}/cpuidle/current_driver"
@@ -99,6 +101,61 @@ class StateEntry:
     options: EntryOptions
 
 
+NO_GROWTH = "no growth"
+RESIDENCY_ORDER = 1  # after the disable checks: under --fix, the state is disabled first
+_WINDOW = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s)?\Z")
+_UNSAFE_NAME = set("/\\'\"$`|;&<>()*?[]%")
+"""Characters no real state name has, refused so that a name can never leave the root or
+break out of the udev rule that --fix-persist writes with it."""
+
+
+def read_counters(host: Host, paths: Sequence[tuple[int, str]]) -> dict[int, tuple[int, int]]:
+    """cpu -> (usage, time in us) of one state, from the ``disable`` paths' directories."""
+    bases = [(cpu, disable.rsplit("/", 1)[0]) for cpu, disable in paths]
+    replies = host.batch([Read(f"{base}/{name}") for _, base in bases
+                          for name in ("usage", "time")])  # one batch per sample, any CPUs
+    counters = {}
+    for number, (cpu, base) in enumerate(bases):
+        try:
+            usage, spent = (int(reply.text().strip())
+                            for reply in replies[2 * number:2 * number + 2])
+        except (HostError, ValueError) as exc:
+            raise NotApplicable(f"{base} has no usage/time counters ({exc})") from None
+        counters[cpu] = (usage, spent)
+    return counters
+
+
+@dataclass(frozen=True)
+class ResidencyProbe(NoFix):
+    """A disabled state must not be entered: its ``usage`` and ``time`` counters, sampled on
+    every online CPU at the start and end of the window, must not grow (growth means firmware
+    or another tool re-enabled it)."""
+
+    name: str
+    states: IdleStates
+    window: float
+    sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
+
+    def observe(self, host: Host) -> Observation:
+        paths = self.states.by_name.get(self.name, ())
+        if not paths:
+            known = ", ".join(self.states.names()) or "none"
+            return Observation(None, problem=f"no cpuidle state named {self.name!r} on any "
+                                             f"online CPU (driver {self.states.driver}: {known})")
+        start = read_counters(host, paths)
+        self.sleep(self.window)
+        end = read_counters(host, paths)
+        grown = {cpu: (end[cpu][0] - start[cpu][0], end[cpu][1] - start[cpu][1])
+                 for cpu in start if end[cpu] > start[cpu]}
+        raw = (f"{len(paths)} CPUs sampled {self.window:g} s apart: usage +"
+               f"{sum(u for u, _ in grown.values())}, time +{sum(t for _, t in grown.values())} us")
+        if not grown:
+            return Observation(NO_GROWTH, (Evidence(f"{CPU}/cpuN/cpuidle/stateM/{{usage,time}}",
+                                                    raw),))
+        return Observation(f"entered on cpus {fold_cpu_list(grown)}",
+                           (Evidence(f"{CPU}/cpuN/cpuidle/stateM/{{usage,time}}", raw),))
+
+
 @dataclass(frozen=True)
 class IdleStateProbe:
     name: str
@@ -147,11 +204,16 @@ class IdleStateProbe:
 class CpuidleKind:
     section = "cpuidle"
 
-    def parse(self, node: Node, context: SpecContext) -> tuple[StateEntry, ...]:
+    def parse(self, node: Node, context: SpecContext) -> CpuidleSection:
         entries: dict[str, StateEntry] = {}
+        window: tuple[float, EntryOptions] | None = None
         for key, value in node.mapping("cpuidle"):
+            if key == "residency":
+                window = self._residency(value, context)
+                continue
             if key != "disabled":
-                raise value.key_error(f"unknown key {key!r} in cpuidle; expected: disabled")
+                raise value.key_error(f"unknown key {key!r} in cpuidle; expected: disabled, "
+                                      "residency")
             items = value.sequence("cpuidle disabled")
             if not items:
                 raise value.error("cpuidle disabled is empty; expected state names like [C2]")
@@ -161,8 +223,30 @@ class CpuidleKind:
                     raise item.error(f"cpuidle state {entry.name!r} is listed twice")
                 entries[entry.name] = entry
         if not entries:
-            raise node.error("cpuidle is empty; expected 'disabled: [C2, ...]'")
-        return tuple(sorted(entries.values(), key=lambda e: e.name))
+            raise node.error("cpuidle needs 'disabled: [C2, ...]' (residency samples the "
+                             "disabled states)")
+        return CpuidleSection(tuple(sorted(entries.values(), key=lambda e: e.name)), window)
+
+    @staticmethod
+    def _residency(node: Node, context: SpecContext) -> tuple[float, EntryOptions]:
+        pairs = node.mapping("cpuidle residency")
+        allowed = ("window", *OPTION_KEYS)
+        window = None
+        for key, value in pairs:
+            if key not in allowed:
+                raise value.key_error(f"unknown key {key!r} in cpuidle residency; expected one "
+                                      f"of: {', '.join(allowed)}")
+            if key == "window":
+                match = _WINDOW.fullmatch(value.text("cpuidle residency window").strip())
+                seconds = float(match.group(1)) / (1000 if match.group(2) == "ms" else 1) \
+                    if match else 0.0
+                if not 0 < seconds <= 60:
+                    raise value.error("cpuidle residency window must be a time like 1s or "
+                                      "200ms, at most 60s")
+                window = seconds
+        if window is None:
+            raise node.error("cpuidle residency needs a window, like {window: 1s}")
+        return window, context.parse_options(node, pairs)
 
     def _entry(self, item: Node, context: SpecContext) -> StateEntry:
         if not item.is_mapping:
@@ -180,16 +264,34 @@ class CpuidleKind:
 
     @staticmethod
     def _name(node: Node) -> str:
+        """Any name a sysfs ``name`` file holds (``Shared Cede`` on pseries, ``C1E``), but
+        nothing that could leave the root or quote its way out of a shell rule."""
         name = node.string("a cpuidle state name")
-        if not name.isprintable() or "/" in name or name.strip() != name or " " in name:
-            raise node.error(f"cpuidle state name {name!r} must be one word like C2 or C1E")
+        if not name.isprintable() or name.strip() != name or "  " in name or \
+                _UNSAFE_NAME & set(name) or name in (".", ".."):
+            raise node.error(f"cpuidle state name {name!r} must be a state name like C2, C1E "
+                             "or 'Shared Cede' (printable, no quotes, slashes or shell "
+                             "characters, no leading or trailing spaces)")
         return name
 
-    def facts(self, section: tuple[StateEntry, ...]) -> Sequence[Fact[Any]]:
+    def facts(self, section: CpuidleSection) -> Sequence[Fact[Any]]:
         return [IDLE_STATES]
 
-    def expand(self, section: tuple[StateEntry, ...], facts: Facts) -> Sequence[Check]:
+    def expand(self, section: CpuidleSection, facts: Facts) -> Sequence[Check]:
         states = facts.get(IDLE_STATES)
         expect = Exact(DISABLED, Choice((DISABLED,)))
-        return [Check("cpuidle", e.name, expect, e.options, IdleStateProbe(e.name, states))
-                for e in section]
+        checks = [Check("cpuidle", e.name, expect, e.options, IdleStateProbe(e.name, states))
+                  for e in section.states]
+        if section.residency is not None:
+            window, options = section.residency
+            quiet = Exact(NO_GROWTH, Choice((NO_GROWTH,)))
+            checks += [Check("cpuidle.residency", e.name, quiet, options,
+                             ResidencyProbe(e.name, states, window, facts.sleep),
+                             order=RESIDENCY_ORDER) for e in section.states]
+        return checks
+
+
+@dataclass(frozen=True)
+class CpuidleSection:
+    states: tuple[StateEntry, ...]
+    residency: tuple[float, EntryOptions] | None = None

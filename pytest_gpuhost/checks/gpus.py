@@ -13,7 +13,7 @@ from typing import Any
 from ..host import Glob, Host, Reply, Request
 from ..linux.pciaddr import address_order, normalize_address
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
-from ..spec.matchers import Expectation, Integer
+from ..spec.matchers import Choice, Exact, Expectation, Integer
 from . import Check, Evidence, Fact, Facts, NoFix, Observation
 from .nvml import KEYS as NVML_KEYS
 from .nvml import NvmlEntry, expand_nvml
@@ -24,11 +24,24 @@ GPU_CLASSES = (0x0300, 0x0302)
 
 
 @dataclass(frozen=True)
+class MissingGpus(NoFix):
+    def observe(self, host: Host) -> Observation:
+        return Observation(None, problem="no NVIDIA GPU (vendor 0x10de, class 0x0300/0x0302) "
+                                         "under sys/bus/pci/devices")
+
+
+@dataclass(frozen=True)
 class Gpu:
     address: str
     device_id: str
     numa_node: int = -1
     """The kernel's NUMA node of the GPU (sysfs numa_node), -1 where it does not know."""
+    link: str | None = None
+    """Its sys/bus/pci/devices link's target as stored (``../../../devices/pci0000:00/...``):
+    where it sits in the device tree, so the bridges above it (None: not a link)."""
+    iommu_group: str | None = None
+    """Its iommu_group link's target as stored, relative to its device directory (None: no
+    IOMMU group, the IOMMU is off)."""
 
     @property
     def sysfs(self) -> str:
@@ -56,8 +69,17 @@ def _number(text: str | None, base: int) -> int | None:
         return None
 
 
+def _links(reply: Reply, depth: int) -> dict[str, str]:
+    """Link matches -> {ADDR: target}, ADDR the path component ``depth`` from the end."""
+    if reply.error is not None:
+        return {}
+    return {path.split("/")[-depth]: target for path, target in reply.matches()
+            if isinstance(target, str)}
+
+
 def _parse_gpus(replies: Sequence[Reply]) -> tuple[Gpu, ...]:
-    vendor, pci_class, device, numa = (_by_device(reply) for reply in replies)
+    vendor, pci_class, device, numa = (_by_device(reply) for reply in replies[:4])
+    links, groups = _links(replies[4], 1), _links(replies[5], 2)
     gpus = []
     for name in vendor:
         try:
@@ -70,13 +92,15 @@ def _parse_gpus(replies: Sequence[Reply]) -> tuple[Gpu, ...]:
         model = _number(device.get(name), 16)
         node = _number(numa.get(name), 10)
         gpus.append(Gpu(address, f"0x{model:04x}" if model is not None else "unknown",
-                        node if node is not None else -1))
+                        node if node is not None else -1, links.get(name), groups.get(name)))
     return tuple(sorted(gpus, key=lambda g: address_order(g.address)))
 
 
-GPUS = Fact("gpus", tuple(Glob(f"{PCI_DEVICES}/*/{name}") for name in _ATTRIBUTES), _parse_gpus)
-"""Every NVIDIA GPU function under sys/bus/pci/devices, sorted by address: one batch of four
-globs, whatever the number of devices."""
+GPUS = Fact("gpus", (*(Glob(f"{PCI_DEVICES}/*/{name}") for name in _ATTRIBUTES),
+                    Glob(f"{PCI_DEVICES}/*", read=False, links=True),
+                    Glob(f"{PCI_DEVICES}/*/iommu_group", read=False, links=True)), _parse_gpus)
+"""Every NVIDIA GPU function under sys/bus/pci/devices, sorted by address, with where it sits:
+one batch of six globs, whatever the number of devices."""
 
 
 def find_gpus(host: Host) -> tuple[Gpu, ...]:
@@ -112,6 +136,9 @@ class GpusKind:
             if key == "count":
                 count = parse_expectation(value, context, Integer(), what="gpus count",
                                           matchers=("min", "max"))
+            elif key == "driver_match" and not value.is_mapping and value.scalar() is True:
+                nvml.append(NvmlEntry(key, Exact("match", Choice(("match",))),
+                                      EntryOptions(where=value.where)))
             elif key in NVML_KEYS:
                 spec = NVML_KEYS[key]
                 expect, options = parse_expectation(value, context, spec.domain,

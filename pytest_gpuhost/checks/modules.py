@@ -11,11 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..fix.changes import Command, Plan
+from ..fix.changes import Command, Plan, ReplaceFile
 from ..host import Host, HostError, Read, Reply, Request, Stat
-from ..spec import EntryOptions, Node, SpecContext, parse_expectation
-from ..spec.matchers import Choice, Expectation
-from . import CannotFix, Check, Evidence, Fact, Facts, Observation
+from ..linux.cmdline import split_words
+from ..spec import OPTION_KEYS, EntryOptions, Node, SpecContext, parse_expectation
+from ..spec.matchers import Auto, Choice, Exact, Expectation
+from . import CannotFix, Check, Evidence, Fact, Facts, NextBoot, Observation
 
 LOADED, ABSENT, BUILTIN = "loaded", "absent", "builtin"
 _NAME = re.compile(r"[A-Za-z0-9_-]+\Z")
@@ -119,6 +120,120 @@ class ModuleProbe:
         return Plan(" ".join(argv), (Command(argv, undo, observed.value or ABSENT, value),))
 
 
+MODPROBE_DIRS = ("etc/modprobe.d", "run/modprobe.d", "usr/local/lib/modprobe.d",
+                 "lib/modprobe.d", "usr/lib/modprobe.d")
+PARAMETER_ORDER = 1  # after the module checks: under --fix, modprobe loads with the options
+
+
+def modprobe_config_paths(host: Host) -> list[str]:
+    """The files modprobe reads, in its order: ``*.conf`` of every directory sorted by name,
+    a name in an earlier directory hiding the same name in a later one."""
+    by_name: dict[str, str] = {}
+    for directory in MODPROBE_DIRS:
+        if host.exists(directory):
+            for name in host.listdir(directory):
+                if name.endswith(".conf"):
+                    by_name.setdefault(name, f"{directory}/{name}")
+    return [by_name[name] for name in sorted(by_name)]
+
+
+def parse_options(files: Sequence[tuple[str, str]], cmdline: str = ""
+                  ) -> dict[tuple[str, str], tuple[str, str]]:
+    """(module, parameter) -> (value, ``file:line``) of the last ``options`` line that sets it;
+    the kernel command line's ``module.param=value`` comes first, as modprobe adds it first."""
+    found: dict[tuple[str, str], tuple[str, str]] = {}
+    for word in split_words(cmdline):
+        name, _, value = word.partition("=")
+        module, dot, parameter = name.partition(".")
+        if dot and parameter and "=" in word:
+            found[(canonical(module), parameter)] = (value, "proc/cmdline")
+    for path, text in files:
+        for number, line in enumerate(text.splitlines(), 1):
+            fields = line.split("#", 1)[0].split()
+            if len(fields) < 3 or fields[0] != "options":
+                continue
+            for option in fields[2:]:
+                parameter, _, value = option.partition("=")
+                found[(canonical(fields[1]), parameter)] = (value.strip('"'),
+                                                            f"{path}:{number}")
+    return found
+
+
+def read_options(host: Host) -> dict[tuple[str, str], tuple[str, str]]:
+    files = []
+    for path in modprobe_config_paths(host):
+        try:
+            files.append((path, host.read_text(path)))
+        except HostError:
+            continue
+    cmdline = host.read_text("proc/cmdline") if host.exists("proc/cmdline") else ""
+    return parse_options(files, cmdline)
+
+
+def options_dropin(spec: str) -> str:
+    return f"etc/modprobe.d/gpuhost-{spec}-options.conf"
+
+
+def render_options(spec: str, current: str | None, module: str, parameter: str,
+                   value: str) -> str:
+    """Our options drop-in with ``module.parameter=value`` merged in (one line per module)."""
+    settings: dict[str, dict[str, str]] = {}
+    for (name, key), (old, _) in parse_options([("dropin", current or "")]).items():
+        settings.setdefault(name, {})[key] = old
+    settings.setdefault(module, {})[parameter] = value
+    header = (f"# Written by pytest-gpuhost --fix-persist for spec {spec}: module options, "
+              "applied when the module\n# loads. Edit the spec rather than this file.\n")
+    return header + "".join(
+        f"options {name} " + " ".join(f"{k}={v}" for k, v in sorted(values.items())) + "\n"
+        for name, values in sorted(settings.items()))
+
+
+@dataclass(frozen=True)
+class ModuleParameterProbe:
+    module: str
+    parameter: str
+    spec: str
+    fixable = True
+    boot_time = True
+
+    @property
+    def path(self) -> str:
+        return f"sys/module/{canonical(self.module)}/parameters/{self.parameter}"
+
+    def observe(self, host: Host) -> Observation:
+        module = canonical(self.module)
+        boot = read_options(host).get((module, self.parameter))
+        next_boot = NextBoot(boot[0], boot[1], f"reload {module} (modprobe -r {module}; "
+                                               f"modprobe {module}) or reboot") if boot else None
+        evidence = (Evidence(boot[1], f"options {module} {self.parameter}={boot[0]}"),) \
+            if boot else ()
+        if not host.exists(self.path):
+            loaded = host.exists(f"sys/module/{module}")
+            problem = (f"{self.path} does not exist: {module} has no parameter "
+                       f"{self.parameter}" if loaded else f"{module} is not loaded, so its "
+                       f"parameter {self.parameter} has no value")
+            return Observation(None, evidence, problem, next_boot=next_boot)
+        value = host.read_text(self.path).strip()
+        return Observation(value, (Evidence(self.path, value), *evidence), next_boot=next_boot)
+
+    def plan(self, host: Host, value: str, observed: Observation) -> Plan:
+        path = options_dropin(self.spec)
+        current = host.read_text(path) if host.exists(path) else None
+        text = render_options(self.spec, current, canonical(self.module), self.parameter, value)
+        if text == current:
+            raise CannotFix(f"{path} already sets it, yet a later modprobe.d file overrides it")
+        return Plan(f"set options {canonical(self.module)} {self.parameter}={value} in {path}",
+                    (ReplaceFile(path, current, text),))
+
+
+@dataclass(frozen=True)
+class ParameterEntry:
+    module: str
+    parameter: str
+    expect: Expectation
+    options: EntryOptions
+
+
 @dataclass(frozen=True)
 class ModuleEntry:
     name: str
@@ -126,30 +241,87 @@ class ModuleEntry:
     options: EntryOptions
 
 
+@dataclass(frozen=True)
+class ModulesSection:
+    modules: tuple[ModuleEntry, ...]
+    parameters: tuple[ParameterEntry, ...]
+    spec: str
+
+
+_PARAMETER = re.compile(r"[A-Za-z0-9_]+\Z")
+
+
 class ModulesKind:
     section = "modules"
 
-    def parse(self, node: Node, context: SpecContext) -> tuple[ModuleEntry, ...]:
+    def parse(self, node: Node, context: SpecContext) -> ModulesSection:
         pairs = node.mapping("modules")
         if not pairs:
             raise node.error("modules is empty; expected 'name: loaded' or 'name: absent'")
         entries: dict[str, ModuleEntry] = {}
+        parameters: list[ParameterEntry] = []
         for name, value in pairs:
             if not _NAME.match(name):
                 raise value.key_error(f"module name {name!r} is not allowed: a module name is "
                                   "letters, digits, '_' and '-'")
             if canonical(name) in entries:
                 raise value.key_error(f"module {name!r} is listed twice ('-' and '_' are the same)")
-            expect, options = parse_expectation(value, context, ModuleState(),
-                                                what=f"module {name}", value_key="state",
-                                                matchers=())
+            if value.is_mapping and any(k == "parameters" for k, _ in value.mapping("a module")):
+                expect, options, found = self._with_parameters(name, value, context)
+                parameters += found
+            else:
+                expect, options = parse_expectation(value, context, ModuleState(),
+                                                    what=f"module {name}", value_key="state",
+                                                    matchers=())
             entries[canonical(name)] = ModuleEntry(name, expect, options)
-        return tuple(sorted(entries.values(), key=lambda e: e.name))
+        return ModulesSection(tuple(sorted(entries.values(), key=lambda e: e.name)),
+                              tuple(sorted(parameters, key=lambda p: (p.module, p.parameter))),
+                              context.spec_name)
 
-    def facts(self, section: tuple[ModuleEntry, ...]) -> Sequence[Fact[Any]]:
+    @staticmethod
+    def _with_parameters(name: str, node: Node, context: SpecContext
+                         ) -> tuple[Expectation, EntryOptions, list[ParameterEntry]]:
+        """``{state: loaded, parameters: {P: V}}``: the module's state and one check per
+        parameter (sys/module/NAME/parameters/P), each carrying the entry's options."""
+        pairs = node.mapping(f"module {name}")
+        allowed = ("state", "parameters", *OPTION_KEYS)
+        for key, value in pairs:
+            if key not in allowed:
+                raise value.key_error(f"unknown key {key!r} in module {name}; expected one of: "
+                                      f"{', '.join(allowed)}")
+        given = dict(pairs)
+        if "state" not in given:
+            raise node.error(f"module {name} with parameters needs state: loaded")
+        state = given["state"].text(f"module {name} state")
+        try:
+            ModuleState().validate(state)
+        except ValueError as exc:
+            raise given["state"].error(f"module {name}: {exc}") from None
+        options = context.parse_options(node, pairs)
+        found = []
+        for parameter, value in given["parameters"].mapping(f"module {name} parameters"):
+            if not _PARAMETER.match(parameter):
+                raise value.key_error(f"module parameter {parameter!r} is not allowed: a "
+                                      "parameter name is letters, digits and '_'")
+            text = value.text(f"module {name} parameter {parameter}")
+            if not text or any(c.isspace() for c in text):
+                raise value.error(f"module {name} parameter {parameter}: a value without "
+                                  f"whitespace, got {text!r}")
+            found.append(ParameterEntry(canonical(name), parameter, Exact(text, Auto()),
+                                        EntryOptions(value.where, options.why, options.fix,
+                                                     options.when, options.severity)))
+        if not found:
+            raise given["parameters"].error(f"module {name} parameters is empty")
+        return Exact(state, ModuleState()), options, found
+
+    def facts(self, section: ModulesSection) -> Sequence[Fact[Any]]:
         return [RELEASE]
 
-    def expand(self, section: tuple[ModuleEntry, ...], facts: Facts) -> Sequence[Check]:
+    def expand(self, section: ModulesSection, facts: Facts) -> Sequence[Check]:
         release = facts.get(RELEASE)
-        return [Check("module", e.name, e.expect, e.options, ModuleProbe(e.name, release))
-                for e in section]
+        checks = [Check("module", e.name, e.expect, e.options, ModuleProbe(e.name, release))
+                  for e in section.modules]
+        checks += [Check("module.parameter", f"{p.module}.{p.parameter}", p.expect, p.options,
+                         ModuleParameterProbe(p.module, p.parameter, section.spec),
+                         order=PARAMETER_ORDER) for p in section.parameters]
+        return checks

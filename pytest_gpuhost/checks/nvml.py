@@ -7,6 +7,7 @@ checks are skipped with the reason (what to install, or that the driver is not l
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import permutations
@@ -17,8 +18,82 @@ from ..gpu.nvml import Nvml, NvmlSource, NvmlUnavailable, persistence_text
 from ..host import Host, Request
 from ..linux.pciaddr import address_order
 from ..spec import EntryOptions
-from ..spec.matchers import Choice, Domain, Expectation, Integer, Verdict, Version
-from . import Check, Evidence, NoFix, NotApplicable, Observation
+from ..spec.matchers import Auto, Choice, Domain, Expectation, Integer, Verdict, Version
+from . import (
+    CannotFix,
+    Check,
+    Evidence,
+    NextBoot,
+    NoFix,
+    NotApplicable,
+    Observation,
+    Probe,
+)
+
+NVIDIA_VERSION = "proc/driver/nvidia/version"
+_MODULE = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")
+ECC = PERSISTENCE
+KERNEL_MODULES = ("open", "proprietary")
+
+
+class Watts(Auto):
+    """Power in W (``600``, ``575.5``), compared as numbers."""
+
+    name = "watts"
+
+    def validate(self, value: str) -> None:
+        if self.order_key(value) <= 0:
+            raise ValueError(f"not a positive number of watts: {value!r}")
+
+    def order_key(self, raw: str) -> float:  # type: ignore[override]
+        try:
+            return float(raw.strip().removesuffix("W").strip())
+        except ValueError:
+            raise ValueError(f"not a power in W: {raw.strip()!r}") from None
+
+    def equal(self, observed: str, expected: str) -> bool:
+        try:
+            return self.order_key(observed) == self.order_key(expected)
+        except ValueError:
+            return False
+
+
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB|TiB)?\Z")
+_BINARY = {None: 1, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+class Bytes(Auto):
+    """A size (``96GiB``, ``98304 MiB``, bytes), compared in bytes."""
+
+    name = "size"
+
+    def validate(self, value: str) -> None:
+        self.order_key(value)
+
+    def order_key(self, raw: str) -> int:
+        match = _SIZE.fullmatch(raw.strip())
+        if not match:
+            raise ValueError(f"not a size like 96GiB: {raw.strip()!r}")
+        return int(float(match.group(1)) * _BINARY[match.group(2)])
+
+    def equal(self, observed: str, expected: str) -> bool:
+        try:
+            return self.order_key(observed) == self.order_key(expected)
+        except ValueError:
+            return False
+
+
+def show_bytes(size: int) -> str:
+    return f"{size / 2**30:g} GiB" if size >= 2**30 else f"{size / 2**20:g} MiB"
+
+
+def module_version(text: str) -> tuple[str, str]:
+    """(open or proprietary, version) from proc/driver/nvidia/version's NVRM line."""
+    line = next((row for row in text.splitlines() if row.startswith("NVRM version")),
+                text.strip())
+    flavour = "open" if "Open Kernel Module" in line else "proprietary"
+    match = _MODULE.search(line)
+    return flavour, match.group(1) if match else "unknown"
 
 
 @dataclass(frozen=True)
@@ -34,6 +109,11 @@ KEYS = {
     "max_link_generation": NvmlKey(Integer((1, 2, 3, 4, 5, 6)), ("min", "max", "one_of"),
                                    per_gpu=True),
     "p2p_status": NvmlKey(Choice(("ok",)), (), per_gpu=False),
+    "power_limit": NvmlKey(Watts(), ("min", "max", "one_of"), per_gpu=True),
+    "ecc": NvmlKey(Choice(ECC), (), per_gpu=True),
+    "bar1": NvmlKey(Bytes(), ("min", "max"), per_gpu=True),
+    "kernel_module": NvmlKey(Choice(KERNEL_MODULES), (), per_gpu=True),
+    "driver_match": NvmlKey(Choice(("match",)), (), per_gpu=False),
 }
 
 
@@ -93,6 +173,112 @@ class PersistenceModeProbe(NvmlReads):
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
         change = NvmlSetting(self.address, "persistence_mode", observed.value or "", value)
         return Plan(f"NVML nvmlDeviceSetPersistenceMode({self.address}, {value})", (change,))
+
+
+@dataclass(frozen=True)
+class PowerLimitProbe(NvmlReads):
+    """The enforced limit, in W; a fix sets the management limit through NVML."""
+
+    nvml: NvmlSource
+    address: str
+    fixable = True
+
+    def observe(self, host: Host) -> Observation:
+        return _per_gpu(self.nvml, self.address, "nvmlDeviceGetEnforcedPowerLimit",
+                        lambda nvml: f"{nvml.power_limit(self.address) / 1000:g}")
+
+    def plan(self, host: Host, value: str, observed: Observation) -> Plan:
+        low, high = _open(self.nvml).power_limit_range(self.address)
+        wanted = round(float(value) * 1000)
+        if not low <= wanted <= high:
+            raise CannotFix(f"{value} W is outside what this GPU allows ({low / 1000:g}-"
+                            f"{high / 1000:g} W, nvmlDeviceGetPowerManagementLimitConstraints)")
+        change = NvmlSetting(self.address, "power_limit", observed.value or "", f"{value}")
+        return Plan(f"NVML nvmlDeviceSetPowerManagementLimit({self.address}, {wanted} mW)",
+                    (change,))
+
+
+@dataclass(frozen=True)
+class EccProbe(NvmlReads):
+    """The current ECC mode; the pending one is what the next GPU reset or boot brings, so a
+    wrong current mode with the right pending one is reboot_required. A fix sets the pending
+    mode through NVML (under --fix --fix-persist)."""
+
+    nvml: NvmlSource
+    address: str
+    fixable = True
+    boot_time = True
+
+    def observe(self, host: Host) -> Observation:
+        nvml = _open(self.nvml)
+        unseen = _unseen(self.address, nvml)
+        if unseen:
+            return unseen
+        current, pending = (persistence_text(m) for m in nvml.ecc_mode(self.address))
+        source = f"NVML nvmlDeviceGetEccMode({self.address})"
+        return Observation(current, (Evidence(source, f"current {current}, pending {pending}"),),
+                           next_boot=NextBoot(pending, f"{source} pending",
+                                              "reset the GPU (nvidia-smi -r) or reboot"))
+
+    def plan(self, host: Host, value: str, observed: Observation) -> Plan:
+        pending = observed.next_boot.value if observed.next_boot else ""
+        change = NvmlSetting(self.address, "ecc", pending, value)
+        return Plan(f"NVML nvmlDeviceSetEccMode({self.address}, {value}) (pending until the "
+                    "next GPU reset or boot)", (change,))
+
+
+@dataclass(frozen=True)
+class Bar1Probe(NvmlReads, NoFix):
+    nvml: NvmlSource
+    address: str
+
+    def observe(self, host: Host) -> Observation:
+        return _per_gpu(self.nvml, self.address, "nvmlDeviceGetBAR1MemoryInfo",
+                        lambda nvml: show_bytes(nvml.bar1_total(self.address)))
+
+
+@dataclass(frozen=True)
+class KernelModuleProbe(NoFix):
+    """Which NVIDIA kernel module is loaded: proc/driver/nvidia/version names the open one."""
+
+    address: str
+
+    def observe(self, host: Host) -> Observation:
+        if not host.exists(NVIDIA_VERSION):
+            return Observation(None, problem=f"{NVIDIA_VERSION} does not exist: the NVIDIA "
+                                             "kernel module is not loaded")
+        text = host.read_text(NVIDIA_VERSION)
+        flavour, _ = module_version(text)
+        return Observation(flavour, (Evidence(NVIDIA_VERSION, text.splitlines()[0]
+                                              if text.strip() else "(empty)"),))
+
+
+@dataclass(frozen=True)
+class DriverMatchProbe(NvmlReads, NoFix):
+    """The NVML library in use (a container's) must be the kernel module's version: a
+    container image with another driver's user space fails at nvmlInit or later."""
+
+    nvml: NvmlSource
+
+    def observe(self, host: Host) -> Observation:
+        if not host.exists(NVIDIA_VERSION):
+            return Observation(None, problem=f"{NVIDIA_VERSION} does not exist: the NVIDIA "
+                                             "kernel module is not loaded")
+        _, module = module_version(host.read_text(NVIDIA_VERSION))
+        evidence = [Evidence(NVIDIA_VERSION, f"kernel module {module}")]
+        try:
+            library = self.nvml.get().library_version()
+        except NvmlUnavailable as exc:
+            if "mismatch" in str(exc).lower():
+                return Observation(f"library does not match kernel module {module}: {exc}",
+                                   tuple(evidence))
+            raise NotApplicable(f"NVML unavailable: {exc}") from None
+        evidence.append(Evidence("NVML nvmlSystemGetNVMLVersion", library))
+        driver = library.split(".", 1)[1] if library.count(".") >= 2 and \
+            library.split(".", 1)[0].isdigit() and len(library.split(".", 1)[0]) <= 2 else library
+        if driver == module:
+            return Observation("match", tuple(evidence))
+        return Observation(f"library {driver}, kernel module {module}", tuple(evidence))
 
 
 @dataclass(frozen=True)
@@ -176,6 +362,13 @@ class NvmlEntry:
     options: EntryOptions
 
 
+PER_GPU: dict[str, Callable[[NvmlSource, str], Probe]] = {
+    "persistence_mode": PersistenceModeProbe, "power_limit": PowerLimitProbe,
+    "ecc": EccProbe, "bar1": Bar1Probe,
+    "kernel_module": lambda nvml, address: KernelModuleProbe(address),
+}
+
+
 def expand_nvml(entries: Sequence[NvmlEntry], nvml: NvmlSource,
                 addresses: tuple[str, ...], where: str) -> list[Check]:
     """The checks of the NVML keys on the GPUs sysfs lists, plus the inventory agreement."""
@@ -190,9 +383,12 @@ def expand_nvml(entries: Sequence[NvmlEntry], nvml: NvmlSource,
         elif entry.key == "p2p_status":
             checks.append(Check(kind, None, entry.expect, entry.options,
                                 P2pStatusProbe(nvml, addresses)))
-        elif entry.key == "persistence_mode":
-            checks.extend(Check(kind, a, entry.expect, entry.options,
-                                PersistenceModeProbe(nvml, a), subjects={"gpu": a})
+        elif entry.key == "driver_match":
+            checks.append(Check(kind, None, entry.expect, entry.options,
+                                DriverMatchProbe(nvml)))
+        elif entry.key in PER_GPU:
+            checks.extend(Check(kind, a, entry.expect, entry.options, PER_GPU[entry.key](nvml, a),
+                                subjects={"gpu": a})
                           for a in addresses)
         else:
             checks.extend(Check(kind, a, entry.expect, entry.options,

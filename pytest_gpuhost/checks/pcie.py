@@ -16,7 +16,8 @@ from ..linux.pciconfig import SIZES, ConfigError, DeviceControl, device_control
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Domain, Expectation, Integer, LinkSpeed
 from . import Check, Evidence, Fact, Facts, NoFix, Observation
-from .gpus import GPUS, Gpu
+from .gpus import GPUS, Gpu, MissingGpus
+from .pcie_path import AER_COUNTERS, PathEntry, expand_path_key, parse_path_key
 
 
 def _device_control(host: Host, gpu: Gpu) -> tuple[DeviceControl, str]:
@@ -83,18 +84,12 @@ class SysfsAttributeProbe(NoFix):
 
 
 @dataclass(frozen=True)
-class MissingGpus(NoFix):
-    def observe(self, host: Host) -> Observation:
-        return Observation(None, problem="no NVIDIA GPU (vendor 0x10de, class 0x0300/0x0302) "
-                                         "under sys/bus/pci/devices")
-
-
-@dataclass(frozen=True)
 class PcieKey:
     domain: Domain
     matchers: tuple[str, ...]
 
 
+PATH_KEYS = ("acs_redirect", "aspm", "aer")
 KEYS = {
     "max_read_request": PcieKey(Integer(SIZES), ("min", "max", "one_of")),
     "max_payload": PcieKey(Integer(SIZES), ("min", "max", "one_of")),
@@ -126,28 +121,38 @@ def _probe(key: str, gpu: Gpu) -> MaxReadRequestProbe | MaxPayloadProbe | SysfsA
 class PcieKind:
     section = "pcie"
 
-    def parse(self, node: Node, context: SpecContext) -> tuple[PcieEntry, ...]:
-        entries = []
+    def parse(self, node: Node, context: SpecContext) -> tuple[PcieEntry | PathEntry, ...]:
+        entries: list[PcieEntry | PathEntry] = []
         pairs = node.mapping("pcie")
+        known = (*KEYS, *PATH_KEYS)
         if not pairs:
-            raise node.error(f"pcie is empty; expected one of: {', '.join(KEYS)}")
+            raise node.error(f"pcie is empty; expected one of: {', '.join(known)}")
         for key, value in pairs:
+            if key in PATH_KEYS:
+                entries.append(parse_path_key(key, value, context))
+                continue
             if key not in KEYS:
                 raise value.key_error(f"unknown key {key!r} in pcie; expected one of: "
-                                  f"{', '.join(KEYS)}")
+                                  f"{', '.join(known)}")
             spec = KEYS[key]
             expect, options = parse_expectation(value, context, spec.domain, what=f"pcie {key}",
                                                 matchers=spec.matchers)
             entries.append(PcieEntry(key, expect, options))
         return tuple(sorted(entries, key=lambda e: e.key))
 
-    def facts(self, section: tuple[PcieEntry, ...]) -> Sequence[Fact[Any]]:
-        return [GPUS]
+    def facts(self, section: tuple[PcieEntry | PathEntry, ...]) -> Sequence[Fact[Any]]:
+        aer = any(isinstance(e, PathEntry) and e.key == "aer" and e.since == "session"
+                  for e in section)
+        return [GPUS, AER_COUNTERS] if aer else [GPUS]
 
-    def expand(self, section: tuple[PcieEntry, ...], facts: Facts) -> Sequence[Check]:
+    def expand(self, section: tuple[PcieEntry | PathEntry, ...], facts: Facts
+               ) -> Sequence[Check]:
         gpus = facts.get(GPUS)
         checks: list[Check] = []
         for entry in section:
+            if isinstance(entry, PathEntry):
+                checks += expand_path_key(entry, facts)
+                continue
             kind = f"pcie.{entry.key}"
             hardware = entry.key in HARDWARE_KEYS
             if not gpus:

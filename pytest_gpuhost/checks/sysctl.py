@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..fix.changes import Plan, WriteText
-from ..host import Glob, Host, HostError, Read, Reply, Request
+from ..host import Glob, Host, HostError, Match, Read, Reply, Request
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Auto, Expectation
 from . import CannotFix, Check, Evidence, Fact, Facts, Observation
@@ -43,7 +43,7 @@ def _parse_boot_config(replies: Sequence[Reply]) -> dict[str, tuple[str, str]]:
     """proc/sys path -> (value, ``file:line``) of the last assignment a boot would apply: every
     ``*.conf`` of the sysctl.d directories sorted by name (a name in an earlier directory hides
     the same name in a later one), then etc/sysctl.conf, as ``sysctl --system`` does."""
-    by_name: dict[str, tuple[str, bytes | HostError | None]] = {}
+    by_name: dict[str, Match] = {}
     for reply in replies[:-1]:
         for path, data in reply.matches() if reply.error is None else ():
             by_name.setdefault(path.rsplit("/", 1)[-1], (path, data))

@@ -155,7 +155,13 @@ class Fixer:
         if self.nvml is None:
             raise FixError("no NVML to make the change through", action=change.describe())
         try:
-            self.nvml.get().set_persistence_mode(change.address, change.new == "enabled")
+            nvml = self.nvml.get()
+            if change.setting == "power_limit":
+                nvml.set_power_limit(change.address, round(float(change.new) * 1000))
+            elif change.setting == "ecc":
+                nvml.set_ecc_mode(change.address, change.new == "enabled")
+            else:
+                nvml.set_persistence_mode(change.address, change.new == "enabled")
         except (NvmlPermissionError, NvmlUnavailable) as exc:
             raise FixError(str(exc), action=change.describe()) from exc
 

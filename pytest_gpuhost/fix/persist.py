@@ -9,10 +9,21 @@ carries a header naming the spec; an unchanged file is not rewritten.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..checks import CannotFix, Check, Evidence, Observation
+from ..checks import CannotFix, Check, Evidence, Observation, PersistLine
+from ..checks.bootconfig import (
+    GRUB,
+    boot_config_paths,
+    dropin_path,
+    dropin_text,
+    parse_boot_config,
+    read_all,
+)
+from ..checks.cpufreq import persistence as cpufreq_lines
+from ..checks.memory import persistence as memory_lines
+from ..checks.pcie_path import acs_persistence
 from ..host import Host
 from ..linux.pciconfig import SIZES, DeviceControl
 from ..result import CheckResult, Outcome
@@ -47,10 +58,37 @@ def _value(record: CheckResult) -> str:
     return new.strip() if record.kind == "sysctl" else record.expected
 
 
-def persistence_files(spec: str, source: str, results: Sequence[CheckResult]) -> dict[str, str]:
-    """Path under the root -> content, for every kind the run has values of."""
-    header = _header(spec, source)
+KIND_LINES: tuple[Callable[[Sequence[CheckResult]], list[PersistLine]], ...] = (
+    cpufreq_lines, memory_lines, acs_persistence)
+"""The kinds that supply their own persistence lines (a later refactor moves every kind here)."""
+
+
+def kind_files(spec: str, header: str, results: Sequence[CheckResult],
+               read: Callable[[str], str | None], boot_texts: dict[str, str | None]
+               ) -> dict[str, str]:
+    """The files of the kinds' own lines: ``tmpfiles`` lines in etc/tmpfiles.d (applied at
+    every boot), ``cmdline`` parameters merged into our grub.d drop-in (which boot-time fixes
+    of this run may have written already; only where the host boots with GRUB)."""
+    lines = [line for supply in KIND_LINES for line in supply(results)]
     files: dict[str, str] = {}
+    tmpfiles = [line.text for line in lines if line.target == "tmpfiles"]
+    if tmpfiles:
+        files[f"etc/tmpfiles.d/gpuhost-{spec}.conf"] = header + "\n".join(tmpfiles) + "\n"
+    words = [line.text for line in lines if line.target == "cmdline"]
+    if words and parse_boot_config(boot_texts).loader == GRUB:
+        path = dropin_path(spec)
+        files[path] = dropin_text(read(path), spec, words)
+    return files
+
+
+def persistence_files(spec: str, source: str, results: Sequence[CheckResult],
+                      read: Callable[[str], str | None] = lambda path: None,
+                      boot_texts: dict[str, str | None] | None = None) -> dict[str, str]:
+    """Path under the root -> content, for every kind the run has values of. ``read`` gives
+    a file's current text (for the drop-in shared with boot-time fixes), ``boot_texts`` the
+    boot configuration as ``bootconfig`` reads it."""
+    header = _header(spec, source)
+    files: dict[str, str] = kind_files(spec, header, results, read, boot_texts or {})
     sysctls = _right_now(results, "sysctl")
     if sysctls:
         lines = [f"{r.key} = {normalize_ws(_value(r))}" for r in sysctls]
@@ -79,7 +117,7 @@ def _udev_rules(results: Sequence[CheckResult]) -> str:
                      f'RUN+="/usr/bin/setpci -s $kernel CAP_EXP+8.w={code:04x}:7000"')
     states = [str(r.key) for r in _right_now(results, "cpuidle")]
     if states:
-        names = "|".join(states)
+        names = "|".join(state.replace(" ", "\\ ") for state in states)  # Shared\ Cede
         lines.append(
             'ACTION=="add|online", SUBSYSTEM=="cpu", KERNEL=="cpu[0-9]*", '
             'RUN+="/bin/sh -c \'for d in /sys/devices/system/cpu/%k/cpuidle/state[0-9]*; do '
@@ -130,10 +168,16 @@ def expected_state(content: str | None) -> Exact:
     return Exact(CURRENT if content is not None else ABSENT, Choice((CURRENT, ABSENT)))
 
 
-def persistence_checks(spec: str, source: str, results: Sequence[CheckResult]) -> list[Check]:
+def persistence_checks(spec: str, source: str, results: Sequence[CheckResult],
+                       host: Host | None = None) -> list[Check]:
     """One ``persist`` check per file: it passes when the file already says the same."""
+    def read(path: str) -> str | None:
+        return host.read_text(path) if host is not None and host.exists(path) else None
+
+    boot = read_all(host, boot_config_paths(host)) if host is not None else {}
+    files = persistence_files(spec, source, results, read, boot)
     return [Check("persist", path, expected_state(content),
                   EntryOptions(where=f"{source}:1", why="makes the runtime tuning survive a "
                                                         "reboot"),
                   FileContentProbe(path, content))
-            for path, content in sorted(persistence_files(spec, source, results).items())]
+            for path, content in sorted(files.items())]

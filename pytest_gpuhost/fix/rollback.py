@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ..checks import CannotFix, Check, Evidence, Observation, Probe
 from ..checks.modules import ModuleProbe, ModuleState
-from ..checks.nvml import PERSISTENCE, PersistenceModeProbe
+from ..checks.nvml import PERSISTENCE, EccProbe, PersistenceModeProbe, PowerLimitProbe, Watts
 from ..gpu.nvml import NvmlSource
 from ..host import Host, HostError
 from ..linux.pciconfig import BCR_FLR
@@ -58,6 +58,23 @@ class Guarded:
             raise CannotFix(f"changed since the fix (now {observed.value!r}, the fix left "
                             f"{self.left.strip()!r}): left as it is")
         return self.inner.plan(host, value, observed)
+
+
+@dataclass(frozen=True)
+class PendingEcc:
+    """The pending ECC mode (what an ECC fix set), restored through NVML."""
+
+    inner: EccProbe
+    fixable = True
+
+    def observe(self, host: Host) -> Observation:
+        seen = self.inner.observe(host)
+        value = seen.next_boot.value if seen.next_boot else None
+        return Observation(value, seen.evidence, seen.problem)
+
+    def plan(self, host: Host, value: str, observed: Observation) -> Plan:
+        change = NvmlSetting(self.inner.address, "ecc", observed.value or "", value)
+        return Plan(f"NVML nvmlDeviceSetEccMode({self.inner.address}, {value})", (change,))
 
 
 @dataclass(frozen=True)
@@ -117,6 +134,12 @@ def _target(change: Change) -> str:
 
 def _restore(change: Change, nvml: NvmlSource) -> tuple[Expectation, Probe]:
     """What the original was, and a probe that can read and write it back."""
+    if isinstance(change, NvmlSetting) and change.setting == "power_limit":
+        return (Exact(change.old, Watts()),
+                Guarded(PowerLimitProbe(nvml, change.address), change.new))
+    if isinstance(change, NvmlSetting) and change.setting == "ecc":
+        return (Exact(change.old, Choice(PERSISTENCE)),
+                Guarded(PendingEcc(EccProbe(nvml, change.address)), change.new))
     if isinstance(change, NvmlSetting):
         return (Exact(change.old, Choice(PERSISTENCE)),
                 Guarded(PersistenceModeProbe(nvml, change.address), change.new))

@@ -57,7 +57,7 @@ def persist(host: Host, fixer: Fixer | None, options: RunOptions, spec: str, sou
             results: Sequence[CheckResult]) -> list[CheckResult]:
     """Write (or, in a dry run, plan) the persistence files; one record per file."""
     return [run_check(check, host, {}, options, fixer)
-            for check in persistence_checks(spec, source, results)]
+            for check in persistence_checks(spec, source, results, host)]
 
 
 def close_rollback(journal: JournalContents, results: Sequence[CheckResult]) -> bool:

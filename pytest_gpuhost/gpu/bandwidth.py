@@ -89,7 +89,10 @@ class ToolOutput:
     unmeasured: set[tuple[str, int, int]] = field(default_factory=set)
     """(test, source, target) cells printed as 0.00 off the diagonal: not measured."""
     no_peer: set[tuple[int, int]] = field(default_factory=set)
-    """p2pBandwidthLatencyTest's ``CANNOT Access Peer`` pairs."""
+    """Pairs whose peer access the output says is off: p2pBandwidthLatencyTest's ``CANNOT
+    Access Peer`` lines and the 0 cells of its ``P2P Connectivity Matrix`` (a host where P2P is
+    off may print no CANNOT line while the matrix says 0: its "P2P=Enabled" copies were staged
+    through host memory)."""
 
 
 def _cell(text: str) -> float | None:
@@ -237,6 +240,11 @@ def parse_p2p_bandwidth_latency_test(text: str) -> ToolOutput:
                                            f"{int(dev, 16):02x}.0"
         elif peer := re.match(r"Device=(\d+) CANNOT Access Peer Device=(\d+)", line):
             output.no_peer.add((int(peer.group(1)), int(peer.group(2))))
+        elif line.startswith("P2P Connectivity Matrix"):
+            connectivity, index = _read_matrix(lines, index + 1)
+            output.no_peer |= {pair for pair, value in connectivity.items()
+                               if pair[0] != pair[1] and value == 0}
+            continue
         elif line.startswith("Unidirectional P2P=Enabled Bandwidth"):
             matrix, index = _read_matrix(lines, index + 1)
             if matrix:
@@ -306,7 +314,8 @@ def _pair_rate(output: ToolOutput, test: str | None, ordinal: Mapping[str, int],
         staged = output.matrices[test].get((row, column))
         shown = f" (its {staged:.2f} GB/s is a copy staged through host memory)" if staged else ""
         return Rate(None, f"P2P access is not possible: device {row} CANNOT access peer device "
-                          f"{column}{shown}")
+                          f"{column} (the output's peer access lines or P2P Connectivity "
+                          f"Matrix){shown}")
     if (row, column) not in output.matrices[test]:
         return Rate(None, f"{test} has no cell ({row}, {column}): the output lists fewer GPUs")
     value = output.matrices[test][(row, column)]

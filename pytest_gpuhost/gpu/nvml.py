@@ -54,6 +54,27 @@ class Nvml(Protocol):
         """Their common ancestor as ``nvidia-smi topo -m`` names it (PIX, PXB, PHB, NODE, SYS),
         or None when NVML does not say."""
 
+    def library_version(self) -> str:
+        """nvmlSystemGetNVMLVersion: the user-space library's version (``13.580.95.05``)."""
+
+    def power_limit(self, address: str) -> int:
+        """nvmlDeviceGetEnforcedPowerLimit, in milliwatts."""
+
+    def power_limit_range(self, address: str) -> tuple[int, int]:
+        """nvmlDeviceGetPowerManagementLimitConstraints: (min, max) milliwatts."""
+
+    def set_power_limit(self, address: str, milliwatts: int) -> None:
+        """nvmlDeviceSetPowerManagementLimit; raise NvmlPermissionError without root."""
+
+    def ecc_mode(self, address: str) -> tuple[bool, bool]:
+        """nvmlDeviceGetEccMode: (current, pending); pending takes effect at the next reset."""
+
+    def set_ecc_mode(self, address: str, enabled: bool) -> None:
+        """nvmlDeviceSetEccMode: sets the pending mode; raise NvmlPermissionError without root."""
+
+    def bar1_total(self, address: str) -> int:
+        """nvmlDeviceGetBAR1MemoryInfo(...).bar1Total, in bytes."""
+
 
 PERSISTENCE = ("enabled", "disabled")
 """Persistence mode as the spec names it (the ``gpus.persistence_mode`` choice); a recorded
@@ -212,11 +233,53 @@ class PynvmlNvml:
             return None
         return TOPOLOGY.get(int(level))
 
+    def library_version(self) -> str:
+        return _text(self._call("nvmlSystemGetNVMLVersion"))
+
+    def power_limit(self, address: str) -> int:
+        return int(self._call("nvmlDeviceGetEnforcedPowerLimit", self._handle(address)))
+
+    def power_limit_range(self, address: str) -> tuple[int, int]:
+        low, high = self._call("nvmlDeviceGetPowerManagementLimitConstraints",
+                               self._handle(address))
+        return int(low), int(high)
+
+    def _set(self, name: str, what: str, *args: Any) -> None:
+        try:
+            getattr(self._nv, name)(*args)
+        except self._nv.NVMLError_NoPermission as exc:
+            raise NvmlPermissionError(f"NVML refused ({exc}): setting {what} needs root") from exc
+        except self._nv.NVMLError as exc:
+            raise HostError(f"NVML {name} failed: {exc}") from exc
+
+    def set_power_limit(self, address: str, milliwatts: int) -> None:
+        self._set("nvmlDeviceSetPowerManagementLimit", "the power limit",
+                  self._handle(address), milliwatts)
+
+    def ecc_mode(self, address: str) -> tuple[bool, bool]:
+        current, pending = self._call("nvmlDeviceGetEccMode", self._handle(address))
+        enabled = self._nv.NVML_FEATURE_ENABLED
+        return bool(current == enabled), bool(pending == enabled)
+
+    def set_ecc_mode(self, address: str, enabled: bool) -> None:
+        value = self._nv.NVML_FEATURE_ENABLED if enabled else self._nv.NVML_FEATURE_DISABLED
+        self._set("nvmlDeviceSetEccMode", "the ECC mode", self._handle(address), value)
+
+    def bar1_total(self, address: str) -> int:
+        info = self._call("nvmlDeviceGetBAR1MemoryInfo", self._handle(address))
+        return int(info.bar1Total)
+
 
 @dataclass
 class FakeGpu:
     persistence_mode: bool = False
     max_link_generation: int = 5
+    power_limit: int = 600_000
+    """Enforced power limit, mW."""
+    power_limit_range: tuple[int, int] = (150_000, 600_000)
+    ecc_current: bool = True
+    ecc_pending: bool = True
+    bar1_total: int = 128 * 2**30
 
 
 @dataclass
@@ -232,6 +295,8 @@ class FakeNvml:
     """``A->B`` -> PIX/PXB/PHB/NODE/SYS."""
     setter_needs_root: bool = False
     set_calls: list[tuple[str, bool]] = field(default_factory=list)
+    library: str | None = None
+    """nvmlSystemGetNVMLVersion; None: ``13.`` and the driver's version, as they ship."""
 
     def driver_version(self) -> str:
         return self.driver
@@ -264,9 +329,44 @@ class FakeNvml:
     def topology(self, one: str, other: str) -> str | None:
         return self.topologies.get(f"{one}->{other}") or self.topologies.get(f"{other}->{one}")
 
+    def library_version(self) -> str:
+        return self.library or f"13.{self.driver}"
+
+    def _refuse(self, what: str) -> None:
+        if self.setter_needs_root:
+            raise NvmlPermissionError(f"NVML refused (Insufficient Permissions): setting {what} "
+                                      "needs root")
+
+    def power_limit(self, address: str) -> int:
+        return self._gpu(address).power_limit
+
+    def power_limit_range(self, address: str) -> tuple[int, int]:
+        return self._gpu(address).power_limit_range
+
+    def set_power_limit(self, address: str, milliwatts: int) -> None:
+        self._refuse("the power limit")
+        gpu = self._gpu(address)
+        low, high = gpu.power_limit_range
+        if not low <= milliwatts <= high:
+            raise HostError(f"NVML nvmlDeviceSetPowerManagementLimit failed: Invalid Argument "
+                            f"({milliwatts} mW outside {low}-{high})")
+        gpu.power_limit = milliwatts
+
+    def ecc_mode(self, address: str) -> tuple[bool, bool]:
+        gpu = self._gpu(address)
+        return gpu.ecc_current, gpu.ecc_pending
+
+    def set_ecc_mode(self, address: str, enabled: bool) -> None:
+        self._refuse("the ECC mode")
+        self._gpu(address).ecc_pending = enabled
+
+    def bar1_total(self, address: str) -> int:
+        return self._gpu(address).bar1_total
+
     def files(self) -> dict[str, str]:
         """This state as the files of a recorded NVML directory (see ``RecordedNvml``)."""
         files = {"driver_version": self.driver + "\n",
+                 "library_version": self.library_version() + "\n",
                  "gpus": "".join(f"{a}\n" for a in self.devices),
                  "p2p_read_status": "".join(f"{k} {v}\n" for k, v in sorted(self.p2p.items())),
                  "topology": "".join(f"{k} {v}\n" for k, v in sorted(self.topologies.items()))}
@@ -274,6 +374,13 @@ class FakeNvml:
             mode = persistence_text(gpu.persistence_mode).capitalize()
             files[f"{address}/persistence_mode"] = mode + "\n"
             files[f"{address}/max_link_generation"] = f"{gpu.max_link_generation}\n"
+            files[f"{address}/power_limit"] = f"{gpu.power_limit}\n"
+            files[f"{address}/power_limit_range"] = " ".join(map(str, gpu.power_limit_range)) \
+                + "\n"
+            files[f"{address}/ecc_mode"] = " ".join(
+                persistence_text(m).capitalize() for m in (gpu.ecc_current, gpu.ecc_pending)) \
+                + "\n"
+            files[f"{address}/bar1_total"] = f"{gpu.bar1_total}\n"
         return files
 
 
@@ -281,7 +388,10 @@ class RecordedNvml:
     """NVML facts recorded as files in a fake host tree, like sysfs: ``RECORDED_NVML/gpus`` (one
     address a line, in NVML order), ``driver_version``, ``ADDR/persistence_mode`` (Enabled or
     Disabled; a setter writes it, never creates it), ``ADDR/max_link_generation``, and
-    ``p2p_read_status`` / ``topology`` lines ``A->B VALUE``. Read fresh on every call."""
+    ``p2p_read_status`` / ``topology`` lines ``A->B VALUE``, ``library_version``,
+    ``ADDR/power_limit`` (mW) and ``power_limit_range`` (``MIN MAX`` mW), ``ADDR/ecc_mode``
+    (``CURRENT PENDING``, Enabled or Disabled) and ``ADDR/bar1_total`` (bytes). Setters write
+    the files, never create them. Read fresh on every call."""
 
     def __init__(self, host: Host) -> None:
         self.host = host
@@ -327,3 +437,43 @@ class RecordedNvml:
     def topology(self, one: str, other: str) -> str | None:
         levels = self._pairs("topology")
         return levels.get(f"{one}->{other}") or levels.get(f"{other}->{one}")
+
+    def library_version(self) -> str:
+        return self._read("library_version")
+
+    def _numbers(self, address: str, name: str) -> list[int]:
+        text = self._read(self._gpu_file(address, name))
+        try:
+            return [int(word) for word in text.split()]
+        except ValueError:
+            raise HostError(f"{RECORDED_NVML}/{address}/{name}: not numbers: {text!r}") from None
+
+    def power_limit(self, address: str) -> int:
+        return self._numbers(address, "power_limit")[0]
+
+    def power_limit_range(self, address: str) -> tuple[int, int]:
+        low, high = self._numbers(address, "power_limit_range")
+        return low, high
+
+    def set_power_limit(self, address: str, milliwatts: int) -> None:
+        low, high = self.power_limit_range(address)
+        if not low <= milliwatts <= high:
+            raise HostError(f"NVML nvmlDeviceSetPowerManagementLimit failed: Invalid Argument "
+                            f"({milliwatts} mW outside {low}-{high})")
+        path = f"{RECORDED_NVML}/{self._gpu_file(address, 'power_limit')}"
+        self.host.write_text(path, f"{milliwatts}\n")
+
+    def ecc_mode(self, address: str) -> tuple[bool, bool]:
+        words = self._read(self._gpu_file(address, "ecc_mode")).lower().split()
+        if len(words) != 2:
+            raise HostError(f"{RECORDED_NVML}/{address}/ecc_mode: expected CURRENT PENDING")
+        return words[0] == PERSISTENCE[0], words[1] == PERSISTENCE[0]
+
+    def set_ecc_mode(self, address: str, enabled: bool) -> None:
+        current, _ = self.ecc_mode(address)
+        path = f"{RECORDED_NVML}/{self._gpu_file(address, 'ecc_mode')}"
+        modes = (persistence_text(current), persistence_text(enabled))
+        self.host.write_text(path, " ".join(m.capitalize() for m in modes) + "\n")
+
+    def bar1_total(self, address: str) -> int:
+        return self._numbers(address, "bar1_total")[0]

@@ -158,9 +158,12 @@ class Glob:
 
     pattern: str
     read: bool = True
+    links: bool = False
+    """Each match's symbolic link target as stored (None where it is no link), not its bytes."""
 
     def wire(self) -> dict[str, object]:
-        return {"op": "glob", "pattern": checked_relative(self.pattern), "read": self.read}
+        return {"op": "glob", "pattern": checked_relative(self.pattern), "read": self.read,
+                "links": self.links}
 
 
 @dataclass(frozen=True)
@@ -174,8 +177,20 @@ class Kmsg:
         return {"op": "kmsg", "path": checked_relative(self.path), "limit": self.limit}
 
 
-Request = Read | Stat | ListDir | Glob | Kmsg
-Match = tuple[str, "bytes | HostError | None"]
+@dataclass(frozen=True)
+class Link:
+    """The target of a symbolic link as stored (``../../../devices/pci0000:00/...``), or None
+    when the path is not a link; never followed (resolve it with ``linux.pcitopo``)."""
+
+    path: str
+
+    def wire(self) -> dict[str, object]:
+        return {"op": "readlink", "path": checked_relative(self.path)}
+
+
+Request = Read | Stat | ListDir | Glob | Kmsg | Link
+Match = tuple[str, "bytes | str | HostError | None"]
+"""A glob's match: its path and its bytes, its link target (``links``), an error or None."""
 
 
 @dataclass(frozen=True)
@@ -238,11 +253,11 @@ def reply_from_wire(request: Request, answer: Mapping[str, object]) -> Reply:
     return Reply(value)
 
 
-def _glob_item(item: object) -> bytes | HostError | None:
+def _glob_item(item: object) -> bytes | str | HostError | None:
     if isinstance(item, Mapping) and "error" in item:
         code = item.get("errno")
         return HostError(str(item["error"]), int(code) if isinstance(code, int) else None)
-    assert item is None or isinstance(item, bytes)
+    assert item is None or isinstance(item, (bytes, str))
     return item
 
 
@@ -280,6 +295,10 @@ class Host(Protocol):
     def glob(self, pattern: str, *, read: bool = True) -> list[Match]: ...
 
     def read_kmsg(self, path: str = "dev/kmsg") -> list[str]: ...
+
+    def readlink(self, path: str) -> str | None:
+        """The target of the symbolic link at ``path`` as stored, or None when ``path`` is not
+        a link. Resolving it inside the root is the caller's (``linux.pcitopo``)."""
 
     def write_text(self, path: str, text: str) -> None:
         """The whole value in one write(2), as /proc/sys requires; never creates the file."""
@@ -333,13 +352,36 @@ class BatchReads:
     def read_kmsg(self, path: str = "dev/kmsg") -> list[str]:
         return self._one(Kmsg(path)).lines()
 
+    def readlink(self, path: str) -> str | None:
+        value = self._one(Link(path)).get()
+        return str(value) if value is not None else None
+
 
 from .cache import CachedHost  # noqa: E402  (it builds on the names above)
 from .local import LocalHost  # noqa: E402
 
 __all__ = [
-    "COMMAND_DIRS", "COMMAND_TIMEOUT_S", "BatchReads", "CachedHost", "CommandResult",
-    "CommandTimeout", "FileInfo", "Glob", "Host", "HostError", "HostIdentity", "Kmsg", "ListDir",
-    "LocalHost", "Match", "Read", "Reply", "Request", "Stat", "UnsafePath", "checked_command",
+    "COMMAND_DIRS",
+    "COMMAND_TIMEOUT_S",
+    "BatchReads",
+    "CachedHost",
+    "CommandResult",
+    "CommandTimeout",
+    "FileInfo",
+    "Glob",
+    "Host",
+    "HostError",
+    "HostIdentity",
+    "Kmsg",
+    "Link",
+    "ListDir",
+    "LocalHost",
+    "Match",
+    "Read",
+    "Reply",
+    "Request",
+    "Stat",
+    "UnsafePath",
+    "checked_command",
     "checked_relative",
 ]

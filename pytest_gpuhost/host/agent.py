@@ -304,10 +304,12 @@ class Root:
         finally:
             os.close(fd)
 
-    def glob(self, pattern: str, *, read: bool, limit: int = DEFAULT_LIMIT) -> list[list[object]]:
+    def glob(self, pattern: str, *, read: bool, limit: int = DEFAULT_LIMIT,
+             links: bool = False) -> list[list[object]]:
         """``[path, content or error or None]`` for every path matching ``pattern`` (fnmatch
         wildcards within one component; names starting with '.' only where the pattern's
-        component does), sorted; with ``read``, each match's bytes (or why not)."""
+        component does), sorted; with ``read``, each match's bytes (or why not); with
+        ``links``, each match's link target as stored (None for what is not a link)."""
         check_relative(pattern)
         paths = [""]
         for part in [p for p in pattern.split("/") if p not in ("", ".")]:
@@ -326,6 +328,15 @@ class Root:
             paths = following
         matches: list[list[object]] = []
         for path in sorted(paths):
+            if links:
+                try:
+                    target = self.readlink(path)
+                except OpError as exc:
+                    matches.append([path, exc])
+                    continue
+                if target is not None or self._lexists(path):
+                    matches.append([path, target])
+                continue
             if not read:
                 try:
                     self.stat(path)
@@ -488,6 +499,38 @@ class Root:
         finally:
             os.close(parent)
 
+    def readlink(self, rel: str) -> str | None:
+        """The target of the link at ``rel`` as stored (never followed), or None when there is
+        no link there; the directories above it resolve inside the root."""
+        try:
+            parent, name = self.parent(rel)
+        except OSError as exc:
+            if exc.errno in _MISSING:
+                return None
+            raise self.fail("read the link", rel, exc) from None
+        try:
+            return os.readlink(name, dir_fd=parent)
+        except OSError as exc:
+            if exc.errno in (*_MISSING, errno.EINVAL):  # EINVAL: not a link
+                return None
+            raise self.fail("read the link", rel, exc) from None
+        finally:
+            os.close(parent)
+
+    def _lexists(self, rel: str) -> bool:
+        """Whether anything (a link included, not followed) is at ``rel`` inside the root."""
+        try:
+            parent, name = self.parent(rel)
+        except OSError:
+            return False
+        try:
+            os.stat(name, dir_fd=parent, follow_symlinks=False)
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(parent)
+
     def which(self, name: str) -> str | None:
         """A command's path on this machine: under the root's sbin/bin directories (their links
         resolved inside the root), and on PATH only when the root is ``/``."""
@@ -578,7 +621,8 @@ def execute(root: Root, request: dict[str, Any]) -> object:
         return root.listdir(str(request["path"]))
     if op == "glob":
         return root.glob(str(request["pattern"]), read=bool(request.get("read")),
-                         limit=int(request.get("limit") or DEFAULT_LIMIT))
+                         limit=int(request.get("limit") or DEFAULT_LIMIT),
+                         links=bool(request.get("links")))
     if op == "kmsg":
         return root.kmsg(str(request["path"]), int(request.get("limit") or KMSG_LIMIT))
     if op == "write":
@@ -595,6 +639,8 @@ def execute(root: Root, request: dict[str, Any]) -> object:
     if op == "remove":
         root.remove(str(request["path"]))
         return None
+    if op == "readlink":
+        return root.readlink(str(request["path"]))
     if op == "which":
         return root.which(str(request["name"]))
     if op == "run":

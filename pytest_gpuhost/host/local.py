@@ -20,6 +20,7 @@ from . import (
     HostError,
     HostIdentity,
     Kmsg,
+    Link,
     ListDir,
     Match,
     Read,
@@ -92,19 +93,22 @@ class LocalHost:
         if isinstance(request, ListDir):
             return self._root.listdir(checked_relative(request.path))
         if isinstance(request, Glob):
-            return self._glob(request.pattern, request.read)
+            return self._glob(request.pattern, request.read, request.links)
         if isinstance(request, Kmsg):
             return self._root.kmsg(checked_relative(request.path), request.limit)
+        if isinstance(request, Link):
+            return self._root.readlink(checked_relative(request.path))
         raise TypeError(f"not a host request: {request!r}")
 
-    def _glob(self, pattern: str, read: bool) -> list[Match]:
-        found = self._root.glob(checked_relative(pattern), read=read, limit=DEFAULT_LIMIT)
+    def _glob(self, pattern: str, read: bool, links: bool = False) -> list[Match]:
+        found = self._root.glob(checked_relative(pattern), read=read, limit=DEFAULT_LIMIT,
+                                links=links)
         matches: list[Match] = []
         for path, item in found:
             if isinstance(item, OpError):
                 matches.append((str(path), _error(item)))
             else:
-                assert item is None or isinstance(item, bytes)
+                assert item is None or isinstance(item, (bytes, str))
                 matches.append((str(path), item))
         return matches
 
@@ -141,6 +145,12 @@ class LocalHost:
     def read_kmsg(self, path: str = "dev/kmsg") -> list[str]:
         try:
             return self._root.kmsg(checked_relative(path))
+        except OpError as exc:
+            raise _error(exc) from None
+
+    def readlink(self, path: str) -> str | None:
+        try:
+            return self._root.readlink(checked_relative(path))
         except OpError as exc:
             raise _error(exc) from None
 

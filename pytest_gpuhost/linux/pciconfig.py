@@ -93,6 +93,24 @@ def device_control(config: bytes) -> DeviceControl:
     return DeviceControl(cap, int.from_bytes(config[cap + DEVCTL:end], "little"))
 
 
+LNKCTL = 0x10
+ASPM_MASK = 0x0003
+ASPM_STATES = {0: "disabled", 1: "L0s", 2: "L1", 3: "L0s L1"}
+"""Link Control (cap+0x10) bits 1:0, ASPM Control: which link power states are enabled."""
+
+
+def aspm_control(config: bytes) -> tuple[int, int]:
+    """(offset of Link Control, its ASPM Control bits 1:0)."""
+    cap = find_capability(config, CAP_ID_EXP)
+    if cap is None:
+        raise ConfigError("no PCI Express capability in the capability list")
+    end = cap + LNKCTL + 2
+    if len(config) < end:
+        raise ConfigError(f"config space is {len(config)} bytes, Link Control is at "
+                          f"0x{cap + LNKCTL:02x}: reads past 64 bytes of sysfs config need root")
+    return cap + LNKCTL, int.from_bytes(config[cap + LNKCTL:end], "little") & ASPM_MASK
+
+
 def parse_hexdump(text: str) -> dict[str, bytes]:
     """Config spaces from ``lspci -xxx`` / ``-xxxx`` output, keyed by the device's address line.
 

@@ -28,6 +28,8 @@ def _detail(group: Sequence[CheckResult]) -> str:
             continue
         if "gpu" in result.subjects:
             items.append(result.subjects["gpu"])
+        elif "bridge" in result.subjects:
+            items.append(result.subjects["bridge"])
         elif "cpus" in result.subjects:
             items.append(f"{result.key} cpus {result.subjects['cpus']}")
     return " ".join(items)
@@ -101,6 +103,11 @@ def summary_lines(results: Sequence[CheckResult], info: RunInfo) -> list[str]:
     if info.fix:
         lines += [f"  NOT FIXED  {r.id}: {r.message}" for r in results
                   if r.outcome is Outcome.FAILED]
+    reboots = [r for r in results if r.outcome is Outcome.REBOOT_REQUIRED]
+    if reboots:
+        lines.append(f"reboot required: {len(reboots)} check(s) wrong now, set right for the "
+                     "next boot")
+        lines += [f"  REBOOT_REQUIRED {r.id}: {r.message}" for r in reboots]
     warned = [(r.id, warning) for r in results for warning in r.warnings]
     if warned:
         lines.append(f"warnings: {len(warned)} (a value close to its floor, or one that boot-time "

@@ -168,9 +168,11 @@ SEVERITIES = ("blocker", "critical", "normal", "minor", "trivial")
 
 @dataclass(frozen=True)
 class SpecContext:
-    """What a section parser may consult: the known ``when:`` conditions."""
+    """What a section parser may consult: the known ``when:`` conditions, and the spec's name
+    (boot-time kinds name the drop-ins they write after it)."""
 
     conditions: frozenset[str]
+    spec_name: str = ""
 
     def parse_options(self, node: Node, pairs: Iterable[tuple[str, Node]]) -> EntryOptions:
         """Entry options from the option keys among ``pairs`` (other keys are the caller's)."""
@@ -350,7 +352,6 @@ def load_spec(
         raise SpecError(f"{shown}:1", f"the spec is empty; expected 'version: {SPEC_VERSION}' "
                                       f"and at least one of: {', '.join(parsers)}")
     top = Node(root, shown)
-    context = SpecContext(frozenset(conditions))
     pairs = dict(top.mapping("the spec"))
     if "version" not in pairs:
         raise top.error(f"the spec needs 'version: {SPEC_VERSION}' at the top")
@@ -364,6 +365,7 @@ def load_spec(
         name = name_node.string("name")
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
             raise name_node.error(f"name {name!r} must be letters, digits, '.', '_' or '-'")
+    context = SpecContext(frozenset(conditions), name)
     for key, node in pairs.items():
         if key not in parsers:
             known = ", ".join(parsers)

@@ -80,6 +80,10 @@ class CountingHost:
         self._count("read_kmsg", path)
         return self.host.read_kmsg(path)
 
+    def readlink(self, path: str) -> str | None:
+        self._count("readlink", path)
+        return self.host.readlink(path)
+
     def write_text(self, path: str, text: str) -> None:
         self._count("write_text", path)
         self.host.write_text(path, text)

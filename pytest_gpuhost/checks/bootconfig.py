@@ -1,0 +1,139 @@
+"""The next boot's kernel command line, and the drop-in that boot-time fixes write to it.
+
+Read as a list of paths, then parsed by ``linux.cmdline``. Where etc/kernel/cmdline exists
+(systemd-boot, proxmox-boot-tool) it is the next boot's whole command line: it is the
+administrator's own file, so pytest-gpuhost never edits it and a boot-time fix there says what to
+add. Otherwise GRUB's etc/default/grub and etc/default/grub.d/*.cfg: a fix writes its own
+drop-in, etc/default/grub.d/90-gpuhost-<spec>.cfg, and never touches the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..fix.changes import Plan, ReplaceFile
+from ..host import Host, HostError
+from ..linux.cmdline import (
+    GRUB_DEFAULT,
+    GRUB_DROPINS,
+    KERNEL_CMDLINE,
+    PROXMOX_UUIDS,
+    dropin_words,
+    grub_dropins,
+    grub_variables,
+    grub_words,
+    kernel_cmdline_words,
+    merge_words,
+    render_dropin,
+)
+from . import CannotFix, Evidence
+
+GRUB, SYSTEMD_BOOT, UNKNOWN = "grub", "kernel-cmdline", "none"
+
+
+def dropin_path(spec: str) -> str:
+    return f"{GRUB_DROPINS}/90-gpuhost-{spec}.cfg"
+
+
+@dataclass(frozen=True)
+class BootCommandLine:
+    """What the next boot's command line will be, and where each word comes from."""
+
+    loader: str
+    words: tuple[str, ...]
+    origin: dict[str, str] = field(default_factory=dict)
+    """word -> ``file:line`` of the assignment that brought it in."""
+    apply: str = ""
+    """What makes a change to it take effect."""
+
+    def where(self, words: Sequence[str]) -> str:
+        places = sorted({self.origin[w] for w in words if w in self.origin})
+        if places:
+            return ", ".join(places)
+        return KERNEL_CMDLINE if self.loader == SYSTEMD_BOOT else "the GRUB configuration"
+
+    def evidence(self) -> Evidence:
+        source = KERNEL_CMDLINE if self.loader == SYSTEMD_BOOT else \
+            f"{GRUB_DEFAULT} + {GRUB_DROPINS}/*.cfg"
+        return Evidence(f"next boot: {source}", " ".join(self.words) or "(empty)")
+
+
+def boot_config_paths(host: Host) -> list[str]:
+    """The files this reader reads, in the order the boot loader applies them."""
+    dropins = grub_dropins(host.listdir(GRUB_DROPINS)) if host.exists(GRUB_DROPINS) else []
+    return [KERNEL_CMDLINE, PROXMOX_UUIDS, GRUB_DEFAULT, *dropins]
+
+
+def read_all(host: Host, paths: Sequence[str]) -> dict[str, str | None]:
+    texts: dict[str, str | None] = {}
+    for path in paths:
+        try:
+            texts[path] = host.read_text(path) if host.exists(path) else None
+        except HostError:
+            texts[path] = None  # a dangling link: the boot loader skips it too
+    return texts
+
+
+def parse_boot_config(texts: dict[str, str | None]) -> BootCommandLine:
+    """The next boot's command line from what ``boot_config_paths`` read."""
+    proxmox = texts.get(PROXMOX_UUIDS) is not None
+    kernel_cmdline = texts.get(KERNEL_CMDLINE)
+    if kernel_cmdline is not None:
+        words = kernel_cmdline_words(kernel_cmdline)
+        tool = "proxmox-boot-tool refresh" if proxmox else "kernel-install add (or reinstall " \
+                                                          "the kernel package)"
+        return BootCommandLine(SYSTEMD_BOOT, tuple(words), {w: KERNEL_CMDLINE for w in words},
+                               f"run `{tool}`, then reboot")
+    grub = [(path, text) for path, text in texts.items()
+            if text is not None and path not in (KERNEL_CMDLINE, PROXMOX_UUIDS)]
+    if texts.get(GRUB_DEFAULT) is None and not grub:
+        return BootCommandLine(UNKNOWN, ())
+    origin: dict[str, str] = {}
+    for count in range(1, len(grub) + 1):
+        values, where = grub_variables(grub[:count])
+        for word in grub_words(values):
+            origin.setdefault(word, where.get("GRUB_CMDLINE_LINUX_DEFAULT") or
+                              where.get("GRUB_CMDLINE_LINUX") or grub[count - 1][0])
+    values, _ = grub_variables(grub)
+    words = grub_words(values)
+    tool = "proxmox-boot-tool refresh" if proxmox else "update-grub"
+    return BootCommandLine(GRUB, tuple(words), {w: origin[w] for w in words if w in origin},
+                           f"run `{tool}`, then reboot")
+
+
+def read_boot_config(host: Host) -> BootCommandLine:
+    return parse_boot_config(read_all(host, boot_config_paths(host)))
+
+
+def _header(spec: str) -> str:
+    return (f"# Written by pytest-gpuhost --fix-persist for spec {spec}: kernel parameters for "
+            "the next boot.\n# Edit the spec and run --fix --fix-persist again rather than "
+            "this file; remove it\n# (or --gpuhost-rollback) to undo, then update-grub.\n")
+
+
+def dropin_text(current: str | None, spec: str, words: Sequence[str]) -> str:
+    """Our drop-in with ``words`` merged into what it already holds."""
+    existing = dropin_words(current) if current else []
+    return render_dropin(_header(spec), merge_words(existing, words))
+
+
+def plan_dropin(host: Host, spec: str, words: Sequence[str]) -> Plan:
+    """Add ``words`` to the next boot's command line through our grub.d drop-in."""
+    boot = read_boot_config(host)
+    shown = " ".join(words)
+    if boot.loader == SYSTEMD_BOOT:
+        raise CannotFix(f"this host boots with {KERNEL_CMDLINE} (systemd-boot or "
+                        f"proxmox-boot-tool), the administrator's own file, which pytest-gpuhost "
+                        f"does not edit: add {shown!r} to it and {boot.apply}")
+    if boot.loader == UNKNOWN:
+        raise CannotFix(f"no boot configuration found ({GRUB_DEFAULT}, {KERNEL_CMDLINE}): add "
+                        f"{shown!r} to the kernel command line of the boot loader")
+    path = dropin_path(spec)
+    current = host.read_text(path) if host.exists(path) else None
+    text = dropin_text(current, spec, words)
+    if text == current:
+        raise CannotFix(f"{path} already adds {shown!r}, yet the boot configuration does not "
+                        f"end with it: a later file in {GRUB_DROPINS} overrides it")
+    return Plan(f"add {shown} to {path} (then {boot.apply.removeprefix('run ')})",
+                (ReplaceFile(path, current, text),))

@@ -1,0 +1,264 @@
+"""cpufreq: the CPU frequency driver, governor, energy-performance preference and boost.
+
+One check per key for all policies (the observed value names the CPUs that differ, as cpuidle
+does). ``driver`` is chosen at boot (``amd_pstate=active`` gives amd-pstate-epp): a wrong one is
+``reboot_required`` when the boot configuration already asks for the right one, and --fix
+--fix-persist adds the parameter to our grub.d drop-in. ``governor``, ``epp`` and ``boost`` are
+written to sysfs by --fix, policy by policy. A platform without the file (a VM without cpufreq,
+acpi-cpufreq without EPP) makes the check skipped, not failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..fix.changes import Plan, WriteText
+from ..host import Host, HostError
+from ..linux.cmdline import Parameter
+from ..linux.cpufreq import CPUFREQ, GLOBAL_BOOST, INTEL_NO_TURBO, policies, policy_path
+from ..result import CheckResult, Outcome
+from ..spec import EntryOptions, Node, SpecContext, parse_expectation
+from ..spec.matchers import Auto, Domain, Expectation, Integer
+from . import (
+    CannotFix,
+    Check,
+    Evidence,
+    Facts,
+    NextBoot,
+    NotApplicable,
+    Observation,
+    PersistLine,
+)
+from .bootconfig import plan_dropin, read_boot_config
+from .cpuidle import fold_cpu_list, parse_cpu_list
+
+KEYS = ("driver", "governor", "epp", "boost")
+ATTRIBUTES = {"driver": "scaling_driver", "governor": "scaling_governor",
+              "epp": "energy_performance_preference", "boost": "boost"}
+BOOT_PARAMETERS = {"amd-pstate-epp": "amd_pstate=active", "amd-pstate": "amd_pstate=passive",
+                   "intel_pstate": "intel_pstate=active", "intel_cpufreq": "intel_pstate=passive"}
+"""The kernel parameter that selects each driver (where the CPU supports it)."""
+_FROM_PARAMETER = {("amd_pstate", "active"): "amd-pstate-epp",
+                   ("amd_pstate", "passive"): "amd-pstate",
+                   ("amd_pstate", "guided"): "amd-pstate",
+                   ("amd_pstate", "disable"): "acpi-cpufreq",
+                   ("intel_pstate", "active"): "intel_pstate",
+                   ("intel_pstate", "passive"): "intel_cpufreq",
+                   ("intel_pstate", "disable"): "acpi-cpufreq"}
+
+
+@dataclass(frozen=True)
+class PolicyValue:
+    policy: str
+    path: str
+    cpus: tuple[int, ...]
+    value: str
+
+
+def policy_paths(host: Host, attribute: str) -> list[tuple[str, str, str]]:
+    """(policy, path of ``attribute``, path of related_cpus) for every policy: the reads."""
+    names = policies(host.listdir(CPUFREQ)) if host.exists(CPUFREQ) else []
+    return [(p, policy_path(p, attribute), policy_path(p, "related_cpus")) for p in names]
+
+
+def read_policies(host: Host, attribute: str) -> list[PolicyValue]:
+    """Every policy's ``attribute``; NotApplicable when there are no policies or none has it."""
+    paths = policy_paths(host, attribute)
+    if not paths:
+        raise NotApplicable(f"no cpufreq policies under {CPUFREQ}: this platform (a VM, or "
+                            "cpufreq off) has no CPU frequency scaling")
+    values = []
+    for policy, path, related in paths:
+        if not host.exists(path):
+            continue
+        try:
+            cpus = tuple(parse_cpu_list(host.read_text(related).replace(" ", ",")))
+        except (HostError, ValueError):
+            cpus = ()
+        values.append(PolicyValue(policy, path, cpus, host.read_text(path).strip()))
+    if not values:
+        driver = _driver(host)
+        raise NotApplicable(f"no cpufreq policy has {attribute} (driver {driver})")
+    return values
+
+
+def _driver(host: Host) -> str:
+    paths = policy_paths(host, "scaling_driver")
+    if paths and host.exists(paths[0][1]):
+        return host.read_text(paths[0][1]).strip()
+    return "unknown"
+
+
+def summarize(values: Sequence[PolicyValue]) -> str:
+    """``performance`` when every policy agrees, else ``powersave on cpus 0-3; performance on
+    cpus 4-63`` (the commonest last)."""
+    groups: dict[str, list[int]] = {}
+    for item in values:
+        groups.setdefault(item.value, []).extend(item.cpus or [int(item.policy[6:])])
+    if len(groups) == 1:
+        return next(iter(groups))
+    ordered = sorted(groups.items(), key=lambda kv: (len(kv[1]), kv[0]))
+    return "; ".join(f"{value} on cpus {fold_cpu_list(cpus)}" for value, cpus in ordered)
+
+
+def _evidence(values: Sequence[PolicyValue]) -> Evidence:
+    first = values[0].path.replace(values[0].policy, "policyN")
+    return Evidence(first, f"{len(values)} policies: {summarize(values)}")
+
+
+def _writes(values: Sequence[PolicyValue], value: str) -> tuple[WriteText, ...]:
+    return tuple(WriteText(v.path, v.value + "\n", value + "\n") for v in values
+                 if v.value != value)
+
+
+@dataclass(frozen=True)
+class DriverProbe:
+    spec: str
+    fixable = True
+    boot_time = True
+
+    def observe(self, host: Host) -> Observation:
+        values = read_policies(host, "scaling_driver")
+        boot = read_boot_config(host)
+        next_boot = None
+        for key in ("amd_pstate", "intel_pstate"):
+            words = [w for w in boot.words if Parameter(w).key == key]
+            if words:
+                mode = Parameter(words[-1]).value or ""
+                driver = _FROM_PARAMETER.get((key, mode))
+                if driver is not None:
+                    next_boot = NextBoot(driver, boot.where(words[-1:]), boot.apply)
+        evidence = [_evidence(values)] + ([boot.evidence()] if boot.loader != "none" else [])
+        return Observation(summarize(values), tuple(evidence), next_boot=next_boot)
+
+    def plan(self, host: Host, value: str, observed: Observation) -> Plan:
+        word = BOOT_PARAMETERS.get(value)
+        if word is None:
+            raise CannotFix(f"no kernel parameter selects {value} alone (acpi-cpufreq is what "
+                            "amd_pstate=disable or intel_pstate=disable leave)")
+        return plan_dropin(host, self.spec, [word])
+
+
+@dataclass(frozen=True)
+class PolicyAttributeProbe:
+    """governor or epp: one sysfs file per policy, written where it differs."""
+
+    attribute: str
+    fixable = True
+
+    def observe(self, host: Host) -> Observation:
+        values = read_policies(host, self.attribute)
+        return Observation(summarize(values), (_evidence(values),))
+
+    def plan(self, host: Host, value: str, observed: Observation) -> Plan:
+        values = read_policies(host, self.attribute)
+        available = "scaling_available_governors" if self.attribute == "scaling_governor" \
+            else "energy_performance_available_preferences"
+        path = policy_path(values[0].policy, available)
+        if host.exists(path) and value not in host.read_text(path).split():
+            raise CannotFix(f"{value!r} is not offered by {path}: "
+                            f"{host.read_text(path).strip()}")
+        changes = _writes(values, value)
+        cpus = fold_cpu_list(c for v in values if v.value != value for c in v.cpus)
+        return Plan(f"write {value!r} to cpufreq {self.attribute} on cpus {cpus}", changes)
+
+
+@dataclass(frozen=True)
+class BoostProbe:
+    """Per-policy boost (6.11 on), else the global switch, else intel_pstate's no_turbo."""
+
+    fixable = True
+
+    def _read(self, host: Host) -> tuple[list[PolicyValue], bool]:
+        """The boost values and whether they are intel_pstate's inverted no_turbo."""
+        try:
+            return read_policies(host, "boost"), False
+        except NotApplicable:
+            pass
+        for path, inverted in ((GLOBAL_BOOST, False), (INTEL_NO_TURBO, True)):
+            if host.exists(path):
+                raw = host.read_text(path).strip()
+                return [PolicyValue("global", path, (), raw)], inverted
+        raise NotApplicable(f"no boost control ({CPUFREQ}/policy*/boost, {GLOBAL_BOOST}, "
+                            f"{INTEL_NO_TURBO}): this platform (a VM?) does not expose one")
+
+    def observe(self, host: Host) -> Observation:
+        values, inverted = self._read(host)
+        if inverted:
+            raw = values[0].value
+            shown = {"0": "1", "1": "0"}.get(raw, raw)
+            return Observation(shown, (Evidence(values[0].path, f"{raw} (no_turbo: boost "
+                                                f"{'off' if raw == '1' else 'on'})"),))
+        if values[0].policy == "global":
+            return Observation(values[0].value, (Evidence(values[0].path, values[0].value),))
+        return Observation(summarize(values), (_evidence(values),))
+
+    def plan(self, host: Host, value: str, observed: Observation) -> Plan:
+        values, inverted = self._read(host)
+        if inverted:
+            value = {"0": "1", "1": "0"}[value]
+        return Plan(f"write {value!r} to {values[0].path.replace(values[0].policy, 'policy*')}",
+                    _writes(values, value))
+
+
+DOMAINS: dict[str, tuple[Domain, tuple[str, ...]]] = {
+    "driver": (Auto(), ("one_of",)), "governor": (Auto(), ("one_of",)),
+    "epp": (Auto(), ("one_of",)), "boost": (Integer((0, 1)), ()),
+}
+
+
+@dataclass(frozen=True)
+class CpufreqEntry:
+    key: str
+    expect: Expectation
+    options: EntryOptions
+
+
+@dataclass(frozen=True)
+class CpufreqSection:
+    entries: tuple[CpufreqEntry, ...]
+    spec: str
+
+
+class CpufreqKind:
+    section = "cpufreq"
+
+    def parse(self, node: Node, context: SpecContext) -> CpufreqSection:
+        pairs = node.mapping("cpufreq")
+        if not pairs:
+            raise node.error(f"cpufreq is empty; expected one of: {', '.join(KEYS)}")
+        entries = []
+        for key, value in pairs:
+            if key not in KEYS:
+                raise value.key_error(f"unknown key {key!r} in cpufreq; expected one of: "
+                                      f"{', '.join(KEYS)}")
+            domain, matchers = DOMAINS[key]
+            expect, options = parse_expectation(value, context, domain, what=f"cpufreq {key}",
+                                                matchers=matchers)
+            entries.append(CpufreqEntry(key, expect, options))
+        return CpufreqSection(tuple(sorted(entries, key=lambda e: e.key)), context.spec_name)
+
+    def expand(self, section: CpufreqSection, facts: Facts) -> Sequence[Check]:
+        checks = []
+        for entry in section.entries:
+            probe: DriverProbe | PolicyAttributeProbe | BoostProbe
+            if entry.key == "driver":
+                probe = DriverProbe(section.spec)
+            elif entry.key == "boost":
+                probe = BoostProbe()
+            else:
+                probe = PolicyAttributeProbe(ATTRIBUTES[entry.key])
+            checks.append(Check(f"cpufreq.{entry.key}", None, entry.expect, entry.options,
+                                probe))
+        return checks
+
+
+def persistence(results: Sequence[CheckResult]) -> list[PersistLine]:
+    """tmpfiles.d ``w`` lines that write the governor and EPP again at every boot (a glob over
+    the policies, as systemd-tmpfiles allows for ``w``), for values right at the end of the run."""
+    files = {"cpufreq.governor": "scaling_governor",
+             "cpufreq.epp": "energy_performance_preference"}
+    return [PersistLine("tmpfiles", f"w /{CPUFREQ}/policy*/{files[r.kind]} - - - - {r.observed}")
+            for r in results if r.kind in files and r.outcome in (Outcome.PASSED, Outcome.FIXED)
+            and r.observed and " on cpus " not in r.observed]

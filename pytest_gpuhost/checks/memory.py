@@ -1,0 +1,76 @@
+"""memory: transparent hugepages, the ``[bracketed]`` word of transparent_hugepage/enabled.
+
+Fixed by writing the word to the file; --fix-persist adds a tmpfiles.d line that writes it at
+every boot. A kernel built without THP has no file: the check is skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..fix.changes import Plan, WriteText
+from ..host import Host
+from ..linux.sysfs import bracketed
+from ..result import CheckResult, Outcome
+from ..spec import EntryOptions, Node, SpecContext, parse_expectation
+from ..spec.matchers import Choice, Expectation
+from . import Check, Evidence, Facts, NotApplicable, Observation, PersistLine
+
+THP = "sys/kernel/mm/transparent_hugepage/enabled"
+THP_MODES = ("always", "madvise", "never")
+KEYS = ("transparent_hugepage",)
+
+
+@dataclass(frozen=True)
+class ThpProbe:
+    fixable = True
+
+    def _read(self, host: Host) -> str:
+        if not host.exists(THP):
+            raise NotApplicable(f"{THP} does not exist: this kernel has no transparent hugepages")
+        return host.read_text(THP).strip()
+
+    def observe(self, host: Host) -> Observation:
+        raw = self._read(host)
+        selected = bracketed(raw, THP_MODES)
+        return Observation(selected, (Evidence(THP, raw),),
+                           problem=None if selected else f"{THP} selects nothing: {raw!r}")
+
+    def plan(self, host: Host, value: str, observed: Observation) -> Plan:
+        raw = self._read(host)
+        return Plan(f"write {value!r} to {THP}", (WriteText(THP, raw + "\n", value + "\n"),))
+
+
+@dataclass(frozen=True)
+class MemoryEntry:
+    key: str
+    expect: Expectation
+    options: EntryOptions
+
+
+class MemoryKind:
+    section = "memory"
+
+    def parse(self, node: Node, context: SpecContext) -> tuple[MemoryEntry, ...]:
+        pairs = node.mapping("memory")
+        if not pairs:
+            raise node.error(f"memory is empty; expected one of: {', '.join(KEYS)}")
+        entries = []
+        for key, value in pairs:
+            if key not in KEYS:
+                raise value.key_error(f"unknown key {key!r} in memory; expected one of: "
+                                      f"{', '.join(KEYS)}")
+            expect, options = parse_expectation(value, context, Choice(THP_MODES),
+                                                what=f"memory {key}", matchers=("one_of",))
+            entries.append(MemoryEntry(key, expect, options))
+        return tuple(entries)
+
+    def expand(self, section: tuple[MemoryEntry, ...], facts: Facts) -> Sequence[Check]:
+        return [Check(f"memory.{e.key}", None, e.expect, e.options, ThpProbe()) for e in section]
+
+
+def persistence(results: Sequence[CheckResult]) -> list[PersistLine]:
+    return [PersistLine("tmpfiles", f"w /{THP} - - - - {r.observed}") for r in results
+            if r.kind == "memory.transparent_hugepage" and r.observed
+            and r.outcome in (Outcome.PASSED, Outcome.FIXED)]
