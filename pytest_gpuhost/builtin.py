@@ -36,10 +36,25 @@ def pytest_gpuhost_conditions() -> Mapping[str, ConditionFn]:
 
 @hookimpl(trylast=True)
 def pytest_gpuhost_make_host(url: str, settings: Settings) -> Host | None:
-    """This machine at the run's root; other schemes are for the plugins that know them."""
-    if url == "local":
+    """This machine at the run's root, an ssh target, an LXC container (of this machine or
+    of an ssh target); other schemes are for the plugins that know them."""
+    target = next((t for t in settings.targets if t.url == url), None)
+    if url == "local" or (target is not None and target.local):
         return LocalHost(settings.root)
-    return None
+    if target is None or target.scheme not in ("ssh", "lxc"):
+        return None
+    from .host.remote import AgentHost, agent_command, lxc_argv, ssh_argv
+
+    inner = agent_command(target.root)
+    if target.container is not None:
+        inner = lxc_argv(target.container, inner)
+    if target.scheme == "lxc":
+        return AgentHost(url, inner, target.root, connect_timeout=settings.connect_timeout)
+    assert target.host is not None
+    argv = ssh_argv(target.host, port=target.port, user=target.user,
+                    config=settings.ssh_config, connect_timeout=settings.connect_timeout,
+                    inner=inner)
+    return AgentHost(url, argv, target.root, connect_timeout=settings.connect_timeout)
 
 
 @hookimpl(trylast=True)

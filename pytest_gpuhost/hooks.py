@@ -21,7 +21,7 @@ from .fix.run import JOURNAL_KEY
 from .gate import judge, verdict_text
 from .host import Host
 from .items import GpuhostItem, JournalFile, SpecFile
-from .reports import Reporter, RunInfo, npd
+from .reports import Reporter, RunInfo, TargetInfo, npd
 from .reports.jsonfile import JsonReport
 from .reports.nfd import NfdFeatureFile
 from .reports.prometheus import PrometheusTextfile
@@ -108,6 +108,8 @@ class GpuhostRun:
         self.problems: list[str] = []
         """Session-end work that failed (a report that could not be written): summary lines."""
         self.rolled_back = False
+        self.target_infos: dict[tuple[str, str], TargetInfo] = {}
+        """(target, worker) -> the target's info as the worker that ran its checks last saw it."""
         self.stopped: str | None = None
         """Why the run stopped early (the root's lock could not be had)."""
         self.stopped_early: str | None = None
@@ -184,11 +186,15 @@ class GpuhostRun:
         checks = [item for item in session.items if isinstance(item, GpuhostItem)]
         for index, item in enumerate(checks):
             item.index = index
-        lower: dict[int, list[int]] = {}  # per rank, not per item: O(checks x ranks)
-        for rank in sorted({item.check.order for item in checks}):
-            lower[rank] = [other.index for other in checks if other.check.order < rank]
+        # Per target and rank, not per item: O(checks x ranks). dmesg and p2p order within
+        # their own target; the gate waits for every target's checks.
+        lower: dict[tuple[str, int], list[int]] = {}
+        for name in {item.target.name for item in checks}:
+            own = [other for other in checks if other.target.name == name]
+            for rank in sorted({item.check.order for item in own}):
+                lower[name, rank] = [other.index for other in own if other.check.order < rank]
         for item in checks:
-            item.waits_for = lower[item.check.order]
+            item.waits_for = lower[item.target.name, item.check.order]
         self.host_checks = [(item.index, item.check.id) for item in checks]
         self.collected = dict.fromkeys(item.nodeid for item in checks)
         self.session.target.select(item.check for item in checks)
@@ -241,7 +247,10 @@ class GpuhostRun:
         if not isinstance(item, GpuhostItem):
             return report
         if call.when == "call" and item.result is not None:
-            setattr(report, REPORT_ATTR, {"index": item.index, "result": item.result.as_dict()})
+            payload: dict[str, object] = {"index": item.index, "result": item.result.as_dict()}
+            if self.session.named:  # what the target said of itself and what reaching it cost
+                payload["target"] = item.target.info().as_dict()
+            setattr(report, REPORT_ATTR, payload)
         if call.when == "teardown":
             verdict = verdict_text(item.check.id, item.result)
             self.verdicts[item.index] = verdict
@@ -259,6 +268,11 @@ class GpuhostRun:
         if payload is not None:
             record = CheckResult.from_dict(payload["result"])
             self.results[report.nodeid] = (payload["index"], record)
+            if "target" in payload:
+                worker = getattr(report, "node", None)
+                where = getattr(getattr(worker, "gateway", None), "id", "") or "local"
+                info = TargetInfo.from_dict(payload["target"])
+                self.target_infos[info.name, where] = info
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: Sequence[str]) -> None:
@@ -286,20 +300,37 @@ class GpuhostRun:
                "no result: the check never reported (its xdist worker went down while it ran)")
         return self.ordered() + [_no_record(nodeid, why) for nodeid in missing]
 
+    def targets(self) -> tuple[TargetInfo, ...]:
+        """Each target as its checks' reports described it (summed over the xdist workers
+        that reached it), else as this process knows it."""
+        infos = []
+        for name, target in self.session.targets.items():
+            seen = [info for (each, _), info in sorted(self.target_infos.items())
+                    if each == name]
+            if not seen:
+                infos.append(target.info())
+                continue
+            merged = seen[0]
+            for other in seen[1:]:
+                merged = merged.add_traffic(other)
+            infos.append(merged)
+        return tuple(infos)
+
     def info(self) -> RunInfo:
         session, settings = self.session, self.settings
-        target = session.target
-        facts = target.host_facts()
-        fixrun = target.fixrun
+        targets = self.targets()
+        first = targets[0]
+        fixrun = session.target.fixrun
         return RunInfo(
             specs=tuple((settings.display(spec.path), spec.name)
                         for spec in session.specs.values()),
-            root=target.host.describe(), hostname=facts.hostname, kernel=facts.kernel,
-            driver=facts.driver, gpus=facts.gpus, gpu_models=facts.gpu_models,
+            root=session.target.host.describe(), hostname=first.hostname, kernel=first.kernel,
+            driver=first.driver, gpus=first.gpus, gpu_models=first.gpu_models,
             fix=settings.fix, dry_run=settings.dry_run,
             journal=str(fixrun.journal_path) if fixrun.journal_used() else None,
             rollback=str(fixrun.rollback.path) if fixrun.rollback else None,
-            json_report=settings.report is not None)
+            json_report=settings.report is not None,
+            targets=targets if session.named else ())
 
     def reporters(self) -> list[Reporter]:
         settings = self.settings
@@ -394,9 +425,12 @@ def _at_least(session: pytest.Session, code: pytest.ExitCode) -> None:
 
 def _no_record(nodeid: str, why: str) -> CheckResult:
     """The record of a check that never reported: an error, with what is known of it."""
-    name = nodeid.split("::", 1)[-1]
+    name, at, target = nodeid.split("::", 1)[-1].rpartition("@")
+    if not at or "]" in target:  # no target in the id (an @ inside a key)
+        name, target = nodeid.split("::", 1)[-1], ""
     kind, _, key = name.partition("[")
     return CheckResult(id=name, kind=kind, key=key[:-1] if key else None, expected="",
                        observed=None, outcome=Outcome.ERROR, message=why,
+                       target=target or None,
                        location=nodeid.split("::", 1)[0])
 

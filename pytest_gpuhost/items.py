@@ -18,6 +18,7 @@ from .result import CheckResult, Outcome
 
 if TYPE_CHECKING:
     from .hooks import GpuhostRun
+    from .session import Target
 
 GPUHOST_MARK = pytest.mark.gpuhost
 """Built once: looking a marker up by name costs more than the rest of an item's set-up."""
@@ -32,18 +33,24 @@ def run_of(config: pytest.Config) -> GpuhostRun:
 
 class SpecFile(pytest.File):
     def collect(self) -> Iterable[GpuhostItem]:
-        run = run_of(self.config)
-        spec = run.session.specs[self.path.resolve()]
-        for check in run.session.expand(spec):
-            yield GpuhostItem.from_parent(self, name=check.id, check=check)
+        """Every check of the spec on every target; ids name the target when the run has
+        remote or several targets (``sysctl[vm.swappiness]@pve``, so ``-k pve`` selects)."""
+        session = run_of(self.config).session
+        spec = session.specs[self.path.resolve()]
+        for target in session.targets.values():
+            for check in session.expand(spec, target):
+                name = f"{check.id}@{target.name}" if session.named else check.id
+                yield GpuhostItem.from_parent(self, name=name, check=check, target=target)
 
 
 class JournalFile(pytest.File):
     """A journal under --gpuhost-rollback: one check per change, newest first."""
 
     def collect(self) -> Iterable[GpuhostItem]:
-        for check in run_of(self.config).session.rollback_checks:
-            yield GpuhostItem.from_parent(self, name=check.id, check=check)
+        session = run_of(self.config).session
+        for check in session.rollback_checks:
+            name = f"{check.id}@{session.target.name}" if session.named else check.id
+            yield GpuhostItem.from_parent(self, name=name, check=check, target=session.target)
 
 
 class CheckFailed(AssertionError):
@@ -65,19 +72,20 @@ class CheckError(Exception):
 PASSING = (Outcome.PASSED, Outcome.FIXED)
 
 
-def error_record(check: Check, message: str) -> CheckResult:
+def error_record(check: Check, message: str, target: str | None = None) -> CheckResult:
     """The record of a check that could not run at all (the root's lock, a lost worker)."""
     return CheckResult(id=check.id, kind=check.kind, key=check.key,
                        expected=check.expect.describe(), observed=None, outcome=Outcome.ERROR,
                        message=message, location=check.options.where,
                        severity=check.options.severity, subjects=dict(check.subjects),
-                       hardware=check.hardware)
+                       hardware=check.hardware, target=target)
 
 
 class GpuhostItem(pytest.Item):
-    def __init__(self, *, check: Check, **kwargs: Any) -> None:
+    def __init__(self, *, check: Check, target: Target, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.check = check
+        self.target = target
         self.result: CheckResult | None = None
         self.index = 0
         self.waits_for: list[int] = []
@@ -95,14 +103,15 @@ class GpuhostItem(pytest.Item):
                 missing = run.log.wait_for(self.waits_for)
                 if missing:
                     self.result = error_record(self.check,
-                                               run.unfinished_message(self.check.id, missing))
+                                               run.unfinished_message(self.check.id, missing),
+                                               self._target_name(run))
                     raise CheckError(self.result)
         try:
             with progress_to(self._progress_sink()):
-                self.result = run.session.run(self.check)
+                self.result = run.session.run(self.check, self.target)
         except LockUnavailable as exc:
             run.stop(self, str(exc))
-            self.result = error_record(self.check, str(exc))
+            self.result = error_record(self.check, str(exc), self._target_name(run))
             raise CheckError(self.result) from None
         self.user_properties.extend(junit_properties(self.result))
         if self.result.outcome is Outcome.SKIPPED:
@@ -112,6 +121,9 @@ class GpuhostItem(pytest.Item):
             raise CheckError(self.result)
         if self.result.outcome not in PASSING:
             raise CheckFailed(self.result)
+
+    def _target_name(self, run: GpuhostRun) -> str | None:
+        return self.target.name if run.session.named else None
 
     def _progress_sink(self) -> Any:
         """Lines a long check reports, written to the terminal past output capturing."""

@@ -23,7 +23,7 @@ MARKERS = (
 )
 _OPTIONS = ("gpuhost_spec", "gpuhost_root", "fix", "gpuhost_report", "gpuhost_dry_run",
             "gpuhost_journal", "gpuhost_rollback", "fix_persist", "gpuhost_gate", "gpuhost_prom",
-            "gpuhost_npd", "gpuhost_nfd")
+            "gpuhost_npd", "gpuhost_nfd", "gpuhost_target", "gpuhost_ssh_config")
 _SPEC_SUFFIXES = (".yaml", ".yml")
 
 
@@ -72,7 +72,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gpuhost-nfd", default=None, metavar="FILE",
                     help="write a Node Feature Discovery feature file (gpuhost.tuned, "
                          "gpuhost.failed), atomically")
+    group.addoption("--gpuhost-target", action="append", default=[], metavar="TARGET",
+                    help="a machine to check: local (this one, at --gpuhost-root), "
+                         "ssh://[USER@]HOST[:PORT][/ROOT], lxc://CTID[/ROOT] or "
+                         "ssh://USER@HOST?lxc=CTID; may be given more than once. "
+                         "ini: gpuhost_targets (one per line)")
+    group.addoption("--gpuhost-ssh-config", default=None, metavar="FILE",
+                    help="OpenSSH client configuration given to every ssh as -F FILE. "
+                         "ini: gpuhost_ssh_config")
+    group.addoption("--gpuhost-connect-timeout", type=float, default=10.0, metavar="SECONDS",
+                    help="how long connecting to a target may take (default 10)")
     parser.addini("gpuhost_spec", "spec file(s) of the host's tuning", type="args", default=[])
+    parser.addini("gpuhost_targets", "targets, one per line (see --gpuhost-target)",
+                  type="linelist", default=[])
+    parser.addini("gpuhost_ssh_config", "OpenSSH client configuration for the ssh targets",
+                  type="string", default="")
     parser.addini("gpuhost_root", "host root (default /)", type="string", default="")
 
 
@@ -82,9 +96,11 @@ def _asked(config: pytest.Config) -> bool:
     option = config.option
     if any(getattr(option, name, None) not in (None, False, [], "") for name in _OPTIONS):
         return True
-    if option.gpuhost_rollback is not None or option.gpuhost_lock_timeout != 120.0:
+    if option.gpuhost_rollback is not None or option.gpuhost_lock_timeout != 120.0 or \
+            option.gpuhost_connect_timeout != 10.0:
         return True
-    if config.getini("gpuhost_spec") or config.getini("gpuhost_root"):
+    if any(config.getini(name) for name in ("gpuhost_spec", "gpuhost_root", "gpuhost_targets",
+                                            "gpuhost_ssh_config")):
         return True
     return any(arg.split("::", 1)[0].endswith(_SPEC_SUFFIXES) for arg in config.args)
 
@@ -107,7 +123,11 @@ def _raw_options(config: pytest.Config) -> Any:
         nfd=option.gpuhost_nfd,
         alluredir=getattr(option, "allure_report_dir", None),
         numprocesses=getattr(option, "numprocesses", None),
-        worker=hasattr(config, "workerinput"))
+        worker=hasattr(config, "workerinput"), targets=tuple(option.gpuhost_target),
+        ini_targets=tuple(config.getini("gpuhost_targets")),
+        ssh_config=option.gpuhost_ssh_config,
+        ini_ssh_config=str(config.getini("gpuhost_ssh_config") or ""),
+        connect_timeout=option.gpuhost_connect_timeout)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -58,6 +58,8 @@ class CheckResult:
     """What the check was about: the GPU (``gpu``), the CPUs still wrong (``cpus``), ..."""
     hardware: bool = False
     """A failure points at the hardware rather than at a setting."""
+    target: str | None = None
+    """The target the check ran on (``pve``), in a run with remote or several targets."""
 
     @property
     def spec_file(self) -> str:

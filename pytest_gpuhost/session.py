@@ -9,12 +9,13 @@ batch (``CachedHost``); anything changed through the host makes the next read li
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .checks import Check, Fact, Facts, Kind
+from .checks import Check, Fact, Facts, Kind, NoFix, Observation
 from .checks.conditions import ConditionFn
 from .checks.gpus import GPUS
 from .engine import RunOptions, run_check
@@ -22,11 +23,13 @@ from .fix.journal import JOURNAL_DIR, JournalContents, JournalError, latest_jour
 from .fix.rollback import rollback_checks
 from .fix.run import FixRun, close_rollback, default_journal, make_fixer
 from .fix.run import persist as persist_files
-from .gpu.nvml import NvmlFactory, NvmlSource, NvmlUnavailable
-from .host import CachedHost, Host, Read, Reply, Request
+from .gpu.nvml import NvmlFactory, NvmlSource, NvmlUnavailable, RecordedNvml
+from .host import BatchReads, CachedHost, Host, HostError, HostIdentity, Read, Reply, Request
+from .reports import TargetInfo
 from .result import CheckResult
 from .settings import Settings, SettingsError
-from .spec import Spec, load_spec
+from .spec import EntryOptions, Spec, load_spec
+from .spec.matchers import Verdict
 
 LOCAL = "local"
 
@@ -62,11 +65,12 @@ def _driver_line(line: str | None) -> str | None:
 HOST_FACTS_READS: tuple[Request, ...] = (
     Read("proc/sys/kernel/hostname"), Read("proc/sys/kernel/osrelease"),
     Read("sys/module/nvidia/version"), Read("proc/driver/nvidia/version"),
+    *RecordedNvml.reads,  # a fake root's NVML: opening it then costs no round trip
 )
 
 
 def _parse_host_facts(replies: Sequence[Reply]) -> tuple[str | None, ...]:
-    hostname, kernel, module, proc = (_first_line(r) for r in replies)
+    hostname, kernel, module, proc = (_first_line(r) for r in replies[:4])
     return hostname, kernel, module or _driver_line(proc)
 
 
@@ -100,20 +104,83 @@ class _RememberedConditions(Mapping[str, ConditionFn]):
         return tuple(getattr(self._conditions.get(name), "requests", ()))
 
 
+@dataclass(frozen=True)
+class Unexpanded:
+    """The expectation of a section that could not be expanded: it never passes."""
+
+    section: str
+
+    def describe(self) -> str:
+        return f"the {self.section} checks"
+
+    def judge(self, observed: str | None) -> Verdict:
+        return Verdict(False, f"the {self.section} section could not be expanded")
+
+    def fix_value(self, observed: str | None) -> str | None:
+        return None
+
+
+@dataclass(frozen=True)
+class Unexpandable(NoFix):
+    """A section whose facts could not be read: its one check is an error with the reason."""
+
+    error: HostError
+
+    def observe(self, host: Host) -> Observation:
+        raise self.error
+
+
+class UnreachableHost(BatchReads):
+    """What a target that cannot be reached answers: every read an error naming it and the
+    connection's own words, so its checks are errors with that reason and the others run."""
+
+    def __init__(self, url: str, reason: HostError) -> None:
+        self.url = url
+        self.reason = reason
+
+    def describe(self) -> str:
+        return self.url
+
+    def local_machine(self) -> bool:
+        return False
+
+    def privileged(self) -> bool:
+        return False
+
+    def identity(self) -> HostIdentity:
+        raise self.reason
+
+    def invalidate(self) -> None:
+        """Nothing to forget."""
+
+    def batch(self, requests: Sequence[Request]) -> list[Reply]:
+        return [Reply(error=self.reason) for _ in requests]
+
+    def _refuse(self, *args: object, **kwargs: object) -> Any:
+        raise self.reason
+
+    write_text = write_bytes = replace_file = remove = which = run = _refuse
+
+
 class Target:
     """One machine of the run: its host (with the phase cache), facts, fixer and journal."""
 
     def __init__(self, name: str, host: Host, settings: Settings,
-                 conditions: Mapping[str, ConditionFn], nvml: NvmlFactory,
-                 shared_dir: Path | None) -> None:
+                 conditions: Mapping[str, ConditionFn], nvml_for: Callable[[Host], NvmlFactory],
+                 shared_dir: Path | None, *, url: str = LOCAL) -> None:
         self.name = name
+        self.url = url
+        self.unreachable: str | None = None
+        """Why the target could not be reached (its checks are errors saying so)."""
+        self.connection = host
         self.host = CachedHost(host)
         self.conditions = _RememberedConditions(conditions)
-        self.nvml = NvmlSource(nvml)
+        self.nvml = NvmlSource(nvml_for(self.host))  # through the cache: recorded facts too
         self.facts = Facts(self.host, nvml=self.nvml, shared_dir=shared_dir)
         self.fixrun = FixRun(None, None, persist=settings.persist)
         self._pending: dict[int, Check] = {}
-        self._group: int | None = None
+        self._fresh = False
+        self._host_facts: HostFacts | None = None
 
     # -- reads by phase ---------------------------------------------------------------------
 
@@ -128,24 +195,64 @@ class Target:
         return reads
 
     def prefetch(self, check: Check) -> None:
-        """Before ``check`` runs: read what every pending check of its rank will read, in one
-        batch, unless that is still cached. A new rank starts from live reads (dmesg must see
-        what the checks before it caused)."""
-        if self._group != check.order:
-            self._group = check.order
+        """Before ``check`` runs: read what it and every other pending check of its phase will
+        read, in one batch, unless that is still cached. The phases: every check that reads
+        the host as it stands, then the fresh ones (dmesg, AER), which start from live reads
+        so they see what the checks before them caused. A change made through the host (a
+        fix, a command) makes the next read live anyway."""
+        if check.fresh and not self._fresh:
+            self._fresh = True
             self.host.invalidate()
         if all(self.host.cached(r) for r in self._reads(check)):
             return
-        group = [c for c in self._pending.values() if c.order == check.order]
+        group = [c for c in self._pending.values() if c.fresh == check.fresh]
         self.host.prefetch(r for c in [check, *group] for r in self._reads(c))
 
-    def run(self, check: Check, options: RunOptions) -> CheckResult:
+    def run(self, check: Check, options: RunOptions, *, named: bool = False) -> CheckResult:
         self.prefetch(check)
         self._pending.pop(id(check), None)
-        return run_check(check, self.host, self.conditions, options, self.fixrun.fixer)
+        result = run_check(check, self.host, self.conditions, options, self.fixrun.fixer)
+        return dataclasses.replace(result, target=self.name) if named else result
+
+    def lose(self, reason: HostError) -> None:
+        """The target cannot be reached: every read from now on fails with ``reason``."""
+        self.unreachable = str(reason)
+        self.host.host = UnreachableHost(self.url, reason)
+        self.host.invalidate()
+        self.fixrun.fixer = None
+
+    def info(self) -> TargetInfo:
+        """The target as it reported itself, and its connection's cost so far. Never makes a
+        connection for it: a remote target not reached yet is only its name and URL."""
+        traffic = getattr(self.connection, "traffic", None)
+        cost = traffic.as_dict() if traffic is not None else {}
+        known = self.facts.known(HOST_FACTS) or self.connection.local_machine() or \
+            traffic is None
+        facts = self.host_facts() if known and self.unreachable is None else \
+            HostFacts(None, None, None, (), ())
+        return TargetInfo(self.name, self.url, facts.hostname, facts.kernel, facts.driver,
+                          facts.gpus, facts.gpu_models, self.unreachable,
+                          **cost)
+
+    def close(self) -> None:
+        if self.fixrun.fixer is not None:
+            self.fixrun.fixer.close()
+        close = getattr(self.connection, "close", None)
+        if close is not None:
+            close()
 
     def host_facts(self) -> HostFacts:
-        hostname, kernel, driver = self.facts.get(HOST_FACTS)
+        """What the target says about itself, read with the collection's facts and kept: the
+        reports use it at the end without reading the host again."""
+        if self._host_facts is None:
+            self._host_facts = self._read_host_facts()
+        return self._host_facts
+
+    def _read_host_facts(self) -> HostFacts:
+        try:
+            hostname, kernel, driver = self.facts.get(HOST_FACTS)
+        except HostError:
+            return HostFacts(None, None, None, (), ())
         gpus = self.facts.get(GPUS)
         if driver is None:
             try:
@@ -176,14 +283,16 @@ class Session:
         for path in self.settings.specs:
             self.specs[path] = load_spec(path, self.kinds, self.conditions,
                                          display=self.settings.display)
-        host = self.make_host(LOCAL, self.settings)
-        target = Target(LOCAL, host, self.settings, self.conditions, self.nvml_for(host),
-                        self.shared_dir)
-        self.targets[LOCAL] = target
+        for url in self.settings.targets:
+            host = self.make_host(url.url, self.settings)
+            target = Target(url.name, host, self.settings, self.conditions, self.nvml_for,
+                            self.shared_dir, url=url.url)
+            self.targets[url.name] = target
         if self.settings.rollback is not None:
-            self._open_rollback(target)
+            self._open_rollback(self.target)
         elif self.settings.fix and not self.settings.dry_run:
-            self._open_fixer(target)
+            for target in self.targets.values():
+                self._open_fixer(target)
 
     @property
     def options(self) -> RunOptions:
@@ -196,8 +305,13 @@ class Session:
 
     @property
     def target(self) -> Target:
-        """The run's one target (remote targets come with their own sessions' parts)."""
-        return self.targets[LOCAL]
+        """The run's first target: the only one, unless --gpuhost-target named several."""
+        return next(iter(self.targets.values()))
+
+    @property
+    def named(self) -> bool:
+        """Whether ids and records name their target (any target but the one local one)."""
+        return self.settings.remote
 
     def _open_fixer(self, target: Target) -> None:
         settings = self.settings
@@ -246,13 +360,26 @@ class Session:
         facts: list[Fact[Any]] = [HOST_FACTS, GPUS]
         for section, model in spec.sections.items():
             facts += getattr(self.kinds[section], "facts", lambda _: ())(model)
-        target.facts.prime(facts)
-        return [check for section, model in spec.sections.items()
-                for check in self.kinds[section].expand(model, target.facts)]
+        try:
+            target.facts.prime(facts)
+        except HostError as exc:  # the target cannot be reached: its checks say why
+            target.lose(exc)
+            target.facts = Facts(target.host, nvml=target.nvml, shared_dir=self.shared_dir)
+            target.facts.prime(facts)
+        target.host_facts()  # from the batch just read: what reports say of the target
+        checks: list[Check] = []
+        for section, model in spec.sections.items():
+            try:
+                checks += self.kinds[section].expand(model, target.facts)
+            except HostError as exc:  # a fact this kind needs cannot be read: one error
+                checks.append(Check(section, None, Unexpanded(section),
+                                    EntryOptions(where=f"{self.settings.display(spec.path)}:1"),
+                                    Unexpandable(exc)))
+        return checks
 
     def run(self, check: Check, target: Target | None = None) -> CheckResult:
         """Raises only LockUnavailable; every other outcome is the record."""
-        return (target or self.target).run(check, self.options)
+        return (target or self.target).run(check, self.options, named=self.named)
 
     def finish(self, results: Sequence[CheckResult]) -> list[CheckResult]:
         """Session-end fixes on the controller: the persistence files (one record each)."""
@@ -270,5 +397,4 @@ class Session:
 
     def close(self) -> None:
         for target in self.targets.values():
-            if target.fixrun.fixer is not None:
-                target.fixrun.fixer.close()
+            target.close()

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .files import OutputError, check_output
+from .targets import LOCAL, Target, TargetError, parse_targets
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 
@@ -49,6 +50,11 @@ class RawOptions:
     alluredir: str | None = None
     numprocesses: object = None
     worker: bool = False
+    targets: Sequence[str] = ()
+    ini_targets: Sequence[str] = ()
+    ssh_config: str | None = None
+    ini_ssh_config: str = ""
+    connect_timeout: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,15 @@ class Settings:
     worker: bool
     distributing: bool
     """On an xdist controller that starts workers."""
+    targets: tuple[Target, ...] = (Target(LOCAL, LOCAL),)
+    """The machines this run checks; without --gpuhost-target, this machine at the root."""
+    ssh_config: Path | None = None
+    connect_timeout: float = 10.0
+
+    @property
+    def remote(self) -> bool:
+        """Whether ids and reports must name targets (anything but the one local target)."""
+        return len(self.targets) > 1 or not self.targets[0].local
     npd: bool = False
     """--gpuhost-npd, on the controller: answer as a node-problem-detector plugin."""
     nfd: Path | None = None
@@ -123,11 +138,12 @@ def _root(raw: RawOptions) -> Path:
 
 
 _NEEDS_SPEC = ("fix", "report", "root", "gate", "prom", "persist", "dry_run", "journal", "npd",
-               "nfd")
+               "nfd", "targets", "ssh_config")
 _FLAGS = {"fix": "--fix", "report": "--gpuhost-report", "root": "--gpuhost-root",
           "gate": "--gpuhost-gate", "prom": "--gpuhost-prom", "persist": "--fix-persist",
           "dry_run": "--gpuhost-dry-run", "journal": "--gpuhost-journal",
-          "npd": "--gpuhost-npd", "nfd": "--gpuhost-nfd"}
+          "npd": "--gpuhost-npd", "nfd": "--gpuhost-nfd", "targets": "--gpuhost-target",
+          "ssh_config": "--gpuhost-ssh-config"}
 
 
 def _usage(raw: RawOptions, has_specs: bool) -> None:
@@ -169,6 +185,39 @@ def _output(raw: RawOptions, value: str | None, flag: str) -> Path | None:
         raise SettingsError(str(exc)) from None
 
 
+def _targets(raw: RawOptions) -> tuple[Target, ...]:
+    given, source = (raw.targets, "--gpuhost-target") if raw.targets else \
+        (raw.ini_targets, f"gpuhost_targets in {raw.ini_name}")
+    texts = [text for text in given if text.strip()]
+    if not texts:
+        return (Target(LOCAL, LOCAL),)
+    try:
+        return tuple(parse_targets(texts))
+    except TargetError as exc:
+        raise SettingsError(f"{source}: {exc}") from None
+
+
+def _ssh_config(raw: RawOptions) -> Path | None:
+    if raw.ssh_config:
+        source, path = f"--gpuhost-ssh-config={raw.ssh_config}", raw.invocation / raw.ssh_config
+    elif raw.ini_ssh_config:
+        source = f"gpuhost_ssh_config in {raw.ini_name}={raw.ini_ssh_config}"
+        path = raw.ini_base / raw.ini_ssh_config
+    else:
+        return None
+    if not path.is_file():
+        raise SettingsError(f"{source}: no such file (an OpenSSH client configuration, given "
+                            "to every ssh as -F FILE)")
+    return path
+
+
+def _connect_timeout(value: float) -> float:
+    if not math.isfinite(value) or value <= 0:
+        raise SettingsError(f"--gpuhost-connect-timeout={value:g}: expected a number of "
+                            "seconds above 0")
+    return value
+
+
 def resolve(raw: RawOptions) -> Settings:
     """The run's settings; SettingsError for the first thing that cannot be used."""
     specs = _spec_paths(raw)
@@ -192,4 +241,6 @@ def resolve(raw: RawOptions) -> Settings:
         alluredir=raw.invocation / raw.alluredir if raw.alluredir else None,
         worker=raw.worker, distributing=not raw.worker and bool(raw.numprocesses),
         npd=raw.npd and not raw.worker,
-        nfd=_output(raw, raw.nfd, "--gpuhost-nfd") if not raw.worker else None)
+        nfd=_output(raw, raw.nfd, "--gpuhost-nfd") if not raw.worker else None,
+        targets=_targets(raw), ssh_config=_ssh_config(raw),
+        connect_timeout=_connect_timeout(raw.connect_timeout))

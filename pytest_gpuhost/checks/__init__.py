@@ -134,6 +134,9 @@ class Check:
     hardware: bool = False
     """A failure points at the hardware (a missing GPU, a degraded link, kernel errors), not
     at a setting that --fix could change."""
+    fresh: bool = False
+    """It must see the host as it is when it runs, after everything ranked before it (the
+    kernel log, AER counters): its reads are never served from an earlier phase's batch."""
     slow: bool = False
     """Takes long (a bandwidth measurement): marked ``gpuhost_slow``, so a health check with a
     deadline can leave it out with ``-m "not gpuhost_slow"``."""
@@ -192,6 +195,10 @@ class Facts:
                 else reader(self.host)
         value: T = self._cache[reader]
         return value
+
+    def known(self, fact: Fact[Any] | Callable[[Host], Any]) -> bool:
+        """Whether the fact was read already (asking for it then costs no read)."""
+        return fact in self._cache
 
     def prime(self, facts: Iterable[Fact[Any]]) -> None:
         """Read every fact not read yet, all their requests in one batch."""

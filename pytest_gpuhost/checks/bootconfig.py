@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..fix.changes import Plan, ReplaceFile
-from ..host import Host, HostError
+from ..host import Glob, Host, Read, Request
 from ..linux.cmdline import (
     GRUB_DEFAULT,
     GRUB_DROPINS,
@@ -59,24 +59,28 @@ class BootCommandLine:
         return Evidence(f"next boot: {source}", " ".join(self.words) or "(empty)")
 
 
-def boot_config_paths(host: Host) -> list[str]:
-    """The files this reader reads, in the order the boot loader applies them."""
-    dropins = grub_dropins(host.listdir(GRUB_DROPINS)) if host.exists(GRUB_DROPINS) else []
-    return [KERNEL_CMDLINE, PROXMOX_UUIDS, GRUB_DEFAULT, *dropins]
+BOOT_READS: tuple[Request, ...] = (Read(KERNEL_CMDLINE), Read(PROXMOX_UUIDS), Read(GRUB_DEFAULT),
+                                   Glob(f"{GRUB_DROPINS}/*.cfg"))
+"""Everything the next boot's command line comes from, in one batch."""
 
 
-def read_all(host: Host, paths: Sequence[str]) -> dict[str, str | None]:
+def read_all(host: Host) -> dict[str, str | None]:
+    """path -> text of each file the boot loader applies, in its order (None: not there, or
+    a dangling link, which the boot loader skips too)."""
+    replies = host.batch(BOOT_READS)
     texts: dict[str, str | None] = {}
-    for path in paths:
-        try:
-            texts[path] = host.read_text(path) if host.exists(path) else None
-        except HostError:
-            texts[path] = None  # a dangling link: the boot loader skips it too
+    for path, reply in zip((KERNEL_CMDLINE, PROXMOX_UUIDS, GRUB_DEFAULT), replies, strict=False):
+        texts[path] = reply.text() if reply.error is None else None
+    dropins = {path: data for path, data in
+               (replies[3].matches() if replies[3].error is None else ())}
+    for path in grub_dropins([p.rsplit("/", 1)[-1] for p in dropins]):
+        data = dropins[path]
+        texts[path] = data.decode("utf-8", "replace") if isinstance(data, bytes) else None
     return texts
 
 
 def parse_boot_config(texts: dict[str, str | None]) -> BootCommandLine:
-    """The next boot's command line from what ``boot_config_paths`` read."""
+    """The next boot's command line from what ``read_all`` read."""
     proxmox = texts.get(PROXMOX_UUIDS) is not None
     kernel_cmdline = texts.get(KERNEL_CMDLINE)
     if kernel_cmdline is not None:
@@ -103,7 +107,7 @@ def parse_boot_config(texts: dict[str, str | None]) -> BootCommandLine:
 
 
 def read_boot_config(host: Host) -> BootCommandLine:
-    return parse_boot_config(read_all(host, boot_config_paths(host)))
+    return parse_boot_config(read_all(host))
 
 
 def _header(spec: str) -> str:

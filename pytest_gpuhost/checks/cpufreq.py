@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..fix.changes import Plan, WriteText
-from ..host import Host, HostError
+from ..host import Glob, Host, Read, Reply, Request
 from ..linux.cmdline import Parameter
 from ..linux.cpufreq import CPUFREQ, GLOBAL_BOOST, INTEL_NO_TURBO, policies, policy_path
 from ..result import CheckResult, Outcome
@@ -30,7 +30,7 @@ from . import (
     Observation,
     PersistLine,
 )
-from .bootconfig import plan_dropin, read_boot_config
+from .bootconfig import BOOT_READS, dropin_path, plan_dropin, read_boot_config
 from .cpuidle import fold_cpu_list, parse_cpu_list
 
 KEYS = ("driver", "governor", "epp", "boost")
@@ -56,38 +56,40 @@ class PolicyValue:
     value: str
 
 
-def policy_paths(host: Host, attribute: str) -> list[tuple[str, str, str]]:
-    """(policy, path of ``attribute``, path of related_cpus) for every policy: the reads."""
-    names = policies(host.listdir(CPUFREQ)) if host.exists(CPUFREQ) else []
-    return [(p, policy_path(p, attribute), policy_path(p, "related_cpus")) for p in names]
+def policy_reads(attribute: str) -> tuple[Request, ...]:
+    """What reading ``attribute`` of every policy takes: one batch of three globs (the value,
+    the CPUs of each policy, and the driver, for a message), whatever the number of CPUs."""
+    return tuple(Glob(f"{CPUFREQ}/policy*/{name}")
+                 for name in (attribute, "related_cpus", "scaling_driver"))
+
+
+def _by_policy(reply: Reply) -> dict[str, str]:
+    if reply.error is not None:
+        return {}
+    return {path.split("/")[-2]: data.decode("utf-8", "replace").strip()
+            for path, data in reply.matches() if isinstance(data, bytes)}
 
 
 def read_policies(host: Host, attribute: str) -> list[PolicyValue]:
     """Every policy's ``attribute``; NotApplicable when there are no policies or none has it."""
-    paths = policy_paths(host, attribute)
-    if not paths:
+    values, related, drivers = (_by_policy(r) for r in host.batch(policy_reads(attribute)))
+    names = policies(sorted({*values, *related, *drivers}))
+    if not names:
         raise NotApplicable(f"no cpufreq policies under {CPUFREQ}: this platform (a VM, or "
                             "cpufreq off) has no CPU frequency scaling")
-    values = []
-    for policy, path, related in paths:
-        if not host.exists(path):
+    found = []
+    for policy in names:
+        if policy not in values:
             continue
         try:
-            cpus = tuple(parse_cpu_list(host.read_text(related).replace(" ", ",")))
-        except (HostError, ValueError):
+            cpus = tuple(parse_cpu_list(related.get(policy, "").replace(" ", ",")))
+        except ValueError:
             cpus = ()
-        values.append(PolicyValue(policy, path, cpus, host.read_text(path).strip()))
-    if not values:
-        driver = _driver(host)
+        found.append(PolicyValue(policy, policy_path(policy, attribute), cpus, values[policy]))
+    if not found:
+        driver = drivers.get(names[0], "unknown")
         raise NotApplicable(f"no cpufreq policy has {attribute} (driver {driver})")
-    return values
-
-
-def _driver(host: Host) -> str:
-    paths = policy_paths(host, "scaling_driver")
-    if paths and host.exists(paths[0][1]):
-        return host.read_text(paths[0][1]).strip()
-    return "unknown"
+    return found
 
 
 def summarize(values: Sequence[PolicyValue]) -> str:
@@ -118,6 +120,9 @@ class DriverProbe:
     fixable = True
     boot_time = True
 
+    def reads(self) -> Sequence[Request]:
+        return (*policy_reads("scaling_driver"), *BOOT_READS, Read(dropin_path(self.spec)))
+
     def observe(self, host: Host) -> Observation:
         values = read_policies(host, "scaling_driver")
         boot = read_boot_config(host)
@@ -147,6 +152,11 @@ class PolicyAttributeProbe:
     attribute: str
     fixable = True
 
+    def reads(self) -> Sequence[Request]:
+        offered = "scaling_available_governors" if self.attribute == "scaling_governor" \
+            else "energy_performance_available_preferences"
+        return (*policy_reads(self.attribute), Glob(f"{CPUFREQ}/policy*/{offered}"))
+
     def observe(self, host: Host) -> Observation:
         values = read_policies(host, self.attribute)
         return Observation(summarize(values), (_evidence(values),))
@@ -156,9 +166,10 @@ class PolicyAttributeProbe:
         available = "scaling_available_governors" if self.attribute == "scaling_governor" \
             else "energy_performance_available_preferences"
         path = policy_path(values[0].policy, available)
-        if host.exists(path) and value not in host.read_text(path).split():
+        offered = {p: d for p, d in host.glob(f"{CPUFREQ}/policy*/{available}")}.get(path)
+        if isinstance(offered, bytes) and value not in offered.decode(errors="replace").split():
             raise CannotFix(f"{value!r} is not offered by {path}: "
-                            f"{host.read_text(path).strip()}")
+                            f"{offered.decode(errors='replace').strip()}")
         changes = _writes(values, value)
         cpus = fold_cpu_list(c for v in values if v.value != value for c in v.cpus)
         return Plan(f"write {value!r} to cpufreq {self.attribute} on cpus {cpus}", changes)
@@ -169,6 +180,9 @@ class BoostProbe:
     """Per-policy boost (6.11 on), else the global switch, else intel_pstate's no_turbo."""
 
     fixable = True
+
+    def reads(self) -> Sequence[Request]:
+        return (*policy_reads("boost"), Read(GLOBAL_BOOST), Read(INTEL_NO_TURBO))
 
     def _read(self, host: Host) -> tuple[list[PolicyValue], bool]:
         """The boost values and whether they are intel_pstate's inverted no_turbo."""

@@ -109,11 +109,16 @@ _UNSAFE_NAME = set("/\\'\"$`|;&<>()*?[]%")
 break out of the udev rule that --fix-persist writes with it."""
 
 
+def counter_reads(paths: Sequence[tuple[int, str]]) -> tuple[Request, ...]:
+    """The usage and time counters of one state on each CPU, from its ``disable`` paths."""
+    return tuple(Read(f"{disable.rsplit('/', 1)[0]}/{name}") for _, disable in paths
+                 for name in ("usage", "time"))
+
+
 def read_counters(host: Host, paths: Sequence[tuple[int, str]]) -> dict[int, tuple[int, int]]:
     """cpu -> (usage, time in us) of one state, from the ``disable`` paths' directories."""
     bases = [(cpu, disable.rsplit("/", 1)[0]) for cpu, disable in paths]
-    replies = host.batch([Read(f"{base}/{name}") for _, base in bases
-                          for name in ("usage", "time")])  # one batch per sample, any CPUs
+    replies = host.batch(counter_reads(paths))  # one batch per sample, any number of CPUs
     counters = {}
     for number, (cpu, base) in enumerate(bases):
         try:
@@ -136,14 +141,26 @@ class ResidencyProbe(NoFix):
     window: float
     sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
 
+    def reads(self) -> Sequence[Request]:
+        """The first sample: read with the phase's batch, so the window runs while the other
+        checks do, and only the second sample costs a read of its own."""
+        return counter_reads(self.states.by_name.get(self.name, ()))
+
     def observe(self, host: Host) -> Observation:
         paths = self.states.by_name.get(self.name, ())
         if not paths:
             known = ", ".join(self.states.names()) or "none"
             return Observation(None, problem=f"no cpuidle state named {self.name!r} on any "
                                              f"online CPU (driver {self.states.driver}: {known})")
+        reads = counter_reads(paths)
+        forget = getattr(host, "forget", lambda _: None)  # a host without a cache: all live
+        taken = [getattr(host, "fetched_at", lambda _: None)(r) for r in reads]
+        if any(t is None for t in taken):
+            forget(reads)  # not sampled with the phase: sample now
+        start_at = min((t for t in taken if t is not None), default=time.monotonic())
         start = read_counters(host, paths)
-        self.sleep(self.window)
+        self.sleep(max(0.0, self.window - (time.monotonic() - start_at)))
+        forget(reads)  # the second sample is always live
         end = read_counters(host, paths)
         grown = {cpu: (end[cpu][0] - start[cpu][0], end[cpu][1] - start[cpu][1])
                  for cpu in start if end[cpu] > start[cpu]}

@@ -20,7 +20,7 @@ from ..linux.pcitopo import PCI_DEVICES, resolve_link
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Auto, Expectation
 from . import CannotFix, Check, Evidence, Fact, Facts, NextBoot, NotApplicable, Observation
-from .bootconfig import plan_dropin, read_boot_config
+from .bootconfig import BOOT_READS, dropin_path, plan_dropin, read_boot_config
 from .gpus import GPUS, Gpu, MissingGpus
 
 KEYS = ("gpu_groups",)
@@ -53,7 +53,7 @@ class GroupTypeProbe:
 
     def reads(self) -> Sequence[Request]:
         try:
-            return (Read(group_paths(self.gpu)[1]),)
+            return (Read(group_paths(self.gpu)[1]), *BOOT_READS, Read(dropin_path(self.spec)))
         except NotApplicable:
             return ()
 

@@ -13,13 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..fix.changes import Plan
-from ..host import Host
+from ..host import Host, Read, Request
 from ..linux.cmdline import Parameter, split_words
 from ..linux.sysfs import release_version
 from ..spec import OPTION_KEYS, EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Expectation, Verdict, Version
 from . import CannotFix, Check, Evidence, Facts, NextBoot, NoFix, Observation
-from .bootconfig import plan_dropin, read_boot_config
+from .bootconfig import BOOT_READS, dropin_path, plan_dropin, read_boot_config
 
 OSRELEASE = "proc/sys/kernel/osrelease"
 PROC_CMDLINE = "proc/cmdline"
@@ -43,6 +43,9 @@ class KernelRelease(Version):
 
 @dataclass(frozen=True)
 class ReleaseProbe(NoFix):
+    def reads(self) -> Sequence[Request]:
+        return (Read(OSRELEASE),)
+
     def observe(self, host: Host) -> Observation:
         release = host.read_text(OSRELEASE).strip()
         return Observation(release, (Evidence(OSRELEASE, release),))
@@ -80,6 +83,9 @@ class CmdlineProbe:
     spec: str
     fixable = True
     boot_time = True
+
+    def reads(self) -> Sequence[Request]:
+        return (Read(PROC_CMDLINE), *BOOT_READS, Read(dropin_path(self.spec)))
 
     def observe(self, host: Host) -> Observation:
         running = split_words(host.read_text(PROC_CMDLINE))

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..fix.changes import Plan, WriteText
-from ..host import Host
+from ..host import Host, Read, Request
 from ..linux.sysfs import bracketed
 from ..result import CheckResult, Outcome
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
@@ -25,6 +25,9 @@ KEYS = ("transparent_hugepage",)
 @dataclass(frozen=True)
 class ThpProbe:
     fixable = True
+
+    def reads(self) -> Sequence[Request]:
+        return (Read(THP),)
 
     def _read(self, host: Host) -> str:
         if not host.exists(THP):

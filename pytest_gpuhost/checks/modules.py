@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..fix.changes import Command, Plan, ReplaceFile
-from ..host import Host, HostError, Read, Reply, Request, Stat
+from ..host import Glob, Host, HostError, Read, Reply, Request, Stat
 from ..linux.cmdline import split_words
 from ..spec import OPTION_KEYS, EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Auto, Choice, Exact, Expectation
@@ -125,16 +125,20 @@ MODPROBE_DIRS = ("etc/modprobe.d", "run/modprobe.d", "usr/local/lib/modprobe.d",
 PARAMETER_ORDER = 1  # after the module checks: under --fix, modprobe loads with the options
 
 
-def modprobe_config_paths(host: Host) -> list[str]:
+OPTIONS_READS: tuple[Request, ...] = (*(Glob(f"{d}/*.conf") for d in MODPROBE_DIRS),
+                                      Read("proc/cmdline"))
+"""Everything module options come from (modprobe.d and the command line), in one batch."""
+
+
+def _modprobe_files(replies: Sequence[Reply]) -> list[tuple[str, str]]:
     """The files modprobe reads, in its order: ``*.conf`` of every directory sorted by name,
     a name in an earlier directory hiding the same name in a later one."""
-    by_name: dict[str, str] = {}
-    for directory in MODPROBE_DIRS:
-        if host.exists(directory):
-            for name in host.listdir(directory):
-                if name.endswith(".conf"):
-                    by_name.setdefault(name, f"{directory}/{name}")
-    return [by_name[name] for name in sorted(by_name)]
+    by_name: dict[str, tuple[str, bytes | str | HostError | None]] = {}
+    for reply in replies:
+        for path, data in reply.matches() if reply.error is None else ():
+            by_name.setdefault(path.rsplit("/", 1)[-1], (path, data))
+    return [(path, data.decode("utf-8", "replace")) for path, data in
+            (by_name[name] for name in sorted(by_name)) if isinstance(data, bytes)]
 
 
 def parse_options(files: Sequence[tuple[str, str]], cmdline: str = ""
@@ -160,14 +164,9 @@ def parse_options(files: Sequence[tuple[str, str]], cmdline: str = ""
 
 
 def read_options(host: Host) -> dict[tuple[str, str], tuple[str, str]]:
-    files = []
-    for path in modprobe_config_paths(host):
-        try:
-            files.append((path, host.read_text(path)))
-        except HostError:
-            continue
-    cmdline = host.read_text("proc/cmdline") if host.exists("proc/cmdline") else ""
-    return parse_options(files, cmdline)
+    replies = host.batch(OPTIONS_READS)
+    cmdline = replies[-1].text() if replies[-1].error is None else ""
+    return parse_options(_modprobe_files(replies[:-1]), cmdline)
 
 
 def options_dropin(spec: str) -> str:
@@ -199,6 +198,10 @@ class ModuleParameterProbe:
     @property
     def path(self) -> str:
         return f"sys/module/{canonical(self.module)}/parameters/{self.parameter}"
+
+    def reads(self) -> Sequence[Request]:
+        return (*OPTIONS_READS, Read(self.path), Stat(f"sys/module/{canonical(self.module)}"),
+                Read(options_dropin(self.spec)))
 
     def observe(self, host: Host) -> Observation:
         module = canonical(self.module)

@@ -15,7 +15,7 @@ from itertools import permutations
 from ..fix.changes import NvmlSetting, Plan
 from ..gpu.nvml import PERSISTENCE as PERSISTENCE  # re-exported: defined once, in ..nvml
 from ..gpu.nvml import Nvml, NvmlSource, NvmlUnavailable, persistence_text
-from ..host import Host, Request
+from ..host import Host, Read, Request
 from ..linux.pciaddr import address_order
 from ..spec import EntryOptions
 from ..spec.matchers import Auto, Choice, Domain, Expectation, Integer, Verdict, Version
@@ -243,6 +243,9 @@ class KernelModuleProbe(NoFix):
 
     address: str
 
+    def reads(self) -> Sequence[Request]:
+        return (Read(NVIDIA_VERSION),)
+
     def observe(self, host: Host) -> Observation:
         if not host.exists(NVIDIA_VERSION):
             return Observation(None, problem=f"{NVIDIA_VERSION} does not exist: the NVIDIA "
@@ -259,6 +262,9 @@ class DriverMatchProbe(NvmlReads, NoFix):
     container image with another driver's user space fails at nvmlInit or later."""
 
     nvml: NvmlSource
+
+    def reads(self) -> Sequence[Request]:
+        return (Read(NVIDIA_VERSION), *self.nvml.reads())
 
     def observe(self, host: Host) -> Observation:
         if not host.exists(NVIDIA_VERSION):

@@ -35,7 +35,7 @@ from ..gpu.bandwidth import (
 from ..gpu.cudaprobe import CudaBandwidth, CudaError, CudaUnavailable, cuda_available, load_runtime
 from ..gpu.measure import SharedMeasurement, cache_key
 from ..gpu.nvml import NvmlSource, NvmlUnavailable
-from ..host import Host, HostError
+from ..host import Host, HostError, Read, Request, Which
 from ..progress import report_progress
 from ..spec import EntryOptions, Node, SpecContext, section
 from ..spec.matchers import Floor
@@ -172,7 +172,8 @@ class P2pKind:
         def add(kind: str, key: str | None, floor: float, label: str, cls: str) -> None:
             expect = Floor(floor, label, section.warn_margin)
             checks.append(Check(kind, key, expect, section.options,
-                                RateProbe(shared, key or "", cls, floor), order=ORDER, slow=True))
+                                RateProbe(shared, key or "", cls, floor, probe_reads(section)),
+                                order=ORDER, slow=True))
 
         if not gpus or (len(gpus) == 1 and not (wanted["h2d"] or wanted["d2h"])):
             problem = ("no NVIDIA GPU under sys/bus/pci/devices" if not gpus else
@@ -203,6 +204,18 @@ class P2pKind:
                 add("p2p.concurrent", f"ring:{a}->{b}", section.concurrent, "concurrent",
                     "concurrent")
         return [_rekey(c) for c in checks]
+
+
+def probe_reads(section: P2pSection) -> tuple[Request, ...]:
+    """The host reads of choosing the probe (``auto``) and of a saved output under the root."""
+    if section.probe == "file":
+        relative = section.path is not None and not Path(section.path).is_absolute()
+        return (Read(section.path),) if relative and section.path else ()
+    if section.probe == "nvbandwidth":
+        return (Which("nvbandwidth"),)
+    if section.probe == "auto":
+        return (Which("nvbandwidth"), *(Read(f"{RECORDED_DIR}/{name}") for name in RECORDED))
+    return ()
 
 
 def _rekey(check: Check) -> Check:
@@ -251,6 +264,11 @@ class RateProbe(NoFix):
     key: str
     cls: str
     floor: float
+    probe_reads: tuple[Request, ...] = ()
+    """What choosing and running the probe reads (where nvbandwidth is, a recorded output)."""
+
+    def reads(self) -> Sequence[Request]:
+        return () if self.measurement.done else self.probe_reads
 
     def observe(self, host: Host) -> Observation:
         measured = self.measurement.get()

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from ..checks import CannotFix, Check, Evidence, Observation, PersistLine
 from ..checks.bootconfig import (
     GRUB,
-    boot_config_paths,
     dropin_path,
     dropin_text,
     parse_boot_config,
@@ -174,7 +173,7 @@ def persistence_checks(spec: str, source: str, results: Sequence[CheckResult],
     def read(path: str) -> str | None:
         return host.read_text(path) if host is not None and host.exists(path) else None
 
-    boot = read_all(host, boot_config_paths(host)) if host is not None else {}
+    boot = read_all(host) if host is not None else {}
     files = persistence_files(spec, source, results, read, boot)
     return [Check("persist", path, expected_state(content),
                   EntryOptions(where=f"{source}:1", why="makes the runtime tuning survive a "

@@ -40,6 +40,11 @@ class SharedMeasurement:
         self.measured_here = False
         """Whether this process took the measurement (rather than reading another's)."""
 
+    @property
+    def done(self) -> bool:
+        """Whether this process has the numbers (or the reason there are none) already."""
+        return self._result is not None or self._error is not None
+
     def get(self) -> Measurements:
         if self._result is None and self._error is None:
             record = self._shared() if self._shared_dir is not None else self._take()

@@ -12,12 +12,13 @@ root is ``/``: a fake tree never mixes its sysfs with this machine's GPUs.
 from __future__ import annotations
 
 import ctypes
+import errno
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..host import Host, HostError, Request
+from ..host import Glob, Host, HostError, Request
 from ..linux.pciaddr import normalize_address
 
 RECORDED_NVML = "var/lib/pytest-gpuhost/nvml"
@@ -139,7 +140,9 @@ def default_factory(host: Host) -> NvmlFactory:
     def open_nvml() -> Nvml:
         if host.local_machine():
             return PynvmlNvml.open()
-        if host.exists(f"{RECORDED_NVML}/gpus"):
+        recorded = host.batch(RecordedNvml.reads)  # the same batch its calls read, cached
+        if any(path == f"{RECORDED_NVML}/gpus" for reply in recorded if reply.error is None
+               for path, _ in reply.matches()):
             return RecordedNvml(host)
         raise NvmlUnavailable(
             f"the host root {host.describe()} is not this machine, so this machine's NVML "
@@ -391,18 +394,34 @@ class RecordedNvml:
     ``p2p_read_status`` / ``topology`` lines ``A->B VALUE``, ``library_version``,
     ``ADDR/power_limit`` (mW) and ``power_limit_range`` (``MIN MAX`` mW), ``ADDR/ecc_mode``
     (``CURRENT PENDING``, Enabled or Disabled) and ``ADDR/bar1_total`` (bytes). Setters write
-    the files, never create them. Read fresh on every call."""
+    the files, never create them. Read fresh on every call, the whole directory in one batch
+    (the same requests as ``reads``, so a session's prefetch serves it)."""
+
+    reads = (Glob(f"{RECORDED_NVML}/*"), Glob(f"{RECORDED_NVML}/*/*"))
 
     def __init__(self, host: Host) -> None:
         self.host = host
 
+    def _files(self) -> dict[str, str]:
+        files = {}
+        for reply in self.host.batch(self.reads):
+            for path, data in reply.matches() if reply.error is None else ():
+                if isinstance(data, bytes):
+                    files[path[len(RECORDED_NVML) + 1:]] = data.decode("utf-8", "replace")
+        return files
+
     def _read(self, name: str) -> str:
-        return self.host.read_text(f"{RECORDED_NVML}/{name}").strip()
+        text = self._files().get(name)
+        if text is None:
+            raise HostError(f"no recorded NVML fact {RECORDED_NVML}/{name} under "
+                            f"{self.host.describe()}", errno.ENOENT)
+        return text.strip()
 
     def _pairs(self, name: str) -> dict[str, str]:
-        if not self.host.exists(f"{RECORDED_NVML}/{name}"):
+        text = self._files().get(name)
+        if text is None:
             return {}
-        lines = (line.split(None, 1) for line in self._read(name).splitlines())
+        lines = (line.split(None, 1) for line in text.splitlines())
         return {parts[0]: parts[1] for parts in lines if len(parts) == 2}
 
     def _gpu_file(self, address: str, name: str) -> str:

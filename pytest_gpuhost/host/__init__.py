@@ -188,7 +188,17 @@ class Link:
         return {"op": "readlink", "path": checked_relative(self.path)}
 
 
-Request = Read | Stat | ListDir | Glob | Kmsg | Link
+@dataclass(frozen=True)
+class Which:
+    """Where a command is under the root's sbin/bin directories (and PATH at ``/``), or None."""
+
+    name: str
+
+    def wire(self) -> dict[str, object]:
+        return {"op": "which", "name": checked_command(self.name)}
+
+
+Request = Read | Stat | ListDir | Glob | Kmsg | Link | Which
 Match = tuple[str, "bytes | str | HostError | None"]
 """A glob's match: its path and its bytes, its link target (``links``), an error or None."""
 
@@ -356,6 +366,10 @@ class BatchReads:
         value = self._one(Link(path)).get()
         return str(value) if value is not None else None
 
+    def which(self, name: str) -> str | None:
+        value = self._one(Which(name)).get()
+        return str(value) if value is not None else None
+
 
 from .cache import CachedHost  # noqa: E402  (it builds on the names above)
 from .local import LocalHost  # noqa: E402
@@ -382,6 +396,7 @@ __all__ = [
     "Request",
     "Stat",
     "UnsafePath",
+    "Which",
     "checked_command",
     "checked_relative",
 ]

@@ -9,6 +9,7 @@ a read after a change is always live.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping, Sequence
 
 from . import (
@@ -30,6 +31,7 @@ class CachedHost(BatchReads):
     def __init__(self, host: Host) -> None:
         self.host = host
         self._replies: dict[Request, Reply] = {}
+        self._fetched: dict[Request, float] = {}
 
     def describe(self) -> str:
         return self.host.describe()
@@ -52,7 +54,18 @@ class CachedHost(BatchReads):
         wanted = list(dict.fromkeys(r for r in requests if r not in self._replies))
         if wanted:
             self._replies.update(zip(wanted, self.host.batch(wanted), strict=True))
+            now = time.monotonic()
+            self._fetched.update(dict.fromkeys(wanted, now))
         return len(wanted)
+
+    def forget(self, requests: Iterable[Request]) -> None:
+        """Forget these replies only: their next read is live, the rest stays cached."""
+        for request in requests:
+            self._replies.pop(request, None)
+
+    def fetched_at(self, request: Request) -> float | None:
+        """When a cached reply was read (time.monotonic()), None when it is not cached."""
+        return self._fetched.get(request) if request in self._replies else None
 
     def cached(self, request: Request) -> bool:
         return request in self._replies
@@ -87,9 +100,6 @@ class CachedHost(BatchReads):
     def remove(self, path: str) -> None:
         self.invalidate()
         self.host.remove(path)
-
-    def which(self, name: str) -> str | None:
-        return self.host.which(name)
 
     def run(self, argv: list[str], env: Mapping[str, str] | None = None, *,
             timeout: float = COMMAND_TIMEOUT_S) -> CommandResult:

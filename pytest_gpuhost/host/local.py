@@ -27,6 +27,7 @@ from . import (
     Reply,
     Request,
     Stat,
+    Which,
     checked_command,
     checked_relative,
 )
@@ -98,6 +99,8 @@ class LocalHost:
             return self._root.kmsg(checked_relative(request.path), request.limit)
         if isinstance(request, Link):
             return self._root.readlink(checked_relative(request.path))
+        if isinstance(request, Which):
+            return self._root.which(checked_command(request.name))
         raise TypeError(f"not a host request: {request!r}")
 
     def _glob(self, pattern: str, read: bool, links: bool = False) -> list[Match]:

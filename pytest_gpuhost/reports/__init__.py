@@ -8,12 +8,55 @@ JUnit properties and the failure text are per record.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..result import CheckResult
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    """One target as it reports itself, and what reaching it cost."""
+
+    name: str
+    url: str
+    hostname: str | None = None
+    kernel: str | None = None
+    driver: str | None = None
+    gpus: tuple[str, ...] = ()
+    gpu_models: tuple[str, ...] = ()
+    unreachable: str | None = None
+    round_trips: int | None = None
+    bytes_sent: int | None = None
+    bytes_received: int | None = None
+    connect_seconds: float | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        data = dict(self.__dict__)
+        data["gpus"], data["gpu_models"] = list(self.gpus), list(self.gpu_models)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> TargetInfo:
+        values = {key: data[key] for key in cls.__dataclass_fields__ if key in data}
+        for key in ("gpus", "gpu_models"):
+            values[key] = tuple(values.get(key) or ())  # type: ignore[arg-type]
+        return cls(**values)  # type: ignore[arg-type]
+
+    def add_traffic(self, other: TargetInfo) -> TargetInfo:
+        """Two workers' connections to one target: their costs add up."""
+        def total(a: float | int | None, b: float | int | None) -> Any:
+            return None if a is None and b is None else (a or 0) + (b or 0)
+
+        return dataclasses.replace(
+            self, round_trips=total(self.round_trips, other.round_trips),
+            bytes_sent=total(self.bytes_sent, other.bytes_sent),
+            bytes_received=total(self.bytes_received, other.bytes_received),
+            connect_seconds=total(self.connect_seconds, other.connect_seconds),
+            unreachable=self.unreachable or other.unreachable)
 
 
 @dataclass(frozen=True)
@@ -36,6 +79,8 @@ class RunInfo:
     rollback: str | None = None
     json_report: bool = False
     """Whether a JSON report is written (the terminal refers to it only then)."""
+    targets: tuple[TargetInfo, ...] = ()
+    """Every target of the run, in the order given; the fields above describe the first."""
     finished_at: float = field(default_factory=time.time)
 
     @property

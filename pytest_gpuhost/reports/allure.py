@@ -75,6 +75,8 @@ def describe(result: CheckResult, host_name: str) -> None:
     # Identity parameters stay in the history id (one history per check and host); the value
     # read is a measurement: shown, but excluded, or each new value would start a new history.
     dynamic.parameter("host", host_name)
+    if result.target is not None:
+        dynamic.parameter("target", result.target)
     if result.key is not None:
         dynamic.parameter("gpu" if "gpu" in result.subjects else "key", result.key)
     if result.observed is not None:

@@ -10,5 +10,5 @@ def junit_properties(result: CheckResult) -> list[tuple[str, str]]:
     values = [("kind", result.kind), ("key", result.key), ("expected", result.expected),
               ("observed", result.observed), ("outcome", result.outcome.value),
               ("before", result.before), ("after", result.after),
-              ("severity", result.severity)]
+              ("severity", result.severity), ("target", result.target)]
     return [(name, value) for name, value in values if value is not None]

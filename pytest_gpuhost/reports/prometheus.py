@@ -45,8 +45,9 @@ def textfile(results: Sequence[CheckResult], *, specs: Sequence[str], timestamp:
         return (("spec", Path(spec_file).stem), ("spec_file", spec_file))
 
     def check_labels(r: CheckResult, *extra: tuple[str, str]) -> str:
-        return _labels((*file_labels(r.spec_file), ("kind", r.kind), ("key", r.key or ""),
-                        *extra))
+        target = (("target", r.target),) if r.target is not None else ()
+        return _labels((*target, *file_labels(r.spec_file), ("kind", r.kind),
+                        ("key", r.key or ""), *extra))
 
     files = sorted({r.spec_file for r in results}) or list(specs)
     ok = [(check_labels(r), int(r.outcome in OPEN_OUTCOMES)) for r in results]
@@ -54,9 +55,16 @@ def textfile(results: Sequence[CheckResult], *, specs: Sequence[str], timestamp:
                for r in results for name in OUTCOMES]
     observed = [(check_labels(r), float(r.observed) if "." in r.observed else int(r.observed))
                 for r in results if r.observed is not None and _NUMBER.fullmatch(r.observed)]
-    counts = [(_labels((*file_labels(each), ("outcome", name))),
-               sum(r.outcome.value == name and r.spec_file == each for r in results))
-              for each in files for name in OUTCOMES]
+    groups = sorted({(r.target or "", r.spec_file) for r in results}) or \
+        [("", each) for each in files]
+
+    def group_labels(target: str, spec_file: str) -> tuple[tuple[str, str], ...]:
+        return ((("target", target),) if target else ()) + file_labels(spec_file)
+
+    counts = [(_labels((*group_labels(*group), ("outcome", name))),
+               sum(r.outcome.value == name and ((r.target or ""), r.spec_file) == group
+                   for r in results))
+              for group in groups for name in OUTCOMES]
     lines = [
         *_metric("gpuhost_check_ok", "1 when the check passed, was fixed or did not apply; "
                  "0 when it failed, its fix failed or the host could not be read", ok),
@@ -66,7 +74,7 @@ def textfile(results: Sequence[CheckResult], *, specs: Sequence[str], timestamp:
                  observed),
         *_metric("gpuhost_checks", "number of checks per outcome in the last run", counts),
         *_metric("gpuhost_last_run_timestamp_seconds", "when the last run finished (Unix time)",
-                 [(_labels(file_labels(each)), round(timestamp, 3)) for each in files]),
+                 [(_labels(group_labels(*group)), round(timestamp, 3)) for group in groups]),
     ]
     return "\n".join(lines) + "\n"
 

@@ -1,0 +1,320 @@
+"""A host reached through a command: over one OpenSSH session, or into an LXC container.
+
+Nothing is installed on the target. The connection's command starts ``python3`` there with a
+two-line bootstrap that reads the agent's source (``agent.py``) from standard input and runs it;
+from then on each ``batch`` is one message each way, one round trip. The connection is made at
+the first call and kept for the run; if it cannot be made, or is lost, every later call fails at
+once with the same reason (ssh's own words), and nothing waits past its timeout.
+
+ssh is run with the user's configuration (``-F FILE`` when given: Host aliases, ProxyJump,
+identities, ControlMaster all apply), ``BatchMode=yes`` (never a prompt: a host key that the
+configuration does not accept, a password, a passphrase end the connection with ssh's message)
+and keep-alives, so a dead peer is noticed.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import errno
+import json
+import os
+import selectors
+import shlex
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import (
+    COMMAND_TIMEOUT_S,
+    BatchReads,
+    CommandResult,
+    CommandTimeout,
+    HostError,
+    HostIdentity,
+    Reply,
+    Request,
+    checked_command,
+    checked_relative,
+    reply_from_wire,
+)
+from .agent import decode, encode
+
+AGENT_SOURCE = Path(__file__).with_name("agent.py")
+MINIMUM_PYTHON = (3, 8)
+OPERATION_TIMEOUT_S = 60.0
+"""The longest a read, write or listing may take on the target before the host is lost."""
+BOOTSTRAP = (
+    "import sys\n"
+    f"if sys.version_info < {MINIMUM_PYTHON}: sys.exit('pytest-gpuhost needs python3 "
+    f"{'.'.join(map(str, MINIMUM_PYTHON))} or later on the target; it has ' + "
+    "sys.version.split()[0])\n"
+    "n = int(sys.stdin.buffer.readline())\n"
+    "exec(compile(sys.stdin.buffer.read(n), 'pytest-gpuhost-agent', 'exec'))\n"
+)
+"""What the target runs: it reads the agent's source from standard input and runs it with the
+root as its argument; the agent then serves on the same pipes. Nothing is written there."""
+
+
+@dataclass
+class Traffic:
+    """What a connection cost: the JSON report records it per target."""
+
+    round_trips: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    connect_seconds: float | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        return {"round_trips": self.round_trips, "bytes_sent": self.bytes_sent,
+                "bytes_received": self.bytes_received,
+                "connect_seconds": round(self.connect_seconds, 4)
+                if self.connect_seconds is not None else None}
+
+
+class AgentHost(BatchReads):
+    """A machine whose agent answers on the pipes of ``argv`` (ssh, lxc-attach)."""
+
+    def __init__(self, url: str, argv: Sequence[str], root: str, *,
+                 connect_timeout: float = 10.0) -> None:
+        self.url = url
+        self.argv = list(argv)
+        self.root = root
+        self.connect_timeout = connect_timeout
+        self.traffic = Traffic()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._stderr: collections.deque[str] = collections.deque(maxlen=20)
+        self._buffer = b""
+        self._hello: dict[str, object] = {}
+        self._lost: HostError | None = None
+
+    # -- the connection ---------------------------------------------------------------------
+
+    def _connect(self) -> None:
+        if self._lost is not None:
+            raise self._lost
+        if self._process is not None:
+            return
+        start = time.monotonic()
+        try:
+            process = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, start_new_session=True)
+        except OSError as exc:
+            self._lost = HostError(f"cannot reach {self.url}: cannot run {self.argv[0]}: "
+                                   f"{exc.strerror}", exc.errno)
+            raise self._lost from None
+        self._process = process
+        threading.Thread(target=self._drain_stderr, args=(process,), daemon=True).start()
+        source = AGENT_SOURCE.read_bytes()
+        try:
+            self._send_raw(b"%d\n" % len(source) + source)
+            hello = self._receive(start + self.connect_timeout + 5.0, "the agent to start")
+        except HostError as exc:
+            self._lost = HostError(f"cannot reach {self.url}: {exc}", exc.errno)
+            self._close_process()
+            raise self._lost from None
+        self.traffic.connect_seconds = time.monotonic() - start
+        if not isinstance(hello, dict) or not isinstance(hello.get("hello"), dict):
+            reason = hello.get("error") if isinstance(hello, dict) else hello
+            self._lost = HostError(f"cannot use {self.url}: {reason}")
+            self._close_process()
+            raise self._lost
+        self._hello = hello["hello"]
+
+    def _drain_stderr(self, process: subprocess.Popen[bytes]) -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            self._stderr.append(line.decode("utf-8", "replace").rstrip())
+
+    def _said(self) -> str:
+        """What ssh (or python3 there) last said, for a message."""
+        if self._process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._process.wait(timeout=0.5)  # let the last words reach the drain thread
+        time.sleep(0.05)
+        lines = [line for line in self._stderr if line.strip()]
+        return " / ".join(lines[-3:])
+
+    def _send_raw(self, data: bytes) -> None:
+        assert self._process is not None and self._process.stdin is not None
+        try:
+            self._process.stdin.write(data)
+            self._process.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise self._gone("the connection closed") from None
+        self.traffic.bytes_sent += len(data)
+
+    def _gone(self, what: str) -> HostError:
+        code = self._process.poll() if self._process is not None else None
+        said = self._said()
+        if code == 127 and ("python3" in said or "not found" in said):
+            reason = f"python3 is not installed there (pytest-gpuhost needs python3 " \
+                     f"{'.'.join(map(str, MINIMUM_PYTHON))}+ on the target): {said}"
+        else:
+            reason = said or (f"{self.argv[0]} exited {code}" if code is not None else what)
+        return HostError(reason, errno.ECONNRESET)
+
+    def _receive(self, deadline: float, waiting_for: str) -> object:
+        """One message: a length line, then that many bytes of JSON."""
+        assert self._process is not None and self._process.stdout is not None
+        stdout = self._process.stdout
+        fd = stdout.fileno()
+        with selectors.DefaultSelector() as selector:
+            selector.register(fd, selectors.EVENT_READ)
+            while True:
+                newline = self._buffer.find(b"\n")
+                if newline >= 0:
+                    header = self._buffer[:newline]
+                    try:
+                        size = int(header)
+                    except ValueError:
+                        raise HostError(f"the target sent something that is not the agent's "
+                                        f"answer: {header[:200]!r}") from None
+                    if len(self._buffer) >= newline + 1 + size:
+                        payload = self._buffer[newline + 1:newline + 1 + size]
+                        self._buffer = self._buffer[newline + 1 + size:]
+                        self.traffic.bytes_received += newline + 1 + size
+                        return json.loads(payload)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise HostError(f"no answer in time while waiting for {waiting_for}",
+                                    errno.ETIMEDOUT)
+                if not selector.select(min(remaining, 1.0)):
+                    continue
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    raise self._gone("the connection closed")
+                self._buffer += chunk
+
+    def _exchange(self, requests: list[dict[str, object]], timeout: float) -> list[object]:
+        self._connect()
+        data = json.dumps(encode(requests), separators=(",", ":")).encode()
+        try:
+            self._send_raw(b"%d\n" % len(data) + data)
+            answer = self._receive(time.monotonic() + timeout, f"{len(requests)} request(s)")
+        except HostError as exc:
+            self._lost = HostError(f"lost the connection to {self.url}: {exc}", exc.errno)
+            self._close_process()
+            raise self._lost from None
+        self.traffic.round_trips += 1
+        decoded = decode(answer)
+        assert isinstance(decoded, list) and len(decoded) == len(requests)
+        return decoded
+
+    def _op(self, request: dict[str, object], timeout: float = OPERATION_TIMEOUT_S) -> object:
+        [answer] = self._exchange([request], timeout)
+        assert isinstance(answer, dict)
+        if "error" in answer:
+            code = answer.get("errno")
+            raise HostError(str(answer["error"]), int(code) if isinstance(code, int) else None)
+        return answer.get("value")
+
+    def _close_process(self) -> None:
+        process = self._process
+        if process is None:
+            return
+        for stream in (process.stdin,):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, 9)
+            process.wait()
+
+    def close(self) -> None:
+        """End the session: the agent sees its input close and exits, leaving nothing."""
+        self._close_process()
+        self._process = None
+
+    # -- Host -------------------------------------------------------------------------------
+
+    def describe(self) -> str:
+        return self.url
+
+    def local_machine(self) -> bool:
+        return False
+
+    def privileged(self) -> bool:
+        self._connect()
+        return self._hello.get("euid") == 0
+
+    def identity(self) -> HostIdentity:
+        self._connect()
+        identity = self._hello.get("identity")
+        return HostIdentity.from_dict(identity if isinstance(identity, dict) else {})
+
+    def invalidate(self) -> None:
+        """Nothing is cached here: every read goes to the target."""
+
+    def batch(self, requests: Sequence[Request]) -> list[Reply]:
+        if not requests:
+            return []
+        answers = self._exchange([r.wire() for r in requests], OPERATION_TIMEOUT_S)
+        return [reply_from_wire(request, answer)  # type: ignore[arg-type]
+                for request, answer in zip(requests, answers, strict=True)]
+
+    def write_text(self, path: str, text: str) -> None:
+        self._op({"op": "write", "path": checked_relative(path), "data": text.encode(),
+                  "truncate": True})
+
+    def write_bytes(self, path: str, data: bytes, offset: int = 0) -> None:
+        self._op({"op": "write", "path": checked_relative(path), "data": data,
+                  "offset": offset, "truncate": False})
+
+    def replace_file(self, path: str, text: str | bytes) -> None:
+        data = text.encode() if isinstance(text, str) else text
+        self._op({"op": "replace", "path": checked_relative(path), "data": data})
+
+    def remove(self, path: str) -> None:
+        self._op({"op": "remove", "path": checked_relative(path)})
+
+    def which(self, name: str) -> str | None:
+        found = self._op({"op": "which", "name": checked_command(name)})
+        return str(found) if found is not None else None
+
+    def run(self, argv: list[str], env: Mapping[str, str] | None = None, *,
+            timeout: float = COMMAND_TIMEOUT_S) -> CommandResult:
+        checked_command(argv[0] if argv else "")
+        try:
+            done = self._op({"op": "run", "argv": list(argv), "env": dict(env or {}),
+                             "timeout": timeout}, timeout + OPERATION_TIMEOUT_S)
+        except HostError as exc:
+            if exc.errno == errno.ETIMEDOUT and self._lost is None:
+                raise CommandTimeout(str(exc), tuple(argv), timeout) from None
+            raise
+        assert isinstance(done, dict)
+        return CommandResult(tuple(argv), int(done["returncode"]), str(done["stdout"]),
+                             str(done["stderr"]))
+
+
+def agent_command(root: str) -> list[str]:
+    """The target's command line: python3 running the bootstrap, the root as its argument."""
+    return ["python3", "-c", BOOTSTRAP, root]
+
+
+def ssh_argv(destination: str, *, port: int | None, user: str | None, config: Path | None,
+             connect_timeout: float, inner: Sequence[str]) -> list[str]:
+    """ssh running ``inner`` on ``destination`` (the remote side gets one shell-quoted line)."""
+    argv = ["ssh"]
+    if config is not None:
+        argv += ["-F", str(config)]
+    argv += ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, round(connect_timeout))}",
+             "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3", "-T", "-e", "none"]
+    if port is not None:
+        argv += ["-p", str(port)]
+    if user is not None:
+        argv += ["-l", user]
+    return [*argv, "--", destination, shlex.join(inner)]
+
+
+def lxc_argv(container: str, inner: Sequence[str]) -> list[str]:
+    """``lxc-attach -n CTID -- ...``: what Proxmox's ``pct exec`` runs."""
+    return ["lxc-attach", "-n", container, "--", *inner]

@@ -1,0 +1,134 @@
+"""Targets: the machines a run checks, named by URL (``--gpuhost-target``, ``gpuhost_targets``).
+
+- ``local``: this machine at ``--gpuhost-root``.
+- ``ssh://[USER@]HOST[:PORT][/ROOT]``: a machine reached with the OpenSSH client and the user's
+  ssh configuration. The path is the host root there (``ssh://root@pve`` and ``ssh://root@pve/``
+  mean ``/``; ``ssh://h:2222/tmp/tree`` means ``/tmp/tree``).
+- ``lxc://CTID[/ROOT]``: an LXC container of the machine pytest runs on, entered with
+  ``lxc-attach -n CTID --`` (what Proxmox's ``pct exec`` runs); ``ssh://root@pve?lxc=101``: a
+  container of a remote host, entered the same way over ssh.
+- ``?name=NAME`` names a target in ids and reports; by default a target is named by its host
+  (``pve``), then host and port, then with its root, whichever makes the names unique.
+
+Pure: parsing and naming only; hosts are made by the ``pytest_gpuhost_make_host`` hook.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from urllib.parse import parse_qs, unquote, urlsplit
+
+LOCAL = "local"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*\Z")
+_HOST = re.compile(r"[A-Za-z0-9_.:\[\]-]+\Z")
+_CONTAINER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+
+
+class TargetError(ValueError):
+    """A target that cannot be used; the message says what was expected."""
+
+
+@dataclass(frozen=True)
+class Target:
+    url: str
+    scheme: str
+    """``local``, ``ssh`` or ``lxc``."""
+    host: str | None = None
+    user: str | None = None
+    port: int | None = None
+    root: str = "/"
+    container: str | None = None
+    name: str = LOCAL
+
+    @property
+    def local(self) -> bool:
+        return self.scheme == LOCAL
+
+
+def parse_target(text: str) -> Target:
+    """One target URL; TargetError saying what is wrong and what was expected."""
+    raw = text.strip()
+    if raw == LOCAL:
+        return Target(LOCAL, LOCAL)
+    parts = urlsplit(raw)
+    if parts.scheme not in ("ssh", "lxc"):
+        raise TargetError(f"{raw!r} is not a target: expected local, ssh://[USER@]HOST[:PORT]"
+                          "[/ROOT], lxc://CTID[/ROOT] or ssh://USER@HOST?lxc=CTID")
+    if parts.fragment:
+        raise TargetError(f"{raw!r}: a target has no #fragment; name it with ?name=NAME")
+    query = {key: values[-1] for key, values in parse_qs(parts.query, strict_parsing=False,
+                                                         keep_blank_values=True).items()}
+    unknown = sorted(set(query) - {"name", "lxc"})
+    if unknown:
+        raise TargetError(f"{raw!r}: unknown parameter(s) {', '.join(unknown)}; a target "
+                          "takes name= and, for ssh, lxc=")
+    root = unquote(parts.path) or "/"
+    if "\0" in root or not root.startswith("/"):
+        raise TargetError(f"{raw!r}: the root must be an absolute path")
+    name = query.get("name")
+    if name is not None and not _NAME.match(name):
+        raise TargetError(f"{raw!r}: name={name!r} must be letters, digits, '.', '_', ':' or "
+                          "'-'")
+    if parts.scheme == "lxc":
+        container = unquote(parts.netloc)
+        if not _CONTAINER.match(container):
+            raise TargetError(f"{raw!r}: lxc://CTID needs a container id or name")
+        if "lxc" in query:
+            raise TargetError(f"{raw!r}: lxc= belongs to ssh:// targets")
+        return Target(raw, "lxc", container=container, root=root, name=name or "")
+    host = parts.hostname
+    if not host or not _HOST.match(host) or host.startswith("-"):
+        raise TargetError(f"{raw!r}: ssh:// needs a host name or address (and no option-like "
+                          "name)")
+    try:
+        port = parts.port
+    except ValueError:
+        raise TargetError(f"{raw!r}: the port must be a number from 1 to 65535") from None
+    user = unquote(parts.username) if parts.username else None
+    if user is not None and (not user or user.startswith("-") or not _NAME.match(user)):
+        raise TargetError(f"{raw!r}: {user!r} is not a user name")
+    inside = query.get("lxc")
+    if inside is not None and not _CONTAINER.match(inside):
+        raise TargetError(f"{raw!r}: lxc={inside!r} is not a container id or name")
+    return Target(raw, "ssh", host=host, user=user, port=port, root=root,
+                  container=inside, name=name or "")
+
+
+def _candidates(target: Target) -> list[str]:
+    """Names from short to unique: host, host:port, host:port/root (containers: lxc-CTID)."""
+    if target.local:
+        return [LOCAL]
+    base = target.host or ""
+    if target.container is not None:
+        base = f"{base}-lxc-{target.container}" if base else f"lxc-{target.container}"
+    with_port = f"{base}:{target.port}" if target.port else base
+    rooted = with_port if target.root == "/" else \
+        f"{with_port}:{target.root.strip('/').replace('/', '.')}"
+    return [base, with_port, rooted, target.url]
+
+
+def name_targets(targets: Sequence[Target]) -> list[Target]:
+    """Each target with a name no other has; explicit ``?name=`` wins and must be unique."""
+    explicit = [t.name for t in targets if t.name]
+    duplicates = sorted({n for n in explicit if explicit.count(n) > 1})
+    if duplicates:
+        raise TargetError(f"two targets are named {', '.join(duplicates)}")
+    urls = [t.url for t in targets]
+    repeated = sorted({u for u in urls if urls.count(u) > 1})
+    if repeated:
+        raise TargetError(f"target {repeated[0]} is given twice")
+    named: list[Target] = []
+    for level in range(4):
+        names = [t.name or _candidates(t)[level] for t in targets]
+        if len(set(names)) == len(names):
+            named = [replace(t, name=n) for t, n in zip(targets, names, strict=True)]
+            break
+    if not named:
+        named = [replace(t, name=t.name or t.url) for t in targets]
+    return named
+
+
+def parse_targets(texts: Sequence[str]) -> list[Target]:
+    return name_targets([parse_target(text) for text in texts])
