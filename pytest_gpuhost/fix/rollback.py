@@ -15,7 +15,7 @@ from ..checks.modules import ModuleProbe, ModuleState
 from ..checks.nvml import PERSISTENCE, PersistenceModeProbe
 from ..gpu.nvml import NvmlSource
 from ..host import Host, HostError
-from ..linux.pciconfig import BCR_FLR
+from ..linux.pciconfig import BCR_FLR, short_config
 from ..spec import EntryOptions
 from ..spec.matchers import Auto, Choice, Exact, Expectation
 from .changes import Change, Command, NvmlSetting, Plan, ReplaceFile, WriteBytes, WriteText
@@ -80,10 +80,11 @@ class BitsProbe:
         return f"0x{value & self.mask:0{self.length * 2}x}"
 
     def _current(self, host: Host) -> int:
-        data = host.read_bytes(self.path)[self.offset:self.offset + self.length]
+        config = host.read_bytes(self.path)
+        data = config[self.offset:self.offset + self.length]
         if len(data) != self.length:
-            raise HostError(f"{self.path}: {len(data)} bytes at 0x{self.offset:02x}, not "
-                            f"{self.length}: reads past 64 bytes of sysfs config need root")
+            needed = self.offset + self.length - 1
+            raise HostError(f"{self.path}: {short_config(len(config), needed)}")
         return int.from_bytes(data, "little")
 
     def observe(self, host: Host) -> Observation:
