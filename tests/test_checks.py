@@ -258,10 +258,10 @@ def test_module_fix_runs_modprobe_from_the_root(fake: FakeHost) -> None:
         "module[nvidia-uvm]": "fixed",
         "module[nvidia_peermem]": "fix_failed",
     }
-    assert results["module[nouveau]"].action == "modprobe -r nouveau"
+    assert results["module[nouveau]"].action == "modprobe -r -- nouveau"
     peermem = results["module[nvidia_peermem]"]
-    assert peermem.message == ("apply failed: modprobe nvidia_peermem exited 1: modprobe: ERROR: "
-                               "could not insert 'nvidia_peermem': Invalid argument")
+    assert peermem.message == ("apply failed: modprobe -- nvidia_peermem exited 1: modprobe: "
+                               "ERROR: could not insert 'nvidia_peermem': Invalid argument")
     assert "nvidia_uvm 16384" in (fake.root / "proc/modules").read_text()
 
 
