@@ -16,7 +16,7 @@ from .checks.conditions import ConditionFn
 from .engine import RunOptions, run_check
 from .fix.journal import JOURNAL_DIR, JournalError, latest_journal, read_journal
 from .fix.locking import LockUnavailable
-from .fix.rollback import rollback_checks
+from .fix.rollback import AFTER_REBOOT, refuse_foreign, rollback_checks
 from .fix.run import JOURNAL_KEY, FixRun, close_rollback, default_journal, make_fixer
 from .fix.run import persist as persist_files
 from .gate import judge, verdict_text
@@ -94,6 +94,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gpuhost-rollback", nargs="?", const="", default=None, metavar="JOURNAL",
                     help="restore the originals recorded in JOURNAL, newest change first (default:"
                          " the newest journal under the root not yet rolled back)")
+    group.addoption(AFTER_REBOOT, action="store_true", default=False,
+                    help="with --gpuhost-rollback: restore the runtime changes of a journal "
+                         "written before the host's last reboot (refused by default: the "
+                         "reboot reset them)")
     group.addoption("--fix-persist", action="store_true", default=False,
                     help="with --fix: also write the sysctl.d, modules-load.d, modprobe.d and "
                          "udev files under the root that make the fixes survive a reboot")
@@ -174,6 +178,8 @@ def _registered(config: pytest.Config) -> tuple[dict[str, Kind], dict[str, Condi
 def _usage_checks(config: pytest.Config, has_specs: bool) -> None:
     option = config.option
     rollback = option.gpuhost_rollback is not None
+    if option.gpuhost_rollback_after_reboot and not rollback:
+        raise pytest.UsageError(f"{AFTER_REBOOT} only makes sense with --gpuhost-rollback")
     if not has_specs and not rollback:
         for flag, given in (("--fix", option.fix), ("--gpuhost-report", option.gpuhost_report),
                             ("--gpuhost-root", option.gpuhost_root),
@@ -297,7 +303,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _configure_rollback(config: pytest.Config, state: GpuhostState, root: Path,
                         option: str) -> None:
-    journal = config.invocation_params.dir / option if option else latest_journal(root)
+    try:
+        journal = config.invocation_params.dir / option if option else latest_journal(root)
+    except JournalError as exc:
+        raise pytest.UsageError(str(exc)) from None
     if journal is None:
         raise pytest.UsageError(f"no journal to roll back under {root / JOURNAL_DIR} (every one "
                                 "there is rolled back already); pass --gpuhost-rollback=FILE")
@@ -307,6 +316,8 @@ def _configure_rollback(config: pytest.Config, state: GpuhostState, root: Path,
         contents = read_journal(journal)
         if not contents.entries:
             raise JournalError(f"{journal}: the journal records no change to roll back")
+        refuse_foreign(contents, state.host.identity(),
+                       after_reboot=config.option.gpuhost_rollback_after_reboot)
         state.rollback_checks = rollback_checks(contents, _display(config)(journal),
                                                 state.facts.nvml)
     except JournalError as exc:
@@ -549,7 +560,12 @@ class RunReporter:
         if rollback is not None and rollback.damaged_lines:
             terminalreporter.write_line(f"journal: {rollback.damaged_lines} line(s) cut short "
                                         "by a crash were skipped")
-        if rollback is not None and not state.options.dry_run:
+        if rollback is not None and not state.options.dry_run and self.close_error:
+            terminalreporter.write_line(
+                f"rollback: the changes are restored, but {self.close_error}: a later default "
+                "rollback will offer this journal again (each change then passes as restored)",
+                red=True)
+        elif rollback is not None and not state.options.dry_run:
             done = self.rolled_back
             terminalreporter.write_line(
                 f"rollback: {rollback.path} is {'closed' if done else 'still open'}"
@@ -560,6 +576,7 @@ class RunReporter:
 
     rolled_back = False
     persist_error = ""
+    close_error = ""
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -582,7 +599,11 @@ class RunReporter:
             for offset, record in enumerate(records):
                 state.results[f"persist::{record.key}"] = (base + offset, record)
         if fixrun.rollback is not None and not state.options.dry_run:
-            self.rolled_back = close_rollback(fixrun.rollback, self.ordered())
+            try:
+                self.rolled_back = close_rollback(fixrun.rollback, self.ordered())
+            except JournalError as exc:  # the journal is read-only, or its directory is gone
+                self.close_error = str(exc)
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if state.report_path is not None:
             write_json_report(state.report_path, specs=list(state.specs.values()),
                               root=state.host.describe(), fix=state.options.fix,

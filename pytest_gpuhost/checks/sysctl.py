@@ -105,7 +105,8 @@ class SysctlProbe:
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
         if observed.value is None:
             raise CannotFix(f"{self.path} does not exist; a fix never creates it")
-        change = WriteText(self.path, observed.value + "\n", value + "\n")
+        # The original as bytes: one that is not UTF-8 must come back exactly, not as U+FFFD.
+        change = WriteText.of_bytes(self.path, host.read_bytes(self.path), (value + "\n").encode())
         return Plan(f"write {value!r} to {self.path}", (change,))
 
 

@@ -107,7 +107,9 @@ class Host(Protocol):
 
     def read_bytes(self, path: str) -> bytes: ...
 
-    def write_text(self, path: str, text: str) -> None: ...
+    def write_text(self, path: str, text: str) -> None:
+        """The whole value, encoded as UTF-8 with ``surrogateescape`` (so bytes that are not
+        UTF-8, decoded that way, are written back exactly)."""
 
     def write_bytes(self, path: str, data: bytes, offset: int = 0) -> None: ...
 
@@ -185,8 +187,10 @@ class LocalHost:
             raise self._fail("read", path, exc) from exc
 
     def write_text(self, path: str, text: str) -> None:
-        """Write the whole value in one write(2), as /proc/sys requires; never create the file."""
-        self._write(path, text.encode(), 0, truncate=True)
+        """Write the whole value in one write(2), as /proc/sys requires; never create the file.
+        UTF-8 with surrogate escapes: bytes that are not UTF-8, decoded with
+        ``surrogateescape``, are written back as they were."""
+        self._write(path, text.encode("utf-8", "surrogateescape"), 0, truncate=True)
 
     def write_bytes(self, path: str, data: bytes, offset: int = 0) -> None:
         """Write ``data`` at ``offset`` (config space is written in place); never create."""
