@@ -3,22 +3,37 @@ gave a traceback, on fake trees, with canaries outside the tree where anything i
 
 from __future__ import annotations
 
+import base64
+import errno
 import json
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from pytest_gpuhost.checks import Check
+from pytest_gpuhost.checks.modules import ModuleProbe, ModuleState
+from pytest_gpuhost.checks.sysctl import SysctlProbe
+from pytest_gpuhost.engine import RunOptions, run_check
 from pytest_gpuhost.fix.changes import ReplaceFile, WriteText
+from pytest_gpuhost.fix.fixer import Fixer
 from pytest_gpuhost.fix.journal import (
     JOURNAL_DIR,
+    Journal,
     JournalContents,
     JournalEntry,
     JournalError,
+    latest_journal,
     read_journal,
 )
-from pytest_gpuhost.fix.rollback import AFTER_REBOOT, refuse_foreign
+from pytest_gpuhost.fix.rollback import AFTER_REBOOT, refuse_foreign, rollback_checks
+from pytest_gpuhost.gpu.nvml import NvmlSource
 from pytest_gpuhost.host import HostError, HostIdentity, LocalHost
+from pytest_gpuhost.result import Outcome
+from pytest_gpuhost.spec import EntryOptions
+from pytest_gpuhost.spec.matchers import Auto, Exact
 from pytest_gpuhost.testing.fakehost import FakeHost, config_space
 
 from .conftest import counts, snapshot
@@ -246,3 +261,372 @@ def test_an_old_journal_rolls_back_only_on_the_root_that_holds_it(
     assert done.ret == pytest.ExitCode.OK
     assert (tree_a.root / "proc/sys/vm/swappiness").read_text() == "60\n"
     assert read_journal(journal).rolled_back
+
+
+# --- 6. only a last line without its newline is a crash; other damage refuses the journal -----
+
+
+def _two_change_journal(pytester: pytest.Pytester, fake: FakeHost) -> Path:
+    fake.sysctls({"vm.swappiness": 60, "vm.dirty_ratio": 20})
+    _, journal = fix_run(pytester, fake.root, "version: 1\nsysctl: {vm.swappiness: 10, "
+                                              "vm.dirty_ratio: 5}\n")
+    return journal
+
+
+@pytest.mark.parametrize("damage", ["cut in the middle", "bad last line with its newline"])
+def test_a_damaged_line_refuses_the_journal_and_writes_nothing(
+        pytester: pytest.Pytester, fake: FakeHost, canary: Path, damage: str) -> None:
+    journal = _two_change_journal(pytester, fake)
+    records = journal.read_text().splitlines(keepends=True)
+    if damage == "cut in the middle":
+        number = 3  # the first change's outcome line, cut short
+        records[number - 1] = records[number - 1][:20] + "\n"
+    else:
+        number = len(records) + 1
+        records.append('{"event": "applied", "id": \n')
+    journal.write_text("".join(records))
+    before, journal_before = snapshot(fake.root), journal.read_bytes()
+    result = rollback_run(pytester, fake.root, journal)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: {journal}:{number}: a damaged journal line (*)*; only "
+                                 "the last line can have been cut short by a crash: repair or "
+                                 "remove this line by hand (nothing was rolled back)"])
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    assert journal.read_bytes() == journal_before
+    assert unchanged(fake.root, before, canary)
+
+
+def test_a_damaged_older_journal_stops_the_default_rollback_naming_it(
+        pytester: pytest.Pytester, fake: FakeHost) -> None:
+    journal = _two_change_journal(pytester, fake)
+    journal.write_text(journal.read_text().replace('"event": "change"', '"event": "change"\x00'
+                                                   , 1))
+    result = rollback_run(pytester, fake.root, None)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: {journal}:2: a damaged journal line*"])
+
+
+def test_a_last_line_cut_short_by_a_crash_is_still_a_crash(pytester: pytest.Pytester,
+                                                           fake: FakeHost) -> None:
+    journal = _two_change_journal(pytester, fake)
+    with journal.open("a") as out:
+        out.write('{"event": "applied", "id": "')  # no newline: the writer died mid-line
+    result = rollback_run(pytester, fake.root, journal)
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["journal: 1 line(s) cut short by a crash were skipped"])
+    assert (fake.root / "proc/sys/vm/swappiness").read_text() == "60\n"
+
+
+# --- 7. the rollback guard compares as the matcher does, and knows the value read back ---------
+
+
+def test_a_multi_value_sysctl_the_kernel_shows_with_tabs_is_rolled_back(
+        pytester: pytest.Pytester, fake: FakeHost) -> None:
+    fake.sysctl("net.ipv4.tcp_rmem", "4096\t131072\t6291456")
+    _, journal = fix_run(pytester, fake.root,
+                         'version: 1\nsysctl: {net.ipv4.tcp_rmem: "4096 87380 16777216"}\n')
+    path = fake.root / "proc/sys/net/ipv4/tcp_rmem"
+    assert path.read_text() == "4096 87380 16777216\n"
+    path.write_text("4096\t87380\t16777216\n")  # as the kernel shows what was written
+    result = rollback_run(pytester, fake.root, journal)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert counts(result) == {"fixed": 1}
+    assert path.read_text() == "4096\t131072\t6291456\n"
+
+
+class Clamping(LocalHost):
+    """A kernel that clamps: writing 500 to vm.dirty_ratio leaves 100."""
+
+    def write_text(self, path: str, text: str) -> None:
+        super().write_text(path, "100\n" if text == "500\n" else text)
+
+
+def test_a_value_the_kernel_clamped_is_rolled_back_and_said_so(fake: FakeHost) -> None:
+    fake.sysctl("vm.dirty_ratio", 20)
+    journal_path = fake.root / JOURNAL_DIR / "j.jsonl"
+    host = Clamping(fake.root)
+    fixer = Fixer(host, Journal(journal_path, "spec", host.identity()), run_lock=None,
+                  apply_lock=None, lock_timeout=1)
+    check = Check("sysctl", "vm.dirty_ratio", Exact("500", Auto()),
+                  EntryOptions(where="spec.yaml:2"), SysctlProbe("proc/sys/vm/dirty_ratio"))
+    fixed = run_check(check, host, {}, RunOptions(fix=True), fixer)
+    assert fixed.outcome is Outcome.FIX_FAILED
+    assert fixed.message.endswith("(wrote '500', read back '100': the kernel or device clamped "
+                                  "or rounded it)")
+    contents = read_journal(journal_path)
+    assert contents.entries[0].read_back == b"100\n"
+    [undo] = rollback_checks(contents, "j.jsonl", NvmlSource(None))
+    restored = run_check(undo, LocalHost(fake.root), {}, RunOptions(fix=True))
+    assert restored.outcome is Outcome.FIXED, restored.message
+    assert (fake.root / "proc/sys/vm/dirty_ratio").read_text() == "20\n"
+
+
+# --- 8. an original that is not UTF-8 comes back byte for byte --------------------------------
+
+
+def test_a_non_utf8_original_is_restored_as_its_bytes(pytester: pytest.Pytester,
+                                                      fake: FakeHost) -> None:
+    fake.file("proc/sys/kernel/hostname", b"gpu-n\xf6de\n")
+    _, journal = fix_run(pytester, fake.root, "version: 1\nsysctl: {kernel.hostname: gpu-07}\n")
+    [change] = [line for line in lines(journal) if line["event"] == "change"]
+    recorded = change["change"]
+    assert isinstance(recorded, dict) and recorded["old"] == "gpu-n\ufffdde\n"  # old readers
+    assert base64.b64decode(str(recorded["old_base64"])) == b"gpu-n\xf6de\n"
+    result = rollback_run(pytester, fake.root, journal, "--gpuhost-report=r.json")
+    assert result.ret == pytest.ExitCode.OK
+    assert (fake.root / "proc/sys/kernel/hostname").read_bytes() == b"gpu-n\xf6de\n"
+    [record] = json.loads((pytester.path / "r.json").read_text())["checks"]
+    assert (record["outcome"], record["before"], record["after"]) == ("fixed", "gpu-07",
+                                                                      "gpu-n\\xf6de")
+
+
+class Lossy(LocalHost):
+    """A writer that loses bytes as the old rollback did (U+FFFD in place of 0xf6)."""
+
+    def write_text(self, path: str, text: str) -> None:
+        super().write_text(path, text.encode("utf-8", "surrogateescape")
+                           .decode("utf-8", "replace"))
+
+
+def test_a_restore_that_lost_bytes_is_never_reported_restored(fake: FakeHost,
+                                                              tmp_path: Path) -> None:
+    fake.file("proc/sys/kernel/hostname", b"gpu-07\n")
+    journal = Journal(tmp_path / "j.jsonl", "spec")
+    journal.record("sysctl[kernel.hostname]", "sysctl", "kernel.hostname", WriteText.of_bytes(
+        "proc/sys/kernel/hostname", b"gpu-n\xf6de\n", b"gpu-07\n"))
+    [undo] = rollback_checks(read_journal(tmp_path / "j.jsonl"), "j.jsonl", NvmlSource(None))
+    result = run_check(undo, Lossy(fake.root), {}, RunOptions(fix=True))
+    assert result.outcome is Outcome.FIX_FAILED
+    assert (result.expected, result.after) == ("gpu-n\\xf6de", "gpu-n\ufffdde")
+
+
+# --- 9. a command that times out leaves its change unknown, offered by rollback ----------------
+
+HANGING_MODPROBE = """#!/bin/sh
+# Loads the module, leaves a child behind, then hangs past the fixer's timeout.
+for name; do :; done
+case " $* " in
+  *" -r "*) grep -v "^$name " "$GPUHOST_ROOT/proc/modules" > "$GPUHOST_ROOT/m.tmp"
+            cat "$GPUHOST_ROOT/m.tmp" > "$GPUHOST_ROOT/proc/modules"; exit 0;;
+esac
+echo "$name 16384 0 - Live 0x0000000000000000" >> "$GPUHOST_ROOT/proc/modules"
+sleep 60 &
+echo $! > "$GPUHOST_ROOT/child.pid"
+exec sleep 60
+"""
+
+
+def _gone(pid: int) -> bool:
+    """The process has ended (a zombie waiting for a reaper counts as ended)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ("Z", "X")
+
+
+def test_a_modprobe_that_times_out_is_unknown_and_its_child_is_killed(
+        pytester: pytest.Pytester, fake: FakeHost) -> None:
+    fake.file("usr/sbin/modprobe", HANGING_MODPROBE, mode=0o755)
+    journal_path = fake.root / JOURNAL_DIR / "20261202T000000Z-spec-1.jsonl"
+    host = LocalHost(fake.root)
+    fixer = Fixer(host, Journal(journal_path, "spec", host.identity()), run_lock=None,
+                  apply_lock=None, lock_timeout=1, command_timeout=0.5)
+    check = Check("module", "nvidia", Exact("loaded", ModuleState()),
+                  EntryOptions(where="spec.yaml:3"), ModuleProbe("nvidia"))
+    result = run_check(check, host, {}, RunOptions(fix=True), fixer)
+    assert result.outcome is Outcome.FIX_FAILED
+    assert result.message.startswith("apply failed: the state is unknown: modprobe -- nvidia did "
+                                     "not finish in 0.5 s; its process group was killed")
+    assert result.after == "loaded"  # it did load the module before it hung
+    child = int((fake.root / "child.pid").read_text())
+    assert _gone(child)
+    [entry] = read_journal(journal_path).entries
+    assert entry.state == "unknown"
+    assert latest_journal(fake.root) == journal_path  # something to undo
+    rollback = rollback_run(pytester, fake.root, None)
+    assert rollback.ret == pytest.ExitCode.OK
+    assert counts(rollback) == {"fixed": 1}
+    assert "nvidia " not in (fake.root / "proc/modules").read_text()
+
+
+# --- 16. a journal field of the wrong type, or a closing line that cannot be written -----------
+
+
+@pytest.mark.parametrize(("edit", "words"), [
+    (lambda c: c["change"].update(offset="x", type="write_bytes", old="00", new="01"),
+     "'offset' must be a non-negative integer, got str 'x'"),
+    (lambda c: c["change"].update(type="command", argv=5, undo_argv=["modprobe"], old="a",
+                                  new="b", path=None) or c["change"].pop("path"),
+     "'argv' must be a non-empty list of strings, got int 5"),
+    (lambda c: c.update(change=[]), "the change must be a mapping, got list []"),
+    (lambda c: c["change"].update(path="../../etc/passwd"), "would leave the host root"),
+    (lambda c: c.update(check=7), "a change record without a usable 'check': expected a "
+                                  "string, got int 7"),
+])
+def test_a_journal_field_of_the_wrong_type_is_a_usage_error(
+        pytester: pytest.Pytester, fake: FakeHost, canary: Path,
+        edit: object, words: str) -> None:
+    fake.sysctl("vm.swappiness", 60)
+    _, journal = fix_run(pytester, fake.root, "version: 1\nsysctl: {vm.swappiness: 10}\n")
+    records = lines(journal)
+    number = next(n for n, r in enumerate(records, 1) if r["event"] == "change")
+    edit(records[number - 1])  # type: ignore[operator]
+    journal.write_text("".join(json.dumps(r) + "\n" for r in records))
+    before = snapshot(fake.root)
+    result = rollback_run(pytester, fake.root, journal)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: {journal}:{number}: *"])
+    assert words in result.stderr.str()
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    assert unchanged(fake.root, before, canary)
+
+
+def test_a_rollback_whose_journal_directory_is_gone_says_so_and_exits_1(
+        pytester: pytest.Pytester, fake: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake.sysctl("vm.swappiness", 60)
+    _, journal = fix_run(pytester, fake.root, "version: 1\nsysctl: {vm.swappiness: 10}\n")
+    real_close = Journal.close_rollback
+
+    def directory_gone(self: Journal, restored: int, failed: int) -> None:
+        shutil.rmtree(self.path.parent)  # removed while the rollback ran
+        real_close(self, restored, failed)
+
+    monkeypatch.setattr(Journal, "close_rollback", directory_gone)
+    result = rollback_run(pytester, fake.root, journal)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([f"rollback: the changes are restored, but cannot mark {journal} "
+                                 "rolled back: No such file or directory: a later default "
+                                 "rollback will offer this journal again*"])
+    assert "Traceback" not in result.stdout.str()
+    assert (fake.root / "proc/sys/vm/swappiness").read_text() == "60\n"  # restored
+    assert not journal.parent.exists()  # and no journal made up in its place
+
+
+def test_a_read_only_journal_is_reported_and_the_changes_stay_restored(
+        pytester: pytest.Pytester, fake: FakeHost) -> None:
+    fake.sysctl("vm.swappiness", 60)
+    _, journal = fix_run(pytester, fake.root, "version: 1\nsysctl: {vm.swappiness: 10}\n")
+    if os.geteuid() == 0:
+        if subprocess.run(["chattr", "+i", str(journal)], capture_output=True).returncode:
+            pytest.skip("chattr +i is not available here: root ignores a read-only mode")
+    else:
+        journal.chmod(0o444)
+    try:
+        before = journal.read_bytes()
+        result = rollback_run(pytester, fake.root, journal)
+    finally:
+        if os.geteuid() == 0:
+            subprocess.run(["chattr", "-i", str(journal)], check=True)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([f"rollback: the changes are restored, but cannot mark {journal} "
+                                 "rolled back: * not permitted*", ])
+    assert (fake.root / "proc/sys/vm/swappiness").read_text() == "60\n"
+    assert journal.read_bytes() == before
+
+
+# --- 18. module names that modprobe would read as options -------------------------------------
+
+
+@pytest.mark.parametrize("name", ["--remove-holders", "-a"])
+def test_a_module_name_that_starts_with_a_dash_is_refused(pytester: pytest.Pytester,
+                                                          fake: FakeHost, name: str) -> None:
+    (pytester.path / "spec.yaml").write_text(f"version: 1\nmodules:\n  {name!r}: loaded\n")
+    result = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}", "--fix")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: bad gpuhost spec: spec.yaml:3: module name {name!r} "
+                                 "is not allowed: a module name cannot start with '-' (modprobe "
+                                 "would read it as an option)"])
+
+
+RECORDING_MODPROBE = """#!/bin/sh
+echo "$*" >> "$GPUHOST_ROOT/argv.log"
+case " $* " in
+  *" -r "*) : > "$GPUHOST_ROOT/proc/modules";;
+  *) echo "nvidia 16384 0 - Live 0x0000000000000000" > "$GPUHOST_ROOT/proc/modules";;
+esac
+"""
+
+
+def test_every_modprobe_argv_ends_its_options_before_the_name(
+        pytester: pytest.Pytester, fake: FakeHost) -> None:
+    fake.file("usr/sbin/modprobe", RECORDING_MODPROBE, mode=0o755)
+    _, journal = fix_run(pytester, fake.root, "version: 1\nmodules: {nvidia: loaded}\n")
+    assert rollback_run(pytester, fake.root, journal).ret == pytest.ExitCode.OK
+    assert (fake.root / "argv.log").read_text() == "-- nvidia\n-r -- nvidia\n"
+
+
+def test_a_journal_whose_modprobe_names_an_option_is_refused(
+        pytester: pytest.Pytester, fake: FakeHost) -> None:
+    fake.file("usr/sbin/modprobe", RECORDING_MODPROBE, mode=0o755)
+    _, journal = fix_run(pytester, fake.root, "version: 1\nmodules: {nvidia: loaded}\n")
+    journal.write_text(journal.read_text().replace('"nvidia"', '"--remove-holders"'))
+    result = rollback_run(pytester, fake.root, journal)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: {journal}:2: module '--remove-holders' in modprobe "
+                                 "-- --remove-holders: a module name cannot start with '-'*"])
+    assert (fake.root / "argv.log").read_text() == "-- nvidia\n"  # the fix's own, no more
+
+
+# --- 19. messages that say what was seen ----------------------------------------------------------
+
+
+class Refusing(LocalHost):
+    """Writes fail with one errno, as the kernel gives it."""
+
+    def __init__(self, root: Path, code: int, *, privileged: bool = True) -> None:
+        super().__init__(root)
+        self.code, self._privileged = code, privileged
+
+    def privileged(self) -> bool:
+        return self._privileged
+
+    def _write(self, path: str, data: bytes, offset: int, *, truncate: bool) -> None:
+        raise HostError(f"cannot write {self.path(path)}: {os.strerror(self.code)}", self.code)
+
+
+def swappiness_check() -> Check:
+    return Check("sysctl", "vm.swappiness", Exact("10", Auto()),
+                 EntryOptions(where="spec.yaml:2"), SysctlProbe("proc/sys/vm/swappiness"))
+
+
+@pytest.mark.parametrize(("code", "privileged", "words"), [
+    (errno.EPERM, True, "refused with EPERM (Operation not permitted) even as root"),
+    (errno.EACCES, True, "refused with EACCES (Permission denied) even as root"),
+    (errno.EPERM, False, "permission denied: --fix needs root; run it with sudo"),
+])
+def test_a_refused_write_names_its_errno(fake: FakeHost, code: int, privileged: bool,
+                                         words: str) -> None:
+    fake.sysctl("vm.swappiness", 60)
+    result = run_check(swappiness_check(), Refusing(fake.root, code, privileged=privileged),
+                       {}, RunOptions(fix=True))
+    assert result.outcome is Outcome.FIX_FAILED
+    assert words in result.message
+    assert errno.errorcode[code] in result.message  # EPERM and EACCES told apart
+
+
+def test_an_immutable_file_is_explained_as_one(fake: FakeHost) -> None:
+    path = fake.sysctl("vm.swappiness", 60).root / "proc/sys/vm/swappiness"
+    if os.geteuid() != 0 or subprocess.run(["chattr", "+i", str(path)],
+                                           capture_output=True).returncode:
+        pytest.skip("needs root and a file system with chattr +i")
+    try:
+        result = run_check(swappiness_check(), LocalHost(fake.root), {}, RunOptions(fix=True))
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+    assert result.outcome is Outcome.FIX_FAILED
+    assert "refused with EPERM (Operation not permitted) even as root" in result.message
+    assert "chattr +i" in result.message and "container" in result.message  # causes, in order
+    assert result.message.index("chattr") < result.message.index("container")
+
+
+class Ignoring(LocalHost):
+    def write_text(self, path: str, text: str) -> None:
+        return None
+
+
+def test_an_ignored_write_is_told_apart_from_a_clamped_one(fake: FakeHost) -> None:
+    fake.sysctl("vm.swappiness", 60)
+    result = run_check(swappiness_check(), Ignoring(fake.root), {}, RunOptions(fix=True))
+    assert result.message.endswith("(unchanged from '60': the device or kernel ignored the "
+                                   "write)")
