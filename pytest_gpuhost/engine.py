@@ -163,7 +163,9 @@ def _skip_reason(check: Check, host: Host, conditions: Mapping[str, ConditionFn]
 
 
 def _explain(reason: str, observed: Observation) -> str:
-    return observed.problem if observed.value is None and observed.problem else reason
+    if observed.value is None and observed.problem:
+        return observed.problem
+    return f"{reason}: {observed.culprits}" if observed.culprits else reason
 
 
 def _warnings(check: Check, outcome: Outcome, observed: Observation | None) -> tuple[str, ...]:

@@ -36,7 +36,7 @@ from pytest_gpuhost.spec import EntryOptions
 from pytest_gpuhost.spec.matchers import Auto, Exact
 from pytest_gpuhost.testing.fakehost import FakeHost, config_space
 
-from .conftest import counts, snapshot
+from .conftest import counts, run_spec, snapshot
 
 STATE = "var/lib/pytest-gpuhost"
 
@@ -630,3 +630,47 @@ def test_an_ignored_write_is_told_apart_from_a_clamped_one(fake: FakeHost) -> No
     result = run_check(swappiness_check(), Ignoring(fake.root), {}, RunOptions(fix=True))
     assert result.message.endswith("(unchanged from '60': the device or kernel ignored the "
                                    "write)")
+
+
+# --- 10. dmesg: linear filtering, decoded escapes, and a message that names the records --------
+
+
+def test_dmesg_filters_a_large_log_in_one_pass(fake: FakeHost) -> None:
+    """200,000 allowed records: the old membership test made this ~2 * 10^10 comparisons."""
+    noise = [(4, f"vxlan: non-ECT from 10.233.{n // 250}.{n % 250} with TOS=0x2")
+             for n in range(200_000)]
+    fake.kmsg([*noise[:100_000], (3, "NVRM: Xid 79, GPU has fallen off the bus"),
+               *noise[100_000:], (6, "an info line"), (2, "AER: Uncorrected (Fatal) error")])
+    spec = "version: 1\ndmesg: {allow: ['vxlan: non-ECT from .* with TOS=0x2']}\n"
+    result = run_spec(spec, fake.root)["dmesg"]
+    assert result.observed == "2"
+    assert result.evidence[0]["raw"] == ("200003 records since boot, 200002 at the levels, "
+                                         "200000 allowed as noise, 2 offending")
+
+
+def test_kmsg_escapes_are_decoded_before_matching_and_shown_decoded(fake: FakeHost) -> None:
+    fake.kmsg([(4, r"Unknown kernel command line parameters \x22initrd=\x5cucode.img\x22"),
+               (4, r"gpu caf\xc3\xa9: \x1b[31mred\x1b[0m")])
+    spec = ("version: 1\ndmesg: {allow: ['Unknown kernel command line parameters "
+            "\"initrd=\\\\ucode.img\"']}\n")
+    result = run_spec(spec, fake.root)["dmesg"]
+    assert result.observed == "1"  # the allow pattern, copied from dmesg(1), matched
+    shown = result.evidence[1]["raw"]
+    assert shown.endswith("gpu café: \\x1b[31mred\\x1b[0m")  # decoded; ESC escaped again
+
+
+def test_a_dmesg_failure_names_its_first_offending_records(pytester: pytest.Pytester,
+                                                           fake: FakeHost) -> None:
+    fake.kmsg([(3, f"error number {n} " + "x" * 200) for n in range(5)])
+    (pytester.path / "spec.yaml").write_text("version: 1\ndmesg: {}\n")
+    result = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}", "-rf",
+                                "--gpuhost-report=r.json")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    [record] = json.loads((pytester.path / "r.json").read_text())["checks"]
+    message = record["message"]
+    assert message.startswith("5 kernel log record(s) at emerg, alert, crit, err, warn since "
+                              "boot: first [")
+    assert [f"error number {n} " in message for n in range(5)] == [True] * 3 + [False] * 2
+    assert message.endswith("... (and 2 more)")
+    assert len(message) < 400  # shortened: pytest's short summary shows it
+    result.stdout.fnmatch_lines(["FAILED spec.yaml::dmesg - 5 kernel log record(s) *"])

@@ -47,6 +47,9 @@ class Observation:
     """(value, where) when boot-time configuration sets this value too (sysctl.d)."""
     details: Mapping[str, Any] = field(default_factory=dict)
     """Kind-specific facts carried into the result record (p2p: gbps, class, floor)."""
+    culprits: str | None = None
+    """What made a wrong value wrong, named in the failure's message (the line pytest's short
+    summary shows): dmesg's first offending records."""
 
 
 class NotApplicable(Exception):

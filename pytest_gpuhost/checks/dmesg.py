@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..host import Host
-from ..linux.kmsg import LEVELS, level_number, parse_records
+from ..linux.kmsg import LEVELS, Record, level_number, parse_records
 from ..spec import OPTION_KEYS, EntryOptions, Node, SpecContext
 from ..spec.matchers import Verdict
 from . import Check, Evidence, Facts, NoFix, Observation
@@ -21,6 +21,8 @@ KMSG = "dev/kmsg"
 DEFAULT_LEVELS = ("emerg", "alert", "crit", "err", "warn")
 SINCE = ("boot", "session")
 SHOWN = 20
+NAMED, SHORT = 3, 100
+"""The failure's message names the first NAMED offending records, each cut to SHORT chars."""
 LAST = 10_000  # order rank: after every other kind
 
 
@@ -75,19 +77,43 @@ class DmesgProbe(NoFix):
         if not host.exists(KMSG):
             return Observation(None, problem=f"{KMSG} does not exist")
         records, malformed = parse_records(host.read_kmsg(KMSG))
-        considered = [r for r in records if r.seq > self.after_seq]
-        at_level = [r for r in considered if r.level in self.section.levels]
-        allowed = [r for r in at_level if any(p.search(r.text) for p in self.section.allow)]
-        offending = [r for r in at_level if r not in allowed]
-        summary = (f"{len(considered)} records since {self.section.since}, {len(at_level)} at the "
-                   f"levels, {len(allowed)} allowed as noise, {len(offending)} offending")
+        considered, at_level, allowed, offending = _partition(records, self.section,
+                                                              self.after_seq)
+        summary = (f"{considered} records since {self.section.since}, {at_level} at the "
+                   f"levels, {allowed} allowed as noise, {len(offending)} offending")
         if malformed:
             summary += f"; {malformed} malformed line(s) skipped"
         evidence = [Evidence(KMSG, summary)]
         evidence += [Evidence(f"{KMSG} seq {r.seq}", str(r)) for r in offending[:SHOWN]]
         if len(offending) > SHOWN:
             evidence.append(Evidence(KMSG, f"... and {len(offending) - SHOWN} more"))
-        return Observation(str(len(offending)), tuple(evidence))
+        named = "; ".join(_short(str(r)) for r in offending[:NAMED])
+        more = f" (and {len(offending) - NAMED} more)" if len(offending) > NAMED else ""
+        return Observation(str(len(offending)), tuple(evidence),
+                           culprits=f"first {named}{more}" if offending else None)
+
+
+def _partition(records: Sequence[Record], section: DmesgSection, after_seq: int
+               ) -> tuple[int, int, int, list[Record]]:
+    """(considered, at the levels, allowed, the offending records), in one pass: linear in the
+    records (a membership test of each record in the allowed ones was quadratic: 40,000 vxlan
+    lines took 76 s)."""
+    levels = frozenset(section.levels)
+    searches = [pattern.search for pattern in section.allow]
+    considered = [r for r in records if r.seq > after_seq]
+    at_level = [r for r in considered if r.level in levels]
+    offending: list[Record] = []
+    for record in at_level:
+        for search in searches:
+            if search(record.text):
+                break
+        else:
+            offending.append(record)
+    return len(considered), len(at_level), len(at_level) - len(offending), offending
+
+
+def _short(text: str, width: int = SHORT) -> str:
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 class DmesgKind:
