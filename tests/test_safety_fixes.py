@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gpuhost.checks import Check
+from pytest_gpuhost.checks.cpuidle import parse_cpu_list
 from pytest_gpuhost.checks.modules import ModuleProbe, ModuleState
 from pytest_gpuhost.checks.sysctl import SysctlProbe
 from pytest_gpuhost.engine import RunOptions, run_check
@@ -674,3 +675,35 @@ def test_a_dmesg_failure_names_its_first_offending_records(pytester: pytest.Pyte
     assert message.endswith("... (and 2 more)")
     assert len(message) < 400  # shortened: pytest's short summary shows it
     result.stdout.fnmatch_lines(["FAILED spec.yaml::dmesg - 5 kernel log record(s) *"])
+
+
+# --- 12. a cpulist is bounded before a range of it is walked -----------------------------------
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("0-50000000", "names a CPU number of 65536 or more"),
+    ("0-99999999999999999999999", "names a CPU number of 65536 or more"),
+    (",".join(["0-65535"] * 3), "the list names more than 65536 CPUs"),
+    ("7-3", "is a range that runs backwards"),
+    ("0-", "is not a CPU number or a range N-M"),
+    ("²", "is not a CPU number or a range N-M"),
+])
+def test_a_cpu_list_out_of_bounds_is_refused(text: str, words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        parse_cpu_list(text)
+
+
+def test_the_largest_cpu_list_is_still_read() -> None:
+    assert len(parse_cpu_list("0-65535")) == 65536
+
+
+def test_a_huge_online_cpu_range_is_an_error_naming_the_file(pytester: pytest.Pytester,
+                                                             fake: FakeHost) -> None:
+    fake.cpus(2)
+    fake.file("sys/devices/system/cpu/online", "0-50000000\n")
+    (pytester.path / "spec.yaml").write_text("version: 1\ncpuidle: {disabled: [C2]}\n")
+    result = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}", "--fix")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert counts(result) == {"errors": 1}
+    result.stdout.fnmatch_lines(["*sys/devices/system/cpu/online: '0-50000000' is not a CPU list:"
+                                 " '0-50000000' names a CPU number of 65536 or more*"])
