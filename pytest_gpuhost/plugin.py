@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -178,6 +179,10 @@ def _registered(config: pytest.Config) -> tuple[dict[str, Kind], dict[str, Condi
 def _usage_checks(config: pytest.Config, has_specs: bool) -> None:
     option = config.option
     rollback = option.gpuhost_rollback is not None
+    timeout = option.gpuhost_lock_timeout
+    if not math.isfinite(timeout) or timeout < 0:  # nan waits forever; -5 "waited -5 s"
+        raise pytest.UsageError(f"--gpuhost-lock-timeout={timeout:g}: expected a finite number "
+                                "of seconds, 0 or more")
     if option.gpuhost_rollback_after_reboot and not rollback:
         raise pytest.UsageError(f"{AFTER_REBOOT} only makes sense with --gpuhost-rollback")
     if not has_specs and not rollback:

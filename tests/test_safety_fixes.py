@@ -707,3 +707,18 @@ def test_a_huge_online_cpu_range_is_an_error_naming_the_file(pytester: pytest.Py
     assert counts(result) == {"errors": 1}
     result.stdout.fnmatch_lines(["*sys/devices/system/cpu/online: '0-50000000' is not a CPU list:"
                                  " '0-50000000' names a CPU number of 65536 or more*"])
+
+
+# --- 13. a lock timeout that is not a finite number of seconds ---------------------------------
+
+
+@pytest.mark.parametrize(("value", "shown"), [("nan", "nan"), ("-5", "-5"), ("inf", "inf"),
+                                              ("-inf", "-inf")])
+def test_a_lock_timeout_that_is_not_finite_or_is_negative_is_refused(
+        pytester: pytest.Pytester, fake: FakeHost, value: str, shown: str) -> None:
+    (pytester.path / "spec.yaml").write_text("version: 1\nsysctl: {vm.swappiness: 10}\n")
+    result = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}", "--fix",
+                                f"--gpuhost-lock-timeout={value}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: --gpuhost-lock-timeout={shown}: expected a finite "
+                                 "number of seconds, 0 or more"])
