@@ -722,3 +722,72 @@ def test_a_lock_timeout_that_is_not_finite_or_is_negative_is_refused(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"ERROR: --gpuhost-lock-timeout={shown}: expected a finite "
                                  "number of seconds, 0 or more"])
+
+
+# --- 14. every spec problem is exit 4 with file:line, never an INTERNALERROR --------------------
+
+
+def _spec_error(pytester: pytest.Pytester, root: Path, spec: str) -> str:
+    result = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={root}")
+    output = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, output
+    assert "Traceback" not in output and "INTERNALERROR" not in output
+    [line] = [line for line in result.stderr.lines if line.startswith("ERROR: ")]
+    return line
+
+
+@pytest.mark.parametrize(("yaml_text", "words"), [
+    ('sysctl:\n  vm.swappiness: !!int "abc"\n',
+     "spec.yaml:3: cannot read the value 'abc' as !!int"),
+    ("sysctl:\n  vm.swappiness: !!bool maybe\n",
+     "spec.yaml:3: cannot read the value 'maybe' as !!bool"),
+    ("sysctl:\n  vm.swappiness: !!binary aGVsbG8=\n",
+     "spec.yaml:3: a !!binary value is not supported in a spec"),
+    ("sysctl:\n  vm.swappiness: !!timestamp 2001-12-14\n",
+     "spec.yaml:3: a !!timestamp value is not supported in a spec"),
+    ("sysctl:\n  vm.swappiness: !!python/object:os.system x\n",
+     "spec.yaml:3: a !!python/object:os.system value is not supported in a spec"),
+    ("sysctl:\n  vm.swappiness: !foo 10\n", "spec.yaml:3: a !foo value is not supported"),
+    ("sysctl: !!set {vm.swappiness: 10}\n", "spec.yaml:2: a !!set value is not supported"),
+    ("base: &b {vm.swappiness: 10}\nsysctl:\n  <<: *b\n",
+     "spec.yaml:4: merge keys ('<<') are not supported in a spec: write the keys out"),
+    ("sysctl:\n  vm.swappiness: " + "9" * 5000 + "\n",
+     "spec.yaml:3: cannot read the value '9999999999"),
+    ("sysctl:\n  vm.swappiness: \"\\ud800\"\n", "spec.yaml:3: the value '\\ud800' holds a lone "
+                                                "surrogate"),
+    ("sysctl: " + "[" * 5000 + "]" * 5000 + "\n",
+     "the YAML is nested deeper than 64 levels"),
+    ("sysctl:\n" + "".join("  " * (n + 1) + "a:\n" for n in range(300)) + "  " * 301 + "b: 1\n",
+     "the YAML is nested deeper than 64 levels"),
+])
+def test_a_spec_problem_is_exit_4_with_file_and_line(pytester: pytest.Pytester, fake: FakeHost,
+                                                     yaml_text: str, words: str) -> None:
+    (pytester.path / "spec.yaml").write_text("version: 1\n" + yaml_text)
+    line = _spec_error(pytester, fake.root, "spec.yaml")
+    assert line.startswith("ERROR: bad gpuhost spec: spec.yaml")
+    assert words in line
+
+
+def test_a_fifo_dev_zero_a_directory_and_a_huge_file_are_refused_without_blocking(
+        pytester: pytest.Pytester, fake: FakeHost) -> None:
+    fifo = pytester.path / "fifo.yaml"
+    os.mkfifo(fifo)  # no writer: a blocking open or read would hang the run
+    assert "spec is a FIFO, not a regular file" in _spec_error(pytester, fake.root, str(fifo))
+    assert "spec is a character device, not a regular file" in _spec_error(
+        pytester, fake.root, "/dev/zero")
+    (pytester.path / "dir.yaml").mkdir()
+    assert "spec is a directory" in _spec_error(pytester, fake.root, "dir.yaml")
+    huge = pytester.path / "huge.yaml"
+    huge.write_text("version: 1\n" + "# padding\n" * 500_000)
+    assert "the spec is over 4 MiB" in _spec_error(pytester, fake.root, str(huge))
+
+
+def test_a_spec_file_name_with_a_newline_needs_a_name(pytester: pytest.Pytester,
+                                                      fake: FakeHost) -> None:
+    odd = pytester.path / "a\nkernel.core_pattern = |sh.yaml"
+    odd.write_text("version: 1\nsysctl: {vm.swappiness: 10}\n")
+    line = _spec_error(pytester, fake.root, str(odd))
+    assert line.endswith("a\\nkernel.core_pattern = |sh.yaml:1: the spec's file name "
+                         "'a\\nkernel.core_pattern = |sh.yaml' holds a control character, and "
+                         "the name of a spec goes into the journal's and --fix-persist's file "
+                         "names and headers: rename the file, or give the spec a 'name:'")
