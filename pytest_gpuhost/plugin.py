@@ -603,6 +603,9 @@ class RunReporter:
             base = len(state.results)
             for offset, record in enumerate(records):
                 state.results[f"persist::{record.key}"] = (base + offset, record)
+            failed = (Outcome.FAILED, Outcome.FIX_FAILED, Outcome.ERROR)
+            if any(r.outcome in failed for r in records) and session.exitstatus == 0:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a file refused or not written
         if fixrun.rollback is not None and not state.options.dry_run:
             try:
                 self.rolled_back = close_rollback(fixrun.rollback, self.ordered())

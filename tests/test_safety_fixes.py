@@ -791,3 +791,45 @@ def test_a_spec_file_name_with_a_newline_needs_a_name(pytester: pytest.Pytester,
                          "'a\\nkernel.core_pattern = |sh.yaml' holds a control character, and "
                          "the name of a spec goes into the journal's and --fix-persist's file "
                          "names and headers: rename the file, or give the spec a 'name:'")
+
+
+# --- 17. nothing written into a persistence file can become a setting or a rule of its own -----
+
+
+def test_a_spec_path_with_a_newline_stays_in_the_header_comment(pytester: pytest.Pytester,
+                                                                fake: FakeHost) -> None:
+    fake.sysctl("vm.swappiness", 60)
+    odd = pytester.path / "a\nkernel.core_pattern = |sh.yaml"
+    odd.write_text("version: 1\nname: lab\nsysctl: {vm.swappiness: 10}\n")
+    result = pytester.runpytest(f"--gpuhost-spec={odd}", f"--gpuhost-root={fake.root}",
+                                "--fix", "--fix-persist")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    written = (fake.root / "etc/sysctl.d/90-gpuhost-lab.conf").read_text()
+    settings = [line for line in written.splitlines() if not line.startswith("#")]
+    assert settings == ["vm.swappiness = 10"]
+    assert "from spec lab (a\\nkernel.core_pattern = |sh.yaml)" in written
+
+
+@pytest.mark.parametrize(("spec", "setup", "refused", "words"), [
+    ('sysctl: {kernel.core_pattern: "|/bin/true\\nkernel.modprobe = /tmp/x"}',
+     lambda fake: fake.sysctl("kernel.core_pattern", "core"), "etc/sysctl.d/90-gpuhost-spec.conf",
+     "the value of kernel.core_pattern holds a line break or another control character"),
+    ("cpuidle: {disabled: [\"C1';reboot;'\"]}",
+     lambda fake: fake.cpus(2, states=("POLL", "C1';reboot;'")),
+     "etc/udev/rules.d/90-gpuhost-spec.rules",
+     "the C-state name \"C1';reboot;'\" is not a plain word"),
+])
+def test_a_hostile_value_is_refused_not_persisted(
+        pytester: pytest.Pytester, fake: FakeHost, canary: Path, spec: str,
+        setup: object, refused: str, words: str) -> None:
+    setup(fake)  # type: ignore[operator]
+    (pytester.path / "spec.yaml").write_text(f"version: 1\n{spec}\n")
+    result = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}", "--fix",
+                                "--fix-persist", "--gpuhost-report=r.json")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    records = {r["id"]: r for r in json.loads((pytester.path / "r.json").read_text())["checks"]}
+    persisted = records[f"persist[{refused}]"]
+    assert persisted["outcome"] == "failed"
+    assert persisted["message"].startswith(f"{refused} is not written: {words}")
+    assert not (fake.root / refused).exists()
+    assert canary.read_text() == "untouched\n"

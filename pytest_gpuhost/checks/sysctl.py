@@ -23,6 +23,9 @@ def sysctl_path(key: str) -> str:
     """
     if not _KEY_CHARS.match(key):
         raise ValueError("a sysctl key is letters, digits and . _ - / : @ +, without whitespace")
+    if key.startswith("-"):
+        raise ValueError("a sysctl key does not start with '-' (sysctl.d reads a leading '-' as "
+                         "'ignore a failure')")
     first = re.search(r"[./]", key)
     if first is not None and first.group() == ".":
         parts = [part.replace("/", ".") for part in key.split(".")]
