@@ -18,7 +18,7 @@ from pytest_gpuhost.checks.cpuidle import parse_cpu_list
 from pytest_gpuhost.checks.modules import ModuleProbe, ModuleState
 from pytest_gpuhost.checks.sysctl import SysctlProbe
 from pytest_gpuhost.engine import RunOptions, run_check
-from pytest_gpuhost.fix.changes import ReplaceFile, WriteText
+from pytest_gpuhost.fix.changes import ReplaceFile, WriteBytes, WriteText
 from pytest_gpuhost.fix.fixer import Fixer
 from pytest_gpuhost.fix.journal import (
     JOURNAL_DIR,
@@ -833,3 +833,27 @@ def test_a_hostile_value_is_refused_not_persisted(
     assert persisted["message"].startswith(f"{refused} is not written: {words}")
     assert not (fake.root / refused).exists()
     assert canary.read_text() == "untouched\n"
+
+
+def test_a_recorded_config_write_into_the_header_is_refused() -> None:
+    from pytest_gpuhost.fix.changes import ChangeError, from_dict
+
+    with pytest.raises(ChangeError, match="at 0x10, inside the 64-byte header"):
+        from_dict({"type": "write_bytes", "path": "sys/bus/pci/devices/0000:01:00.0/config",
+                   "offset": 0x10, "old": "0000", "new": "ffff"})
+
+
+def test_restoring_extended_config_space_from_256_bytes_says_what_256_means(
+        fake: FakeHost, tmp_path: Path) -> None:
+    fake.pci_device("0000:01:00.0", vendor=0x10DE, device=0x2BB5, class_code=0x030000,
+                    config=config_space(vendor=0x10DE, device=0x2BB5, class_code=0x030000,
+                                        size=256))
+    journal = Journal(tmp_path / "j.jsonl", "spec")
+    journal.record("x", "pcie.acs", "0000:01:00.0", WriteBytes(
+        "sys/bus/pci/devices/0000:01:00.0/config", 0x146, "1d00", "0100"))
+    [undo] = rollback_checks(read_journal(tmp_path / "j.jsonl"), "j.jsonl", NvmlSource(None))
+    result = run_check(undo, LocalHost(fake.root), {}, RunOptions(fix=True))
+    assert result.outcome is Outcome.ERROR
+    assert "config space is 256 bytes but 0x147 is needed: 256 bytes means no extended config " \
+           "space (conventional PCI, or a VM that does not expose it)" in result.message
+    assert "need root" not in result.message

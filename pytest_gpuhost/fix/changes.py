@@ -13,6 +13,9 @@ from typing import Any
 
 from ..host import UnsafePath, checked_relative
 
+CONFIG_HEADER = 0x40
+"""Config-space writes are to capabilities, never to the 64-byte header (BARs, command)."""
+
 
 def lossless_text(raw: bytes) -> str:
     """``raw`` as text that tells every two byte strings apart: UTF-8 without a backslash as it
@@ -242,6 +245,9 @@ def from_dict(data: object) -> Change:
             raise ChangeError(f"the change's path: {exc}") from None
     if cls is WriteBytes and len(checked["old"]) != len(checked["new"]):
         raise ChangeError("the change's 'old' and 'new' are not the same length")
+    if cls is WriteBytes and checked["offset"] < CONFIG_HEADER:
+        raise ChangeError(f"the change writes config space at 0x{checked['offset']:02x}, inside "
+                          "the 64-byte header, where no fix ever writes")
     if cls is WriteText:
         checked["old_raw"] = _base64(values, "old_base64")
         checked["new_raw"] = _base64(values, "new_base64")
