@@ -137,16 +137,19 @@ def _fix(check: Check, host: Host, fixer: Fixer, problem: str) -> CheckResult:
     message = (f"{applied.action}, but read back {after.value!r}: "
                f"{_explain(verdict.reason, after)}{printed}")
     if not printed:
-        message += _read_back_reason(check, before, after)
+        message += _read_back_reason(check, before, after, len(plan.changes))
     return _result(check, Outcome.FIX_FAILED, message, after, before=before, applied=applied,
                    plan=plan)
 
 
-def _read_back_reason(check: Check, before: Observation, after: Observation) -> str:
-    """What the read-back says about the write: left as it was (ignored), or another value
-    than the one written (clamped or rounded)."""
+def _read_back_reason(check: Check, before: Observation, after: Observation,
+                      writes: int) -> str:
+    """What the read-back says about the write: left as it was (ignored), another value than
+    the one written (clamped or rounded), or, of several writes, some that did not hold."""
     if after.value == before.value:
         return f" (unchanged from {before.value!r}: the device or kernel ignored the write)"
+    if writes > 1:
+        return f" (some of the {writes} writes did not hold)"
     written = check.expect.fix_value(before.value)
     return (f" (wrote {written!r}, read back {after.value!r}: the kernel or device clamped or "
             "rounded it)")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gpuhost.checks import Check
-from pytest_gpuhost.checks.cpuidle import parse_cpu_list
+from pytest_gpuhost.checks.cpuidle import IdleStateProbe, find_idle_states, parse_cpu_list
 from pytest_gpuhost.checks.modules import ModuleProbe, ModuleState
 from pytest_gpuhost.checks.sysctl import SysctlProbe
 from pytest_gpuhost.engine import RunOptions, run_check
@@ -34,7 +34,7 @@ from pytest_gpuhost.gpu.nvml import NvmlSource
 from pytest_gpuhost.host import HostError, HostIdentity, LocalHost
 from pytest_gpuhost.result import Outcome
 from pytest_gpuhost.spec import EntryOptions
-from pytest_gpuhost.spec.matchers import Auto, Exact
+from pytest_gpuhost.spec.matchers import Auto, Choice, Exact
 from pytest_gpuhost.testing.fakehost import FakeHost, config_space
 
 from .conftest import counts, run_spec, snapshot
@@ -857,3 +857,26 @@ def test_restoring_extended_config_space_from_256_bytes_says_what_256_means(
     assert "config space is 256 bytes but 0x147 is needed: 256 bytes means no extended config " \
            "space (conventional PCI, or a VM that does not expose it)" in result.message
     assert "need root" not in result.message
+
+
+class HalfIgnoring(LocalHost):
+    """cpu1's C2 ``disable`` file keeps its value (firmware that owns the state)."""
+
+    def write_text(self, path: str, text: str) -> None:
+        if "/cpu1/" not in path:
+            super().write_text(path, text)
+
+
+def test_several_writes_of_which_some_did_not_hold_are_not_called_clamped(
+        fake: FakeHost) -> None:
+    fake.cpus(2)
+    result = run_spec("version: 1\ncpuidle: {disabled: [C2]}\n", fake.root, fix=True)
+    assert result["cpuidle[C2]"].outcome is Outcome.FIXED  # the plain tree takes both writes
+    fake.file("sys/devices/system/cpu/cpu0/cpuidle/state2/disable", "0\n")
+    fake.file("sys/devices/system/cpu/cpu1/cpuidle/state2/disable", "0\n")
+    check = Check("cpuidle", "C2", Exact("disabled", Choice(("disabled",))),
+                  EntryOptions(where="spec.yaml:2"),
+                  IdleStateProbe("C2", find_idle_states(LocalHost(fake.root))))
+    partial = run_check(check, HalfIgnoring(fake.root), {}, RunOptions(fix=True))
+    assert partial.outcome is Outcome.FIX_FAILED
+    assert partial.message.endswith("(some of the 2 writes did not hold)")
