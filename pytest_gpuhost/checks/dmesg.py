@@ -8,11 +8,11 @@ after every other check, so under --fix it sees what the fixes caused.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ..host import Host
-from ..linux.kmsg import LEVELS, Record, level_number, parse_records
+from ..linux.kmsg import LEVELS, Record, iter_records, level_number
 from ..spec import OPTION_KEYS, EntryOptions, Node, SpecContext
 from ..spec.matchers import Verdict
 from . import Check, Evidence, Facts, NoFix, Observation
@@ -64,8 +64,8 @@ def last_seq(host: Host) -> int:
     """The sequence number of the newest record, taken once when the session collects."""
     if not host.exists(KMSG):
         return -1
-    records, _ = parse_records(host.read_kmsg(KMSG))
-    return max((r.seq for r in records), default=-1)
+    records = iter_records(host.read_kmsg(KMSG))
+    return max((r.seq for r in records if r is not None), default=-1)
 
 
 @dataclass(frozen=True)
@@ -76,9 +76,8 @@ class DmesgProbe(NoFix):
     def observe(self, host: Host) -> Observation:
         if not host.exists(KMSG):
             return Observation(None, problem=f"{KMSG} does not exist")
-        records, malformed = parse_records(host.read_kmsg(KMSG))
-        considered, at_level, allowed, offending = _partition(records, self.section,
-                                                              self.after_seq)
+        considered, at_level, allowed, malformed, offending = _partition(
+            iter_records(host.read_kmsg(KMSG)), self.section, self.after_seq)
         summary = (f"{considered} records since {self.section.since}, {at_level} at the "
                    f"levels, {allowed} allowed as noise, {len(offending)} offending")
         if malformed:
@@ -93,23 +92,31 @@ class DmesgProbe(NoFix):
                            culprits=f"first {named}{more}" if offending else None)
 
 
-def _partition(records: Sequence[Record], section: DmesgSection, after_seq: int
-               ) -> tuple[int, int, int, list[Record]]:
-    """(considered, at the levels, allowed, the offending records), in one pass: linear in the
-    records (a membership test of each record in the allowed ones was quadratic: 40,000 vxlan
-    lines took 76 s)."""
+def _partition(records: Iterable[Record | None], section: DmesgSection, after_seq: int
+               ) -> tuple[int, int, int, int, list[Record]]:
+    """(considered, at the levels, allowed, malformed lines, the offending records), in one
+    pass that keeps only the offending records: linear in the records (a membership test of
+    each record in the allowed ones was quadratic: 40,000 vxlan lines took 76 s)."""
     levels = frozenset(section.levels)
     searches = [pattern.search for pattern in section.allow]
-    considered = [r for r in records if r.seq > after_seq]
-    at_level = [r for r in considered if r.level in levels]
+    considered = at_level = malformed = 0
     offending: list[Record] = []
-    for record in at_level:
+    for record in records:
+        if record is None:
+            malformed += 1
+            continue
+        if record.seq <= after_seq:
+            continue
+        considered += 1
+        if record.level not in levels:
+            continue
+        at_level += 1
         for search in searches:
             if search(record.text):
                 break
         else:
             offending.append(record)
-    return len(considered), len(at_level), len(at_level) - len(offending), offending
+    return considered, at_level, at_level - len(offending), malformed, offending
 
 
 def _short(text: str, width: int = SHORT) -> str:

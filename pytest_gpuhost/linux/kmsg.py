@@ -12,7 +12,7 @@ alone escaped again (a log line must not drive the terminal).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
 _ESCAPE = re.compile(rb"\\x([0-9a-fA-F]{2})")
@@ -63,11 +63,11 @@ def level_number(name: str) -> int:
     return LEVELS.index(canonical)
 
 
-def parse_records(lines: Iterable[str]) -> tuple[list[Record], int]:
-    """The records among ``lines`` and how many lines were neither a record nor a continuation."""
-    records: list[Record] = []
-    malformed = 0
-    append = records.append
+def iter_records(lines: Iterable[str]) -> Iterator[Record | None]:
+    """Each record among ``lines`` as it is parsed, None for a line that is neither a record
+    nor a continuation. A consumer that keeps only what it needs (the dmesg check keeps the
+    offending records) never holds a million records: it stays linear, garbage collector
+    included."""
     for line in lines:
         if not line or line[0].isspace():
             continue
@@ -78,8 +78,19 @@ def parse_records(lines: Iterable[str]) -> tuple[list[Record], int]:
                 raise ValueError(line)
             prio, seq, usec = int(fields[0]), int(fields[1]), int(fields[2])
         except ValueError:
-            malformed += 1
+            yield None
             continue
-        append(Record(prio & 7, prio >> 3, seq, usec,
-                      decode_text(text) if "\\x" in text else text))
+        yield Record(prio & 7, prio >> 3, seq, usec,
+                     decode_text(text) if "\\x" in text else text)
+
+
+def parse_records(lines: Iterable[str]) -> tuple[list[Record], int]:
+    """The records among ``lines`` and how many lines were neither a record nor a continuation."""
+    records: list[Record] = []
+    malformed = 0
+    for record in iter_records(lines):
+        if record is None:
+            malformed += 1
+        else:
+            records.append(record)
     return records, malformed
