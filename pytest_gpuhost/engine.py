@@ -170,9 +170,22 @@ def _fix(check: Check, host: Host, fixer: Fixer, problem: str) -> CheckResult:
     message = (f"{applied.action}, but read back {after.value!r}: "
                f"{_explain(verdict.reason, after)}{printed}")
     if not printed:
-        message += " (the device or kernel ignored the write)"
+        message += _read_back_reason(check, before, after, len(plan.changes))
     return _result(check, Outcome.FIX_FAILED, message, after, before=before, applied=applied,
                    plan=plan)
+
+
+def _read_back_reason(check: Check, before: Observation, after: Observation,
+                      writes: int) -> str:
+    """What the read-back says about the write: left as it was (ignored), another value than
+    the one written (clamped or rounded), or, of several writes, some that did not hold."""
+    if after.value == before.value:
+        return f" (unchanged from {before.value!r}: the device or kernel ignored the write)"
+    if writes > 1:
+        return f" (some of the {writes} writes did not hold)"
+    written = check.expect.fix_value(before.value)
+    return (f" (wrote {written!r}, read back {after.value!r}: the kernel or device clamped or "
+            "rounded it)")
 
 
 def _skip_reason(check: Check, host: Host, conditions: Mapping[str, ConditionFn]) -> str | None:
@@ -186,7 +199,9 @@ def _skip_reason(check: Check, host: Host, conditions: Mapping[str, ConditionFn]
 
 
 def _explain(reason: str, observed: Observation) -> str:
-    return observed.problem if observed.value is None and observed.problem else reason
+    if observed.value is None and observed.problem:
+        return observed.problem
+    return f"{reason}: {observed.culprits}" if observed.culprits else reason
 
 
 def _warnings(check: Check, outcome: Outcome, observed: Observation | None) -> tuple[str, ...]:

@@ -16,6 +16,7 @@ from . import builtin
 from .checks import Kind
 from .checks.conditions import ConditionFn
 from .files import OutputError
+from .fix.journal import JournalError
 from .fix.locking import LockUnavailable
 from .fix.run import JOURNAL_KEY
 from .gate import judge, verdict_text
@@ -108,6 +109,7 @@ class GpuhostRun:
         self.problems: list[str] = []
         """Session-end work that failed (a report that could not be written): summary lines."""
         self.rolled_back = False
+        self.close_failed = False
         self.target_infos: dict[tuple[str, str], TargetInfo] = {}
         """(target, worker) -> the target's info as the worker that ran its checks last saw it."""
         self.stopped: str | None = None
@@ -365,12 +367,17 @@ class GpuhostRun:
             base = len(self.results)
             for offset, record in enumerate(extra):
                 self.results[f"persist::{record.key}"] = (base + offset, record)
+            failed = (Outcome.FAILED, Outcome.FIX_FAILED, Outcome.ERROR)
+            if any(record.outcome in failed for record in extra):  # refused or not written
+                _at_least(session, pytest.ExitCode.TESTS_FAILED)
         if self.session.rollback is not None and not self.settings.dry_run:
             try:
                 self.rolled_back = self.session.close_rollback(self.ordered())
-            except OSError as exc:
-                self.problems.append(f"rollback: the changes are back, but the journal could "
-                                     f"not be closed: {exc}")
+            except (JournalError, OSError) as exc:  # read-only, or its directory is gone
+                self.problems.append(
+                    f"rollback: the changes are restored, but {exc}: a later default rollback "
+                    "will offer this journal again (each change then passes as restored)")
+                self.close_failed = True
                 _at_least(session, pytest.ExitCode.TESTS_FAILED)
         if self.stopped is not None:
             _at_least(session, pytest.ExitCode.INTERRUPTED)
@@ -403,7 +410,7 @@ class GpuhostRun:
         if rollback is not None and rollback.damaged_lines:
             terminalreporter.write_line(f"journal: {rollback.damaged_lines} line(s) cut short "
                                         "by a crash were skipped")
-        if rollback is not None and not self.settings.dry_run:
+        if rollback is not None and not self.settings.dry_run and not self.close_failed:
             done = self.rolled_back
             terminalreporter.write_line(
                 f"rollback: {rollback.path} is {'closed' if done else 'still open'}"

@@ -23,7 +23,8 @@ MARKERS = (
 )
 _OPTIONS = ("gpuhost_spec", "gpuhost_root", "fix", "gpuhost_report", "gpuhost_dry_run",
             "gpuhost_journal", "gpuhost_rollback", "fix_persist", "gpuhost_gate", "gpuhost_prom",
-            "gpuhost_npd", "gpuhost_nfd", "gpuhost_target", "gpuhost_ssh_config")
+            "gpuhost_npd", "gpuhost_nfd", "gpuhost_target", "gpuhost_ssh_config",
+            "gpuhost_rollback_after_reboot")
 _SPEC_SUFFIXES = (".yaml", ".yml")
 
 
@@ -56,6 +57,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--fix-persist", action="store_true", default=False,
                     help="with --fix: also write the sysctl.d, modules-load.d, modprobe.d and "
                          "udev files under the root that make the fixes survive a reboot")
+    group.addoption("--gpuhost-rollback-after-reboot", action="store_true", default=False,
+                    help="with --gpuhost-rollback: restore the runtime changes of a journal "
+                         "written before the host's last reboot (refused by default: the "
+                         "reboot reset them)")
     group.addoption("--gpuhost-lock-timeout", type=float, default=120.0, metavar="SECONDS",
                     help="how long a --fix run waits for another run's lock on the root "
                          "(default 120)")
@@ -127,7 +132,8 @@ def _raw_options(config: pytest.Config) -> Any:
         ini_targets=tuple(config.getini("gpuhost_targets")),
         ssh_config=option.gpuhost_ssh_config,
         ini_ssh_config=str(config.getini("gpuhost_ssh_config") or ""),
-        connect_timeout=option.gpuhost_connect_timeout)
+        connect_timeout=option.gpuhost_connect_timeout,
+        after_reboot=option.gpuhost_rollback_after_reboot)
 
 
 @pytest.hookimpl(tryfirst=True)

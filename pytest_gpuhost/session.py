@@ -20,7 +20,7 @@ from .checks.conditions import ConditionFn
 from .checks.gpus import GPUS
 from .engine import RunOptions, run_check
 from .fix.journal import JOURNAL_DIR, JournalContents, JournalError, latest_journal, read_journal
-from .fix.rollback import rollback_checks
+from .fix.rollback import refuse_foreign, rollback_checks
 from .fix.run import FixRun, close_rollback, default_journal, make_fixer
 from .fix.run import persist as persist_files
 from .gpu.nvml import NvmlFactory, NvmlSource, NvmlUnavailable, RecordedNvml
@@ -327,7 +327,10 @@ class Session:
     def _open_rollback(self, target: Target) -> None:
         settings = self.settings
         option = settings.rollback
-        journal = settings.invocation / option if option else latest_journal(settings.root)
+        try:
+            journal = settings.invocation / option if option else latest_journal(settings.root)
+        except JournalError as exc:
+            raise SettingsError(str(exc)) from None
         if journal is None:
             raise SettingsError(f"no journal to roll back under {settings.root / JOURNAL_DIR} "
                                 "(every one there is rolled back already); pass "
@@ -338,6 +341,7 @@ class Session:
             contents = read_journal(journal)
             if not contents.entries:
                 raise JournalError(f"{journal}: the journal records no change to roll back")
+            refuse_foreign(contents, target.host.identity(), after_reboot=settings.after_reboot)
             self.rollback_checks = rollback_checks(contents, settings.display(journal),
                                                    target.nvml)
         except JournalError as exc:

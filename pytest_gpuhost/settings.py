@@ -55,6 +55,7 @@ class RawOptions:
     ssh_config: str | None = None
     ini_ssh_config: str = ""
     connect_timeout: float = 10.0
+    after_reboot: bool = False
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,8 @@ class Settings:
     """The machines this run checks; without --gpuhost-target, this machine at the root."""
     ssh_config: Path | None = None
     connect_timeout: float = 10.0
+    after_reboot: bool = False
+    """--gpuhost-rollback-after-reboot: restore runtime changes a reboot has reset since."""
 
     @property
     def remote(self) -> bool:
@@ -154,6 +157,9 @@ def _usage(raw: RawOptions, has_specs: bool) -> None:
                 raise SettingsError(f"{_FLAGS[name]} needs a spec: pass --gpuhost-spec=FILE "
                                     "(or name a .yaml spec as an argument)")
         return
+    if raw.after_reboot and not rollback:
+        raise SettingsError("--gpuhost-rollback-after-reboot only makes sense with "
+                            "--gpuhost-rollback")
     if rollback and has_specs:
         raise SettingsError("--gpuhost-rollback restores a journal; run it without a spec")
     if rollback:
@@ -171,8 +177,8 @@ def _usage(raw: RawOptions, has_specs: bool) -> None:
 
 def _lock_timeout(value: float) -> float:
     if not math.isfinite(value) or value < 0:
-        raise SettingsError(f"--gpuhost-lock-timeout={value:g}: expected a number of seconds, "
-                            "0 or more")
+        raise SettingsError(f"--gpuhost-lock-timeout={value:g}: expected a finite number of "
+                            "seconds, 0 or more")
     return value
 
 
@@ -243,4 +249,4 @@ def resolve(raw: RawOptions) -> Settings:
         npd=raw.npd and not raw.worker,
         nfd=_output(raw, raw.nfd, "--gpuhost-nfd") if not raw.worker else None,
         targets=_targets(raw), ssh_config=_ssh_config(raw),
-        connect_timeout=_connect_timeout(raw.connect_timeout))
+        connect_timeout=_connect_timeout(raw.connect_timeout), after_reboot=raw.after_reboot)

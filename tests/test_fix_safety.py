@@ -189,7 +189,7 @@ def test_dry_run_reports_the_plan_and_writes_nothing(pytester: pytest.Pytester, 
                                        "3729 -> 3759", "type": "write_bytes",
                              "path": "sys/bus/pci/devices/0000:81:00.0/config", "offset": 128,
                              "old": "3729", "new": "3759"}]
-    assert checks["module[nvidia_uvm]"]["plan"][0]["argv"] == ["modprobe", "nvidia_uvm"]
+    assert checks["module[nvidia_uvm]"]["plan"][0]["argv"] == ["modprobe", "--", "nvidia_uvm"]
     persisted = checks["persist[etc/sysctl.d/90-gpuhost-blackwell8.conf]"]
     assert persisted["outcome"] == "would_fix"
     assert persisted["plan"][0]["old"] is None  # would create it
@@ -423,7 +423,7 @@ def test_a_modprobe_that_exits_0_but_prints_an_error(fake: FakeHost) -> None:
                   EntryOptions(where="spec.yaml:3"), ModuleProbe("nvidia_peermem"))
     result = run_check(check, LocalHost(fake.root), {}, FIX)
     assert result.outcome is Outcome.FIX_FAILED
-    assert result.message == ("modprobe nvidia_peermem, but read back 'absent': 'absent' != "
+    assert result.message == ("modprobe -- nvidia_peermem, but read back 'absent': 'absent' != "
                               "'loaded'; it printed: modprobe: ERROR: could not insert "
                               "'nvidia_peermem': Unknown symbol in module")
 

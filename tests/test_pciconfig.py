@@ -90,3 +90,69 @@ def test_rewrite_never_sets_function_level_reset() -> None:
 def test_rewrite_refuses_sizes_that_are_not_encodable() -> None:
     with pytest.raises(ValueError, match="MaxReadReq 1000"):
         DeviceControl(0x78, 0x2937).with_max_read_request(1000)
+
+
+# --- a damaged capability list is refused, never followed into the header or extended space ---
+
+
+def _with_pointer(pointer: int, *, at: int = 0x34, size: int = 4096) -> bytearray:
+    """A config space whose capability list (from ``at``) points at ``pointer``."""
+    config = bytearray(size)
+    config[0x06] = 0x10  # Status: capability list
+    config[at] = pointer
+    return config
+
+
+def test_a_pointer_into_the_header_is_refused_naming_it() -> None:
+    config = _with_pointer(0x08)
+    config[0x08:0x0A] = bytes([0x10, 0x00])  # revision 0x10 reads like the PCIe capability id
+    with pytest.raises(ConfigError, match=r"capability pointer at 0x34 is 0x08, inside the "
+                                          r"64-byte header"):
+        device_control(bytes(config))
+
+
+def test_a_next_pointer_into_the_header_is_refused_naming_the_capability() -> None:
+    config = _with_pointer(0x40)
+    config[0x40:0x42] = bytes([0x01, 0x10])  # PM, next -> 0x10 (BAR0)
+    with pytest.raises(ConfigError, match=r"next pointer of the capability at 0x40 is 0x10"):
+        find_capability(bytes(config), 0x10)
+
+
+@pytest.mark.parametrize("cap", [0xFC, 0xF8])
+def test_device_control_must_lie_below_0x100(cap: int) -> None:
+    config = _with_pointer(cap)
+    config[cap:cap + 2] = bytes([0x10, 0x00])
+    assert find_capability(bytes(config), 0x10) == cap  # the id and next pointer fit
+    with pytest.raises(ConfigError, match=f"Device Control at 0x{cap:02x} would reach "
+                                          f"0x{cap + 9:02x}, past the standard capabilities"):
+        device_control(bytes(config))
+
+
+def test_the_last_capability_whose_device_control_fits() -> None:
+    config = _with_pointer(0xF4)
+    config[0xF4:0xF6] = bytes([0x10, 0x00])
+    config[0xFC:0xFE] = (0x5000).to_bytes(2, "little")
+    assert device_control(bytes(config)).max_read_request == 4096
+
+
+def test_reserved_pointer_bits_are_masked_as_the_kernel_and_libpci_do() -> None:
+    config = _with_pointer(0x7B)  # bits 1:0 are reserved: the capability is at 0x78
+    config[0x78:0x7A] = bytes([0x10, 0x00])
+    assert find_capability(bytes(config), 0x10) == 0x78
+
+
+def test_a_device_that_reads_all_ones_is_an_error() -> None:
+    config = _with_pointer(0x40)
+    config[0x40:0x42] = bytes([0xFF, 0xFF])
+    with pytest.raises(ConfigError, match="capability at 0x40 reads 0xff"):
+        find_capability(bytes(config), 0x10)
+
+
+@pytest.mark.parametrize(("size", "words"), [
+    (64, "reads past 64 bytes of sysfs config need root"),
+    (256, "256 bytes means no extended config space (conventional PCI, or a VM"),
+])
+def test_a_short_config_space_says_what_its_length_means(size: int, words: str) -> None:
+    from pytest_gpuhost.linux.pciconfig import short_config
+
+    assert words in short_config(size, 0x104)

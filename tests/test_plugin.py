@@ -151,8 +151,8 @@ def test_fix_the_example_host_reproduces_the_real_story(pytester: pytest.Pyteste
         escape("blackwell8.yaml::gpus.persistence_mode[0000:01:00.0] FIXED") + "*",
         escape("blackwell8.yaml::module[nvidia_peermem] FIX_FAILED") + "*",
         "--fix: 45 of 46 fixes applied",
-        escape("  FIX_FAILED module[nvidia_peermem]: apply failed: modprobe nvidia_peermem exited "
-               "1: modprobe: ERROR: could not insert 'nvidia_peermem': Invalid argument"),
+        escape("  FIX_FAILED module[nvidia_peermem]: apply failed: modprobe -- nvidia_peermem "
+               "exited 1: modprobe: ERROR: could not insert 'nvidia_peermem': Invalid argument"),
     ])
     checks = by_id(report(pytester.path / "out.json"))
     fixed = sorted(i for i, c in checks.items() if c["outcome"] == "fixed")

@@ -170,8 +170,8 @@ def test_allure_results_of_a_fix_run(pytester: pytest.Pytester, spec: Path,
     peermem = tests["module[nvidia_peermem]"]
     assert peermem["status"] == "failed"
     steps = {s["name"]: s for s in peermem["steps"]}  # type: ignore[attr-defined]
-    assert steps["apply: modprobe nvidia_peermem"]["status"] == "failed"
-    assert "Invalid argument" in attachment(out, steps["apply: modprobe nvidia_peermem"],
+    assert steps["apply: modprobe -- nvidia_peermem"]["status"] == "failed"
+    assert "Invalid argument" in attachment(out, steps["apply: modprobe -- nvidia_peermem"],
                                             "command and output")
     assert labels_of(tests["module[nvidia]"])["severity"] == "blocker"
     env = (out / "environment.properties").read_text()

@@ -66,6 +66,9 @@ class Observation:
     """For a value only a boot applies (kernel command line, cpufreq driver, a read-only module
     parameter): what the boot configuration sets. Running wrong but set right here: the check
     is ``reboot_required``."""
+    culprits: str | None = None
+    """What made a wrong value wrong, named in the failure's message (the line pytest's short
+    summary shows): dmesg's first offending records."""
 
 
 @dataclass(frozen=True)

@@ -23,14 +23,31 @@ DRIVER = f"{CPU}/cpuidle/current_driver"
 DISABLED = "disabled"
 
 
+MAX_CPUS = 65536
+"""No kernel has more CPUs (x86's NR_CPUS tops out at 8192): a larger number or a longer list
+in a cpulist is a damaged or hostile file, refused before a range of it is walked."""
+
+
 def parse_cpu_list(text: str) -> list[int]:
-    """``0-3,8,10-11`` -> [0, 1, 2, 3, 8, 10, 11] (the kernel's cpulist format)."""
+    """``0-3,8,10-11`` -> [0, 1, 2, 3, 8, 10, 11] (the kernel's cpulist format).
+
+    ValueError, saying why, for anything else: a part that is not ``N`` or ``N-M`` with N <= M,
+    a CPU number of MAX_CPUS or more, or more than MAX_CPUS CPUs in all."""
     cpus: list[int] = []
     for part in text.strip().split(","):
         if not part:
             continue
-        low, _, high = part.partition("-")
-        cpus.extend(range(int(low), int(high or low) + 1))
+        low, dash, high = part.partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()) or not part.isascii():
+            raise ValueError(f"{part[:40]!r} is not a CPU number or a range N-M")
+        if len(low) > 6 or len(high) > 6 or max(int(low), int(high or low)) >= MAX_CPUS:
+            raise ValueError(f"{part[:40]!r} names a CPU number of {MAX_CPUS} or more")
+        first, last = int(low), int(high or low)
+        if first > last:
+            raise ValueError(f"{part!r} is a range that runs backwards")
+        if len(cpus) + last - first + 1 > MAX_CPUS:
+            raise ValueError(f"the list names more than {MAX_CPUS} CPUs")
+        cpus.extend(range(first, last + 1))
     return cpus
 
 
@@ -56,6 +73,8 @@ class IdleStates:
     driver: str
     cpus: tuple[int, ...]
     by_name: dict[str, tuple[tuple[int, str], ...]]
+    problem: str | None = None
+    """Why the online CPUs could not be read (a damaged ``online``): each check is an error."""
 
     def names(self) -> list[str]:
         return sorted(self.by_name)
@@ -63,10 +82,13 @@ class IdleStates:
 
 def _parse_idle_states(replies: Sequence[Reply]) -> IdleStates:
     online, driver, names = replies
+    text = online.text() if online.error is None else ""  # none: no CPUs, each check says so
     try:
-        cpus = tuple(parse_cpu_list(online.text()))
-    except (HostError, ValueError):
-        cpus = ()
+        cpus = tuple(parse_cpu_list(text))
+    except ValueError as exc:
+        shown = text.strip() if len(text) <= 80 else text.strip()[:77] + "..."
+        return IdleStates("unknown", (), {}, problem=f"{CPU}/online: {shown!r} is not a CPU "
+                                                      f"list: {exc}")
     wanted = set(cpus)
     by_name: dict[str, list[tuple[int, int, str]]] = {}
     for path, data in names.matches() if names.error is None else ():
@@ -187,6 +209,8 @@ class IdleStateProbe:
                 for cpu, path in self.states.by_name.get(self.name, ())]
 
     def observe(self, host: Host) -> Observation:
+        if self.states.problem is not None:
+            raise HostError(self.states.problem)
         if not self.states.cpus:
             return Observation(None, problem=f"no online CPUs listed in {CPU}/online")
         if self.name not in self.states.by_name:

@@ -19,7 +19,21 @@ from ..spec.matchers import Auto, Choice, Exact, Expectation
 from . import CannotFix, Check, Evidence, Fact, Facts, NextBoot, Observation
 
 LOADED, ABSENT, BUILTIN = "loaded", "absent", "builtin"
-_NAME = re.compile(r"[A-Za-z0-9_-]+\Z")
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*\Z")
+_NAME_MAX = 55  # MODULE_NAME_LEN (64 - sizeof(unsigned long)) - 1 on 64-bit kernels
+
+
+def module_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a module name, or None. A leading '-' would reach modprobe as an
+    option (``--remove-holders``, ``-a``), so it is refused even though every argv also puts
+    ``--`` before the name."""
+    if name.startswith("-"):
+        return "a module name cannot start with '-' (modprobe would read it as an option)"
+    if not _NAME.match(name):
+        return "a module name is letters, digits, '_' and '-'"
+    if len(name) > _NAME_MAX:
+        return f"a module name is at most {_NAME_MAX} characters (the kernel's MODULE_NAME_LEN)"
+    return None
 
 
 class ModuleState(Choice):
@@ -115,7 +129,8 @@ class ModuleProbe:
                             "a module is built in or it is absent")
         if value == ABSENT and observed.value == BUILTIN:
             raise CannotFix(f"{self.name} is built into the kernel and cannot be unloaded")
-        load, unload = ("modprobe", self.name), ("modprobe", "-r", self.name)
+        # "--" ends modprobe's options: whatever the name, it is never read as one.
+        load, unload = ("modprobe", "--", self.name), ("modprobe", "-r", "--", self.name)
         argv, undo = (load, unload) if value == LOADED else (unload, load)
         return Plan(" ".join(argv), (Command(argv, undo, observed.value or ABSENT, value),))
 
@@ -264,9 +279,9 @@ class ModulesKind:
         entries: dict[str, ModuleEntry] = {}
         parameters: list[ParameterEntry] = []
         for name, value in pairs:
-            if not _NAME.match(name):
-                raise value.key_error(f"module name {name!r} is not allowed: a module name is "
-                                  "letters, digits, '_' and '-'")
+            problem = module_name_problem(name)
+            if problem is not None:
+                raise value.key_error(f"module name {name!r} is not allowed: {problem}")
             if canonical(name) in entries:
                 raise value.key_error(f"module {name!r} is listed twice ('-' and '_' are the same)")
             if value.is_mapping and any(k == "parameters" for k, _ in value.mapping("a module")):

@@ -24,6 +24,9 @@ def sysctl_path(key: str) -> str:
     """
     if not _KEY_CHARS.match(key):
         raise ValueError("a sysctl key is letters, digits and . _ - / : @ +, without whitespace")
+    if key.startswith("-"):
+        raise ValueError("a sysctl key does not start with '-' (sysctl.d reads a leading '-' as "
+                         "'ignore a failure')")
     first = re.search(r"[./]", key)
     if first is not None and first.group() == ".":
         parts = [part.replace("/", ".") for part in key.split(".")]
@@ -113,7 +116,8 @@ class SysctlProbe:
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
         if observed.value is None:
             raise CannotFix(f"{self.path} does not exist; a fix never creates it")
-        change = WriteText(self.path, observed.value + "\n", value + "\n")
+        # The original as bytes: one that is not UTF-8 must come back exactly, not as U+FFFD.
+        change = WriteText.of_bytes(self.path, host.read_bytes(self.path), (value + "\n").encode())
         return Plan(f"write {value!r} to {self.path}", (change,))
 
 

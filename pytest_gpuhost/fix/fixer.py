@@ -1,20 +1,23 @@
 """The fixer: the only code that carries out planned changes.
 
 Each change is written to the journal before it is made, made under the root's lock, and, when
-the host refuses it, explained in words an operator can act on (read-only /proc/sys in a
-container, kernel lockdown, not root).
+the host refuses it, explained in words an operator can act on: what was seen (the errno's name
+and text) and what it means (read-only /proc/sys in a container, kernel lockdown, not root, an
+immutable file). A command that times out leaves its change ``unknown``: journaled as neither
+applied nor failed, so a rollback still offers to undo it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ..gpu.nvml import NvmlPermissionError, NvmlSource, NvmlUnavailable
-from ..host import Host, HostError
+from ..host import COMMAND_TIMEOUT_S, CommandTimeout, Host, HostError
 from .changes import Change, Command, NvmlSetting, Plan, ReplaceFile, WriteBytes, WriteText
 from .journal import Journal
 from .locking import RootLock
@@ -26,9 +29,12 @@ class FixError(Exception):
     """A change the host refused; the message carries the reason, the errno or the tool's
     stderr, and what to do."""
 
-    def __init__(self, message: str, action: str | None = None) -> None:
+    def __init__(self, message: str, action: str | None = None, *, unknown: bool = False
+                 ) -> None:
         super().__init__(message)
         self.action = action
+        self.unknown = unknown
+        """The host may or may not have made the change (a command that timed out)."""
 
 
 @dataclass(frozen=True)
@@ -49,26 +55,40 @@ def _lockdown_mode(host: Host) -> str | None:
     return None if mode == "none" else mode
 
 
+def errno_text(exc: HostError) -> str:
+    """``EPERM (Operation not permitted)``: the errno as the kernel named it."""
+    if exc.errno is None:
+        return "no errno"
+    return f"{errno.errorcode.get(exc.errno, str(exc.errno))} ({os.strerror(exc.errno)})"
+
+
 def explain(host: Host, change: Change, exc: HostError) -> str:
-    """Why the host refused a change, and what to do about it."""
+    """Why the host refused a change (the errno seen, by name), and what to do about it."""
     path = getattr(change, "path", "")
+    seen = f"{exc} [{errno.errorcode.get(exc.errno, '?')}]" if exc.errno else str(exc)
     if exc.errno == errno.EROFS and path.startswith("proc/sys/"):
-        return (f"read-only: this sysctl is not namespaced in a container ({exc}); set it on the "
-                "host itself, or as a namespaced sysctl in the pod or container spec")
+        return (f"read-only: this sysctl is not namespaced in a container ({seen}); set it on "
+                "the host itself, or as a namespaced sysctl in the pod or container spec")
     if exc.errno == errno.EROFS:
-        return f"read-only file system: {exc}"
+        return f"read-only file system: {seen}"
     if exc.errno in (errno.EACCES, errno.EPERM):
         if not host.privileged():
-            return f"permission denied: --fix needs root; run it with sudo ({exc})"
+            return f"permission denied: --fix needs root; run it with sudo ({seen})"
         mode = _lockdown_mode(host) if isinstance(change, WriteBytes) else None
         if mode is not None:
             return (f"kernel lockdown ({mode}) refuses PCI config-space writes from user space "
-                    f"({exc}); set MaxReadReq in the firmware, or boot without lockdown")
-        return (f"refused even as root ({exc}): a container without CAP_SYS_ADMIN, or a security "
-                "module (SELinux, AppArmor) denies it")
+                    f"({seen}); set MaxReadReq in the firmware, or boot without lockdown")
+        if exc.errno == errno.EPERM:
+            return (f"refused with {errno_text(exc)} even as root ({exc}): an immutable or "
+                    "append-only file (chattr +i or +a: see lsattr), a capability this process "
+                    "lacks (a container without CAP_SYS_ADMIN or CAP_NET_ADMIN), or a security "
+                    "policy (SELinux, AppArmor, seccomp)")
+        return (f"refused with {errno_text(exc)} even as root ({exc}): the file is read-only for "
+                "everyone (a read-only sysctl or sysfs attribute: mode bits bind root there), or "
+                "a security module (SELinux, AppArmor) denies it")
     if exc.errno == errno.EINVAL and path.startswith("proc/sys/"):
-        return f"the kernel rejected the value as invalid for this sysctl ({exc})"
-    return str(exc)
+        return f"the kernel rejected the value as invalid for this sysctl ({seen})"
+    return seen
 
 
 class Fixer:
@@ -81,8 +101,11 @@ class Fixer:
 
     def __init__(self, host: Host, journal: Journal | None, *, run_lock: RootLock | None,
                  apply_lock: RootLock | None, lock_timeout: float,
-                 nvml: NvmlSource | None = None) -> None:
+                 nvml: NvmlSource | None = None,
+                 command_timeout: float = COMMAND_TIMEOUT_S) -> None:
         self.host = host
+        self.command_timeout = command_timeout
+        """How long a command (modprobe) may run before its process group is killed."""
         self.nvml = nvml
         self.journal = journal
         self.run_lock = run_lock
@@ -117,25 +140,41 @@ class Fixer:
                 output = self._execute(change)
             except FixError as exc:
                 if self.journal and entry:
-                    self._journal_outcome(entry, str(exc))
+                    self._journal_outcome(entry, str(exc), unknown=exc.unknown)
                 raise
             if self.journal and entry:
-                self._journal_outcome(entry, None)
+                self._journal_outcome(entry, None, read_back=self._read_back(change))
             if output:
                 outputs.append(output)
         return Applied(plan.summary, "\n".join(outputs))
 
-    def _journal_outcome(self, entry: str, error: str | None) -> None:
+    def _journal_outcome(self, entry: str, error: str | None, *, unknown: bool = False,
+                         read_back: bytes | None = None) -> None:
         """An outcome line that cannot be written leaves the entry pending: rollback treats a
         pending change as possibly made, so nothing is lost."""
         assert self.journal is not None
         with contextlib.suppress(OSError):
-            self.journal.outcome(entry, error)
+            self.journal.outcome(entry, error, unknown=unknown, read_back=read_back)
+
+    def _read_back(self, change: Change) -> bytes | None:
+        """What a write left (a kernel may clamp or round it), for the journal: a rollback
+        then knows that value as the fix's own. None where there is nothing to read."""
+        try:
+            if isinstance(change, WriteText):
+                return self.host.read_bytes(change.path)
+            if isinstance(change, WriteBytes):
+                size = len(bytes.fromhex(change.new))
+                return self.host.read_bytes(change.path)[change.offset:change.offset + size]
+        except HostError:
+            return None
+        return None
 
     def _execute(self, change: Change) -> str:
         try:
             if isinstance(change, WriteText):
-                self.host.write_text(change.path, change.new)
+                # Bytes that are not UTF-8 travel as surrogate escapes (Host.write_text).
+                self.host.write_text(change.path,
+                                     change.new_bytes.decode("utf-8", "surrogateescape"))
             elif isinstance(change, WriteBytes):
                 self.host.write_bytes(change.path, bytes.fromhex(change.new), change.offset)
             elif isinstance(change, NvmlSetting):
@@ -147,6 +186,10 @@ class Fixer:
                     self.host.replace_file(change.path, change.new)
             else:
                 return self._run(change)
+        except CommandTimeout as exc:
+            raise FixError(f"the state is unknown: {exc}; journaled as unknown: see what the "
+                           "host holds now, or undo it with --gpuhost-rollback",
+                           action=change.describe(), unknown=True) from exc
         except HostError as exc:
             raise FixError(explain(self.host, change, exc), action=change.describe()) from exc
         return ""
@@ -166,7 +209,7 @@ class Fixer:
             raise FixError(str(exc), action=change.describe()) from exc
 
     def _run(self, change: Command) -> str:
-        result = self.host.run(list(change.argv))
+        result = self.host.run(list(change.argv), timeout=self.command_timeout)
         output = (result.stderr.strip() + "\n" + result.stdout.strip()).strip()
         if result.returncode != 0:
             raise FixError(f"{result.shown} exited {result.returncode}: {output or 'no output'}",

@@ -3,21 +3,36 @@
 JSON lines, one file per --fix run, fsync'd after each line, so a run that crashes mid-fix still
 leaves what rollback needs: an entry whose outcome line is missing may or may not have been
 applied, and restoring its original is safe either way. A rollback appends a closing line.
+
+The first line names the host the journal changed (``Host.identity()``), the spec and the tool,
+so that a rollback can refuse another host (fix/rollback.py). Only a last line without its
+newline can have been cut short by a crash; any other line that is not a valid record is damage,
+and a damaged journal is refused as a whole: guessing which change it held could lose an undo.
+Journals written before the header existed are still read (their ``identity`` is None).
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import json
 import os
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .changes import Change, from_dict, to_dict
+from .. import __version__
+from ..host import HostIdentity
+from .changes import Change, ChangeError, from_dict, lossless_text, to_dict
 
 JOURNAL_DIR = "var/lib/pytest-gpuhost/journal"
+FORMAT = 2
+"""1: no header line (before 0.1.0's identity); 2: a ``journal`` header names the host."""
+APPLIED, FAILED, PENDING, UNKNOWN = "applied", "failed", "pending", "unknown"
+OUTCOME_EVENTS = (APPLIED, FAILED, UNKNOWN)
 
 
 def _now() -> str:
@@ -35,18 +50,53 @@ def new_journal_path(root: Path, spec: str) -> Path:
     return path
 
 
-class Journal:
-    """Appends to one journal file; shared by the xdist workers of one run (O_APPEND lines)."""
+def _raw_fields(name: str, raw: bytes) -> dict[str, str]:
+    """Bytes as a readable field and, beside it, their exact base64."""
+    return {name: lossless_text(raw), f"{name}_base64": base64.b64encode(raw).decode()}
 
-    def __init__(self, path: Path, spec: str) -> None:
+
+class Journal:
+    """Appends to one journal file; shared by the xdist workers of one run (O_APPEND lines).
+
+    The file is created at the first change, with its header already in it (a complete
+    temporary file linked into place), so every reader and every other writer sees the header
+    first and a run that changes nothing leaves no journal."""
+
+    def __init__(self, path: Path, spec: str, identity: HostIdentity | None = None) -> None:
         self.path = path
         self.spec = spec
+        self.identity = identity
         self._count = 0
 
+    def _header(self) -> dict[str, Any]:
+        return {"event": "journal", "format": FORMAT, "time": _now(), "spec": self.spec,
+                "tool": f"pytest-gpuhost {__version__}",
+                "identity": self.identity.as_dict() if self.identity else None}
+
+    def _create(self) -> None:
+        directory = self.path.parent
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".journal-", dir=directory)
+        try:
+            os.write(fd, (json.dumps(self._header(), sort_keys=True) + "\n").encode())
+            os.fchmod(fd, 0o600)
+            os.fsync(fd)
+            with contextlib.suppress(FileExistsError):  # another worker of this run was first
+                os.link(tmp, self.path)
+        finally:
+            os.close(fd)
+            os.unlink(tmp)
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
     def _append(self, record: dict[str, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        """One line in one write(2); never creates the file (a journal whose directory is
+        gone is an error, not a new journal somewhere else)."""
         line = json.dumps(record, sort_keys=True) + "\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         try:
             os.write(fd, line.encode())
             os.fsync(fd)
@@ -55,19 +105,32 @@ class Journal:
 
     def record(self, check: str, kind: str, key: str | None, change: Change) -> str:
         """Write the change down before it is made; returns the entry's id."""
+        if self._count == 0 and not self.path.exists():
+            self._create()
         self._count += 1
         entry = f"{os.getpid()}-{self._count}"
         self._append({"event": "change", "id": entry, "time": _now(), "spec": self.spec,
                       "check": check, "kind": kind, "key": key, "change": to_dict(change)})
         return entry
 
-    def outcome(self, entry: str, error: str | None) -> None:
-        self._append({"event": "applied" if error is None else "failed", "id": entry,
-                      "time": _now(), "error": error})
+    def outcome(self, entry: str, error: str | None, *, unknown: bool = False,
+                read_back: bytes | None = None) -> None:
+        """``applied`` (with the bytes read back after the write, where it was a write),
+        ``failed``, or ``unknown``: a command that timed out may or may not have made it."""
+        event = UNKNOWN if unknown else APPLIED if error is None else FAILED
+        record: dict[str, Any] = {"event": event, "id": entry, "time": _now(), "error": error}
+        if read_back is not None:
+            record.update(_raw_fields("read_back", read_back))
+        self._append(record)
 
     def close_rollback(self, restored: int, failed: int) -> None:
-        self._append({"event": "rolled_back", "time": _now(), "restored": restored,
-                      "failed": failed})
+        """Raises JournalError when the closing line cannot be written."""
+        try:
+            self._append({"event": "rolled_back", "time": _now(), "restored": restored,
+                          "failed": failed})
+        except OSError as exc:
+            raise JournalError(f"cannot mark {self.path} rolled back: "
+                               f"{exc.strerror or exc}") from exc
 
 
 class JournalError(Exception):
@@ -84,9 +147,12 @@ class JournalEntry:
     key: str | None
     change: Change
     state: str
-    """``applied``, ``failed``, or ``pending`` (written down, then the run stopped)."""
+    """``applied``, ``failed``, ``unknown`` (a command that timed out), or ``pending``
+    (written down, then the run stopped)."""
     line: int = 0
     """Where the change is recorded in the journal file."""
+    read_back: bytes | None = None
+    """What the host held right after the write (a kernel may clamp or round a value)."""
 
 
 @dataclass(frozen=True)
@@ -95,64 +161,137 @@ class JournalContents:
     entries: tuple[JournalEntry, ...]
     rolled_back: bool
     damaged_lines: int
+    """1 when the last line was cut short by a crash, else 0."""
+    identity: HostIdentity | None = None
+    """The host it changed; None in a journal older than the header."""
 
 
 def _records(path: Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
-    """(line number, record) per line; None for a line cut short by a crash."""
-    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace")
-                                  .splitlines(), 1):
+    """(line number, record) per line; None for a last line cut short by a crash."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise JournalError(f"{path}: cannot read the journal: {exc.strerror or exc}") from exc
+    lines = data.split(b"\n")
+    for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            yield number, None
-            continue
+            record = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            if number == len(lines):  # no newline after it: the write was cut short
+                yield number, None
+                return
+            raise JournalError(
+                f"{path}:{number}: a damaged journal line ({exc}): "
+                f"{line[:80].decode('utf-8', 'replace')!r}; only the last line can have been "
+                "cut short by a crash: repair or remove this line by hand (nothing was rolled "
+                "back)") from None
         if not isinstance(record, dict):
-            raise JournalError(f"{path}:{number}: not a journal record: {line[:80]}")
+            raise JournalError(f"{path}:{number}: not a journal record: "
+                               f"{line[:80].decode('utf-8', 'replace')}")
         yield number, record
+
+
+def _text(record: dict[str, Any], name: str, where: str, *, optional: bool = False) -> Any:
+    value = record.get(name)
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        shown = "nothing" if name not in record else f"{type(value).__name__} {value!r}"[:60]
+        raise JournalError(f"{where}: a change record without a usable {name!r}: expected a "
+                           f"string, got {shown}")
+    return value
+
+
+def _identity(record: dict[str, Any], where: str) -> HostIdentity | None:
+    data = record.get("identity")
+    if data is None:
+        return None
+    fields = ("root", "hostname", "machine_id", "boot_id")
+    if not isinstance(data, dict) or not isinstance(data.get("root"), str) or any(
+            not isinstance(data.get(name), str | None) for name in fields):
+        raise JournalError(f"{where}: the journal header's identity must be a mapping of "
+                           f"{', '.join(fields)} to strings, got {str(data)[:80]}")
+    return HostIdentity(data["root"], data.get("hostname"), data.get("machine_id"),
+                        data.get("boot_id"))
+
+
+def _read_back(record: dict[str, Any], where: str) -> bytes | None:
+    encoded = record.get("read_back_base64")
+    if encoded is None:
+        return None
+    try:
+        return base64.b64decode(str(encoded), validate=True)
+    except ValueError:
+        raise JournalError(f"{where}: 'read_back_base64' is not base64") from None
 
 
 def read_journal(path: Path) -> JournalContents:
     changes: dict[str, tuple[int, dict[str, Any]]] = {}
     states: dict[str, str] = {}
+    read_backs: dict[str, bytes | None] = {}
     rolled_back, damaged = False, 0
+    identity: HostIdentity | None = None
+    first = True
     for number, record in _records(path):
         if record is None:
             damaged += 1
             continue
+        where = f"{path}:{number}"
         event = record.get("event")
-        if event == "change":
-            if record.get("id") in changes:
-                raise JournalError(f"{path}:{number}: entry {record.get('id')!r} is recorded "
-                                   "twice; a journal records one run")
-            changes[str(record.get("id"))] = (number, record)
-            states.setdefault(str(record.get("id")), "pending")
-        elif event in ("applied", "failed"):
-            states[str(record.get("id"))] = str(event)
+        if event == "journal":
+            if not first:
+                raise JournalError(f"{where}: a journal header after line 1: two journals were "
+                                   "joined into one file; roll each back on its own")
+            identity = _identity(record, where)
+        elif event == "change":
+            entry = _text(record, "id", where)
+            if entry in changes:
+                raise JournalError(f"{where}: entry {entry!r} is recorded twice; a journal "
+                                   "records one run")
+            changes[entry] = (number, record)
+            states.setdefault(entry, PENDING)
+        elif event in OUTCOME_EVENTS:
+            entry = _text(record, "id", where)
+            if entry not in changes:
+                raise JournalError(f"{where}: an outcome for entry {entry!r}, which no earlier "
+                                   "line records")
+            states[entry] = str(event)
+            read_backs[entry] = _read_back(record, where)
         elif event == "rolled_back":
             rolled_back = True
+        first = False
     entries = []
     for entry, (number, record) in changes.items():
+        where = f"{path}:{number}"
         try:
-            entries.append(JournalEntry(
-                id=entry, time=record["time"], spec=record["spec"], check=record["check"],
-                kind=record["kind"], key=record.get("key"), change=from_dict(record["change"]),
-                state=states[entry], line=number))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise JournalError(f"{path}:{number}: a change record without a usable "
+            change = from_dict(record.get("change"))
+        except ChangeError as exc:
+            raise JournalError(f"{where}: a change record without a usable 'change': "
                                f"{exc}") from None
-    return JournalContents(path, tuple(entries), rolled_back, damaged)
+        entries.append(JournalEntry(
+            id=entry, time=_text(record, "time", where), spec=_text(record, "spec", where),
+            check=_text(record, "check", where), kind=_text(record, "kind", where),
+            key=_text(record, "key", where, optional=True), change=change,
+            state=states[entry], line=number, read_back=read_backs.get(entry)))
+    return JournalContents(path, tuple(entries), rolled_back, damaged, identity)
+
+
+def has_undo(contents: JournalContents) -> bool:
+    """Something to roll back: not closed, and not every change failed (a second --fix that
+    only retried a failing modprobe). A change in an ``unknown`` state (its command timed
+    out) may have been made, so it counts."""
+    return not contents.rolled_back and any(e.state != FAILED for e in contents.entries)
 
 
 def latest_journal(root: Path) -> Path | None:
-    """The newest journal under the root with something to undo: not rolled back yet, and not
-    one whose every change failed (a second --fix that only retried a failing modprobe)."""
+    """The newest journal under the root with something to undo (``has_undo``)."""
     directory = root / JOURNAL_DIR
     if not directory.is_dir():
         return None
     for path in sorted(directory.glob("*.jsonl"), key=lambda p: p.name, reverse=True):
-        contents = read_journal(path)
-        if not contents.rolled_back and any(e.state != "failed" for e in contents.entries):
+        if has_undo(read_journal(path)):
             return path
     return None
+

@@ -4,26 +4,31 @@ Built from the run's records, so only values that are right now are persisted, w
 that was read back (a ``{min: X}`` sysctl that is already higher keeps its higher value). Each
 file lives under the root, is written atomically through the fixer (journaled, undoable) and
 carries a header naming the spec; an unchanged file is not rewritten.
+
+Whatever goes into a file is checked first, because a line break in it would be a setting or a
+rule of its own (``kernel.core_pattern = |sh``) and a quote or ``$`` in a udev rule is shell run
+as root: the spec's path in the header is escaped; the spec's name (in each file name), sysctl
+keys, module names, GPU addresses and C-state names must be plain tokens, and a sysctl value may
+not hold a line break or another control character. A file with anything else is not written:
+its ``persist`` check fails, naming what was refused.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..checks import CannotFix, Check, Evidence, Observation, PersistLine
-from ..checks.bootconfig import (
-    GRUB,
-    dropin_path,
-    dropin_text,
-    parse_boot_config,
-    read_all,
-)
+from ..checks.bootconfig import GRUB, dropin_path, dropin_text, parse_boot_config, read_all
 from ..checks.cpufreq import persistence as cpufreq_lines
 from ..checks.memory import persistence as memory_lines
+from ..checks.modules import module_name_problem
 from ..checks.pcie_path import acs_persistence
+from ..checks.sysctl import sysctl_path
 from ..host import Host
+from ..linux.pciaddr import normalize_address
 from ..linux.pciconfig import SIZES, DeviceControl
 from ..result import CheckResult, Outcome
 from ..spec import EntryOptions
@@ -34,8 +39,33 @@ CURRENT, ABSENT, DIFFERS = "current", "absent", "differs"
 _RIGHT_NOW = (Outcome.PASSED, Outcome.FIXED)
 
 
+_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\Z")
+_STATE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*( [A-Za-z0-9][A-Za-z0-9._+-]*)*\Z")
+"""A C-state name: plain words with single spaces between (pseries' ``Shared Cede``)."""
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+class Unsafe(Exception):
+    """A value that cannot go into a persistence file as it is; the message says which."""
+
+
+def _token(value: str | None, what: str) -> str:
+    """A plain word: letters, digits, '.', '_', '+', '-' (not first)."""
+    if value is None or not _TOKEN.match(value):
+        raise Unsafe(f"{what} {value!r} is not a plain word (letters, digits, '.', '_', '+', "
+                     "'-'), so it is not written into a configuration file")
+    return value
+
+
+def _escaped(text: str) -> str:
+    """``text`` on one line, whatever it holds (the spec's path in a comment)."""
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+
+
 def _header(spec: str, source: str) -> str:
-    return (f"# Written by pytest-gpuhost --fix-persist from spec {spec} ({source}).\n"
+    spec = _token(spec, "the spec name")
+    return (f"# Written by pytest-gpuhost --fix-persist from spec {spec} "
+            f"({_escaped(source)}).\n"
             "# It makes the runtime tuning stick across reboots; edit the spec and run "
             "--fix-persist again\n# rather than this file.\n")
 
@@ -57,53 +87,103 @@ def _value(record: CheckResult) -> str:
     return new.strip() if record.kind == "sysctl" else record.expected
 
 
+def _sysctl_line(record: CheckResult) -> str:
+    key = record.key or ""
+    try:
+        sysctl_path(key)
+    except ValueError as exc:
+        raise Unsafe(f"sysctl key {key!r}: {exc}") from None
+    value = _value(record).rstrip("\n")
+    if _CONTROL.search(value):
+        raise Unsafe(f"the value of {key} holds a line break or another control character "
+                     f"({value[:60]!r}); a sysctl.d line cannot hold it")
+    return f"{key} = {normalize_ws(value)}"
+
+
+def _module(name: str | None) -> str:
+    problem = module_name_problem(name or "")
+    if problem is not None:
+        raise Unsafe(f"module name {name!r}: {problem}")
+    return str(name)
+
+
+def _sysctl_file(results: Sequence[CheckResult]) -> str | None:
+    sysctls = _right_now(results, "sysctl")
+    return "\n".join(_sysctl_line(r) for r in sysctls) + "\n" if sysctls else None
+
+
+def _modules_load_file(results: Sequence[CheckResult]) -> str | None:
+    loaded = [_module(r.key) for r in _right_now(results, "module")
+              if r.expected == "loaded" and _value(r) == "loaded"]
+    return "\n".join(loaded) + "\n" if loaded else None
+
+
+def _modprobe_file(results: Sequence[CheckResult]) -> str | None:
+    absent = [_module(r.key) for r in _right_now(results, "module") if r.expected == "absent"]
+    return "".join(f"blacklist {name}\ninstall {name} /bin/false\n"
+                   for name in absent) or None
+
+
+FILES: tuple[tuple[str, Callable[[Sequence[CheckResult]], str | None]], ...] = (
+    ("etc/sysctl.d/90-gpuhost-{spec}.conf", _sysctl_file),
+    ("etc/modules-load.d/gpuhost-{spec}.conf", _modules_load_file),
+    ("etc/modprobe.d/gpuhost-{spec}.conf", _modprobe_file),
+    ("etc/udev/rules.d/90-gpuhost-{spec}.rules", lambda results: _udev_rules(results) or None),
+)
+"""Each persistence file: its path under the root, and what it holds for a run's records."""
+
+
 KIND_LINES: tuple[Callable[[Sequence[CheckResult]], list[PersistLine]], ...] = (
     cpufreq_lines, memory_lines, acs_persistence)
-"""The kinds that supply their own persistence lines (a later refactor moves every kind here)."""
+"""The kinds that supply their own persistence lines."""
 
 
 def kind_files(spec: str, header: str, results: Sequence[CheckResult],
                read: Callable[[str], str | None], boot_texts: dict[str, str | None]
-               ) -> dict[str, str]:
+               ) -> dict[str, str | Unsafe]:
     """The files of the kinds' own lines: ``tmpfiles`` lines in etc/tmpfiles.d (applied at
     every boot), ``cmdline`` parameters merged into our grub.d drop-in (which boot-time fixes
     of this run may have written already; only where the host boots with GRUB)."""
     lines = [line for supply in KIND_LINES for line in supply(results)]
-    files: dict[str, str] = {}
+    files: dict[str, str | Unsafe] = {}
     tmpfiles = [line.text for line in lines if line.target == "tmpfiles"]
     if tmpfiles:
-        files[f"etc/tmpfiles.d/gpuhost-{spec}.conf"] = header + "\n".join(tmpfiles) + "\n"
+        path = f"etc/tmpfiles.d/gpuhost-{spec}.conf"
+        unsafe = [text for text in tmpfiles if _CONTROL.search(text)]
+        files[path] = Unsafe(f"a tmpfiles.d line holds a control character: {unsafe[0]!r}") \
+            if unsafe else header + "\n".join(tmpfiles) + "\n"
     words = [line.text for line in lines if line.target == "cmdline"]
     if words and parse_boot_config(boot_texts).loader == GRUB:
+        unsafe = [word for word in words if _CONTROL.search(word) or " " in word]
         path = dropin_path(spec)
-        files[path] = dropin_text(read(path), spec, words)
+        files[path] = Unsafe(f"a kernel parameter holds a space or a control character: "
+                             f"{unsafe[0]!r}") if unsafe else \
+            dropin_text(read(path), spec, words)
     return files
 
 
 def persistence_files(spec: str, source: str, results: Sequence[CheckResult],
                       read: Callable[[str], str | None] = lambda path: None,
-                      boot_texts: dict[str, str | None] | None = None) -> dict[str, str]:
-    """Path under the root -> content, for every kind the run has values of. ``read`` gives
-    a file's current text (for the drop-in shared with boot-time fixes), ``boot_texts`` the
-    boot configuration as ``bootconfig`` reads it."""
-    header = _header(spec, source)
-    files: dict[str, str] = kind_files(spec, header, results, read, boot_texts or {})
-    sysctls = _right_now(results, "sysctl")
-    if sysctls:
-        lines = [f"{r.key} = {normalize_ws(_value(r))}" for r in sysctls]
-        files[f"etc/sysctl.d/90-gpuhost-{spec}.conf"] = header + "\n".join(lines) + "\n"
-    modules = _right_now(results, "module")
-    loaded = [r.key for r in modules if r.expected == "loaded" and _value(r) == "loaded"]
-    if loaded:
-        files[f"etc/modules-load.d/gpuhost-{spec}.conf"] = header + "\n".join(
-            str(name) for name in loaded) + "\n"
-    absent = [r.key for r in modules if r.expected == "absent"]
-    if absent:
-        files[f"etc/modprobe.d/gpuhost-{spec}.conf"] = header + "".join(
-            f"blacklist {name}\ninstall {name} /bin/false\n" for name in absent)
-    rules = _udev_rules(results)
-    if rules:
-        files[f"etc/udev/rules.d/90-gpuhost-{spec}.rules"] = header + rules
+                      boot_texts: dict[str, str | None] | None = None
+                      ) -> dict[str, str | Unsafe]:
+    """Path under the root -> content, for every kind the run has values of; Unsafe in place
+    of the content of a file that would hold something it cannot hold safely. ``read`` gives
+    a file's current text (the drop-in shared with boot-time fixes), ``boot_texts`` the boot
+    configuration as ``bootconfig`` reads it."""
+    try:
+        header = _header(spec, source)
+    except Unsafe as refused:  # the name is in every file's path: none can be named
+        return {"(every --fix-persist file)": Unsafe(f"{refused}; give the spec a 'name:'")}
+    files = kind_files(spec, header, results, read, boot_texts or {})
+    for pattern, build in FILES:
+        path = pattern.format(spec=spec)
+        try:
+            content = build(results)
+        except Unsafe as refused:
+            files[path] = refused
+            continue
+        if content is not None:
+            files[path] = header + content
     return files
 
 
@@ -112,11 +192,21 @@ def _udev_rules(results: Sequence[CheckResult]) -> str:
     lines = []
     for record in _right_now(results, "pcie.max_read_request"):
         code = SIZES.index(int(_value(record))) << 12
-        lines.append(f'ACTION=="add|bind", SUBSYSTEM=="pci", KERNEL=="{record.key}", '
+        try:
+            address = normalize_address(record.key or "")
+        except ValueError:
+            raise Unsafe(f"GPU {record.key!r} is not a PCI address") from None
+        if address != record.key:
+            raise Unsafe(f"GPU {record.key!r} is not a PCI address in sysfs form")
+        lines.append(f'ACTION=="add|bind", SUBSYSTEM=="pci", KERNEL=="{address}", '
                      f'RUN+="/usr/bin/setpci -s $kernel CAP_EXP+8.w={code:04x}:7000"')
-    states = [str(r.key) for r in _right_now(results, "cpuidle")]
+    states = [r.key for r in _right_now(results, "cpuidle")]
+    for state in states:
+        if state is None or not _STATE.match(state):
+            raise Unsafe(f"the C-state name {state!r} is not plain words (letters, digits, '.', "
+                         "'_', '+', '-', single spaces), so it is not written into a udev rule")
     if states:
-        names = "|".join(state.replace(" ", "\\ ") for state in states)  # Shared\ Cede
+        names = "|".join(str(state).replace(" ", "\\ ") for state in states)  # Shared\ Cede
         lines.append(
             'ACTION=="add|online", SUBSYSTEM=="cpu", KERNEL=="cpu[0-9]*", '
             'RUN+="/bin/sh -c \'for d in /sys/devices/system/cpu/%k/cpuidle/state[0-9]*; do '
@@ -167,6 +257,21 @@ def expected_state(content: str | None) -> Exact:
     return Exact(CURRENT if content is not None else ABSENT, Choice((CURRENT, ABSENT)))
 
 
+@dataclass(frozen=True)
+class RefusedFile:
+    """A persistence file that is not written: it would hold what it cannot hold safely."""
+
+    path: str
+    reason: str
+    fixable = True
+
+    def observe(self, host: Host) -> Observation:
+        return Observation(None, problem=f"{self.path} is not written: {self.reason}")
+
+    def plan(self, host: Host, value: str, observed: Observation) -> Plan:
+        raise CannotFix("nothing is written")
+
+
 def persistence_checks(spec: str, source: str, results: Sequence[CheckResult],
                        host: Host | None = None) -> list[Check]:
     """One ``persist`` check per file: it passes when the file already says the same."""
@@ -174,9 +279,14 @@ def persistence_checks(spec: str, source: str, results: Sequence[CheckResult],
         return host.read_text(path) if host is not None and host.exists(path) else None
 
     boot = read_all(host) if host is not None else {}
-    files = persistence_files(spec, source, results, read, boot)
-    return [Check("persist", path, expected_state(content),
-                  EntryOptions(where=f"{source}:1", why="makes the runtime tuning survive a "
-                                                        "reboot"),
-                  FileContentProbe(path, content))
-            for path, content in sorted(files.items())]
+    options = EntryOptions(where=f"{_escaped(source)}:1",
+                           why="makes the runtime tuning survive a reboot")
+    checks = []
+    for path, content in sorted(persistence_files(spec, source, results, read, boot).items()):
+        if isinstance(content, Unsafe):
+            checks.append(Check("persist", path, expected_state(""), options,
+                                RefusedFile(path, str(content))))
+        else:
+            checks.append(Check("persist", path, expected_state(content), options,
+                                FileContentProbe(path, content)))
+    return checks

@@ -2,61 +2,153 @@
 
 Each journaled change becomes a ``rollback`` check whose expected value is the original: it
 passes when the host already holds it (the change never happened, or was undone), and its fix
-writes the original back. A change whose outcome line is missing (the run crashed) is restored
-the same way: restoring an original is safe whether or not the change was made.
+writes the original back. A change whose outcome line is missing (the run crashed) or whose
+command timed out (``unknown``) is restored the same way: restoring an original is safe whether
+or not the change was made.
+
+A journal is rolled back only on the host it changed (``refuse_foreign``): the same root (its
+real path) and, on the real root ``/``, the same machine (machine-id; the hostname where there
+is none). After a reboot (another boot id) a journal with runtime changes (sysctls, config space,
+modules, NVML) is refused unless ``--gpuhost-rollback-after-reboot`` is given: the reboot reset
+those values, and whatever holds them now was set at boot, perhaps by another tool or by our own
+persistence files, so "restoring" the originals could detune a host that is right. Files that
+--fix-persist wrote survive a reboot, so a journal of files alone rolls back after one. A journal
+older than the identity header is rolled back only on the root whose journal directory holds it.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 
 from ..checks import CannotFix, Check, Evidence, Observation, Probe
-from ..checks.modules import ModuleProbe, ModuleState
+from ..checks.modules import ModuleProbe, ModuleState, module_name_problem
 from ..checks.nvml import PERSISTENCE, EccProbe, PersistenceModeProbe, PowerLimitProbe, Watts
 from ..gpu.nvml import NvmlSource
-from ..host import Host, HostError
-from ..linux.pciconfig import BCR_FLR
+from ..host import Host, HostError, HostIdentity
+from ..linux.pciconfig import BCR_FLR, short_config
 from ..spec import EntryOptions
-from ..spec.matchers import Auto, Choice, Exact, Expectation
-from .changes import Change, Command, NvmlSetting, Plan, ReplaceFile, WriteBytes, WriteText
-from .journal import JournalContents, JournalError
+from ..spec.matchers import Auto, Choice, Domain, Exact, Expectation
+from .changes import (
+    Change,
+    Command,
+    NvmlSetting,
+    Plan,
+    ReplaceFile,
+    WriteBytes,
+    WriteText,
+    lossless_text,
+)
+from .journal import FAILED, JOURNAL_DIR, JournalContents, JournalEntry, JournalError
 from .persist import FileContentProbe, expected_state
+
+AFTER_REBOOT = "--gpuhost-rollback-after-reboot"
+
+
+def _who(identity: HostIdentity) -> str:
+    parts = [f"root {identity.root}"]
+    parts += [f"{label} {value}" for label, value in (
+        ("hostname", identity.hostname), ("machine-id", identity.machine_id),
+        ("boot id", identity.boot_id)) if value]
+    return ", ".join(parts)
+
+
+def journal_home(path: Path) -> Path | None:
+    """The root whose journal directory holds ``path`` (ROOT for
+    ROOT/var/lib/pytest-gpuhost/journal/NAME), or None when it lies elsewhere."""
+    parent = Path(os.path.realpath(path)).parent
+    tail = PurePosixPath(JOURNAL_DIR).parts
+    if parent.parts[-len(tail):] != tail:
+        return None
+    return Path(*parent.parts[:-len(tail)])
+
+
+def refuse_foreign(journal: JournalContents, here: HostIdentity, *,
+                   after_reboot: bool = False) -> None:
+    """Raise JournalError unless ``journal`` was written for this host (see the module's
+    docstring); the message says whose journal it is, what this host is, and what to pass."""
+    made, path = journal.identity, journal.path
+    if made is None:
+        home = journal_home(path)
+        if home is not None and os.path.realpath(home) == here.root:
+            return
+        where = (f"it lies under the root {home}: pass --gpuhost-root={home}" if home is not None
+                 else f"it does not lie in a ROOT/{JOURNAL_DIR} directory, so the host it "
+                      f"changed cannot be told: move it into the journal directory of the root "
+                      f"it changed and pass that --gpuhost-root")
+        raise JournalError(f"{path}: a journal without the identity of the host it changed "
+                           f"(written before pytest-gpuhost recorded it) is rolled back only on "
+                           f"the root whose journal directory holds it; this host is "
+                           f"{_who(here)}, and {where}")
+    mine = f"{path}: the journal of {_who(made)}; this host is {_who(here)}"
+    if made.root != here.root:
+        raise JournalError(f"{mine}: it is rolled back only there: pass --gpuhost-root="
+                           f"{made.root}")
+    if made.machine_id or here.machine_id:
+        if made.machine_id != here.machine_id:
+            raise JournalError(f"{mine}: another machine (a copied disk image or a shared "
+                               "directory); run the rollback on the machine that wrote it")
+    elif made.hostname != here.hostname:
+        raise JournalError(f"{mine}: another machine (no machine-id to compare, and the "
+                           "hostnames differ); run the rollback on the machine that wrote it")
+    runtime = [e for e in journal.entries
+               if e.state != FAILED and not isinstance(e.change, ReplaceFile)]
+    rebooted = made.boot_id and here.boot_id and made.boot_id != here.boot_id
+    if rebooted and runtime and not after_reboot:
+        raise JournalError(
+            f"{mine}: the host has rebooted since (boot id {made.boot_id} then, {here.boot_id} "
+            f"now). The reboot reset its {len(runtime)} runtime change(s) (sysctls, config "
+            "space, modules); what holds those values now was set at boot, and restoring the "
+            f"originals could detune it. Check the host first; pass {AFTER_REBOOT} to restore "
+            "them anyway (each is still restored only while the host holds what the fix left)")
 
 
 @dataclass(frozen=True)
 class TextProbe:
+    """A text file as exact bytes, shown losslessly: an original that is not UTF-8 is
+    restored byte for byte and read back as bytes (``lossless_text``)."""
+
     path: str
+    original: bytes
     fixable = True
 
     def observe(self, host: Host) -> Observation:
         if not host.exists(self.path):
             return Observation(None, problem=f"{self.path} no longer exists")
-        value = host.read_text(self.path).rstrip("\n")
+        value = lossless_text(host.read_bytes(self.path)).rstrip("\n")
         return Observation(value, (Evidence(self.path, value),))
 
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
         if observed.value is None:
             raise CannotFix(f"{self.path} no longer exists; a rollback never creates it")
-        return Plan(f"write {value!r} back to {self.path}",
-                    (WriteText(self.path, observed.value + "\n", value + "\n"),))
+        change = WriteText.of_bytes(self.path, host.read_bytes(self.path), self.original)
+        shown = lossless_text(self.original).rstrip("\n")
+        return Plan(f"write {shown!r} back to {self.path}", (change,))
 
 
 @dataclass(frozen=True)
 class Guarded:
     """Undo a change only while the host still holds what the fix left: a value someone
-    changed since is theirs, and is reported rather than overwritten."""
+    changed since is theirs, and is reported rather than overwritten. ``left`` is what the
+    fix wrote and what it read back right after (a kernel may clamp or round it), compared
+    as the entry's matcher compares (``domain``: integers as integers, text
+    whitespace-normalized: the kernel shows tcp_rmem with tabs)."""
 
     inner: Probe
-    left: str
+    left: tuple[str, ...]
+    domain: Domain
     fixable = True
 
     def observe(self, host: Host) -> Observation:
         return self.inner.observe(host)
 
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
-        if (observed.value or "").strip() != self.left.strip():
-            raise CannotFix(f"changed since the fix (now {observed.value!r}, the fix left "
-                            f"{self.left.strip()!r}): left as it is")
+        current = observed.value or ""
+        if not any(self.domain.equal(current, left) for left in self.left):
+            shown = " or ".join(repr(left.strip()) for left in self.left)
+            raise CannotFix(f"changed since the fix (now {current!r}, the fix left "
+                            f"{shown}): left as it is")
         return self.inner.plan(host, value, observed)
 
 
@@ -87,6 +179,8 @@ class BitsProbe:
     old: int
     new: int
     length: int
+    read_back: int | None = None
+    """The bits the fix read back right after its write, where the device kept others."""
     fixable = True
 
     @property
@@ -97,10 +191,11 @@ class BitsProbe:
         return f"0x{value & self.mask:0{self.length * 2}x}"
 
     def _current(self, host: Host) -> int:
-        data = host.read_bytes(self.path)[self.offset:self.offset + self.length]
+        config = host.read_bytes(self.path)
+        data = config[self.offset:self.offset + self.length]
         if len(data) != self.length:
-            raise HostError(f"{self.path}: {len(data)} bytes at 0x{self.offset:02x}, not "
-                            f"{self.length}: reads past 64 bytes of sysfs config need root")
+            needed = self.offset + self.length - 1
+            raise HostError(f"{self.path}: {short_config(len(config), needed)}")
         return int.from_bytes(data, "little")
 
     def observe(self, host: Host) -> Observation:
@@ -112,7 +207,9 @@ class BitsProbe:
 
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
         current = self._current(host)
-        if current & self.mask != self.new & self.mask:
+        left = {self.new & self.mask} | (
+            {self.read_back & self.mask} if self.read_back is not None else set())
+        if current & self.mask not in left:
             raise CannotFix(f"changed since the fix (bits {self.shown(current)}, the fix left "
                             f"{self.shown(self.new)}): left as it is")
         restored = (current & ~self.mask | self.old & self.mask) & ~BCR_FLR
@@ -132,29 +229,50 @@ def _target(change: Change) -> str:
     return change.path
 
 
-def _restore(change: Change, nvml: NvmlSource) -> tuple[Expectation, Probe]:
+def _left(entry: JournalEntry, written: bytes) -> tuple[str, ...]:
+    """What the fix left: the value it wrote and, when it differs, the one it read back."""
+    values = [lossless_text(written).rstrip("\n")]
+    if entry.read_back is not None:
+        values.append(lossless_text(entry.read_back).rstrip("\n"))
+    return tuple(dict.fromkeys(values))
+
+
+def _restore(entry: JournalEntry, nvml: NvmlSource) -> tuple[Expectation, Probe]:
     """What the original was, and a probe that can read and write it back."""
+    change = entry.change
     if isinstance(change, NvmlSetting) and change.setting == "power_limit":
         return (Exact(change.old, Watts()),
-                Guarded(PowerLimitProbe(nvml, change.address), change.new))
+                Guarded(PowerLimitProbe(nvml, change.address), (change.new,), Watts()))
     if isinstance(change, NvmlSetting) and change.setting == "ecc":
         return (Exact(change.old, Choice(PERSISTENCE)),
-                Guarded(PendingEcc(EccProbe(nvml, change.address)), change.new))
+                Guarded(PendingEcc(EccProbe(nvml, change.address)), (change.new,),
+                        Choice(PERSISTENCE)))
     if isinstance(change, NvmlSetting):
-        return (Exact(change.old, Choice(PERSISTENCE)),
-                Guarded(PersistenceModeProbe(nvml, change.address), change.new))
+        domain = Choice(PERSISTENCE)
+        return (Exact(change.old, domain),
+                Guarded(PersistenceModeProbe(nvml, change.address), (change.new,), domain))
     if isinstance(change, WriteText):
-        return Exact(change.old.rstrip("\n"), Auto()), Guarded(TextProbe(change.path), change.new)
+        original = lossless_text(change.old_bytes).rstrip("\n")
+        return Exact(original, Auto()), Guarded(TextProbe(change.path, change.old_bytes),
+                                               _left(entry, change.new_bytes), Auto())
     if isinstance(change, WriteBytes):
         old, new = (int.from_bytes(bytes.fromhex(v), "little") for v in (change.old, change.new))
-        probe = BitsProbe(change.path, change.offset, old, new, len(bytes.fromhex(change.old)))
+        length = len(bytes.fromhex(change.old))
+        read_back = (int.from_bytes(entry.read_back, "little")
+                     if entry.read_back is not None and len(entry.read_back) == length else None)
+        probe = BitsProbe(change.path, change.offset, old, new, length, read_back)
         return Exact(probe.shown(old), Choice((probe.shown(old),))), probe
     if isinstance(change, ReplaceFile):
         return (expected_state(change.old),
                 FileContentProbe(change.path, change.old, only_if=change.new))
     if change.argv[:1] == ("modprobe",):
-        return (Exact(change.old, ModuleState()),
-                Guarded(ModuleProbe(change.argv[-1]), change.new))
+        name = change.argv[-1]
+        problem = module_name_problem(name)
+        if problem is not None:
+            raise JournalError(f"module {name!r} in {' '.join(change.argv)}: {problem}")
+        state = ModuleState()
+        return (Exact(change.old, state),
+                Guarded(ModuleProbe(name), (change.new,), state))
     raise JournalError(f"no way to roll back {change.describe()}")
 
 
@@ -162,7 +280,10 @@ def rollback_checks(journal: JournalContents, shown: str, nvml: NvmlSource) -> l
     checks = []
     entries = list(journal.entries)
     for number, entry in reversed(list(enumerate(entries, 1))):
-        expect, probe = _restore(entry.change, nvml)
+        try:
+            expect, probe = _restore(entry, nvml)
+        except JournalError as exc:
+            raise JournalError(f"{shown}:{entry.line}: {exc}") from None
         options = EntryOptions(where=f"{shown}:{entry.line}",
                                why=f"undo {entry.change.describe()} ({entry.state} at "
                                    f"{entry.time})")

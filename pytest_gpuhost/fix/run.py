@@ -39,7 +39,7 @@ def make_fixer(root: Path, host: Host, journal_path: Path | None, spec: str, *, 
     state = root / STATE_DIR
     run_lock = None if worker else RootLock(state / "run.lock", "run")
     apply_lock = RootLock(state / "apply.lock", "apply") if worker or distributing else None
-    journal = Journal(journal_path, spec) if journal_path is not None else None
+    journal = None if journal_path is None else Journal(journal_path, spec, host.identity())
     return Fixer(host, journal, run_lock=run_lock, apply_lock=apply_lock,
                  lock_timeout=lock_timeout, nvml=nvml)
 

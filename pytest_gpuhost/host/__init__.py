@@ -311,7 +311,9 @@ class Host(Protocol):
         a link. Resolving it inside the root is the caller's (``linux.pcitopo``)."""
 
     def write_text(self, path: str, text: str) -> None:
-        """The whole value in one write(2), as /proc/sys requires; never creates the file."""
+        """The whole value in one write(2), as /proc/sys requires; never creates the file.
+        Encoded as UTF-8 with ``surrogateescape``, so bytes that are not UTF-8, decoded that
+        way, are written back exactly."""
 
     def write_bytes(self, path: str, data: bytes, offset: int = 0) -> None:
         """``data`` at ``offset`` (config space is written in place); never creates."""

@@ -160,7 +160,9 @@ class LocalHost:
     # -- writes and commands ----------------------------------------------------------------
 
     def write_text(self, path: str, text: str) -> None:
-        self._write(path, text.encode(), 0, truncate=True)
+        """UTF-8 with surrogate escapes: bytes that are not UTF-8, decoded with
+        ``surrogateescape``, are written back as they were."""
+        self._write(path, text.encode("utf-8", "surrogateescape"), 0, truncate=True)
 
     def write_bytes(self, path: str, data: bytes, offset: int = 0) -> None:
         self._write(path, data, offset, truncate=False)

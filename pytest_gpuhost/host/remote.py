@@ -262,8 +262,8 @@ class AgentHost(BatchReads):
                 for request, answer in zip(requests, answers, strict=True)]
 
     def write_text(self, path: str, text: str) -> None:
-        self._op({"op": "write", "path": checked_relative(path), "data": text.encode(),
-                  "truncate": True})
+        self._op({"op": "write", "path": checked_relative(path),
+                  "data": text.encode("utf-8", "surrogateescape"), "truncate": True})
 
     def write_bytes(self, path: str, data: bytes, offset: int = 0) -> None:
         self._op({"op": "write", "path": checked_relative(path), "data": data,

@@ -4,6 +4,12 @@ Pure functions over the bytes of sysfs ``config``. The capability list starts at
 0x34 (when Status bit 4 says there is one); the PCI Express capability has id 0x10 and its offset
 differs by card (0x60, 0x78, ...). Device Control is the 16-bit word at cap+8: Max_Payload_Size in
 bits 7:5 and Max_Read_Request_Size in bits 14:12, each ``128 << n`` bytes.
+
+Standard capabilities live in 0x40..0xFF. The walk takes a pointer as the kernel
+(``__pci_find_next_cap_ttl``) and libpci do: bits 1:0 are reserved and masked off, so an entry is
+always dword aligned; but where the kernel quietly ends the list at a pointer below 0x40, this walk
+refuses it, as it refuses a capability too close to 0x100 to hold what is read from it: such a
+pointer would make a fix write the header (BAR0 at 0x10) or extended config space.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ BCR_FLR = 0x8000
 """Device Control bit 15: Initiate Function Level Reset on an endpoint. A fix never sets it."""
 
 SIZES = (128, 256, 512, 1024, 2048, 4096)
+STANDARD_START, STANDARD_END = 0x40, 0x100
+"""Standard capabilities lie in [0x40, 0x100); the header is below, extended space above."""
 _MAX_CAPS = 48  # (256 - 64) / 4: a longer chain is a loop
 
 
@@ -28,25 +36,58 @@ class ConfigError(ValueError):
     """Config space that cannot be decoded; the message says why and what to do."""
 
 
+def short_config(length: int, needed: int) -> str:
+    """Why ``length`` bytes of sysfs config do not reach offset ``needed``, in the words of what
+    each length means: 64 is the header alone (not root, or a container), 256 a function without
+    extended config space (conventional PCI, or a VM that does not expose it)."""
+    seen = f"config space is {length} bytes but 0x{needed:02x} is needed"
+    if length <= 0x40:
+        return (f"{seen}: only the 64-byte header is readable: reads past 64 bytes of sysfs "
+                "config need root (in the initial user namespace: a container reads 64 bytes)")
+    if length == STANDARD_END:
+        return (f"{seen}: 256 bytes means no extended config space (conventional PCI, or a VM "
+                "that does not expose it)")
+    return f"{seen}: the file is shorter than a PCI function's config space"
+
+
+def capability_end(offset: int, length: int, what: str) -> None:
+    """Refuse a standard capability whose ``length`` bytes from ``offset`` leave 0x40..0xFF."""
+    if offset + length > STANDARD_END:
+        raise ConfigError(f"{what} at 0x{offset:02x} would reach 0x{offset + length - 1:02x}, "
+                          "past the standard capabilities (0x40..0xff): a damaged capability "
+                          "list; nothing is read or written there")
+
+
 def find_capability(config: bytes, cap_id: int) -> int | None:
-    """Offset of capability ``cap_id`` in the standard list, or None when it is absent."""
+    """Offset of capability ``cap_id`` in the standard list, or None when it is absent.
+
+    Each pointer must lie in 0x40..0xFF (bits 1:0 masked off, as the PCI spec, the kernel and
+    libpci mask them); a pointer into the header, an entry too close to 0x100 to hold its id
+    and next pointer, a loop, or an id of 0xFF (the device reads all ones) is a ConfigError
+    naming it."""
     if len(config) < 0x40:
         raise ConfigError(f"config space is {len(config)} bytes; the header alone is 64")
     if not config[STATUS] & STATUS_CAP_LIST:
         return None
-    offset = config[CAP_POINTER] & 0xFC
+    where, offset = f"the capability pointer at 0x{CAP_POINTER:02x}", config[CAP_POINTER]
     seen: set[int] = set()
     while offset:
+        if offset < STANDARD_START:
+            raise ConfigError(f"{where} is 0x{offset:02x}, inside the 64-byte header: standard "
+                              "capabilities lie in 0x40..0xff; a damaged capability list")
+        offset &= 0xFC
         if offset in seen or len(seen) >= _MAX_CAPS:
             raise ConfigError(f"capability list loops at 0x{offset:02x}")
         if offset + 2 > len(config):
-            raise ConfigError(
-                f"config space is {len(config)} bytes but the capability list goes to "
-                f"0x{offset:02x}: reads past 64 bytes of sysfs config need root")
+            raise ConfigError(short_config(len(config), offset + 1))
         seen.add(offset)
+        if config[offset] == 0xFF:
+            raise ConfigError(f"the capability at 0x{offset:02x} reads 0xff: the device does not "
+                              "answer config reads (gone, or in reset)")
         if config[offset] == cap_id:
             return offset
-        offset = config[offset + 1] & 0xFC
+        where, offset = f"the next pointer of the capability at 0x{offset:02x}", \
+            config[offset + 1]
     return None
 
 
@@ -83,13 +124,15 @@ class DeviceControl:
 
 
 def device_control(config: bytes) -> DeviceControl:
+    """Device Control of the PCI Express capability; the whole word lies below 0x100."""
     cap = find_capability(config, CAP_ID_EXP)
     if cap is None:
         raise ConfigError("no PCI Express capability in the capability list")
     end = cap + DEVCTL + 2
+    capability_end(cap, DEVCTL + 2, "the PCI Express capability's Device Control")
     if len(config) < end:
-        raise ConfigError(f"config space is {len(config)} bytes, Device Control is at "
-                          f"0x{cap + DEVCTL:02x}: reads past 64 bytes of sysfs config need root")
+        raise ConfigError(f"Device Control at 0x{cap + DEVCTL:02x}: "
+                          f"{short_config(len(config), end - 1)}")
     return DeviceControl(cap, int.from_bytes(config[cap + DEVCTL:end], "little"))
 
 

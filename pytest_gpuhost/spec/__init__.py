@@ -3,12 +3,23 @@
 No pytest here and no host access. Each section of the spec is parsed by the check kind that owns
 it (see ``checks``); this module supplies the YAML walking, the entry options every entry may
 carry (why, fix, when) and the expectation forms (exact, min/max, one_of, match).
+
+Every problem with a spec is a SpecError, never a traceback: a file that is not a regular file
+or is over MAX_SPEC_BYTES (read without blocking, so a FIFO or /dev/zero cannot hang the run),
+YAML nested deeper than MAX_DEPTH, an explicit tag other than the core schema's (``!!binary``,
+``!!timestamp``, ``!!python/...``, ``!custom``), a value its tag cannot construct (``!!int
+"abc"``, an integer of more digits than Python converts), and merge keys (``<<``). Merge keys
+are refused rather than supported: which of the merged and the written keys wins, and the line a
+merged value came from, are easy to get wrong silently in a file that decides what a root tool
+writes; writing the keys out is explicit, and the error says so.
 """
 
 from __future__ import annotations
 
 import difflib
+import os
 import re
+import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +34,15 @@ SPEC_VERSION = 1
 FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 """libyaml's parser where PyYAML has it: composes a 300-entry spec about 10x faster. A spec it
 refuses is composed again by the pure-Python parser, whose messages name the bad character."""
+MAX_SPEC_BYTES = 4 * 1024 * 1024
+MAX_DEPTH = 64
+"""Deeper YAML is no spec; the pure-Python composer recurses once per level."""
+_CORE = "tag:yaml.org,2002:"
+_ALLOWED_TAGS = {
+    yaml.ScalarNode: {f"{_CORE}{name}" for name in ("str", "int", "bool", "null", "float")},
+    yaml.SequenceNode: {f"{_CORE}seq"},
+    yaml.MappingNode: {f"{_CORE}map"},
+}
 
 
 class SpecError(Exception):
@@ -98,14 +118,27 @@ class Node:
     def scalar(self) -> Any:
         if not isinstance(self._node, yaml.ScalarNode):
             raise self.error(f"expected a single value, got {self.kind_name()}")
-        return self._constructor.construct_object(self._node)
+        return self._construct()
+
+    def _construct(self) -> Any:
+        """The scalar's value; one its tag cannot construct is a SpecError at its line."""
+        try:
+            value = self._constructor.construct_object(self._node)
+        except Exception as exc:  # ValueError, KeyError, ConstructorError: all the spec's
+            problem = getattr(exc, "problem", None) or str(exc) or type(exc).__name__
+            raise self.error(f"cannot read the value {str(self._node.value)[:40]!r} as "
+                             f"{_tag_name(self._node.tag)}: {problem}") from None
+        if isinstance(value, str) and not _encodable(value):
+            raise self.error(f"the value {value[:40]!r} holds a lone surrogate (an escape like "
+                             "\\ud800), which is no character")
+        return value
 
     def kind_name(self) -> str:
         if self.is_mapping:
             return "a mapping"
         if self.is_sequence:
             return "a list"
-        value = self._constructor.construct_object(self._node)
+        value = self._construct()
         return "nothing" if value is None else f"{type(value).__name__} {value!r}"
 
     def text(self, what: str) -> str:
@@ -322,6 +355,118 @@ class Spec:
     """Section name -> the model its parser returned, in the parsers' registration order."""
 
 
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _tag_name(tag: str) -> str:
+    """``tag:yaml.org,2002:binary`` -> ``!!binary``."""
+    return "!!" + tag[len(_CORE):] if tag.startswith(_CORE) else tag
+
+
+_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+               (stat.S_ISSOCK, "a socket"))
+
+
+def _read_spec(path: Path, shown: str) -> str:
+    """The spec's text: a regular file of at most MAX_SPEC_BYTES, opened without blocking (a
+    FIFO would wait for a writer) and read no further than that bound (/dev/zero never ends)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise SpecError(shown, "spec file not found") from None
+    except OSError as exc:
+        raise SpecError(shown, f"cannot read the spec: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
+            raise SpecError(shown, f"the spec is {kind}, not a regular file; name a YAML file")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_SPEC_BYTES:
+            chunk = os.read(fd, MAX_SPEC_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise SpecError(shown, f"cannot read the spec: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if size > MAX_SPEC_BYTES:
+        raise SpecError(shown, f"the spec is over {MAX_SPEC_BYTES // (1024 * 1024)} MiB; a spec "
+                               "is a short YAML file")
+    try:
+        return b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(shown, f"cannot read the spec: not UTF-8 ({exc})") from None
+
+
+def _refuse_deep(text: str, shown: str) -> None:
+    """Refuse nesting deeper than MAX_DEPTH from the parser's events (no recursion), before
+    the pure-Python composer would recurse into it."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = f":{event.start_mark.line + 1}" if event.start_mark else ""
+                raise SpecError(f"{shown}{line}",
+                                f"the YAML is nested deeper than {MAX_DEPTH} levels; a spec "
+                                "is a few levels deep")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
+def _compose(text: str, shown: str) -> yaml.Node | None:
+    if FAST_LOADER is not yaml.SafeLoader:
+        try:  # libyaml refuses nesting past its own limit rather than recursing
+            node: yaml.Node | None = yaml.compose(text, Loader=FAST_LOADER)
+            return node
+        except yaml.YAMLError:
+            pass  # composed again below, for the pure-Python parser's message
+    _refuse_deep(text, shown)
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except RecursionError:
+        raise SpecError(shown, "the YAML is nested too deeply") from None
+    return node
+
+
+def _check_nodes(root: yaml.Node, shown: str) -> None:
+    """Every node, without recursion (and each shared by an alias once): no deeper than
+    MAX_DEPTH, no merge key, no tag outside the core schema."""
+    stack: list[tuple[yaml.Node, int]] = [(root, 1)]
+    seen: set[int] = set()
+    while stack:
+        node, depth = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        where = f"{shown}:{node.start_mark.line + 1}"
+        if depth > MAX_DEPTH:
+            raise SpecError(where, f"the YAML is nested deeper than {MAX_DEPTH} levels; a spec "
+                                   "is a few levels deep")
+        if node.tag == f"{_CORE}merge":
+            raise SpecError(where, "merge keys ('<<') are not supported in a spec: write the "
+                                   "keys out in each mapping (which of a merged and a written "
+                                   "key wins is easy to get wrong)")
+        if node.tag not in _ALLOWED_TAGS[type(node)]:
+            raise SpecError(where, f"a {_tag_name(node.tag)} value is not supported in a spec; "
+                                   "write plain strings, integers, booleans, lists and mappings"
+                                   " (quote a value to keep it a string)")
+        if isinstance(node, yaml.MappingNode):
+            stack.extend((child, depth + 1) for pair in node.value for child in pair)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((child, depth + 1) for child in node.value)
+
+
 def load_spec(
     path: Path,
     parsers: Mapping[str, SectionParser],
@@ -331,17 +476,11 @@ def load_spec(
 ) -> Spec:
     """Read and validate a spec file; raise SpecError with ``file:line`` on any problem."""
     shown = display(path)
+    if not shown.isprintable():  # a newline in a path would forge a line of the message
+        shown = shown.encode("unicode_escape").decode("ascii")
+    text = _read_spec(path, shown)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError(shown, "spec file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(shown, f"cannot read the spec: {exc}") from None
-    try:
-        try:
-            root = yaml.compose(text, Loader=FAST_LOADER)
-        except yaml.YAMLError:
-            root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = _compose(text, shown)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f":{mark.line + 1}" if mark is not None else ""
@@ -351,6 +490,7 @@ def load_spec(
     if root is None:
         raise SpecError(f"{shown}:1", f"the spec is empty; expected 'version: {SPEC_VERSION}' "
                                       f"and at least one of: {', '.join(parsers)}")
+    _check_nodes(root, shown)
     top = Node(root, shown)
     pairs = dict(top.mapping("the spec"))
     if "version" not in pairs:
@@ -360,6 +500,10 @@ def load_spec(
         raise version_node.error(f"unsupported spec version {version_node.scalar()!r}; "
                                  f"this pytest-gpuhost reads version {SPEC_VERSION}")
     name = path.stem
+    if "name" not in pairs and not name.isprintable():
+        raise top.error(f"the spec's file name {path.name!r} holds a control character, and the "
+                        "name of a spec goes into the journal's and --fix-persist's file names "
+                        "and headers: rename the file, or give the spec a 'name:'")
     if "name" in pairs:
         name_node = pairs.pop("name")
         name = name_node.string("name")

@@ -169,8 +169,14 @@ def loaded(name):
     return False
 
 def main(argv):
-    remove = "-r" in argv
-    names = [a.replace("-", "_") for a in argv if not a.startswith("-")]
+    options, names = [], []
+    for index, arg in enumerate(argv):
+        if arg == "--":  # the end of the options: every later argument is a name
+            names += argv[index + 1:]
+            break
+        (options if arg.startswith("-") else names).append(arg)
+    remove = "-r" in options
+    names = [a.replace("-", "_") for a in names]
     if len(names) != 1:
         print("modprobe: ERROR: fake modprobe takes one module name", file=sys.stderr)
         return 1
