@@ -158,7 +158,8 @@ class GpuhostRun:
         if resolved in self.session.specs:
             return SpecFile.from_parent(parent, path=file_path, nodeid=self._nodeid(file_path))
         rollback = self.session.rollback
-        if rollback is not None and resolved == rollback.path.resolve():
+        anchor = self.session.rollback_file
+        if rollback is not None and anchor is not None and resolved == anchor.resolve():
             return JournalFile.from_parent(parent, path=file_path,
                                            nodeid=self._nodeid(file_path))
         return None
@@ -330,7 +331,7 @@ class GpuhostRun:
             driver=first.driver, gpus=first.gpus, gpu_models=first.gpu_models,
             fix=settings.fix, dry_run=settings.dry_run,
             journal=str(fixrun.journal_path) if fixrun.journal_used() else None,
-            rollback=str(fixrun.rollback.path) if fixrun.rollback else None,
+            rollback=fixrun.rollback.shown if fixrun.rollback else None,
             json_report=settings.report is not None,
             targets=targets if session.named else ())
 
@@ -400,7 +401,7 @@ class GpuhostRun:
         session = self.session
         rollback = session.rollback
         info = self.info()
-        subject = (f"rollback of {rollback.path}" if rollback is not None else
+        subject = (f"rollback of {rollback.shown}" if rollback is not None else
                    ", ".join(name for name in info.spec_names))
         terminalreporter.section(f"gpuhost: {subject} on {info.root}")
         TerminalSummary(terminalreporter.write_line).write(self.records(), info)
@@ -413,7 +414,7 @@ class GpuhostRun:
         if rollback is not None and not self.settings.dry_run and not self.close_failed:
             done = self.rolled_back
             terminalreporter.write_line(
-                f"rollback: {rollback.path} is {'closed' if done else 'still open'}"
+                f"rollback: {rollback.shown} is {'closed' if done else 'still open'}"
                 + ("" if done else " (some changes are not back: run it again once fixed)"))
         for problem in self.problems:
             terminalreporter.write_line(problem, red=True)

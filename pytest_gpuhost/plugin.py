@@ -190,7 +190,7 @@ def _configure_run(config: pytest.Config) -> None:
     config.stash[RUN] = run
     config.pluginmanager.register(run, "gpuhost-run")
     if settings.rollback is not None:
-        config.args = [str(run.session.rollback.path)]  # type: ignore[union-attr]
+        config.args = [str(run.session.rollback_file)]
     else:
         _add_spec_args(config, settings.specs)
     run.start()

@@ -10,6 +10,8 @@ batch (``CachedHost``); anything changed through the host makes the next read li
 from __future__ import annotations
 
 import dataclasses
+import shutil
+import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +25,7 @@ from .fix.journal import JOURNAL_DIR, JournalContents, JournalError, latest_jour
 from .fix.rollback import refuse_foreign, rollback_checks
 from .fix.run import FixRun, close_rollback, default_journal, make_fixer
 from .fix.run import persist as persist_files
+from .fix.state import StateFile, StateStore
 from .gpu.nvml import NvmlFactory, NvmlSource, NvmlUnavailable, RecordedNvml
 from .host import BatchReads, CachedHost, Host, HostError, HostIdentity, Read, Reply, Request
 from .reports import TargetInfo
@@ -153,6 +156,9 @@ class UnreachableHost(BatchReads):
     def invalidate(self) -> None:
         """Nothing to forget."""
 
+    def local_path(self, path: str) -> Path | None:
+        return None
+
     def batch(self, requests: Sequence[Request]) -> list[Reply]:
         return [Reply(error=self.reason) for _ in requests]
 
@@ -160,6 +166,7 @@ class UnreachableHost(BatchReads):
         raise self.reason
 
     write_text = write_bytes = replace_file = remove = which = run = _refuse
+    create_file = append_file = lock = unlock = _refuse
 
 
 class Target:
@@ -278,6 +285,9 @@ class Session:
     specs: dict[Path, Spec] = field(default_factory=dict)
     targets: dict[str, Target] = field(default_factory=dict)
     rollback_checks: list[Check] = field(default_factory=list)
+    rollback_file: Path | None = None
+    """The file pytest collects a rollback's checks from (see ``_anchor``)."""
+    _cleanup: list[Path] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for path in self.settings.specs:
@@ -314,43 +324,94 @@ class Session:
         return self.settings.remote
 
     def _open_fixer(self, target: Target) -> None:
+        """The target's fixer, journal and locks, all on the target. On the controller of an
+        xdist run, the local target's journal is chosen here and handed to the workers, which
+        take the apply lock while the controller holds the run lock; a remote target's checks
+        all run on one worker, which takes that target's run lock itself."""
         settings = self.settings
-        journal = default_journal(settings.root, str(settings.journal)
-                                  if settings.journal else None, settings.invocation,
-                                  self.spec_name, self.workerinput)
+        local = target.url == LOCAL
+        if settings.journal is not None and not local:
+            raise SettingsError("--gpuhost-journal names a file of this machine, but a remote "
+                                "target keeps its journal on itself: drop --gpuhost-journal")
+        journal = default_journal(target.host, settings.journal, self.spec_name,
+                                  self.workerinput if local else None)
         target.fixrun.journal_path = journal
         target.fixrun.fixer = make_fixer(
-            settings.root, target.host, journal, self.spec_name,
-            worker=self.workerinput is not None, distributing=settings.distributing,
+            target.host, journal, self.spec_name,
+            worker=self.workerinput is not None and local,
+            distributing=settings.distributing and local,
             lock_timeout=settings.lock_timeout, nvml=target.nvml)
+
+    def _rollback_journal(self, target: Target) -> StateFile:
+        """The journal to roll back: the one named (a file of this machine for the local
+        target; a name in the target's journal directory, or a path under its root, for a
+        remote one), else the newest on the target with something to undo."""
+        settings = self.settings
+        option = settings.rollback
+        store = StateStore.of(target.host)
+        try:
+            if option and target.url == LOCAL:
+                journal: StateFile | None = StateFile.local(settings.invocation / option)
+            elif option:
+                path = option.lstrip("/") if "/" in option else f"{JOURNAL_DIR}/{option}"
+                journal = store.file(path)
+            else:
+                journal = latest_journal(store)
+        except (JournalError, HostError) as exc:
+            raise SettingsError(str(exc)) from None
+        if journal is None:
+            raise SettingsError(f"no journal to roll back under {store.journal_dir} (every one "
+                                "there is rolled back already); pass --gpuhost-rollback=FILE")
+        try:
+            found = journal.exists()
+        except HostError as exc:
+            raise SettingsError(f"--gpuhost-rollback: {exc}") from None
+        if not found:
+            raise SettingsError(f"--gpuhost-rollback={option}: no such journal ({journal})")
+        return journal
 
     def _open_rollback(self, target: Target) -> None:
         settings = self.settings
-        option = settings.rollback
-        try:
-            journal = settings.invocation / option if option else latest_journal(settings.root)
-        except JournalError as exc:
-            raise SettingsError(str(exc)) from None
-        if journal is None:
-            raise SettingsError(f"no journal to roll back under {settings.root / JOURNAL_DIR} "
-                                "(every one there is rolled back already); pass "
-                                "--gpuhost-rollback=FILE")
-        if not journal.is_file():
-            raise SettingsError(f"--gpuhost-rollback={option}: no such journal")
+        if len(self.targets) > 1:
+            raise SettingsError("--gpuhost-rollback restores one target's journal: name one "
+                                "--gpuhost-target")
+        journal = self._rollback_journal(target)
         try:
             contents = read_journal(journal)
             if not contents.entries:
                 raise JournalError(f"{journal}: the journal records no change to roll back")
             refuse_foreign(contents, target.host.identity(), after_reboot=settings.after_reboot)
-            self.rollback_checks = rollback_checks(contents, settings.display(journal),
-                                                   target.nvml)
+            self.rollback_checks = rollback_checks(contents, self._shown(journal), target.nvml)
         except JournalError as exc:
             raise SettingsError(str(exc)) from None
         target.fixrun.rollback = contents
+        self.rollback_file = self._anchor(journal)
         if not settings.dry_run:  # restored under the root's run lock, journaling nothing
             target.fixrun.fixer = make_fixer(
-                settings.root, target.host, None, "rollback", worker=False, distributing=False,
+                target.host, None, "rollback", worker=False, distributing=False,
                 lock_timeout=settings.lock_timeout, nvml=target.nvml)
+
+    def _shown(self, journal: StateFile) -> str:
+        local = self._local_path(journal)
+        return self.settings.display(local) if local is not None else journal.shown
+
+    @staticmethod
+    def _local_path(journal: StateFile) -> Path | None:
+        """The journal as a file of this machine, when it is one."""
+        return journal.host.local_path(journal.path)
+
+    def _anchor(self, journal: StateFile) -> Path:
+        """The file pytest collects the rollback's checks from: the journal itself on this
+        machine, else a copy of it made for the run (the target's journal is what is read
+        and closed)."""
+        local = self._local_path(journal)
+        if local is not None:
+            return local
+        directory = Path(tempfile.mkdtemp(prefix="pytest-gpuhost-rollback-"))
+        self._cleanup.append(directory)
+        copy = directory / journal.path.rsplit("/", 1)[-1]
+        copy.write_bytes(journal.read())
+        return copy
 
     @property
     def rollback(self) -> JournalContents | None:
@@ -402,3 +463,5 @@ class Session:
     def close(self) -> None:
         for target in self.targets.values():
             target.close()
+        for directory in self._cleanup:
+            shutil.rmtree(directory, ignore_errors=True)

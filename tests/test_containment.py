@@ -253,3 +253,59 @@ def test_a_fix_run_on_a_tree_linked_out_changes_nothing_outside(
     output = result.stdout.str()
     assert "module[nvidia]" in output and "modprobe not found" in output
     assert result.ret == 1
+
+
+# -- pytest-gpuhost's own files: locks and journals ----------------------------------------------
+
+SWAPPINESS = "version: 1\nsysctl:\n  vm.swappiness: 10\n"
+
+
+def _fix(pytester: pytest.Pytester, fake: FakeHost) -> pytest.RunResult:
+    spec = pytester.makefile(".yaml", spec=SWAPPINESS)
+    return pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={fake.root}", "--fix",
+                              "--gpuhost-lock-timeout=0", "-p", "no:cacheprovider")
+
+
+def test_a_lock_file_linked_out_is_never_opened_through_the_link(
+        pytester: pytest.Pytester, fake: FakeHost, outside: Path) -> None:
+    fake.sysctl("vm.swappiness", 60)
+    _link(fake, "var/lib/pytest-gpuhost/run.lock", outside / "canary")
+    result = _fix(pytester, fake)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*cannot take the run lock *run.lock*"])
+    assert (outside / "canary").read_text() == "60\n"
+    assert (fake.root / "proc/sys/vm/swappiness").read_text() == "60\n"  # nothing was fixed
+
+
+def test_a_lock_file_hard_linked_to_another_file_is_left_alone(
+        pytester: pytest.Pytester, fake: FakeHost) -> None:
+    fake.sysctl("vm.swappiness", 60)
+    victim = fake.file("etc/shadow", "root:x:\n")
+    (fake.root / "var/lib/pytest-gpuhost").mkdir(parents=True)
+    os.link(victim, fake.root / "var/lib/pytest-gpuhost/run.lock")
+    result = _fix(pytester, fake)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*file with 2 hard links, not pytest-gpuhost's own file*"])
+    assert victim.read_text() == "root:x:\n"
+
+
+def test_a_lock_file_that_holds_something_else_is_not_truncated(
+        pytester: pytest.Pytester, fake: FakeHost) -> None:
+    fake.sysctl("vm.swappiness", 60)
+    lock = fake.file("var/lib/pytest-gpuhost/run.lock", "important\n")
+    result = _fix(pytester, fake)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*holds something else than a pytest-gpuhost lock*"])
+    assert lock.read_text() == "important\n"
+
+
+def test_a_journal_directory_linked_out_stays_inside_the_root(
+        pytester: pytest.Pytester, fake: FakeHost, outside: Path) -> None:
+    fake.sysctl("vm.swappiness", 60)
+    _link(fake, "var/lib/pytest-gpuhost/journal", outside)
+    before = sorted(p.name for p in outside.iterdir())
+    result = _fix(pytester, fake)
+    assert sorted(p.name for p in outside.iterdir()) == before
+    # the link's target does not exist under the root: the change is not made unjournaled
+    result.stdout.fnmatch_lines(["*symbolic link to *, which does not exist under the root*"])
+    assert (fake.root / "proc/sys/vm/swappiness").read_text() == "60\n"

@@ -80,20 +80,26 @@ def test_a_crash_cut_line_does_not_lose_the_journal(tmp_path: Path) -> None:
     assert contents.damaged_lines == 1 and not contents.rolled_back
 
 
+def newest(root: Path) -> Path | None:
+    """The newest journal to roll back under ``root``, as a file of this machine."""
+    found = latest_journal(root)
+    return found.host.local_path(found.path) if found is not None else None
+
+
 def test_latest_journal_skips_rolled_back_ones(tmp_path: Path) -> None:
     directory = tmp_path / STATE / "journal"
     older = directory / "20261201T000000Z-a-1.jsonl"
     newer = directory / "20261202T000000Z-a-2.jsonl"
     for path in (older, newer):
         Journal(path, "a").record("x", "sysctl", "x", WriteText("proc/sys/x", "1\n", "0\n"))
-    assert latest_journal(tmp_path) == newer
+    assert newest(tmp_path) == newer
     Journal(newer, "a").close_rollback(1, 0)
-    assert latest_journal(tmp_path) == older
+    assert newest(tmp_path) == older
     retried = Journal(directory / "20261203T000000Z-a-3.jsonl", "a")  # nothing but a failure
     retried.outcome(retried.record("m", "module", "m", Command(("modprobe", "m"),
                                                                ("modprobe", "-r", "m"),
                                                                "absent", "loaded")), "exit 1")
-    assert latest_journal(tmp_path) == older
+    assert newest(tmp_path) == older
 
 
 # --- locks --------------------------------------------------------------------------------------

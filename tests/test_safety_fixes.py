@@ -444,7 +444,8 @@ def test_a_modprobe_that_times_out_is_unknown_and_its_child_is_killed(
     assert _gone(child)
     [entry] = read_journal(journal_path).entries
     assert entry.state == "unknown"
-    assert latest_journal(fake.root) == journal_path  # something to undo
+    found = latest_journal(fake.root)  # something to undo
+    assert found is not None and found.host.local_path(found.path) == journal_path
     rollback = rollback_run(pytester, fake.root, None)
     assert rollback.ret == pytest.ExitCode.OK
     assert counts(rollback) == {"fixed": 1}
@@ -490,7 +491,9 @@ def test_a_rollback_whose_journal_directory_is_gone_says_so_and_exits_1(
     real_close = Journal.close_rollback
 
     def directory_gone(self: Journal, restored: int, failed: int) -> None:
-        shutil.rmtree(self.path.parent)  # removed while the rollback ran
+        local = self.location.host.local_path(self.location.path)
+        assert local is not None
+        shutil.rmtree(local.parent)  # removed while the rollback ran
         real_close(self, restored, failed)
 
     monkeypatch.setattr(Journal, "close_rollback", directory_gone)

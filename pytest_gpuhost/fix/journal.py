@@ -1,8 +1,9 @@
 """The fix journal: every change is appended, before it is made, with its original.
 
-JSON lines, one file per --fix run, fsync'd after each line, so a run that crashes mid-fix still
-leaves what rollback needs: an entry whose outcome line is missing may or may not have been
-applied, and restoring its original is safe either way. A rollback appends a closing line.
+JSON lines, one file per --fix run on the host it changed (``fix.state``), fsync'd after each
+line, so a run that crashes mid-fix (or loses its connection) still leaves what rollback needs:
+an entry whose outcome line is missing may or may not have been applied, and restoring its
+original is safe either way. A rollback appends a closing line.
 
 The first line names the host the journal changed (``Host.identity()``), the spec and the tool,
 so that a rollback can refuse another host (fix/rollback.py). Only a last line without its
@@ -14,10 +15,9 @@ Journals written before the header existed are still read (their ``identity`` is
 from __future__ import annotations
 
 import base64
-import contextlib
+import errno
 import json
 import os
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..host import HostIdentity
+from ..host import HostError, HostIdentity, LocalHost
 from .changes import Change, ChangeError, from_dict, lossless_text, to_dict
+from .state import JOURNAL_DIR as JOURNAL_DIR
+from .state import StateFile, StateStore
 
-JOURNAL_DIR = "var/lib/pytest-gpuhost/journal"
 FORMAT = 2
 """1: no header line (before 0.1.0's identity); 2: a ``journal`` header names the host."""
 APPLIED, FAILED, PENDING, UNKNOWN = "applied", "failed", "pending", "unknown"
@@ -39,15 +40,8 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def new_journal_path(root: Path, spec: str) -> Path:
-    """``ROOT/var/lib/pytest-gpuhost/journal/20261202T143351Z-blackwell8-4242.jsonl``."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    path = root / JOURNAL_DIR / f"{stamp}-{spec}-{os.getpid()}.jsonl"
-    number = 1
-    while path.exists():  # two runs of one process in one second (pytester, an IDE)
-        number += 1
-        path = root / JOURNAL_DIR / f"{stamp}-{spec}-{os.getpid()}-{number}.jsonl"
-    return path
+def _located(where: StateFile | Path) -> StateFile:
+    return where if isinstance(where, StateFile) else StateFile.local(where)
 
 
 def _raw_fields(name: str, raw: bytes) -> dict[str, str]:
@@ -62,11 +56,18 @@ class Journal:
     temporary file linked into place), so every reader and every other writer sees the header
     first and a run that changes nothing leaves no journal."""
 
-    def __init__(self, path: Path, spec: str, identity: HostIdentity | None = None) -> None:
-        self.path = path
+    def __init__(self, where: StateFile | Path, spec: str,
+                 identity: HostIdentity | None = None, *, shared: bool = False) -> None:
+        self.location = _located(where)
         self.spec = spec
         self.identity = identity
+        self.shared = shared
+        """One run's xdist workers write this one journal: the first of them makes it."""
         self._count = 0
+
+    @property
+    def path(self) -> StateFile:
+        return self.location
 
     def _header(self) -> dict[str, Any]:
         return {"event": "journal", "format": FORMAT, "time": _now(), "spec": self.spec,
@@ -74,38 +75,23 @@ class Journal:
                 "identity": self.identity.as_dict() if self.identity else None}
 
     def _create(self) -> None:
-        directory = self.path.parent
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".journal-", dir=directory)
+        header = (json.dumps(self._header(), sort_keys=True) + "\n").encode()
         try:
-            os.write(fd, (json.dumps(self._header(), sort_keys=True) + "\n").encode())
-            os.fchmod(fd, 0o600)
-            os.fsync(fd)
-            with contextlib.suppress(FileExistsError):  # another worker of this run was first
-                os.link(tmp, self.path)
-        finally:
-            os.close(fd)
-            os.unlink(tmp)
-        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+            self.location.host.create_file(self.location.path, header)
+        except HostError as exc:
+            if exc.errno != errno.EEXIST or not self.shared:  # another run's: never shared
+                raise
+            # another worker of this run was first
 
     def _append(self, record: dict[str, Any]) -> None:
-        """One line in one write(2); never creates the file (a journal whose directory is
-        gone is an error, not a new journal somewhere else)."""
+        """One line in one write(2), fsync'd; never creates the file (a journal whose
+        directory is gone is an error, not a new journal somewhere else)."""
         line = json.dumps(record, sort_keys=True) + "\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-        try:
-            os.write(fd, line.encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        self.location.host.append_file(self.location.path, line.encode())
 
     def record(self, check: str, kind: str, key: str | None, change: Change) -> str:
         """Write the change down before it is made; returns the entry's id."""
-        if self._count == 0 and not self.path.exists():
+        if self._count == 0 and not self.location.exists():
             self._create()
         self._count += 1
         entry = f"{os.getpid()}-{self._count}"
@@ -128,9 +114,9 @@ class Journal:
         try:
             self._append({"event": "rolled_back", "time": _now(), "restored": restored,
                           "failed": failed})
-        except OSError as exc:
-            raise JournalError(f"cannot mark {self.path} rolled back: "
-                               f"{exc.strerror or exc}") from exc
+        except HostError as exc:
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            raise JournalError(f"cannot mark {self.location} rolled back: {reason}") from exc
 
 
 class JournalError(Exception):
@@ -157,7 +143,7 @@ class JournalEntry:
 
 @dataclass(frozen=True)
 class JournalContents:
-    path: Path
+    location: StateFile
     entries: tuple[JournalEntry, ...]
     rolled_back: bool
     damaged_lines: int
@@ -165,13 +151,27 @@ class JournalContents:
     identity: HostIdentity | None = None
     """The host it changed; None in a journal older than the header."""
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.location, StateFile):  # a file of this machine, by its path
+            object.__setattr__(self, "location", StateFile.local(self.location))
 
-def _records(path: Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
+    @property
+    def shown(self) -> str:
+        return self.location.shown
+
+    @property
+    def local(self) -> Path | None:
+        """The journal as a file of this machine, when it is one."""
+        return self.location.host.local_path(self.location.path)
+
+
+def _records(location: StateFile) -> Iterator[tuple[int, dict[str, Any] | None]]:
     """(line number, record) per line; None for a last line cut short by a crash."""
+    path = location.shown
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise JournalError(f"{path}: cannot read the journal: {exc.strerror or exc}") from exc
+        data = location.read()
+    except HostError as exc:
+        raise JournalError(f"{path}: cannot read the journal: {exc}") from exc
     lines = data.split(b"\n")
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -227,14 +227,16 @@ def _read_back(record: dict[str, Any], where: str) -> bytes | None:
         raise JournalError(f"{where}: 'read_back_base64' is not base64") from None
 
 
-def read_journal(path: Path) -> JournalContents:
+def read_journal(source: StateFile | Path) -> JournalContents:
+    location = _located(source)
+    path = location.shown
     changes: dict[str, tuple[int, dict[str, Any]]] = {}
     states: dict[str, str] = {}
     read_backs: dict[str, bytes | None] = {}
     rolled_back, damaged = False, 0
     identity: HostIdentity | None = None
     first = True
-    for number, record in _records(path):
+    for number, record in _records(location):
         if record is None:
             damaged += 1
             continue
@@ -275,7 +277,7 @@ def read_journal(path: Path) -> JournalContents:
             check=_text(record, "check", where), kind=_text(record, "kind", where),
             key=_text(record, "key", where, optional=True), change=change,
             state=states[entry], line=number, read_back=read_backs.get(entry)))
-    return JournalContents(path, tuple(entries), rolled_back, damaged, identity)
+    return JournalContents(location, tuple(entries), rolled_back, damaged, identity)
 
 
 def has_undo(contents: JournalContents) -> bool:
@@ -285,13 +287,13 @@ def has_undo(contents: JournalContents) -> bool:
     return not contents.rolled_back and any(e.state != FAILED for e in contents.entries)
 
 
-def latest_journal(root: Path) -> Path | None:
-    """The newest journal under the root with something to undo (``has_undo``)."""
-    directory = root / JOURNAL_DIR
-    if not directory.is_dir():
-        return None
-    for path in sorted(directory.glob("*.jsonl"), key=lambda p: p.name, reverse=True):
-        if has_undo(read_journal(path)):
-            return path
+def latest_journal(where: StateStore | Path) -> StateFile | None:
+    """The newest journal on the host (a ``Path``: under that root of this machine) with
+    something to undo (``has_undo``)."""
+    store = where if isinstance(where, StateStore) else StateStore(LocalHost(where), str(where))
+    for path in reversed(store.journals()):
+        journal = store.file(path)
+        if has_undo(read_journal(journal)):
+            return journal
     return None
 

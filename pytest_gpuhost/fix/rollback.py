@@ -68,9 +68,10 @@ def refuse_foreign(journal: JournalContents, here: HostIdentity, *,
                    after_reboot: bool = False) -> None:
     """Raise JournalError unless ``journal`` was written for this host (see the module's
     docstring); the message says whose journal it is, what this host is, and what to pass."""
-    made, path = journal.identity, journal.path
+    made, path = journal.identity, journal.shown
     if made is None:
-        home = journal_home(path)
+        local = journal.local
+        home = journal_home(local) if local is not None else None
         if home is not None and os.path.realpath(home) == here.root:
             return
         where = (f"it lies under the root {home}: pass --gpuhost-root={home}" if home is not None

@@ -12,11 +12,12 @@ from ..gpu.nvml import NvmlSource
 from ..host import Host
 from ..result import CheckResult, Outcome
 from .fixer import Fixer
-from .journal import Journal, JournalContents, new_journal_path
+from .journal import Journal, JournalContents
 from .locking import RootLock
 from .persist import persistence_checks
+from .state import STATE_DIR as STATE_DIR
+from .state import StateFile, StateStore
 
-STATE_DIR = "var/lib/pytest-gpuhost"
 JOURNAL_KEY = "gpuhost_journal"
 
 
@@ -24,7 +25,7 @@ JOURNAL_KEY = "gpuhost_journal"
 class FixRun:
     fixer: Fixer | None
     """None in a dry run and when --fix is off."""
-    journal_path: Path | None
+    journal_path: StateFile | None
     persist: bool
     rollback: JournalContents | None = None
 
@@ -32,25 +33,30 @@ class FixRun:
         return self.journal_path is not None and self.journal_path.exists()
 
 
-def make_fixer(root: Path, host: Host, journal_path: Path | None, spec: str, *, worker: bool,
+def make_fixer(host: Host, journal: StateFile | None, spec: str, *, worker: bool,
                distributing: bool, lock_timeout: float, nvml: NvmlSource | None) -> Fixer:
     """A worker serializes its fixes on the apply lock (its controller holds the run lock); a
-    single process takes the run lock at its first fix and holds it to the end."""
-    state = root / STATE_DIR
-    run_lock = None if worker else RootLock(state / "run.lock", "run")
-    apply_lock = RootLock(state / "apply.lock", "apply") if worker or distributing else None
-    journal = None if journal_path is None else Journal(journal_path, spec, host.identity())
-    return Fixer(host, journal, run_lock=run_lock, apply_lock=apply_lock,
+    single process (or the one worker that runs every check of a remote target) takes the
+    run lock at its first fix and holds it to the end. Both locks are on the host."""
+    store = StateStore.of(host)
+    run_lock = None if worker else RootLock(store.file(f"{STATE_DIR}/run.lock"), "run")
+    apply_lock = RootLock(store.file(f"{STATE_DIR}/apply.lock"), "apply") \
+        if worker or distributing else None
+    writer = None if journal is None else Journal(journal, spec, host.identity(),
+                                                  shared=worker or distributing)
+    return Fixer(host, writer, run_lock=run_lock, apply_lock=apply_lock,
                  lock_timeout=lock_timeout, nvml=nvml)
 
 
-def default_journal(root: Path, option: str | None, invocation: Path, spec: str,
-                    workerinput: Mapping[str, object] | None) -> Path:
+def default_journal(host: Host, option: Path | None, spec: str,
+                    workerinput: Mapping[str, object] | None) -> StateFile:
+    """The run's journal: the one the controller chose (an xdist worker), the file named by
+    --gpuhost-journal (on this machine), or a new one on the host."""
     if workerinput is not None and JOURNAL_KEY in workerinput:
-        return Path(str(workerinput[JOURNAL_KEY]))
-    if option:
-        return invocation / option
-    return new_journal_path(root, spec)
+        return StateFile.local(Path(str(workerinput[JOURNAL_KEY])))
+    if option is not None:
+        return StateFile.local(option)
+    return StateStore.of(host).new_journal(spec)
 
 
 def persist(host: Host, fixer: Fixer | None, options: RunOptions, spec: str, source: str,
@@ -65,5 +71,5 @@ def close_rollback(journal: JournalContents, results: Sequence[CheckResult]) -> 
     if any(r.outcome not in (Outcome.FIXED, Outcome.PASSED) for r in results):
         return False
     restored = sum(r.outcome is Outcome.FIXED for r in results)
-    Journal(journal.path, "rollback").close_rollback(restored, failed=0)
+    Journal(journal.location, "rollback").close_rollback(restored, failed=0)
     return True

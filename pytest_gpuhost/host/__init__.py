@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from .agent import COMMAND_DIRS as COMMAND_DIRS
@@ -293,6 +294,10 @@ class Host(Protocol):
     def invalidate(self) -> None:
         """Forget anything read earlier: the next read is live (a no-op without a cache)."""
 
+    def local_path(self, path: str) -> Path | None:
+        """Where ``path`` is on the machine pytest runs on, for a host that is a directory of
+        it (not resolved: for showing and collecting its own files); None for another."""
+
     def read_text(self, path: str) -> str: ...
 
     def read_bytes(self, path: str) -> bytes: ...
@@ -322,6 +327,21 @@ class Host(Protocol):
         """Create or replace a whole file atomically (persistence files only)."""
 
     def remove(self, path: str) -> None: ...
+
+    def create_file(self, path: str, data: bytes) -> None:
+        """pytest-gpuhost's own new file (a journal), whole or not at all; HostError with
+        errno EEXIST when it exists already."""
+
+    def append_file(self, path: str, data: bytes) -> None:
+        """One line at the end of one of pytest-gpuhost's own files, fsync'd; never creates
+        it, never through a link or into a file with another name (a hard link)."""
+
+    def lock(self, path: str, timeout: float, holder: str) -> int:
+        """Take the flock on a lock file under the root, waiting up to ``timeout`` s; held by
+        the host's side of the connection until ``unlock`` or its end (a crash drops it).
+        HostError with errno EWOULDBLOCK naming the holder when it stays held."""
+
+    def unlock(self, handle: int) -> None: ...
 
     def which(self, name: str) -> str | None:
         """A command under the root's sbin/bin directories (and PATH only at ``/``)."""

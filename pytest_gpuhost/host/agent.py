@@ -28,6 +28,7 @@ import base64
 import contextlib
 import ctypes
 import errno
+import fcntl
 import fnmatch
 import json
 import os
@@ -49,6 +50,8 @@ COMMAND_TIMEOUT_S = 120.0
 OUTPUT_LIMIT = 16 * 2**20
 MAX_LINKS = 40
 KMSG_DEVICE = (1, 11)
+LOCK_MARK = b"pytest-gpuhost lock:"
+"""How a lock file starts once held: a file that says anything else is not truncated."""
 _MISSING = (errno.ENOENT, errno.ENOTDIR)
 
 _TYPES = (
@@ -121,6 +124,8 @@ class Root:
         self.path = os.path.abspath(path)
         self.real = os.path.realpath(self.path) == "/"
         self.fd = os.open(self.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        self._locks: dict[int, str] = {}
+        """Lock handles (their descriptors) this process holds, for ``unlock``."""
         self._openat2 = prefer_openat2 and not self.real and _libc_openat2() is not None
 
     def close(self) -> None:
@@ -129,7 +134,7 @@ class Root:
             self.fd = -1
 
     def shown(self, rel: str) -> str:
-        return rel if self.real else os.path.join(self.path, rel)
+        return os.path.join(self.path, rel)
 
     def fail(self, action: str, rel: str, exc: OSError) -> OpError:
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
@@ -531,6 +536,128 @@ class Root:
         finally:
             os.close(parent)
 
+    # -- pytest-gpuhost's own files: journals and locks ---------------------------------------
+
+    def _own(self, fd: int, rel: str) -> None:
+        """A state file must be a regular file with one name: a hard link to another file
+        (``/etc/shadow``) would have us append to or truncate that file."""
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            what = file_type(info.st_mode) if not stat.S_ISREG(info.st_mode) else \
+                f"file with {info.st_nlink} hard links"
+            raise OpError(f"{self.shown(rel)} is a {what}, not pytest-gpuhost's own file: "
+                          "left as it is", errno.EINVAL)
+
+    def create(self, rel: str, data: bytes, mode: int = 0o600) -> None:
+        """A new file that appears whole (written beside it, then linked into place), or
+        EEXIST: a journal is made once, with its header already in it."""
+        try:
+            self._make_dirs(rel.rstrip("/").rpartition("/")[0])
+            parent, name = self.parent(rel)
+        except OSError as exc:
+            raise self.fail("create", rel, exc) from None
+        tmp = f".{name}.{os.getpid()}.{time.monotonic_ns()}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, mode, dir_fd=parent)
+            try:
+                os.write(fd, data)
+                os.fchmod(fd, mode)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(tmp, name, src_dir_fd=parent, dst_dir_fd=parent,
+                        follow_symlinks=False)
+            finally:
+                os.unlink(tmp, dir_fd=parent)
+            self._sync_dir(parent)
+        except OSError as exc:
+            raise self.fail("create", rel, exc) from None
+        finally:
+            os.close(parent)
+
+    @staticmethod
+    def _sync_dir(parent: int) -> None:
+        fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=parent)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def append(self, rel: str, data: bytes) -> None:
+        """One write(2) at the end of an existing state file, then fsync; never creates it,
+        never through a link."""
+        try:
+            parent, name = self.parent(rel)
+        except OSError as exc:
+            raise self.fail("append to", rel, exc) from None
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         dir_fd=parent)
+        except OSError as exc:
+            raise self.fail("append to", rel, exc) from None
+        finally:
+            os.close(parent)
+        try:
+            self._own(fd, rel)
+            os.write(fd, data)
+            os.fsync(fd)
+        except OSError as exc:
+            raise self.fail("append to", rel, exc) from None
+        finally:
+            os.close(fd)
+
+    def lock(self, rel: str, timeout: float, holder: str) -> int:
+        """Take the flock on a lock file (made here if missing, never through a link, never
+        a file that is not one of ours), waiting up to ``timeout`` s; the kernel drops it when
+        this process ends. Returns a handle for ``unlock``."""
+        try:
+            self._make_dirs(rel.rstrip("/").rpartition("/")[0])
+            parent, name = self.parent(rel)
+        except OSError as exc:
+            raise self.fail("take the lock", rel, exc) from None
+        try:
+            fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                         dir_fd=parent)
+        except OSError as exc:
+            raise self.fail("take the lock", rel, exc) from None
+        finally:
+            os.close(parent)
+        try:
+            self._own(fd, rel)
+            seen = os.pread(fd, 256, 0)
+            if seen and not seen.startswith(LOCK_MARK):
+                raise OpError(f"{self.shown(rel)} holds something else than a pytest-gpuhost "
+                              "lock: left as it is (remove it if it is stale)", errno.EINVAL)
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        held = os.pread(fd, 512, 0).decode("utf-8", "replace").strip()
+                        raise OpError(f"held by {held[len(LOCK_MARK):].strip() or 'unknown'}",
+                                      errno.EWOULDBLOCK) from None
+                    time.sleep(0.05)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, LOCK_MARK + b" " + holder.encode("utf-8", "replace")[:400] + b"\n", 0)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._locks[fd] = rel
+        return fd
+
+    def unlock(self, handle: int) -> None:
+        if self._locks.pop(handle, None) is None:
+            return
+        try:
+            os.ftruncate(handle, 0)
+            fcntl.flock(handle, fcntl.LOCK_UN)
+        finally:
+            os.close(handle)
+
     def which(self, name: str) -> str | None:
         """A command's path on this machine: under the root's sbin/bin directories (their links
         resolved inside the root), and on PATH only when the root is ``/``."""
@@ -651,6 +778,22 @@ def execute(root: Root, request: dict[str, Any]) -> object:
                         float(request.get("timeout") or COMMAND_TIMEOUT_S))
     if op == "identity":
         return root.identity()
+    if op == "create":
+        data = request["data"]
+        assert isinstance(data, bytes)
+        root.create(str(request["path"]), data, int(request.get("mode") or 0o600))
+        return None
+    if op == "append":
+        data = request["data"]
+        assert isinstance(data, bytes)
+        root.append(str(request["path"]), data)
+        return None
+    if op == "lock":
+        return root.lock(str(request["path"]), float(request.get("timeout") or 0),
+                         str(request.get("holder") or ""))
+    if op == "unlock":
+        root.unlock(int(request["handle"]))
+        return None
     raise OpError(f"unknown operation {op!r}", errno.EINVAL)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
 from . import (
     COMMAND_TIMEOUT_S,
@@ -44,6 +45,9 @@ class CachedHost(BatchReads):
 
     def identity(self) -> HostIdentity:
         return self.host.identity()
+
+    def local_path(self, path: str) -> Path | None:
+        return self.host.local_path(path)
 
     def invalidate(self) -> None:
         self._replies.clear()
@@ -100,6 +104,18 @@ class CachedHost(BatchReads):
     def remove(self, path: str) -> None:
         self.invalidate()
         self.host.remove(path)
+
+    def create_file(self, path: str, data: bytes) -> None:
+        self.host.create_file(path, data)
+
+    def append_file(self, path: str, data: bytes) -> None:
+        self.host.append_file(path, data)
+
+    def lock(self, path: str, timeout: float, holder: str) -> int:
+        return self.host.lock(path, timeout, holder)
+
+    def unlock(self, handle: int) -> None:
+        self.host.unlock(handle)
 
     def run(self, argv: list[str], env: Mapping[str, str] | None = None, *,
             timeout: float = COMMAND_TIMEOUT_S) -> CommandResult:

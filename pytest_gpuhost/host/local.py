@@ -67,6 +67,9 @@ class LocalHost:
     def invalidate(self) -> None:
         """Nothing is cached: every read is live."""
 
+    def local_path(self, path: str) -> Path | None:
+        return self.root / checked_relative(path)
+
     def path(self, path: str) -> Path:
         """Where ``path`` is shown in messages (not resolved: links are the agent's business)."""
         return self.root / checked_relative(path)
@@ -185,6 +188,27 @@ class LocalHost:
             self._root.remove(checked_relative(path))
         except OpError as exc:
             raise _error(exc) from None
+
+    def create_file(self, path: str, data: bytes) -> None:
+        try:
+            self._root.create(checked_relative(path), data)
+        except OpError as exc:
+            raise _error(exc) from None
+
+    def append_file(self, path: str, data: bytes) -> None:
+        try:
+            self._root.append(checked_relative(path), data)
+        except OpError as exc:
+            raise _error(exc) from None
+
+    def lock(self, path: str, timeout: float, holder: str) -> int:
+        try:
+            return self._root.lock(checked_relative(path), timeout, holder)
+        except OpError as exc:
+            raise _error(exc) from None
+
+    def unlock(self, handle: int) -> None:
+        self._root.unlock(handle)
 
     def which(self, name: str) -> str | None:
         try:

@@ -242,6 +242,9 @@ class AgentHost(BatchReads):
     def local_machine(self) -> bool:
         return False
 
+    def local_path(self, path: str) -> Path | None:
+        return None
+
     def privileged(self) -> bool:
         self._connect()
         return self._hello.get("euid") == 0
@@ -275,6 +278,22 @@ class AgentHost(BatchReads):
 
     def remove(self, path: str) -> None:
         self._op({"op": "remove", "path": checked_relative(path)})
+
+    def create_file(self, path: str, data: bytes) -> None:
+        self._op({"op": "create", "path": checked_relative(path), "data": data})
+
+    def append_file(self, path: str, data: bytes) -> None:
+        self._op({"op": "append", "path": checked_relative(path), "data": data})
+
+    def lock(self, path: str, timeout: float, holder: str) -> int:
+        handle = self._op({"op": "lock", "path": checked_relative(path), "timeout": timeout,
+                           "holder": holder}, timeout + OPERATION_TIMEOUT_S)
+        assert isinstance(handle, int)
+        return handle
+
+    def unlock(self, handle: int) -> None:
+        if self._lost is None and self._process is not None:  # a lost agent released it
+            self._op({"op": "unlock", "handle": handle})
 
     def which(self, name: str) -> str | None:
         found = self._op({"op": "which", "name": checked_command(name)})

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from ..host import (
     COMMAND_TIMEOUT_S,
@@ -47,6 +48,9 @@ class CountingHost:
     def identity(self) -> HostIdentity:
         self._count("identity", "")
         return self.host.identity()
+
+    def local_path(self, path: str) -> Path | None:
+        return self.host.local_path(path)
 
     def invalidate(self) -> None:
         self.host.invalidate()
@@ -99,6 +103,22 @@ class CountingHost:
     def remove(self, path: str) -> None:
         self._count("remove", path)
         self.host.remove(path)
+
+    def create_file(self, path: str, data: bytes) -> None:
+        self._count("create_file", path)
+        self.host.create_file(path, data)
+
+    def append_file(self, path: str, data: bytes) -> None:
+        self._count("append_file", path)
+        self.host.append_file(path, data)
+
+    def lock(self, path: str, timeout: float, holder: str) -> int:
+        self._count("lock", path)
+        return self.host.lock(path, timeout, holder)
+
+    def unlock(self, handle: int) -> None:
+        self._count("unlock", "")
+        self.host.unlock(handle)
 
     def which(self, name: str) -> str | None:
         self._count("which", name)
