@@ -330,7 +330,8 @@ class GpuhostRun:
             root=session.target.host.describe(), hostname=first.hostname, kernel=first.kernel,
             driver=first.driver, gpus=first.gpus, gpu_models=first.gpu_models,
             fix=settings.fix, dry_run=settings.dry_run,
-            journal=str(fixrun.journal_path) if fixrun.journal_used() else None,
+            journal=first.journal or (fixrun.journal_path.shown if fixrun.journal_path and
+                                      fixrun.journal_used() else None),
             rollback=fixrun.rollback.shown if fixrun.rollback else None,
             json_report=settings.report is not None,
             targets=targets if session.named else ())
@@ -403,11 +404,18 @@ class GpuhostRun:
         info = self.info()
         subject = (f"rollback of {rollback.shown}" if rollback is not None else
                    ", ".join(name for name in info.spec_names))
-        terminalreporter.section(f"gpuhost: {subject} on {info.root}")
+        where = ", ".join(t.name for t in info.targets) if len(info.targets) > 1 else info.root
+        terminalreporter.section(f"gpuhost: {subject} on {where}")
         TerminalSummary(terminalreporter.write_line).write(self.records(), info)
-        if info.journal is not None:
+        remote = [t for t in info.targets if t.journal and t.url != "local"]
+        if info.journal is not None and not remote:
             terminalreporter.write_line(f"journal: {info.journal} "
                                         f"(undo: --gpuhost-rollback={info.journal})")
+        for target in remote:
+            name = str(target.journal).rsplit("/", 1)[-1]
+            terminalreporter.write_line(
+                f"journal of {target.name}: {target.journal} (undo: --gpuhost-rollback={name} "
+                f"--gpuhost-target={target.url})")
         if rollback is not None and rollback.damaged_lines:
             terminalreporter.write_line(f"journal: {rollback.damaged_lines} line(s) cut short "
                                         "by a crash were skipped")

@@ -237,8 +237,10 @@ class Target:
             traffic is None
         facts = self.host_facts() if known and self.unreachable is None else \
             HostFacts(None, None, None, (), ())
+        journal = self.fixrun.journal_path
         return TargetInfo(self.name, self.url, facts.hostname, facts.kernel, facts.driver,
                           facts.gpus, facts.gpu_models, self.unreachable,
+                          journal.shown if journal and self.fixrun.journal_used() else None,
                           **cost)
 
     def close(self) -> None:

@@ -55,4 +55,12 @@ infiniband = HostCondition(_infiniband, (ListDir("sys/class/infiniband"),))
 container = HostCondition(_container, (*(Stat(m) for m in _CONTAINER_MARKERS),
                                        Read("proc/1/cgroup")))
 
+def in_container(host: Host) -> bool:
+    """Whether the host is a container (the ``container`` condition), for a message."""
+    try:
+        return container(host)[0]
+    except HostError:
+        return False
+
+
 BUILTIN_CONDITIONS: dict[str, ConditionFn] = {"infiniband": infiniband, "container": container}

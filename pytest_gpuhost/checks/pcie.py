@@ -16,15 +16,23 @@ from ..linux.pciconfig import SIZES, ConfigError, DeviceControl, device_control
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Domain, Expectation, Integer, LinkSpeed
 from . import Check, Evidence, Fact, Facts, NoFix, Observation
+from .conditions import in_container
 from .gpus import GPUS, Gpu, MissingGpus
 from .pcie_path import AER_COUNTERS, PathEntry, expand_path_key, parse_path_key
+
+CONTAINER_HEADER = ("not readable from this container: check the host "
+                    "(--gpuhost-target=ssh://HOST), where config space past its 64-byte header "
+                    "can be read")
 
 
 def _device_control(host: Host, gpu: Gpu) -> tuple[DeviceControl, str]:
     path = f"{gpu.sysfs}/config"
+    data = host.read_bytes(path)
     try:
-        return device_control(host.read_bytes(path)), path
+        return device_control(data), path
     except ConfigError as exc:
+        if len(data) == 64 and in_container(host):
+            raise HostError(f"{path}: config space is 64 bytes: {CONTAINER_HEADER}") from exc
         raise HostError(f"{path}: {exc}") from exc
 
 

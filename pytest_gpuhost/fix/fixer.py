@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from ..checks.conditions import in_container
 from ..gpu.nvml import NvmlPermissionError, NvmlSource, NvmlUnavailable
 from ..host import COMMAND_TIMEOUT_S, CommandTimeout, Host, HostError
 from .changes import Change, Command, NvmlSetting, Plan, ReplaceFile, WriteBytes, WriteText
@@ -67,6 +68,10 @@ def explain(host: Host, change: Change, exc: HostError) -> str:
     path = getattr(change, "path", "")
     seen = f"{exc} [{errno.errorcode.get(exc.errno, '?')}]" if exc.errno else str(exc)
     if exc.errno == errno.EROFS and path.startswith("proc/sys/"):
+        if in_container(host):
+            return (f"read-only in this container: fix it on the host "
+                    f"(--gpuhost-target=ssh://HOST) ({seen}); kernel.* and vm.* sysctls are "
+                    "the host's, and net.* ones are per network namespace")
         return (f"read-only: this sysctl is not namespaced in a container ({seen}); set it on "
                 "the host itself, or as a namespaced sysctl in the pod or container spec")
     if exc.errno == errno.EROFS:
@@ -132,9 +137,10 @@ class Fixer:
         for change in plan.changes:
             try:
                 entry = self.journal.record(check, kind, key, change) if self.journal else None
-            except OSError as exc:
+            except (OSError, HostError) as exc:
                 where = self.journal.path if self.journal else "?"
-                raise FixError(f"cannot write the journal {where}: {exc.strerror or exc}; the "
+                reason = getattr(exc, "strerror", None) or exc
+                raise FixError(f"cannot write the journal {where}: {reason}; the "
                                "change was not made", action=change.describe()) from exc
             try:
                 output = self._execute(change)
@@ -153,7 +159,7 @@ class Fixer:
         """An outcome line that cannot be written leaves the entry pending: rollback treats a
         pending change as possibly made, so nothing is lost."""
         assert self.journal is not None
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, HostError):
             self.journal.outcome(entry, error, unknown=unknown, read_back=read_back)
 
     def _read_back(self, change: Change) -> bytes | None:

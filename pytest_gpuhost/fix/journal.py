@@ -89,6 +89,11 @@ class Journal:
         line = json.dumps(record, sort_keys=True) + "\n"
         self.location.host.append_file(self.location.path, line.encode())
 
+    @property
+    def written(self) -> bool:
+        """Whether this process wrote a change into it."""
+        return self._count > 0
+
     def record(self, check: str, kind: str, key: str | None, change: Change) -> str:
         """Write the change down before it is made; returns the entry's id."""
         if self._count == 0 and not self.location.exists():

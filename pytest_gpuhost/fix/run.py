@@ -30,7 +30,15 @@ class FixRun:
     rollback: JournalContents | None = None
 
     def journal_used(self) -> bool:
-        return self.journal_path is not None and self.journal_path.exists()
+        """Whether the run's journal holds changes: written by this process, or (for a file
+        of this machine, written by xdist workers) there. Reads no remote host."""
+        if self.journal_path is None:
+            return False
+        writer = self.fixer.journal if self.fixer is not None else None
+        if writer is not None and writer.written:
+            return True
+        local = self.journal_path.host.local_path(self.journal_path.path)
+        return local is not None and local.exists()
 
 
 def make_fixer(host: Host, journal: StateFile | None, spec: str, *, worker: bool,

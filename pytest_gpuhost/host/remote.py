@@ -148,9 +148,9 @@ class AgentHost(BatchReads):
         self.traffic.bytes_sent += len(data)
 
     def _gone(self, what: str) -> HostError:
+        said = self._said()  # waits a moment for the exit status and the last words
         code = self._process.poll() if self._process is not None else None
-        said = self._said()
-        if code == 127 and ("python3" in said or "not found" in said):
+        if code == 127 or ("python3" in said and ("not found" in said or "No such" in said)):
             reason = f"python3 is not installed there (pytest-gpuhost needs python3 " \
                      f"{'.'.join(map(str, MINIMUM_PYTHON))}+ on the target): {said}"
         else:

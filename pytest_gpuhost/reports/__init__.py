@@ -29,6 +29,8 @@ class TargetInfo:
     gpus: tuple[str, ...] = ()
     gpu_models: tuple[str, ...] = ()
     unreachable: str | None = None
+    journal: str | None = None
+    """The journal of the changes made on it, where there were any."""
     round_trips: int | None = None
     bytes_sent: int | None = None
     bytes_received: int | None = None
@@ -56,7 +58,8 @@ class TargetInfo:
             bytes_sent=total(self.bytes_sent, other.bytes_sent),
             bytes_received=total(self.bytes_received, other.bytes_received),
             connect_seconds=total(self.connect_seconds, other.connect_seconds),
-            unreachable=self.unreachable or other.unreachable)
+            unreachable=self.unreachable or other.unreachable,
+            journal=self.journal or other.journal)
 
 
 @dataclass(frozen=True)

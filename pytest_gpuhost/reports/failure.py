@@ -10,6 +10,7 @@ def format_failure(result: CheckResult) -> str:
     observed, why it matters, what a fix did and what was read."""
     lines = [result.message or result.outcome.value,
              f"  {result.outcome.value.upper()} {result.id} at {result.location}"
+             + (f" on {result.target}" if result.target else "")
              + (" [hardware]" if result.hardware else "")]
 
     def row(label: str, value: str | None) -> None:

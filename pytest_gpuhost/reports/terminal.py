@@ -57,6 +57,30 @@ def summary_table(results: Sequence[CheckResult]) -> list[str]:
     return [render(header), *[render(row) for row in rows]]
 
 
+def _cell(group: Sequence[CheckResult]) -> str:
+    """``9 passed``, ``7 failed 2 passed``: a target's outcomes of one kind, worst first."""
+    counts = summarize(group)
+    order = [o for o in reversed(OUTCOMES) if o != "passed"] + ["passed"]
+    return " ".join(f"{counts[o]} {o}" for o in order if counts.get(o)) or "-"
+
+
+def target_matrix(results: Sequence[CheckResult]) -> list[str]:
+    """Kinds by targets, side by side (a host over ssh and its container, say): each cell the
+    target's outcomes of that kind. Only for a run of more than one target."""
+    targets = list(dict.fromkeys(r.target for r in results if r.target is not None))
+    if len(targets) < 2:
+        return []
+    kinds = list(dict.fromkeys(r.kind for r in results))
+    rows = [["kind", *targets]]
+    for kind in [*kinds, "total"]:
+        rows.append([kind, *(_cell([r for r in results if r.target == target and
+                                    (kind == "total" or r.kind == kind)])
+                             for target in targets)])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+            .rstrip() for row in rows]
+
+
 def _plan_lines(results: Sequence[CheckResult]) -> list[str]:
     planned = [r for r in results if r.outcome is Outcome.WOULD_FIX]
     changes = sum(len(r.plan) for r in planned)
@@ -96,6 +120,9 @@ def summary_lines(results: Sequence[CheckResult], info: RunInfo) -> list[str]:
     if not results:
         return ["no gpuhost checks ran"]
     lines = summary_table(results)
+    matrix = target_matrix(results)
+    if matrix:
+        lines += ["", *matrix]
     if info.dry_run:
         lines += _plan_lines(results)
     elif info.fix:
