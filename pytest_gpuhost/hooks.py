@@ -31,7 +31,13 @@ from .result import CheckResult, Outcome
 from .session import Session
 from .settings import Settings, SettingsError
 from .spec import SpecError
-from .workers import WAIT_TIMEOUT_S, DoneLog, SharedDirectory, worker_log
+from .workers import (
+    WAIT_TIMEOUT_S,
+    DoneLog,
+    SharedDirectory,
+    make_target_scheduler,
+    worker_log,
+)
 
 RUN = pytest.StashKey["GpuhostRun"]()
 REPORT_ATTR = "gpuhost"
@@ -200,7 +206,12 @@ class GpuhostRun:
             item.waits_for = lower[item.target.name, item.check.order]
         self.host_checks = [(item.index, item.check.id) for item in checks]
         self.collected = dict.fromkeys(item.nodeid for item in checks)
-        self.session.target.select(item.check for item in checks)
+        for target in self.session.targets.values():
+            target.select(item.check for item in checks if item.target is target)
+            if self.is_worker and self.session.named:
+                # A worker runs some targets only (xdist sends each target's checks to one):
+                # it holds no idle connection to the others; its own reconnect when used.
+                target.disconnect()
 
     # -- running ----------------------------------------------------------------------------
 
@@ -276,6 +287,14 @@ class GpuhostRun:
                 where = getattr(getattr(worker, "gateway", None), "id", "") or "local"
                 info = TargetInfo.from_dict(payload["target"])
                 self.target_infos[info.name, where] = info
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        """With remote or several targets, each target's checks go to one worker."""
+        if not self.session.named or getattr(config.option, "dist", "load") not in (
+                "load", "loadscope"):
+            return None
+        return make_target_scheduler(config, log)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: Sequence[str]) -> None:

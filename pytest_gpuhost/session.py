@@ -243,6 +243,12 @@ class Target:
                           journal.shown if journal and self.fixrun.journal_used() else None,
                           **cost)
 
+    def disconnect(self) -> None:
+        """End a remote target's connection for now (the next read connects again)."""
+        close = getattr(self.connection, "close", None)
+        if close is not None and not self.connection.local_machine():
+            close()
+
     def close(self) -> None:
         if self.fixrun.fixer is not None:
             self.fixrun.fixer.close()

@@ -135,3 +135,28 @@ def worker_log(config: pytest.Config) -> DoneLog | None:
     if not workerinput or WORKERINPUT_KEY not in workerinput:
         return None
     return DoneLog(Path(workerinput[WORKERINPUT_KEY]), str(workerinput.get("workerid", "gw")))
+
+
+def target_of(nodeid: str) -> str | None:
+    """The target an id names (``spec.yaml::sysctl[vm.swappiness]@pve`` -> ``pve``)."""
+    name = nodeid.rsplit("::", 1)[-1]
+    head, at, target = name.rpartition("@")
+    if not at or not head or "]" in target or "[" in target:
+        return None
+    return target
+
+
+def make_target_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's scope scheduling with every check of one target in one scope: one worker runs
+    them all, in order, over one connection; other tests are grouped by module as
+    ``--dist loadscope`` groups them. (``--dist loadgroup`` does not group on pytest 9.2.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TargetScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            target = target_of(nodeid)
+            if target is not None:
+                return f"gpuhost target {target}"
+            return str(super()._split_scope(nodeid))
+
+    return TargetScheduling(config, log)

@@ -306,3 +306,36 @@ def test_inside_a_container_64_bytes_of_config_space_say_check_the_host(
                                 "-p", "no:cacheprovider")
     result.stdout.fnmatch_lines(["*config space is 64 bytes: not readable from this container: "
                                  "check the host*"])
+
+
+def test_under_xdist_each_targets_checks_run_on_one_worker(
+        pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path) -> None:
+    roots, names = [], []
+    for number in range(4):
+        host = FakeHost(tmp_path / f"t{number}").sysctls({"vm.swappiness": 10,
+                                                          "vm.dirty_ratio": 5})
+        host.kmsg([(6, "hello")])
+        roots.append(host.root)
+        names.append(f"n{number}")
+    spec = pytester.makefile(".yaml", spec=textwrap.dedent("""\
+        version: 1
+        sysctl:
+          vm.swappiness: 10
+          vm.dirty_ratio: 5
+        dmesg: {}
+        """))
+    result = pytester.runpytest_subprocess(
+        f"--gpuhost-spec={spec}", *ssh_args(sshd, *roots, names=tuple(names)), "-n", "2", "-v",
+        "--gpuhost-report=r.json")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    workers: dict[str, set[str]] = {}
+    for line in result.stdout.lines:
+        if line.startswith("[gw") and "PASSED" in line and "@" in line:
+            workers.setdefault(line.rsplit("@", 1)[1].split()[0], set()).add(line.split("]")[0])
+    assert sorted(workers) == names
+    assert all(len(seen) == 1 for seen in workers.values()), workers
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert len(report["checks"]) == 12
+    for target in report["targets"]:
+        # read by each worker's collection, then by the worker that ran its checks
+        assert target["connections"] <= 3 and target["round_trips"] <= 8, target

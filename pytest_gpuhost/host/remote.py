@@ -67,9 +67,11 @@ class Traffic:
     bytes_sent: int = 0
     bytes_received: int = 0
     connect_seconds: float | None = None
+    connections: int = 0
 
     def as_dict(self) -> dict[str, object]:
-        return {"round_trips": self.round_trips, "bytes_sent": self.bytes_sent,
+        return {"round_trips": self.round_trips, "connections": self.connections,
+                "bytes_sent": self.bytes_sent,
                 "bytes_received": self.bytes_received,
                 "connect_seconds": round(self.connect_seconds, 4)
                 if self.connect_seconds is not None else None}
@@ -116,7 +118,9 @@ class AgentHost(BatchReads):
             self._lost = HostError(f"cannot reach {self.url}: {exc}", exc.errno)
             self._close_process()
             raise self._lost from None
-        self.traffic.connect_seconds = time.monotonic() - start
+        self.traffic.connect_seconds = (self.traffic.connect_seconds or 0.0) + \
+            time.monotonic() - start
+        self.traffic.connections += 1
         if not isinstance(hello, dict) or not isinstance(hello.get("hello"), dict):
             reason = hello.get("error") if isinstance(hello, dict) else hello
             self._lost = HostError(f"cannot use {self.url}: {reason}")
@@ -230,9 +234,11 @@ class AgentHost(BatchReads):
             process.wait()
 
     def close(self) -> None:
-        """End the session: the agent sees its input close and exits, leaving nothing."""
+        """End the session: the agent sees its input close and exits, leaving nothing (its
+        locks drop with it). The next call connects again."""
         self._close_process()
         self._process = None
+        self._buffer = b""
 
     # -- Host -------------------------------------------------------------------------------
 

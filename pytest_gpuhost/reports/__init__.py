@@ -32,6 +32,7 @@ class TargetInfo:
     journal: str | None = None
     """The journal of the changes made on it, where there were any."""
     round_trips: int | None = None
+    connections: int | None = None
     bytes_sent: int | None = None
     bytes_received: int | None = None
     connect_seconds: float | None = None
@@ -55,6 +56,7 @@ class TargetInfo:
 
         return dataclasses.replace(
             self, round_trips=total(self.round_trips, other.round_trips),
+            connections=total(self.connections, other.connections),
             bytes_sent=total(self.bytes_sent, other.bytes_sent),
             bytes_received=total(self.bytes_received, other.bytes_received),
             connect_seconds=total(self.connect_seconds, other.connect_seconds),
