@@ -8,7 +8,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Generator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -23,7 +23,9 @@ from .gate import judge, verdict_text
 from .host import Host
 from .items import GpuhostItem, JournalFile, SpecFile
 from .reports import Reporter, RunInfo, TargetInfo, npd
+from .reports.failure import format_failure
 from .reports.jsonfile import JsonReport
+from .reports.junit import junit_properties
 from .reports.nfd import NfdFeatureFile
 from .reports.prometheus import PrometheusTextfile
 from .reports.terminal import TerminalSummary
@@ -385,9 +387,7 @@ class GpuhostRun:
                 self.problems.append(f"--fix-persist: nothing written: {exc}")
                 _at_least(session, pytest.ExitCode.INTERRUPTED)
                 extra = []
-            base = len(self.results)
-            for offset, record in enumerate(extra):
-                self.results[f"persist::{record.key}"] = (base + offset, record)
+            self._report_persistence(session, extra)
             failed = (Outcome.FAILED, Outcome.FIX_FAILED, Outcome.ERROR)
             if any(record.outcome in failed for record in extra):  # refused or not written
                 _at_least(session, pytest.ExitCode.TESTS_FAILED)
@@ -414,6 +414,19 @@ class GpuhostRun:
         if self.settings.npd:  # last: NPD's exit status replaces pytest's
             session.exitstatus = npd.answer_run(records, int(session.exitstatus),
                                                 self.config.stash.get(npd.STDOUT, None))
+
+    def _report_persistence(self, session: pytest.Session, records: Sequence[CheckResult]
+                            ) -> None:
+        """Each persistence file's record as a test report of its own, so pytest's own count,
+        JUnit and every other report hold the same checks (``spec.yaml::persist[FILE]``)."""
+        spec = next(iter(self.session.specs.values()))
+        base = next((nodeid.split("::", 1)[0] for nodeid in self.collected), None) or \
+            self.settings.display(spec.path)
+        for offset, record in enumerate(records):
+            name = record.id if not record.target else f"{record.id}@{record.target}"
+            report = _persist_report(f"{base}::{name}", self.settings.display(spec.path),
+                                     record, len(self.collected) + offset)
+            self.config.hook.pytest_runtest_logreport(report=report)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.is_worker:
@@ -448,6 +461,27 @@ class GpuhostRun:
 
     def pytest_unconfigure(self) -> None:
         self.session.close()
+
+
+def _persist_report(nodeid: str, path: str, record: CheckResult, index: int
+                    ) -> pytest.TestReport:
+    """A persistence file's record as pytest's report of a test that ran at session end."""
+    outcome: Literal["passed", "failed", "skipped"] = "failed"
+    if record.outcome in (Outcome.PASSED, Outcome.FIXED):
+        outcome = "passed"
+    elif record.outcome is Outcome.SKIPPED:
+        outcome = "skipped"
+    longrepr: Any = None
+    if outcome == "failed":
+        longrepr = format_failure(record)
+    elif outcome == "skipped":
+        longrepr = (path, 0, f"Skipped: {record.message}")
+    report = pytest.TestReport(
+        nodeid=nodeid, location=(path, 0, nodeid.split("::", 1)[-1]), keywords={"gpuhost": 1},
+        outcome=outcome, longrepr=longrepr, when="call",
+        user_properties=junit_properties(record))
+    setattr(report, REPORT_ATTR, {"index": index, "result": record.as_dict()})
+    return report
 
 
 def _at_least(session: pytest.Session, code: pytest.ExitCode) -> None:

@@ -164,7 +164,7 @@ def test_dry_run_reports_the_plan_and_writes_nothing(pytester: pytest.Pytester, 
                                 "--gpuhost-report=plan.json")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     # P2P has no fixer; boot-time checks plan their drop-ins (--fix-persist is on)
-    assert counts(result) == {"passed": 82, "failed": 57, "would_fix": 58, "skipped": 1}
+    assert counts(result) == {"passed": 82, "failed": 57, "would_fix": 62, "skipped": 1}
     assert snapshot(example_host) == before  # not even a journal or a lock file
     result.stdout.fnmatch_lines([
         "--gpuhost-dry-run: 62 fixes planned (188 changes); nothing was written",
@@ -295,7 +295,7 @@ def test_fix_persist_writes_files_that_make_it_stick(pytester: pytest.Pytester, 
     (example_host / "proc/sys/kernel/osrelease").write_text("6.8.0-49-generic\n")
     args = [f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}", "--fix", "--fix-persist"]
     first = pytester.runpytest(*args)
-    assert counts(first) == {"passed": 139, "fixed": 45, "skipped": 2, "reboot_required": 12}
+    assert counts(first) == {"passed": 139, "fixed": 51, "skipped": 2, "reboot_required": 12}
     etc = example_host / "etc"
     dropin = (etc / "default/grub.d/90-gpuhost-blackwell8.cfg").read_text()
     assert dropin.endswith('GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT amd_pstate='
@@ -324,7 +324,7 @@ def test_fix_persist_writes_files_that_make_it_stick(pytester: pytest.Pytester, 
     assert not [p for p in etc.rglob(".*")]  # no temporary file left behind
     persisted = host_state(example_host)
     second = pytester.runpytest(*args)
-    assert counts(second) == {"passed": 184, "skipped": 2, "reboot_required": 12}
+    assert counts(second) == {"passed": 190, "skipped": 2, "reboot_required": 12}
     second.stdout.fnmatch_lines(["--fix: 0 of 0 fixes applied",
                                  "--fix-persist: 0 of 0 files written"])
     assert host_state(example_host) == persisted  # unchanged files are not rewritten

@@ -121,3 +121,18 @@ def test_the_host_name_in_reports_is_the_targets_own(pytester: pytest.Pytester,
     report = _report(pytester)
     assert report["host"] == "gpu-node-07"
     assert report["kernel"] == "6.8.0-49-generic"
+
+
+def test_persistence_files_count_in_pytests_own_line_and_junit(
+        pytester: pytest.Pytester, example_host: Path) -> None:
+    """D9: the table, pytest's line, JUnit and JSON hold the same checks."""
+    result = pytester.runpytest(f"--gpuhost-spec={BLACKWELL8}", f"--gpuhost-root={example_host}",
+                                "--fix", "--fix-persist", "--junitxml=junit.xml",
+                                "--gpuhost-report=out.json", "-p", "no:cacheprovider")
+    outcomes = result.parseoutcomes()
+    total = sum(v for k, v in outcomes.items() if k not in ("warnings", "warning"))
+    result.stdout.fnmatch_lines(["persist * 6 *", f"total * {total} *"])
+    cases = list(ET.parse(pytester.path / "junit.xml").iter("testcase"))
+    assert len(cases) == total
+    assert sum(1 for case in cases if case.get("name", "").startswith("persist[")) == 6
+    assert len(_report(pytester)["checks"]) == total  # type: ignore[arg-type]

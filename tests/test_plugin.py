@@ -184,11 +184,11 @@ def test_second_fix_is_idempotent_and_writes_nothing(pytester: pytest.Pytester, 
     (example_host / "proc/sys/kernel/osrelease").write_text("6.8.0-49-generic\n")
     args = [f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}", "--fix", "--fix-persist"]
     first = pytester.runpytest(*args)
-    assert counts(first) == {"passed": 139, "fixed": 45, "skipped": 2, "reboot_required": 12}
+    assert counts(first) == {"passed": 139, "fixed": 51, "skipped": 2, "reboot_required": 12}
     assert first.ret == pytest.ExitCode.TESTS_FAILED  # a reboot is still due
     tuned = snapshot(example_host)
     second = pytester.runpytest(*args)
-    assert counts(second) == {"passed": 184, "skipped": 2, "reboot_required": 12}
+    assert counts(second) == {"passed": 190, "skipped": 2, "reboot_required": 12}
     second.stdout.fnmatch_lines(["--fix: 0 of 0 fixes applied",
                                  "--fix-persist: 0 of 0 files written"])
     assert snapshot(example_host) == tuned
