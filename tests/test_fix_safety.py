@@ -575,3 +575,30 @@ def test_a_skip_points_at_the_spec(pytester: pytest.Pytester, fake: FakeHost) ->
     result = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}", "-rs")
     result.stdout.fnmatch_lines(["SKIPPED [1] spec.yaml:3: when: infiniband is false: no RDMA "
                                  "device under sys/class/infiniband"])
+
+
+def test_a_change_knows_the_bits_its_restore_must_never_set(fake: FakeHost) -> None:
+    """The FLR guard belongs to the Device Control change, not to every restored register:
+    a restore of DevCtl never sets bit 15; a restore of another register restores it."""
+    from pytest_gpuhost.fix.journal import JournalContents, JournalEntry
+    from pytest_gpuhost.fix.rollback import rollback_checks
+    from pytest_gpuhost.gpu.nvml import FakeNvml, NvmlSource
+
+    config = fake.file("sys/bus/pci/devices/0000:01:00.0/config", bytes(0x100))
+    config.write_bytes(bytes(0x80) + (0x1000).to_bytes(2, "little") + bytes(0x7E))
+    path = "sys/bus/pci/devices/0000:01:00.0/config"
+
+    def restore(never_set: int) -> tuple[Outcome, int]:
+        change = WriteBytes(path, 0x80, (0x9000).to_bytes(2, "little").hex(),
+                            (0x1000).to_bytes(2, "little").hex(), never_set)
+        entry = JournalEntry("1", "t", "s", "c", "pcie.max_read_request", "k", change, "applied")
+        [check] = rollback_checks(JournalContents(fake.root / "j.jsonl", (entry,), False, 0),
+                                  "j", NvmlSource(lambda: FakeNvml()))
+        result = run_check(check, LocalHost(fake.root), {}, FIX)
+        data = config.read_bytes()[0x80:0x82]
+        config.write_bytes(bytes(0x80) + (0x1000).to_bytes(2, "little") + bytes(0x7E))
+        return result.outcome, int.from_bytes(data, "little")
+
+    outcome, devctl = restore(0x8000)  # an original with FLR set is never written back
+    assert devctl & 0x8000 == 0 and outcome is Outcome.FIX_FAILED
+    assert restore(0) == (Outcome.FIXED, 0x9000)  # another register's bit 15 is restored

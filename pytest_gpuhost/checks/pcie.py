@@ -12,7 +12,7 @@ from typing import Any
 
 from ..fix.changes import Plan, WriteBytes
 from ..host import Host, HostError, Read, Request
-from ..linux.pciconfig import SIZES, ConfigError, DeviceControl, device_control
+from ..linux.pciconfig import BCR_FLR, SIZES, ConfigError, DeviceControl, device_control
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Domain, Expectation, Integer, LinkSpeed
 from . import Check, Evidence, Fact, Facts, NoFix, Observation
@@ -58,7 +58,8 @@ class MaxReadRequestProbe:
         """A read-modify-write of DevCtl bits 14:12 alone (bit 15, FLR, stays clear)."""
         devctl, path = _device_control(host, self.gpu)
         wanted = devctl.with_max_read_request(int(value))
-        change = WriteBytes(path, wanted.offset, devctl.raw.hex(), wanted.raw.hex())
+        change = WriteBytes(path, wanted.offset, devctl.raw.hex(), wanted.raw.hex(),
+                            never_set=BCR_FLR)
         return Plan(f"write DevCtl 0x{devctl.value:04x} -> 0x{wanted.value:04x} at {path} "
                     f"@0x{wanted.offset:02x} (bits 14:12 only)", (change,))
 

@@ -73,18 +73,22 @@ class WriteText:
 
 @dataclass(frozen=True)
 class WriteBytes:
-    """Write bytes in place at an offset (config space); ``old``/``new`` are hex strings."""
+    """Write bytes in place at an offset (config space); ``old``/``new`` are hex strings.
+
+    ``never_set`` is the change's own knowledge of the register: bits no restore of it may
+    set (Device Control's bit 15 starts a function-level reset)."""
 
     path: str
     offset: int
     old: str
     new: str
+    never_set: int = 0
 
     def describe(self) -> str:
         return f"write {self.path} @0x{self.offset:02x}: {self.old} -> {self.new}"
 
     def undo(self) -> WriteBytes:
-        return WriteBytes(self.path, self.offset, self.new, self.old)
+        return WriteBytes(self.path, self.offset, self.new, self.old, self.never_set)
 
 
 @dataclass(frozen=True)
@@ -179,13 +183,13 @@ def _shown(value: object) -> str:
 
 
 def _field(values: dict[str, Any], name: str, kind: str) -> Any:
-    """One field, checked against ``kind``: str, str?, int, argv, hex."""
+    """One field, checked against ``kind``: str, str?, int, int?, argv, hex."""
     if name not in values:
         if kind.endswith("?"):
             return None
         raise ChangeError(f"the change has no {name!r}")
     value = values[name]
-    if kind == "str?" and value is None:
+    if kind in ("str?", "int?") and value is None:
         return None
     if kind in ("str", "str?", "hex") and not isinstance(value, str):
         raise ChangeError(f"the change's {name!r} must be a string, got {_shown(value)}")
@@ -194,7 +198,8 @@ def _field(values: dict[str, Any], name: str, kind: str) -> Any:
             bytes.fromhex(value)
         except ValueError:
             raise ChangeError(f"the change's {name!r} must be hex bytes, got {value!r}") from None
-    if kind == "int" and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+    if kind in ("int", "int?") and (isinstance(value, bool) or not isinstance(value, int)
+                                    or value < 0):
         raise ChangeError(f"the change's {name!r} must be a non-negative integer, got "
                           f"{_shown(value)}")
     if kind == "argv":
@@ -217,7 +222,8 @@ def _base64(values: dict[str, Any], name: str) -> bytes | None:
 
 _FIELDS: dict[type[Change], tuple[tuple[str, str], ...]] = {
     WriteText: (("path", "str"), ("old", "str"), ("new", "str")),
-    WriteBytes: (("path", "str"), ("offset", "int"), ("old", "hex"), ("new", "hex")),
+    WriteBytes: (("path", "str"), ("offset", "int"), ("old", "hex"), ("new", "hex"),
+                 ("never_set", "int?")),
     Command: (("argv", "argv"), ("undo_argv", "argv"), ("old", "str"), ("new", "str")),
     ReplaceFile: (("path", "str"), ("old", "str?"), ("new", "str?")),
     NvmlSetting: (("address", "str"), ("setting", "str"), ("old", "str"), ("new", "str")),
@@ -251,6 +257,9 @@ def from_dict(data: object) -> Change:
     if cls is WriteBytes and checked["offset"] < CONFIG_HEADER:
         raise ChangeError(f"the change writes config space at 0x{checked['offset']:02x}, inside "
                           "the 64-byte header, where no fix ever writes")
+    if cls is WriteBytes and checked.get("never_set") is None:
+        checked["never_set"] = 0  # a journal older than the field: restores change only the
+        # bits the fix changed, and a fix never changes FLR, so bit 15 stays as it is anyway
     if cls is WriteText:
         checked["old_raw"] = _base64(values, "old_base64")
         checked["new_raw"] = _base64(values, "new_base64")

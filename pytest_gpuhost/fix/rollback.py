@@ -27,7 +27,7 @@ from ..checks.modules import ModuleProbe, ModuleState, module_name_problem
 from ..checks.nvml import PERSISTENCE, EccProbe, PersistenceModeProbe, PowerLimitProbe, Watts
 from ..gpu.nvml import NvmlSource
 from ..host import Host, HostError, HostIdentity
-from ..linux.pciconfig import BCR_FLR, short_config
+from ..linux.pciconfig import short_config
 from ..spec import EntryOptions
 from ..spec.matchers import Auto, Choice, Domain, Exact, Expectation
 from .changes import (
@@ -173,7 +173,8 @@ class PendingEcc:
 @dataclass(frozen=True)
 class BitsProbe:
     """The bits a config-space write changed (``old`` XOR ``new``), read back and restored by a
-    read-modify-write of those bits alone; bit 15 of Device Control (FLR) is never set."""
+    read-modify-write of those bits alone, never setting the bits the change says must not be
+    (Device Control's function-level reset)."""
 
     path: str
     offset: int
@@ -182,6 +183,7 @@ class BitsProbe:
     length: int
     read_back: int | None = None
     """The bits the fix read back right after its write, where the device kept others."""
+    never_set: int = 0
     fixable = True
 
     @property
@@ -213,8 +215,9 @@ class BitsProbe:
         if current & self.mask not in left:
             raise CannotFix(f"changed since the fix (bits {self.shown(current)}, the fix left "
                             f"{self.shown(self.new)}): left as it is")
-        restored = (current & ~self.mask | self.old & self.mask) & ~BCR_FLR
-        change = WriteBytes(self.path, self.offset, self._hex(current), self._hex(restored))
+        restored = (current & ~self.mask | self.old & self.mask) & ~self.never_set
+        change = WriteBytes(self.path, self.offset, self._hex(current), self._hex(restored),
+                            self.never_set)
         return Plan(f"write bits {self.shown(self.old)} back to {self.path} @0x{self.offset:02x}",
                     (change,))
 
@@ -261,7 +264,8 @@ def _restore(entry: JournalEntry, nvml: NvmlSource) -> tuple[Expectation, Probe]
         length = len(bytes.fromhex(change.old))
         read_back = (int.from_bytes(entry.read_back, "little")
                      if entry.read_back is not None and len(entry.read_back) == length else None)
-        probe = BitsProbe(change.path, change.offset, old, new, length, read_back)
+        probe = BitsProbe(change.path, change.offset, old, new, length, read_back,
+                          change.never_set)
         return Exact(probe.shown(old), Choice((probe.shown(old),))), probe
     if isinstance(change, ReplaceFile):
         return (expected_state(change.old),
