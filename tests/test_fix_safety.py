@@ -184,7 +184,7 @@ def test_dry_run_reports_the_plan_and_writes_nothing(pytester: pytest.Pytester, 
     assert acs["plan"] == [{"change": "write sys/bus/pci/devices/0000:00:01.1/config @0x14e: "
                                       "1d00 -> 1100", "type": "write_bytes",
                             "path": "sys/bus/pci/devices/0000:00:01.1/config", "offset": 0x14E,
-                            "old": "1d00", "new": "1100"}]  # RR and CR cleared, SV and UF kept
+                            "old": "1d00", "new": "1100", "never_set": 0}]  # RR, CR cleared
     cmdline = checks_by_id["kernel.cmdline[iommu=pt]"]
     assert cmdline["outcome"] == "would_fix"
     assert cmdline["plan"][0]["path"] == "etc/default/grub.d/90-gpuhost-blackwell8.cfg"
@@ -194,7 +194,7 @@ def test_dry_run_reports_the_plan_and_writes_nothing(pytester: pytest.Pytester, 
     assert mrrs["plan"] == [{"change": "write sys/bus/pci/devices/0000:81:00.0/config @0x80: "
                                        "3729 -> 3759", "type": "write_bytes",
                              "path": "sys/bus/pci/devices/0000:81:00.0/config", "offset": 128,
-                             "old": "3729", "new": "3759"}]
+                             "old": "3729", "new": "3759", "never_set": 0x8000}]
     assert checks["module[nvidia_uvm]"]["plan"][0]["argv"] == ["modprobe", "--", "nvidia_uvm"]
     persisted = checks["persist[etc/sysctl.d/90-gpuhost-blackwell8.conf]"]
     assert persisted["outcome"] == "would_fix"
