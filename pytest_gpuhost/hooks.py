@@ -21,6 +21,7 @@ from .fix.locking import LockUnavailable
 from .fix.run import JOURNAL_KEY
 from .gate import judge, verdict_text
 from .host import Host
+from .items import RUN as RUN
 from .items import GpuhostItem, JournalFile, SpecFile
 from .reports import Reporter, RunInfo, TargetInfo, npd
 from .reports.failure import format_failure
@@ -41,7 +42,6 @@ from .workers import (
     worker_log,
 )
 
-RUN = pytest.StashKey["GpuhostRun"]()
 REPORT_ATTR = "gpuhost"
 
 STATUSES = {

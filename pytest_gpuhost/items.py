@@ -3,9 +3,9 @@ collector whose items are the checks; an item runs its check through the session
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
@@ -17,17 +17,30 @@ from .reports.junit import junit_properties
 from .result import CheckResult, Outcome
 
 if TYPE_CHECKING:
-    from .hooks import GpuhostRun
-    from .session import Target
+    from .session import Session, Target
+    from .workers import DoneLog
+
+
+class RunState(Protocol):
+    """What the items need of the run's hooks object (``hooks.GpuhostRun``)."""
+
+    session: Session
+    log: DoneLog | None
+
+    def unfinished_message(self, check_id: str, missing: Sequence[int]) -> str: ...
+
+    def stop(self, item: GpuhostItem, reason: str) -> None: ...
+
+
+RUN = pytest.StashKey[RunState]()
+"""Where ``plugin.pytest_configure`` keeps the active run."""
 
 GPUHOST_MARK = pytest.mark.gpuhost
 """Built once: looking a marker up by name costs more than the rest of an item's set-up."""
 SLOW_MARK = pytest.mark.gpuhost_slow
 
 
-def run_of(config: pytest.Config) -> GpuhostRun:
-    from .hooks import RUN
-
+def run_of(config: pytest.Config) -> RunState:
     return config.stash[RUN]
 
 
@@ -122,7 +135,7 @@ class GpuhostItem(pytest.Item):
         if self.result.outcome not in PASSING:
             raise CheckFailed(self.result)
 
-    def _target_name(self, run: GpuhostRun) -> str | None:
+    def _target_name(self, run: RunState) -> str | None:
         return self.target.name if run.session.named else None
 
     def _progress_sink(self) -> Any:

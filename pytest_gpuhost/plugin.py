@@ -177,7 +177,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def _configure_run(config: pytest.Config) -> None:
-    from .hooks import RUN, GpuhostRun
+    from .hooks import GpuhostRun
+    from .items import RUN
     from .settings import SettingsError, resolve
 
     try:
@@ -212,7 +213,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     __tracebackhide__ = True
     if item.get_closest_marker("gpuhost") is None:
         return
-    from .hooks import RUN
+    from .items import RUN
 
     if RUN not in item.config.stash:
         pytest.fail(f"{item.nodeid} is marked gpuhost (it needs the host checks to pass) but no "

@@ -22,9 +22,9 @@ from .checks.conditions import ConditionFn
 from .checks.gpus import GPUS
 from .engine import RunOptions, run_check
 from .fix.journal import JOURNAL_DIR, JournalContents, JournalError, latest_journal, read_journal
+from .fix.persist import persistence_checks
 from .fix.rollback import refuse_foreign, rollback_checks
 from .fix.run import FixRun, close_rollback, default_journal, make_fixer
-from .fix.run import persist as persist_files
 from .fix.state import StateFile, StateStore
 from .gpu.nvml import NvmlFactory, NvmlSource, NvmlUnavailable, RecordedNvml
 from .host import BatchReads, CachedHost, Host, HostError, HostIdentity, Read, Reply, Request
@@ -460,8 +460,10 @@ class Session:
         if not target.fixrun.persist or not self.specs:
             return []
         spec = next(iter(self.specs.values()))
-        return persist_files(target.host, target.fixrun.fixer, self.options, spec.name,
-                             self.settings.display(spec.path), results)
+        checks = persistence_checks(spec.name, self.settings.display(spec.path), results,
+                                    target.host)
+        return [run_check(check, target.host, {}, self.options, target.fixrun.fixer)
+                for check in checks]
 
     def close_rollback(self, results: Sequence[CheckResult]) -> bool:
         contents = self.rollback

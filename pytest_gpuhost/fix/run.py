@@ -7,14 +7,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..engine import RunOptions, run_check
 from ..gpu.nvml import NvmlSource
 from ..host import Host
 from ..result import CheckResult, Outcome
 from .fixer import Fixer
 from .journal import Journal, JournalContents
 from .locking import RootLock
-from .persist import persistence_checks
 from .state import STATE_DIR as STATE_DIR
 from .state import StateFile, StateStore
 
@@ -65,13 +63,6 @@ def default_journal(host: Host, option: Path | None, spec: str,
     if option is not None:
         return StateFile.local(option)
     return StateStore.of(host).new_journal(spec)
-
-
-def persist(host: Host, fixer: Fixer | None, options: RunOptions, spec: str, source: str,
-            results: Sequence[CheckResult]) -> list[CheckResult]:
-    """Write (or, in a dry run, plan) the persistence files; one record per file."""
-    return [run_check(check, host, {}, options, fixer)
-            for check in persistence_checks(spec, source, results, host)]
 
 
 def close_rollback(journal: JournalContents, results: Sequence[CheckResult]) -> bool:
