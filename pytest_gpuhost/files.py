@@ -20,16 +20,23 @@ class OutputError(Exception):
     """A report path that cannot be written; the message names it and says why."""
 
 
-def write_atomically(path: Path, text: str, *, mode: int = 0o644) -> None:
+def write_atomically(path: Path, text: str, *, mode: int = 0o644, replace: bool = True) -> None:
     """A temporary file beside ``path``, then rename: readable by others (a CI user, the Allure
-    CLI, node_exporter) although the run may be root's; nothing is left behind on failure."""
+    CLI, node_exporter) although the run may be root's; nothing is left behind on failure.
+
+    ``replace=False``: the complete file is linked into place, which fails with FileExistsError
+    when ``path`` exists by then (a file another process wrote meanwhile is never replaced)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.write(text)
         os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        if replace:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)
+            os.unlink(tmp)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

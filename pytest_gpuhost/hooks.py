@@ -5,6 +5,7 @@ to ``workers``, the gate to ``gate``, statuses and reports to ``reports``.
 
 from __future__ import annotations
 
+import shlex
 import socket
 from collections.abc import Generator, Sequence
 from pathlib import Path
@@ -370,6 +371,13 @@ class GpuhostRun:
             from .reports.allure import AllureSessionFiles
 
             chosen.append(AllureSessionFiles(settings.alluredir))
+        if settings.fleet_html is not None:
+            from .reports.fleethtml import FleetHtml
+
+            chosen.append(FleetHtml(settings.fleet_html))
+        if settings.capture is not None:
+            command = shlex.join(["pytest", *self.config.invocation_params.args])
+            chosen.append(self.session.capture_reporter(command))
         return chosen
 
     @pytest.hookimpl(tryfirst=True)

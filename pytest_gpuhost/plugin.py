@@ -24,7 +24,8 @@ MARKERS = (
 _OPTIONS = ("gpuhost_spec", "gpuhost_root", "fix", "gpuhost_report", "gpuhost_dry_run",
             "gpuhost_journal", "gpuhost_rollback", "fix_persist", "gpuhost_gate", "gpuhost_prom",
             "gpuhost_npd", "gpuhost_nfd", "gpuhost_target", "gpuhost_ssh_config",
-            "gpuhost_rollback_after_reboot")
+            "gpuhost_rollback_after_reboot", "gpuhost_capture", "gpuhost_capture_from",
+            "gpuhost_capture_overwrite", "gpuhost_fleet_html")
 _SPEC_SUFFIXES = (".yaml", ".yml")
 
 
@@ -87,6 +88,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "ini: gpuhost_ssh_config")
     group.addoption("--gpuhost-connect-timeout", type=float, default=10.0, metavar="SECONDS",
                     help="how long connecting to a target may take (default 10)")
+    group.addoption("--gpuhost-capture", default=None, metavar="OUT.yaml",
+                    help="write a spec of what the target holds now, for the keys of the given "
+                         "spec(s), or without one for every key of the built-in catalog; "
+                         "never over an existing file (see --gpuhost-capture-overwrite)")
+    group.addoption("--gpuhost-capture-from", default=None, metavar="TARGET",
+                    help="with --gpuhost-capture and several targets: the golden one to "
+                         "capture")
+    group.addoption("--gpuhost-capture-overwrite", action="store_true", default=False,
+                    help="let --gpuhost-capture replace an existing file")
+    group.addoption("--gpuhost-fleet-html", default=None, metavar="FILE",
+                    help="write the fleet view of this run's targets (matrix, details, drift) "
+                         "as one self-contained HTML page")
     parser.addini("gpuhost_spec", "spec file(s) of the host's tuning", type="args", default=[])
     parser.addini("gpuhost_targets", "targets, one per line (see --gpuhost-target)",
                   type="linelist", default=[])
@@ -125,7 +138,10 @@ def _raw_options(config: pytest.Config) -> Any:
         journal=option.gpuhost_journal, rollback=option.gpuhost_rollback,
         lock_timeout=option.gpuhost_lock_timeout, gate=option.gpuhost_gate,
         report=option.gpuhost_report, prom=option.gpuhost_prom, npd=option.gpuhost_npd,
-        nfd=option.gpuhost_nfd,
+        nfd=option.gpuhost_nfd, capture=option.gpuhost_capture,
+        capture_from=option.gpuhost_capture_from,
+        capture_overwrite=option.gpuhost_capture_overwrite,
+        fleet_html=option.gpuhost_fleet_html,
         alluredir=getattr(option, "allure_report_dir", None),
         numprocesses=getattr(option, "numprocesses", None),
         worker=hasattr(config, "workerinput"), targets=tuple(option.gpuhost_target),

@@ -15,8 +15,9 @@ import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .capture.catalog import observe_only
 from .checks import Check, Fact, Facts, Kind, NoFix, Observation
 from .checks.conditions import ConditionFn
 from .checks.gpus import GPUS
@@ -33,6 +34,9 @@ from .result import CheckResult
 from .settings import Settings, SettingsError
 from .spec import EntryOptions, Spec, load_spec
 from .spec.matchers import Verdict
+
+if TYPE_CHECKING:
+    from .capture.writer import SpecCapture
 
 LOCAL = "local"
 
@@ -306,6 +310,8 @@ class Session:
             target = Target(url.name, host, self.settings, self.conditions, self.nvml_for,
                             self.shared_dir, url=url.url)
             self.targets[url.name] = target
+        if self.settings.capture is not None:
+            self.capture_target()  # an unknown --gpuhost-capture-from: before anything runs
         if self.settings.rollback is not None:
             self._open_rollback(self.target)
         elif self.settings.fix and not self.settings.dry_run:
@@ -448,7 +454,7 @@ class Session:
                 checks.append(Check(section, None, Unexpanded(section),
                                     EntryOptions(where=f"{self.settings.display(spec.path)}:1"),
                                     Unexpandable(exc)))
-        return checks
+        return [observe_only(c) for c in checks] if self.settings.catalog else checks
 
     def run(self, check: Check, target: Target | None = None) -> CheckResult:
         """Raises only LockUnavailable; every other outcome is the record."""
@@ -464,6 +470,31 @@ class Session:
                                     target.host)
         return [run_check(check, target.host, {}, self.options, target.fixrun.fixer)
                 for check in checks]
+
+    def capture_target(self) -> Target:
+        """The target --gpuhost-capture writes down: --gpuhost-capture-from, else the only one."""
+        from .capture.writer import pick_target
+
+        try:
+            return self.targets[pick_target(list(self.targets), self.settings.capture_from)]
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from None
+
+    def capture_reporter(self, command: str) -> SpecCapture:
+        """The reporter that writes the captured spec, with what the target says of itself."""
+        from .capture.writer import Source, SpecCapture
+
+        settings = self.settings
+        assert settings.capture is not None
+        target = self.capture_target()
+        facts = target.host_facts()
+        shown = [(settings.display(path), spec) for path, spec in self.specs.items()]
+        keys = "the built-in catalog" if settings.catalog else ", ".join(s for s, _ in shown)
+        source = Source(target.name, facts.hostname, facts.kernel, facts.driver,
+                        facts.gpu_models, len(facts.gpus), command, keys)
+        return SpecCapture(settings.capture, settings.capture_shown,
+                           overwrite=settings.capture_overwrite, specs=shown, source=source,
+                           parsers=self.kinds, conditions=self.conditions)
 
     def close_rollback(self, results: Sequence[CheckResult]) -> bool:
         contents = self.rollback

@@ -9,6 +9,7 @@ hands in the raw values (``RawOptions``), so tests and benchmarks build settings
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,10 @@ class RawOptions:
     ini_ssh_config: str = ""
     connect_timeout: float = 10.0
     after_reboot: bool = False
+    capture: str | None = None
+    capture_from: str | None = None
+    capture_overwrite: bool = False
+    fleet_html: str | None = None
 
 
 @dataclass(frozen=True)
@@ -85,14 +90,23 @@ class Settings:
     connect_timeout: float = 10.0
     after_reboot: bool = False
     """--gpuhost-rollback-after-reboot: restore runtime changes a reboot has reset since."""
+    npd: bool = False
+    """--gpuhost-npd, on the controller: answer as a node-problem-detector plugin."""
+    nfd: Path | None = None
+    capture: Path | None = None
+    """--gpuhost-capture: where the captured spec goes (on the controller)."""
+    capture_shown: str = ""
+    """--gpuhost-capture as given, for messages and the header."""
+    capture_from: str | None = None
+    capture_overwrite: bool = False
+    catalog: bool = False
+    """--gpuhost-capture without a spec: the built-in catalog is the spec, observed only."""
+    fleet_html: Path | None = None
 
     @property
     def remote(self) -> bool:
         """Whether ids and reports must name targets (anything but the one local target)."""
         return len(self.targets) > 1 or not self.targets[0].local
-    npd: bool = False
-    """--gpuhost-npd, on the controller: answer as a node-problem-detector plugin."""
-    nfd: Path | None = None
 
     @property
     def active(self) -> bool:
@@ -141,12 +155,16 @@ def _root(raw: RawOptions) -> Path:
 
 
 _NEEDS_SPEC = ("fix", "report", "root", "gate", "prom", "persist", "dry_run", "journal", "npd",
-               "nfd", "targets", "ssh_config")
+               "nfd", "targets", "ssh_config", "fleet_html")
 _FLAGS = {"fix": "--fix", "report": "--gpuhost-report", "root": "--gpuhost-root",
           "gate": "--gpuhost-gate", "prom": "--gpuhost-prom", "persist": "--fix-persist",
           "dry_run": "--gpuhost-dry-run", "journal": "--gpuhost-journal",
           "npd": "--gpuhost-npd", "nfd": "--gpuhost-nfd", "targets": "--gpuhost-target",
-          "ssh_config": "--gpuhost-ssh-config"}
+          "ssh_config": "--gpuhost-ssh-config", "fleet_html": "--gpuhost-fleet-html",
+          "capture_from": "--gpuhost-capture-from",
+          "capture_overwrite": "--gpuhost-capture-overwrite"}
+_NOT_WITH_CATALOG = ("fix", "persist", "dry_run", "journal", "gate")
+"""What a catalog capture (no spec) cannot do: it observes, and has no values to fix to."""
 
 
 def _usage(raw: RawOptions, has_specs: bool) -> None:
@@ -222,17 +240,61 @@ def _connect_timeout(value: float) -> float:
         raise SettingsError(f"--gpuhost-connect-timeout={value:g}: expected a number of "
                             "seconds above 0")
     return value
+def _capture(raw: RawOptions, specs: tuple[Path, ...]) -> tuple[Path | None, bool]:
+    """(where the captured spec goes, whether the catalog is the spec)."""
+    if not raw.capture:
+        for name in ("capture_from", "capture_overwrite"):
+            if getattr(raw, name):
+                raise SettingsError(f"{_FLAGS[name]} goes with --gpuhost-capture=OUT.yaml")
+        return None, False
+    if raw.rollback is not None:
+        raise SettingsError("--gpuhost-capture does not go with --gpuhost-rollback (a rollback "
+                            "restores a journal; capture after it, in a run of its own)")
+    catalog = not specs
+    if catalog:
+        for name in _NOT_WITH_CATALOG:
+            if getattr(raw, name):
+                raise SettingsError(f"{_FLAGS[name]} needs a spec: --gpuhost-capture without "
+                                    "one observes the built-in catalog and has no values to "
+                                    "hold the host to (pass --gpuhost-spec=FILE)")
+    if raw.worker:
+        return None, catalog
+    path = raw.invocation / raw.capture
+    if os.path.lexists(path) and not raw.capture_overwrite:
+        raise SettingsError(f"--gpuhost-capture={raw.capture}: the file exists; pass "
+                            "--gpuhost-capture-overwrite to replace it, or name a new file")
+    return _output(raw, raw.capture, "--gpuhost-capture"), catalog
+
+
+def _capture_from(raw: RawOptions, targets: Sequence[Target]) -> str:
+    """The name of the target --gpuhost-capture writes down: --gpuhost-capture-from (a target's
+    name or its URL as given), else the only target."""
+    from .capture.writer import pick_target
+
+    chosen = raw.capture_from
+    by_url = {target.url: target.name for target in targets}
+    try:
+        return pick_target([target.name for target in targets], by_url.get(chosen or "", chosen))
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
 
 
 def resolve(raw: RawOptions) -> Settings:
     """The run's settings; SettingsError for the first thing that cannot be used."""
     specs = _spec_paths(raw)
+    capture, catalog = _capture(raw, specs)
+    if catalog:
+        from .capture.catalog import CATALOG
+
+        specs = (CATALOG,)
     _usage(raw, bool(specs))
     active = bool(specs) or raw.rollback is not None
     root = _root(raw) if active else Path("/")
     if raw.persist and len(specs) > 1:
         raise SettingsError("--fix-persist names its files after the spec: run it with one spec "
                             "at a time")
+    targets = _targets(raw)
+    capture_from = _capture_from(raw, targets) if capture is not None or catalog else None
     journal = raw.invocation / raw.journal if raw.journal else None
     if journal is not None and not raw.worker and journal.exists():
         raise SettingsError(f"--gpuhost-journal={raw.journal}: the file exists; a journal "
@@ -248,5 +310,9 @@ def resolve(raw: RawOptions) -> Settings:
         worker=raw.worker, distributing=not raw.worker and bool(raw.numprocesses),
         npd=raw.npd and not raw.worker,
         nfd=_output(raw, raw.nfd, "--gpuhost-nfd") if not raw.worker else None,
-        targets=_targets(raw), ssh_config=_ssh_config(raw),
-        connect_timeout=_connect_timeout(raw.connect_timeout), after_reboot=raw.after_reboot)
+        targets=targets, ssh_config=_ssh_config(raw),
+        connect_timeout=_connect_timeout(raw.connect_timeout), after_reboot=raw.after_reboot,
+        capture=capture, capture_shown=raw.capture or "", capture_from=capture_from,
+        capture_overwrite=raw.capture_overwrite, catalog=catalog,
+        fleet_html=_output(raw, raw.fleet_html, "--gpuhost-fleet-html")
+        if not raw.worker else None)

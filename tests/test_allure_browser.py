@@ -94,7 +94,7 @@ def test_allure_report_in_headless_chromium(pytester: pytest.Pytester, example_h
         assert name in overview, f"{name} not on the report's overview"
 
     page = chromium("--dump-dom", f"{url}#{peermem['id']}")
-    for shown in ("observe: absent", "apply: modprobe nvidia_peermem", "read back: absent",
+    for shown in ("observe: absent", "apply: modprobe -- nvidia_peermem", "read back: absent",
                   "command and output", "what was read", "expected vs observed",
                   "GPUDirect RDMA between the GPUs and the InfiniBand NICs"):
         assert shown in page, f"{shown!r} not on the fix_failed check's page"

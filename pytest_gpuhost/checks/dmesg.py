@@ -24,6 +24,9 @@ SINCE = ("boot", "session")
 SHOWN = 20
 NAMED, SHORT = 3, 100
 """The failure's message names the first NAMED offending records, each cut to SHORT chars."""
+KEPT = 1_000
+"""Distinct offending texts kept in the record's details (``offending``), for --gpuhost-capture
+to allow them by pattern; past that many, ``offending_cut`` says how many more there were."""
 LAST = 10_000  # order rank: after every other kind
 
 
@@ -98,7 +101,11 @@ class DmesgProbe(NoFix):
             evidence.append(Evidence(KMSG, f"... and {len(offending) - SHOWN} more"))
         named = "; ".join(_short(str(r)) for r in offending[:NAMED])
         more = f" (and {len(offending) - NAMED} more)" if len(offending) > NAMED else ""
-        return Observation(str(len(offending)), tuple(evidence),
+        texts = list(dict.fromkeys(r.text for r in offending))
+        details: dict[str, Any] = {"offending": texts[:KEPT]}
+        if len(texts) > KEPT:
+            details["offending_cut"] = len(texts) - KEPT
+        return Observation(str(len(offending)), tuple(evidence), details=details,
                            culprits=f"first {named}{more}" if offending else None)
 
 

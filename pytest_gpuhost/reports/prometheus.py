@@ -33,6 +33,11 @@ def _metric(name: str, help_text: str, samples: Sequence[tuple[str, float | int]
     return lines
 
 
+def _target(record: CheckResult) -> str:
+    """The target a record came from: ``local`` in a run of this machine alone."""
+    return record.target or "local"
+
+
 def textfile(results: Sequence[CheckResult], *, specs: Sequence[str], timestamp: float) -> str:
     """The exposition-format text: per check, whether it is good, its outcome and, where the
     observed value is a number, that number; then counts per outcome and the run's time.
@@ -65,6 +70,9 @@ def textfile(results: Sequence[CheckResult], *, specs: Sequence[str], timestamp:
                sum(r.outcome.value == name and ((r.target or ""), r.spec_file) == group
                    for r in results))
               for group in groups for name in OUTCOMES]
+    info = [(_labels((("target", _target(r)), *file_labels(r.spec_file), ("kind", r.kind),
+                      ("key", r.key or ""), ("value", r.observed))), 1)
+            for r in results if r.observed is not None and not _NUMBER.fullmatch(r.observed)]
     lines = [
         *_metric("gpuhost_check_ok", "1 when the check passed, was fixed or did not apply; "
                  "0 when it failed, its fix failed or the host could not be read", ok),
@@ -72,6 +80,9 @@ def textfile(results: Sequence[CheckResult], *, specs: Sequence[str], timestamp:
                  outcome),
         *_metric("gpuhost_check_observed", "the value read on the host, where it is a number",
                  observed),
+        *_metric("gpuhost_observed_info", "1 for the value read on the host, where it is not a "
+                 "number (a driver, a link speed, a governor): drift shows as a minority value",
+                 info),
         *_metric("gpuhost_checks", "number of checks per outcome in the last run", counts),
         *_metric("gpuhost_last_run_timestamp_seconds", "when the last run finished (Unix time)",
                  [(_labels(group_labels(*group)), round(timestamp, 3)) for group in groups]),

@@ -1,0 +1,56 @@
+"""The built-in catalog (``catalog.yaml``): every key pytest-gpuhost knows how to check, each with
+its ``why``, for ``--gpuhost-capture`` without a spec.
+
+A catalog run observes and judges nothing: each check passes with whatever value the host holds,
+and a key the host has no value for (a sysctl this kernel lacks, a C-state its driver does not
+name) is skipped with the probe's reason, so the run says what it could read. What is captured
+from it, and in which form, follows each catalog entry (``min:`` entries become floors).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..checks import Check, NoFix, NotApplicable, Observation, Probe
+from ..host import Host, Request
+from ..spec.matchers import Verdict
+
+CATALOG = Path(__file__).with_name("catalog.yaml")
+
+
+@dataclass(frozen=True)
+class AnyValue:
+    """A catalog check's expectation: any value the host holds passes."""
+
+    def describe(self) -> str:
+        return "any value (capture)"
+
+    def judge(self, observed: str | None) -> Verdict:
+        return Verdict(observed is not None, "" if observed is not None else "nothing was read")
+
+    def fix_value(self, observed: str | None) -> str | None:
+        return None
+
+
+@dataclass(frozen=True)
+class ObserveOnly(NoFix):
+    """A probe's observation alone: nothing to read is a skip with the probe's reason."""
+
+    probe: Probe
+
+    def reads(self) -> Sequence[Request]:
+        return tuple(getattr(self.probe, "reads", tuple)())
+
+    def observe(self, host: Host) -> Observation:
+        observed = self.probe.observe(host)
+        if observed.value is None:
+            raise NotApplicable(observed.problem or "nothing to read on this host")
+        return observed
+
+
+def observe_only(check: Check) -> Check:
+    """``check`` as the catalog runs it: observed, never judged against the catalog's value."""
+    return dataclasses.replace(check, expect=AnyValue(), probe=ObserveOnly(check.probe))

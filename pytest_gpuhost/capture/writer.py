@@ -1,0 +1,147 @@
+"""The capture reporter: one target's records -> a spec file, checked to load before it is
+written, written atomically, and never over a file that exists unless asked."""
+
+from __future__ import annotations
+
+import re
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..files import OutputError, write_atomically
+from ..result import CheckResult
+from ..spec import SPEC_VERSION, SectionParser, Spec, SpecError, load_spec
+from . import yamltext
+from .sections import CAPTURERS, Captured
+
+OVERWRITE_OPTION = "--gpuhost-capture-overwrite"
+LOCAL = "local"
+
+
+def record_target(record: CheckResult) -> str:
+    """The target a record came from (``local`` for a record of a one-machine run)."""
+    return str(getattr(record, "target", None) or LOCAL)
+
+
+def pick_target(names: Sequence[str], chosen: str | None) -> str:
+    """The golden target: the one named, else the only one; ValueError saying what to pass."""
+    if chosen is not None:
+        if chosen not in names:
+            raise ValueError(f"--gpuhost-capture-from={chosen}: no such target; the targets "
+                             f"are: {', '.join(names)}")
+        return chosen
+    if len(names) != 1:
+        raise ValueError(f"--gpuhost-capture: {len(names)} targets ({', '.join(names)}): name "
+                         "the golden one with --gpuhost-capture-from=TARGET")
+    return names[0]
+
+
+def spec_name(path: Path) -> str:
+    """The captured spec's ``name:``: the file's stem where it is a valid name."""
+    stem = re.sub(r"[^A-Za-z0-9._-]", "-", path.stem).lstrip("._-")
+    return stem or "captured"
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the capture comes from: the target and what its host says of itself."""
+
+    target: str
+    hostname: str | None
+    kernel: str | None
+    driver: str | None
+    gpu_models: tuple[str, ...]
+    gpus: int
+    command: str
+    keys: str
+    """``specs/blackwell8.yaml`` or ``the built-in catalog``."""
+
+
+def header(source: Source, when: float, shown: str) -> list[str]:
+    models = ", ".join(source.gpu_models) or "no NVIDIA GPU"
+    return [
+        f"Captured by pytest-gpuhost {__version__} on "
+        f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(when))}: what target "
+        f"{source.target} held then, for the keys of {source.keys}.",
+        f"  host: {source.hostname or 'unknown'}",
+        f"  kernel: {source.kernel or 'unknown'}",
+        f"  driver: {source.driver or 'unknown'}",
+        f"  GPUs: {source.gpus} x {models}" if source.gpus else f"  GPUs: {models}",
+        f"  command: {source.command}",
+        f"Hold another host to it: pytest --gpuhost-spec={shown}",
+    ]
+
+
+def capture_text(specs: Sequence[tuple[str, Spec]], records: Sequence[CheckResult], *,
+                 name: str, header_lines: Sequence[str]) -> str:
+    """The captured spec: each spec's sections in order, the first spec's entry winning where
+    two specs name one key."""
+    sections: dict[str, Captured] = {}
+    for shown, spec in specs:
+        by_kind: dict[str, list[CheckResult]] = {}
+        for record in records:
+            if record.spec_file == shown:
+                by_kind.setdefault(record.kind, []).append(record)
+        for section, model in spec.sections.items():
+            merged = sections.setdefault(section, Captured())
+            capturer = CAPTURERS.get(section)
+            if capturer is None:
+                merged.leave_out(section, "its check kind (a plugin's) has no capture")
+                continue
+            captured = capturer(model, by_kind)
+            for key, value in captured.entries.items():
+                merged.entries.setdefault(key, value)
+            merged.notes += captured.notes
+    top = {"version": SPEC_VERSION, "name": name}
+    return yamltext.spec_text(header_lines, top, {
+        section: (captured.entries or None, captured.notes)
+        for section, captured in sections.items()})
+
+
+class SpecCapture:
+    """The ``--gpuhost-capture`` reporter."""
+
+    def __init__(self, path: Path, shown: str, *, overwrite: bool,
+                 specs: Sequence[tuple[str, Spec]], source: Source,
+                 parsers: Mapping[str, SectionParser], conditions: Any) -> None:
+        self.path = path
+        self.shown = shown
+        self.overwrite = overwrite
+        self.specs = specs
+        self.source = source
+        self.parsers = parsers
+        self.conditions = conditions
+
+    def write(self, records: Sequence[CheckResult], info: Any) -> None:
+        mine = [r for r in records if record_target(r) == self.source.target]
+        if not mine:
+            raise OutputError(f"--gpuhost-capture={self.shown}: no check ran on target "
+                              f"{self.source.target}, so there is nothing to capture; nothing "
+                              "was written")
+        text = capture_text(self.specs, mine, name=spec_name(self.path),
+                            header_lines=header(self.source, info.finished_at, self.shown))
+        self._check_loads(text)
+        try:
+            write_atomically(self.path, text, replace=self.overwrite)
+        except FileExistsError:
+            raise OutputError(f"--gpuhost-capture={self.shown}: the file appeared during the "
+                              f"run; nothing was written (pass {OVERWRITE_OPTION} to replace "
+                              "it)") from None
+        except OSError as exc:
+            raise OutputError(f"--gpuhost-capture={self.shown}: cannot write {self.path}: "
+                              f"{exc.strerror or exc}") from None
+
+    def _check_loads(self, text: str) -> None:
+        """A captured spec that would not load is a bug here: say so, write nothing."""
+        with tempfile.TemporaryDirectory() as directory:
+            probe = Path(directory) / self.path.name
+            probe.write_text(text, encoding="utf-8")
+            try:
+                load_spec(probe, self.parsers, self.conditions, display=lambda _: self.shown)
+            except SpecError as exc:
+                raise OutputError(f"--gpuhost-capture={self.shown}: the captured spec would "
+                                  f"not load ({exc}); nothing was written") from None

@@ -1,0 +1,142 @@
+"""The fleet as one self-contained HTML page: no network, no CDN, its CSS and script inline.
+
+The page holds the fleet as one JSON blob (every string once, each result a row of indices into
+it) and draws from it on demand: the matrix is targets by check kind, a page of rows at a time;
+choosing a kind shows that kind's checks as columns; a click on a cell shows its records'
+expected, observed, message and evidence; the drift table is below. A thousand targets of 150
+checks each make a page of a few MB that draws in well under a second (bench/fleet.py).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from . import OUTCOME_ORDER, Target, check_key
+from .drift import Drift
+from .matrix import FAMILIES, family, short_key
+
+HERE = Path(__file__).parent
+CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'"
+"""Nothing but the page's own inline style and script: a page that fetched anything (a CDN, a
+font, an image) would be refused by the browser, so it works offline or not at all."""
+
+
+class _Strings:
+    """Each distinct string once; values are its index."""
+
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+        self.table: list[str] = []
+
+    def __call__(self, text: object) -> int:
+        if text is None:
+            return -1
+        value = str(text)
+        found = self.index.get(value)
+        if found is None:
+            found = self.index[value] = len(self.table)
+            self.table.append(value)
+        return found
+
+
+def _evidence(record: Any) -> str:
+    items = record.get("evidence") or ()
+    return "\n".join(f"{e.get('source', '')}: {e.get('raw', '')}" for e in items
+                     if isinstance(e, dict))
+
+
+def _facts(target: Target) -> str:
+    facts = target.facts
+    parts = [f"{name} {facts[name]}" for name in ("host", "kernel", "driver") if facts.get(name)]
+    if facts.get("gpus") is not None:
+        parts.append(f"{facts['gpus']} GPUs")
+    parts.append(f"from {target.source}")
+    return ", ".join(parts)
+
+
+def page_data(targets: Sequence[Target], drifts: Sequence[Drift], title: str) -> dict[str, Any]:
+    strings = _Strings()
+    outcomes = list(OUTCOME_ORDER)
+    outcome_index = {name: i for i, name in enumerate(outcomes)}
+    checks: dict[tuple[str, str], int] = {}
+    check_rows: list[list[int]] = []
+    kinds: dict[str, int] = {}
+    rows = []
+    for target in targets:
+        results: list[int] = []
+        for record in target.records:
+            key = check_key(record)
+            index = checks.get(key)
+            if index is None:
+                kind = str(record.get("kind", ""))
+                kind_index = kinds.setdefault(kind, len(kinds))
+                index = checks[key] = len(check_rows)
+                check_rows.append([strings(key[0]), strings(key[1]), kind_index,
+                                   strings(short_key(record))])
+            results += [index, outcome_index.get(str(record.get("outcome")), 0),
+                        strings(record.get("observed")), strings(record.get("expected")),
+                        strings(record.get("message")), strings(_evidence(record))]
+        rows.append([target.name, strings(target.reason), strings(_facts(target)), results])
+    order = sorted(kinds, key=lambda k: (_family_rank(family(k)), kinds[k]))
+    target_index = {t.name: i for i, t in enumerate(targets)}
+    drift_rows = [[checks[(d.spec, d.id)],
+                   [[strings(g.value), [target_index[n] for n in g.targets], int(g.passes)]
+                    for g in d.groups]]
+                  for d in drifts if (d.spec, d.id) in checks]
+    return {"title": title, "generated": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+            "tool": f"pytest-gpuhost {__version__}", "outcomes": outcomes,
+            "kinds": list(kinds), "kindOrder": [kinds[k] for k in order],
+            "checks": check_rows, "strings": strings.table, "targets": rows,
+            "drift": drift_rows}
+
+
+def _family_rank(name: str) -> int:
+    return FAMILIES.index(name) if name in FAMILIES else len(FAMILIES)
+
+
+def render(targets: Sequence[Target], drifts: Sequence[Drift], title: str) -> str:
+    """The whole page."""
+    blob = json.dumps(page_data(targets, drifts, title), separators=(",", ":"),
+                      ensure_ascii=False).replace("</", "<\\/")
+    style = (HERE / "page.css").read_text(encoding="utf-8")
+    script = (HERE / "page.js").read_text(encoding="utf-8")
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta http-equiv="Content-Security-Policy" content="{CSP}">
+<title>{html.escape(title)}</title>
+<style>
+{style}</style>
+</head>
+<body>
+<header><h1>{html.escape(title)}</h1><p id="summary"></p></header>
+<section id="controls">
+  <label>kind <select id="f-kind"><option value="">all kinds</option></select></label>
+  <label>outcome <select id="f-outcome"><option value="">any</option></select></label>
+  <label>target <input id="f-target" type="search" placeholder="name contains"></label>
+  <span id="pager"><button id="prev" type="button">&lsaquo; prev</button>
+  <span id="rows"></span><button id="next" type="button">next &rsaquo;</button></span>
+</section>
+<div id="legend"></div>
+<main>
+  <div id="matrix-wrap"><table id="matrix"></table></div>
+  <aside id="detail"><p class="hint">Click a cell for its checks: expected, observed and
+  evidence.</p></aside>
+</main>
+<section id="drift-section"><h2>Drift</h2><p id="drift-summary"></p>
+<table id="drift"></table><button id="drift-more" type="button" hidden>show all</button>
+</section>
+<script type="application/json" id="fleet-data">{blob}</script>
+<script>
+{script}</script>
+</body>
+</html>
+"""
