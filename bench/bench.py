@@ -1,8 +1,12 @@
-"""Benchmarks of pytest-gpuhost: overhead over pytest's floor, against testinfra, scale, --fix.
+"""Benchmarks of pytest-gpuhost: the tax of being installed, overhead over pytest's floor
+(serial and -n 2), against testinfra, scale (linear, and to 20,000 checks), --fix.
 
     .venv/bin/pip install -e '.[bench]'
-    .venv/bin/python bench/bench.py                 # every figure, writes bench/RESULTS.md
+    .venv/bin/python bench/bench.py                 # every figure, into bench/RESULTS.md
     .venv/bin/python bench/bench.py --repeat 3 --only floor,scale --out /tmp/r.md
+
+The baseline of the overhead figures is pytest without the plugin (``-p no:gpuhost``): what the
+same number of trivial tests costs where pytest-gpuhost is not installed.
 
 Every measured run is a fresh ``python -m pytest`` subprocess (what a user pays) with
 ``-p no:cacheprovider`` and the same flags on both sides of a comparison. The cases of a figure
@@ -15,10 +19,12 @@ figure reads this machine's /proc/sys and never writes to it (no --fix against t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
 import platform
+import re
 import shlex
 import shutil
 import statistics
@@ -45,7 +51,9 @@ EXAMPLE_HOST = REPO / "examples" / "hosts" / "blackwell8-untuned"
 BLACKWELL8 = REPO / "specs" / "blackwell8.yaml"
 COMMON = ("-q", "-p", "no:cacheprovider")
 """Flags of every measured run, on both sides of every comparison."""
-FIGURES = ("floor", "testinfra", "scale", "fix")
+FIGURES = ("autoload", "floor", "xdist", "testinfra", "scale", "scale20k", "fix")
+NO_PLUGIN = ("-p", "no:gpuhost")
+"""pytest as it is without pytest-gpuhost installed: the baseline of the overhead figures."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -61,6 +69,8 @@ class Case:
     cwd: Path
     expect_rc: int = 0
     prepare: Callable[[], None] | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    """Added to the clean environment (the GC-time runs load bench/gctime.py through it)."""
 
     @property
     def argv(self) -> list[str]:
@@ -68,9 +78,11 @@ class Case:
 
     def shown(self, base: Path) -> str:
         """The command as a user would type it, with the temporary directory as ``$BENCH``."""
-        words = ["python", "-m", "pytest", *COMMON, *self.args]
+        words = [*(f"{k}={v}" for k, v in self.env), "python", "-m", "pytest", *COMMON,
+                 *self.args]
         text = " ".join(shlex.quote(w) for w in words)
-        return f"cd {self.cwd} && {text}".replace(str(base), "$BENCH")
+        return f"cd {self.cwd} && {text}".replace(str(base), "$BENCH").replace(str(REPO),
+                                                                              "$REPO")
 
 
 def clean_env() -> dict[str, str]:
@@ -88,8 +100,8 @@ def run_once(case: Case) -> tuple[float, float]:
         case.prepare()
     with tempfile.TemporaryFile("w+") as output:
         start = time.perf_counter()
-        process = subprocess.Popen(case.argv, cwd=case.cwd, env=clean_env(), stdout=output,
-                                   stderr=subprocess.STDOUT)
+        process = subprocess.Popen(case.argv, cwd=case.cwd, env={**clean_env(), **dict(case.env)},
+                                   stdout=output, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(process.pid, 0)
         elapsed = time.perf_counter() - start
         process.returncode = os.waitstatus_to_exitcode(status)
@@ -285,6 +297,8 @@ def collection_reads(case: SpecCase) -> tuple[int, int]:
 
 @dataclass
 class Figure:
+    label: str
+    """``1b``: the section ``## (1b) ...`` and its summary row, replaced by a later run."""
     title: str
     goal: str
     result: str
@@ -306,23 +320,97 @@ def medians(times: Timings) -> str:
         for name in times.wall)
 
 
+def figure_autoload(base: Path, repeat: int, warmup: int) -> list[Figure]:
+    """(1a) What an installed pytest-gpuhost costs a run that gives no gpuhost option or ini
+    value (every pytest run of its environment): a one-test run and a 200-test run, each with
+    the plugin as installed vs ``-p no:gpuhost``. The effect is a few milliseconds in a run of
+    hundreds, so this figure takes three times the rounds of the others."""
+    progress("autoload: the plugin installed, no gpuhost option given")
+    directory = workdir(base / "autoload")
+    (directory / "test_one.py").write_text(plain_test_file(1))
+    (directory / "test_200.py").write_text(plain_test_file(200))
+    off = ("-p", "no:testinfra")
+    figures = []
+    imported = gpuhost_modules(directory, (*off, "test_one.py"))
+    for count, name in ((1, "test_one.py"), (200, "test_200.py")):
+        installed = Case("installed", (*off, name), directory)
+        without = Case("without", (*off, *NO_PLUGIN, name), directory)
+        times = alternate([installed, without], 3 * repeat, warmup)
+        ratio, line = both(times, "installed", "without")
+        extra = med(times.wall["installed"]) - med(times.wall["without"])
+        extra_cpu = med(times.cpu["installed"]) - med(times.cpu["without"])
+        figures.append(Figure(
+            "1a" if count == 1 else "1b",
+            f"autoload tax: {count} trivial test{'s' if count > 1 else ''}, pytest-gpuhost "
+            "installed but not asked for vs `-p no:gpuhost`",
+            "installed / without <= 1.02 (at most ~5 ms)", f"{ratio}", ratio.median <= 1.02,
+            [installed.shown(base), without.shown(base)],
+            [line, medians(times),
+             f"difference of the medians: wall {extra * 1000:+.1f} ms, CPU "
+             f"{extra_cpu * 1000:+.1f} ms ({3 * repeat} rounds)",
+             "pytest-gpuhost modules such a run imports: " + ", ".join(imported)]))
+    return figures
+
+
+def gpuhost_modules(directory: Path, args: Sequence[str]) -> list[str]:
+    """The pytest_gpuhost modules a run imports (a run of its own, in a fresh process)."""
+    code = ("import sys, pytest\n"
+            f"pytest.main({[*COMMON, *args]!r})\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith('pytest_gpuhost'))),"
+            " file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=directory, env=clean_env(),
+                          capture_output=True, text=True, check=True)
+    return done.stderr.split()
+
+
 def figure_floor(base: Path, repeat: int, warmup: int) -> Figure:
-    """(1) The full spec on a 128-CPU x 4-state, 8-GPU, 300-sysctl host vs a plain test file
-    with the same number of trivial parametrized tests."""
+    """(1c) The full spec on a 128-CPU x 4-state, 8-GPU, 300-sysctl host vs a plain test file
+    with the same number of trivial parametrized tests, run without the plugin."""
     progress("floor: overhead over pytest's floor")
     spec = make_spec_case(base / "floor", gpus=8, cpus=128, sysctls=300)
     (spec.directory / "test_plain.py").write_text(plain_test_file(spec.checks))
     # pytest-testinfra (installed for figure 2) is no part of a gpuhost run: off on both sides.
     off = ("-p", "no:testinfra")
     gpuhost = Case("gpuhost", (*off, *spec.args), spec.directory)
-    plain = Case("plain", (*off, "test_plain.py"), spec.directory)
+    plain = Case("plain", (*off, *NO_PLUGIN, "test_plain.py"), spec.directory)
     times = alternate([gpuhost, plain], repeat, warmup)
     ratio, line = both(times, "gpuhost", "plain")
+    extra = med(times.wall["gpuhost"]) - med(times.wall["plain"])
     return Figure(
-        f"(1) overhead over pytest's floor: {spec.checks} checks (128 CPUs x 4 C-states, "
-        "8 GPUs, 300 sysctls) vs as many trivial parametrized tests",
-        "gpuhost / plain <= 1.2 (serial)", f"{ratio}", ratio.median <= 1.2,
-        [gpuhost.shown(base), plain.shown(base)], [line, medians(times)])
+        "1c", f"overhead over pytest's floor: {spec.checks} checks (128 CPUs x 4 C-states, "
+        "8 GPUs, 300 sysctls) vs as many trivial parametrized tests without the plugin",
+        "gpuhost / plain <= 1.10 (serial)", f"{ratio}", ratio.median <= 1.10,
+        [gpuhost.shown(base), plain.shown(base)],
+        [line, medians(times),
+         f"difference of the medians: {extra * 1000:.0f} ms, "
+         f"{extra / spec.checks * 1e6:.0f} us a check"])
+
+
+def figure_xdist(base: Path, repeat: int, warmup: int) -> Figure:
+    """(1d) The floor's host and plain tests again, each serial and with ``-n 2``."""
+    progress("xdist: the floor's run with -n 2")
+    try:
+        import xdist  # noqa: F401
+    except ImportError:
+        return Figure("1d", "-n 2: the floor's 340 checks vs as many trivial tests",
+                      "gpuhost / plain <= 1.15 at -n 2", "not run: pytest-xdist is not "
+                      "installed (pip install '.[xdist]')", None)
+    spec = make_spec_case(base / "xdist", gpus=8, cpus=128, sysctls=300)
+    (spec.directory / "test_plain.py").write_text(plain_test_file(spec.checks))
+    off = ("-p", "no:testinfra")
+    cases = [Case("gpuhost -n 2", (*off, "-n", "2", *spec.args), spec.directory),
+             Case("plain -n 2", (*off, *NO_PLUGIN, "-n", "2", "test_plain.py"), spec.directory),
+             Case("gpuhost", (*off, *spec.args), spec.directory),
+             Case("plain", (*off, *NO_PLUGIN, "test_plain.py"), spec.directory)]
+    times = alternate(cases, repeat, warmup)
+    ratio, line = both(times, "gpuhost -n 2", "plain -n 2")
+    return Figure(
+        "1d", f"-n 2: the floor's {spec.checks} checks vs as many trivial tests without the "
+        "plugin, both with pytest-xdist's -n 2", "gpuhost / plain <= 1.15 at -n 2",
+        f"{ratio}", ratio.median <= 1.15, [c.shown(base) for c in cases],
+        [line, both(times, "gpuhost -n 2", "gpuhost")[1],
+         both(times, "plain -n 2", "plain")[1], both(times, "gpuhost", "plain")[1],
+         medians(times)])
 
 
 def _readable_sysctls() -> dict[str, str]:
@@ -398,7 +486,7 @@ def figure_testinfra(base: Path, repeat: int, warmup: int, count: int) -> Figure
     bound = med(times.wall["startup"]) / med(times.wall["testinfra"])
     keys = list(chosen)
     return Figure(
-        f"(2) against testinfra: {count} sysctl checks of this machine's /proc/sys (read only)",
+        "2", f"against testinfra: {count} sysctl checks of this machine's /proc/sys (read only)",
         "gpuhost / testinfra <= 0.3", f"{ratio}", ratio.median <= 0.3,
         [gpuhost.shown(base), testinfra.shown(base), startup.shown(base)],
         [line, medians(times),
@@ -487,10 +575,69 @@ def figure_scale(base: Path, repeat: int, warmup: int) -> Figure:
     commands = [n for n in gpu_notes + cpu_notes if n.startswith("cd ")]
     linear = gpu_linear and cpu_linear
     return Figure(
-        "(3) scale: 1, 8, 64 GPUs (16 CPUs x 4 C-states) and 16, 128, 512 CPUs (8 GPUs), "
+        "3a", "scale: 1, 8, 64 GPUs (16 CPUs x 4 C-states) and 16, 128, 512 CPUs (8 GPUs), "
         "20 sysctls", "cost grows linearly or better; collection reads O(1) per GPU/CPU",
         "linear" if linear else "worse than linear", linear, commands,
         rows[:2] + gpu_rows + cpu_rows + [""] + notes)
+
+
+SCALE_SIZES = (1_000, 5_000, 20_000)
+
+
+def gc_counted(case: Case, out: Path) -> Case:
+    """``case`` with bench/gctime.py loaded (on both sides of a comparison: its cost, a clock
+    read per collection, is the same for both), appending to ``out``."""
+    return dataclasses.replace(
+        case, args=("-p", "gctime", *case.args),
+        env=(("PYTHONPATH", str(REPO / "bench")), ("GPUHOST_BENCH_GC", str(out))))
+
+
+def gc_medians(out: Path) -> tuple[float, int, int]:
+    """Median (GC seconds, collections, full collections) of the measured runs in ``out``."""
+    rows = [line.split() for line in out.read_text().splitlines()]
+    return (med([float(r[0]) for r in rows]), int(med([int(r[1]) for r in rows])),
+            int(med([int(r[2]) for r in rows])))
+
+
+def figure_scale20k(base: Path, repeat: int, warmup: int) -> Figure:
+    """(3b) 1,000, 5,000 and 20,000 checks (8 GPUs, 128 CPUs x 4 C-states, the rest sysctls)
+    each against as many trivial tests without the plugin, with the garbage collector's time."""
+    rows = ["| checks | gpuhost / plain (wall) | CPU | median wall gpuhost / plain | "
+            "GC gpuhost / plain (collections, full) |", "| ---: | --- | --- | --- | --- |"]
+    commands, worst = [], 0.0
+    for size in SCALE_SIZES:
+        progress(f"scale20k: {size} checks")
+        other = check_count(gpus=8, sysctls=0)
+        spec = make_spec_case(base / "scale20k" / str(size), gpus=8, cpus=128,
+                              sysctls=size - other)
+        (spec.directory / "test_plain.py").write_text(plain_test_file(spec.checks))
+        off = ("-p", "no:testinfra")
+        gc_out = {name: spec.directory / f"gc-{name}" for name in ("gpuhost", "plain")}
+        gpuhost = gc_counted(Case("gpuhost", (*off, *spec.args), spec.directory),
+                             gc_out["gpuhost"])
+        plain = gc_counted(Case("plain", (*off, *NO_PLUGIN, "test_plain.py"), spec.directory),
+                           gc_out["plain"])
+        # The largest size takes its warm-up from the smaller ones: a run of it is ~30 s here.
+        times = alternate([gpuhost, plain], repeat, warmup if size < 20_000 else 0)
+        wall = Ratio.paired(times.wall["gpuhost"], times.wall["plain"])
+        cpu = Ratio.paired(times.cpu["gpuhost"], times.cpu["plain"])
+        gc_g, gc_p = gc_medians(gc_out["gpuhost"]), gc_medians(gc_out["plain"])
+        rows.append(f"| {spec.checks} | {wall} | {cpu} | {med(times.wall['gpuhost']):.2f} s / "
+                    f"{med(times.wall['plain']):.2f} s | {gc_g[0] * 1000:.0f} ms ({gc_g[1]}, "
+                    f"{gc_g[2]}) / {gc_p[0] * 1000:.0f} ms ({gc_p[1]}, {gc_p[2]}) |")
+        commands += [gpuhost.shown(base), plain.shown(base)]
+        if size >= 5_000:
+            worst = max(worst, wall.median)
+    return Figure(
+        "3b", "scale to 20,000 checks: " + ", ".join(f"{n:,}" for n in SCALE_SIZES) +
+        " checks (8 GPUs, 128 CPUs x 4 C-states, the rest sysctls) vs as many trivial tests "
+        "without the plugin", "gpuhost / plain <= 1.10 at 5,000 and 20,000 checks",
+        f"at most {worst:.3f} from 5,000 checks on", worst <= 1.10, commands,
+        [*rows, "", f"{repeat} measured rounds per size (--big-repeat), after a warm-up "
+         "round except at 20,000; GC: the median time spent in the garbage collector over every "
+         "run of the case (measured ones and warm-up), pytest's own final collections "
+         "included, by bench/gctime.py (`-p gctime` with bench/ on PYTHONPATH, loaded on both "
+         "sides)"])
 
 
 def figure_fix(base: Path, repeat: int, warmup: int) -> Figure:
@@ -548,14 +695,14 @@ def figure_fix(base: Path, repeat: int, warmup: int) -> Figure:
     shown = ", ".join(f"{k} {v}" for k, v in summaries["fix"].items() if v)
     shown_again = ", ".join(f"{k} {v}" for k, v in summaries["second fix"].items() if v)
     return Figure(
-        f"(4) --fix of the example host ({sum(summaries['verify'].values())} checks), then a "
+        "4", f"--fix of the example host ({sum(summaries['verify'].values())} checks), then a "
         "second --fix of the fixed copy",
-        "report; second --fix changes nothing",
-        f"fix / verify {fix_ratio}; second fix / verify {again_ratio}", None,
+        "fix / verify <= 1.3; second --fix changes nothing",
+        f"fix / verify {fix_ratio}; second fix / verify {again_ratio}", fix_ratio.median <= 1.3,
         [verify.shown(base), first.shown(base), second.shown(base) + "  (on the fixed copy)"],
         [fix_line, again_line, medians(times),
-         f"the example host's modprobe (like its nvbandwidth) is a Python script: "
-         f"{modprobe_s:.3f} s a run (median of "
+         f"the example host's modprobe (like its nvbandwidth) is a Python script "
+         f"(`{shebang(EXAMPLE_HOST / 'usr/sbin/modprobe')}`): {modprobe_s:.3f} s a run (median of "
          f"{repeat}), where a real modprobe is a C binary; less those runs, the medians give "
          f"{without}",
          f"first --fix: {shown}; second --fix: {shown_again} (0 fixed, no host file changed but "
@@ -576,6 +723,11 @@ def time_fake_modprobe(directory: Path, repeat: int) -> float:
                        capture_output=True, check=False)
         runs.append(time.perf_counter() - start)
     return med(runs)
+
+
+def shebang(path: Path) -> str:
+    with open(path, "rb") as script:
+        return script.readline().decode().strip()
 
 
 def tree(root: Path) -> dict[str, bytes]:
@@ -613,45 +765,109 @@ def machine() -> list[str]:
     ]
 
 
-def render(figures: Sequence[Figure], argv: Sequence[str], repeat: int, warmup: int,
-           elapsed: float) -> str:
-    def mark(met: bool | None) -> str:
-        return "n/a" if met is None else ("yes" if met else "**no**")
+def render_section(figure: Figure, measured_by: str) -> list[str]:
+    lines = [f"## ({figure.label}) {figure.title}", "",
+             f"Goal: {figure.goal}. Result: {figure.result}.", "", f"Measured by {measured_by}.",
+             ""]
+    table = [d for d in figure.details if d.startswith("|")]
+    text = [d for d in figure.details if d and not d.startswith("|")]
+    if table:
+        lines += [*table, ""]
+    lines += [f"- {d}" for d in text]
+    if figure.commands:
+        lines += ["", "Commands:", "", "```", *figure.commands, "```"]
+    return lines
 
-    lines = [
+
+def summary_row(figure: Figure) -> str:
+    met = "n/a" if figure.met is None else ("yes" if figure.met else "**no**")
+    return f"| ({figure.label}) {figure.title} | {figure.goal} | {figure.result} | {met} |"
+
+
+def render(figures: Sequence[Figure], argv: Sequence[str], repeat: int, warmup: int,
+           elapsed: float, previous: str = "") -> str:
+    """RESULTS.md: this run's figures replace the sections and summary rows of the same labels
+    in ``previous``; every other section (another figure's, or one that another tool such as
+    bench/fleet.py appends) is kept where it was."""
+    command = " ".join(["python", "bench/bench.py", *argv])
+    ours = {f.label: f for f in figures}
+    head = [
         "# Benchmark results",
         "",
-        f"Produced by `{' '.join(['python', 'bench/bench.py', *argv])}` in {elapsed:.0f} s "
-        f"({repeat} measured rounds per figure after {warmup} warm-up; ratios are the median "
-        "of the per-round ratios, with their min-max in parentheses). Each run is a fresh "
-        f"`python -m pytest {' '.join(COMMON)} ...` process; `$BENCH` is the temporary "
-        "directory of generated hosts, specs and test files.",
+        "Each figure's section says the `bench/bench.py` command that measured it and how long "
+        "that took. Ratios are the median of the per-round ratios of paired runs (the cases "
+        "of a figure alternate, A B then B A, after one unmeasured warm-up), with their min-max "
+        f"in parentheses. Each run is a fresh `python -m pytest {' '.join(COMMON)} ...` "
+        "process; `$BENCH` is the temporary directory of generated hosts, specs and test "
+        "files. The baseline of the overhead figures is pytest without the plugin "
+        "(`-p no:gpuhost`).",
         "",
         "## Machine",
         "",
         *machine(),
         "",
-        "## Summary",
-        "",
-        "| figure | goal | result | met |",
-        "| --- | --- | --- | --- |",
-        *(f"| {f.title} | {f.goal} | {f.result} | {mark(f.met)} |" for f in figures),
     ]
-    for figure in figures:
-        lines += ["", f"## {figure.title}", "", f"Goal: {figure.goal}. Result: {figure.result}.",
-                  ""]
-        table = [d for d in figure.details if d.startswith("|")]
-        text = [d for d in figure.details if d and not d.startswith("|")]
-        if table:
-            lines += [*table, ""]
-        lines += [f"- {d}" for d in text]
-        lines += ["", "Commands:", "", "```", *figure.commands, "```"]
+    rows: dict[str, str] = {}
+    sections: dict[str, list[str]] = {}
+    order: list[str] = []
+    for label, title, body in split_sections(previous):
+        if title == "Summary":
+            for line in body:
+                found = LABEL.match(line)
+                if found and found.group(1) in FIGURE_LABELS:
+                    rows[found.group(1)] = line
+        elif label is not None and (label in FIGURE_LABELS or section_rank(label)[0] > 4):
+            sections[label] = [f"## {title}", *body]  # an old (1)-(4) of another shape: gone
+            order.append(label)
+    run = (f"`{command}` ({repeat} measured rounds after {warmup} warm-up unless said below; "
+           f"the whole command took {elapsed:.0f} s)")
+    for label, figure in ours.items():
+        rows[label] = summary_row(figure)
+        sections[label] = render_section(figure, run)
+        if label not in order:
+            order.append(label)
+    order.sort(key=section_rank)
+    lines = [*head, "## Summary", "", "| figure | goal | result | met |",
+             "| --- | --- | --- | --- |", *(rows[key] for key in sorted(rows, key=section_rank))]
+    for label in order:
+        lines += ["", *trimmed(sections[label])]
     return "\n".join(lines) + "\n"
+
+
+FIGURE_LABELS = ("1a", "1b", "1c", "1d", "2", "3a", "3b", "4")
+"""The sections bench.py writes; (5) and later belong to other tools (bench/fleet.py)."""
+LABEL = re.compile(r"\| \((\w+)\) ")
+
+
+def section_rank(label: str) -> tuple[int, str]:
+    digits = "".join(c for c in label if c.isdigit())
+    return int(digits or 0), label
+
+
+def split_sections(text: str) -> list[tuple[str | None, str, list[str]]]:
+    """The ``## `` sections of a RESULTS.md: (label of ``## (1c) ...`` or None, title, body)."""
+    found: list[tuple[str | None, str, list[str]]] = []
+    for line in text.splitlines():
+        if line.startswith("## "):
+            title = line[3:]
+            label = re.match(r"\((\w+)\) ", title)
+            found.append((label.group(1) if label else None, title, []))
+        elif found:
+            found[-1][2].append(line)
+    return [f for f in found if f[1] not in ("Machine",)]
+
+
+def trimmed(lines: list[str]) -> list[str]:
+    while lines and not lines[-1].strip():
+        lines = lines[:-1]
+    return lines
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=9, help="measured rounds per figure")
+    parser.add_argument("--big-repeat", type=int, default=5,
+                        help="measured rounds of each size of the scale20k figure")
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first")
     parser.add_argument("--only", default=",".join(FIGURES),
                         help=f"comma-separated figures to run, of: {', '.join(FIGURES)}")
@@ -664,8 +880,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     unknown = set(args.only.split(",")) - set(FIGURES)
     if unknown:
         parser.error(f"unknown figure(s): {', '.join(sorted(unknown))}")
-    if args.repeat < 1:
-        parser.error("--repeat must be at least 1")
+    if args.repeat < 1 or args.big_repeat < 1:
+        parser.error("--repeat and --big-repeat must be at least 1")
     return args
 
 
@@ -687,12 +903,18 @@ class TempDir:
 
 def run_figures(base: Path, args: argparse.Namespace) -> Iterator[Figure]:
     only = args.only.split(",")
+    if "autoload" in only:
+        yield from figure_autoload(base, args.repeat, args.warmup)
     if "floor" in only:
         yield figure_floor(base, args.repeat, args.warmup)
+    if "xdist" in only:
+        yield figure_xdist(base, args.repeat, args.warmup)
     if "testinfra" in only:
         yield figure_testinfra(base, args.repeat, args.warmup, args.sysctls)
     if "scale" in only:
         yield figure_scale(base, args.repeat, args.warmup)
+    if "scale20k" in only:
+        yield figure_scale20k(base, args.big_repeat, args.warmup)
     if "fix" in only:
         yield figure_fix(base, args.repeat, args.warmup)
 
@@ -702,7 +924,9 @@ def main(argv: Sequence[str]) -> int:
     start = time.perf_counter()
     with TempDir(args.keep) as base:
         figures = list(run_figures(base, args))
-    text = render(figures, argv, args.repeat, args.warmup, time.perf_counter() - start)
+    previous = args.out.read_text() if args.out.exists() else ""
+    text = render(figures, argv, args.repeat, args.warmup, time.perf_counter() - start,
+                  previous)
     args.out.write_text(text)
     print(text)
     return 0
