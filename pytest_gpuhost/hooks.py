@@ -9,39 +9,32 @@ import shlex
 import socket
 from collections.abc import Generator, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
 from . import builtin
-from .checks import Kind
-from .checks.conditions import ConditionFn
+from .builtin import kind_name
 from .files import OutputError
-from .fix.journal import JournalError
 from .fix.locking import LockUnavailable
 from .fix.run import JOURNAL_KEY
 from .gate import judge, verdict_text
-from .host import Host
 from .items import RUN as RUN
 from .items import GpuhostItem, JournalFile, SpecFile
-from .reports import Reporter, RunInfo, TargetInfo, npd
+from .reports import Reporter, RunInfo, TargetInfo
 from .reports.failure import format_failure
-from .reports.jsonfile import JsonReport
 from .reports.junit import junit_properties
-from .reports.nfd import NfdFeatureFile
-from .reports.prometheus import PrometheusTextfile
 from .reports.terminal import TerminalSummary
 from .result import CheckResult, Outcome
 from .session import Session
 from .settings import Settings, SettingsError
 from .spec import SpecError
-from .workers import (
-    WAIT_TIMEOUT_S,
-    DoneLog,
-    SharedDirectory,
-    make_target_scheduler,
-    worker_log,
-)
+
+if TYPE_CHECKING:  # xdist's, the reports' and a rollback's modules load when a run uses them
+    from .checks import Kind
+    from .checks.conditions import ConditionFn
+    from .host import Host
+    from .workers import DoneLog, SharedDirectory
 
 REPORT_ATTR = "gpuhost"
 
@@ -61,11 +54,10 @@ def registered(config: pytest.Config) -> tuple[dict[str, Kind], dict[str, Condit
     for batch in config.hook.pytest_gpuhost_check_kinds():
         for kind in batch:
             claimed = kinds.get(kind.section)
-            if claimed is not None and type(claimed) is not type(kind):
+            if claimed is not None and kind_name(claimed) != kind_name(kind):
                 raise SettingsError(
                     f"two gpuhost check kinds claim section {kind.section!r}: "
-                    f"{type(claimed).__module__}.{type(claimed).__qualname__} and "
-                    f"{type(kind).__module__}.{type(kind).__qualname__}")
+                    f"{kind_name(claimed)} and {kind_name(kind)}")
             kinds.setdefault(kind.section, kind)  # the same kind twice: a re-exported hook
     conditions: dict[str, ConditionFn] = {}
     for batch in config.hook.pytest_gpuhost_conditions():
@@ -87,8 +79,12 @@ class GpuhostRun:
         self.config = config
         self.settings = settings
         self.shared: SharedDirectory | None = None
-        self.log: DoneLog | None = worker_log(config)
         workerinput = getattr(config, "workerinput", None)
+        self.log: DoneLog | None = None
+        if workerinput is not None:
+            from .workers import worker_log
+
+            self.log = worker_log(config)
         if not config.pluginmanager.is_registered(builtin):
             config.pluginmanager.register(builtin, "gpuhost-builtin")
         kinds, conditions = registered(config)
@@ -136,6 +132,8 @@ class GpuhostRun:
         config, settings = self.config, self.settings
         fixrun = self.session.target.fixrun
         if settings.distributing:
+            from .workers import SharedDirectory
+
             journal = fixrun.journal_path
             self.shared = SharedDirectory({JOURNAL_KEY: str(journal)} if journal else {})
             config.pluginmanager.register(self.shared, "gpuhost-shared-dir")
@@ -245,6 +243,8 @@ class GpuhostRun:
 
     def unfinished_message(self, check_id: str, missing: Sequence[int]) -> str:
         """Why a last-ranked check did not run: the checks it waited for that never finished."""
+        from .workers import WAIT_TIMEOUT_S
+
         assert self.log is not None
         names = dict(self.host_checks)
         lost = self.log.progress.lost(missing)
@@ -297,6 +297,8 @@ class GpuhostRun:
         if not self.session.named or getattr(config.option, "dist", "load") not in (
                 "load", "loadscope"):
             return None
+        from .workers import make_target_scheduler
+
         return make_target_scheduler(config, log)
 
     @pytest.hookimpl(optionalhook=True)
@@ -362,10 +364,16 @@ class GpuhostRun:
         settings = self.settings
         chosen: list[Reporter] = []
         if settings.report is not None:
+            from .reports.jsonfile import JsonReport
+
             chosen.append(JsonReport(settings.report))
         if settings.prom is not None:
+            from .reports.prometheus import PrometheusTextfile
+
             chosen.append(PrometheusTextfile(settings.prom))
         if settings.nfd is not None:
+            from .reports.nfd import NfdFeatureFile
+
             chosen.append(NfdFeatureFile(settings.nfd))
         if settings.alluredir is not None:
             from .reports.allure import AllureSessionFiles
@@ -400,6 +408,8 @@ class GpuhostRun:
             if any(record.outcome in failed for record in extra):  # refused or not written
                 _at_least(session, pytest.ExitCode.TESTS_FAILED)
         if self.session.rollback is not None and not self.settings.dry_run:
+            from .fix.journal import JournalError
+
             try:
                 self.rolled_back = self.session.close_rollback(self.ordered())
             except (JournalError, OSError) as exc:  # read-only, or its directory is gone
@@ -420,6 +430,8 @@ class GpuhostRun:
                 self.problems.append(str(exc))
                 _at_least(session, pytest.ExitCode.TESTS_FAILED)
         if self.settings.npd:  # last: NPD's exit status replaces pytest's
+            from .reports import npd
+
             session.exitstatus = npd.answer_run(records, int(session.exitstatus),
                                                 self.config.stash.get(npd.STDOUT, None))
 

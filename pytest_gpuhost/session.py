@@ -17,16 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .capture.catalog import observe_only
 from .checks import Check, Fact, Facts, Kind, NoFix, Observation
 from .checks.conditions import ConditionFn
 from .checks.gpus import GPUS
 from .engine import RunOptions, run_check
-from .fix.journal import JOURNAL_DIR, JournalContents, JournalError, latest_journal, read_journal
-from .fix.persist import persistence_checks
-from .fix.rollback import refuse_foreign, rollback_checks
 from .fix.run import FixRun, close_rollback, default_journal, make_fixer
-from .fix.state import StateFile, StateStore
+from .fix.state import JOURNAL_DIR, StateFile, StateStore
 from .gpu.nvml import NvmlFactory, NvmlSource, NvmlUnavailable, RecordedNvml
 from .host import BatchReads, CachedHost, Host, HostError, HostIdentity, Read, Reply, Request
 from .reports import TargetInfo
@@ -35,8 +31,9 @@ from .settings import Settings, SettingsError
 from .spec import EntryOptions, Spec, load_spec
 from .spec.matchers import Verdict
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # a rollback's, persistence's and a capture's modules load when used
     from .capture.writer import SpecCapture
+    from .fix.journal import JournalContents
 
 LOCAL = "local"
 
@@ -360,6 +357,8 @@ class Session:
         """The journal to roll back: the one named (a file of this machine for the local
         target; a name in the target's journal directory, or a path under its root, for a
         remote one), else the newest on the target with something to undo."""
+        from .fix.journal import JournalError, latest_journal
+
         settings = self.settings
         option = settings.rollback
         store = StateStore.of(target.host)
@@ -385,6 +384,9 @@ class Session:
         return journal
 
     def _open_rollback(self, target: Target) -> None:
+        from .fix.journal import JournalError, read_journal
+        from .fix.rollback import refuse_foreign, rollback_checks
+
         settings = self.settings
         if len(self.targets) > 1:
             raise SettingsError("--gpuhost-rollback restores one target's journal: name one "
@@ -454,7 +456,11 @@ class Session:
                 checks.append(Check(section, None, Unexpanded(section),
                                     EntryOptions(where=f"{self.settings.display(spec.path)}:1"),
                                     Unexpandable(exc)))
-        return [observe_only(c) for c in checks] if self.settings.catalog else checks
+        if not self.settings.catalog:
+            return checks
+        from .capture.catalog import observe_only
+
+        return [observe_only(c) for c in checks]
 
     def run(self, check: Check, target: Target | None = None) -> CheckResult:
         """Raises only LockUnavailable; every other outcome is the record."""
@@ -465,6 +471,8 @@ class Session:
         target = self.target
         if not target.fixrun.persist or not self.specs:
             return []
+        from .fix.persist import persistence_checks
+
         spec = next(iter(self.specs.values()))
         checks = persistence_checks(spec.name, self.settings.display(spec.path), results,
                                     target.host)

@@ -1,0 +1,78 @@
+"""What a run imports: every pytest run of an environment where pytest-gpuhost is installed pays
+for its entry point, and a gpuhost run for what its spec and options use, not for all of it.
+
+Structure, not timing: the modules a run imports are what makes it cost (bench/bench.py measures
+the time, figures 1a-1c).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pytest_gpuhost.testing.fakehost import FakeHost
+
+pytest_plugins = ["pytester"]
+
+LOADED = """
+    import sys
+
+    def pytest_unconfigure(config):
+        names = sorted(m for m in sys.modules
+                       if m.split(".")[0] in ("pytest_gpuhost", "yaml", "_yaml"))
+        with open("loaded.txt", "w") as out:
+            out.write("\\n".join(names))
+"""
+
+
+def loaded(pytester: pytest.Pytester, *args: str) -> list[str]:
+    """The pytest_gpuhost and YAML modules of a fresh pytest process at its end."""
+    pytester.makeconftest(textwrap.dedent(LOADED))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    return (pytester.path / "loaded.txt").read_text().split()
+
+
+def test_a_run_that_asks_nothing_of_gpuhost_imports_its_entry_point_only(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_plain="""
+        import pytest
+
+        @pytest.mark.parametrize("n", range(3))
+        def test_trivial(n):
+            assert n >= 0
+    """)
+    assert loaded(pytester) == ["pytest_gpuhost", "pytest_gpuhost.hookspecs",
+                                "pytest_gpuhost.plugin"]
+
+
+def test_a_verify_run_imports_the_kinds_of_its_spec_and_no_fix_or_unasked_report(
+        pytester: pytest.Pytester, fake: FakeHost) -> None:
+    fake.sysctl("vm.swappiness", 10)
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    modules = loaded(pytester, "spec.yaml", f"--gpuhost-root={fake.root}")
+    kinds = [m for m in modules if m.startswith("pytest_gpuhost.checks.")]
+    # gpus: every run reads the GPU list for its reports; conditions: the `when:` names
+    assert kinds == ["pytest_gpuhost.checks.conditions", "pytest_gpuhost.checks.gpus",
+                     "pytest_gpuhost.checks.nvml", "pytest_gpuhost.checks.sysctl"]
+    fix = [m for m in modules if m.startswith("pytest_gpuhost.fix.")]
+    assert fix == ["pytest_gpuhost.fix.changes", "pytest_gpuhost.fix.locking",
+                   "pytest_gpuhost.fix.run", "pytest_gpuhost.fix.state"]  # no journal, fixer
+    reports = [m for m in modules if m.startswith("pytest_gpuhost.reports.")]
+    assert reports == ["pytest_gpuhost.reports.failure", "pytest_gpuhost.reports.junit",
+                       "pytest_gpuhost.reports.terminal"]
+    absent = ("capture", "fleet", "workers", "host.remote", "gpu.bandwidth", "gpu.cudaprobe")
+    assert not [m for m in modules if m.removeprefix("pytest_gpuhost.").startswith(absent)]
+
+
+def test_a_fix_run_imports_the_fixer_and_its_journal(pytester: pytest.Pytester,
+                                                     fake: FakeHost) -> None:
+    fake.sysctl("vm.swappiness", 60)
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    modules = loaded(pytester, "spec.yaml", f"--gpuhost-root={fake.root}", "--fix",
+                     "--gpuhost-report=out.json")
+    assert {"pytest_gpuhost.fix.fixer", "pytest_gpuhost.fix.journal",
+            "pytest_gpuhost.reports.jsonfile"} <= set(modules)
+    assert Path(pytester.path / "out.json").exists()
