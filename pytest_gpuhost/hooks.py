@@ -264,7 +264,9 @@ class GpuhostRun:
         if not isinstance(item, GpuhostItem):
             return report
         if call.when == "call" and item.result is not None:
-            payload: dict[str, object] = {"index": item.index, "result": item.result.as_dict()}
+            # The record itself, not a copy: a run holds each record once (the item's and the
+            # report's are one object). It becomes a dict only to cross to xdist's controller.
+            payload: dict[str, object] = {"index": item.index, "result": item.result}
             if self.session.named:  # what the target said of itself and what reaching it cost
                 payload["target"] = item.target.info().as_dict()
             setattr(report, REPORT_ATTR, payload)
@@ -275,15 +277,36 @@ class GpuhostRun:
                 self.log.mark(item.index, verdict)
         return report
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_report_to_serializable(self, config: pytest.Config, report: Any
+                                      ) -> Generator[None, Any, Any]:
+        """A check's report leaves this process (an xdist worker's to its controller, a report
+        log) with its record as a dict."""
+        data = yield
+        payload = data.get(REPORT_ATTR) if isinstance(data, dict) else None
+        if isinstance(payload, dict) and isinstance(payload.get("result"), CheckResult):
+            data[REPORT_ATTR] = {**payload, "result": payload["result"].as_dict()}
+        return data
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_report_from_serializable(self, config: pytest.Config, data: Any
+                                        ) -> Generator[None, Any, Any]:
+        """A worker's report arrives: its record is made once, here, and the report keeps it."""
+        report = yield
+        payload = getattr(report, REPORT_ATTR, None)
+        if isinstance(payload, dict) and isinstance(payload.get("result"), dict):
+            payload["result"] = CheckResult.from_dict(payload["result"])
+        return report
+
     def pytest_report_teststatus(self, report: pytest.TestReport | pytest.CollectReport,
                                  config: pytest.Config) -> tuple[str, str, str] | None:
         payload = getattr(report, REPORT_ATTR, None)  # read, not rebuilt: called thrice a test
-        return STATUSES.get(payload["result"]["outcome"]) if payload else None
+        return STATUSES.get(payload["result"].outcome.value) if payload else None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         payload = getattr(report, REPORT_ATTR, None)
-        if payload is not None:
-            record = CheckResult.from_dict(payload["result"])
+        if payload is not None and not self.is_worker:  # the records are the controller's
+            record: CheckResult = payload["result"]
             self.results[report.nodeid] = (payload["index"], record)
             if "target" in payload:
                 worker = getattr(report, "node", None)
@@ -500,7 +523,7 @@ def _persist_report(nodeid: str, path: str, record: CheckResult, index: int
         nodeid=nodeid, location=(path, 0, nodeid.split("::", 1)[-1]), keywords={"gpuhost": 1},
         outcome=outcome, longrepr=longrepr, when="call",
         user_properties=junit_properties(record))
-    setattr(report, REPORT_ATTR, {"index": index, "result": record.as_dict()})
+    setattr(report, REPORT_ATTR, {"index": index, "result": record})
     return report
 
 
