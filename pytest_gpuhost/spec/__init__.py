@@ -451,6 +451,13 @@ def _compose(text: str, shown: str) -> yaml.Node | None:
     return node
 
 
+_MERGE = f"{_CORE}merge"
+
+
+def _where(shown: str, node: yaml.Node) -> str:
+    return f"{shown}:{node.start_mark.line + 1}"
+
+
 def _check_nodes(root: yaml.Node, shown: str) -> None:
     """Every node, without recursion (and each shared by an alias once): no deeper than
     MAX_DEPTH, no merge key, no tag outside the core schema."""
@@ -461,18 +468,19 @@ def _check_nodes(root: yaml.Node, shown: str) -> None:
         if id(node) in seen:
             continue
         seen.add(id(node))
-        where = f"{shown}:{node.start_mark.line + 1}"
         if depth > MAX_DEPTH:
-            raise SpecError(where, f"the YAML is nested deeper than {MAX_DEPTH} levels; a spec "
-                                   "is a few levels deep")
-        if node.tag == f"{_CORE}merge":
-            raise SpecError(where, "merge keys ('<<') are not supported in a spec: write the "
-                                   "keys out in each mapping (which of a merged and a written "
-                                   "key wins is easy to get wrong)")
+            raise SpecError(_where(shown, node), f"the YAML is nested deeper than {MAX_DEPTH} "
+                                                 "levels; a spec is a few levels deep")
+        if node.tag == _MERGE:
+            raise SpecError(_where(shown, node), "merge keys ('<<') are not supported in a "
+                                                 "spec: write the keys out in each mapping "
+                                                 "(which of a merged and a written key wins is "
+                                                 "easy to get wrong)")
         if node.tag not in _ALLOWED_TAGS[type(node)]:
-            raise SpecError(where, f"a {_tag_name(node.tag)} value is not supported in a spec; "
-                                   "write plain strings, integers, booleans, lists and mappings"
-                                   " (quote a value to keep it a string)")
+            raise SpecError(_where(shown, node), f"a {_tag_name(node.tag)} value is not "
+                                                 "supported in a spec; write plain strings, "
+                                                 "integers, booleans, lists and mappings (quote "
+                                                 "a value to keep it a string)")
         if isinstance(node, yaml.MappingNode):
             stack.extend((child, depth + 1) for pair in node.value for child in pair)
         elif isinstance(node, yaml.SequenceNode):
