@@ -10,6 +10,7 @@ batch (``CachedHost``); anything changed through the host makes the next read li
 from __future__ import annotations
 
 import dataclasses
+import functools
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -187,6 +188,9 @@ class Target:
         self.facts = Facts(self.host, nvml=self.nvml, shared_dir=shared_dir)
         self.fixrun = FixRun(None, None, persist=settings.persist)
         self._pending: dict[int, Check] = {}
+        self._batched: set[int] = set()
+        """The checks whose reads the last batch fetched (ids), while nothing has changed."""
+        self._generation = -1
         self._fresh = False
         self._host_facts: HostFacts | None = None
 
@@ -211,10 +215,14 @@ class Target:
         if check.fresh and not self._fresh:
             self._fresh = True
             self.host.invalidate()
+        if id(check) in self._batched and self.host.generation == self._generation:
+            return  # read by this phase's batch, and nothing changed since
         if all(self.host.cached(r) for r in self._reads(check)):
             return
         group = [c for c in self._pending.values() if c.fresh == check.fresh]
         self.host.prefetch(r for c in [check, *group] for r in self._reads(c))
+        self._batched = {id(c) for c in group}
+        self._generation = self.host.generation
 
     def run(self, check: Check, options: RunOptions, *, named: bool = False) -> CheckResult:
         self.prefetch(check)
@@ -315,7 +323,7 @@ class Session:
             for target in self.targets.values():
                 self._open_fixer(target)
 
-    @property
+    @functools.cached_property
     def options(self) -> RunOptions:
         return RunOptions(fix=self.settings.fix, dry_run=self.settings.dry_run,
                           persist=self.settings.persist)
@@ -329,7 +337,7 @@ class Session:
         """The run's first target: the only one, unless --gpuhost-target named several."""
         return next(iter(self.targets.values()))
 
-    @property
+    @functools.cached_property
     def named(self) -> bool:
         """Whether ids and records name their target (any target but the one local one)."""
         return self.settings.remote

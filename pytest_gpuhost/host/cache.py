@@ -33,6 +33,8 @@ class CachedHost(BatchReads):
         self.host = host
         self._replies: dict[Request, Reply] = {}
         self._fetched: dict[Request, float] = {}
+        self.generation = 0
+        """Counts the times everything cached was forgotten (a change, ``invalidate()``)."""
 
     def describe(self) -> str:
         return self.host.describe()
@@ -51,6 +53,7 @@ class CachedHost(BatchReads):
 
     def invalidate(self) -> None:
         self._replies.clear()
+        self.generation += 1
         self.host.invalidate()
 
     def prefetch(self, requests: Iterable[Request]) -> int:
@@ -75,8 +78,11 @@ class CachedHost(BatchReads):
         return request in self._replies
 
     def batch(self, requests: Sequence[Request]) -> list[Reply]:
-        self.prefetch(requests)
-        return [self._replies[request] for request in requests]
+        try:  # a check's read of what its phase's batch fetched: no new batch to make
+            return [self._replies[request] for request in requests]
+        except KeyError:
+            self.prefetch(requests)
+            return [self._replies[request] for request in requests]
 
     def exists(self, path: str) -> bool:
         """Answered from any cached request of the path too: what was read, listed or looked
