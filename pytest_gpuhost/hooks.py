@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
-from . import builtin
+from . import builtin, long_lived
 from .builtin import kind_name
 from .files import OutputError
 from .fix.locking import LockUnavailable
@@ -213,6 +213,7 @@ class GpuhostRun:
                 # A worker runs some targets only (xdist sends each target's checks to one):
                 # it holds no idle connection to the others; its own reconnect when used.
                 target.disconnect()
+        long_lived.freeze()  # the items and their checks live to the end of the session
 
     # -- running ----------------------------------------------------------------------------
 
@@ -502,7 +503,9 @@ class GpuhostRun:
         for problem in self.problems:
             terminalreporter.write_line(problem, red=True)
 
+    @pytest.hookimpl(tryfirst=True)
     def pytest_unconfigure(self) -> None:
+        long_lived.thaw()  # before pytest's last collections, which must see every object
         self.session.close()
 
 

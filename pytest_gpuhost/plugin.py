@@ -193,17 +193,22 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def _configure_run(config: pytest.Config) -> None:
-    from .hooks import GpuhostRun
-    from .items import RUN
-    from .settings import SettingsError, resolve
+    from . import long_lived
 
-    try:
-        settings = resolve(_raw_options(config))
-        if not settings.active:
-            return
-        run = GpuhostRun(config, settings)
-    except SettingsError as exc:
-        raise pytest.UsageError(str(exc)) from None
+    with long_lived.paused():
+        from .hooks import GpuhostRun
+        from .items import RUN
+        from .settings import SettingsError, resolve
+
+        try:
+            settings = resolve(_raw_options(config))
+            if not settings.active:
+                return
+            run = GpuhostRun(config, settings)
+        except SettingsError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    config.add_cleanup(long_lived.thaw)
+    long_lived.freeze()  # the modules, the spec's model and the session live to the end
     config.stash[RUN] = run
     config.pluginmanager.register(run, "gpuhost-run")
     if settings.rollback is not None:

@@ -76,3 +76,39 @@ def test_a_fix_run_imports_the_fixer_and_its_journal(pytester: pytest.Pytester,
     assert {"pytest_gpuhost.fix.fixer", "pytest_gpuhost.fix.journal",
             "pytest_gpuhost.reports.jsonfile"} <= set(modules)
     assert Path(pytester.path / "out.json").exists()
+
+
+def test_a_run_gives_the_garbage_collector_back(pytester: pytest.Pytester,
+                                               fake: FakeHost) -> None:
+    """The run pauses the collector while it is built and freezes what it keeps; after it the
+    process's collector is as it was (inline runs share this process)."""
+    import gc
+
+    fake.sysctl("vm.swappiness", 10)
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    result = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}")
+    result.assert_outcomes(passed=1)
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_a_collector_frozen_or_off_before_the_run_is_left_so(pytester: pytest.Pytester,
+                                                             fake: FakeHost) -> None:
+    import gc
+
+    fake.sysctl("vm.swappiness", 10)
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}").assert_outcomes(passed=1)
+        # Still frozen (a few frozen objects died meanwhile): ours to thaw, not the run's.
+        assert gc.get_freeze_count() > frozen // 2
+    finally:
+        gc.unfreeze()
+    gc.disable()
+    try:
+        pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}").assert_outcomes(passed=1)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
