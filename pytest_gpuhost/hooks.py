@@ -506,6 +506,8 @@ class GpuhostRun:
     @pytest.hookimpl(tryfirst=True)
     def pytest_unconfigure(self) -> None:
         long_lived.thaw()  # before pytest's last collections, which must see every object
+        if self.log is not None:
+            self.log.close()
         self.session.close()
 
 
