@@ -332,9 +332,10 @@ class Host(Protocol):
         """pytest-gpuhost's own new file (a journal), whole or not at all; HostError with
         errno EEXIST when it exists already."""
 
-    def append_file(self, path: str, data: bytes) -> None:
-        """One line at the end of one of pytest-gpuhost's own files, fsync'd; never creates
-        it, never through a link or into a file with another name (a hard link)."""
+    def append_file(self, path: str, data: bytes, *, sync: bool = True) -> None:
+        """Lines at the end of one of pytest-gpuhost's own files, in one write(2), then fsync'd
+        unless ``sync`` is false (the next synced append makes them durable too); never
+        creates it, never through a link or into a file with another name (a hard link)."""
 
     def lock(self, path: str, timeout: float, holder: str) -> int:
         """Take the flock on a lock file under the root, waiting up to ``timeout`` s; held by

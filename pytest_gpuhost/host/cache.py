@@ -114,8 +114,8 @@ class CachedHost(BatchReads):
     def create_file(self, path: str, data: bytes) -> None:
         self.host.create_file(path, data)
 
-    def append_file(self, path: str, data: bytes) -> None:
-        self.host.append_file(path, data)
+    def append_file(self, path: str, data: bytes, *, sync: bool = True) -> None:
+        self.host.append_file(path, data, sync=sync)
 
     def lock(self, path: str, timeout: float, holder: str) -> int:
         return self.host.lock(path, timeout, holder)
