@@ -276,6 +276,7 @@ class GpuhostRun:
             self.verdicts[item.index] = verdict
             if self.log is not None:
                 self.log.mark(item.index, verdict)
+            long_lived.made_one()
         return report
 
     @pytest.hookimpl(wrapper=True)
