@@ -25,7 +25,17 @@ from .engine import RunOptions, run_check
 from .fix.run import FixRun, close_rollback, default_journal, make_fixer
 from .fix.state import JOURNAL_DIR, StateFile, StateStore
 from .gpu.nvml import NvmlFactory, NvmlSource, NvmlUnavailable, RecordedNvml
-from .host import BatchReads, CachedHost, Host, HostError, HostIdentity, Read, Reply, Request
+from .host import (
+    BatchReads,
+    CachedHost,
+    Host,
+    HostError,
+    HostIdentity,
+    Read,
+    Reply,
+    Request,
+    raised,
+)
 from .reports import TargetInfo
 from .result import CheckResult
 from .settings import Settings, SettingsError
@@ -132,7 +142,7 @@ class Unexpandable(NoFix):
     error: HostError
 
     def observe(self, host: Host) -> Observation:
-        raise self.error
+        raise raised(self.error)
 
 
 class UnreachableHost(BatchReads):
@@ -153,7 +163,7 @@ class UnreachableHost(BatchReads):
         return False
 
     def identity(self) -> HostIdentity:
-        raise self.reason
+        raise raised(self.reason)
 
     def invalidate(self) -> None:
         """Nothing to forget."""
@@ -165,7 +175,7 @@ class UnreachableHost(BatchReads):
         return [Reply(error=self.reason) for _ in requests]
 
     def _refuse(self, *args: object, **kwargs: object) -> Any:
-        raise self.reason
+        raise raised(self.reason)
 
     write_text = write_bytes = replace_file = remove = which = run = _refuse
     create_file = append_file = lock = unlock = _refuse

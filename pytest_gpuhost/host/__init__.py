@@ -37,6 +37,15 @@ class HostError(Exception):
         self.errno = errno
 
 
+def raised(error: HostError) -> HostError:
+    """A copy of a kept error, to raise: the kept one (a cached reply's) never takes a
+    traceback, which would keep the raising frames alive and grow at every raise. Made
+    without calling ``__init__`` (subclasses take other arguments), with the same state."""
+    again = type(error).__new__(type(error), *error.args)
+    again.__dict__.update(error.__dict__)
+    return again
+
+
 class UnsafePath(HostError):
     """A path that would leave the host root."""
 
@@ -213,7 +222,7 @@ class Reply:
 
     def get(self) -> object:
         if self.error is not None:
-            raise self.error
+            raise raised(self.error)
         return self.value
 
     def data(self) -> bytes:
