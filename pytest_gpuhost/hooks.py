@@ -506,10 +506,17 @@ class GpuhostRun:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_unconfigure(self) -> None:
-        long_lived.thaw()  # before pytest's last collections, which must see every object
+        """The run is over: its connections and files closed, and what only it held let go
+        (the records stay with pytest's reports) before pytest's last collections and the
+        interpreter's at exit, each of which would walk it all again."""
         if self.log is not None:
             self.log.close()
         self.session.close()
+        self.results.clear()
+        self.verdicts.clear()
+        self.collected.clear()
+        self.host_checks.clear()
+        long_lived.thaw()  # before pytest's last collections, which must see every object
 
 
 def _persist_report(nodeid: str, path: str, record: CheckResult, index: int

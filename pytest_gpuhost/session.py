@@ -274,6 +274,9 @@ class Target:
         close = getattr(self.connection, "close", None)
         if close is not None:
             close()
+        self.host.clear()
+        self._pending.clear()
+        self._batched.clear()
 
     def host_facts(self) -> HostFacts:
         """What the target says about itself, read with the collection's facts and kept: the
@@ -528,7 +531,10 @@ class Session:
         return close_rollback(contents, results)
 
     def close(self) -> None:
+        """The end of the run: connections closed, temporary copies removed, and the specs'
+        models and the read caches let go."""
         for target in self.targets.values():
             target.close()
         for directory in self._cleanup:
             shutil.rmtree(directory, ignore_errors=True)
+        self.specs.clear()

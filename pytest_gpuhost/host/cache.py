@@ -56,6 +56,12 @@ class CachedHost(BatchReads):
         self.generation += 1
         self.host.invalidate()
 
+    def clear(self) -> None:
+        """Forget every reply and when it was read (the run is over); reads nothing."""
+        self._replies.clear()
+        self._fetched.clear()
+        self.generation += 1
+
     def prefetch(self, requests: Iterable[Request]) -> int:
         """Read every request not yet cached in one batch; returns how many were read."""
         wanted = list(dict.fromkeys(r for r in requests if r not in self._replies))
