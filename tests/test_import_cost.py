@@ -56,7 +56,7 @@ def test_a_verify_run_imports_the_kinds_of_its_spec_and_no_fix_or_unasked_report
     kinds = [m for m in modules if m.startswith("pytest_gpuhost.checks.")]
     # gpus: every run reads the GPU list for its reports; conditions: the `when:` names
     assert kinds == ["pytest_gpuhost.checks.conditions", "pytest_gpuhost.checks.gpus",
-                     "pytest_gpuhost.checks.nvml", "pytest_gpuhost.checks.sysctl"]
+                     "pytest_gpuhost.checks.sysctl"]
     fix = [m for m in modules if m.startswith("pytest_gpuhost.fix.")]
     assert fix == ["pytest_gpuhost.fix.changes", "pytest_gpuhost.fix.locking",
                    "pytest_gpuhost.fix.run", "pytest_gpuhost.fix.state"]  # no journal, fixer
