@@ -21,7 +21,7 @@ from .capture.catalog import observe_only
 from .checks import Check, Fact, Facts, Kind, NoFix, Observation
 from .checks.conditions import ConditionFn
 from .checks.gpus import GPUS
-from .engine import RunOptions, run_check
+from .engine import RunOptions, error_result, run_check
 from .fix.journal import JOURNAL_DIR, JournalContents, JournalError, latest_journal, read_journal
 from .fix.persist import persistence_checks
 from .fix.rollback import refuse_foreign, rollback_checks
@@ -220,9 +220,13 @@ class Target:
         self.host.prefetch(r for c in [check, *group] for r in self._reads(c))
 
     def run(self, check: Check, options: RunOptions, *, named: bool = False) -> CheckResult:
-        self.prefetch(check)
         self._pending.pop(id(check), None)
-        result = run_check(check, self.host, self.conditions, options, self.fixrun.fixer)
+        if self.unreachable is not None:
+            # nothing of it was read: a check whose expansion saw no GPUs must not say '0 GPUs'
+            result = error_result(check, self.unreachable)
+        else:
+            self.prefetch(check)
+            result = run_check(check, self.host, self.conditions, options, self.fixrun.fixer)
         return dataclasses.replace(result, target=self.name) if named else result
 
     def lose(self, reason: HostError) -> None:
