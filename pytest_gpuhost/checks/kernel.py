@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ..fix.changes import Plan
 from ..host import Host, Read, Request
-from ..linux.cmdline import Parameter, split_words
+from ..linux.cmdline import Parameter, split_words, unsafe_word
 from ..linux.sysfs import release_version
 from ..spec import OPTION_KEYS, EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Expectation, Verdict, Version
@@ -127,6 +127,10 @@ def _parameter(node: Node) -> Parameter:
             or word.startswith(("-", "=")):
         raise node.error(f"kernel parameter {word!r} must be one word like iommu=pt or nokaslr "
                          "(no spaces or quotes)")
+    if unsafe_word(word):
+        raise node.error(f"kernel parameter {word!r} holds a character a shell acts on; a "
+                         "parameter may hold letters, digits and _ . , : ; = / + @ % ~ [ ] - "
+                         "(it may go into a grub.d drop-in, which update-grub runs as shell)")
     return Parameter(word)
 
 
