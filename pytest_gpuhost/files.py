@@ -4,8 +4,9 @@ A report path is checked when the run is configured (``check_output``), before a
 changed, so a bad path is a usage error (exit 4), not a traceback after the fixes. At the end,
 ``write_output`` writes a regular file atomically (a reader never sees half a report), follows a
 symlink to the file it names and replaces that (but not another user's link in a sticky,
-world-writable directory, which the kernel's fs.protected_symlinks would not follow), and writes a character device or a FIFO as it
-is (``--gpuhost-report=/dev/stdout``); it never replaces a device, a FIFO or a link with a file.
+world-writable directory, which the kernel's fs.protected_symlinks would not follow), and
+writes a character device or a FIFO as it is (``--gpuhost-report=/dev/stdout``); it never
+replaces a device, a FIFO or a link with a file.
 """
 
 from __future__ import annotations

@@ -440,6 +440,32 @@ def test_residency_sees_a_disabled_state_entered_during_the_window(fake: FakeHos
     assert "usage +14, time +10400 us" in result.evidence[0]["raw"]
 
 
+def test_residency_watches_only_the_cpus_where_the_state_is_disabled(fake: FakeHost) -> None:
+    """A verify run before --fix: where C2 is still enabled, entering it is no override (and
+    cpuidle[C2] says it is enabled); where it is disabled, growth is one."""
+    fake.cpus(4, disabled=["C2"])
+    for cpu in (0, 1):
+        [disable] = [p.parent / "disable" for p in
+                     fake.root.glob(f"sys/devices/system/cpu/cpu{cpu}/cpuidle/state*/name")
+                     if p.read_text().strip() == "C2"]
+        disable.write_text("0\n")
+
+    def everyone_enters(seconds: float) -> None:
+        fake.idle_counters("C2", usage=3, time_us=900, cpus=[0, 1, 3])
+
+    result = run(RESIDENCY, fake.root, sleep=everyone_enters)["cpuidle.residency[C2]"]
+    assert (result.outcome, result.observed) == (Outcome.FAILED, "entered on cpus 3")
+    assert "the 2 of 4 CPUs where it is disabled sampled" in result.evidence[0]["raw"]
+    for cpu in (2, 3):
+        [disable] = [p.parent / "disable" for p in
+                     fake.root.glob(f"sys/devices/system/cpu/cpu{cpu}/cpuidle/state*/name")
+                     if p.read_text().strip() == "C2"]
+        disable.write_text("0\n")
+    nowhere = run(RESIDENCY, fake.root, sleep=everyone_enters)["cpuidle.residency[C2]"]
+    assert nowhere.outcome is Outcome.SKIPPED
+    assert "C2 is not disabled on any online CPU" in nowhere.message
+
+
 def test_cpuidle_names_with_spaces_but_nothing_that_leaves_the_root(fake: FakeHost) -> None:
     fake.cpus(2, states=("snooze", "Shared Cede"))
     [result] = run("version: 1\ncpuidle:\n  disabled: ['Shared Cede']\n", fake.root,
