@@ -164,7 +164,7 @@ def test_dry_run_reports_the_plan_and_writes_nothing(pytester: pytest.Pytester, 
                                 "--gpuhost-report=plan.json")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     # P2P has no fixer; boot-time checks plan their drop-ins (--fix-persist is on)
-    assert counts(result) == {"passed": 82, "failed": 57, "would_fix": 62, "skipped": 1}
+    assert counts(result) == {"passed": 81, "failed": 57, "would_fix": 62, "skipped": 2}
     assert snapshot(example_host) == before  # not even a journal or a lock file
     result.stdout.fnmatch_lines([
         "--gpuhost-dry-run: 62 fixes planned (188 changes); nothing was written",
