@@ -245,8 +245,7 @@ class CpufreqKind:
         entries = []
         for key, value in pairs:
             if key not in KEYS:
-                raise value.key_error(f"unknown key {key!r} in cpufreq; expected one of: "
-                                      f"{', '.join(KEYS)}")
+                raise value.unknown_key(key, "cpufreq", KEYS)
             domain, matchers = DOMAINS[key]
             expect, options = parse_expectation(value, context, domain, what=f"cpufreq {key}",
                                                 matchers=matchers)

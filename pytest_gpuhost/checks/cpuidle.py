@@ -264,8 +264,7 @@ class CpuidleKind:
                 window = self._residency(value, context)
                 continue
             if key != "disabled":
-                raise value.key_error(f"unknown key {key!r} in cpuidle; expected: disabled, "
-                                      "residency")
+                raise value.unknown_key(key, "cpuidle", ("disabled", "residency"))
             items = value.sequence("cpuidle disabled")
             if not items:
                 raise value.error("cpuidle disabled is empty; expected state names like [C2]")
@@ -286,8 +285,7 @@ class CpuidleKind:
         window = None
         for key, value in pairs:
             if key not in allowed:
-                raise value.key_error(f"unknown key {key!r} in cpuidle residency; expected one "
-                                      f"of: {', '.join(allowed)}")
+                raise value.unknown_key(key, "cpuidle residency", allowed)
             if key == "window":
                 match = _WINDOW.fullmatch(value.text("cpuidle residency window").strip())
                 seconds = float(match.group(1)) / (1000 if match.group(2) == "ms" else 1) \
@@ -307,8 +305,7 @@ class CpuidleKind:
         allowed = ("name", *OPTION_KEYS)
         for key, value in pairs:
             if key not in allowed:
-                raise value.key_error(f"unknown key {key!r} in a cpuidle state; expected one of: "
-                                  f"{', '.join(allowed)}")
+                raise value.unknown_key(key, "a cpuidle state", allowed)
         names = [value for key, value in pairs if key == "name"]
         if not names:
             raise item.error("a cpuidle state needs 'name:'")

@@ -140,8 +140,7 @@ def _cmdline(node: Node, context: SpecContext) -> tuple[CmdlineEntry, ...]:
     entries: dict[str, CmdlineEntry] = {}
     for key, value in pairs:
         if key not in allowed:
-            raise value.key_error(f"unknown key {key!r} in kernel cmdline; expected one of: "
-                                  f"{', '.join(allowed)}")
+            raise value.unknown_key(key, "kernel cmdline", allowed)
     options = context.parse_options(node, pairs)
     for key, value in pairs:
         if key not in ("has", "lacks"):
@@ -179,8 +178,7 @@ class KernelKind:
             elif key == "cmdline":
                 cmdline = _cmdline(value, context)
             else:
-                raise value.key_error(f"unknown key {key!r} in kernel; expected one of: "
-                                      f"{', '.join(KEYS)}")
+                raise value.unknown_key(key, "kernel", KEYS)
         return KernelSection(release, cmdline, context.spec_name)
 
     def expand(self, section: KernelSection, facts: Facts) -> Sequence[Check]:

@@ -62,8 +62,7 @@ class MemoryKind:
         entries = []
         for key, value in pairs:
             if key not in KEYS:
-                raise value.key_error(f"unknown key {key!r} in memory; expected one of: "
-                                      f"{', '.join(KEYS)}")
+                raise value.unknown_key(key, "memory", KEYS)
             expect, options = parse_expectation(value, context, Choice(THP_MODES),
                                                 what=f"memory {key}", matchers=("one_of",))
             entries.append(MemoryEntry(key, expect, options))

@@ -141,8 +141,7 @@ class PcieKind:
                 entries.append(parse_path_key(key, value, context))
                 continue
             if key not in KEYS:
-                raise value.key_error(f"unknown key {key!r} in pcie; expected one of: "
-                                  f"{', '.join(known)}")
+                raise value.unknown_key(key, "pcie", known)
             spec = KEYS[key]
             expect, options = parse_expectation(value, context, spec.domain, what=f"pcie {key}",
                                                 matchers=spec.matchers)

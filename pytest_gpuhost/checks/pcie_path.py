@@ -250,16 +250,14 @@ def parse_path_key(key: str, node: Node, context: SpecContext) -> PathEntry:
                 if since not in SINCE:
                     raise value.error(f"pcie aer since must be one of: {', '.join(SINCE)}")
             elif name not in OPTION_KEYS:
-                raise value.key_error(f"unknown key {name!r} in pcie aer; expected one of: "
-                                      f"since, {', '.join(OPTION_KEYS)}")
+                raise value.unknown_key(name, "pcie aer", ("since", *OPTION_KEYS))
         expect = Exact("none", Choice(("none",)))
         return PathEntry(key, expect, context.parse_options(node, pairs), since)
     pairs = node.mapping(f"pcie {key}") if node.is_mapping else []
     value_node = dict(pairs).get("value", node) if node.is_mapping else node
     for name, value in pairs:
         if name not in ("value", *OPTION_KEYS):
-            raise value.key_error(f"unknown key {name!r} in pcie {key}; expected one of: "
-                                  f"value, {', '.join(OPTION_KEYS)}")
+            raise value.unknown_key(name, f"pcie {key}", ("value", *OPTION_KEYS))
     word = value_node.text(f"pcie {key}") if not isinstance(value_node.scalar(), bool) \
         else ("off" if value_node.scalar() is False else "on")
     if word != OFF:
