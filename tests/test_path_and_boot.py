@@ -466,6 +466,15 @@ def test_residency_watches_only_the_cpus_where_the_state_is_disabled(fake: FakeH
     assert "C2 is not disabled on any online CPU" in nowhere.message
 
 
+def test_acs_redirect_with_no_bridge_above_the_gpus_is_one_skipped_record(fake: FakeHost) -> None:
+    """A section that would expand to nothing says so instead of passing silently."""
+    fake.gpu("0000:01:00.0").gpu("0000:02:00.0")  # on the root bus, as in a VM
+    results = run("version: 1\npcie:\n  acs_redirect: off\n", fake.root, fix=True)
+    [result] = results.values()
+    assert (result.id, result.outcome) == ("pcie.acs_redirect", Outcome.SKIPPED)
+    assert "no PCI bridge between any of the 2 GPU(s) and the root bus" in result.message
+
+
 def test_cpuidle_names_with_spaces_but_nothing_that_leaves_the_root(fake: FakeHost) -> None:
     fake.cpus(2, states=("snooze", "Shared Cede"))
     [result] = run("version: 1\ncpuidle:\n  disabled: ['Shared Cede']\n", fake.root,

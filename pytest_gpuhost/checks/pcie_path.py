@@ -277,6 +277,17 @@ class Unreadable(NoFix):
         raise HostError(self.reason)
 
 
+@dataclass(frozen=True)
+class NoBridges(NoFix):
+    """GPUs with no PCI bridge above them (on the root bus, as in many VMs): nothing to check."""
+
+    gpus: int
+
+    def observe(self, host: Host) -> Observation:
+        raise NotApplicable(f"no PCI bridge between any of the {self.gpus} GPU(s) and the root "
+                            "bus (GPUs on the root bus, as in many VMs): no ACS to check")
+
+
 def expand_path_key(entry: PathEntry, facts: Facts) -> list[Check]:
     kind = f"pcie.{entry.key}"
     found = facts.get(GPUS)
@@ -287,6 +298,8 @@ def expand_path_key(entry: PathEntry, facts: Facts) -> list[Check]:
             behind = bridges_above(gpu_paths(found))
         except HostError as exc:
             return [Check(kind, None, entry.expect, entry.options, Unreadable(str(exc)))]
+        if not behind:  # one record saying so, never a section that silently checks nothing
+            return [Check(kind, None, entry.expect, entry.options, NoBridges(len(found)))]
         return [Check(kind, bridge, entry.expect, entry.options, AcsRedirectProbe(bridge, gpus),
                       subjects={"bridge": bridge, "gpus": " ".join(gpus)})
                 for bridge, gpus in behind.items()]
