@@ -176,6 +176,9 @@ def test_dry_run_reports_the_plan_and_writes_nothing(pytester: pytest.Pytester, 
                "to cpuidle/C2/disable on those 64 CPUs"),
         "      write sys/devices/system/cpu/cpu0/cpuidle/state2/disable: '0' -> '1'",
     ])
+    # D7: the 56 slow pairs are the ACS redirect the plan clears: said, not left as a mystery
+    result.stdout.fnmatch_lines(["  (56 p2p checks failed as measured before the planned "
+                                 "changes; a real --fix measures after them)"])
     data = json.loads((pytester.path / "plan.json").read_text())
     assert data["dry_run"] is True and data["journal"] is None
     assert data["summary"]["would_fix"] == 62
