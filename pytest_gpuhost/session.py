@@ -465,15 +465,20 @@ class Session:
         return (target or self.target).run(check, self.options, named=self.named)
 
     def finish(self, results: Sequence[CheckResult]) -> list[CheckResult]:
-        """Session-end fixes on the controller: the persistence files (one record each)."""
-        target = self.target
-        if not target.fixrun.persist or not self.specs:
+        """Session-end fixes on the controller: each target's persistence files, from that
+        target's own records (one record each, named by target where the run names them)."""
+        if not self.settings.persist or not self.specs:
             return []
         spec = next(iter(self.specs.values()))
-        checks = persistence_checks(spec.name, self.settings.display(spec.path), results,
-                                    target.host)
-        return [run_check(check, target.host, {}, self.options, target.fixrun.fixer)
-                for check in checks]
+        supplies = [kind.persistence for kind in self.kinds.values()
+                    if hasattr(kind, "persistence")]
+        done: list[CheckResult] = []
+        for target in self.targets.values():
+            mine = [r for r in results if not self.named or r.target == target.name]
+            checks = persistence_checks(spec.name, self.settings.display(spec.path), mine,
+                                        target.host, supplies)
+            done += [target.run(check, self.options, named=self.named) for check in checks]
+        return done
 
     def capture_target(self) -> Target:
         """The target --gpuhost-capture writes down: --gpuhost-capture-from, else the only one."""

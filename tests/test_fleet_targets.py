@@ -110,3 +110,30 @@ def test_capture_from_an_unknown_target_is_a_usage_error_before_anything_runs(
     assert named.ret == pytest.ExitCode.USAGE_ERROR
     assert "--gpuhost-capture-from=b: no such target; the targets are: a" in named.stderr.str()
     assert not (pytester.path / "golden.yaml").exists()
+
+
+def test_fix_persist_over_two_targets_writes_each_its_own_files(
+        pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path) -> None:
+    """--fix-persist applies per target: each target's files under its own root, from its own
+    records, each record naming its target (before, only the first target got files, made
+    from every target's records)."""
+    from pytest_gpuhost.testing.fakehost import FakeHost
+
+    roots = {name: FakeHost(tmp_path / name).sysctl("vm.swappiness", 60).root
+             for name in ("a", "b")}
+    (pytester.path / "spec.yaml").write_text("version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    result = pytester.runpytest(
+        "--gpuhost-spec=spec.yaml", "--fix", "--fix-persist", "--gpuhost-report=r.json",
+        *[f"--gpuhost-target={sshd.url(root, query=f'?name={name}')}"
+          for name, root in roots.items()],
+        f"--gpuhost-ssh-config={sshd.client_config}", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    for root in roots.values():
+        assert (root / "proc/sys/vm/swappiness").read_text() == "10\n"
+        [conf] = (root / "etc/sysctl.d").glob("*gpuhost*")
+        assert conf.read_text().endswith("vm.swappiness = 10\n")
+        assert list((root / "var/lib/pytest-gpuhost/journal").glob("*.jsonl"))
+    report = json.loads((pytester.path / "r.json").read_text())
+    persisted = sorted((c["target"], c["outcome"]) for c in report["checks"]
+                       if c["kind"] == "persist")
+    assert persisted == [("a", "fixed"), ("b", "fixed")]

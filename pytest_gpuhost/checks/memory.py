@@ -55,6 +55,11 @@ class MemoryEntry:
 class MemoryKind:
     section = "memory"
 
+    @staticmethod
+    def persistence(results: Sequence[CheckResult]) -> list[PersistLine]:
+        """The lines --fix-persist writes for this kind's checks (see ``_persistence``)."""
+        return _persistence(results)
+
     def parse(self, node: Node, context: SpecContext) -> tuple[MemoryEntry, ...]:
         pairs = node.mapping("memory")
         if not pairs:
@@ -72,7 +77,7 @@ class MemoryKind:
         return [Check(f"memory.{e.key}", None, e.expect, e.options, ThpProbe()) for e in section]
 
 
-def persistence(results: Sequence[CheckResult]) -> list[PersistLine]:
+def _persistence(results: Sequence[CheckResult]) -> list[PersistLine]:
     return [PersistLine("tmpfiles", f"w /{THP} - - - - {r.observed}") for r in results
             if r.kind == "memory.transparent_hugepage" and r.observed
             and r.outcome in (Outcome.PASSED, Outcome.FIXED)]
