@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from . import hookspecs
+from . import hookspecs, specs
 
 MARKERS = (
     "gpuhost: on a generated host check: its kind; on a test of yours: run it only after every "
@@ -35,8 +35,9 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gpuhost", "GPU host tuning checks (pytest-gpuhost)")
-    group.addoption("--gpuhost-spec", action="append", default=[], metavar="FILE",
-                    help="spec of the host's tuning (YAML); may be given more than once. "
+    group.addoption("--gpuhost-spec", action="append", default=[], metavar="FILE|NAME",
+                    help="spec of the host's tuning: a YAML file, or the name of a bundled "
+                         f"spec ({', '.join(specs.names())}); may be given more than once. "
                          "ini: gpuhost_spec")
     group.addoption("--gpuhost-root", default=None, metavar="DIR",
                     help="host root that every read, write and command goes through "
@@ -100,7 +101,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gpuhost-fleet-html", default=None, metavar="FILE",
                     help="write the fleet view of this run's targets (matrix, details, drift) "
                          "as one self-contained HTML page")
-    parser.addini("gpuhost_spec", "spec file(s) of the host's tuning", type="args", default=[])
+    parser.addini("gpuhost_spec", "spec file(s) or bundled spec name(s) of the host's tuning",
+                  type="args", default=[])
     parser.addini("gpuhost_targets", "targets, one per line (see --gpuhost-target)",
                   type="linelist", default=[])
     parser.addini("gpuhost_ssh_config", "OpenSSH client configuration for the ssh targets",

@@ -121,11 +121,28 @@ class Settings:
             return str(path)
 
 
+def _spec_path(base: Path, value: str, source: str) -> Path:
+    """A spec file, or, for a bare name that is no file (``blackwell8``: no ``/``, no ``.yaml``
+    suffix), the bundled spec of that name."""
+    path = base / value
+    if "/" in value or value.endswith(SPEC_SUFFIXES) or path.exists():
+        return path
+    from . import specs
+
+    bundled = specs.find(value)
+    if bundled is None:
+        raise SettingsError(f"{source}={value}: no such file, and no bundled spec of that "
+                            f"name; the bundled specs: {', '.join(specs.names()) or 'none'} "
+                            "(or name a YAML file)")
+    return bundled
+
+
 def _spec_paths(raw: RawOptions) -> tuple[Path, ...]:
     """Specs from --gpuhost-spec (else the ini), then .yaml files named as arguments."""
-    paths = [raw.invocation / p for p in raw.spec]
+    paths = [_spec_path(raw.invocation, p, "--gpuhost-spec") for p in raw.spec]
     if not paths:
-        paths = [raw.ini_base / p for p in raw.ini_spec]
+        paths = [_spec_path(raw.ini_base, p, f"gpuhost_spec in {raw.ini_name}")
+                 for p in raw.ini_spec]
     for arg in raw.args:
         candidate = Path(arg.split("::", 1)[0])
         if candidate.suffix in SPEC_SUFFIXES:
