@@ -103,7 +103,7 @@ def test_the_wheel_ships_the_bundled_specs_and_data(tmp_path: Path) -> None:
         shutil.copy(REPO / name, source / name)
     shutil.copytree(REPO / "pytest_gpuhost", source / "pytest_gpuhost",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w",
                             str(tmp_path / "dist"), str(source)],
                            capture_output=True, text=True, timeout=300)
     if built.returncode != 0 and "setuptools" in built.stderr and "No matching" in built.stderr:
@@ -116,6 +116,8 @@ def test_the_wheel_ships_the_bundled_specs_and_data(tmp_path: Path) -> None:
         archive.extractall(tmp_path / "unpacked")
     assert {"pytest_gpuhost/specs/blackwell8.yaml", "pytest_gpuhost/capture/catalog.yaml",
             "pytest_gpuhost/fleet/page.js", "pytest_gpuhost/fleet/page.css"} <= names
+    assert "License-Expression: Apache-2.0" in metadata.splitlines()
+    assert "project.license" not in built.stdout + built.stderr  # no deprecation warning
     found = subprocess.run(
         [sys.executable, "-c", "from pytest_gpuhost import specs; print(specs.find('blackwell8'))"],
         cwd=tmp_path / "unpacked", capture_output=True, text=True, timeout=60, check=True)
