@@ -22,6 +22,7 @@ from .checks import Check, Fact, Facts, Kind, NoFix, Observation
 from .checks.conditions import ConditionFn
 from .checks.gpus import GPUS
 from .engine import RunOptions, run_check
+from .fix.history import FixHistory
 from .fix.journal import JOURNAL_DIR, JournalContents, JournalError, latest_journal, read_journal
 from .fix.persist import persistence_checks
 from .fix.rollback import refuse_foreign, rollback_checks
@@ -222,7 +223,8 @@ class Target:
     def run(self, check: Check, options: RunOptions, *, named: bool = False) -> CheckResult:
         self.prefetch(check)
         self._pending.pop(id(check), None)
-        result = run_check(check, self.host, self.conditions, options, self.fixrun.fixer)
+        result = run_check(check, self.host, self.conditions, options, self.fixrun.fixer,
+                           self.fixrun.history)
         return dataclasses.replace(result, target=self.name) if named else result
 
     def lose(self, reason: HostError) -> None:
@@ -317,6 +319,9 @@ class Session:
         elif self.settings.fix and not self.settings.dry_run:
             for target in self.targets.values():
                 self._open_fixer(target)
+        if self.settings.fix and self.settings.rollback is None and not self.settings.fix_retry:
+            for target in self.targets.values():
+                target.fixrun.history = FixHistory(target.host, target.fixrun.journal_path)
 
     @property
     def options(self) -> RunOptions:
@@ -468,8 +473,8 @@ class Session:
         spec = next(iter(self.specs.values()))
         checks = persistence_checks(spec.name, self.settings.display(spec.path), results,
                                     target.host)
-        return [run_check(check, target.host, {}, self.options, target.fixrun.fixer)
-                for check in checks]
+        return [run_check(check, target.host, {}, self.options, target.fixrun.fixer,
+                          target.fixrun.history) for check in checks]
 
     def capture_target(self) -> Target:
         """The target --gpuhost-capture writes down: --gpuhost-capture-from, else the only one."""
