@@ -226,6 +226,11 @@ def _warnings(check: Check, outcome: Outcome, observed: Observation | None) -> t
     return (f"will revert: {source} sets {value!r} on the next boot or `sysctl --system`",)
 
 
+def error_result(check: Check, message: str) -> CheckResult:
+    """The record of a check that could not be run at all (its target cannot be reached)."""
+    return _result(check, Outcome.ERROR, message, None)
+
+
 def _result(
     check: Check,
     outcome: Outcome,

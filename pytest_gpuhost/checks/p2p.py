@@ -140,8 +140,7 @@ class P2pKind:
             elif key == "concurrent":
                 for name, floor in value.mapping("p2p concurrent"):
                     if name != "floor":
-                        raise floor.key_error(f"unknown key {name!r} in p2p concurrent; "
-                                              "expected: floor")
+                        raise floor.unknown_key(name, "p2p concurrent", ("floor",))
                     concurrent = _number(floor, "p2p concurrent floor")
                 if concurrent is None:
                     raise value.error("p2p concurrent needs a floor: {floor: GB/s}")

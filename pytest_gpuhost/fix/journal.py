@@ -19,7 +19,7 @@ import errno
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -117,8 +117,13 @@ class Journal:
     def close_rollback(self, restored: int, failed: int) -> None:
         """Raises JournalError when the closing line cannot be written."""
         try:
-            self._append({"event": "rolled_back", "time": _now(), "restored": restored,
-                          "failed": failed})
+            line = json.dumps({"event": "rolled_back", "time": _now(), "restored": restored,
+                               "failed": failed}, sort_keys=True) + "\n"
+            # a last line cut short by a crash stays a line of its own: the closing record
+            # glued onto it would be one damaged line, and every later rollback refused
+            cut = not self.location.read().endswith(b"\n")
+            self.location.host.append_file(self.location.path, (("\n" if cut else "") +
+                                                                line).encode())
         except HostError as exc:
             reason = os.strerror(exc.errno) if exc.errno else str(exc)
             raise JournalError(f"cannot mark {self.location} rolled back: {reason}") from exc
@@ -191,6 +196,9 @@ def _records(location: StateFile, data: bytes | None
             if number == len(lines):  # no newline after it: the write was cut short
                 yield number, None
                 return
+            if _closed_after(lines[number:]):  # cut short, then rolled back (and closed) once
+                yield number, None
+                continue
             raise JournalError(
                 f"{path}:{number}: a damaged journal line ({exc}): "
                 f"{line[:80].decode('utf-8', 'replace')!r}; only the last line can have been "
@@ -200,6 +208,23 @@ def _records(location: StateFile, data: bytes | None
             raise JournalError(f"{path}:{number}: not a journal record: "
                                f"{line[:80].decode('utf-8', 'replace')}")
         yield number, record
+
+
+def _closed_after(rest: Sequence[bytes]) -> bool:
+    """Whether the lines after a cut-short one are only the closing records of rollbacks,
+    which begin on a line of their own after such a line (``close_rollback``)."""
+    found = False
+    for line in rest:
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return False
+        if not isinstance(record, dict) or record.get("event") != "rolled_back":
+            return False
+        found = True
+    return found
 
 
 def _text(record: dict[str, Any], name: str, where: str, *, optional: bool = False) -> Any:
