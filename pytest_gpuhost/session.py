@@ -22,6 +22,7 @@ from .checks import Check, Fact, Facts, Kind, NoFix, Observation
 from .checks.conditions import ConditionFn
 from .checks.gpus import GPUS
 from .engine import RunOptions, error_result, run_check
+from .fix.history import FixHistory
 from .fix.journal import JOURNAL_DIR, JournalContents, JournalError, latest_journal, read_journal
 from .fix.persist import persistence_checks
 from .fix.rollback import refuse_foreign, rollback_checks
@@ -226,7 +227,8 @@ class Target:
             result = error_result(check, self.unreachable)
         else:
             self.prefetch(check)
-            result = run_check(check, self.host, self.conditions, options, self.fixrun.fixer)
+            result = run_check(check, self.host, self.conditions, options, self.fixrun.fixer,
+                               self.fixrun.history)
         return dataclasses.replace(result, target=self.name) if named else result
 
     def lose(self, reason: HostError) -> None:
@@ -321,6 +323,9 @@ class Session:
         elif self.settings.fix and not self.settings.dry_run:
             for target in self.targets.values():
                 self._open_fixer(target)
+        if self.settings.fix and self.settings.rollback is None and not self.settings.fix_retry:
+            for target in self.targets.values():
+                target.fixrun.history = FixHistory(target.host, target.fixrun.journal_path)
 
     @property
     def options(self) -> RunOptions:

@@ -21,7 +21,7 @@ from pytest_gpuhost.testing.fakehost import FakeHost
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_HOST = REPO / "examples" / "hosts" / "blackwell8-untuned"
-BLACKWELL8 = REPO / "specs" / "blackwell8.yaml"
+BLACKWELL8 = REPO / "pytest_gpuhost" / "specs" / "blackwell8.yaml"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 

@@ -23,7 +23,7 @@ from pytest_gpuhost.result import CheckResult, Outcome
 from pytest_gpuhost.testing.fakehost import blackwell8_untuned
 
 from .capturing import run
-from .conftest import REPO
+from .conftest import BLACKWELL8, REPO
 from .test_reports import parse_exposition
 
 pytest_plugins = ["pytester"]
@@ -263,7 +263,7 @@ def test_the_page_data_holds_each_string_once(fleet_reports: list[Path]) -> None
 
 
 def test_fleet_html_from_a_run(pytester: pytest.Pytester, example_host: Path) -> None:
-    shutil.copy(REPO / "specs" / "blackwell8.yaml", pytester.path / "blackwell8.yaml")
+    shutil.copy(BLACKWELL8, pytester.path / "blackwell8.yaml")
     result = pytester.runpytest("--gpuhost-spec=blackwell8.yaml", f"--gpuhost-root={example_host}",
                                 "--gpuhost-fleet-html=fleet.html", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.TESTS_FAILED

@@ -323,7 +323,8 @@ class Measurer:
                             "machine and has no nvbandwidth under it nor a recorded output in "
                             f"{RECORDED_DIR}/ ({', '.join(RECORDED)})")
         raise HostError("probe auto found no way to measure: install cuda-python (pip install "
-                        "'pytest-gpuhost[cuda]') or put nvbandwidth on PATH")
+                        "'pytest-gpuhost[cuda]', from a checkout pip install '.[cuda]') or put "
+                        "nvbandwidth on PATH")
 
     def from_file(self, path: str) -> Measurements:
         if Path(path).is_absolute():

@@ -149,6 +149,8 @@ class JournalEntry:
     """Where the change is recorded in the journal file."""
     read_back: bytes | None = None
     """What the host held right after the write (a kernel may clamp or round a value)."""
+    error: str | None = None
+    """Why the host refused it (a ``failed`` or ``unknown`` change), as the run reported it."""
 
 
 @dataclass(frozen=True)
@@ -175,13 +177,15 @@ class JournalContents:
         return self.location.host.local_path(self.location.path)
 
 
-def _records(location: StateFile) -> Iterator[tuple[int, dict[str, Any] | None]]:
+def _records(location: StateFile, data: bytes | None
+             ) -> Iterator[tuple[int, dict[str, Any] | None]]:
     """(line number, record) per line; None for a last line cut short by a crash."""
     path = location.shown
-    try:
-        data = location.read()
-    except HostError as exc:
-        raise JournalError(f"{path}: cannot read the journal: {exc}") from exc
+    if data is None:
+        try:
+            data = location.read()
+        except HostError as exc:
+            raise JournalError(f"{path}: cannot read the journal: {exc}") from exc
     lines = data.split(b"\n")
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -257,16 +261,18 @@ def _read_back(record: dict[str, Any], where: str) -> bytes | None:
         raise JournalError(f"{where}: 'read_back_base64' is not base64") from None
 
 
-def read_journal(source: StateFile | Path) -> JournalContents:
+def read_journal(source: StateFile | Path, data: bytes | None = None) -> JournalContents:
+    """The journal's changes and their states; ``data``: its bytes, when already read."""
     location = _located(source)
     path = location.shown
     changes: dict[str, tuple[int, dict[str, Any]]] = {}
     states: dict[str, str] = {}
     read_backs: dict[str, bytes | None] = {}
+    errors: dict[str, str] = {}
     rolled_back, damaged = False, 0
     identity: HostIdentity | None = None
     first = True
-    for number, record in _records(location):
+    for number, record in _records(location, data):
         if record is None:
             damaged += 1
             continue
@@ -291,6 +297,7 @@ def read_journal(source: StateFile | Path) -> JournalContents:
                                    "line records")
             states[entry] = str(event)
             read_backs[entry] = _read_back(record, where)
+            errors[entry] = str(record.get("error") or "")
         elif event == "rolled_back":
             rolled_back = True
         first = False
@@ -306,7 +313,8 @@ def read_journal(source: StateFile | Path) -> JournalContents:
             id=entry, time=_text(record, "time", where), spec=_text(record, "spec", where),
             check=_text(record, "check", where), kind=_text(record, "kind", where),
             key=_text(record, "key", where, optional=True), change=change,
-            state=states[entry], line=number, read_back=read_backs.get(entry)))
+            state=states[entry], line=number, read_back=read_backs.get(entry),
+            error=errors.get(entry) or None))
     return JournalContents(location, tuple(entries), rolled_back, damaged, identity)
 
 
