@@ -455,7 +455,7 @@ class GpuhostRun:
             name = str(target.journal).rsplit("/", 1)[-1]
             terminalreporter.write_line(
                 f"journal of {target.name}: {target.journal} (undo: --gpuhost-rollback={name} "
-                f"--gpuhost-target={target.url})")
+                f"{self._naming(target.name, target.url)})")
         if rollback is not None and rollback.damaged_lines:
             terminalreporter.write_line(f"journal: {rollback.damaged_lines} line(s) cut short "
                                         "by a crash were skipped")
@@ -466,6 +466,17 @@ class GpuhostRun:
                 + ("" if done else " (some changes are not back: run it again once fixed)"))
         for problem in self.problems:
             terminalreporter.write_line(problem, red=True)
+
+    def _naming(self, name: str, url: str) -> str:
+        """The options that name one target again: an inventory's host by the inventory (its
+        key and ssh arguments come with it) and --gpuhost-limit, any other by its URL."""
+        given = next((t for t in self.settings.targets if t.name == name), None)
+        source = given.source if given is not None else ""
+        if source.startswith("--gpuhost-inventory="):
+            return f"{source} --gpuhost-limit={name}"
+        if source.startswith("gpuhost_inventory "):
+            return f"--gpuhost-limit={name}"
+        return f"--gpuhost-target={url}"
 
     def pytest_unconfigure(self) -> None:
         self.session.close()

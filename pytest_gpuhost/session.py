@@ -9,6 +9,7 @@ batch (``CachedHost``); anything changed through the host makes the next read li
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shutil
 import tempfile
@@ -28,7 +29,17 @@ from .fix.rollback import refuse_foreign, rollback_checks
 from .fix.run import FixRun, close_rollback, default_journal, make_fixer
 from .fix.state import StateFile, StateStore
 from .gpu.nvml import NvmlFactory, NvmlSource, NvmlUnavailable, RecordedNvml
-from .host import BatchReads, CachedHost, Host, HostError, HostIdentity, Read, Reply, Request
+from .host import (
+    BatchReads,
+    CachedHost,
+    Host,
+    HostError,
+    HostIdentity,
+    Read,
+    Reply,
+    Request,
+    doing,
+)
 from .reports import TargetInfo
 from .result import CheckResult
 from .settings import Settings, SettingsError
@@ -169,8 +180,11 @@ class UnreachableHost(BatchReads):
     def _refuse(self, *args: object, **kwargs: object) -> Any:
         raise self.reason
 
+    def unlock(self, handle: int) -> None:
+        """A lost connection released its locks with it."""
+
     write_text = write_bytes = replace_file = remove = which = run = _refuse
-    create_file = append_file = lock = unlock = _refuse
+    create_file = append_file = lock = _refuse
 
 
 class Target:
@@ -220,17 +234,37 @@ class Target:
         self.host.prefetch(r for c in [check, *group] for r in self._reads(c))
 
     def run(self, check: Check, options: RunOptions, *, named: bool = False) -> CheckResult:
-        self.prefetch(check)
+        lost = getattr(self.connection, "lost", None)
+        if lost is not None and self.unreachable is None:
+            self._unreachable(lost)  # lost mid-run: what was read before it is not used
+        with doing("reading the observations"), contextlib.suppress(HostError):
+            self.prefetch(check)  # when it fails, the check's own read says why
         self._pending.pop(id(check), None)
-        result = run_check(check, self.host, self.conditions, options, self.fixrun.fixer)
+        with doing(f"checking {check.id}"):
+            result = run_check(check, self.host, self.conditions, options, self.fixrun.fixer)
         return dataclasses.replace(result, target=self.name) if named else result
 
     def lose(self, reason: HostError) -> None:
         """The target cannot be reached: every read from now on fails with ``reason``."""
+        self._unreachable(reason)
+        self.fixrun.fixer = None
+
+    def _unreachable(self, reason: HostError) -> None:
         self.unreachable = str(reason)
         self.host.host = UnreachableHost(self.url, reason)
         self.host.invalidate()
-        self.fixrun.fixer = None
+
+    def collect_facts(self, facts: Sequence[Fact[Any]], shared_dir: Path | None) -> None:
+        """Read the facts a spec's expansion needs in one batch; a target that cannot be
+        reached is lost (its checks are errors that say why)."""
+        with doing("collecting facts"):
+            try:
+                self.facts.prime(facts)
+            except HostError as exc:
+                self.lose(exc)
+                self.facts = Facts(self.host, nvml=self.nvml, shared_dir=shared_dir)
+                self.facts.prime(facts)
+            self.host_facts()  # from the batch just read: what reports say of the target
 
     def info(self) -> TargetInfo:
         """The target as it reported itself, and its connection's cost so far. Never makes a
@@ -316,7 +350,11 @@ class Session:
             self._open_rollback(self.target)
         elif self.settings.fix and not self.settings.dry_run:
             for target in self.targets.values():
-                self._open_fixer(target)
+                try:
+                    with doing("opening the journal"):
+                        self._open_fixer(target)
+                except HostError as exc:  # cannot be reached: its checks are errors saying so
+                    target.lose(exc)
 
     @property
     def options(self) -> RunOptions:
@@ -436,25 +474,24 @@ class Session:
     def expand(self, spec: Spec, target: Target | None = None) -> list[Check]:
         """Every check of ``spec`` on the target: the facts of all its kinds in one batch."""
         target = target or self.target
-        facts: list[Fact[Any]] = [HOST_FACTS, GPUS]
-        for section, model in spec.sections.items():
-            facts += getattr(self.kinds[section], "facts", lambda _: ())(model)
-        try:
-            target.facts.prime(facts)
-        except HostError as exc:  # the target cannot be reached: its checks say why
-            target.lose(exc)
-            target.facts = Facts(target.host, nvml=target.nvml, shared_dir=self.shared_dir)
-            target.facts.prime(facts)
-        target.host_facts()  # from the batch just read: what reports say of the target
+        target.collect_facts(self.facts_of(spec), self.shared_dir)
         checks: list[Check] = []
         for section, model in spec.sections.items():
             try:
-                checks += self.kinds[section].expand(model, target.facts)
+                with doing("collecting facts"):
+                    checks += self.kinds[section].expand(model, target.facts)
             except HostError as exc:  # a fact this kind needs cannot be read: one error
                 checks.append(Check(section, None, Unexpanded(section),
                                     EntryOptions(where=f"{self.settings.display(spec.path)}:1"),
                                     Unexpandable(exc)))
         return [observe_only(c) for c in checks] if self.settings.catalog else checks
+
+    def facts_of(self, spec: Spec) -> list[Fact[Any]]:
+        """The facts the expansion of ``spec`` reads, for one batch."""
+        facts: list[Fact[Any]] = [HOST_FACTS, GPUS]
+        for section, model in spec.sections.items():
+            facts += getattr(self.kinds[section], "facts", lambda _: ())(model)
+        return facts
 
     def run(self, check: Check, target: Target | None = None) -> CheckResult:
         """Raises only LockUnavailable; every other outcome is the record."""

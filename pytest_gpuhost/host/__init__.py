@@ -16,7 +16,9 @@ one batch.
 from __future__ import annotations
 
 import errno
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -49,6 +51,35 @@ class CommandTimeout(HostError):
         super().__init__(message, errno.ETIMEDOUT)
         self.argv = argv
         self.timeout = timeout
+
+
+class TargetTimeout(HostError):
+    """A remote target that used up its time (--gpuhost-target-timeout) waiting on one step:
+    its connection is ended, and everything asked of it later fails with this error."""
+
+    def __init__(self, message: str, step: str) -> None:
+        super().__init__(message, errno.ETIMEDOUT)
+        self.step = step
+
+
+_STEP: ContextVar[str] = ContextVar("gpuhost_step", default="")
+
+
+@contextmanager
+def doing(step: str) -> Iterator[None]:
+    """Say what the run is doing with its host (``collecting facts``, ``applying a fix of
+    sysctl[vm.swappiness]``): a host that hangs names it. The host never needs to know what
+    a check is; it only repeats these words."""
+    token = _STEP.set(step)
+    try:
+        yield
+    finally:
+        _STEP.reset(token)
+
+
+def current_step() -> str:
+    """The innermost ``doing`` of this thread, or ``""``."""
+    return _STEP.get()
 
 
 def checked_relative(path: str) -> str:
@@ -417,8 +448,11 @@ __all__ = [
     "Reply",
     "Request",
     "Stat",
+    "TargetTimeout",
     "UnsafePath",
     "Which",
     "checked_command",
     "checked_relative",
+    "current_step",
+    "doing",
 ]
