@@ -40,6 +40,7 @@ from .workers import (
     DoneLog,
     SharedDirectory,
     make_target_scheduler,
+    shared_collection,
     worker_log,
 )
 
@@ -108,6 +109,9 @@ class GpuhostRun:
                                    workerinput=workerinput)
         except SpecError as exc:
             raise pytest.UsageError(f"bad gpuhost spec: {exc}") from None
+        collected = shared_collection(self.log)
+        if collected is not None:
+            self.session.seed(collected)
         self.results: dict[str, tuple[int, CheckResult]] = {}
         """nodeid -> (collection index, record), gathered from local or xdist worker reports."""
         self.host_checks: list[tuple[int, str]] = []
@@ -134,12 +138,16 @@ class GpuhostRun:
         """What happens at configure time once the run is known: xdist's shared directory, the
         run lock taken before any worker starts, Allure's per-check evidence."""
         config, settings = self.config, self.settings
-        fixrun = self.session.target.fixrun
         if settings.distributing:
-            journal = fixrun.journal_path
+            # This machine's target, wherever it is in the list: its workers share the journal
+            # chosen here and fix under the run lock held here. A remote target's one worker
+            # takes that target's run lock itself (held here, it would lock its own run out).
+            local = next((t for t in self.session.targets.values() if t.url == "local"), None)
+            fixrun = local.fixrun if local is not None else None
+            journal = fixrun.journal_path if fixrun is not None else None
             self.shared = SharedDirectory({JOURNAL_KEY: str(journal)} if journal else {})
             config.pluginmanager.register(self.shared, "gpuhost-shared-dir")
-            fixer = fixrun.fixer
+            fixer = fixrun.fixer if fixrun is not None else None
             if fixer is not None and fixer.run_lock is not None:
                 try:  # before any worker starts: the workers' fixes run under this run's lock
                     fixer.run_lock.acquire(settings.lock_timeout)
@@ -159,7 +167,21 @@ class GpuhostRun:
     def _host_name(self) -> str:
         return self.session.target.host_facts().hostname or socket.gethostname()
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """On an xdist controller with remote targets, before its workers start (xdist starts
+        them last): collect every remote target once, in parallel, for all the workers."""
+        if self.shared is not None and self.session.named and self.session.specs:
+            self.shared.share_collection(self.session.export_collection())
+
     # -- collection -------------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection(self, session: pytest.Session) -> None:
+        """Connect to the remote targets together before the specs expand on them one by one
+        (a worker started from the controller's collection has nothing left to read)."""
+        if not self.settings.distributing:
+            self.session.collect_remote_facts()
 
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector
                             ) -> pytest.File | None:
@@ -338,6 +360,8 @@ class GpuhostRun:
             merged = seen[0]
             for other in seen[1:]:
                 merged = merged.add_traffic(other)
+            if self.settings.distributing:  # the controller's own collection
+                merged = merged.add_traffic(target.info())
             infos.append(merged)
         return tuple(infos)
 

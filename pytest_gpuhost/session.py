@@ -14,6 +14,7 @@ import dataclasses
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,7 +40,11 @@ from .host import (
     Reply,
     Request,
     doing,
+    reply_from_wire,
+    reply_to_wire,
+    request_from_wire,
 )
+from .host.agent import decode, encode
 from .reports import TargetInfo
 from .result import CheckResult
 from .settings import Settings, SettingsError
@@ -50,6 +55,9 @@ if TYPE_CHECKING:
     from .capture.writer import SpecCapture
 
 LOCAL = "local"
+PARALLEL_CONNECTIONS = 10
+"""Remote targets connected at once while collecting: under sshd's default MaxStartups (10),
+which starts refusing unauthenticated connections beyond 10 (many targets behind one bastion)."""
 
 
 @dataclass(frozen=True)
@@ -253,6 +261,31 @@ class Target:
         self.unreachable = str(reason)
         self.host.host = UnreachableHost(self.url, reason)
         self.host.invalidate()
+
+    def export(self) -> dict[str, object]:
+        """What collection read of the target (JSON-ready), for another process to ``seed``."""
+        replies = [] if self.unreachable else [
+            [request.wire(), reply_to_wire(reply)] for request, reply in
+            self.host.replies().items()]
+        return {"lost": self.unreachable, "spent": getattr(self.connection, "spent", 0.0),
+                "replies": encode(replies)}
+
+    def seed(self, collected: Mapping[str, object]) -> None:
+        """Start from what another process of the run read (``export``): the same facts, the
+        same lost target, and the time it already spent on the target."""
+        if collected.get("lost"):
+            self.lose(HostError(str(collected["lost"])))
+            return
+        wired = decode(collected.get("replies") or [])
+        assert isinstance(wired, list)
+        replies: dict[Request, Reply] = {}
+        for wire, answer in wired:
+            request = request_from_wire(wire)
+            replies[request] = reply_from_wire(request, answer)
+        self.host.seed(replies)
+        spent = collected.get("spent")
+        if isinstance(spent, (int, float)) and hasattr(self.connection, "spent"):
+            self.connection.spent += spent
 
     def collect_facts(self, facts: Sequence[Fact[Any]], shared_dir: Path | None) -> None:
         """Read the facts a spec's expansion needs in one batch; a target that cannot be
@@ -485,6 +518,42 @@ class Session:
                                     EntryOptions(where=f"{self.settings.display(spec.path)}:1"),
                                     Unexpandable(exc)))
         return [observe_only(c) for c in checks] if self.settings.catalog else checks
+
+    def collect_remote_facts(self) -> None:
+        """The first batch of collection (every spec's facts) from every remote target at once,
+        a few connections at a time: connecting is most of a remote target's time, and one
+        target's wait no longer holds up the others. Expansion then reads from the cache."""
+        remote = [t for t in self.targets.values() if t.url != LOCAL and t.unreachable is None]
+        if len(remote) < 2 or not self.specs:
+            return
+        facts = list(dict.fromkeys(f for spec in self.specs.values() for f in self.facts_of(spec)))
+        with ThreadPoolExecutor(min(PARALLEL_CONNECTIONS, len(remote)),
+                                thread_name_prefix="gpuhost-collect") as pool:
+            for _ in pool.map(lambda target: target.collect_facts(facts, self.shared_dir),
+                              remote):
+                pass
+
+    def export_collection(self) -> dict[str, object]:
+        """Collect every remote target here, once, for xdist's workers (``seed``): they then
+        expand the same checks without connecting (each connects only to the targets it runs)
+        and cannot disagree on what they collected. The connections made here are ended."""
+        self.collect_remote_facts()
+        remote = [t for t in self.targets.values() if t.url != LOCAL]
+        for spec in self.specs.values():
+            for target in remote:
+                self.expand(spec, target)
+        exported: dict[str, object] = {}
+        for target in remote:
+            exported[target.name] = target.export()
+            target.disconnect()
+        return exported
+
+    def seed(self, collected: Mapping[str, Any]) -> None:
+        """Start each remote target from what the xdist controller collected of it."""
+        for name, record in collected.items():
+            target = self.targets.get(name)
+            if target is not None and target.url != LOCAL:
+                target.seed(record)
 
     def facts_of(self, spec: Spec) -> list[Fact[Any]]:
         """The facts the expansion of ``spec`` reads, for one batch."""

@@ -28,6 +28,8 @@ import pytest
 from .files import write_atomically
 
 WORKERINPUT_KEY = "gpuhost_shared_dir"
+COLLECTED = "collected.json"
+"""In the shared directory: what the controller collected of each remote target."""
 WAIT_TIMEOUT_S = 900.0
 POLL_S = 0.05
 
@@ -127,6 +129,22 @@ class SharedDirectory:
 
     def pytest_unconfigure(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
+
+    def share_collection(self, collected: dict[str, object]) -> None:
+        """Hand the workers what the controller collected (before they start)."""
+        write_atomically(self.path / COLLECTED, json.dumps(collected, separators=(",", ":")),
+                         mode=0o600)
+
+
+def shared_collection(log: DoneLog | None) -> dict[str, object] | None:
+    """On a worker: what the controller collected of the remote targets, if it did."""
+    if log is None:
+        return None
+    try:
+        data = json.loads((log.directory / COLLECTED).read_text())
+    except FileNotFoundError:
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def worker_log(config: pytest.Config) -> DoneLog | None:

@@ -243,6 +243,29 @@ def test_xdist_runs_each_inventory_host_on_one_worker(
                                       "sysctl[vm.dirty_ratio]": "passed",
                                       "dmesg": "passed"} for name in names}
     result.assert_outcomes(passed=12)
+    for target in data["targets"]:  # type: ignore[attr-defined]
+        # collected once by the controller for both workers, then run by one worker
+        assert (target["connections"], target["round_trips"]) == (2, 3), target
+
+
+def test_fix_an_inventory_under_xdist(pytester: pytest.Pytester, sshd: SshServer,
+                                      tmp_path: Path) -> None:
+    """Each host's worker takes that host's run lock itself (the controller holds none)."""
+    names = ["node01", "node02", "node03"]
+    roots = fleet(tmp_path, {name: 60 for name in names})
+    pytester.makefile(".ini", hosts=ini_inventory(sshd, roots, groups={"gpu": names}))
+    spec = pytester.makefile(".yaml", spec=SPEC)
+    result = pytester.runpytest_subprocess(
+        f"--gpuhost-spec={spec}", "--gpuhost-inventory=hosts.ini", "-n", "2", "--fix",
+        f"--gpuhost-ssh-config={keyless_config(sshd, tmp_path)}", "--gpuhost-report=r.json",
+        "--gpuhost-lock-timeout=5", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert by_target(report(pytester)) == {name: {"sysctl[vm.swappiness]": "fixed",
+                                                  "sysctl[vm.dirty_ratio]": "passed"}
+                                           for name in names}
+    for root in roots.values():
+        assert (root / "proc/sys/vm/swappiness").read_text() == "10\n"
+        assert len(list((root / "var/lib/pytest-gpuhost/journal").glob("*.jsonl"))) == 1
 
 
 def test_fix_an_inventory_then_undo_one_host_as_the_summary_says(
@@ -524,3 +547,41 @@ def test_a_target_that_hangs_in_a_fix_ends_its_other_checks_as_errors(
     assert '"check": "module[nvidia]"' in journal.read_text()  # journaled before it was tried
     assert took < 3 + 8, took
     assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_hung_targets_cost_one_time_limit_together_and_xdist_waits_no_longer(
+        pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Collection connects to the targets together: three hung targets cost the run one time
+    limit, not three; under xdist the controller collects once and the workers do not try
+    the hung targets again."""
+    names = ["node01", "node02", "node03", "node04", "node05"]
+    roots = fleet(tmp_path, {name: 10 for name in names})
+    proxy = tmp_path / "proxy"
+    proxy.write_text(SLEEPING_PROXY)
+    proxy.chmod(0o755)
+    monkeypatch.setenv("STALLED_PIDS", str(tmp_path / "stalled"))
+    hung = {"node02", "node03", "node05"}
+    pytester.makefile(".ini", hosts=ini_inventory(
+        sshd, roots, groups={"gpu": names},
+        extra={name: f"ansible_ssh_common_args='-o ProxyCommand={proxy}'" for name in hung}))
+    spec = pytester.makefile(".yaml", spec=SPEC)
+    config = f"--gpuhost-ssh-config={keyless_config(sshd, tmp_path)}"
+    for xdist in ([], ["-n", "2"]):
+        start = time.monotonic()
+        pytester.runpytest_subprocess(f"--gpuhost-spec={spec}", "--gpuhost-inventory=hosts.ini",
+                                      config, "--gpuhost-target-timeout=3",
+                                      "--gpuhost-report=r.json", "-p", "no:cacheprovider",
+                                      *xdist)
+        took = time.monotonic() - start
+        data = report(pytester)
+        outcomes = by_target(data)
+        assert {name for name, checks in outcomes.items()
+                if set(checks.values()) == {"passed"}} == set(names) - hung, xdist
+        for name in hung:
+            assert set(outcomes[name].values()) == {"error"}
+            assert set(messages(data, name)) == {
+                f"target {name} hung while connecting: no answer within "
+                "--gpuhost-target-timeout=3 s, so the run went on without it"}
+        assert took < 3 * 2 + 8, (xdist, took)  # one limit (three would be 9 s) and the rest
+    assert alive(tmp_path / "stalled") == []

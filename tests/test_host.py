@@ -220,3 +220,39 @@ def test_the_time_limit_counts_every_wait_together(fake: FakeHost) -> None:
         host.run(["nap"])
     assert 1.0 <= host.spent < 1.5
     host.close()
+
+
+def test_replies_survive_the_way_to_another_process(fake: FakeHost, host: LocalHost) -> None:
+    """What an xdist controller collected is handed to its workers as JSON: every kind of
+    request and reply comes back equal."""
+    import json
+
+    from pytest_gpuhost.host import (
+        Glob,
+        Kmsg,
+        Link,
+        ListDir,
+        Stat,
+        Which,
+        reply_from_wire,
+        reply_to_wire,
+        request_from_wire,
+    )
+
+    fake.sysctl("vm.swappiness", 10).kmsg([(6, "hello")])
+    fake.file("usr/bin/tool", "#!/bin/sh\n", mode=0o755)
+    (fake.root / "link").symlink_to("proc/sys/vm/swappiness")
+    requests = [Read("proc/sys/vm/swappiness"), Read("missing"), Stat("proc/sys/vm"),
+                ListDir("proc/sys/vm"), Glob("proc/sys/vm/*"), Glob("proc/*", read=False),
+                Glob("*", links=True), Kmsg(), Link("link"), Link("proc"), Which("tool"),
+                Which("nothing")]
+    replies = host.batch(requests)
+    wired = json.loads(json.dumps(agent.encode(
+        [[request.wire(), reply_to_wire(reply)] for request, reply in
+         zip(requests, replies, strict=True)])))
+    back = [(request_from_wire(wire), answer) for wire, answer in agent.decode(wired)]
+    assert [request for request, _ in back] == requests
+    for (request, answer), reply in zip(back, replies, strict=True):
+        again = reply_from_wire(request, answer)
+        assert (again.value, str(again.error), getattr(again.error, "errno", None)) == (
+            reply.value, str(reply.error), getattr(reply.error, "errno", None))

@@ -295,6 +295,31 @@ def reply_from_wire(request: Request, answer: Mapping[str, object]) -> Reply:
     return Reply(value)
 
 
+def reply_to_wire(reply: Reply) -> dict[str, object]:
+    """The inverse of ``reply_from_wire``: the agent's own form of an answer (bytes stay bytes:
+    ``agent.encode`` makes JSON of it)."""
+    if reply.error is not None:
+        return {"error": str(reply.error), "errno": reply.error.errno}
+    value = reply.value
+    if isinstance(value, FileInfo):
+        return {"value": {"type": value.type, "size": value.size, "mode": value.mode,
+                          "rdev": list(value.rdev)}}
+    if isinstance(value, list) and value and isinstance(value[0], tuple):  # a glob's matches
+        return {"value": [[path, {"error": str(item), "errno": item.errno}
+                           if isinstance(item, HostError) else item] for path, item in value]}
+    return {"value": value}
+
+
+_REQUESTS: dict[str, type[Request]] = {"read": Read, "stat": Stat, "list": ListDir, "glob": Glob,
+                                       "kmsg": Kmsg, "readlink": Link, "which": Which}
+
+
+def request_from_wire(wire: Mapping[str, object]) -> Request:
+    """The inverse of ``Request.wire()``."""
+    fields = {key: value for key, value in wire.items() if key != "op"}
+    return _REQUESTS[str(wire["op"])](**fields)  # type: ignore[arg-type]
+
+
 def _glob_item(item: object) -> bytes | str | HostError | None:
     if isinstance(item, Mapping) and "error" in item:
         code = item.get("errno")
