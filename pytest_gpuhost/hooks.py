@@ -33,9 +33,10 @@ from .reports.prometheus import PrometheusTextfile
 from .reports.terminal import TerminalSummary
 from .result import CheckResult, Outcome
 from .session import Session
-from .settings import Settings, SettingsError
+from .settings import Settings, SettingsError, target_record
 from .spec import SpecError
 from .workers import (
+    TARGETS_KEY,
     WAIT_TIMEOUT_S,
     DoneLog,
     SharedDirectory,
@@ -145,7 +146,11 @@ class GpuhostRun:
             local = next((t for t in self.session.targets.values() if t.url == "local"), None)
             fixrun = local.fixrun if local is not None else None
             journal = fixrun.journal_path if fixrun is not None else None
-            self.shared = SharedDirectory({JOURNAL_KEY: str(journal)} if journal else {})
+            extra: dict[str, object] = {
+                TARGETS_KEY: [target_record(target) for target in settings.targets]}
+            if journal is not None:
+                extra[JOURNAL_KEY] = str(journal)
+            self.shared = SharedDirectory(extra)
             config.pluginmanager.register(self.shared, "gpuhost-shared-dir")
             fixer = fixrun.fixer if fixrun is not None else None
             if fixer is not None and fixer.run_lock is not None:

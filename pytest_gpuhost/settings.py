@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from .files import OutputError, check_output
 from .targets import LOCAL, Target, TargetError, name_targets, parse_target, parse_target_line
@@ -62,6 +63,8 @@ class RawOptions:
     targets_file: str | None = None
     ini_targets_file: str = ""
     target_timeout: float | None = None
+    resolved_targets: Sequence[Mapping[str, Any]] = ()
+    """On an xdist worker: the targets as its controller resolved them (``target_record``)."""
     after_reboot: bool = False
     capture: str | None = None
     capture_from: str | None = None
@@ -221,10 +224,23 @@ def _output(raw: RawOptions, value: str | None, flag: str) -> Path | None:
         raise SettingsError(str(exc)) from None
 
 
+def target_record(target: Target) -> dict[str, object]:
+    """A target as JSON, for the workers of an xdist run (``RawOptions.resolved_targets``)."""
+    return {field: getattr(target, field) for field in Target.__dataclass_fields__}
+
+
+def _resolved(records: Sequence[Mapping[str, Any]]) -> tuple[Target, ...]:
+    return tuple(Target(**{**record, "ssh_args": tuple(record.get("ssh_args") or ())})
+                 for record in records)
+
+
 def _targets(raw: RawOptions) -> tuple[Target, ...]:
     """Every target the run names: --gpuhost-target, the hosts of --gpuhost-inventory (after
     --gpuhost-limit) and the lines of --gpuhost-targets-file, together; any of them on the
-    command line replaces all of their ini twins. Without any, this machine at the root."""
+    command line replaces all of their ini twins. Without any, this machine at the root. An
+    xdist worker takes its controller's: the same targets, the inventory read once."""
+    if raw.resolved_targets:
+        return _resolved(raw.resolved_targets)
     command_line = bool(raw.targets or raw.inventory or raw.targets_file)
     if command_line:
         urls, inventory, listed = raw.targets, raw.inventory, raw.targets_file

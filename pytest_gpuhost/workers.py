@@ -28,6 +28,8 @@ import pytest
 from .files import write_atomically
 
 WORKERINPUT_KEY = "gpuhost_shared_dir"
+TARGETS_KEY = "gpuhost_targets"
+"""In a worker's workerinput: the targets its controller resolved (``settings.target_record``)."""
 COLLECTED = "collected.json"
 """In the shared directory: what the controller collected of each remote target."""
 WAIT_TIMEOUT_S = 900.0
@@ -112,7 +114,7 @@ class SharedDirectory:
     """Controller side: make the directory, pass it and ``extra`` values such as the run's
     journal to every worker, and record each worker that goes down."""
 
-    def __init__(self, extra: dict[str, str] | None = None) -> None:
+    def __init__(self, extra: dict[str, object] | None = None) -> None:
         self.path = Path(tempfile.mkdtemp(prefix="pytest-gpuhost-"))
         self.extra = dict(extra or {})
 
