@@ -5,6 +5,8 @@ the controller (the pytest process the user started, not its xdist workers).
     .venv/bin/python bench/targets.py                                  # prints the section
     .venv/bin/python bench/targets.py --repeat 3 --results bench/RESULTS.md
     .venv/bin/python bench/targets.py --targets 100 --workers 4 --repeat 1   # one figure
+    git worktree add --detach /tmp/base COMMIT       # and the same against older code:
+    .venv/bin/python bench/targets.py --baseline /tmp/base
 
 Each target is a small fake root of its own (7 checks: five sysctls, a module, dmesg), reached
 through the inventory (``ansible_host``, ``ansible_port``, ``ansible_user``, the key file,
@@ -17,16 +19,19 @@ directory) sweeps old ``/tmp/pytest-of-USER/pytest-N`` directories at its end, a
 shared with other test runs that sweep alone took up to 100 s of a measured run.
 
 Where the time goes is measured, not guessed: the CPU seconds of the pytest process tree
-(controller, workers, their ssh clients: ``wait4``) and of the target side (the sshd's reaped
-children: the sessions and the agents' python3), against the machine's cores; the connections
-and round trips come from the JSON report.
+(controller, workers, their ssh clients, and ssh's master connections, which leave the tree
+when they go to the background: this process is their subreaper) and of the target side (the
+sshd's reaped children: the sessions and the agents' python3), against the machine's cores;
+the sessions and round trips come from the JSON report.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import platform
+import resource
 import shlex
 import shutil
 import statistics
@@ -67,6 +72,7 @@ puts pyenv's python3 shim first on PATH (96 ms a run): seven times the rest of a
 on the target side, and nothing a GPU host's plain root shell pays. At shell level 2, bash
 sources nothing, and python3 is /usr/bin's (``--shell-rc`` measures with it)."""
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PR_SET_CHILD_SUBREAPER = 36
 
 
 @dataclass(frozen=True)
@@ -74,7 +80,8 @@ class Measured:
     wall: float
     controller_peak_kib: int
     tree_cpu: float
-    """CPU seconds of pytest and everything it waited for (workers, ssh clients)."""
+    """CPU seconds of pytest and every process it started (workers, ssh clients, and the ssh
+    master connections that leave its process tree: this process is their subreaper)."""
     target_cpu: float
     """CPU seconds of the target side: sshd's sessions and the agents."""
     connections: int
@@ -114,6 +121,25 @@ def command(workers: int) -> list[str]:
     return args + (["-n", str(workers)] if workers else [])
 
 
+def become_subreaper() -> None:
+    """Processes that leave the measured run's tree (ssh's backgrounded master connections)
+    become this process's children when their parent exits, so their CPU is counted too."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def reap_orphans(server: SshServer) -> None:
+    """Wait for whatever the run left to this process (never the sshd)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        if pid == server.process.pid:
+            raise SystemExit("the benchmark's sshd exited")
+
+
 def children_cpu(pid: int) -> float:
     """CPU seconds of a process's reaped children (``cutime`` + ``cstime``)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -140,6 +166,7 @@ def run_once(directory: Path, workers: int, count: int, server: SshServer,
     report = directory / "report.json"
     report.unlink(missing_ok=True)
     target_before = children_cpu(server.process.pid)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with tempfile.TemporaryFile("w+") as output:
         start = time.perf_counter()
         process = subprocess.Popen([sys.executable, *command(workers)], cwd=directory, env=env,
@@ -147,7 +174,7 @@ def run_once(directory: Path, workers: int, count: int, server: SshServer,
         peak, done = [0], threading.Event()
         watcher = threading.Thread(target=watch_peak, args=(process.pid, peak, done))
         watcher.start()
-        _, status, usage = os.wait4(process.pid, 0)
+        _, status, _ = os.wait4(process.pid, 0)
         wall = time.perf_counter() - start
         done.set()
         watcher.join()
@@ -157,13 +184,16 @@ def run_once(directory: Path, workers: int, count: int, server: SshServer,
             tail = "\n".join(output.read().splitlines()[-30:])
             raise SystemExit(f"{count} targets, -n {workers}: exit {code}\n{tail}")
     time.sleep(0.2)  # the last sessions' processes are reaped by sshd
+    reap_orphans(server)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    tree_cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     data = json.loads(report.read_text())
     outcomes = {check["outcome"] for check in data["checks"]}
     if len(data["checks"]) != count * CHECKS_PER_TARGET or outcomes != {"passed"}:
         raise SystemExit(f"{count} targets, -n {workers}: {len(data['checks'])} checks, "
                          f"outcomes {outcomes}")
     targets = data["targets"]
-    return Measured(wall, peak[0], usage.ru_utime + usage.ru_stime,
+    return Measured(wall, peak[0], tree_cpu,
                     children_cpu(server.process.pid) - target_before,
                     sum(t["connections"] or 0 for t in targets),
                     sum(t["round_trips"] or 0 for t in targets))
@@ -192,6 +222,36 @@ def spread(values: list[float], digits: int = 1) -> str:
             f"{max(values):.{digits}f})")
 
 
+def load() -> str:
+    """The machine's load average and CPU pressure now: what else was running."""
+    averages = Path("/proc/loadavg").read_text().split()[:3]
+    try:
+        pressure = Path("/proc/pressure/cpu").read_text().split()[1].split("=")[1]
+    except (OSError, IndexError):
+        pressure = "?"
+    return f"load {' '.join(averages)}, CPU pressure {pressure}% (avg10)"
+
+
+def measure(work: Path, server: SshServer, counts: list[int], worker_counts: list[int],
+            repeat: int, env: dict[str, str],
+            figures: dict[tuple[int, int], list[Measured]], label: str = "") -> None:
+    """``repeat`` rounds of every worker count, per target count (the order of the worker
+    counts reversed every other round)."""
+    for count in sorted(counts):
+        directory = build(work, server, count)
+        for round_ in range(repeat):
+            for workers in worker_counts if round_ % 2 == 0 else worker_counts[::-1]:
+                measured = run_once(directory, workers, count, server, env)
+                figures.setdefault((count, workers), []).append(measured)
+                print(f"  {label}{count} targets, -n {workers}, round {round_ + 1}/{repeat}: "
+                      f"{measured.wall:.1f} s, controller "
+                      f"{measured.controller_peak_kib / 1024:.0f} MiB, CPU "
+                      f"{measured.tree_cpu:.1f} s + {measured.target_cpu:.1f} s",
+                      file=sys.stderr, flush=True)
+        shutil.rmtree(directory)
+        shutil.rmtree(work / "roots")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--targets", default="100,20",
@@ -203,12 +263,17 @@ def main() -> int:
     parser.add_argument("--shell-rc", action="store_true",
                         help="let the targets' shell source the user's ~/.bashrc (see "
                              "NO_SHELL_RC)")
+    parser.add_argument("--baseline", type=Path, metavar="CHECKOUT",
+                        help="also run 100 targets, no -n and -n 4, once, with pytest-gpuhost "
+                             "imported from CHECKOUT (git worktree add --detach DIR COMMIT)")
     args = parser.parse_args()
     counts = [int(n) for n in args.targets.split(",")]
     worker_counts = [int(n) for n in args.workers.split(",")]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    began = time.perf_counter()
+    began, before = time.perf_counter(), load()
+    become_subreaper()
     results: dict[tuple[int, int], list[Measured]] = {}
+    baseline: dict[tuple[int, int], list[Measured]] = {}
     with tempfile.TemporaryDirectory(prefix="gpuhost-targets-") as temporary:
         work = Path(temporary)
         env["ANSIBLE_LOCAL_TEMP"] = str(work / "ansible-tmp")
@@ -216,24 +281,19 @@ def main() -> int:
         server = start_sshd(work / "sshd", extra_config="" if args.shell_rc else NO_SHELL_RC)
         try:
             one = connection_cost(server)
-            for count in counts:
-                directory = build(work, server, count)
-                run_once(directory, worker_counts[0], count, server, env)  # warm-up
-                for round_ in range(args.repeat):
-                    order = worker_counts if round_ % 2 == 0 else worker_counts[::-1]
-                    for workers in order:
-                        measured = run_once(directory, workers, count, server, env)
-                        results.setdefault((count, workers), []).append(measured)
-                        print(f"  {count} targets, -n {workers}, round {round_ + 1}/"
-                              f"{args.repeat}: {measured.wall:.1f} s, controller "
-                              f"{measured.controller_peak_kib / 1024:.0f} MiB, CPU "
-                              f"{measured.tree_cpu:.1f} s + {measured.target_cpu:.1f} s",
-                              file=sys.stderr, flush=True)
-                shutil.rmtree(work / "roots")
+            warm = build(work, server, min(counts))
+            run_once(warm, worker_counts[0], min(counts), server, env)  # the caches, the sshd
+            shutil.rmtree(warm)
+            shutil.rmtree(work / "roots")
+            measure(work, server, counts, worker_counts, args.repeat, env, results)
+            if args.baseline is not None:
+                old = {**env, "PYTHONPATH": str(args.baseline.resolve())}
+                measure(work, server, [100], [0, 4], 1, old, baseline, "baseline: ")
         finally:
             server.stop()
     elapsed = time.perf_counter() - began
-    section = render(results, counts, worker_counts, one, args, elapsed)
+    section = render(results, baseline, counts, worker_counts, one, args, elapsed,
+                     (before, load()))
     print(section)
     if args.results is not None:
         text = args.results.read_text() if args.results.exists() else ""
@@ -248,56 +308,70 @@ def main() -> int:
     return 0 if goal is None or statistics.median(m.wall for m in goal) < GOAL_S else 1
 
 
-def render(results: dict[tuple[int, int], list[Measured]], counts: list[int],
-           worker_counts: list[int], one: float, args: argparse.Namespace,
-           elapsed: float) -> str:
+def row(name: str, goal: str, runs: list[Measured], met: str) -> str:
+    cores = os.cpu_count() or 1
+    tree = statistics.median(m.tree_cpu for m in runs)
+    targets = statistics.median(m.target_cpu for m in runs)
+    return (f"| {name} | {goal} | {spread([m.wall for m in runs])} s | "
+            f"{spread([m.controller_peak_kib / 1024 for m in runs], 0)} MiB | "
+            f"{tree:.1f} s + {targets:.1f} s = {tree + targets:.1f} s "
+            f"({(tree + targets) / cores:.1f} s on {cores} cores) | "
+            f"{runs[0].connections} / {runs[0].round_trips} | {met} |")
+
+
+def render(results: dict[tuple[int, int], list[Measured]],
+           baseline: dict[tuple[int, int], list[Measured]], counts: list[int],
+           worker_counts: list[int], one: float, args: argparse.Namespace, elapsed: float,
+           loads: tuple[str, str]) -> str:
     cores = os.cpu_count() or 1
     rows = []
     for count in counts:
         for workers in worker_counts:
             runs = results[count, workers]
-            wall = [m.wall for m in runs]
-            met = ""
-            if (count, workers) == (100, 4):
-                met = "yes" if statistics.median(wall) < GOAL_S else "**no**"
-            cpu = statistics.median(m.tree_cpu + m.target_cpu for m in runs)
-            rows.append(
-                f"| {count} targets, {f'-n {workers}' if workers else 'no -n'} | "
-                f"{f'< {GOAL_S:.0f} s' if (count, workers) == (100, 4) else ''} | "
-                f"{spread(wall)} s | "
-                f"{spread([m.controller_peak_kib / 1024 for m in runs], 0)} MiB | "
-                f"{statistics.median(m.tree_cpu for m in runs):.1f} s + "
-                f"{statistics.median(m.target_cpu for m in runs):.1f} s = {cpu:.1f} s "
-                f"({cpu / cores:.1f} s on {cores} cores) | "
-                f"{runs[0].connections} / {runs[0].round_trips} | {met} |")
+            goal = (count, workers) == (100, 4)
+            met = ("yes" if statistics.median(m.wall for m in runs) < GOAL_S else "**no**") \
+                if goal else ""
+            rows.append(row(f"{count} targets, {f'-n {workers}' if workers else 'no -n'}",
+                            f"< {GOAL_S:.0f} s" if goal else "", runs, met))
+    for (count, workers), runs in sorted(baseline.items()):
+        rows.append(row(f"baseline ({args.baseline}): {count} targets, "
+                        f"{f'-n {workers}' if workers else 'no -n'}, 1 run", "", runs, ""))
+    invocation = (f"python bench/targets.py --targets {','.join(map(str, counts))} --workers "
+                  f"{','.join(map(str, worker_counts))} --repeat {args.repeat}"
+                  + (" --shell-rc" if args.shell_rc else "")
+                  + (f" --baseline {args.baseline}" if args.baseline else ""))
     shown = " ".join(shlex.quote(word) for word in ["python", *command(4)])
+    ssh = subprocess.run(["ssh", "-V"], capture_output=True, text=True).stderr.strip()
+    shell = ("the targets' shell sourced root's ~/.bashrc (--shell-rc)" if args.shell_rc else
+             "the targets' shell did not source root's ~/.bashrc (sshd's `SetEnv SHLVL=1`): "
+             "here that runs pyenv init, 141 ms of CPU a session, and puts pyenv's python3 "
+             "shim first (96 ms a run), which a GPU host's plain root shell does not pay; "
+             "`--shell-rc` measures with it")
     return f"""{SECTION}
 
-Produced by `python bench/targets.py --targets {','.join(map(str, counts))} --workers \
-{','.join(map(str, worker_counts))} --repeat {args.repeat}` in {elapsed:.0f} s on this machine \
-(`nproc` {cores}, Python {platform.python_version()}, \
-{subprocess.run(['ssh', '-V'], capture_output=True, text=True).stderr.strip()}): one sshd on \
-127.0.0.1, one small fake root per target ({CHECKS_PER_TARGET} checks: five sysctls, a \
-module, dmesg), every target a host of an Ansible inventory with its own connection. Medians \
-of {args.repeat} rounds after a warm-up, min-max in parentheses. The controller's peak is its \
-own VmHWM (the process the user started; xdist's workers are not in it). CPU is the pytest \
-process tree's (controller, workers, ssh clients) plus the target side's (sshd's sessions and \
-the agents' python3): on {cores} cores, the wall time cannot go below their sum divided by \
-{cores}.
+Produced by `{invocation}` in {elapsed:.0f} s on this machine (`nproc` {cores}, Python \
+{platform.python_version()}, {ssh}), shared with other work ({loads[0]} at the start, \
+{loads[1]} at the end). One sshd on 127.0.0.1; each target a host of an Ansible inventory \
+with its own small fake root ({CHECKS_PER_TARGET} checks: five sysctls, a module, dmesg) and \
+its own ssh connection. Medians of {args.repeat} rounds after one warm-up run, min-max in \
+parentheses. Controller peak RSS: the VmHWM of the pytest process the user started (xdist's \
+workers are not in it). CPU: the pytest process tree's (controller, workers, ssh clients and \
+masters) + the target side's (sshd's sessions and the agents' python3); on {cores} cores the \
+wall time cannot go below their sum / {cores}, and other work on the machine takes its share.
 
-| figure | goal | wall | controller peak RSS | CPU: pytest + targets | connections / round \
+| figure | goal | wall | controller peak RSS | CPU: pytest + targets | sessions / round \
 trips | met |
 | --- | --- | --- | --- | --- | --- | --- |
 {chr(10).join(rows)}
 
-- one target's connection alone (ssh, key exchange, python3, the agent's hello, one batch): \
-{one * 1000:.0f} ms here
+- one target's connection alone (ssh, key exchange, login, python3, the agent's hello, one \
+batch): {one * 1000:.0f} ms of wall time here
+- {shell}
 
 Commands:
 
 ```
-python bench/targets.py --targets {','.join(map(str, counts))} --workers \
-{','.join(map(str, worker_counts))} --repeat {args.repeat}
+{invocation}
 cd $BENCH/fleet100 && {shown}
 ```
 """

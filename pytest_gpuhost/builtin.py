@@ -51,9 +51,12 @@ def pytest_gpuhost_make_host(url: str, settings: Settings) -> Host | None:
     argv = inner
     if target.scheme == "ssh":
         assert target.host is not None
+        master = settings.ssh_masters / str(settings.targets.index(target)) \
+            if settings.ssh_masters is not None else None
         argv = ssh_argv(target.host, port=target.port, user=target.user,
                         config=settings.ssh_config, connect_timeout=settings.connect_timeout,
-                        inner=inner, identity_file=target.identity_file, extra=target.ssh_args)
+                        inner=inner, identity_file=target.identity_file, extra=target.ssh_args,
+                        master=master)
     return AgentHost(url, argv, target.root, connect_timeout=settings.connect_timeout,
                      time_limit=settings.target_timeout, name=target.name)
 

@@ -5,6 +5,7 @@ to ``workers``, the gate to ``gate``, statuses and reports to ``reports``.
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import socket
 from collections.abc import Generator, Sequence
@@ -87,8 +88,13 @@ class GpuhostRun:
 
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
         self.config = config
-        self.settings = settings
         self.shared: SharedDirectory | None = None
+        if settings.distributing:  # made now: the targets' ssh command lines name it
+            self.shared = SharedDirectory(
+                {TARGETS_KEY: [target_record(target) for target in settings.targets]})
+            if any(target.scheme == "ssh" for target in settings.targets):
+                settings = dataclasses.replace(settings, ssh_masters=self.shared.ssh_masters())
+        self.settings = settings
         self.log: DoneLog | None = worker_log(config)
         workerinput = getattr(config, "workerinput", None)
         if not config.pluginmanager.is_registered(builtin):
@@ -108,8 +114,12 @@ class GpuhostRun:
             self.session = Session(settings, kinds, conditions, make_host, nvml_for,
                                    shared_dir=self.log.directory if self.log else None,
                                    workerinput=workerinput)
-        except SpecError as exc:
-            raise pytest.UsageError(f"bad gpuhost spec: {exc}") from None
+        except BaseException as exc:
+            if self.shared is not None:
+                self.shared.pytest_unconfigure()
+            if isinstance(exc, SpecError):
+                raise pytest.UsageError(f"bad gpuhost spec: {exc}") from None
+            raise
         collected = shared_collection(self.log)
         if collected is not None:
             self.session.seed(collected)
@@ -146,11 +156,9 @@ class GpuhostRun:
             local = next((t for t in self.session.targets.values() if t.url == "local"), None)
             fixrun = local.fixrun if local is not None else None
             journal = fixrun.journal_path if fixrun is not None else None
-            extra: dict[str, object] = {
-                TARGETS_KEY: [target_record(target) for target in settings.targets]}
+            assert self.shared is not None
             if journal is not None:
-                extra[JOURNAL_KEY] = str(journal)
-            self.shared = SharedDirectory(extra)
+                self.shared.extra[JOURNAL_KEY] = str(journal)
             config.pluginmanager.register(self.shared, "gpuhost-shared-dir")
             fixer = fixrun.fixer if fixrun is not None else None
             if fixer is not None and fixer.run_lock is not None:

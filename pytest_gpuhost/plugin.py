@@ -145,7 +145,7 @@ def _asked(config: pytest.Config) -> bool:
 
 def _raw_options(config: pytest.Config) -> Any:
     from .settings import RawOptions
-    from .workers import TARGETS_KEY
+    from .workers import SSH_MASTERS_KEY, TARGETS_KEY
 
     option = config.option
     ini_base = config.inipath.parent if config.inipath else config.rootpath
@@ -176,6 +176,7 @@ def _raw_options(config: pytest.Config) -> Any:
         ini_targets_file=str(config.getini("gpuhost_targets_file") or ""),
         target_timeout=option.gpuhost_target_timeout,
         resolved_targets=tuple(getattr(config, "workerinput", {}).get(TARGETS_KEY, ())),
+        ssh_masters=getattr(config, "workerinput", {}).get(SSH_MASTERS_KEY),
         after_reboot=option.gpuhost_rollback_after_reboot)
 
 

@@ -65,6 +65,8 @@ class RawOptions:
     target_timeout: float | None = None
     resolved_targets: Sequence[Mapping[str, Any]] = ()
     """On an xdist worker: the targets as its controller resolved them (``target_record``)."""
+    ssh_masters: str | None = None
+    """On an xdist worker: its controller's directory of ssh control sockets."""
     after_reboot: bool = False
     capture: str | None = None
     capture_from: str | None = None
@@ -99,6 +101,9 @@ class Settings:
     connect_timeout: float = 10.0
     target_timeout: float | None = None
     """--gpuhost-target-timeout: the seconds each process may spend on one remote target."""
+    ssh_masters: Path | None = None
+    """Under xdist: the run's directory of ssh control sockets, one per ssh target (the
+    controller's collection connection is the master its workers' sessions ride on)."""
     after_reboot: bool = False
     """--gpuhost-rollback-after-reboot: restore runtime changes a reboot has reset since."""
     npd: bool = False
@@ -402,6 +407,7 @@ def resolve(raw: RawOptions) -> Settings:
         npd=raw.npd and not raw.worker,
         nfd=_output(raw, raw.nfd, "--gpuhost-nfd") if not raw.worker else None,
         targets=targets, ssh_config=_ssh_config(raw),
+        ssh_masters=Path(raw.ssh_masters) if raw.ssh_masters else None,
         connect_timeout=_connect_timeout(raw.connect_timeout),
         target_timeout=_target_timeout(raw.target_timeout), after_reboot=raw.after_reboot,
         capture=capture, capture_shown=raw.capture or "", capture_from=capture_from,

@@ -30,6 +30,8 @@ from .files import write_atomically
 WORKERINPUT_KEY = "gpuhost_shared_dir"
 TARGETS_KEY = "gpuhost_targets"
 """In a worker's workerinput: the targets its controller resolved (``settings.target_record``)."""
+SSH_MASTERS_KEY = "gpuhost_ssh_masters"
+"""In a worker's workerinput: the directory of the run's ssh control sockets."""
 COLLECTED = "collected.json"
 """In the shared directory: what the controller collected of each remote target."""
 WAIT_TIMEOUT_S = 900.0
@@ -129,7 +131,20 @@ class SharedDirectory:
             worker = node.gateway.id
             write_atomically(self.path / f"down-{worker}", f"worker {worker} crashed: {error}")
 
+    def ssh_masters(self) -> Path | None:
+        """Where the run's ssh targets keep their master connections (None: too long a path
+        for a socket); the workers are told."""
+        from .host.remote import masters_directory
+
+        directory = masters_directory(self.path)
+        if directory is not None:
+            self.extra[SSH_MASTERS_KEY] = str(directory)
+        return directory
+
     def pytest_unconfigure(self) -> None:
+        from .host.remote import end_masters
+
+        end_masters(self.path / "ssh")
         shutil.rmtree(self.path, ignore_errors=True)
 
     def share_collection(self, collected: dict[str, object]) -> None:

@@ -248,6 +248,67 @@ def test_xdist_runs_each_inventory_host_on_one_worker(
         assert (target["connections"], target["round_trips"]) == (2, 3), target
 
 
+COUNTING_RELAY = """\
+#!{python}
+# A ProxyCommand that relays to the test sshd and logs each TCP connection it carries: ssh runs
+# one per connection it makes, and ends it with the connection.
+import os, selectors, socket, sys
+name, log, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with open(log, "a") as out:
+    out.write(f"{{name}} {{os.getpid()}}\\n")
+sock = socket.create_connection(("127.0.0.1", port))
+selector = selectors.DefaultSelector()
+selector.register(0, selectors.EVENT_READ)
+selector.register(sock, selectors.EVENT_READ)
+while True:
+    for key, _ in selector.select():
+        if key.fileobj == 0:
+            data = os.read(0, 65536)
+            if not data:
+                selector.unregister(0)
+                sock.shutdown(socket.SHUT_WR)
+            else:
+                sock.sendall(data)
+        else:
+            data = sock.recv(65536)
+            if not data:
+                sys.exit(0)
+            os.write(1, data)
+"""
+
+
+def test_xdist_workers_ride_the_controllers_connections(
+        pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path) -> None:
+    """One TCP connection a host for the whole -n run: the controller's collection makes it,
+    the worker that runs the host opens its session over it (OpenSSH's ControlMaster), and it
+    is ended when the run ends."""
+    names = ["node01", "node02", "node03"]
+    roots = fleet(tmp_path, {name: 10 for name in names})
+    relay, log = tmp_path / "relay", tmp_path / "connections"
+    relay.write_text(COUNTING_RELAY.format(python=sys.executable))
+    relay.chmod(0o755)
+    proxy = {name: f"ansible_ssh_common_args='-o \"ProxyCommand={relay} {name} {log} "
+                   f"{sshd.port}\"'" for name in names}
+    pytester.makefile(".ini", hosts=ini_inventory(sshd, roots, groups={"gpu": names},
+                                                  extra=proxy))
+    spec = pytester.makefile(".yaml", spec=SPEC)
+    result = pytester.runpytest_subprocess(
+        f"--gpuhost-spec={spec}", "--gpuhost-inventory=hosts.ini", "-n", "2",
+        f"--gpuhost-ssh-config={keyless_config(sshd, tmp_path)}", "--gpuhost-report=r.json",
+        "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    sessions = {t["name"]: t["connections"] for t in report(pytester)["targets"]}  # type: ignore[attr-defined]
+    assert sessions == dict.fromkeys(names, 2)  # the controller's and the worker's
+    opened = [line.split() for line in log.read_text().splitlines()]
+    assert sorted(name for name, _ in opened) == names  # over one TCP connection each
+    pids = tmp_path / "relay-pids"
+    pids.write_text("".join(f"{pid}\n" for _, pid in opened))
+    deadline = time.monotonic() + 5
+    while alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert alive(pids) == []  # the masters ended with the run, and their connections
+
+
 def test_fix_an_inventory_under_xdist(pytester: pytest.Pytester, sshd: SshServer,
                                       tmp_path: Path) -> None:
     """Each host's worker takes that host's run lock itself (the controller holds none)."""
