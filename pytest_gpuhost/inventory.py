@@ -103,8 +103,9 @@ def read_inventory(path: Path, limit: str | None = None) -> list[InventoryHost]:
     found = []
     for host in hosts:
         values = variables.get_vars(host=host, include_hostvars=False)
-        found.append(_host(host.name, _Resolver(templar(loader=loader, variables=values),
-                                                values, host.name, path)))
+        name = str(host.name)  # a plain str: Ansible 2.19 tags what it parsed (its origin)
+        found.append(_host(name, _Resolver(templar(loader=loader, variables=values),
+                                           values, name, path)))
     return sorted(found, key=lambda h: h.name)
 
 

@@ -208,8 +208,9 @@ def test_a_yaml_inventory_with_children_and_an_ini_twin(
     spec = pytester.makefile(".yaml", spec=SPEC)
     pytester.makeini(f"[pytest]\ngpuhost_inventory = hosts.yml\n"
                      f"gpuhost_ssh_config = {keyless_config(sshd, tmp_path)}\n")
-    result = pytester.runpytest(f"--gpuhost-spec={spec}", "--gpuhost-limit=cluster",
-                                "--gpuhost-report=r.json", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess(f"--gpuhost-spec={spec}", "--gpuhost-limit=cluster",
+                                           "--gpuhost-report=r.json", "-p", "no:cacheprovider",
+                                           "-n", "2")  # the targets travel to the workers
     assert by_target(report(pytester)) == {
         "g1": {"sysctl[vm.swappiness]": "passed", "sysctl[vm.dirty_ratio]": "passed"},
         "g2": {"sysctl[vm.swappiness]": "failed", "sysctl[vm.dirty_ratio]": "passed"},

@@ -111,6 +111,9 @@ def test_yaml_children_and_vars_at_every_level(tmp_path: Path) -> None:
         InventoryHost("l1", "l1", None, "ops"),
     ]
     assert names(read_inventory(tmp_path / "hosts.yml", "cluster")) == ["g1", "g2", "l1"]
+    for host in hosts:  # plain values, which xdist can hand its workers (Ansible tags its own)
+        assert {type(value) for value in (host.name, host.address, host.user, *host.ssh_args)
+                if value is not None} == {str}
 
 
 def test_group_vars_and_host_vars_beside_the_inventory(tmp_path: Path) -> None:
