@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import itertools
 import os
 import platform
 import resource
@@ -119,6 +120,62 @@ def command(workers: int) -> list[str]:
             "--gpuhost-inventory=hosts.ini", "--gpuhost-ssh-config=ssh_config",
             "--gpuhost-report=report.json"]
     return args + (["-n", str(workers)] if workers else [])
+
+
+PHASES = """\
+\"\"\"When each phase of the run began (written by bench/targets.py; ``-p phases``).\"\"\"
+import json, os, time
+
+seen = {}
+
+
+def _mark(name, last=False):
+    if last or name not in seen:
+        seen[name] = time.time()
+
+
+def pytest_configure(config):
+    _mark("configured")
+
+
+def pytest_xdist_setupnodes(config, specs):
+    _mark("workers starting")  # after the controller's collection (its sessionstart)
+
+
+def pytest_xdist_node_collection_finished(node, ids):
+    _mark("workers collected", last=True)
+
+
+def pytest_runtest_logreport(report):
+    _mark("first check reported")
+    _mark("last check reported", last=True)
+
+
+def pytest_unconfigure(config):
+    if not hasattr(config, "workerinput"):
+        _mark("unconfigured")
+        with open(os.environ["BENCH_PHASES"], "w") as out:
+            json.dump(seen, out)
+"""
+
+
+def profile(directory: Path, workers: int, env: dict[str, str]) -> list[tuple[str, float]]:
+    """One run with a plugin that notes when each phase began: (phase, seconds) in order."""
+    import json
+
+    (directory / "phases.py").write_text(PHASES)
+    marks = directory / "phases.json"
+    start = time.time()
+    subprocess.run([sys.executable, *command(workers)[:2], "-p", "phases",
+                    *command(workers)[2:]], cwd=directory, check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL,
+                   env={**env, "BENCH_PHASES": str(marks),
+                        "PYTHONPATH": os.pathsep.join(filter(None, [str(directory),
+                                                                    env.get("PYTHONPATH")]))})
+    end = time.time()
+    seen = sorted(json.loads(marks.read_text()).items(), key=lambda item: item[1])
+    points = [("start", start), *seen, ("exited", end)]
+    return [(f"{a} -> {b}", tb - ta) for (a, ta), (b, tb) in itertools.pairwise(points)]
 
 
 def become_subreaper() -> None:
@@ -286,6 +343,13 @@ def main() -> int:
             shutil.rmtree(warm)
             shutil.rmtree(work / "roots")
             measure(work, server, counts, worker_counts, args.repeat, env, results)
+            if 100 in counts and 4 in worker_counts:
+                directory = build(work, server, 100)
+                phases = profile(directory, 4, env)
+                shutil.rmtree(directory)
+                shutil.rmtree(work / "roots")
+            else:
+                phases = []
             if args.baseline is not None:
                 old = {**env, "PYTHONPATH": str(args.baseline.resolve())}
                 measure(work, server, [100], [0, 4], 1, old, baseline, "baseline: ")
@@ -293,7 +357,7 @@ def main() -> int:
             server.stop()
     elapsed = time.perf_counter() - began
     section = render(results, baseline, counts, worker_counts, one, args, elapsed,
-                     (before, load()))
+                     (before, load()), phases)
     print(section)
     if args.results is not None:
         text = args.results.read_text() if args.results.exists() else ""
@@ -322,7 +386,7 @@ def row(name: str, goal: str, runs: list[Measured], met: str) -> str:
 def render(results: dict[tuple[int, int], list[Measured]],
            baseline: dict[tuple[int, int], list[Measured]], counts: list[int],
            worker_counts: list[int], one: float, args: argparse.Namespace, elapsed: float,
-           loads: tuple[str, str]) -> str:
+           loads: tuple[str, str], phases: list[tuple[str, float]]) -> str:
     cores = os.cpu_count() or 1
     rows = []
     for count in counts:
@@ -347,6 +411,9 @@ def render(results: dict[tuple[int, int], list[Measured]],
              "here that runs pyenv init, 141 ms of CPU a session, and puts pyenv's python3 "
              "shim first (96 ms a run), which a GPU host's plain root shell does not pay; "
              "`--shell-rc` measures with it")
+    timeline = ("- where a run of 100 targets at -n 4 spends its time (one more run, with a "
+                "plugin noting when each phase began): "
+                + "; ".join(f"{name} {took:.1f} s" for name, took in phases)) if phases else ""
     return f"""{SECTION}
 
 Produced by `{invocation}` in {elapsed:.0f} s on this machine (`nproc` {cores}, Python \
@@ -367,6 +434,7 @@ trips | met |
 - one target's connection alone (ssh, key exchange, login, python3, the agent's hello, one \
 batch): {one * 1000:.0f} ms of wall time here
 - {shell}
+{timeline}
 
 Commands:
 
