@@ -48,13 +48,17 @@ def pytest_gpuhost_make_host(url: str, settings: Settings) -> Host | None:
     inner = agent_command(target.root)
     if target.container is not None:
         inner = lxc_argv(target.container, inner)
-    if target.scheme == "lxc":
-        return AgentHost(url, inner, target.root, connect_timeout=settings.connect_timeout)
-    assert target.host is not None
-    argv = ssh_argv(target.host, port=target.port, user=target.user,
-                    config=settings.ssh_config, connect_timeout=settings.connect_timeout,
-                    inner=inner)
-    return AgentHost(url, argv, target.root, connect_timeout=settings.connect_timeout)
+    argv = inner
+    if target.scheme == "ssh":
+        assert target.host is not None
+        master = settings.ssh_masters / str(settings.targets.index(target)) \
+            if settings.ssh_masters is not None else None
+        argv = ssh_argv(target.host, port=target.port, user=target.user,
+                        config=settings.ssh_config, connect_timeout=settings.connect_timeout,
+                        inner=inner, identity_file=target.identity_file, extra=target.ssh_args,
+                        master=master)
+    return AgentHost(url, argv, target.root, connect_timeout=settings.connect_timeout,
+                     time_limit=settings.target_timeout, name=target.name)
 
 
 @hookimpl(trylast=True)

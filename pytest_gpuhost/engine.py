@@ -13,7 +13,7 @@ from .checks.conditions import ConditionFn
 from .fix.changes import Plan, to_dict
 from .fix.fixer import Applied, Fixer, FixError
 from .fix.history import FixHistory
-from .host import Host, HostError
+from .host import Host, HostError, doing
 from .result import CheckResult, Outcome
 
 
@@ -75,7 +75,7 @@ def run_check(
         return _plan_only(check, host, observed, problem, history)
     if fixer is None:
         fixer = Fixer(host, None, run_lock=None, apply_lock=None, lock_timeout=0)
-    with fixer.locked():
+    with doing(f"applying a fix of {check.id}"), fixer.locked():
         return _fix(check, host, fixer, problem, history)
 
 

@@ -19,7 +19,7 @@ import errno
 import json
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,10 +57,13 @@ class Journal:
     first and a run that changes nothing leaves no journal."""
 
     def __init__(self, where: StateFile | Path, spec: str,
-                 identity: HostIdentity | None = None, *, shared: bool = False) -> None:
+                 identity: HostIdentity | Callable[[], HostIdentity] | None = None, *,
+                 shared: bool = False) -> None:
         self.location = _located(where)
         self.spec = spec
-        self.identity = identity
+        self._identity = identity
+        """The host's identity, or how to ask for it (``host.identity``): asked when the
+        header is written, at the first change, so that opening a journal reaches no host."""
         self.shared = shared
         """One run's xdist workers write this one journal: the first of them makes it."""
         self._count = 0
@@ -68,6 +71,12 @@ class Journal:
     @property
     def path(self) -> StateFile:
         return self.location
+
+    @property
+    def identity(self) -> HostIdentity | None:
+        if callable(self._identity):
+            self._identity = self._identity()
+        return self._identity
 
     def _header(self) -> dict[str, Any]:
         return {"event": "journal", "format": FORMAT, "time": _now(), "spec": self.spec,

@@ -51,7 +51,7 @@ def make_fixer(host: Host, journal: StateFile | None, spec: str, *, worker: bool
     run_lock = None if worker else RootLock(store.file(f"{STATE_DIR}/run.lock"), "run")
     apply_lock = RootLock(store.file(f"{STATE_DIR}/apply.lock"), "apply") \
         if worker or distributing else None
-    writer = None if journal is None else Journal(journal, spec, host.identity(),
+    writer = None if journal is None else Journal(journal, spec, host.identity,
                                                   shared=worker or distributing)
     return Fixer(host, writer, run_lock=run_lock, apply_lock=apply_lock,
                  lock_timeout=lock_timeout, nvml=nvml)
