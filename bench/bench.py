@@ -644,11 +644,29 @@ def machine() -> list[str]:
     ]
 
 
-def render(figures: Sequence[Figure], argv: Sequence[str], repeat: int, warmup: int,
-           elapsed: float) -> str:
+def summary_table(figures: Sequence[Figure]) -> list[str]:
+    """The figure | goal | result | met table of ``figures``."""
     def mark(met: bool | None) -> str:
         return "n/a" if met is None else ("yes" if met else "**no**")
 
+    return ["| figure | goal | result | met |", "| --- | --- | --- | --- |",
+            *(f"| {f.title} | {f.goal} | {f.result} | {mark(f.met)} |" for f in figures)]
+
+
+def figure_lines(figure: Figure, heading: str = "##") -> list[str]:
+    """A figure's section: its heading, goal and result, table, notes and commands."""
+    lines = [f"{heading} {figure.title}", "", f"Goal: {figure.goal}. Result: {figure.result}.",
+             ""]
+    table = [d for d in figure.details if d.startswith("|")]
+    text = [d for d in figure.details if d and not d.startswith("|")]
+    if table:
+        lines += [*table, ""]
+    lines += [f"- {d}" for d in text]
+    return [*lines, "", "Commands:", "", "```", *figure.commands, "```"]
+
+
+def render(figures: Sequence[Figure], argv: Sequence[str], repeat: int, warmup: int,
+           elapsed: float) -> str:
     lines = [
         "# Benchmark results",
         "",
@@ -664,20 +682,50 @@ def render(figures: Sequence[Figure], argv: Sequence[str], repeat: int, warmup: 
         "",
         "## Summary",
         "",
-        "| figure | goal | result | met |",
-        "| --- | --- | --- | --- |",
-        *(f"| {f.title} | {f.goal} | {f.result} | {mark(f.met)} |" for f in figures),
+        *summary_table(figures),
     ]
     for figure in figures:
-        lines += ["", f"## {figure.title}", "", f"Goal: {figure.goal}. Result: {figure.result}.",
-                  ""]
-        table = [d for d in figure.details if d.startswith("|")]
-        text = [d for d in figure.details if d and not d.startswith("|")]
-        if table:
-            lines += [*table, ""]
-        lines += [f"- {d}" for d in text]
-        lines += ["", "Commands:", "", "```", *figure.commands, "```"]
+        lines += ["", *figure_lines(figure)]
     return "\n".join(lines) + "\n"
+
+
+def sections(text: str) -> list[tuple[str, str]]:
+    """(heading line, its text up to the next ``## ``) of every second-level section."""
+    starts = [i for i, line in enumerate(text.splitlines(keepends=True)) if line.startswith("## ")]
+    lines = text.splitlines(keepends=True)
+    bounds = [*starts, len(lines)]
+    return [(lines[a].rstrip("\n"), "".join(lines[a:b])) for a, b in itertools.pairwise(bounds)]
+
+
+def put_section(text: str, section: str, *, after: str | None = None) -> str:
+    """``text`` with ``section`` (which starts with its ``## `` heading) in place of the section
+    of that heading; a new one goes after the section whose heading starts with ``after``, or
+    at the end."""
+    heading = section.splitlines()[0]
+    section = section.rstrip("\n") + "\n\n"
+    found = dict(sections(text))
+    if heading in found:
+        return text.replace(found[heading], section, 1)
+    anchor = next((body for head, body in sections(text)
+                   if after is not None and head.startswith(after)), None)
+    if anchor is not None:
+        return text.replace(anchor, anchor.rstrip("\n") + "\n\n" + section, 1)
+    return text.rstrip("\n") + "\n\n" + section
+
+
+def keep_others(old: str, new: str) -> str:
+    """``new`` with every section of ``old`` that ``new`` lacks (the ones other scripts write,
+    bench/fleet.py's and bench/ssh.py's), each after the section it followed there."""
+    def key(head: str) -> str:  # "## (3) scale: ..." -> "## (3)": sizes in titles change
+        return head[:head.index(")") + 1] if head.startswith("## (") and ")" in head else head
+
+    made = {key(head) for head, _ in sections(new)}
+    previous: str | None = None
+    for head, body in sections(old):
+        if key(head) not in made:
+            new = put_section(new, body, after=previous and key(previous))
+        previous = head
+    return new.rstrip("\n") + "\n"
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -734,6 +782,8 @@ def main(argv: Sequence[str]) -> int:
     with TempDir(args.keep) as base:
         figures = list(run_figures(base, args))
     text = render(figures, argv, args.repeat, args.warmup, time.perf_counter() - start)
+    if args.out.exists():
+        text = keep_others(args.out.read_text(), text)
     args.out.write_text(text)
     print(text)
     return 0
