@@ -55,13 +55,15 @@ FIGURES = ("floor", "testinfra", "scale", "fix")
 
 @dataclass(frozen=True)
 class Case:
-    """One measured command: a fresh pytest process in ``cwd``; ``prepare`` runs untimed first."""
+    """One measured command: a fresh pytest process in ``cwd``; ``prepare`` runs untimed first,
+    ``after`` untimed after it (to read what the run wrote)."""
 
     name: str
     args: tuple[str, ...]
     cwd: Path
     expect_rc: int = 0
     prepare: Callable[[], None] | None = None
+    after: Callable[[], None] | None = None
 
     @property
     def argv(self) -> list[str]:
@@ -99,6 +101,8 @@ def run_once(case: Case) -> tuple[float, float]:
             tail = "\n".join(output.read().splitlines()[-30:])
             raise SystemExit(f"{case.name}: exit {process.returncode}, expected "
                              f"{case.expect_rc}:\n{' '.join(case.argv)}\n{tail}")
+    if case.after is not None:
+        case.after()
     return elapsed, usage.ru_utime + usage.ru_stime
 
 
@@ -400,21 +404,30 @@ def testinfra_expected(raw: str) -> int | str:
         return raw
 
 
+def sysctl_spec(chosen: dict[str, str]) -> str:
+    """A spec that expects each sysctl of ``chosen`` to hold its value (raw text)."""
+    spec = ["version: 1", "name: real-sysctls", "sysctl:"]
+    spec += [f"  {key}: {json.dumps(value)}" for key, value in chosen.items()]
+    return "\n".join(spec) + "\n"
+
+
+def testinfra_file(chosen: dict[str, str]) -> str:
+    """The same checks as a testinfra test module: one ``host.sysctl`` test per key."""
+    params = ",\n".join(f"    ({key!r}, {testinfra_expected(v)!r})" for key, v in chosen.items())
+    return ("import pytest\n\n"
+            f"SYSCTLS = [\n{params},\n]\n\n\n"
+            "@pytest.mark.parametrize('key, expected', SYSCTLS, ids=[k for k, _ in SYSCTLS])\n"
+            "def test_sysctl(host, key, expected):\n"
+            "    assert host.sysctl(key) == expected\n")
+
+
 def figure_testinfra(base: Path, repeat: int, warmup: int, count: int) -> Figure:
     """(2) The same sysctl checks of this machine's /proc/sys: pytest-gpuhost vs testinfra."""
     progress(f"testinfra: {count} sysctls of this machine, read only")
     directory = workdir(base / "testinfra")
     chosen = choose_sysctls(count)
-    spec = ["version: 1", "name: real-sysctls", "sysctl:"]
-    spec += [f"  {key}: {json.dumps(value)}" for key, value in chosen.items()]
-    (directory / "real.yaml").write_text("\n".join(spec) + "\n")
-    params = ",\n".join(f"    ({key!r}, {testinfra_expected(v)!r})" for key, v in chosen.items())
-    (directory / "test_testinfra.py").write_text(
-        "import pytest\n\n"
-        f"SYSCTLS = [\n{params},\n]\n\n\n"
-        "@pytest.mark.parametrize('key, expected', SYSCTLS, ids=[k for k, _ in SYSCTLS])\n"
-        "def test_sysctl(host, key, expected):\n"
-        "    assert host.sysctl(key) == expected\n")
+    (directory / "real.yaml").write_text(sysctl_spec(chosen))
+    (directory / "test_testinfra.py").write_text(testinfra_file(chosen))
     (directory / "test_one.py").write_text(plain_test_file(1))
     gpuhost = Case("gpuhost", ("--gpuhost-spec=real.yaml",), directory)  # root /, no --fix
     testinfra = Case("testinfra", ("test_testinfra.py",), directory)
