@@ -794,12 +794,38 @@ def main(argv: Sequence[str]) -> int:
     start = time.perf_counter()
     with TempDir(args.keep) as base:
         figures = list(run_figures(base, args))
-    text = render(figures, argv, args.repeat, args.warmup, time.perf_counter() - start)
-    if args.out.exists():
-        text = keep_others(args.out.read_text(), text)
+    elapsed = time.perf_counter() - start
+    old = args.out.read_text() if args.out.exists() else None
+    partial = old is not None and len(figures) < len(FIGURES)
+    text = splice(old, figures, argv, args.repeat, args.warmup) if partial else None
+    if text is None:
+        text = render(figures, argv, args.repeat, args.warmup, elapsed)
+        if old is not None:
+            text = keep_others(old, text)
     args.out.write_text(text)
     print(text)
     return 0
+
+
+def splice(old: str, figures: Sequence[Figure], argv: Sequence[str], repeat: int,
+           warmup: int) -> str | None:
+    """A run of some figures (``--only``): ``old`` with their summary rows and sections
+    replaced, each section saying which run made it; None when ``old`` lacks one of them."""
+    text = old
+    for figure in figures:
+        number = figure.title.split(" ", 1)[0]  # "(3)"
+        heads = [head for head, _ in sections(text) if head.startswith(f"## {number} ")]
+        rows = [line for line in text.splitlines() if line.startswith(f"| {number} ")]
+        if len(heads) != 1 or len(rows) != 1:
+            return None
+        text = text.replace(rows[0] + "\n", summary_table([figure])[-1] + "\n", 1)
+        lines = figure_lines(figure)
+        lines[1:1] = ["", f"Updated by `{' '.join(['python', 'bench/bench.py', *argv])}` "
+                          f"({repeat} measured rounds after {warmup} warm-up), after the run "
+                          "named at the top of this file."]
+        body = dict(sections(text))[heads[0]]
+        text = text.replace(body, "\n".join(lines).rstrip("\n") + "\n\n", 1)
+    return text.rstrip("\n") + "\n"
 
 
 if __name__ == "__main__":
