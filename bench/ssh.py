@@ -16,7 +16,7 @@ plugin is loaded in its runs (``-p no:testinfra``) and only testinfra's in testi
 Figures: (6a) the example host over ssh against the same local run, with the round trips, bytes
 and connect seconds of the JSON report; (6b) 100 sysctls of this machine's /proc/sys over ssh,
 pytest-gpuhost against pytest-testinfra with and without ControlMaster; (6c) the example host
-with 10, 100 and 300 more sysctls over a link with 50 ms of round-trip latency (a ProxyCommand,
+with 10, 100 and 1000 more sysctls over a link with 50 ms of round-trip latency (a ProxyCommand,
 bench/latency_relay.py); (3b) host calls per phase on fake hosts of 1, 8, 64 GPUs and 16, 128,
 512 CPUs, counted in-process through a counting host, and the round trips of the same runs
 over ssh.
@@ -260,7 +260,7 @@ def figure_example(base: Path, link: Link, repeat: int, warmup: int) -> Figure:
          f"outcomes over ssh and locally: {'the same' if same else '**different**'} for every "
          f"one of the {len(there.outcomes)} checks"
          + (f" (runs over ssh that differed: {', '.join(there.varied)})" if there.varied else ""),
-         "the same count whatever the number of checks, GPUs and CPUs: (6c) adds 10 to 300 "
+         "the same count whatever the number of checks, GPUs and CPUs: (6c) adds 10 to 1000 "
          "sysctls to this host, (3b) varies GPUs and CPUs",
          line, medians(times),
          f"what ssh adds, per round (ssh - local): {spread(added)}; the connection alone "
@@ -420,6 +420,26 @@ def latency_case(directory: Path, extra: int) -> Path:
     return spec
 
 
+def echo_times(config: Path, alias: str, count: int = 5) -> list[float]:
+    """Seconds for a line to come back through ``ssh ALIAS cat``: the link's round trip."""
+    process = subprocess.Popen(["ssh", "-F", str(config), alias, "cat"], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, env=clean_env())
+    assert process.stdin is not None and process.stdout is not None
+    times = []
+    try:
+        for n in range(count + 1):
+            start = time.perf_counter()
+            process.stdin.write(b"ping\n")
+            process.stdin.flush()
+            process.stdout.readline()
+            if n:  # the first waits for the session to open
+                times.append(time.perf_counter() - start)
+    finally:
+        process.stdin.close()
+        process.wait(timeout=30)
+    return times
+
+
 def figure_latency(base: Path, link: Link, repeat: int, warmup: int,
                    sizes: Sequence[int]) -> Figure:
     progress(f"latency: the example host and {', '.join(map(str, sizes))} more sysctls, "
@@ -440,6 +460,8 @@ def figure_latency(base: Path, link: Link, repeat: int, warmup: int,
                                      f"--gpuhost-report={report}"), directory, 1,
                               after=traffic[name].reader(directory / report)))
     times = alternate(cases, repeat, warmup)
+    echoes = {name: echo_times(config, link.server.alias)
+              for name, config in (("direct", link.plain), ("delayed", link.delayed))}
     traffic = {name: t.measured(repeat) for name, t in traffic.items()}
     checks = {extra: len(traffic[f"direct +{extra}"].outcomes) for extra in sizes}
     added = {extra: [d - p for d, p in zip(times.wall[f"delayed +{extra}"],
@@ -495,8 +517,10 @@ def figure_latency(base: Path, link: Link, repeat: int, warmup: int,
                          f"**differed** in {', '.join(varied)} (kept under $BENCH/latency)"),
          f"the delay: ProxyCommand `{Path(sys.executable).name} bench/latency_relay.py %h %p "
          f"{link.delay / 2}` holds every chunk {link.delay / 2 * ms:.0f} ms in each direction "
-         "(a line with a delay: chunks in flight overlap, bandwidth is not limited). Chosen "
-         "over a network namespace with netem, which needs root, `ip` and the sch_netem module",
+         "(a line with a delay: chunks in flight overlap, bandwidth is not limited); a line "
+         f"sent through `ssh ALIAS cat` comes back in {spread(echoes['delayed'], 'ms', ms, 1)}"
+         f" through it, {spread(echoes['direct'], 'ms', ms, 1)} without. Chosen over a network "
+         "namespace with netem, which needs root, `ip` and the sch_netem module",
          medians(times)])
 
 
@@ -623,7 +647,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         help=f"comma-separated figures to run, of: {', '.join(FIGURES)}")
     parser.add_argument("--sysctls", type=int, default=100,
                         help="sysctls of this machine for the testinfra figure")
-    parser.add_argument("--sizes", default="10,100,300",
+    parser.add_argument("--sizes", default="10,100,1000",
                         help="sysctls added to the example host for the latency figure")
     parser.add_argument("--latency", type=float, default=0.050,
                         help="round-trip latency added, in seconds")
