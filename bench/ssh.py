@@ -19,12 +19,14 @@ pytest-gpuhost against pytest-testinfra with and without ControlMaster; (6c) the
 with 10, 100 and 1000 more sysctls over a link with 50 ms of round-trip latency (a ProxyCommand,
 bench/latency_relay.py); (3b) host calls per phase on fake hosts of 1, 8, 64 GPUs and 16, 128,
 512 CPUs, counted in-process through a counting host, and the round trips of the same runs
-over ssh.
+over ssh. Where a run's time goes is split by bench/timeline.py (a pytest plugin that marks the
+end of each phase) on a few more runs that are not among the measured ones.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import shutil
 import statistics
@@ -274,6 +276,32 @@ def figure_example(base: Path, link: Link, repeat: int, warmup: int) -> Figure:
 # (6b) 100 sysctls over ssh: pytest-gpuhost against pytest-testinfra
 
 
+PHASES = ("start-up", "collection", "checks", "reports", "end")
+"""What bench/timeline.py's marks split a run into: up to the end of pytest_configure, up to
+the end of collection, the run loop, session finish (the reports), then unconfigure and exit."""
+
+
+def phases(case: Case, rounds: int) -> dict[str, list[float]]:
+    """Seconds of each phase of ``case`` (bench/timeline.py's marks), over ``rounds`` runs that
+    are not among the measured ones."""
+    marks_file = case.cwd / "timeline.json"
+    env = {**clean_env(), "PYTHONPATH": str(HERE), "GPUHOST_BENCH_TIMELINE": str(marks_file)}
+    seconds: dict[str, list[float]] = {phase: [] for phase in PHASES}
+    for _ in range(rounds):
+        if case.prepare is not None:
+            case.prepare()
+        start = time.time()
+        subprocess.run([*case.argv, "-p", "timeline"], cwd=case.cwd, env=env, check=False,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        end = time.time()
+        marks = json.loads(marks_file.read_text())
+        bounds = [start, marks["configured"], marks["collected"], marks["ran"],
+                  marks["finished"], end]
+        for phase, (a, b) in zip(PHASES, itertools.pairwise(bounds), strict=True):
+            seconds[phase].append(b - a)
+    return seconds
+
+
 def time_ssh(link: Link, rounds: int) -> list[float]:
     """Seconds of ``ssh ALIAS true``: ssh's own connection (handshake, authentication, a
     session whose command does nothing)."""
@@ -287,7 +315,7 @@ def time_ssh(link: Link, rounds: int) -> list[float]:
 
 
 def figure_testinfra(base: Path, link: Link, repeat: int, warmup: int, slow_repeat: int,
-                     count: int) -> Figure:
+                     count: int, profile_rounds: int) -> Figure:
     progress(f"testinfra: {count} sysctls of this machine over ssh, read only")
     directory = workdir(base / "testinfra")
     chosen = choose_sysctls(count)
@@ -330,6 +358,12 @@ def figure_testinfra(base: Path, link: Link, repeat: int, warmup: int, slow_repe
         link.stop_master()
     traffic, traffic_one = traffic.measured(repeat), traffic_one.measured(repeat)
     handshake = time_ssh(link, repeat)
+    progress(f"testinfra: where the time goes, {profile_rounds} run(s) each")
+    try:
+        split = {case.name: phases(case, profile_rounds)
+                 for case in (cases[0], cases[2], cases[5])}
+    finally:
+        link.stop_master()
 
     def per_check(series: Timings, name: str) -> list[float]:
         many, one = series.wall[name], series.wall[f"{name} one"]
@@ -373,16 +407,10 @@ def figure_testinfra(base: Path, link: Link, repeat: int, warmup: int, slow_repe
          f"{wall['testinfra CM one']:.3f} s, without "
          f"{med(slow_times.wall['testinfra one']):.3f} s; pytest with one trivial test "
          f"{wall['pytest one']:.3f} s, with {count} {wall['pytest']:.3f} s",
-         f"where gpuhost's whole run goes (medians): pytest's start-up with one trivial test "
-         f"{wall['pytest one']:.3f} s, the ssh connection {med(traffic.connect_seconds):.3f} s "
-         f"(of which ssh's own handshake, `ssh ALIAS true`, {med(handshake):.3f} s; the rest "
-         "is python3 starting there and the agent sent, compiled and started), the "
-         f"{count} checks beyond a one-check run {(wall['gpuhost'] - wall['gpuhost one']):.3f} "
-         f"s, the remainder (the plugin's import, the spec, collection, the end of the "
-         f"connection) {wall['gpuhost'] - fixed - (wall['gpuhost'] - wall['gpuhost one']):.3f} "
-         f"s; pytest's start-up and the connection alone are {fixed / wall['testinfra CM']:.2f}"
-         " of testinfra's whole run: with checks that cost nothing, gpuhost / testinfra could "
-         "not go below that",
+         f"pytest's start-up with one trivial test and the ssh connection alone are "
+         f"{fixed / wall['testinfra CM']:.2f} of testinfra's whole run: with checks that cost "
+         "nothing, gpuhost / testinfra could not go below that",
+         *split_rows(split, count, med(traffic.connect_seconds), med(handshake)),
          f"gpuhost over ssh: {traffic.shown()}; its one-check run: {traffic_one.shown()}",
          medians(times),
          "why this machine's /proc/sys and not a fake root: testinfra's host.sysctl runs "
@@ -395,6 +423,33 @@ def figure_testinfra(base: Path, link: Link, repeat: int, warmup: int, slow_repe
          "as gpuhost's does",
          f"keys: {len(keys)} evenly spaced in the sorted list of stable readable sysctls, from "
          f"{keys[0]} to {keys[-1]}; the one-check runs check {keys[0]}"])
+
+
+def split_rows(split: dict[str, dict[str, list[float]]], count: int, connect: float,
+               handshake: float) -> list[str]:
+    """The table of where each run's time goes, and what it says."""
+    rows = ["| run (bench/timeline.py, medians) | " + " | ".join(PHASES) + " | whole |",
+            "| --- |" + " ---: |" * (len(PHASES) + 1)]
+    for name, seconds in split.items():
+        parts = [med(seconds[phase]) for phase in PHASES]
+        whole = med([sum(run) for run in zip(*seconds.values(), strict=True)])
+        rows.append(f"| {name} | " + " | ".join(f"{p:.3f} s" for p in parts)
+                    + f" | {whole:.3f} s |")
+    ours, plain = split["gpuhost"], split["pytest one"]
+    return [*rows, "",
+            f"where gpuhost's run of {count} checks goes (the table's medians): start-up "
+            f"{med(ours['start-up']):.3f} s, of which pytest's own (its run of one trivial "
+            f"test) {med(plain['start-up']):.3f} s and the rest the plugin's import, its "
+            f"settings and the spec; collection {med(ours['collection']):.3f} s, nearly all "
+            f"the ssh connection ({connect:.3f} s in the JSON report; `ssh ALIAS true` alone "
+            f"takes {handshake:.3f} s, the rest is python3 starting there and the agent sent, "
+            f"compiled and started) and the facts' batch; the {count} checks "
+            f"{med(ours['checks']):.3f} s (one batch, then pytest's per-item machinery); the "
+            f"reports {med(ours['reports']):.3f} s; the end {med(ours['end']):.3f} s (the "
+            "connection closed, the interpreter's exit)",
+            f"testinfra's run: its {count} checks take {med(split['testinfra CM']['checks']):.3f}"
+            " s, one ssh channel, one remote shell and one `sysctl -n` process each (its first "
+            "check also makes the ControlMaster connection)"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -609,7 +664,9 @@ def ssh_section(figures: Sequence[Figure], argv: Sequence[str], args: argparse.N
         "How to run the ssh benchmarks: `.venv/bin/pip install -e '.[bench]'` (pytest-testinfra, "
         "pyinstrument), Debian's openssh-server and openssh-client, then `.venv/bin/python "
         "bench/ssh.py` (about 4 minutes; `--repeat N`, `--slow-repeat N` for testinfra without "
-        "ControlMaster, `--only example,testinfra,latency,calls`, `--out FILE`, `--keep`). It "
+        "ControlMaster, `--profile-rounds N` for the phase split, `--sizes 10,100,1000`, "
+        "`--latency 0.05`, `--only example,testinfra,latency,calls`, `--out FILE`, `--keep`). "
+        "It "
         "starts its own sshd on a free port of 127.0.0.1 with keys, known_hosts and client "
         "configurations under the temporary directory (pytest_gpuhost.testing.sshd; never "
         "this machine's sshd or ~/.ssh) and stops it at the end; it rewrites only its sections "
@@ -645,6 +702,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         help="rounds of testinfra without ControlMaster (about 30 s each)")
     parser.add_argument("--only", default=",".join(FIGURES),
                         help=f"comma-separated figures to run, of: {', '.join(FIGURES)}")
+    parser.add_argument("--profile-rounds", type=int, default=3,
+                        help="unmeasured runs split into phases (bench/timeline.py)")
     parser.add_argument("--sysctls", type=int, default=100,
                         help="sysctls of this machine for the testinfra figure")
     parser.add_argument("--sizes", default="10,100,1000",
@@ -672,7 +731,7 @@ def run_figures(base: Path, link: Link, args: argparse.Namespace) -> Iterator[Fi
         yield figure_example(base, link, args.repeat, args.warmup)
     if "testinfra" in only:
         yield figure_testinfra(base, link, args.repeat, args.warmup, args.slow_repeat,
-                               args.sysctls)
+                               args.sysctls, args.profile_rounds)
     if "latency" in only:
         yield figure_latency(base, link, args.repeat, args.warmup, args.sizes)
     if "calls" in only:
