@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -659,6 +660,8 @@ def ssh_section(figures: Sequence[Figure], argv: Sequence[str], args: argparse.N
         "with their min-max; `$BENCH` is the temporary directory.",
         "",
         *machine(),
+        f"- load average (1 min) at the start and the end: {args.load[0]:.2f}, "
+        f"{args.load[1]:.2f} on {os.cpu_count()} CPUs shared with other work: expect noise",
         f"- {openssh()}; the target's python3: the same machine's /usr/bin/python3",
         "",
         "How to run the ssh benchmarks: `.venv/bin/pip install -e '.[bench]'` (pytest-testinfra, "
@@ -741,6 +744,7 @@ def run_figures(base: Path, link: Link, args: argparse.Namespace) -> Iterator[Fi
 def main(argv: Sequence[str]) -> int:
     args = parse_args(argv)
     start = time.perf_counter()
+    load = os.getloadavg()[0]
     with TempDir(args.keep) as base:
         link = start_link(base, delay=args.latency, dotfiles=args.dotfiles)
         try:
@@ -748,6 +752,7 @@ def main(argv: Sequence[str]) -> int:
         finally:
             link.server.stop()
     elapsed = time.perf_counter() - start
+    args.load = (load, os.getloadavg()[0])
     text = args.out.read_text() if args.out.exists() else "# Benchmark results\n"
     remote = [f for f in figures if not f.title.startswith("(3b)")]
     calls = [f for f in figures if f.title.startswith("(3b)")]
