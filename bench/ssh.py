@@ -122,8 +122,11 @@ class Traffic:
             self.bytes_received.append(target["bytes_received"])
             self.connect_seconds.append(target["connect_seconds"])
             seen = outcomes(data)
-            if self.outcomes and seen != self.outcomes:
-                self.varied.append(kept.name)
+            changed = [f"{key} {self.outcomes.get(key)} -> {value}"
+                       for key, value in seen.items() if self.outcomes.get(key) != value]
+            if self.outcomes and changed:
+                more = f" and {len(changed) - 2} more" if len(changed) > 2 else ""
+                self.varied.append(f"{kept.name}: {', '.join(changed[:2])}{more}")
             self.outcomes = self.outcomes or seen
         return read
 
