@@ -64,6 +64,8 @@ class Case:
     expect_rc: int = 0
     prepare: Callable[[], None] | None = None
     after: Callable[[], None] | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    """Variables set for the run, over this environment."""
 
     @property
     def argv(self) -> list[str]:
@@ -71,7 +73,8 @@ class Case:
 
     def shown(self, base: Path) -> str:
         """The command as a user would type it, with the temporary directory as ``$BENCH``."""
-        words = ["python", "-m", "pytest", *COMMON, *self.args]
+        words = [f"{k}={v}" for k, v in self.env] + ["python", "-m", "pytest", *COMMON,
+                                                     *self.args]
         text = " ".join(shlex.quote(w) for w in words)
         return f"cd {self.cwd} && {text}".replace(str(base), "$BENCH")
 
@@ -91,8 +94,8 @@ def run_once(case: Case) -> tuple[float, float]:
         case.prepare()
     with tempfile.TemporaryFile("w+") as output:
         start = time.perf_counter()
-        process = subprocess.Popen(case.argv, cwd=case.cwd, env=clean_env(), stdout=output,
-                                   stderr=subprocess.STDOUT)
+        process = subprocess.Popen(case.argv, cwd=case.cwd, env={**clean_env(), **dict(case.env)},
+                                   stdout=output, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(process.pid, 0)
         elapsed = time.perf_counter() - start
         process.returncode = os.waitstatus_to_exitcode(status)

@@ -19,8 +19,8 @@ pytest-gpuhost against pytest-testinfra with and without ControlMaster; (6c) the
 with 10, 100 and 1000 more sysctls over a link with 50 ms of round-trip latency (a ProxyCommand,
 bench/latency_relay.py); (3b) host calls per phase on fake hosts of 1, 8, 64 GPUs and 16, 128,
 512 CPUs, counted in-process through a counting host, and the round trips of the same runs
-over ssh. Where a run's time goes is split by bench/timeline.py (a pytest plugin that marks the
-end of each phase) on a few more runs that are not among the measured ones.
+over ssh. The runs of (6b) load bench/timeline.py, a pytest plugin that marks the end of each
+phase: where each run's time goes, and its cost without the start-up and exit of its process.
 """
 
 from __future__ import annotations
@@ -281,29 +281,38 @@ def figure_example(base: Path, link: Link, repeat: int, warmup: int) -> Figure:
 
 
 PHASES = ("start-up", "collection", "checks", "reports", "end")
-"""What bench/timeline.py's marks split a run into: up to the end of pytest_configure, up to
-the end of collection, the run loop, session finish (the reports), then unconfigure and exit."""
+"""What bench/timeline.py's marks split a run into: up to the end of pytest_configure, of
+collection, of the run loop, of session finish (the reports), then unconfigure and exit."""
 
 
-def phases(case: Case, rounds: int) -> dict[str, list[float]]:
-    """Seconds of each phase of ``case`` (bench/timeline.py's marks), over ``rounds`` runs that
-    are not among the measured ones."""
-    marks_file = case.cwd / "timeline.json"
-    env = {**clean_env(), "PYTHONPATH": str(HERE), "GPUHOST_BENCH_TIMELINE": str(marks_file)}
-    seconds: dict[str, list[float]] = {phase: [] for phase in PHASES}
-    for _ in range(rounds):
-        if case.prepare is not None:
-            case.prepare()
-        start = time.time()
-        subprocess.run([*case.argv, "-p", "timeline"], cwd=case.cwd, env=env, check=False,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        end = time.time()
-        marks = json.loads(marks_file.read_text())
-        bounds = [start, marks["configured"], marks["collected"], marks["ran"],
-                  marks["finished"], end]
-        for phase, (a, b) in zip(PHASES, itertools.pairwise(bounds), strict=True):
-            seconds[phase].append(b - a)
-    return seconds
+@dataclass
+class Marks:
+    """The phase marks of each run of one case (bench/timeline.py), read after the run."""
+
+    path: Path
+    runs: list[dict[str, float]] = field(default_factory=list)
+
+    @property
+    def env(self) -> tuple[tuple[str, str], ...]:
+        return (("PYTHONPATH", str(HERE)), ("GPUHOST_BENCH_TIMELINE", str(self.path)))
+
+    def read(self) -> None:
+        self.runs.append(json.loads(self.path.read_text()))
+
+    def beyond(self, repeat: int) -> list[float]:
+        """Per measured run: seconds from the end of start-up (every plugin configured) to the
+        end of the session (the reports written): a run without pytest's start-up and exit."""
+        return [m["finished"] - m["configured"] for m in self.runs[-repeat:]]
+
+    def split(self, walls: Sequence[float]) -> dict[str, list[float]]:
+        """Seconds of each phase of the measured runs, whose wall times are ``walls``."""
+        seconds: dict[str, list[float]] = {phase: [] for phase in PHASES}
+        for marks, wall in zip(self.runs[-len(walls):], walls, strict=True):
+            bounds = [marks[k] for k in ("started", "configured", "collected", "ran",
+                                         "finished")] + [marks["started"] + wall]
+            for phase, (a, b) in zip(PHASES, itertools.pairwise(bounds), strict=True):
+                seconds[phase].append(b - a)
+        return seconds
 
 
 def time_ssh(link: Link, rounds: int) -> list[float]:
@@ -319,7 +328,7 @@ def time_ssh(link: Link, rounds: int) -> list[float]:
 
 
 def figure_testinfra(base: Path, link: Link, repeat: int, warmup: int, slow_repeat: int,
-                     count: int, profile_rounds: int) -> Figure:
+                     count: int) -> Figure:
     progress(f"testinfra: {count} sysctls of this machine over ssh, read only")
     directory = workdir(base / "testinfra")
     chosen = choose_sysctls(count)
@@ -332,28 +341,43 @@ def figure_testinfra(base: Path, link: Link, repeat: int, warmup: int, slow_repe
     (directory / "test_plain_one.py").write_text(plain_test_file(1))
     traffic, traffic_one = Traffic(), Traffic()
     target = ssh_args(link, "/")  # this machine's /proc/sys, read only: no --fix
+    marks: dict[str, Marks] = {}
+
+    def timed(name: str, args: tuple[str, ...], *, prepare: Callable[[], None] | None = None,
+              traffic: Traffic | None = None, report: str = "") -> Case:
+        """A case whose runs also mark their phases (bench/timeline.py)."""
+        marks[name] = Marks(directory / f"marks-{name.replace(' ', '-')}.json")
+
+        def after() -> None:
+            marks[name].read()
+            if traffic is not None:
+                traffic.reader(directory / report)()
+        return Case(name, (*args, "-p", "timeline"), directory, prepare=prepare, after=after,
+                    env=marks[name].env)
 
     def gpuhost(name: str, spec: str, traffic: Traffic) -> Case:
         report = f"{spec.removesuffix('.yaml')}.json"
-        return Case(name, (*ONLY_GPUHOST, f"--gpuhost-spec={spec}", *target,
-                           f"--gpuhost-report={report}"), directory,
-                    after=traffic.reader(directory / report))
+        return timed(name, (*ONLY_GPUHOST, f"--gpuhost-spec={spec}", *target,
+                            f"--gpuhost-report={report}"), traffic=traffic, report=report)
 
-    def testinfra(name: str, module: str, config: Path, master: bool) -> Case:
-        return Case(name, (*ONLY_TESTINFRA, f"--hosts=ssh://{link.server.alias}",
-                           f"--ssh-config={config}", module), directory,
-                    prepare=link.stop_master if master else None)
+    def testinfra(name: str, module: str) -> Case:
+        return timed(name, (*ONLY_TESTINFRA, f"--hosts=ssh://{link.server.alias}",
+                            f"--ssh-config={link.master}", module), prepare=link.stop_master)
 
     def plain(name: str, module: str) -> Case:
-        return Case(name, (*ONLY_GPUHOST, "-p", "no:gpuhost", module), directory)
+        return timed(name, (*ONLY_GPUHOST, "-p", "no:gpuhost", module))
+
+    def without_master(name: str, module: str) -> Case:
+        return Case(name, (*ONLY_TESTINFRA, f"--hosts=ssh://{link.server.alias}",
+                           f"--ssh-config={link.plain}", module), directory)
 
     cases = [gpuhost("gpuhost", "many.yaml", traffic),
              gpuhost("gpuhost one", "one.yaml", traffic_one),
-             testinfra("testinfra CM", "test_many.py", link.master, True),
-             testinfra("testinfra CM one", "test_one.py", link.master, True),
+             testinfra("testinfra CM", "test_many.py"),
+             testinfra("testinfra CM one", "test_one.py"),
              plain("pytest", "test_plain_many.py"), plain("pytest one", "test_plain_one.py")]
-    slow = [testinfra("testinfra", "test_many.py", link.plain, False),
-            testinfra("testinfra one", "test_one.py", link.plain, False)]
+    slow = [without_master("testinfra", "test_many.py"),
+            without_master("testinfra one", "test_one.py")]
     try:
         times = alternate(cases, repeat, warmup)
         progress(f"testinfra without ControlMaster: {slow_repeat} round(s)")
@@ -362,28 +386,35 @@ def figure_testinfra(base: Path, link: Link, repeat: int, warmup: int, slow_repe
         link.stop_master()
     traffic, traffic_one = traffic.measured(repeat), traffic_one.measured(repeat)
     handshake = time_ssh(link, repeat)
-    progress(f"testinfra: where the time goes, {profile_rounds} run(s) each")
-    try:
-        split = {case.name: phases(case, profile_rounds)
-                 for case in (cases[0], cases[2], cases[5])}
-    finally:
-        link.stop_master()
 
-    def per_check(series: Timings, name: str) -> list[float]:
+    def per_check(name: str) -> list[float]:
+        """Per round: (run - one-check run) / (count - 1), each without its start-up and
+        exit (the end of pytest_configure to the end of the session)."""
+        many, one = marks[name].beyond(repeat), marks[f"{name} one"].beyond(repeat)
+        return [(a - b) / (count - 1) for a, b in zip(many, one, strict=True)]
+
+    def whole_per_check(series: Timings, name: str) -> list[float]:
+        """Per round: (run - one-check run) / (count - 1), whole processes."""
         many, one = series.wall[name], series.wall[f"{name} one"]
         return [(a - b) / (count - 1) for a, b in zip(many, one, strict=True)]
 
-    ours, theirs = per_check(times, "gpuhost"), per_check(times, "testinfra CM")
-    floor, without = per_check(times, "pytest"), per_check(slow_times, "testinfra")
-    rounds = [t / o if o > 0 else float("inf") for t, o in zip(theirs, ours, strict=True)]
-    faster = Ratio(med(rounds), min(rounds), max(rounds))
-    by_medians = med(theirs) / med(ours) if med(ours) > 0 else float("inf")
+    def ratio(theirs: list[float], ours: list[float]) -> Ratio:
+        rounds = [t / o if o > 0 else float("inf") for t, o in zip(theirs, ours, strict=True)]
+        return Ratio(med(rounds), min(rounds), max(rounds))
+
+    ours, theirs, floor = per_check("gpuhost"), per_check("testinfra CM"), per_check("pytest")
+    faster = ratio(theirs, ours)
+    whole_ours = whole_per_check(times, "gpuhost")
+    whole_theirs = whole_per_check(times, "testinfra CM")
+    whole_faster = ratio(whole_theirs, whole_ours)
+    without = whole_per_check(slow_times, "testinfra")
     whole, line = both(times, "gpuhost", "testinfra CM")
     met = faster.median >= 20 and whole.median <= 1 / 3
-    noise = sum(1 for o in ours if o <= 0)
     keys = list(chosen)
     wall = {name: med(values) for name, values in times.wall.items()}
     fixed = wall["pytest one"] + med(traffic.connect_seconds)
+    split = {name: marks[name].split(times.wall[name])
+             for name in ("gpuhost", "testinfra CM", "pytest one")}
     ms = 1000
     return Figure(
         f"(6b) {count} sysctl checks of this machine's /proc/sys over ssh to 127.0.0.1 (read "
@@ -393,17 +424,21 @@ def figure_testinfra(base: Path, link: Link, repeat: int, warmup: int, slow_repe
         f"{faster} x less per check; whole run gpuhost / testinfra {whole}",
         met,
         [c.shown(base) for c in (*cases, *slow)],
-        [f"per check, beyond a one-check run of the same tool ((run - one-check run) / "
-         f"{count - 1}; median (min-max) over the rounds): gpuhost "
+        [f"per check beyond pytest's start-up: each run minus the one-check run of the same "
+         f"tool in its round, / {count - 1}, both timed from the end of pytest_configure (every "
+         "plugin loaded and configured) to the end of the session (bench/timeline.py), so that "
+         "neither the start-up nor the exit of two processes, the noisiest parts on a shared "
+         f"machine, is in the difference; median (min-max) over the rounds: gpuhost "
          f"{spread(ours, 'ms', ms, 2)}, testinfra with ControlMaster "
-         f"{spread(theirs, 'ms', ms, 2)}, testinfra without ControlMaster "
-         f"{spread(without, 'ms', ms, 1)} ({slow_repeat} round(s) of "
-         f"{med(slow_times.wall['testinfra']):.1f} s); pytest's own cost of a trivial "
-         f"parametrized test, measured the same way: {spread(floor, 'ms', ms, 2)}"
-         + (f"; in {noise} round(s) gpuhost's run of {count} checks took no longer than its "
-            "one-check run (noise), a ratio counted as infinite" if noise else ""),
-         f"testinfra per check / gpuhost per check: {faster} (median of the per-round "
-         f"ratios); {by_medians:.1f} from the medians of the per-check costs",
+         f"{spread(theirs, 'ms', ms, 2)}; pytest's own cost of a trivial parametrized test, "
+         f"measured the same way: {spread(floor, 'ms', ms, 2)}",
+         f"testinfra per check / gpuhost per check, the median of the per-round ratios: "
+         f"{faster}",
+         f"the same from whole processes (run - one-check run, start-up and exit included): "
+         f"gpuhost {spread(whole_ours, 'ms', ms, 2)}, testinfra with ControlMaster "
+         f"{spread(whole_theirs, 'ms', ms, 2)}, ratio {whole_faster}; testinfra without "
+         f"ControlMaster {spread(without, 'ms', ms, 1)} ({slow_repeat} round(s) of "
+         f"{med(slow_times.wall['testinfra']):.1f} s)",
          line,
          f"whole runs (medians): gpuhost {wall['gpuhost']:.3f} s, testinfra with ControlMaster "
          f"{wall['testinfra CM']:.3f} s, without {med(slow_times.wall['testinfra']):.3f} s; "
@@ -449,8 +484,9 @@ def split_rows(split: dict[str, dict[str, list[float]]], count: int, connect: fl
             f"takes {handshake:.3f} s, the rest is python3 starting there and the agent sent, "
             f"compiled and started) and the facts' batch; the {count} checks "
             f"{med(ours['checks']):.3f} s (one batch, then pytest's per-item machinery); the "
-            f"reports {med(ours['reports']):.3f} s; the end {med(ours['end']):.3f} s (the "
-            "connection closed, the interpreter's exit)",
+            f"reports {med(ours['reports']):.3f} s; the end {med(ours['end']):.3f} s "
+            f"(pytest's own: {med(plain['end']):.3f} s; the rest is the connection closed: "
+            "stdin closed, then waiting for the agent and ssh to exit)",
             f"testinfra's run: its {count} checks take {med(split['testinfra CM']['checks']):.3f}"
             " s, one ssh channel, one remote shell and one `sysctl -n` process each (its first "
             "check also makes the ControlMaster connection)"]
@@ -670,7 +706,7 @@ def ssh_section(figures: Sequence[Figure], argv: Sequence[str], args: argparse.N
         "How to run the ssh benchmarks: `.venv/bin/pip install -e '.[bench]'` (pytest-testinfra, "
         "pyinstrument), Debian's openssh-server and openssh-client, then `.venv/bin/python "
         "bench/ssh.py` (about 4 minutes; `--repeat N`, `--slow-repeat N` for testinfra without "
-        "ControlMaster, `--profile-rounds N` for the phase split, `--sizes 10,100,1000`, "
+        "ControlMaster, `--sizes 10,100,1000`, "
         "`--latency 0.05`, `--only example,testinfra,latency,calls`, `--out FILE`, `--keep`). "
         "It "
         "starts its own sshd on a free port of 127.0.0.1 with keys, known_hosts and client "
@@ -708,8 +744,6 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         help="rounds of testinfra without ControlMaster (about 30 s each)")
     parser.add_argument("--only", default=",".join(FIGURES),
                         help=f"comma-separated figures to run, of: {', '.join(FIGURES)}")
-    parser.add_argument("--profile-rounds", type=int, default=3,
-                        help="unmeasured runs split into phases (bench/timeline.py)")
     parser.add_argument("--sysctls", type=int, default=100,
                         help="sysctls of this machine for the testinfra figure")
     parser.add_argument("--sizes", default="10,100,1000",
@@ -737,7 +771,7 @@ def run_figures(base: Path, link: Link, args: argparse.Namespace) -> Iterator[Fi
         yield figure_example(base, link, args.repeat, args.warmup)
     if "testinfra" in only:
         yield figure_testinfra(base, link, args.repeat, args.warmup, args.slow_repeat,
-                               args.sysctls, args.profile_rounds)
+                               args.sysctls)
     if "latency" in only:
         yield figure_latency(base, link, args.repeat, args.warmup, args.sizes)
     if "calls" in only:
