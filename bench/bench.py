@@ -72,11 +72,13 @@ class Case:
         return [sys.executable, "-m", "pytest", *COMMON, *self.args]
 
     def shown(self, base: Path) -> str:
-        """The command as a user would type it, with the temporary directory as ``$BENCH``."""
+        """The command as a user would type it, with the temporary directory as ``$BENCH``
+        and the repository as ``$REPO``."""
         words = [f"{k}={v}" for k, v in self.env] + ["python", "-m", "pytest", *COMMON,
                                                      *self.args]
         text = " ".join(shlex.quote(w) for w in words)
-        return f"cd {self.cwd} && {text}".replace(str(base), "$BENCH")
+        return f"cd {self.cwd} && {text}".replace(str(base), "$BENCH").replace(str(REPO),
+                                                                                "$REPO")
 
 
 def clean_env() -> dict[str, str]:

@@ -485,8 +485,9 @@ def split_rows(split: dict[str, dict[str, list[float]]], count: int, connect: fl
             f"compiled and started) and the facts' batch; the {count} checks "
             f"{med(ours['checks']):.3f} s (one batch, then pytest's per-item machinery); the "
             f"reports {med(ours['reports']):.3f} s; the end {med(ours['end']):.3f} s "
-            f"(pytest's own: {med(plain['end']):.3f} s; the rest is the connection closed: "
-            "stdin closed, then waiting for the agent and ssh to exit)",
+            f"(pytest's own: {med(plain['end']):.3f} s; the rest is unconfigure, where the "
+            "connection is closed and its agent's exit awaited, about 15 ms on an idle machine, "
+            "and the exit of an interpreter with more modules loaded)",
             f"testinfra's run: its {count} checks take {med(split['testinfra CM']['checks']):.3f}"
             " s, one ssh channel, one remote shell and one `sysctl -n` process each (its first "
             "check also makes the ControlMaster connection)"]
@@ -671,8 +672,9 @@ def figure_calls(base: Path, link: Link | None) -> Figure:
          "every spec, select, run every check in rank order, finish); a verify run, no --fix",
          "collection: the facts of every kind in one batch; run: one batch of every observation "
          "of the checks that read the host as it stands, one live batch for the fresh ones "
-         "(dmesg reads the log after the other checks); the example host's p2p runs "
-         "nvbandwidth once (`run 1`)",
+         "(dmesg reads the log after the other checks); the example host adds the second "
+         "sample of its cpuidle residency window (a live batch) and one nvbandwidth run for "
+         "p2p (`run 1`)",
          "round trips over ssh: the JSON report's round_trips + connections of the same run "
          "over the test sshd: the connection's hello plus one exchange per host call",
          "tests/test_collection_reads.py asserts the same counts; this figure only reports "
@@ -696,7 +698,7 @@ def ssh_section(figures: Sequence[Figure], argv: Sequence[str], args: argparse.N
         f"({args.repeat} measured rounds per figure after {args.warmup} warm-up; testinfra "
         f"without ControlMaster {args.slow_repeat} round(s)). Each run is a fresh `python -m "
         "pytest -q -p no:cacheprovider ...` process; ratios are medians of per-round ratios "
-        "with their min-max; `$BENCH` is the temporary directory.",
+        "with their min-max; `$BENCH` is the temporary directory, `$REPO` the repository.",
         "",
         *machine(),
         f"- load average (1 min) at the start and the end: {args.load[0]:.2f}, "
@@ -730,8 +732,9 @@ def ssh_section(figures: Sequence[Figure], argv: Sequence[str], args: argparse.N
 def calls_section(figure: Figure, argv: Sequence[str]) -> str:
     lines = [CALLS_SECTION, "",
              f"Produced by `{' '.join(['python', 'bench/ssh.py', *argv])}` (issue 10: host "
-             "calls counted by phase on fake hosts; the stale 'collection reads' of table (3) "
-             "were host operations before reads were batched).", "",
+             "calls counted by phase on fake hosts; table (3) reports the same calls, where "
+             "before reads were batched it showed 112 to 3123 host operations at collection, "
+             "growing with the GPUs and CPUs).", "",
              *summary_table([figure]), "", *figure_lines(figure, "###")]
     return "\n".join(lines) + "\n"
 
