@@ -21,7 +21,8 @@ from .capture.catalog import observe_only
 from .checks import Check, Fact, Facts, Kind, NoFix, Observation
 from .checks.conditions import ConditionFn
 from .checks.gpus import GPUS
-from .engine import RunOptions, run_check
+from .engine import RunOptions, error_result, run_check
+from .fix.history import FixHistory
 from .fix.journal import JOURNAL_DIR, JournalContents, JournalError, latest_journal, read_journal
 from .fix.persist import persistence_checks
 from .fix.rollback import refuse_foreign, rollback_checks
@@ -220,9 +221,14 @@ class Target:
         self.host.prefetch(r for c in [check, *group] for r in self._reads(c))
 
     def run(self, check: Check, options: RunOptions, *, named: bool = False) -> CheckResult:
-        self.prefetch(check)
         self._pending.pop(id(check), None)
-        result = run_check(check, self.host, self.conditions, options, self.fixrun.fixer)
+        if self.unreachable is not None:
+            # nothing of it was read: a check whose expansion saw no GPUs must not say '0 GPUs'
+            result = error_result(check, self.unreachable)
+        else:
+            self.prefetch(check)
+            result = run_check(check, self.host, self.conditions, options, self.fixrun.fixer,
+                               self.fixrun.history)
         return dataclasses.replace(result, target=self.name) if named else result
 
     def lose(self, reason: HostError) -> None:
@@ -317,6 +323,9 @@ class Session:
         elif self.settings.fix and not self.settings.dry_run:
             for target in self.targets.values():
                 self._open_fixer(target)
+        if self.settings.fix and self.settings.rollback is None and not self.settings.fix_retry:
+            for target in self.targets.values():
+                target.fixrun.history = FixHistory(target.host, target.fixrun.journal_path)
 
     @property
     def options(self) -> RunOptions:
@@ -461,15 +470,20 @@ class Session:
         return (target or self.target).run(check, self.options, named=self.named)
 
     def finish(self, results: Sequence[CheckResult]) -> list[CheckResult]:
-        """Session-end fixes on the controller: the persistence files (one record each)."""
-        target = self.target
-        if not target.fixrun.persist or not self.specs:
+        """Session-end fixes on the controller: each target's persistence files, from that
+        target's own records (one record each, named by target where the run names them)."""
+        if not self.settings.persist or not self.specs:
             return []
         spec = next(iter(self.specs.values()))
-        checks = persistence_checks(spec.name, self.settings.display(spec.path), results,
-                                    target.host)
-        return [run_check(check, target.host, {}, self.options, target.fixrun.fixer)
-                for check in checks]
+        supplies = [kind.persistence for kind in self.kinds.values()
+                    if hasattr(kind, "persistence")]
+        done: list[CheckResult] = []
+        for target in self.targets.values():
+            mine = [r for r in results if not self.named or r.target == target.name]
+            checks = persistence_checks(spec.name, self.settings.display(spec.path), mine,
+                                        target.host, supplies)
+            done += [target.run(check, self.options, named=self.named) for check in checks]
+        return done
 
     def capture_target(self) -> Target:
         """The target --gpuhost-capture writes down: --gpuhost-capture-from, else the only one."""
