@@ -642,6 +642,18 @@ def version_of(module: str) -> str:
     return done.stdout.strip() or "not installed"
 
 
+def revision() -> str:
+    """The commit the measured package comes from, and whether it has uncommitted changes."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True,
+                              check=False).stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown (not a git checkout)"
+    changed = git("status", "--porcelain", "--", "pytest_gpuhost")
+    return f"commit {commit}" + (", with uncommitted changes in pytest_gpuhost/" if changed
+                                 else "")
+
+
 def machine() -> list[str]:
     model = "unknown"
     try:
@@ -657,7 +669,7 @@ def machine() -> list[str]:
         f"- `python --version`: Python {platform.python_version()}",
         f"- pytest {version_of('pytest')}, pytest-testinfra {version_of('pytest-testinfra')}, "
         f"pytest-xdist {version_of('pytest-xdist')}, pytest-gpuhost "
-        f"{version_of('pytest-gpuhost')}",
+        f"{version_of('pytest-gpuhost')} ({revision()})",
         f"- kernel {platform.release()}",
     ]
 
