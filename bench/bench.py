@@ -838,8 +838,8 @@ def splice(old: str, figures: Sequence[Figure], argv: Sequence[str], repeat: int
         text = text.replace(rows[0] + "\n", summary_table([figure])[-1] + "\n", 1)
         lines = figure_lines(figure)
         lines[1:1] = ["", f"Updated by `{' '.join(['python', 'bench/bench.py', *argv])}` "
-                          f"({repeat} measured rounds after {warmup} warm-up), after the run "
-                          "named at the top of this file."]
+                          f"({repeat} measured rounds after {warmup} warm-up; pytest-gpuhost "
+                          f"{revision()}), after the run named at the top of this file."]
         body = dict(sections(text))[heads[0]]
         text = text.replace(body, "\n".join(lines).rstrip("\n") + "\n\n", 1)
     return text.rstrip("\n") + "\n"
