@@ -672,9 +672,9 @@ def figure_calls(base: Path, link: Link | None) -> Figure:
          "every spec, select, run every check in rank order, finish); a verify run, no --fix",
          "collection: the facts of every kind in one batch; run: one batch of every observation "
          "of the checks that read the host as it stands, one live batch for the fresh ones "
-         "(dmesg reads the log after the other checks); the example host adds the second "
-         "sample of its cpuidle residency window (a live batch) and one nvbandwidth run for "
-         "p2p (`run 1`)",
+         "(dmesg reads the log after the other checks); the example host's spec adds an "
+         "nvbandwidth run for p2p (`run 1`) and, where a cpuidle residency window applies, a "
+         "live batch for its second sample",
          "round trips over ssh: the JSON report's round_trips + connections of the same run "
          "over the test sshd: the connection's hello plus one exchange per host call",
          "tests/test_collection_reads.py asserts the same counts; this figure only reports "
