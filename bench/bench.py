@@ -34,10 +34,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from pytest_gpuhost import builtin  # noqa: E402
-from pytest_gpuhost.checks import Facts  # noqa: E402
 from pytest_gpuhost.fix.run import STATE_DIR  # noqa: E402
-from pytest_gpuhost.host import LocalHost  # noqa: E402
-from pytest_gpuhost.spec import load_spec  # noqa: E402
+from pytest_gpuhost.gpu.nvml import default_factory  # noqa: E402
+from pytest_gpuhost.host import Host, LocalHost  # noqa: E402
+from pytest_gpuhost.session import Session  # noqa: E402
+from pytest_gpuhost.settings import RawOptions, Settings, resolve  # noqa: E402
 from pytest_gpuhost.testing.counting import CountingHost  # noqa: E402
 from pytest_gpuhost.testing.fakehost import FakeHost  # noqa: E402
 
@@ -54,23 +55,30 @@ FIGURES = ("floor", "testinfra", "scale", "fix")
 
 @dataclass(frozen=True)
 class Case:
-    """One measured command: a fresh pytest process in ``cwd``; ``prepare`` runs untimed first."""
+    """One measured command: a fresh pytest process in ``cwd``; ``prepare`` runs untimed first,
+    ``after`` untimed after it (to read what the run wrote)."""
 
     name: str
     args: tuple[str, ...]
     cwd: Path
     expect_rc: int = 0
     prepare: Callable[[], None] | None = None
+    after: Callable[[], None] | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    """Variables set for the run, over this environment."""
 
     @property
     def argv(self) -> list[str]:
         return [sys.executable, "-m", "pytest", *COMMON, *self.args]
 
     def shown(self, base: Path) -> str:
-        """The command as a user would type it, with the temporary directory as ``$BENCH``."""
-        words = ["python", "-m", "pytest", *COMMON, *self.args]
+        """The command as a user would type it, with the temporary directory as ``$BENCH``
+        and the repository as ``$REPO``."""
+        words = [f"{k}={v}" for k, v in self.env] + ["python", "-m", "pytest", *COMMON,
+                                                     *self.args]
         text = " ".join(shlex.quote(w) for w in words)
-        return f"cd {self.cwd} && {text}".replace(str(base), "$BENCH")
+        return f"cd {self.cwd} && {text}".replace(str(base), "$BENCH").replace(str(REPO),
+                                                                                "$REPO")
 
 
 def clean_env() -> dict[str, str]:
@@ -88,8 +96,8 @@ def run_once(case: Case) -> tuple[float, float]:
         case.prepare()
     with tempfile.TemporaryFile("w+") as output:
         start = time.perf_counter()
-        process = subprocess.Popen(case.argv, cwd=case.cwd, env=clean_env(), stdout=output,
-                                   stderr=subprocess.STDOUT)
+        process = subprocess.Popen(case.argv, cwd=case.cwd, env={**clean_env(), **dict(case.env)},
+                                   stdout=output, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(process.pid, 0)
         elapsed = time.perf_counter() - start
         process.returncode = os.waitstatus_to_exitcode(status)
@@ -98,6 +106,8 @@ def run_once(case: Case) -> tuple[float, float]:
             tail = "\n".join(output.read().splitlines()[-30:])
             raise SystemExit(f"{case.name}: exit {process.returncode}, expected "
                              f"{case.expect_rc}:\n{' '.join(case.argv)}\n{tail}")
+    if case.after is not None:
+        case.after()
     return elapsed, usage.ru_utime + usage.ru_stime
 
 
@@ -266,17 +276,47 @@ def make_spec_case(directory: Path, *, gpus: int, cpus: int, sysctls: int) -> Sp
     return SpecCase(directory, gpus, cpus, sysctls)
 
 
-def collection_reads(case: SpecCase) -> tuple[int, int]:
-    """(host operations while expanding the spec into checks, number of checks), in-process."""
+@dataclass(frozen=True)
+class HostCalls:
+    """Host calls of a verify run by phase, a batch counted as one (one round trip to a remote
+    host): while the specs expand into checks, and while the checks run."""
+
+    collection: int
+    run: int
+    checks: int
+    by_method: dict[str, int]
+    requests: int
+    """Requests carried by the batches (a batch of 300 reads is one call, 300 requests)."""
+
+
+def host_calls(directory: Path, specs: Sequence[Path], root: Path) -> HostCalls:
+    """Count the calls of a verify run in this process, through the pytest-free session driven
+    as plugin.py drives it (expand, select, run in rank order, finish) on a CountingHost."""
+    settings = resolve(RawOptions(invocation=directory, ini_base=directory,
+                                  ini_name="the ini file", spec=tuple(map(str, specs)),
+                                  root=str(root)))
+    counted: list[CountingHost] = []
+
+    def make_host(url: str, settings: Settings) -> Host:
+        counted.append(CountingHost(LocalHost(settings.root)))
+        return counted[-1]
+
     kinds = {kind.section: kind for kind in builtin.pytest_gpuhost_check_kinds()}
-    spec = load_spec(case.directory / "spec.yaml", kinds, builtin.pytest_gpuhost_conditions())
-    host = CountingHost(LocalHost(case.directory / "host"))
-    facts = Facts(host)
-    facts.prime(fact for section, model in spec.sections.items()
-                for fact in getattr(kinds[section], "facts", lambda _: ())(model))
-    checks = [c for section, model in spec.sections.items()
-              for c in kinds[section].expand(model, facts)]
-    return host.total, len(checks)
+    session = Session(settings, kinds, builtin.pytest_gpuhost_conditions(), make_host,
+                      default_factory)
+    session.target.facts.sleep = lambda seconds: None  # a residency window: no waiting
+    try:
+        checks = sorted((c for spec in session.specs.values() for c in session.expand(spec)),
+                        key=lambda c: c.order)
+        [host] = counted
+        collection = host.total
+        session.target.select(checks)
+        records = [session.run(check) for check in checks]
+        session.finish(records)
+    finally:
+        session.close()
+    return HostCalls(collection, host.total - collection, len(checks), dict(host.calls),
+                     host.requests)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -369,21 +409,30 @@ def testinfra_expected(raw: str) -> int | str:
         return raw
 
 
+def sysctl_spec(chosen: dict[str, str]) -> str:
+    """A spec that expects each sysctl of ``chosen`` to hold its value (raw text)."""
+    spec = ["version: 1", "name: real-sysctls", "sysctl:"]
+    spec += [f"  {key}: {json.dumps(value)}" for key, value in chosen.items()]
+    return "\n".join(spec) + "\n"
+
+
+def testinfra_file(chosen: dict[str, str]) -> str:
+    """The same checks as a testinfra test module: one ``host.sysctl`` test per key."""
+    params = ",\n".join(f"    ({key!r}, {testinfra_expected(v)!r})" for key, v in chosen.items())
+    return ("import pytest\n\n"
+            f"SYSCTLS = [\n{params},\n]\n\n\n"
+            "@pytest.mark.parametrize('key, expected', SYSCTLS, ids=[k for k, _ in SYSCTLS])\n"
+            "def test_sysctl(host, key, expected):\n"
+            "    assert host.sysctl(key) == expected\n")
+
+
 def figure_testinfra(base: Path, repeat: int, warmup: int, count: int) -> Figure:
     """(2) The same sysctl checks of this machine's /proc/sys: pytest-gpuhost vs testinfra."""
     progress(f"testinfra: {count} sysctls of this machine, read only")
     directory = workdir(base / "testinfra")
     chosen = choose_sysctls(count)
-    spec = ["version: 1", "name: real-sysctls", "sysctl:"]
-    spec += [f"  {key}: {json.dumps(value)}" for key, value in chosen.items()]
-    (directory / "real.yaml").write_text("\n".join(spec) + "\n")
-    params = ",\n".join(f"    ({key!r}, {testinfra_expected(v)!r})" for key, v in chosen.items())
-    (directory / "test_testinfra.py").write_text(
-        "import pytest\n\n"
-        f"SYSCTLS = [\n{params},\n]\n\n\n"
-        "@pytest.mark.parametrize('key, expected', SYSCTLS, ids=[k for k, _ in SYSCTLS])\n"
-        "def test_sysctl(host, key, expected):\n"
-        "    assert host.sysctl(key) == expected\n")
+    (directory / "real.yaml").write_text(sysctl_spec(chosen))
+    (directory / "test_testinfra.py").write_text(testinfra_file(chosen))
     (directory / "test_one.py").write_text(plain_test_file(1))
     gpuhost = Case("gpuhost", ("--gpuhost-spec=real.yaml",), directory)  # root /, no --fix
     testinfra = Case("testinfra", ("test_testinfra.py",), directory)
@@ -434,13 +483,15 @@ def _scale_axis(base: Path, axis: str, values: Sequence[int], fixed: dict[str, i
         cases.append(Case(name, ("-p", "no:testinfra", *spec.args), spec.directory))
     progress(f"scale: {axis} {', '.join(map(str, values))}")
     times = alternate(cases, repeat, warmup)
-    rows, reads = [], []
+    rows, calls = [], []
     first = cases[0].name
     for case in cases:
         spec = specs[case.name]
-        total, checks = collection_reads(spec)
-        reads.append((getattr(spec, axis), total))
-        rows.append(f"| {case.name} | {checks} | {total} | {med(times.wall[case.name]):.3f} s | "
+        counted = host_calls(spec.directory, [spec.directory / "spec.yaml"],
+                             spec.directory / "host")
+        calls.append((counted.collection, counted.run))
+        rows.append(f"| {case.name} | {counted.checks} | {counted.collection} / {counted.run} | "
+                    f"{med(times.wall[case.name]):.3f} s | "
                     f"{Ratio.paired(times.wall[case.name], times.wall[first])} | "
                     f"{Ratio.paired(times.cpu[case.name], times.cpu[first])} |")
     unit = axis[:-1].upper()
@@ -456,29 +507,27 @@ def _scale_axis(base: Path, axis: str, values: Sequence[int], fixed: dict[str, i
         notes.append(f"{axis}, {clock} time = {intercept:.3f} s + {slope * 1000:.2f} ms per "
                      f"{unit} (least squares over the medians); per step: "
                      + ", ".join(f"{s * 1000:.2f} ms/{unit}" for s in steps_of[clock]))
-    read_slope, read_intercept = fit_line(reads)
-    read_steps = [(y2 - y1) / (x2 - x1) for (x1, y1), (x2, y2) in itertools.pairwise(reads)]
+    constant = len(set(calls)) == 1
     notes.append(f"{axis}: linear or better means the wall cost per {unit} of the last step is "
-                 "at most 1.5 x the least-squares slope + 0.5 ms, and the collection reads grow "
-                 "by the same count per unit at every step")
-    notes.append(f"{axis}: collection reads = {read_intercept:.0f} + {read_slope:g} per {unit} "
-                 "(host operations while the spec expands into checks; per step: "
-                 + ", ".join(f"{s:g}" for s in read_steps) + f" per {unit}, the same whatever "
-                 "the number of checks)")
+                 "at most 1.5 x the least-squares slope + 0.5 ms, and the host calls of each "
+                 "phase are the same at every size")
+    notes.append(f"{axis}: host calls (a batch = one, as it is one round trip to a remote host) "
+                 "while the spec expands into checks / while the checks run: "
+                 + ", ".join(f"{c} / {r}" for c, r in calls)
+                 + (" (the same at every size)" if constant else " (**they grow**)"))
     # Linear or better: the cost per unit of the last, largest step is at most 1.5 times the
     # least-squares slope over all three points (+0.5 ms per unit for noise): a cost growing
-    # faster than linearly concentrates in that step. And the collection reads grow by the same
-    # count per unit at every step.
+    # faster than linearly concentrates in that step. And the host calls do not grow.
     wall_steps = steps_of["wall"]
-    linear = wall_steps[-1] <= 1.5 * max(slopes["wall"], 0.0) + 0.0005 and \
-        len(set(read_steps)) == 1
+    linear = wall_steps[-1] <= 1.5 * max(slopes["wall"], 0.0) + 0.0005 and constant
     return rows, notes + [c.shown(base) for c in cases], linear
 
 
 def figure_scale(base: Path, repeat: int, warmup: int) -> Figure:
     """(3) Wall time for 1, 8, 64 GPUs (16 CPUs) and 16, 128, 512 CPUs (8 GPUs)."""
-    rows = ["| host | checks | collection reads | median wall | wall ratio to the smallest "
-            "| CPU ratio |", "| --- | ---: | ---: | ---: | --- | --- |"]
+    rows = ["| host | checks | host calls: collection / run | median wall "
+            "| wall ratio to the smallest | CPU ratio |",
+            "| --- | ---: | ---: | ---: | --- | --- |"]
     gpu_rows, gpu_notes, gpu_linear = _scale_axis(
         base, "gpus", (1, 8, 64), {"cpus": 16, "sysctls": 20}, repeat, warmup)
     cpu_rows, cpu_notes, cpu_linear = _scale_axis(
@@ -488,7 +537,7 @@ def figure_scale(base: Path, repeat: int, warmup: int) -> Figure:
     linear = gpu_linear and cpu_linear
     return Figure(
         "(3) scale: 1, 8, 64 GPUs (16 CPUs x 4 C-states) and 16, 128, 512 CPUs (8 GPUs), "
-        "20 sysctls", "cost grows linearly or better; collection reads O(1) per GPU/CPU",
+        "20 sysctls", "cost grows linearly or better; host calls per phase O(1) in GPUs/CPUs",
         "linear" if linear else "worse than linear", linear, commands,
         rows[:2] + gpu_rows + cpu_rows + [""] + notes)
 
@@ -593,6 +642,18 @@ def version_of(module: str) -> str:
     return done.stdout.strip() or "not installed"
 
 
+def revision() -> str:
+    """The commit the measured package comes from, and whether it has uncommitted changes."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True,
+                              check=False).stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown (not a git checkout)"
+    changed = git("status", "--porcelain", "--", "pytest_gpuhost")
+    return f"commit {commit}" + (", with uncommitted changes in pytest_gpuhost/" if changed
+                                 else "")
+
+
 def machine() -> list[str]:
     model = "unknown"
     try:
@@ -608,16 +669,34 @@ def machine() -> list[str]:
         f"- `python --version`: Python {platform.python_version()}",
         f"- pytest {version_of('pytest')}, pytest-testinfra {version_of('pytest-testinfra')}, "
         f"pytest-xdist {version_of('pytest-xdist')}, pytest-gpuhost "
-        f"{version_of('pytest-gpuhost')}",
+        f"{version_of('pytest-gpuhost')} ({revision()})",
         f"- kernel {platform.release()}",
     ]
 
 
-def render(figures: Sequence[Figure], argv: Sequence[str], repeat: int, warmup: int,
-           elapsed: float) -> str:
+def summary_table(figures: Sequence[Figure]) -> list[str]:
+    """The figure | goal | result | met table of ``figures``."""
     def mark(met: bool | None) -> str:
         return "n/a" if met is None else ("yes" if met else "**no**")
 
+    return ["| figure | goal | result | met |", "| --- | --- | --- | --- |",
+            *(f"| {f.title} | {f.goal} | {f.result} | {mark(f.met)} |" for f in figures)]
+
+
+def figure_lines(figure: Figure, heading: str = "##") -> list[str]:
+    """A figure's section: its heading, goal and result, table, notes and commands."""
+    lines = [f"{heading} {figure.title}", "", f"Goal: {figure.goal}. Result: {figure.result}.",
+             ""]
+    table = [d for d in figure.details if d.startswith("|")]
+    text = [d for d in figure.details if d and not d.startswith("|")]
+    if table:
+        lines += [*table, ""]
+    lines += [f"- {d}" for d in text]
+    return [*lines, "", "Commands:", "", "```", *figure.commands, "```"]
+
+
+def render(figures: Sequence[Figure], argv: Sequence[str], repeat: int, warmup: int,
+           elapsed: float) -> str:
     lines = [
         "# Benchmark results",
         "",
@@ -633,20 +712,50 @@ def render(figures: Sequence[Figure], argv: Sequence[str], repeat: int, warmup: 
         "",
         "## Summary",
         "",
-        "| figure | goal | result | met |",
-        "| --- | --- | --- | --- |",
-        *(f"| {f.title} | {f.goal} | {f.result} | {mark(f.met)} |" for f in figures),
+        *summary_table(figures),
     ]
     for figure in figures:
-        lines += ["", f"## {figure.title}", "", f"Goal: {figure.goal}. Result: {figure.result}.",
-                  ""]
-        table = [d for d in figure.details if d.startswith("|")]
-        text = [d for d in figure.details if d and not d.startswith("|")]
-        if table:
-            lines += [*table, ""]
-        lines += [f"- {d}" for d in text]
-        lines += ["", "Commands:", "", "```", *figure.commands, "```"]
+        lines += ["", *figure_lines(figure)]
     return "\n".join(lines) + "\n"
+
+
+def sections(text: str) -> list[tuple[str, str]]:
+    """(heading line, its text up to the next ``## ``) of every second-level section."""
+    starts = [i for i, line in enumerate(text.splitlines(keepends=True)) if line.startswith("## ")]
+    lines = text.splitlines(keepends=True)
+    bounds = [*starts, len(lines)]
+    return [(lines[a].rstrip("\n"), "".join(lines[a:b])) for a, b in itertools.pairwise(bounds)]
+
+
+def put_section(text: str, section: str, *, after: str | None = None) -> str:
+    """``text`` with ``section`` (which starts with its ``## `` heading) in place of the section
+    of that heading; a new one goes after the section whose heading starts with ``after``, or
+    at the end."""
+    heading = section.splitlines()[0]
+    section = section.rstrip("\n") + "\n\n"
+    found = dict(sections(text))
+    if heading in found:
+        return text.replace(found[heading], section, 1)
+    anchor = next((body for head, body in sections(text)
+                   if after is not None and head.startswith(after)), None)
+    if anchor is not None:
+        return text.replace(anchor, anchor.rstrip("\n") + "\n\n" + section, 1)
+    return text.rstrip("\n") + "\n\n" + section
+
+
+def keep_others(old: str, new: str) -> str:
+    """``new`` with every section of ``old`` that ``new`` lacks (the ones other scripts write,
+    bench/fleet.py's and bench/ssh.py's), each after the section it followed there."""
+    def key(head: str) -> str:  # "## (3) scale: ..." -> "## (3)": sizes in titles change
+        return head[:head.index(")") + 1] if head.startswith("## (") and ")" in head else head
+
+    made = {key(head) for head, _ in sections(new)}
+    previous: str | None = None
+    for head, body in sections(old):
+        if key(head) not in made:
+            new = put_section(new, body, after=previous and key(previous))
+        previous = head
+    return new.rstrip("\n") + "\n"
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -702,10 +811,38 @@ def main(argv: Sequence[str]) -> int:
     start = time.perf_counter()
     with TempDir(args.keep) as base:
         figures = list(run_figures(base, args))
-    text = render(figures, argv, args.repeat, args.warmup, time.perf_counter() - start)
+    elapsed = time.perf_counter() - start
+    old = args.out.read_text() if args.out.exists() else None
+    partial = old is not None and len(figures) < len(FIGURES)
+    text = splice(old, figures, argv, args.repeat, args.warmup) if partial else None
+    if text is None:
+        text = render(figures, argv, args.repeat, args.warmup, elapsed)
+        if old is not None:
+            text = keep_others(old, text)
     args.out.write_text(text)
     print(text)
     return 0
+
+
+def splice(old: str, figures: Sequence[Figure], argv: Sequence[str], repeat: int,
+           warmup: int) -> str | None:
+    """A run of some figures (``--only``): ``old`` with their summary rows and sections
+    replaced, each section saying which run made it; None when ``old`` lacks one of them."""
+    text = old
+    for figure in figures:
+        number = figure.title.split(" ", 1)[0]  # "(3)"
+        heads = [head for head, _ in sections(text) if head.startswith(f"## {number} ")]
+        rows = [line for line in text.splitlines() if line.startswith(f"| {number} ")]
+        if len(heads) != 1 or len(rows) != 1:
+            return None
+        text = text.replace(rows[0] + "\n", summary_table([figure])[-1] + "\n", 1)
+        lines = figure_lines(figure)
+        lines[1:1] = ["", f"Updated by `{' '.join(['python', 'bench/bench.py', *argv])}` "
+                          f"({repeat} measured rounds after {warmup} warm-up; pytest-gpuhost "
+                          f"{revision()}), after the run named at the top of this file."]
+        body = dict(sections(text))[heads[0]]
+        text = text.replace(body, "\n".join(lines).rstrip("\n") + "\n\n", 1)
+    return text.rstrip("\n") + "\n"
 
 
 if __name__ == "__main__":
