@@ -10,27 +10,21 @@ import shlex
 import socket
 from collections.abc import Generator, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
-from . import builtin
-from .checks import Kind
-from .checks.conditions import ConditionFn
+from . import builtin, long_lived
+from .builtin import kind_name
 from .files import OutputError
-from .fix.journal import JournalError
 from .fix.locking import LockUnavailable
 from .fix.run import JOURNAL_KEY
 from .gate import judge, verdict_text
-from .host import Host
 from .items import RUN as RUN
 from .items import GpuhostItem, JournalFile, SpecFile
-from .reports import Reporter, RunInfo, TargetInfo, npd
+from .reports import Reporter, RunInfo, TargetInfo
 from .reports.failure import format_failure
-from .reports.jsonfile import JsonReport
 from .reports.junit import junit_properties
-from .reports.nfd import NfdFeatureFile
-from .reports.prometheus import PrometheusTextfile
 from .reports.terminal import TerminalSummary
 from .result import CheckResult, Outcome
 from .session import Session
@@ -43,8 +37,12 @@ from .workers import (
     SharedDirectory,
     make_target_scheduler,
     shared_collection,
-    worker_log,
 )
+
+if TYPE_CHECKING:  # xdist's, the reports' and a rollback's modules load when a run uses them
+    from .checks import Kind
+    from .checks.conditions import ConditionFn
+    from .host import Host
 
 REPORT_ATTR = "gpuhost"
 
@@ -64,11 +62,10 @@ def registered(config: pytest.Config) -> tuple[dict[str, Kind], dict[str, Condit
     for batch in config.hook.pytest_gpuhost_check_kinds():
         for kind in batch:
             claimed = kinds.get(kind.section)
-            if claimed is not None and type(claimed) is not type(kind):
+            if claimed is not None and kind_name(claimed) != kind_name(kind):
                 raise SettingsError(
                     f"two gpuhost check kinds claim section {kind.section!r}: "
-                    f"{type(claimed).__module__}.{type(claimed).__qualname__} and "
-                    f"{type(kind).__module__}.{type(kind).__qualname__}")
+                    f"{kind_name(claimed)} and {kind_name(kind)}")
             kinds.setdefault(kind.section, kind)  # the same kind twice: a re-exported hook
     conditions: dict[str, ConditionFn] = {}
     for batch in config.hook.pytest_gpuhost_conditions():
@@ -95,8 +92,12 @@ class GpuhostRun:
             if any(target.scheme == "ssh" for target in settings.targets):
                 settings = dataclasses.replace(settings, ssh_masters=self.shared.ssh_masters())
         self.settings = settings
-        self.log: DoneLog | None = worker_log(config)
         workerinput = getattr(config, "workerinput", None)
+        self.log: DoneLog | None = None
+        if workerinput is not None:
+            from .workers import worker_log
+
+            self.log = worker_log(config)
         if not config.pluginmanager.is_registered(builtin):
             config.pluginmanager.register(builtin, "gpuhost-builtin")
         kinds, conditions = registered(config)
@@ -250,6 +251,7 @@ class GpuhostRun:
                 # A worker runs some targets only (xdist sends each target's checks to one):
                 # it holds no idle connection to the others; its own reconnect when used.
                 target.disconnect()
+        long_lived.freeze()  # the items and their checks live to the end of the session
 
     # -- running ----------------------------------------------------------------------------
 
@@ -280,6 +282,7 @@ class GpuhostRun:
 
     def unfinished_message(self, check_id: str, missing: Sequence[int]) -> str:
         """Why a last-ranked check did not run: the checks it waited for that never finished."""
+
         assert self.log is not None
         names = dict(self.host_checks)
         lost = self.log.progress.lost(missing)
@@ -299,7 +302,9 @@ class GpuhostRun:
         if not isinstance(item, GpuhostItem):
             return report
         if call.when == "call" and item.result is not None:
-            payload: dict[str, object] = {"index": item.index, "result": item.result.as_dict()}
+            # The record itself, not a copy: a run holds each record once (the item's and the
+            # report's are one object). It becomes a dict only to cross to xdist's controller.
+            payload: dict[str, object] = {"index": item.index, "result": item.result}
             if self.session.named:  # what the target said of itself and what reaching it cost
                 payload["target"] = item.target.info().as_dict()
             setattr(report, REPORT_ATTR, payload)
@@ -308,17 +313,39 @@ class GpuhostRun:
             self.verdicts[item.index] = verdict
             if self.log is not None:
                 self.log.mark(item.index, verdict)
+            long_lived.made_one()
+        return report
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_report_to_serializable(self, config: pytest.Config, report: Any
+                                      ) -> Generator[None, Any, Any]:
+        """A check's report leaves this process (an xdist worker's to its controller, a report
+        log) with its record as a dict."""
+        data = yield
+        payload = data.get(REPORT_ATTR) if isinstance(data, dict) else None
+        if isinstance(payload, dict) and isinstance(payload.get("result"), CheckResult):
+            data[REPORT_ATTR] = {**payload, "result": payload["result"].as_dict()}
+        return data
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_report_from_serializable(self, config: pytest.Config, data: Any
+                                        ) -> Generator[None, Any, Any]:
+        """A worker's report arrives: its record is made once, here, and the report keeps it."""
+        report = yield
+        payload = getattr(report, REPORT_ATTR, None)
+        if isinstance(payload, dict) and isinstance(payload.get("result"), dict):
+            payload["result"] = CheckResult.from_dict(payload["result"])
         return report
 
     def pytest_report_teststatus(self, report: pytest.TestReport | pytest.CollectReport,
                                  config: pytest.Config) -> tuple[str, str, str] | None:
         payload = getattr(report, REPORT_ATTR, None)  # read, not rebuilt: called thrice a test
-        return STATUSES.get(payload["result"]["outcome"]) if payload else None
+        return STATUSES.get(payload["result"].outcome.value) if payload else None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         payload = getattr(report, REPORT_ATTR, None)
-        if payload is not None:
-            record = CheckResult.from_dict(payload["result"])
+        if payload is not None and not self.is_worker:  # the records are the controller's
+            record: CheckResult = payload["result"]
             self.results[report.nodeid] = (payload["index"], record)
             if "target" in payload:
                 worker = getattr(report, "node", None)
@@ -332,6 +359,7 @@ class GpuhostRun:
         if not self.session.named or getattr(config.option, "dist", "load") not in (
                 "load", "loadscope"):
             return None
+
         return make_target_scheduler(config, log)
 
     @pytest.hookimpl(optionalhook=True)
@@ -399,10 +427,16 @@ class GpuhostRun:
         settings = self.settings
         chosen: list[Reporter] = []
         if settings.report is not None:
+            from .reports.jsonfile import JsonReport
+
             chosen.append(JsonReport(settings.report))
         if settings.prom is not None:
+            from .reports.prometheus import PrometheusTextfile
+
             chosen.append(PrometheusTextfile(settings.prom))
         if settings.nfd is not None:
+            from .reports.nfd import NfdFeatureFile
+
             chosen.append(NfdFeatureFile(settings.nfd))
         if settings.alluredir is not None:
             from .reports.allure import AllureSessionFiles
@@ -437,6 +471,8 @@ class GpuhostRun:
             if any(record.outcome in failed for record in extra):  # refused or not written
                 _at_least(session, pytest.ExitCode.TESTS_FAILED)
         if self.session.rollback is not None and not self.settings.dry_run:
+            from .fix.journal import JournalError
+
             try:
                 self.rolled_back = self.session.close_rollback(self.ordered())
             except (JournalError, OSError) as exc:  # read-only, or its directory is gone
@@ -457,6 +493,8 @@ class GpuhostRun:
                 self.problems.append(str(exc))
                 _at_least(session, pytest.ExitCode.TESTS_FAILED)
         if self.settings.npd:  # last: NPD's exit status replaces pytest's
+            from .reports import npd
+
             session.exitstatus = npd.answer_run(records, int(session.exitstatus),
                                                 self.config.stash.get(npd.STDOUT, None))
 
@@ -515,8 +553,19 @@ class GpuhostRun:
             return f"--gpuhost-limit={name}"
         return f"--gpuhost-target={url}"
 
+    @pytest.hookimpl(tryfirst=True)
     def pytest_unconfigure(self) -> None:
+        """The run is over: its connections and files closed, and what only it held let go
+        (the records stay with pytest's reports) before pytest's last collections and the
+        interpreter's at exit, each of which would walk it all again."""
+        if self.log is not None:
+            self.log.close()
         self.session.close()
+        self.results.clear()
+        self.verdicts.clear()
+        self.collected.clear()
+        self.host_checks.clear()
+        long_lived.thaw()  # before pytest's last collections, which must see every object
 
 
 def _persist_report(nodeid: str, path: str, record: CheckResult, index: int
@@ -536,7 +585,7 @@ def _persist_report(nodeid: str, path: str, record: CheckResult, index: int
         nodeid=nodeid, location=(path, 0, nodeid.split("::", 1)[-1]), keywords={"gpuhost": 1},
         outcome=outcome, longrepr=longrepr, when="call",
         user_properties=junit_properties(record))
-    setattr(report, REPORT_ATTR, {"index": index, "result": record.as_dict()})
+    setattr(report, REPORT_ATTR, {"index": index, "result": record})
     return report
 
 

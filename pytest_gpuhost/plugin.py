@@ -228,17 +228,22 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def _configure_run(config: pytest.Config) -> None:
-    from .hooks import GpuhostRun
-    from .items import RUN
-    from .settings import SettingsError, resolve
+    from . import long_lived
 
-    try:
-        settings = resolve(_raw_options(config))
-        if not settings.active:
-            return
-        run = GpuhostRun(config, settings)
-    except SettingsError as exc:
-        raise pytest.UsageError(str(exc)) from None
+    with long_lived.paused():
+        from .hooks import GpuhostRun
+        from .items import RUN
+        from .settings import SettingsError, resolve
+
+        try:
+            settings = resolve(_raw_options(config))
+            if not settings.active:
+                return
+            run = GpuhostRun(config, settings)
+        except SettingsError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    config.add_cleanup(long_lived.thaw)
+    long_lived.freeze()  # the modules, the spec's model and the session live to the end
     config.stash[RUN] = run
     config.pluginmanager.register(run, "gpuhost-run")
     if settings.rollback is not None:
@@ -258,14 +263,24 @@ def _add_spec_args(config: pytest.Config, specs: Any) -> None:
         config.args = [*config.args, *missing]
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    """A test marked gpuhost in a run without a spec: an error saying what to pass."""
-    __tracebackhide__ = True
-    if item.get_closest_marker("gpuhost") is None:
-        return
-    from .items import RUN
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked gpuhost in a run without gpuhost checks: each fails at its setup, saying
+    what to pass. Looked for once here rather than in a setup hook of every test of every run."""
+    if config.pluginmanager.get_plugin("gpuhost-run") is not None:
+        return  # the run's own hooks gate them
+    marked = {item.nodeid for item in items
+              if "gpuhost" in item.keywords and item.get_closest_marker("gpuhost") is not None}
+    if marked and not config.pluginmanager.has_plugin("gpuhost-unmet"):
+        config.pluginmanager.register(_NoSpec(marked), "gpuhost-unmet")
 
-    if RUN not in item.config.stash:
-        pytest.fail(f"{item.nodeid} is marked gpuhost (it needs the host checks to pass) but no "
-                    "gpuhost spec was given: pass --gpuhost-spec=FILE", pytrace=False)
+
+class _NoSpec:
+    def __init__(self, nodeids: set[str]) -> None:
+        self.nodeids = nodeids
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        __tracebackhide__ = True
+        if item.nodeid in self.nodeids:
+            pytest.fail(f"{item.nodeid} is marked gpuhost (it needs the host checks to pass) "
+                        "but no gpuhost spec was given: pass --gpuhost-spec=FILE", pytrace=False)

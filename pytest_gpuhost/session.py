@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -19,17 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .capture.catalog import observe_only
 from .checks import Check, Fact, Facts, Kind, NoFix, Observation
 from .checks.conditions import ConditionFn
 from .checks.gpus import GPUS
 from .engine import RunOptions, error_result, run_check
-from .fix.history import FixHistory
-from .fix.journal import JOURNAL_DIR, JournalContents, JournalError, latest_journal, read_journal
-from .fix.persist import persistence_checks
-from .fix.rollback import refuse_foreign, rollback_checks
 from .fix.run import FixRun, close_rollback, default_journal, make_fixer
-from .fix.state import StateFile, StateStore
+from .fix.state import JOURNAL_DIR, StateFile, StateStore
 from .gpu.nvml import NvmlFactory, NvmlSource, NvmlUnavailable, RecordedNvml
 from .host import (
     BatchReads,
@@ -41,6 +37,7 @@ from .host import (
     Reply,
     Request,
     doing,
+    raised,
     reply_from_wire,
     reply_to_wire,
     request_from_wire,
@@ -52,8 +49,9 @@ from .settings import Settings, SettingsError
 from .spec import EntryOptions, Spec, load_spec
 from .spec.matchers import Verdict
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # a rollback's, persistence's and a capture's modules load when used
     from .capture.writer import SpecCapture
+    from .fix.journal import JournalContents
 
 LOCAL = "local"
 PARALLEL_CONNECTIONS = 10
@@ -154,7 +152,7 @@ class Unexpandable(NoFix):
     error: HostError
 
     def observe(self, host: Host) -> Observation:
-        raise self.error
+        raise raised(self.error)
 
 
 class UnreachableHost(BatchReads):
@@ -175,7 +173,7 @@ class UnreachableHost(BatchReads):
         return False
 
     def identity(self) -> HostIdentity:
-        raise self.reason
+        raise raised(self.reason)
 
     def invalidate(self) -> None:
         """Nothing to forget."""
@@ -187,7 +185,7 @@ class UnreachableHost(BatchReads):
         return [Reply(error=self.reason) for _ in requests]
 
     def _refuse(self, *args: object, **kwargs: object) -> Any:
-        raise self.reason
+        raise raised(self.reason)
 
     def unlock(self, handle: int) -> None:
         """A lost connection released its locks with it."""
@@ -213,6 +211,9 @@ class Target:
         self.facts = Facts(self.host, nvml=self.nvml, shared_dir=shared_dir)
         self.fixrun = FixRun(None, None, persist=settings.persist)
         self._pending: dict[int, Check] = {}
+        self._batched: set[int] = set()
+        """The checks whose reads the last batch fetched (ids), while nothing has changed."""
+        self._generation = -1
         self._fresh = False
         self._host_facts: HostFacts | None = None
 
@@ -237,10 +238,14 @@ class Target:
         if check.fresh and not self._fresh:
             self._fresh = True
             self.host.invalidate()
+        if id(check) in self._batched and self.host.generation == self._generation:
+            return  # read by this phase's batch, and nothing changed since
         if all(self.host.cached(r) for r in self._reads(check)):
             return
         group = [c for c in self._pending.values() if c.fresh == check.fresh]
         self.host.prefetch(r for c in [check, *group] for r in self._reads(c))
+        self._batched = {id(c) for c in group}
+        self._generation = self.host.generation
 
     def run(self, check: Check, options: RunOptions, *, named: bool = False) -> CheckResult:
         lost = getattr(self.connection, "lost", None)
@@ -332,6 +337,9 @@ class Target:
         close = getattr(self.connection, "close", None)
         if close is not None:
             close()
+        self.host.clear()
+        self._pending.clear()
+        self._batched.clear()
 
     def host_facts(self) -> HostFacts:
         """What the target says about itself, read with the collection's facts and kept: the
@@ -395,10 +403,12 @@ class Session:
                 except HostError as exc:  # cannot be reached: its checks are errors saying so
                     target.lose(exc)
         if self.settings.fix and self.settings.rollback is None and not self.settings.fix_retry:
+            from .fix.history import FixHistory
+
             for target in self.targets.values():
                 target.fixrun.history = FixHistory(target.host, target.fixrun.journal_path)
 
-    @property
+    @functools.cached_property
     def options(self) -> RunOptions:
         return RunOptions(fix=self.settings.fix, dry_run=self.settings.dry_run,
                           persist=self.settings.persist)
@@ -412,7 +422,7 @@ class Session:
         """The run's first target: the only one, unless --gpuhost-target named several."""
         return next(iter(self.targets.values()))
 
-    @property
+    @functools.cached_property
     def named(self) -> bool:
         """Whether ids and records name their target (any target but the one local one)."""
         return self.settings.remote
@@ -440,6 +450,8 @@ class Session:
         """The journal to roll back: the one named (a file of this machine for the local
         target; a name in the target's journal directory, or a path under its root, for a
         remote one), else the newest on the target with something to undo."""
+        from .fix.journal import JournalError, latest_journal
+
         settings = self.settings
         option = settings.rollback
         store = StateStore.of(target.host)
@@ -465,6 +477,9 @@ class Session:
         return journal
 
     def _open_rollback(self, target: Target) -> None:
+        from .fix.journal import JournalError, read_journal
+        from .fix.rollback import refuse_foreign, rollback_checks
+
         settings = self.settings
         if len(self.targets) > 1:
             raise SettingsError("--gpuhost-rollback restores one target's journal: name one "
@@ -526,7 +541,11 @@ class Session:
                 checks.append(Check(section, None, Unexpanded(section),
                                     EntryOptions(where=f"{self.settings.display(spec.path)}:1"),
                                     Unexpandable(exc)))
-        return [observe_only(c) for c in checks] if self.settings.catalog else checks
+        if not self.settings.catalog:
+            return checks
+        from .capture.catalog import observe_only
+
+        return [observe_only(c) for c in checks]
 
     def collect_remote_facts(self) -> None:
         """The first batch of collection (every spec's facts) from every remote target at once,
@@ -580,6 +599,8 @@ class Session:
         target's own records (one record each, named by target where the run names them)."""
         if not self.settings.persist or not self.specs:
             return []
+        from .fix.persist import persistence_checks
+
         spec = next(iter(self.specs.values()))
         supplies = [kind.persistence for kind in self.kinds.values()
                     if hasattr(kind, "persistence")]
@@ -622,7 +643,10 @@ class Session:
         return close_rollback(contents, results)
 
     def close(self) -> None:
+        """The end of the run: connections closed, temporary copies removed, and the specs'
+        models and the read caches let go."""
         for target in self.targets.values():
             target.close()
         for directory in self._cleanup:
             shutil.rmtree(directory, ignore_errors=True)
+        self.specs.clear()

@@ -3,8 +3,11 @@
 Without xdist, collection order is run order. With ``-n N`` each worker runs its own share, so the
 controller hands every worker one shared directory (through ``workerinput``). Each worker appends
 to its own log there, one line when a check starts and one when it is done (with its gate
-verdict): an O_APPEND write, no file per check. A last-ranked check (dmesg) and a gated test
-wait until every check they depend on is done.
+verdict): one write(2) to a file it keeps open with O_APPEND, no file per check and no open per
+line. A line is in the file (and seen by every reader) once the write returns, so nothing is
+held back to be batched: a worker that went idle would otherwise hide a done line from the one
+waiting for it. A last-ranked check (dmesg) and a gated test wait until every check they depend
+on is done, polling the logs every few milliseconds at first, then less often.
 
 A worker that dies is noticed: the controller (which pytest-xdist tells) writes ``down-WORKER``
 with the reason, and a waiter stops waiting for the checks that worker had started and never
@@ -35,7 +38,8 @@ SSH_MASTERS_KEY = "gpuhost_ssh_masters"
 COLLECTED = "collected.json"
 """In the shared directory: what the controller collected of each remote target."""
 WAIT_TIMEOUT_S = 900.0
-POLL_S = 0.05
+POLL_S = (0.005, 0.05)
+"""A waiter's first and longest pause between two reads of the logs (doubling in between)."""
 
 
 @dataclass
@@ -62,15 +66,20 @@ class DoneLog:
         self.worker = worker
         self.path = directory / f"log-{worker}"
         self._offsets: dict[Path, int] = {}
+        self._fd: int | None = None
         self.progress = Progress()
 
     def _append(self, line: dict[str, Any]) -> None:
         data = (json.dumps(line, separators=(",", ":")) + "\n").encode()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+                               0o600)
+        os.write(self._fd, data)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def start(self, index: int) -> None:
         self._append({"start": index})
@@ -102,6 +111,7 @@ class DoneLog:
         """Wait until every index is done or lost; return those not done."""
         wanted = list(indices)
         deadline = time.monotonic() + timeout
+        pause, longest = POLL_S
         while True:
             progress = self.read()
             missing = [i for i in wanted if i not in progress.done]
@@ -109,7 +119,8 @@ class DoneLog:
                     or time.monotonic() >= deadline:
                 return missing
             wanted = missing
-            time.sleep(POLL_S)
+            time.sleep(pause)
+            pause = min(pause * 2, longest)
 
 
 class SharedDirectory:

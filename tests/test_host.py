@@ -256,3 +256,25 @@ def test_replies_survive_the_way_to_another_process(fake: FakeHost, host: LocalH
         again = reply_from_wire(request, answer)
         assert (again.value, str(again.error), getattr(again.error, "errno", None)) == (
             reply.value, str(reply.error), getattr(reply.error, "errno", None))
+
+
+def test_a_kept_error_is_raised_as_a_copy_that_holds_no_frames() -> None:
+    """A cached reply's error is raised many times (each check that reads it): raising the kept
+    object would attach a traceback to it, which would keep the raising frames for the session
+    and grow at each raise."""
+    import errno
+    import traceback
+
+    from pytest_gpuhost.host import CommandTimeout, Reply
+
+    kept = CommandTimeout("modprobe ran past 60 s", ("modprobe", "nvidia"), 60.0)
+    reply = Reply(error=kept)
+    depths = []
+    for _ in range(3):
+        with pytest.raises(CommandTimeout) as caught:
+            reply.get()
+        assert caught.value is not kept and caught.value.errno == errno.ETIMEDOUT
+        assert caught.value.argv == ("modprobe", "nvidia") and caught.value.timeout == 60.0
+        assert str(caught.value) == "modprobe ran past 60 s"
+        depths.append(len(traceback.extract_tb(caught.value.__traceback__)))
+    assert kept.__traceback__ is None and len(set(depths)) == 1

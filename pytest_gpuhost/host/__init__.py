@@ -39,6 +39,15 @@ class HostError(Exception):
         self.errno = errno
 
 
+def raised(error: HostError) -> HostError:
+    """A copy of a kept error, to raise: the kept one (a cached reply's) never takes a
+    traceback, which would keep the raising frames alive and grow at every raise. Made
+    without calling ``__init__`` (subclasses take other arguments), with the same state."""
+    again = type(error).__new__(type(error), *error.args)
+    again.__dict__.update(error.__dict__)
+    return again
+
+
 class UnsafePath(HostError):
     """A path that would leave the host root."""
 
@@ -244,7 +253,7 @@ class Reply:
 
     def get(self) -> object:
         if self.error is not None:
-            raise self.error
+            raise raised(self.error)
         return self.value
 
     def data(self) -> bytes:
@@ -388,9 +397,10 @@ class Host(Protocol):
         """pytest-gpuhost's own new file (a journal), whole or not at all; HostError with
         errno EEXIST when it exists already."""
 
-    def append_file(self, path: str, data: bytes) -> None:
-        """One line at the end of one of pytest-gpuhost's own files, fsync'd; never creates
-        it, never through a link or into a file with another name (a hard link)."""
+    def append_file(self, path: str, data: bytes, *, sync: bool = True) -> None:
+        """Lines at the end of one of pytest-gpuhost's own files, in one write(2), then fsync'd
+        unless ``sync`` is false (the next synced append makes them durable too); never
+        creates it, never through a link or into a file with another name (a hard link)."""
 
     def lock(self, path: str, timeout: float, holder: str) -> int:
         """Take the flock on a lock file under the root, waiting up to ``timeout`` s; held by

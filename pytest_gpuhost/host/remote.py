@@ -346,8 +346,8 @@ class AgentHost(BatchReads):
     def create_file(self, path: str, data: bytes) -> None:
         self._op({"op": "create", "path": checked_relative(path), "data": data})
 
-    def append_file(self, path: str, data: bytes) -> None:
-        self._op({"op": "append", "path": checked_relative(path), "data": data})
+    def append_file(self, path: str, data: bytes, *, sync: bool = True) -> None:
+        self._op({"op": "append", "path": checked_relative(path), "data": data, "sync": sync})
 
     def lock(self, path: str, timeout: float, holder: str) -> int:
         handle = self._op({"op": "lock", "path": checked_relative(path), "timeout": timeout,
