@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 from .hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from .checks import Check, Fact, Facts, Kind
+    from .checks import Check, Fact, Facts, Kind, PersistLine
     from .checks.conditions import ConditionFn
     from .gpu.nvml import NvmlFactory
     from .host import Host
+    from .result import CheckResult
     from .settings import Settings
     from .spec import Node, SpecContext
 
@@ -61,6 +62,12 @@ class BuiltinKind:
 
     def expand(self, section: Any, facts: Facts) -> Sequence[Check]:
         return self.kind.expand(section, facts)
+
+    def persistence(self, results: Sequence[CheckResult]) -> list[PersistLine]:
+        """The kind's own --fix-persist lines: none from a kind this run never loaded (it has
+        no records), else what the kind supplies, if it supplies any."""
+        supply = getattr(self._kind, "persistence", None) if self._kind is not None else None
+        return list(supply(results)) if supply is not None else []
 
     @property
     def qualname(self) -> str:
