@@ -12,6 +12,7 @@ from .checks import CannotFix, Check, NotApplicable, Observation, is_boot_time
 from .checks.conditions import ConditionFn
 from .fix.changes import Plan, to_dict
 from .fix.fixer import Applied, Fixer, FixError
+from .fix.history import FixHistory
 from .host import Host, HostError, doing
 from .result import CheckResult, Outcome
 
@@ -30,8 +31,10 @@ def run_check(
     conditions: Mapping[str, ConditionFn],
     options: RunOptions,
     fixer: Fixer | None = None,
+    history: FixHistory | None = None,
 ) -> CheckResult:
-    """Raises only LockUnavailable (the root's lock cannot be had); all else is a record."""
+    """Raises only LockUnavailable (the root's lock cannot be had); all else is a record.
+    ``history``: the host's earlier fixes, whose failures are not retried (None: retry)."""
     expected = check.expect.describe()
     try:
         skip = _skip_reason(check, host, conditions)
@@ -69,11 +72,11 @@ def run_check(
                                               "configuration, then a reboot applies it",
                        observed)
     if options.dry_run:
-        return _plan_only(check, host, observed, problem)
+        return _plan_only(check, host, observed, problem, history)
     if fixer is None:
         fixer = Fixer(host, None, run_lock=None, apply_lock=None, lock_timeout=0)
     with doing(f"applying a fix of {check.id}"), fixer.locked():
-        return _fix(check, host, fixer, problem)
+        return _fix(check, host, fixer, problem, history)
 
 
 def _plan(check: Check, host: Host, observed: Observation) -> Plan:
@@ -112,19 +115,24 @@ def _reboot_required(check: Check, observed: Observation, problem: str,
                    f"{boot.apply}", observed)
 
 
-def _plan_only(check: Check, host: Host, observed: Observation, problem: str) -> CheckResult:
+def _plan_only(check: Check, host: Host, observed: Observation, problem: str,
+               history: FixHistory | None) -> CheckResult:
     try:
         plan = _plan(check, host, observed)
     except CannotFix as exc:
         return _result(check, Outcome.FAILED, f"{problem}; not fixable: {exc}", observed)
     except HostError as exc:
         return _result(check, Outcome.ERROR, f"planning the fix failed: {exc}", observed)
+    earlier = history.failed_before(check.id, plan.changes) if history else None
+    if earlier is not None:
+        return _result(check, Outcome.FAILED, earlier.preview(problem), observed)
     return _result(check, Outcome.WOULD_FIX, f"{problem}; would {plan.brief or plan.summary}",
                    observed,
                    plan=plan)
 
 
-def _fix(check: Check, host: Host, fixer: Fixer, problem: str) -> CheckResult:
+def _fix(check: Check, host: Host, fixer: Fixer, problem: str,
+         history: FixHistory | None) -> CheckResult:
     # Observed again under the lock, live: another run may have fixed it while we waited.
     host.invalidate()
     try:
@@ -142,6 +150,9 @@ def _fix(check: Check, host: Host, fixer: Fixer, problem: str) -> CheckResult:
         return _result(check, Outcome.FAILED, f"{problem}; not fixed: {exc}", before)
     except HostError as exc:
         return _result(check, Outcome.ERROR, f"planning the fix failed: {exc}", before)
+    earlier = history.failed_before(check.id, plan.changes) if history else None
+    if earlier is not None:  # the host refused this very change before: nothing is run
+        return _result(check, Outcome.FIX_FAILED, earlier.message(), before)
     apply_error: str | None = None
     try:
         applied = fixer.apply(check.id, check.kind, check.key, plan)
@@ -213,6 +224,11 @@ def _warnings(check: Check, outcome: Outcome, observed: Observation | None) -> t
     if check.expect.judge(value).ok:
         return ()
     return (f"will revert: {source} sets {value!r} on the next boot or `sysctl --system`",)
+
+
+def error_result(check: Check, message: str) -> CheckResult:
+    """The record of a check that could not be run at all (its target cannot be reached)."""
+    return _result(check, Outcome.ERROR, message, None)
 
 
 def _result(

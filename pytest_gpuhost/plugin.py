@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from . import hookspecs
+from . import hookspecs, specs
 
 MARKERS = (
     "gpuhost: on a generated host check: its kind; on a test of yours: run it only after every "
@@ -25,7 +25,7 @@ _OPTIONS = ("gpuhost_spec", "gpuhost_root", "fix", "gpuhost_report", "gpuhost_dr
             "gpuhost_journal", "gpuhost_rollback", "fix_persist", "gpuhost_gate", "gpuhost_prom",
             "gpuhost_npd", "gpuhost_nfd", "gpuhost_target", "gpuhost_ssh_config",
             "gpuhost_rollback_after_reboot", "gpuhost_capture", "gpuhost_capture_from",
-            "gpuhost_capture_overwrite", "gpuhost_fleet_html", "gpuhost_inventory",
+            "gpuhost_capture_overwrite", "gpuhost_fleet_html", "fix_retry", "gpuhost_inventory",
             "gpuhost_limit", "gpuhost_targets_file", "gpuhost_target_timeout")
 _SPEC_SUFFIXES = (".yaml", ".yml")
 
@@ -36,8 +36,9 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gpuhost", "GPU host tuning checks (pytest-gpuhost)")
-    group.addoption("--gpuhost-spec", action="append", default=[], metavar="FILE",
-                    help="spec of the host's tuning (YAML); may be given more than once. "
+    group.addoption("--gpuhost-spec", action="append", default=[], metavar="FILE|NAME",
+                    help="spec of the host's tuning: a YAML file, or the name of a bundled "
+                         f"spec ({', '.join(specs.names())}); may be given more than once. "
                          "ini: gpuhost_spec")
     group.addoption("--gpuhost-root", default=None, metavar="DIR",
                     help="host root that every read, write and command goes through "
@@ -59,6 +60,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--fix-persist", action="store_true", default=False,
                     help="with --fix: also write the sysctl.d, modules-load.d, modprobe.d and "
                          "udev files under the root that make the fixes survive a reboot")
+    group.addoption("--fix-retry", action="store_true", default=False,
+                    help="with --fix: try again the fixes that failed in an earlier run on the "
+                         "same boot (by default they are fix_failed, naming the journal line, "
+                         "and nothing is run)")
     group.addoption("--gpuhost-rollback-after-reboot", action="store_true", default=False,
                     help="with --gpuhost-rollback: restore the runtime changes of a journal "
                          "written before the host's last reboot (refused by default: the "
@@ -115,7 +120,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gpuhost-fleet-html", default=None, metavar="FILE",
                     help="write the fleet view of this run's targets (matrix, details, drift) "
                          "as one self-contained HTML page")
-    parser.addini("gpuhost_spec", "spec file(s) of the host's tuning", type="args", default=[])
+    parser.addini("gpuhost_spec", "spec file(s) or bundled spec name(s) of the host's tuning",
+                  type="args", default=[])
     parser.addini("gpuhost_targets", "targets, one per line (see --gpuhost-target)",
                   type="linelist", default=[])
     parser.addini("gpuhost_ssh_config", "OpenSSH client configuration for the ssh targets",
@@ -156,6 +162,7 @@ def _raw_options(config: pytest.Config) -> Any:
         args=tuple(config.args), root=option.gpuhost_root,
         ini_root=str(config.getini("gpuhost_root") or ""), fix=option.fix,
         dry_run=option.gpuhost_dry_run, persist=option.fix_persist,
+        fix_retry=option.fix_retry,
         journal=option.gpuhost_journal, rollback=option.gpuhost_rollback,
         lock_timeout=option.gpuhost_lock_timeout, gate=option.gpuhost_gate,
         report=option.gpuhost_report, prom=option.gpuhost_prom, npd=option.gpuhost_npd,

@@ -23,7 +23,8 @@ from .capture.catalog import observe_only
 from .checks import Check, Fact, Facts, Kind, NoFix, Observation
 from .checks.conditions import ConditionFn
 from .checks.gpus import GPUS
-from .engine import RunOptions, run_check
+from .engine import RunOptions, error_result, run_check
+from .fix.history import FixHistory
 from .fix.journal import JOURNAL_DIR, JournalContents, JournalError, latest_journal, read_journal
 from .fix.persist import persistence_checks
 from .fix.rollback import refuse_foreign, rollback_checks
@@ -245,11 +246,16 @@ class Target:
         lost = getattr(self.connection, "lost", None)
         if lost is not None and self.unreachable is None:
             self._unreachable(lost)  # lost mid-run: what was read before it is not used
-        with doing("reading the observations"), contextlib.suppress(HostError):
-            self.prefetch(check)  # when it fails, the check's own read says why
         self._pending.pop(id(check), None)
-        with doing(f"checking {check.id}"):
-            result = run_check(check, self.host, self.conditions, options, self.fixrun.fixer)
+        if self.unreachable is not None:
+            # nothing of it was read: a check whose expansion saw no GPUs must not say '0 GPUs'
+            result = error_result(check, self.unreachable)
+        else:
+            with doing("reading the observations"), contextlib.suppress(HostError):
+                self.prefetch(check)  # when it fails, the check's own read says why
+            with doing(f"checking {check.id}"):
+                result = run_check(check, self.host, self.conditions, options,
+                                   self.fixrun.fixer, self.fixrun.history)
         return dataclasses.replace(result, target=self.name) if named else result
 
     def lose(self, reason: HostError) -> None:
@@ -388,6 +394,9 @@ class Session:
                         self._open_fixer(target)
                 except HostError as exc:  # cannot be reached: its checks are errors saying so
                     target.lose(exc)
+        if self.settings.fix and self.settings.rollback is None and not self.settings.fix_retry:
+            for target in self.targets.values():
+                target.fixrun.history = FixHistory(target.host, target.fixrun.journal_path)
 
     @property
     def options(self) -> RunOptions:
@@ -567,15 +576,20 @@ class Session:
         return (target or self.target).run(check, self.options, named=self.named)
 
     def finish(self, results: Sequence[CheckResult]) -> list[CheckResult]:
-        """Session-end fixes on the controller: the persistence files (one record each)."""
-        target = self.target
-        if not target.fixrun.persist or not self.specs:
+        """Session-end fixes on the controller: each target's persistence files, from that
+        target's own records (one record each, named by target where the run names them)."""
+        if not self.settings.persist or not self.specs:
             return []
         spec = next(iter(self.specs.values()))
-        checks = persistence_checks(spec.name, self.settings.display(spec.path), results,
-                                    target.host)
-        return [run_check(check, target.host, {}, self.options, target.fixrun.fixer)
-                for check in checks]
+        supplies = [kind.persistence for kind in self.kinds.values()
+                    if hasattr(kind, "persistence")]
+        done: list[CheckResult] = []
+        for target in self.targets.values():
+            mine = [r for r in results if not self.named or r.target == target.name]
+            checks = persistence_checks(spec.name, self.settings.display(spec.path), mine,
+                                        target.host, supplies)
+            done += [target.run(check, self.options, named=self.named) for check in checks]
+        return done
 
     def capture_target(self) -> Target:
         """The target --gpuhost-capture writes down: --gpuhost-capture-from, else the only one."""

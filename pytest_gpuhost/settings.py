@@ -41,6 +41,7 @@ class RawOptions:
     fix: bool = False
     dry_run: bool = False
     persist: bool = False
+    fix_retry: bool = False
     journal: str | None = None
     rollback: str | None = None
     lock_timeout: float = 120.0
@@ -83,6 +84,8 @@ class Settings:
     """--fix (or a rollback, which fixes back to the originals)."""
     dry_run: bool
     persist: bool
+    fix_retry: bool
+    """--fix-retry: try again the fixes that failed in an earlier run (fix/history.py)."""
     journal: Path | None
     """--gpuhost-journal as given (resolved against the invocation directory)."""
     rollback: str | None
@@ -137,11 +140,28 @@ class Settings:
             return str(path)
 
 
+def _spec_path(base: Path, value: str, source: str) -> Path:
+    """A spec file, or, for a bare name that is no file (``blackwell8``: no ``/``, no ``.yaml``
+    suffix), the bundled spec of that name."""
+    path = base / value
+    if "/" in value or value.endswith(SPEC_SUFFIXES) or path.exists():
+        return path
+    from . import specs
+
+    bundled = specs.find(value)
+    if bundled is None:
+        raise SettingsError(f"{source}={value}: no such file, and no bundled spec of that "
+                            f"name; the bundled specs: {', '.join(specs.names()) or 'none'} "
+                            "(or name a YAML file)")
+    return bundled
+
+
 def _spec_paths(raw: RawOptions) -> tuple[Path, ...]:
     """Specs from --gpuhost-spec (else the ini), then .yaml files named as arguments."""
-    paths = [raw.invocation / p for p in raw.spec]
+    paths = [_spec_path(raw.invocation, p, "--gpuhost-spec") for p in raw.spec]
     if not paths:
-        paths = [raw.ini_base / p for p in raw.ini_spec]
+        paths = [_spec_path(raw.ini_base, p, f"gpuhost_spec in {raw.ini_name}")
+                 for p in raw.ini_spec]
     for arg in raw.args:
         candidate = Path(arg.split("::", 1)[0])
         if candidate.suffix in SPEC_SUFFIXES:
@@ -171,11 +191,12 @@ def _root(raw: RawOptions) -> Path:
 
 
 _NEEDS_SPEC = ("fix", "report", "root", "gate", "prom", "persist", "dry_run", "journal", "npd",
-               "nfd", "targets", "ssh_config", "fleet_html", "inventory", "limit",
+               "nfd", "targets", "ssh_config", "fleet_html", "fix_retry", "inventory", "limit",
                "targets_file", "target_timeout")
 _FLAGS = {"fix": "--fix", "report": "--gpuhost-report", "root": "--gpuhost-root",
           "gate": "--gpuhost-gate", "prom": "--gpuhost-prom", "persist": "--fix-persist",
           "dry_run": "--gpuhost-dry-run", "journal": "--gpuhost-journal",
+          "fix_retry": "--fix-retry",
           "npd": "--gpuhost-npd", "nfd": "--gpuhost-nfd", "targets": "--gpuhost-target",
           "ssh_config": "--gpuhost-ssh-config", "fleet_html": "--gpuhost-fleet-html",
           "inventory": "--gpuhost-inventory", "limit": "--gpuhost-limit",
@@ -183,7 +204,7 @@ _FLAGS = {"fix": "--fix", "report": "--gpuhost-report", "root": "--gpuhost-root"
           "target_timeout": "--gpuhost-target-timeout",
           "capture_from": "--gpuhost-capture-from",
           "capture_overwrite": "--gpuhost-capture-overwrite"}
-_NOT_WITH_CATALOG = ("fix", "persist", "dry_run", "journal", "gate")
+_NOT_WITH_CATALOG = ("fix", "persist", "dry_run", "journal", "gate", "fix_retry")
 """What a catalog capture (no spec) cannot do: it observes, and has no values to fix to."""
 
 
@@ -205,10 +226,13 @@ def _usage(raw: RawOptions, has_specs: bool) -> None:
             if getattr(raw, name):
                 raise SettingsError(f"{_FLAGS[name]} does not go with --gpuhost-rollback (a "
                                     "rollback journals nothing and persists nothing)")
+        if raw.fix_retry:
+            raise SettingsError("--fix-retry does not go with --gpuhost-rollback (a rollback "
+                                "restores every change of its journal that is not back)")
         if raw.numprocesses:
             raise SettingsError("--gpuhost-rollback runs serially, newest change first: drop -n")
         return
-    for name in ("dry_run", "persist", "journal"):
+    for name in ("dry_run", "persist", "journal", "fix_retry"):
         if getattr(raw, name) and not raw.fix:
             raise SettingsError(f"{_FLAGS[name]} only makes sense with --fix")
 
@@ -398,6 +422,7 @@ def resolve(raw: RawOptions) -> Settings:
     return Settings(
         invocation=raw.invocation, specs=specs, root=root,
         fix=raw.fix or raw.rollback is not None, dry_run=raw.dry_run, persist=raw.persist,
+        fix_retry=raw.fix_retry,
         journal=journal, rollback=raw.rollback, lock_timeout=_lock_timeout(raw.lock_timeout),
         gate=raw.gate,
         report=_output(raw, raw.report, "--gpuhost-report") if not raw.worker else None,

@@ -316,6 +316,15 @@ def test_a_last_line_cut_short_by_a_crash_is_still_a_crash(pytester: pytest.Pyte
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(["journal: 1 line(s) cut short by a crash were skipped"])
     assert (fake.root / "proc/sys/vm/swappiness").read_text() == "60\n"
+    # the closing record is a line of its own: the journal reads as closed, not damaged
+    lines = journal.read_text().splitlines()
+    assert lines[-2] == '{"event": "applied", "id": "'
+    assert json.loads(lines[-1])["event"] == "rolled_back"
+    assert read_journal(journal).rolled_back
+    again = rollback_run(pytester, fake.root, None)  # the default rollback reads it as closed
+    assert again.ret == pytest.ExitCode.USAGE_ERROR
+    assert "every one there is rolled back already" in again.stderr.str()
+    assert "damaged" not in again.stdout.str() + again.stderr.str()
 
 
 # --- 7. the rollback guard compares as the matcher does, and knows the value read back ---------

@@ -90,6 +90,13 @@ def test_fix_over_ssh_then_rollback_over_ssh(pytester: pytest.Pytester, sshd: Ss
     assert not (pytester.path / "var").exists()
     report = json.loads((pytester.path / "ssh.json").read_text())
     assert report["journal"] is not None and "ssh://" in report["journal"]
+    pytester.runpytest(spec, *ssh_args(sshd, remote), "--fix", "--gpuhost-report=again.json")
+    again = json.loads((pytester.path / "again.json").read_text())
+    [peermem] = [c for c in again["checks"] if c["outcome"] == "fix_failed"]
+    assert peermem["key"] == "nvidia_peermem"  # read from the target's journal: not retried
+    assert peermem["message"].startswith("failed at ") and f" in {report['journal']}:" in \
+        peermem["message"] and peermem["message"].endswith("pass --fix-retry to try again")
+    assert again["journal"] is None  # the second run changed nothing
     back = pytester.runpytest("--gpuhost-rollback", *ssh_args(sshd, remote))
     assert back.ret == pytest.ExitCode.OK, back.stdout.str()
     back.stdout.fnmatch_lines(["*rollback: *.jsonl is closed*"])

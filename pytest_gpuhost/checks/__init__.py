@@ -226,4 +226,6 @@ class Kind(Protocol):
         """One check per item of the section on this host, in a stable order.
 
         A kind may also have ``facts(section) -> Sequence[Fact]``: the facts its ``expand`` will
-        get, read for every kind of the spec in one batch beforehand."""
+        get, read for every kind of the spec in one batch beforehand, and
+        ``persistence(results) -> list[PersistLine]``: the lines ``--fix-persist`` writes for
+        its checks (tmpfiles.d lines, kernel parameters)."""

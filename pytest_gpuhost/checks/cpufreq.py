@@ -238,6 +238,11 @@ class CpufreqSection:
 class CpufreqKind:
     section = "cpufreq"
 
+    @staticmethod
+    def persistence(results: Sequence[CheckResult]) -> list[PersistLine]:
+        """The lines --fix-persist writes for this kind's checks (see ``_persistence``)."""
+        return _persistence(results)
+
     def parse(self, node: Node, context: SpecContext) -> CpufreqSection:
         pairs = node.mapping("cpufreq")
         if not pairs:
@@ -245,8 +250,7 @@ class CpufreqKind:
         entries = []
         for key, value in pairs:
             if key not in KEYS:
-                raise value.key_error(f"unknown key {key!r} in cpufreq; expected one of: "
-                                      f"{', '.join(KEYS)}")
+                raise value.unknown_key(key, "cpufreq", KEYS)
             domain, matchers = DOMAINS[key]
             expect, options = parse_expectation(value, context, domain, what=f"cpufreq {key}",
                                                 matchers=matchers)
@@ -268,7 +272,7 @@ class CpufreqKind:
         return checks
 
 
-def persistence(results: Sequence[CheckResult]) -> list[PersistLine]:
+def _persistence(results: Sequence[CheckResult]) -> list[PersistLine]:
     """tmpfiles.d ``w`` lines that write the governor and EPP again at every boot (a glob over
     the policies, as systemd-tmpfiles allows for ``w``), for values right at the end of the run."""
     files = {"cpufreq.governor": "scaling_governor",

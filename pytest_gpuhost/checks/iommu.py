@@ -91,8 +91,7 @@ class IommuKind:
         found = None
         for key, value in pairs:
             if key not in KEYS:
-                raise value.key_error(f"unknown key {key!r} in iommu; expected one of: "
-                                      f"{', '.join(KEYS)}")
+                raise value.unknown_key(key, "iommu", KEYS)
             found = parse_expectation(value, context, Auto(), what=f"iommu {key}",
                                       matchers=("one_of",))
         assert found is not None

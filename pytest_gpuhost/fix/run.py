@@ -11,6 +11,7 @@ from ..gpu.nvml import NvmlSource
 from ..host import Host
 from ..result import CheckResult, Outcome
 from .fixer import Fixer
+from .history import FixHistory
 from .journal import Journal, JournalContents
 from .locking import RootLock
 from .state import STATE_DIR as STATE_DIR
@@ -26,6 +27,8 @@ class FixRun:
     journal_path: StateFile | None
     persist: bool
     rollback: JournalContents | None = None
+    history: FixHistory | None = None
+    """The host's earlier fixes, whose failures this run does not retry; None: retry all."""
 
     def journal_used(self) -> bool:
         """Whether the run's journal holds changes: written by this process, or (for a file
