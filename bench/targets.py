@@ -397,8 +397,10 @@ def render(results: dict[tuple[int, int], list[Measured]],
                 if goal else ""
             rows.append(row(f"{count} targets, {f'-n {workers}' if workers else 'no -n'}",
                             f"< {GOAL_S:.0f} s" if goal else "", runs, met))
+    commit = subprocess.run(["git", "-C", str(args.baseline), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip() if baseline else ""
     for (count, workers), runs in sorted(baseline.items()):
-        rows.append(row(f"baseline ({args.baseline}): {count} targets, "
+        rows.append(row(f"baseline ({commit}): {count} targets, "
                         f"{f'-n {workers}' if workers else 'no -n'}, 1 run", "", runs, ""))
     invocation = (f"python bench/targets.py --targets {','.join(map(str, counts))} --workers "
                   f"{','.join(map(str, worker_counts))} --repeat {args.repeat}"
@@ -413,7 +415,17 @@ def render(results: dict[tuple[int, int], list[Measured]],
              "`--shell-rc` measures with it")
     timeline = ("- where a run of 100 targets at -n 4 spends its time (one more run, with a "
                 "plugin noting when each phase began): "
-                + "; ".join(f"{name} {took:.1f} s" for name, took in phases)) if phases else ""
+                + "; ".join(f"{name} {took:.1f} s" for name, took in phases)
+                + ". Configured -> workers starting is the controller collecting every target "
+                "(a full ssh connection each, ten at a time); the rest is the workers starting, "
+                "their sessions over those connections, the checks and the reports") \
+        if phases else ""
+    if baseline:
+        timeline += ("\n- the baseline is the code before this section's changes: each xdist "
+                     "worker connected to every target to collect it, one target at a time, "
+                     "then again to run its own (at -n 4, 500 connections for 100 targets, of "
+                     "which its report counted the 200 of the workers that ran checks), and "
+                     "without -n the targets were connected one at a time")
     return f"""{SECTION}
 
 Produced by `{invocation}` in {elapsed:.0f} s on this machine (`nproc` {cores}, Python \
@@ -439,7 +451,7 @@ batch): {one * 1000:.0f} ms of wall time here
 Commands:
 
 ```
-{invocation}
+{f"git worktree add --detach {args.baseline} {commit}{chr(10)}" if baseline else ""}{invocation}
 cd $BENCH/fleet100 && {shown}
 ```
 """
