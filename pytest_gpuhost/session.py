@@ -214,6 +214,11 @@ class Target:
         self._batched: set[int] = set()
         """The checks whose reads the last batch fetched (ids), while nothing has changed."""
         self._generation = -1
+        self._phase_start = True
+        """The next batch is a phase's first: every pending check of the phase."""
+        self.round_trips = getattr(host, "traffic", None) is not None
+        """Whether a read costs a round trip (a remote target's agent counts them): then every
+        re-read after a fix is batched too, for the pending checks of the phase."""
         self._fresh = False
         self._host_facts: HostFacts | None = None
 
@@ -234,18 +239,27 @@ class Target:
         read, in one batch, unless that is still cached. The phases: every check that reads
         the host as it stands, then the fresh ones (dmesg, AER), which start from live reads
         so they see what the checks before them caused. A change made through the host (a
-        fix, a command) makes the next read live anyway."""
+        fix, a command) makes the next read live anyway: on a remote target in one batch for
+        the phase's pending checks again (one round trip), on this machine only what the
+        check reads (re-reading every pending check's files after each fix read the example
+        host's files 17,000 times in a --fix of 198 checks)."""
         if check.fresh and not self._fresh:
             self._fresh = True
+            self._phase_start = True
             self.host.invalidate()
         if id(check) in self._batched and self.host.generation == self._generation:
             return  # read by this phase's batch, and nothing changed since
-        if all(self.host.cached(r) for r in self._reads(check)):
+        reads = self._reads(check)
+        if all(self.host.cached(r) for r in reads):
+            return
+        if not (self._phase_start or self.round_trips):
+            self.host.prefetch(reads)
             return
         group = [c for c in self._pending.values() if c.fresh == check.fresh]
         self.host.prefetch(r for c in [check, *group] for r in self._reads(c))
         self._batched = {id(c) for c in group}
         self._generation = self.host.generation
+        self._phase_start = False
 
     def run(self, check: Check, options: RunOptions, *, named: bool = False) -> CheckResult:
         lost = getattr(self.connection, "lost", None)
