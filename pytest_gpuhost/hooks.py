@@ -30,19 +30,12 @@ from .result import CheckResult, Outcome
 from .session import Session
 from .settings import Settings, SettingsError, target_record
 from .spec import SpecError
-from .workers import (
-    TARGETS_KEY,
-    WAIT_TIMEOUT_S,
-    DoneLog,
-    SharedDirectory,
-    make_target_scheduler,
-    shared_collection,
-)
 
 if TYPE_CHECKING:  # xdist's, the reports' and a rollback's modules load when a run uses them
     from .checks import Kind
     from .checks.conditions import ConditionFn
     from .host import Host
+    from .workers import DoneLog, SharedDirectory
 
 REPORT_ATTR = "gpuhost"
 
@@ -87,6 +80,8 @@ class GpuhostRun:
         self.config = config
         self.shared: SharedDirectory | None = None
         if settings.distributing:  # made now: the targets' ssh command lines name it
+            from .workers import TARGETS_KEY, SharedDirectory
+
             self.shared = SharedDirectory(
                 {TARGETS_KEY: [target_record(target) for target in settings.targets]})
             if any(target.scheme == "ssh" for target in settings.targets):
@@ -121,7 +116,11 @@ class GpuhostRun:
             if isinstance(exc, SpecError):
                 raise pytest.UsageError(f"bad gpuhost spec: {exc}") from None
             raise
-        collected = shared_collection(self.log)
+        collected = None
+        if self.log is not None:  # a worker: what its controller collected, if it shared it
+            from .workers import shared_collection
+
+            collected = shared_collection(self.log)
         if collected is not None:
             self.session.seed(collected)
         self.results: dict[str, tuple[int, CheckResult]] = {}
@@ -282,6 +281,7 @@ class GpuhostRun:
 
     def unfinished_message(self, check_id: str, missing: Sequence[int]) -> str:
         """Why a last-ranked check did not run: the checks it waited for that never finished."""
+        from .workers import WAIT_TIMEOUT_S
 
         assert self.log is not None
         names = dict(self.host_checks)
@@ -359,6 +359,8 @@ class GpuhostRun:
         if not self.session.named or getattr(config.option, "dist", "load") not in (
                 "load", "loadscope"):
             return None
+
+        from .workers import make_target_scheduler
 
         return make_target_scheduler(config, log)
 

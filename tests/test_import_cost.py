@@ -44,8 +44,9 @@ def test_a_run_that_asks_nothing_of_gpuhost_imports_its_entry_point_only(
         def test_trivial(n):
             assert n >= 0
     """)
+    # specs: a directory listing (no YAML) for --gpuhost-spec's help, which names them
     assert loaded(pytester) == ["pytest_gpuhost", "pytest_gpuhost.hookspecs",
-                                "pytest_gpuhost.plugin"]
+                                "pytest_gpuhost.plugin", "pytest_gpuhost.specs"]
 
 
 def test_a_verify_run_imports_the_kinds_of_its_spec_and_no_fix_or_unasked_report(
