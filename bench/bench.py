@@ -1,8 +1,12 @@
-"""Benchmarks of pytest-gpuhost: overhead over pytest's floor, against testinfra, scale, --fix.
+"""Benchmarks of pytest-gpuhost: the tax of being installed, overhead over pytest's floor
+(serial and -n 2), against testinfra, scale (linear, and to 20,000 checks), --fix.
 
     .venv/bin/pip install -e '.[bench]'
-    .venv/bin/python bench/bench.py                 # every figure, writes bench/RESULTS.md
+    .venv/bin/python bench/bench.py                 # every figure, into bench/RESULTS.md
     .venv/bin/python bench/bench.py --repeat 3 --only floor,scale --out /tmp/r.md
+
+The baseline of the overhead figures is pytest without the plugin (``-p no:gpuhost``): what the
+same number of trivial tests costs where pytest-gpuhost is not installed.
 
 Every measured run is a fresh ``python -m pytest`` subprocess (what a user pays) with
 ``-p no:cacheprovider`` and the same flags on both sides of a comparison. The cases of a figure
@@ -15,10 +19,12 @@ figure reads this machine's /proc/sys and never writes to it (no --fix against t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
 import platform
+import re
 import shlex
 import shutil
 import statistics
@@ -34,11 +40,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from pytest_gpuhost import builtin  # noqa: E402
+from pytest_gpuhost.checks import Facts  # noqa: E402
 from pytest_gpuhost.fix.run import STATE_DIR  # noqa: E402
 from pytest_gpuhost.gpu.nvml import default_factory  # noqa: E402
 from pytest_gpuhost.host import Host, LocalHost  # noqa: E402
 from pytest_gpuhost.session import Session  # noqa: E402
 from pytest_gpuhost.settings import RawOptions, Settings, resolve  # noqa: E402
+from pytest_gpuhost.spec import load_spec  # noqa: E402
 from pytest_gpuhost.testing.counting import CountingHost  # noqa: E402
 from pytest_gpuhost.testing.fakehost import FakeHost  # noqa: E402
 
@@ -46,7 +54,9 @@ EXAMPLE_HOST = REPO / "examples" / "hosts" / "blackwell8-untuned"
 BLACKWELL8 = REPO / "specs" / "blackwell8.yaml"
 COMMON = ("-q", "-p", "no:cacheprovider")
 """Flags of every measured run, on both sides of every comparison."""
-FIGURES = ("floor", "testinfra", "scale", "fix")
+FIGURES = ("autoload", "floor", "xdist", "testinfra", "scale", "scale20k", "fix")
+NO_PLUGIN = ("-p", "no:gpuhost")
+"""pytest as it is without pytest-gpuhost installed: the baseline of the overhead figures."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -55,8 +65,7 @@ FIGURES = ("floor", "testinfra", "scale", "fix")
 
 @dataclass(frozen=True)
 class Case:
-    """One measured command: a fresh pytest process in ``cwd``; ``prepare`` runs untimed first,
-    ``after`` untimed after it (to read what the run wrote)."""
+    """One measured command: a fresh pytest process in ``cwd``; ``prepare`` runs untimed first."""
 
     name: str
     args: tuple[str, ...]
@@ -64,21 +73,21 @@ class Case:
     expect_rc: int = 0
     prepare: Callable[[], None] | None = None
     after: Callable[[], None] | None = None
+    """Untimed after the run (to read what it wrote: a report)."""
     env: tuple[tuple[str, str], ...] = ()
-    """Variables set for the run, over this environment."""
+    """Added to the clean environment (the GC-time runs load bench/gctime.py through it)."""
 
     @property
     def argv(self) -> list[str]:
         return [sys.executable, "-m", "pytest", *COMMON, *self.args]
 
     def shown(self, base: Path) -> str:
-        """The command as a user would type it, with the temporary directory as ``$BENCH``
-        and the repository as ``$REPO``."""
-        words = [f"{k}={v}" for k, v in self.env] + ["python", "-m", "pytest", *COMMON,
-                                                     *self.args]
+        """The command as a user would type it, with the temporary directory as ``$BENCH``."""
+        words = [*(f"{k}={v}" for k, v in self.env), "python", "-m", "pytest", *COMMON,
+                 *self.args]
         text = " ".join(shlex.quote(w) for w in words)
         return f"cd {self.cwd} && {text}".replace(str(base), "$BENCH").replace(str(REPO),
-                                                                                "$REPO")
+                                                                              "$REPO")
 
 
 def clean_env() -> dict[str, str]:
@@ -276,47 +285,17 @@ def make_spec_case(directory: Path, *, gpus: int, cpus: int, sysctls: int) -> Sp
     return SpecCase(directory, gpus, cpus, sysctls)
 
 
-@dataclass(frozen=True)
-class HostCalls:
-    """Host calls of a verify run by phase, a batch counted as one (one round trip to a remote
-    host): while the specs expand into checks, and while the checks run."""
-
-    collection: int
-    run: int
-    checks: int
-    by_method: dict[str, int]
-    requests: int
-    """Requests carried by the batches (a batch of 300 reads is one call, 300 requests)."""
-
-
-def host_calls(directory: Path, specs: Sequence[Path], root: Path) -> HostCalls:
-    """Count the calls of a verify run in this process, through the pytest-free session driven
-    as plugin.py drives it (expand, select, run in rank order, finish) on a CountingHost."""
-    settings = resolve(RawOptions(invocation=directory, ini_base=directory,
-                                  ini_name="the ini file", spec=tuple(map(str, specs)),
-                                  root=str(root)))
-    counted: list[CountingHost] = []
-
-    def make_host(url: str, settings: Settings) -> Host:
-        counted.append(CountingHost(LocalHost(settings.root)))
-        return counted[-1]
-
+def collection_reads(case: SpecCase) -> tuple[int, int]:
+    """(host operations while expanding the spec into checks, number of checks), in-process."""
     kinds = {kind.section: kind for kind in builtin.pytest_gpuhost_check_kinds()}
-    session = Session(settings, kinds, builtin.pytest_gpuhost_conditions(), make_host,
-                      default_factory)
-    session.target.facts.sleep = lambda seconds: None  # a residency window: no waiting
-    try:
-        checks = sorted((c for spec in session.specs.values() for c in session.expand(spec)),
-                        key=lambda c: c.order)
-        [host] = counted
-        collection = host.total
-        session.target.select(checks)
-        records = [session.run(check) for check in checks]
-        session.finish(records)
-    finally:
-        session.close()
-    return HostCalls(collection, host.total - collection, len(checks), dict(host.calls),
-                     host.requests)
+    spec = load_spec(case.directory / "spec.yaml", kinds, builtin.pytest_gpuhost_conditions())
+    host = CountingHost(LocalHost(case.directory / "host"))
+    facts = Facts(host)
+    facts.prime(fact for section, model in spec.sections.items()
+                for fact in getattr(kinds[section], "facts", lambda _: ())(model))
+    checks = [c for section, model in spec.sections.items()
+              for c in kinds[section].expand(model, facts)]
+    return host.total, len(checks)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -325,6 +304,8 @@ def host_calls(directory: Path, specs: Sequence[Path], root: Path) -> HostCalls:
 
 @dataclass
 class Figure:
+    label: str
+    """``1b``: the section ``## (1b) ...`` and its summary row, replaced by a later run."""
     title: str
     goal: str
     result: str
@@ -346,23 +327,128 @@ def medians(times: Timings) -> str:
         for name in times.wall)
 
 
+def figure_autoload(base: Path, repeat: int, warmup: int) -> list[Figure]:
+    """(1a) What an installed pytest-gpuhost costs a run that gives no gpuhost option or ini
+    value (every pytest run of its environment): a one-test run and a 200-test run, each with
+    the plugin as installed vs ``-p no:gpuhost``. The effect is a few milliseconds in a run of
+    hundreds, so this figure takes twice the rounds of the others, and says what the plugin's
+    own work costs, measured in-process."""
+    progress("autoload: the plugin installed, no gpuhost option given")
+    directory = workdir(base / "autoload")
+    (directory / "test_one.py").write_text(plain_test_file(1))
+    (directory / "test_200.py").write_text(plain_test_file(200))
+    off = ("-p", "no:testinfra")
+    figures = []
+    imported = gpuhost_modules(directory, (*off, "test_one.py"))
+    import_ms = import_cost(repeat)
+    hooks_ms = hook_cost(directory, (*off, "test_200.py"))
+    for count, name in ((1, "test_one.py"), (200, "test_200.py")):
+        installed = Case("installed", (*off, name), directory)
+        without = Case("without", (*off, *NO_PLUGIN, name), directory)
+        times = alternate([installed, without], 2 * repeat, warmup)
+        ratio, line = both(times, "installed", "without")
+        extra = med(times.wall["installed"]) - med(times.wall["without"])
+        extra_cpu = med(times.cpu["installed"]) - med(times.cpu["without"])
+        figures.append(Figure(
+            "1a" if count == 1 else "1b",
+            f"autoload tax: {count} trivial test{'s' if count > 1 else ''}, pytest-gpuhost "
+            "installed but not asked for vs `-p no:gpuhost`",
+            "installed / without <= 1.02 (at most ~5 ms)", f"{ratio}", ratio.median <= 1.02,
+            [installed.shown(base), without.shown(base)],
+            [line, medians(times),
+             f"difference of the medians: wall {extra * 1000:+.1f} ms, CPU "
+             f"{extra_cpu * 1000:+.1f} ms ({2 * repeat} rounds)",
+             "pytest-gpuhost modules such a run imports: " + ", ".join(imported),
+             f"the plugin's own work, measured in-process (a few ms are below what paired "
+             f"runs resolve on a loaded machine): importing it {import_ms:.1f} ms (median of "
+             f"{repeat} `python -X importtime -c 'import pytest; import "
+             f"pytest_gpuhost.plugin'`), its hooks {hooks_ms:.1f} ms in a 200-test run under "
+             "cProfile (which slows Python code down: an upper bound)"]))
+    return figures
+
+
+def import_cost(repeat: int) -> float:
+    """Median ms of importing the plugin module (and what it imports) after pytest."""
+    code = "import pytest; import pytest_gpuhost.plugin"
+    runs = []
+    for _ in range(repeat):
+        done = subprocess.run([sys.executable, "-X", "importtime", "-c", code], env=clean_env(),
+                              capture_output=True, text=True, check=True)
+        line = next(row for row in done.stderr.splitlines()
+                    if row.rstrip().endswith("| pytest_gpuhost.plugin"))
+        runs.append(int(line.split("|")[1]) / 1000)
+    return med(runs)
+
+
+def hook_cost(directory: Path, args: Sequence[str]) -> float:
+    """ms spent in the plugin's hook functions during one run, under cProfile."""
+    code = ("import cProfile, pstats, sys, pytest\n"
+            "profile = cProfile.Profile()\n"
+            f"profile.runcall(pytest.main, {[*COMMON, *args]!r})\n"
+            "stats = pstats.Stats(profile).stats\n"
+            "print(sum(ct for (f, _, name), (_, _, _, ct, _) in stats.items()\n"
+            "          if f.endswith('pytest_gpuhost/plugin.py') and name.startswith('pytest_'))"
+            " * 1000, file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=directory, env=clean_env(),
+                          capture_output=True, text=True, check=True)
+    return float(done.stderr.split()[-1])
+
+
+def gpuhost_modules(directory: Path, args: Sequence[str]) -> list[str]:
+    """The pytest_gpuhost modules a run imports (a run of its own, in a fresh process)."""
+    code = ("import sys, pytest\n"
+            f"pytest.main({[*COMMON, *args]!r})\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith('pytest_gpuhost'))),"
+            " file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=directory, env=clean_env(),
+                          capture_output=True, text=True, check=True)
+    return done.stderr.split()
+
+
 def figure_floor(base: Path, repeat: int, warmup: int) -> Figure:
-    """(1) The full spec on a 128-CPU x 4-state, 8-GPU, 300-sysctl host vs a plain test file
-    with the same number of trivial parametrized tests."""
+    """(1c) The full spec on a 128-CPU x 4-state, 8-GPU, 300-sysctl host vs a plain test file
+    with the same number of trivial parametrized tests, run without the plugin."""
     progress("floor: overhead over pytest's floor")
     spec = make_spec_case(base / "floor", gpus=8, cpus=128, sysctls=300)
     (spec.directory / "test_plain.py").write_text(plain_test_file(spec.checks))
     # pytest-testinfra (installed for figure 2) is no part of a gpuhost run: off on both sides.
     off = ("-p", "no:testinfra")
     gpuhost = Case("gpuhost", (*off, *spec.args), spec.directory)
-    plain = Case("plain", (*off, "test_plain.py"), spec.directory)
+    plain = Case("plain", (*off, *NO_PLUGIN, "test_plain.py"), spec.directory)
     times = alternate([gpuhost, plain], repeat, warmup)
     ratio, line = both(times, "gpuhost", "plain")
+    extra = med(times.wall["gpuhost"]) - med(times.wall["plain"])
     return Figure(
-        f"(1) overhead over pytest's floor: {spec.checks} checks (128 CPUs x 4 C-states, "
-        "8 GPUs, 300 sysctls) vs as many trivial parametrized tests",
-        "gpuhost / plain <= 1.2 (serial)", f"{ratio}", ratio.median <= 1.2,
-        [gpuhost.shown(base), plain.shown(base)], [line, medians(times)])
+        "1c", f"overhead over pytest's floor: {spec.checks} checks (128 CPUs x 4 C-states, "
+        "8 GPUs, 300 sysctls) vs as many trivial parametrized tests without the plugin",
+        "gpuhost / plain <= 1.10 (serial)", f"{ratio}", ratio.median <= 1.10,
+        [gpuhost.shown(base), plain.shown(base)],
+        [line, medians(times),
+         f"difference of the medians: {extra * 1000:.0f} ms, "
+         f"{extra / spec.checks * 1e6:.0f} us a check"])
+
+
+def figure_xdist(base: Path, repeat: int, warmup: int) -> Figure:
+    """(1d) The floor's host and plain tests again, each serial and with ``-n 2``."""
+    progress("xdist: the floor's run with -n 2")
+    try:
+        import xdist  # noqa: F401
+    except ImportError:
+        return Figure("1d", "-n 2: the floor's 340 checks vs as many trivial tests",
+                      "gpuhost / plain <= 1.15 at -n 2", "not run: pytest-xdist is not "
+                      "installed (pip install '.[xdist]')", None)
+    spec = make_spec_case(base / "xdist", gpus=8, cpus=128, sysctls=300)
+    (spec.directory / "test_plain.py").write_text(plain_test_file(spec.checks))
+    off = ("-p", "no:testinfra")
+    cases = [Case("gpuhost -n 2", (*off, "-n", "2", *spec.args), spec.directory),
+             Case("plain -n 2", (*off, *NO_PLUGIN, "-n", "2", "test_plain.py"), spec.directory)]
+    times = alternate(cases, repeat, warmup)
+    ratio, line = both(times, "gpuhost -n 2", "plain -n 2")
+    return Figure(
+        "1d", f"-n 2: the floor's {spec.checks} checks vs as many trivial tests without the "
+        "plugin, both with pytest-xdist's -n 2", "gpuhost / plain <= 1.15 at -n 2",
+        f"{ratio}", ratio.median <= 1.15, [c.shown(base) for c in cases],
+        [line, medians(times), "serial, the same two: figure (1c)"])
 
 
 def _readable_sysctls() -> dict[str, str]:
@@ -409,30 +495,21 @@ def testinfra_expected(raw: str) -> int | str:
         return raw
 
 
-def sysctl_spec(chosen: dict[str, str]) -> str:
-    """A spec that expects each sysctl of ``chosen`` to hold its value (raw text)."""
-    spec = ["version: 1", "name: real-sysctls", "sysctl:"]
-    spec += [f"  {key}: {json.dumps(value)}" for key, value in chosen.items()]
-    return "\n".join(spec) + "\n"
-
-
-def testinfra_file(chosen: dict[str, str]) -> str:
-    """The same checks as a testinfra test module: one ``host.sysctl`` test per key."""
-    params = ",\n".join(f"    ({key!r}, {testinfra_expected(v)!r})" for key, v in chosen.items())
-    return ("import pytest\n\n"
-            f"SYSCTLS = [\n{params},\n]\n\n\n"
-            "@pytest.mark.parametrize('key, expected', SYSCTLS, ids=[k for k, _ in SYSCTLS])\n"
-            "def test_sysctl(host, key, expected):\n"
-            "    assert host.sysctl(key) == expected\n")
-
-
 def figure_testinfra(base: Path, repeat: int, warmup: int, count: int) -> Figure:
     """(2) The same sysctl checks of this machine's /proc/sys: pytest-gpuhost vs testinfra."""
     progress(f"testinfra: {count} sysctls of this machine, read only")
     directory = workdir(base / "testinfra")
     chosen = choose_sysctls(count)
-    (directory / "real.yaml").write_text(sysctl_spec(chosen))
-    (directory / "test_testinfra.py").write_text(testinfra_file(chosen))
+    spec = ["version: 1", "name: real-sysctls", "sysctl:"]
+    spec += [f"  {key}: {json.dumps(value)}" for key, value in chosen.items()]
+    (directory / "real.yaml").write_text("\n".join(spec) + "\n")
+    params = ",\n".join(f"    ({key!r}, {testinfra_expected(v)!r})" for key, v in chosen.items())
+    (directory / "test_testinfra.py").write_text(
+        "import pytest\n\n"
+        f"SYSCTLS = [\n{params},\n]\n\n\n"
+        "@pytest.mark.parametrize('key, expected', SYSCTLS, ids=[k for k, _ in SYSCTLS])\n"
+        "def test_sysctl(host, key, expected):\n"
+        "    assert host.sysctl(key) == expected\n")
     (directory / "test_one.py").write_text(plain_test_file(1))
     gpuhost = Case("gpuhost", ("--gpuhost-spec=real.yaml",), directory)  # root /, no --fix
     testinfra = Case("testinfra", ("test_testinfra.py",), directory)
@@ -447,7 +524,7 @@ def figure_testinfra(base: Path, repeat: int, warmup: int, count: int) -> Figure
     bound = med(times.wall["startup"]) / med(times.wall["testinfra"])
     keys = list(chosen)
     return Figure(
-        f"(2) against testinfra: {count} sysctl checks of this machine's /proc/sys (read only)",
+        "2", f"against testinfra: {count} sysctl checks of this machine's /proc/sys (read only)",
         "gpuhost / testinfra <= 0.3", f"{ratio}", ratio.median <= 0.3,
         [gpuhost.shown(base), testinfra.shown(base), startup.shown(base)],
         [line, medians(times),
@@ -483,15 +560,13 @@ def _scale_axis(base: Path, axis: str, values: Sequence[int], fixed: dict[str, i
         cases.append(Case(name, ("-p", "no:testinfra", *spec.args), spec.directory))
     progress(f"scale: {axis} {', '.join(map(str, values))}")
     times = alternate(cases, repeat, warmup)
-    rows, calls = [], []
+    rows, reads = [], []
     first = cases[0].name
     for case in cases:
         spec = specs[case.name]
-        counted = host_calls(spec.directory, [spec.directory / "spec.yaml"],
-                             spec.directory / "host")
-        calls.append((counted.collection, counted.run))
-        rows.append(f"| {case.name} | {counted.checks} | {counted.collection} / {counted.run} | "
-                    f"{med(times.wall[case.name]):.3f} s | "
+        total, checks = collection_reads(spec)
+        reads.append((getattr(spec, axis), total))
+        rows.append(f"| {case.name} | {checks} | {total} | {med(times.wall[case.name]):.3f} s | "
                     f"{Ratio.paired(times.wall[case.name], times.wall[first])} | "
                     f"{Ratio.paired(times.cpu[case.name], times.cpu[first])} |")
     unit = axis[:-1].upper()
@@ -507,27 +582,29 @@ def _scale_axis(base: Path, axis: str, values: Sequence[int], fixed: dict[str, i
         notes.append(f"{axis}, {clock} time = {intercept:.3f} s + {slope * 1000:.2f} ms per "
                      f"{unit} (least squares over the medians); per step: "
                      + ", ".join(f"{s * 1000:.2f} ms/{unit}" for s in steps_of[clock]))
-    constant = len(set(calls)) == 1
+    read_slope, read_intercept = fit_line(reads)
+    read_steps = [(y2 - y1) / (x2 - x1) for (x1, y1), (x2, y2) in itertools.pairwise(reads)]
     notes.append(f"{axis}: linear or better means the wall cost per {unit} of the last step is "
-                 "at most 1.5 x the least-squares slope + 0.5 ms, and the host calls of each "
-                 "phase are the same at every size")
-    notes.append(f"{axis}: host calls (a batch = one, as it is one round trip to a remote host) "
-                 "while the spec expands into checks / while the checks run: "
-                 + ", ".join(f"{c} / {r}" for c, r in calls)
-                 + (" (the same at every size)" if constant else " (**they grow**)"))
+                 "at most 1.5 x the least-squares slope + 0.5 ms, and the collection reads grow "
+                 "by the same count per unit at every step")
+    notes.append(f"{axis}: collection reads = {read_intercept:.0f} + {read_slope:g} per {unit} "
+                 "(host operations while the spec expands into checks; per step: "
+                 + ", ".join(f"{s:g}" for s in read_steps) + f" per {unit}, the same whatever "
+                 "the number of checks)")
     # Linear or better: the cost per unit of the last, largest step is at most 1.5 times the
     # least-squares slope over all three points (+0.5 ms per unit for noise): a cost growing
-    # faster than linearly concentrates in that step. And the host calls do not grow.
+    # faster than linearly concentrates in that step. And the collection reads grow by the same
+    # count per unit at every step.
     wall_steps = steps_of["wall"]
-    linear = wall_steps[-1] <= 1.5 * max(slopes["wall"], 0.0) + 0.0005 and constant
+    linear = wall_steps[-1] <= 1.5 * max(slopes["wall"], 0.0) + 0.0005 and \
+        len(set(read_steps)) == 1
     return rows, notes + [c.shown(base) for c in cases], linear
 
 
 def figure_scale(base: Path, repeat: int, warmup: int) -> Figure:
     """(3) Wall time for 1, 8, 64 GPUs (16 CPUs) and 16, 128, 512 CPUs (8 GPUs)."""
-    rows = ["| host | checks | host calls: collection / run | median wall "
-            "| wall ratio to the smallest | CPU ratio |",
-            "| --- | ---: | ---: | ---: | --- | --- |"]
+    rows = ["| host | checks | collection reads | median wall | wall ratio to the smallest "
+            "| CPU ratio |", "| --- | ---: | ---: | ---: | --- | --- |"]
     gpu_rows, gpu_notes, gpu_linear = _scale_axis(
         base, "gpus", (1, 8, 64), {"cpus": 16, "sysctls": 20}, repeat, warmup)
     cpu_rows, cpu_notes, cpu_linear = _scale_axis(
@@ -536,10 +613,69 @@ def figure_scale(base: Path, repeat: int, warmup: int) -> Figure:
     commands = [n for n in gpu_notes + cpu_notes if n.startswith("cd ")]
     linear = gpu_linear and cpu_linear
     return Figure(
-        "(3) scale: 1, 8, 64 GPUs (16 CPUs x 4 C-states) and 16, 128, 512 CPUs (8 GPUs), "
-        "20 sysctls", "cost grows linearly or better; host calls per phase O(1) in GPUs/CPUs",
+        "3a", "scale: 1, 8, 64 GPUs (16 CPUs x 4 C-states) and 16, 128, 512 CPUs (8 GPUs), "
+        "20 sysctls", "cost grows linearly or better; collection reads O(1) per GPU/CPU",
         "linear" if linear else "worse than linear", linear, commands,
         rows[:2] + gpu_rows + cpu_rows + [""] + notes)
+
+
+SCALE_SIZES = (1_000, 5_000, 20_000)
+
+
+def gc_counted(case: Case, out: Path) -> Case:
+    """``case`` with bench/gctime.py loaded (on both sides of a comparison: its cost, a clock
+    read per collection, is the same for both), appending to ``out``."""
+    return dataclasses.replace(
+        case, args=("-p", "gctime", *case.args),
+        env=(("PYTHONPATH", str(REPO / "bench")), ("GPUHOST_BENCH_GC", str(out))))
+
+
+def gc_medians(out: Path) -> tuple[float, int, int]:
+    """Median (GC seconds, collections, full collections) of the measured runs in ``out``."""
+    rows = [line.split() for line in out.read_text().splitlines()]
+    return (med([float(r[0]) for r in rows]), int(med([int(r[1]) for r in rows])),
+            int(med([int(r[2]) for r in rows])))
+
+
+def figure_scale20k(base: Path, repeat: int, warmup: int) -> Figure:
+    """(3b) 1,000, 5,000 and 20,000 checks (8 GPUs, 128 CPUs x 4 C-states, the rest sysctls)
+    each against as many trivial tests without the plugin, with the garbage collector's time."""
+    rows = ["| checks | gpuhost / plain (wall) | CPU | median wall gpuhost / plain | "
+            "GC gpuhost / plain (collections, full) |", "| ---: | --- | --- | --- | --- |"]
+    commands, worst = [], 0.0
+    for size in SCALE_SIZES:
+        progress(f"scale20k: {size} checks")
+        other = check_count(gpus=8, sysctls=0)
+        spec = make_spec_case(base / "scale20k" / str(size), gpus=8, cpus=128,
+                              sysctls=size - other)
+        (spec.directory / "test_plain.py").write_text(plain_test_file(spec.checks))
+        off = ("-p", "no:testinfra")
+        gc_out = {name: spec.directory / f"gc-{name}" for name in ("gpuhost", "plain")}
+        gpuhost = gc_counted(Case("gpuhost", (*off, *spec.args), spec.directory),
+                             gc_out["gpuhost"])
+        plain = gc_counted(Case("plain", (*off, *NO_PLUGIN, "test_plain.py"), spec.directory),
+                           gc_out["plain"])
+        # The largest size takes its warm-up from the smaller ones: a run of it is ~30 s here.
+        times = alternate([gpuhost, plain], repeat, warmup if size < 20_000 else 0)
+        wall = Ratio.paired(times.wall["gpuhost"], times.wall["plain"])
+        cpu = Ratio.paired(times.cpu["gpuhost"], times.cpu["plain"])
+        gc_g, gc_p = gc_medians(gc_out["gpuhost"]), gc_medians(gc_out["plain"])
+        rows.append(f"| {spec.checks} | {wall} | {cpu} | {med(times.wall['gpuhost']):.2f} s / "
+                    f"{med(times.wall['plain']):.2f} s | {gc_g[0] * 1000:.0f} ms ({gc_g[1]}, "
+                    f"{gc_g[2]}) / {gc_p[0] * 1000:.0f} ms ({gc_p[1]}, {gc_p[2]}) |")
+        commands += [gpuhost.shown(base), plain.shown(base)]
+        if size >= 5_000:
+            worst = max(worst, wall.median)
+    return Figure(
+        "3b", "scale to 20,000 checks: " + ", ".join(f"{n:,}" for n in SCALE_SIZES) +
+        " checks (8 GPUs, 128 CPUs x 4 C-states, the rest sysctls) vs as many trivial tests "
+        "without the plugin", "gpuhost / plain <= 1.10 at 5,000 and 20,000 checks",
+        f"at most {worst:.3f} from 5,000 checks on", worst <= 1.10, commands,
+        [*rows, "", f"{repeat} measured rounds per size (--big-repeat), after a warm-up "
+         "round except at 20,000; GC: the median time spent in the garbage collector over every "
+         "run of the case (measured ones and warm-up), pytest's own final collections "
+         "included, by bench/gctime.py (`-p gctime` with bench/ on PYTHONPATH, loaded on both "
+         "sides)"])
 
 
 def figure_fix(base: Path, repeat: int, warmup: int) -> Figure:
@@ -597,14 +733,14 @@ def figure_fix(base: Path, repeat: int, warmup: int) -> Figure:
     shown = ", ".join(f"{k} {v}" for k, v in summaries["fix"].items() if v)
     shown_again = ", ".join(f"{k} {v}" for k, v in summaries["second fix"].items() if v)
     return Figure(
-        f"(4) --fix of the example host ({sum(summaries['verify'].values())} checks), then a "
+        "4", f"--fix of the example host ({sum(summaries['verify'].values())} checks), then a "
         "second --fix of the fixed copy",
-        "report; second --fix changes nothing",
-        f"fix / verify {fix_ratio}; second fix / verify {again_ratio}", None,
+        "fix / verify <= 1.3; second --fix changes nothing",
+        f"fix / verify {fix_ratio}; second fix / verify {again_ratio}", fix_ratio.median <= 1.3,
         [verify.shown(base), first.shown(base), second.shown(base) + "  (on the fixed copy)"],
         [fix_line, again_line, medians(times),
-         f"the example host's modprobe (like its nvbandwidth) is a Python script: "
-         f"{modprobe_s:.3f} s a run (median of "
+         f"the example host's modprobe (like its nvbandwidth) is a Python script "
+         f"(`{shebang(EXAMPLE_HOST / 'usr/sbin/modprobe')}`): {modprobe_s:.3f} s a run (median of "
          f"{repeat}), where a real modprobe is a C binary; less those runs, the medians give "
          f"{without}",
          f"first --fix: {shown}; second --fix: {shown_again} (0 fixed, no host file changed but "
@@ -627,6 +763,11 @@ def time_fake_modprobe(directory: Path, repeat: int) -> float:
     return med(runs)
 
 
+def shebang(path: Path) -> str:
+    with open(path, "rb") as script:
+        return script.readline().decode().strip()
+
+
 def tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
@@ -640,18 +781,6 @@ def version_of(module: str) -> str:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=False)
     return done.stdout.strip() or "not installed"
-
-
-def revision() -> str:
-    """The commit the measured package comes from, and whether it has uncommitted changes."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True,
-                              check=False).stdout.strip()
-
-    commit = git("rev-parse", "--short", "HEAD") or "unknown (not a git checkout)"
-    changed = git("status", "--porcelain", "--", "pytest_gpuhost")
-    return f"commit {commit}" + (", with uncommitted changes in pytest_gpuhost/" if changed
-                                 else "")
 
 
 def machine() -> list[str]:
@@ -669,54 +798,171 @@ def machine() -> list[str]:
         f"- `python --version`: Python {platform.python_version()}",
         f"- pytest {version_of('pytest')}, pytest-testinfra {version_of('pytest-testinfra')}, "
         f"pytest-xdist {version_of('pytest-xdist')}, pytest-gpuhost "
-        f"{version_of('pytest-gpuhost')} ({revision()})",
+        f"{version_of('pytest-gpuhost')}",
         f"- kernel {platform.release()}",
     ]
 
 
-def summary_table(figures: Sequence[Figure]) -> list[str]:
-    """The figure | goal | result | met table of ``figures``."""
-    def mark(met: bool | None) -> str:
-        return "n/a" if met is None else ("yes" if met else "**no**")
-
-    return ["| figure | goal | result | met |", "| --- | --- | --- | --- |",
-            *(f"| {f.title} | {f.goal} | {f.result} | {mark(f.met)} |" for f in figures)]
-
-
-def figure_lines(figure: Figure, heading: str = "##") -> list[str]:
-    """A figure's section: its heading, goal and result, table, notes and commands."""
-    lines = [f"{heading} {figure.title}", "", f"Goal: {figure.goal}. Result: {figure.result}.",
+def render_section(figure: Figure, measured_by: str) -> list[str]:
+    lines = [f"## ({figure.label}) {figure.title}", "",
+             f"Goal: {figure.goal}. Result: {figure.result}.", "", f"Measured by {measured_by}.",
              ""]
     table = [d for d in figure.details if d.startswith("|")]
     text = [d for d in figure.details if d and not d.startswith("|")]
     if table:
         lines += [*table, ""]
     lines += [f"- {d}" for d in text]
-    return [*lines, "", "Commands:", "", "```", *figure.commands, "```"]
+    if figure.commands:
+        lines += ["", "Commands:", "", "```", *figure.commands, "```"]
+    return lines
+
+
+def summary_row(figure: Figure) -> str:
+    met = "n/a" if figure.met is None else ("yes" if figure.met else "**no**")
+    return f"| ({figure.label}) {figure.title} | {figure.goal} | {figure.result} | {met} |"
 
 
 def render(figures: Sequence[Figure], argv: Sequence[str], repeat: int, warmup: int,
-           elapsed: float) -> str:
-    lines = [
+           elapsed: float, previous: str = "") -> str:
+    """RESULTS.md: this run's figures replace the sections and summary rows of the same labels
+    in ``previous``; every other section (another figure's, or one that another tool such as
+    bench/fleet.py appends) is kept where it was."""
+    command = " ".join(["python", "bench/bench.py", *argv])
+    ours = {f.label: f for f in figures}
+    head = [
         "# Benchmark results",
         "",
-        f"Produced by `{' '.join(['python', 'bench/bench.py', *argv])}` in {elapsed:.0f} s "
-        f"({repeat} measured rounds per figure after {warmup} warm-up; ratios are the median "
-        "of the per-round ratios, with their min-max in parentheses). Each run is a fresh "
-        f"`python -m pytest {' '.join(COMMON)} ...` process; `$BENCH` is the temporary "
-        "directory of generated hosts, specs and test files.",
+        "Each figure's section says the `bench/bench.py` command that measured it and how long "
+        "that took. Ratios are the median of the per-round ratios of paired runs (the cases "
+        "of a figure alternate, A B then B A, after one unmeasured warm-up), with their min-max "
+        f"in parentheses. Each run is a fresh `python -m pytest {' '.join(COMMON)} ...` "
+        "process; `$BENCH` is the temporary directory of generated hosts, specs and test "
+        "files. The baseline of the overhead figures is pytest without the plugin "
+        "(`-p no:gpuhost`).",
         "",
         "## Machine",
         "",
         *machine(),
         "",
-        "## Summary",
-        "",
-        *summary_table(figures),
     ]
-    for figure in figures:
-        lines += ["", *figure_lines(figure)]
+    rows: dict[str, str] = {}
+    sections: dict[str, list[str]] = {}
+    order: list[str] = []
+    for label, title, body in split_sections(previous):
+        if title == "Summary":
+            for line in body:
+                found = LABEL.match(line)
+                if found and found.group(1) in FIGURE_LABELS:
+                    rows[found.group(1)] = line
+        elif label is not None and (label in FIGURE_LABELS or section_rank(label)[0] > 4):
+            sections[label] = [f"## {title}", *body]  # an old (1)-(4) of another shape: gone
+            order.append(label)
+    run = (f"`{command}` ({repeat} measured rounds after {warmup} warm-up unless said below; "
+           f"the whole command took {elapsed:.0f} s)")
+    for label, figure in ours.items():
+        rows[label] = summary_row(figure)
+        sections[label] = render_section(figure, run)
+        if label not in order:
+            order.append(label)
+    order.sort(key=section_rank)
+    lines = [*head, "## Summary", "", "| figure | goal | result | met |",
+             "| --- | --- | --- | --- |", *(rows[key] for key in sorted(rows, key=section_rank))]
+    for label in order:
+        lines += ["", *trimmed(sections[label])]
     return "\n".join(lines) + "\n"
+
+
+FIGURE_LABELS = ("1a", "1b", "1c", "1d", "2", "3a", "3b", "4")
+"""The sections bench.py writes; (5) and later belong to other tools (bench/fleet.py)."""
+LABEL = re.compile(r"\| \((\w+)\) ")
+
+
+def section_rank(label: str) -> tuple[int, str]:
+    digits = "".join(c for c in label if c.isdigit())
+    return int(digits or 0), label
+
+
+def split_sections(text: str) -> list[tuple[str | None, str, list[str]]]:
+    """The ``## `` sections of a RESULTS.md: (label of ``## (1c) ...`` or None, title, body)."""
+    found: list[tuple[str | None, str, list[str]]] = []
+    for line in text.splitlines():
+        if line.startswith("## "):
+            title = line[3:]
+            label = re.match(r"\((\w+)\) ", title)
+            found.append((label.group(1) if label else None, title, []))
+        elif found:
+            found[-1][2].append(line)
+    return [f for f in found if f[1] not in ("Machine",)]
+
+
+def trimmed(lines: list[str]) -> list[str]:
+    while lines and not lines[-1].strip():
+        lines = lines[:-1]
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers bench/ssh.py shares (host calls, sections of RESULTS.md spliced by other scripts)
+
+
+@dataclass(frozen=True)
+class HostCalls:
+    """Host calls of a verify run by phase, a batch counted as one (one round trip to a remote
+    host): while the specs expand into checks, and while the checks run."""
+
+    collection: int
+    run: int
+    checks: int
+    by_method: dict[str, int]
+    requests: int
+    """Requests carried by the batches (a batch of 300 reads is one call, 300 requests)."""
+
+
+def host_calls(directory: Path, specs: Sequence[Path], root: Path) -> HostCalls:
+    """Count the calls of a verify run in this process, through the pytest-free session driven
+    as plugin.py drives it (expand, select, run in rank order, finish) on a CountingHost."""
+    settings = resolve(RawOptions(invocation=directory, ini_base=directory,
+                                  ini_name="the ini file", spec=tuple(map(str, specs)),
+                                  root=str(root)))
+    counted: list[CountingHost] = []
+
+    def make_host(url: str, settings: Settings) -> Host:
+        counted.append(CountingHost(LocalHost(settings.root)))
+        return counted[-1]
+
+    kinds = {kind.section: kind for kind in builtin.pytest_gpuhost_check_kinds()}
+    session = Session(settings, kinds, builtin.pytest_gpuhost_conditions(), make_host,
+                      default_factory)
+    session.target.facts.sleep = lambda seconds: None  # a residency window: no waiting
+    try:
+        checks = sorted((c for spec in session.specs.values() for c in session.expand(spec)),
+                        key=lambda c: c.order)
+        [host] = counted
+        collection = host.total
+        session.target.select(checks)
+        records = [session.run(check) for check in checks]
+        session.finish(records)
+    finally:
+        session.close()
+    return HostCalls(collection, host.total - collection, len(checks), dict(host.calls),
+                     host.requests)
+
+
+def sysctl_spec(chosen: dict[str, str]) -> str:
+    """A spec that expects each sysctl of ``chosen`` to hold its value (raw text)."""
+    spec = ["version: 1", "name: real-sysctls", "sysctl:"]
+    spec += [f"  {key}: {json.dumps(value)}" for key, value in chosen.items()]
+    return "\n".join(spec) + "\n"
+
+
+def testinfra_file(chosen: dict[str, str]) -> str:
+    """The same checks as a testinfra test module: one ``host.sysctl`` test per key."""
+    params = ",\n".join(f"    ({key!r}, {testinfra_expected(v)!r})" for key, v in chosen.items())
+    return ("import pytest\n\n"
+            f"SYSCTLS = [\n{params},\n]\n\n\n"
+            "@pytest.mark.parametrize('key, expected', SYSCTLS, ids=[k for k, _ in SYSCTLS])\n"
+            "def test_sysctl(host, key, expected):\n"
+            "    assert host.sysctl(key) == expected\n")
 
 
 def sections(text: str) -> list[tuple[str, str]]:
@@ -743,24 +989,30 @@ def put_section(text: str, section: str, *, after: str | None = None) -> str:
     return text.rstrip("\n") + "\n\n" + section
 
 
-def keep_others(old: str, new: str) -> str:
-    """``new`` with every section of ``old`` that ``new`` lacks (the ones other scripts write,
-    bench/fleet.py's and bench/ssh.py's), each after the section it followed there."""
-    def key(head: str) -> str:  # "## (3) scale: ..." -> "## (3)": sizes in titles change
-        return head[:head.index(")") + 1] if head.startswith("## (") and ")" in head else head
+def summary_table(figures: Sequence[Figure]) -> list[str]:
+    """The figure | goal | result | met table of ``figures``."""
+    return ["| figure | goal | result | met |", "| --- | --- | --- | --- |",
+            *(summary_row(f) for f in figures)]
 
-    made = {key(head) for head, _ in sections(new)}
-    previous: str | None = None
-    for head, body in sections(old):
-        if key(head) not in made:
-            new = put_section(new, body, after=previous and key(previous))
-        previous = head
-    return new.rstrip("\n") + "\n"
+
+def figure_lines(figure: Figure, heading: str = "##") -> list[str]:
+    """A figure's section: its heading, goal and result, table, notes and commands."""
+    lines = [f"{heading} ({figure.label}) {figure.title}", "",
+             f"Goal: {figure.goal}. Result: {figure.result}.", ""]
+    table = [d for d in figure.details if d.startswith("|")]
+    text = [d for d in figure.details if d and not d.startswith("|")]
+    if table:
+        lines += [*table, ""]
+    lines += [f"- {d}" for d in text]
+    return [*lines, "", "Commands:", "", "```", *figure.commands, "```"]
+
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=9, help="measured rounds per figure")
+    parser.add_argument("--big-repeat", type=int, default=3,
+                        help="measured rounds of each size of the scale20k figure")
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first")
     parser.add_argument("--only", default=",".join(FIGURES),
                         help=f"comma-separated figures to run, of: {', '.join(FIGURES)}")
@@ -773,8 +1025,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     unknown = set(args.only.split(",")) - set(FIGURES)
     if unknown:
         parser.error(f"unknown figure(s): {', '.join(sorted(unknown))}")
-    if args.repeat < 1:
-        parser.error("--repeat must be at least 1")
+    if args.repeat < 1 or args.big_repeat < 1:
+        parser.error("--repeat and --big-repeat must be at least 1")
     return args
 
 
@@ -796,12 +1048,18 @@ class TempDir:
 
 def run_figures(base: Path, args: argparse.Namespace) -> Iterator[Figure]:
     only = args.only.split(",")
+    if "autoload" in only:
+        yield from figure_autoload(base, args.repeat, args.warmup)
     if "floor" in only:
         yield figure_floor(base, args.repeat, args.warmup)
+    if "xdist" in only:
+        yield figure_xdist(base, args.repeat, args.warmup)
     if "testinfra" in only:
         yield figure_testinfra(base, args.repeat, args.warmup, args.sysctls)
     if "scale" in only:
         yield figure_scale(base, args.repeat, args.warmup)
+    if "scale20k" in only:
+        yield figure_scale20k(base, args.big_repeat, args.warmup)
     if "fix" in only:
         yield figure_fix(base, args.repeat, args.warmup)
 
@@ -811,38 +1069,12 @@ def main(argv: Sequence[str]) -> int:
     start = time.perf_counter()
     with TempDir(args.keep) as base:
         figures = list(run_figures(base, args))
-    elapsed = time.perf_counter() - start
-    old = args.out.read_text() if args.out.exists() else None
-    partial = old is not None and len(figures) < len(FIGURES)
-    text = splice(old, figures, argv, args.repeat, args.warmup) if partial else None
-    if text is None:
-        text = render(figures, argv, args.repeat, args.warmup, elapsed)
-        if old is not None:
-            text = keep_others(old, text)
+    previous = args.out.read_text() if args.out.exists() else ""
+    text = render(figures, argv, args.repeat, args.warmup, time.perf_counter() - start,
+                  previous)
     args.out.write_text(text)
     print(text)
     return 0
-
-
-def splice(old: str, figures: Sequence[Figure], argv: Sequence[str], repeat: int,
-           warmup: int) -> str | None:
-    """A run of some figures (``--only``): ``old`` with their summary rows and sections
-    replaced, each section saying which run made it; None when ``old`` lacks one of them."""
-    text = old
-    for figure in figures:
-        number = figure.title.split(" ", 1)[0]  # "(3)"
-        heads = [head for head, _ in sections(text) if head.startswith(f"## {number} ")]
-        rows = [line for line in text.splitlines() if line.startswith(f"| {number} ")]
-        if len(heads) != 1 or len(rows) != 1:
-            return None
-        text = text.replace(rows[0] + "\n", summary_table([figure])[-1] + "\n", 1)
-        lines = figure_lines(figure)
-        lines[1:1] = ["", f"Updated by `{' '.join(['python', 'bench/bench.py', *argv])}` "
-                          f"({repeat} measured rounds after {warmup} warm-up; pytest-gpuhost "
-                          f"{revision()}), after the run named at the top of this file."]
-        body = dict(sections(text))[heads[0]]
-        text = text.replace(body, "\n".join(lines).rstrip("\n") + "\n\n", 1)
-    return text.rstrip("\n") + "\n"
 
 
 if __name__ == "__main__":

@@ -256,7 +256,7 @@ def figure_example(base: Path, link: Link, repeat: int, warmup: int) -> Figure:
     met = exchanges <= ROUND_TRIP_LIMIT and same
     added = [w - lw for w, lw in zip(times.wall["ssh"], times.wall["local"], strict=True)]
     return Figure(
-        f"(6a) the example host (specs/blackwell8.yaml, {len(there.outcomes)} checks) over ssh "
+        "6a", f"the example host (specs/blackwell8.yaml, {len(there.outcomes)} checks) over ssh "
         "to 127.0.0.1 against the same local run",
         f"at most {ROUND_TRIP_LIMIT} round trips, the connection included, whatever the number "
         "of checks; the same outcomes; wall time: report",
@@ -419,7 +419,7 @@ def figure_testinfra(base: Path, link: Link, repeat: int, warmup: int, slow_repe
              for name in ("gpuhost", "testinfra CM", "pytest one")}
     ms = 1000
     return Figure(
-        f"(6b) {count} sysctl checks of this machine's /proc/sys over ssh to 127.0.0.1 (read "
+        "6b", f"{count} sysctl checks of this machine's /proc/sys over ssh to 127.0.0.1 (read "
         "only): pytest-gpuhost against pytest-testinfra with ControlMaster",
         "beyond pytest's start-up (each side minus a one-check run of itself), testinfra's "
         "time per check at least 20 x gpuhost's; the whole run at most 1/3 of testinfra's",
@@ -590,7 +590,7 @@ def figure_latency(base: Path, link: Link, repeat: int, warmup: int,
     rtt_ms = link.delay * 1000
     ms = 1000
     return Figure(
-        f"(6c) the example host plus {', '.join(map(str, sizes))} sysctls "
+        "6c", f"the example host plus {', '.join(map(str, sizes))} sysctls "
         f"({', '.join(str(checks[e]) for e in sizes)} checks) over ssh with {rtt_ms:.0f} ms of "
         "round-trip latency",
         "wall time does not grow with the checks: what the latency adds grows by at most "
@@ -664,7 +664,7 @@ def figure_calls(base: Path, link: Link | None) -> Figure:
                     f"{calls.requests} | {methods} | {trips} |")
     constant = len(set(seen)) == 1
     return Figure(
-        "(3b) host calls per phase (a batch = one call, one round trip to a remote host)",
+        "3b", "host calls per phase (a batch = one call, one round trip to a remote host)",
         "the calls of each phase do not grow with the GPUs (1, 8, 64) or the CPUs (16, 128, 512)",
         (f"{seen[0][0]} at collection, {seen[0][1]} at run, at every size" if constant
          else "they grow: " + ", ".join(f"{c} / {r}" for c, r in seen)),
@@ -799,8 +799,8 @@ def main(argv: Sequence[str]) -> int:
     elapsed = time.perf_counter() - start
     args.load = (load, os.getloadavg()[0])
     text = args.out.read_text() if args.out.exists() else "# Benchmark results\n"
-    remote = [f for f in figures if not f.title.startswith("(3b)")]
-    calls = [f for f in figures if f.title.startswith("(3b)")]
+    remote = [f for f in figures if f.label != "3b"]
+    calls = [f for f in figures if f.label == "3b"]
     if remote:
         text = put_section(text, ssh_section(remote, argv, args, elapsed))
     for figure in calls:

@@ -1,36 +1,102 @@
-"""The built-in check kinds and conditions, registered through the public hooks."""
+"""The built-in check kinds and conditions, registered through the public hooks.
+
+A kind's module is imported when a run first needs the kind (its section is in a spec, or a
+catalog capture asks every kind): a run pays for the kinds its spec uses, not for all eleven.
+"""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from .checks import Kind
-from .checks.conditions import BUILTIN_CONDITIONS, ConditionFn
-from .checks.cpufreq import CpufreqKind
-from .checks.cpuidle import CpuidleKind
-from .checks.dmesg import DmesgKind
-from .checks.gpus import GpusKind
-from .checks.iommu import IommuKind
-from .checks.kernel import KernelKind
-from .checks.memory import MemoryKind
-from .checks.modules import ModulesKind
-from .checks.p2p import P2pKind
-from .checks.pcie import PcieKind
-from .checks.sysctl import SysctlKind
-from .gpu.nvml import NvmlFactory, default_factory
 from .hookspecs import hookimpl
-from .host import Host, LocalHost
-from .settings import Settings
+
+if TYPE_CHECKING:
+    from .checks import Check, Fact, Facts, Kind, PersistLine
+    from .checks.conditions import ConditionFn
+    from .gpu.nvml import NvmlFactory
+    from .host import Host
+    from .result import CheckResult
+    from .settings import Settings
+    from .spec import Node, SpecContext
+
+BUILTIN_KINDS = (
+    ("sysctl", "sysctl", "SysctlKind"),
+    ("kernel", "kernel", "KernelKind"),
+    ("cpufreq", "cpufreq", "CpufreqKind"),
+    ("memory", "memory", "MemoryKind"),
+    ("gpus", "gpus", "GpusKind"),
+    ("pcie", "pcie", "PcieKind"),
+    ("iommu", "iommu", "IommuKind"),
+    ("cpuidle", "cpuidle", "CpuidleKind"),
+    ("modules", "modules", "ModulesKind"),
+    ("p2p", "p2p", "P2pKind"),
+    ("dmesg", "dmesg", "DmesgKind"),
+)
+"""(section, module of pytest_gpuhost.checks, class), in the order their sections run."""
+
+
+class BuiltinKind:
+    """A built-in kind by name: its module is imported on the first parse, facts or expand."""
+
+    def __init__(self, section: str, module: str, name: str) -> None:
+        self.section = section
+        self.module = module
+        self.name = name
+        self._kind: Kind | None = None
+
+    @property
+    def kind(self) -> Kind:
+        if self._kind is None:
+            module = importlib.import_module(f"{__package__}.checks.{self.module}")
+            self._kind = getattr(module, self.name)()
+        return self._kind
+
+    def parse(self, node: Node, context: SpecContext) -> object:
+        return self.kind.parse(node, context)
+
+    def facts(self, section: Any) -> Sequence[Fact[Any]]:
+        facts: Sequence[Fact[Any]] = getattr(self.kind, "facts", lambda _: ())(section)
+        return facts
+
+    def expand(self, section: Any, facts: Facts) -> Sequence[Check]:
+        return self.kind.expand(section, facts)
+
+    def persistence(self, results: Sequence[CheckResult]) -> list[PersistLine]:
+        """The kind's own --fix-persist lines: none from a kind this run never loaded (it has
+        no records), else what the kind supplies, if it supplies any."""
+        supply = getattr(self._kind, "persistence", None) if self._kind is not None else None
+        return list(supply(results)) if supply is not None else []
+
+    @property
+    def qualname(self) -> str:
+        """The kind's class, as messages name it (without importing it)."""
+        return f"{__package__}.checks.{self.module}.{self.name}"
+
+    def __repr__(self) -> str:
+        return f"<built-in kind {self.section}: {self.qualname}>"
+
+
+def kind_name(kind: object) -> str:
+    """``pytest_gpuhost.checks.sysctl.SysctlKind``: the class of a kind, built-in or not."""
+    if isinstance(kind, BuiltinKind):
+        return kind.qualname
+    return f"{type(kind).__module__}.{type(kind).__qualname__}"
+
+
+_KINDS = [BuiltinKind(*names) for names in BUILTIN_KINDS]
 
 
 @hookimpl
 def pytest_gpuhost_check_kinds() -> Sequence[Kind]:
-    return [SysctlKind(), KernelKind(), CpufreqKind(), MemoryKind(), GpusKind(), PcieKind(),
-            IommuKind(), CpuidleKind(), ModulesKind(), P2pKind(), DmesgKind()]
+    return _KINDS
 
 
 @hookimpl
 def pytest_gpuhost_conditions() -> Mapping[str, ConditionFn]:
+    from .checks.conditions import BUILTIN_CONDITIONS
+
     return BUILTIN_CONDITIONS
 
 
@@ -38,6 +104,8 @@ def pytest_gpuhost_conditions() -> Mapping[str, ConditionFn]:
 def pytest_gpuhost_make_host(url: str, settings: Settings) -> Host | None:
     """This machine at the run's root, an ssh target, an LXC container (of this machine or
     of an ssh target); other schemes are for the plugins that know them."""
+    from .host import LocalHost
+
     target = next((t for t in settings.targets if t.url == url), None)
     if url == "local" or (target is not None and target.local):
         return LocalHost(settings.root)
@@ -48,15 +116,21 @@ def pytest_gpuhost_make_host(url: str, settings: Settings) -> Host | None:
     inner = agent_command(target.root)
     if target.container is not None:
         inner = lxc_argv(target.container, inner)
-    if target.scheme == "lxc":
-        return AgentHost(url, inner, target.root, connect_timeout=settings.connect_timeout)
-    assert target.host is not None
-    argv = ssh_argv(target.host, port=target.port, user=target.user,
-                    config=settings.ssh_config, connect_timeout=settings.connect_timeout,
-                    inner=inner)
-    return AgentHost(url, argv, target.root, connect_timeout=settings.connect_timeout)
+    argv = inner
+    if target.scheme == "ssh":
+        assert target.host is not None
+        master = settings.ssh_masters / str(settings.targets.index(target)) \
+            if settings.ssh_masters is not None else None
+        argv = ssh_argv(target.host, port=target.port, user=target.user,
+                        config=settings.ssh_config, connect_timeout=settings.connect_timeout,
+                        inner=inner, identity_file=target.identity_file, extra=target.ssh_args,
+                        master=master)
+    return AgentHost(url, argv, target.root, connect_timeout=settings.connect_timeout,
+                     time_limit=settings.target_timeout, name=target.name)
 
 
 @hookimpl(trylast=True)
 def pytest_gpuhost_nvml(host: Host) -> NvmlFactory:
+    from .gpu.nvml import default_factory
+
     return default_factory(host)

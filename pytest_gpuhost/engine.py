@@ -7,14 +7,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .checks import CannotFix, Check, NotApplicable, Observation, is_boot_time
-from .checks.conditions import ConditionFn
 from .fix.changes import Plan, to_dict
-from .fix.fixer import Applied, Fixer, FixError
-from .fix.history import FixHistory
-from .host import Host, HostError
+from .host import Host, HostError, doing
 from .result import CheckResult, Outcome
+
+if TYPE_CHECKING:  # the fixer (journal, locks, NVML settings) is imported by a fix only
+    from .checks.conditions import ConditionFn
+    from .fix.fixer import Applied, Fixer
+    from .fix.history import FixHistory
 
 
 @dataclass(frozen=True)
@@ -74,8 +77,10 @@ def run_check(
     if options.dry_run:
         return _plan_only(check, host, observed, problem, history)
     if fixer is None:
+        from .fix.fixer import Fixer
+
         fixer = Fixer(host, None, run_lock=None, apply_lock=None, lock_timeout=0)
-    with fixer.locked():
+    with doing(f"applying a fix of {check.id}"), fixer.locked():
         return _fix(check, host, fixer, problem, history)
 
 
@@ -133,6 +138,8 @@ def _plan_only(check: Check, host: Host, observed: Observation, problem: str,
 
 def _fix(check: Check, host: Host, fixer: Fixer, problem: str,
          history: FixHistory | None) -> CheckResult:
+    from .fix.fixer import Applied, FixError
+
     # Observed again under the lock, live: another run may have fixed it while we waited.
     host.invalidate()
     try:

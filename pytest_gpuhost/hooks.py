@@ -5,43 +5,44 @@ to ``workers``, the gate to ``gate``, statuses and reports to ``reports``.
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import socket
 from collections.abc import Generator, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
-from . import builtin
-from .checks import Kind
-from .checks.conditions import ConditionFn
+from . import builtin, long_lived
+from .builtin import kind_name
 from .files import OutputError
-from .fix.journal import JournalError
 from .fix.locking import LockUnavailable
 from .fix.run import JOURNAL_KEY
 from .gate import judge, verdict_text
-from .host import Host
 from .items import RUN as RUN
 from .items import GpuhostItem, JournalFile, SpecFile
-from .reports import Reporter, RunInfo, TargetInfo, npd
+from .reports import Reporter, RunInfo, TargetInfo
 from .reports.failure import format_failure
-from .reports.jsonfile import JsonReport
 from .reports.junit import junit_properties
-from .reports.nfd import NfdFeatureFile
-from .reports.prometheus import PrometheusTextfile
 from .reports.terminal import TerminalSummary
 from .result import CheckResult, Outcome
 from .session import Session
-from .settings import Settings, SettingsError
+from .settings import Settings, SettingsError, target_record
 from .spec import SpecError
 from .workers import (
+    TARGETS_KEY,
     WAIT_TIMEOUT_S,
     DoneLog,
     SharedDirectory,
     make_target_scheduler,
-    worker_log,
+    shared_collection,
 )
+
+if TYPE_CHECKING:  # xdist's, the reports' and a rollback's modules load when a run uses them
+    from .checks import Kind
+    from .checks.conditions import ConditionFn
+    from .host import Host
 
 REPORT_ATTR = "gpuhost"
 
@@ -61,11 +62,10 @@ def registered(config: pytest.Config) -> tuple[dict[str, Kind], dict[str, Condit
     for batch in config.hook.pytest_gpuhost_check_kinds():
         for kind in batch:
             claimed = kinds.get(kind.section)
-            if claimed is not None and type(claimed) is not type(kind):
+            if claimed is not None and kind_name(claimed) != kind_name(kind):
                 raise SettingsError(
                     f"two gpuhost check kinds claim section {kind.section!r}: "
-                    f"{type(claimed).__module__}.{type(claimed).__qualname__} and "
-                    f"{type(kind).__module__}.{type(kind).__qualname__}")
+                    f"{kind_name(claimed)} and {kind_name(kind)}")
             kinds.setdefault(kind.section, kind)  # the same kind twice: a re-exported hook
     conditions: dict[str, ConditionFn] = {}
     for batch in config.hook.pytest_gpuhost_conditions():
@@ -85,10 +85,19 @@ class GpuhostRun:
 
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
         self.config = config
-        self.settings = settings
         self.shared: SharedDirectory | None = None
-        self.log: DoneLog | None = worker_log(config)
+        if settings.distributing:  # made now: the targets' ssh command lines name it
+            self.shared = SharedDirectory(
+                {TARGETS_KEY: [target_record(target) for target in settings.targets]})
+            if any(target.scheme == "ssh" for target in settings.targets):
+                settings = dataclasses.replace(settings, ssh_masters=self.shared.ssh_masters())
+        self.settings = settings
         workerinput = getattr(config, "workerinput", None)
+        self.log: DoneLog | None = None
+        if workerinput is not None:
+            from .workers import worker_log
+
+            self.log = worker_log(config)
         if not config.pluginmanager.is_registered(builtin):
             config.pluginmanager.register(builtin, "gpuhost-builtin")
         kinds, conditions = registered(config)
@@ -106,8 +115,15 @@ class GpuhostRun:
             self.session = Session(settings, kinds, conditions, make_host, nvml_for,
                                    shared_dir=self.log.directory if self.log else None,
                                    workerinput=workerinput)
-        except SpecError as exc:
-            raise pytest.UsageError(f"bad gpuhost spec: {exc}") from None
+        except BaseException as exc:
+            if self.shared is not None:
+                self.shared.pytest_unconfigure()
+            if isinstance(exc, SpecError):
+                raise pytest.UsageError(f"bad gpuhost spec: {exc}") from None
+            raise
+        collected = shared_collection(self.log)
+        if collected is not None:
+            self.session.seed(collected)
         self.results: dict[str, tuple[int, CheckResult]] = {}
         """nodeid -> (collection index, record), gathered from local or xdist worker reports."""
         self.host_checks: list[tuple[int, str]] = []
@@ -134,12 +150,18 @@ class GpuhostRun:
         """What happens at configure time once the run is known: xdist's shared directory, the
         run lock taken before any worker starts, Allure's per-check evidence."""
         config, settings = self.config, self.settings
-        fixrun = self.session.target.fixrun
         if settings.distributing:
-            journal = fixrun.journal_path
-            self.shared = SharedDirectory({JOURNAL_KEY: str(journal)} if journal else {})
+            # This machine's target, wherever it is in the list: its workers share the journal
+            # chosen here and fix under the run lock held here. A remote target's one worker
+            # takes that target's run lock itself (held here, it would lock its own run out).
+            local = next((t for t in self.session.targets.values() if t.url == "local"), None)
+            fixrun = local.fixrun if local is not None else None
+            journal = fixrun.journal_path if fixrun is not None else None
+            assert self.shared is not None
+            if journal is not None:
+                self.shared.extra[JOURNAL_KEY] = str(journal)
             config.pluginmanager.register(self.shared, "gpuhost-shared-dir")
-            fixer = fixrun.fixer
+            fixer = fixrun.fixer if fixrun is not None else None
             if fixer is not None and fixer.run_lock is not None:
                 try:  # before any worker starts: the workers' fixes run under this run's lock
                     fixer.run_lock.acquire(settings.lock_timeout)
@@ -159,7 +181,21 @@ class GpuhostRun:
     def _host_name(self) -> str:
         return self.session.target.host_facts().hostname or socket.gethostname()
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """On an xdist controller with remote targets, before its workers start (xdist starts
+        them last): collect every remote target once, in parallel, for all the workers."""
+        if self.shared is not None and self.session.named and self.session.specs:
+            self.shared.share_collection(self.session.export_collection())
+
     # -- collection -------------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection(self, session: pytest.Session) -> None:
+        """Connect to the remote targets together before the specs expand on them one by one
+        (a worker started from the controller's collection has nothing left to read)."""
+        if not self.settings.distributing:
+            self.session.collect_remote_facts()
 
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector
                             ) -> pytest.File | None:
@@ -215,6 +251,7 @@ class GpuhostRun:
                 # A worker runs some targets only (xdist sends each target's checks to one):
                 # it holds no idle connection to the others; its own reconnect when used.
                 target.disconnect()
+        long_lived.freeze()  # the items and their checks live to the end of the session
 
     # -- running ----------------------------------------------------------------------------
 
@@ -245,6 +282,7 @@ class GpuhostRun:
 
     def unfinished_message(self, check_id: str, missing: Sequence[int]) -> str:
         """Why a last-ranked check did not run: the checks it waited for that never finished."""
+
         assert self.log is not None
         names = dict(self.host_checks)
         lost = self.log.progress.lost(missing)
@@ -264,7 +302,9 @@ class GpuhostRun:
         if not isinstance(item, GpuhostItem):
             return report
         if call.when == "call" and item.result is not None:
-            payload: dict[str, object] = {"index": item.index, "result": item.result.as_dict()}
+            # The record itself, not a copy: a run holds each record once (the item's and the
+            # report's are one object). It becomes a dict only to cross to xdist's controller.
+            payload: dict[str, object] = {"index": item.index, "result": item.result}
             if self.session.named:  # what the target said of itself and what reaching it cost
                 payload["target"] = item.target.info().as_dict()
             setattr(report, REPORT_ATTR, payload)
@@ -273,17 +313,39 @@ class GpuhostRun:
             self.verdicts[item.index] = verdict
             if self.log is not None:
                 self.log.mark(item.index, verdict)
+            long_lived.made_one()
+        return report
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_report_to_serializable(self, config: pytest.Config, report: Any
+                                      ) -> Generator[None, Any, Any]:
+        """A check's report leaves this process (an xdist worker's to its controller, a report
+        log) with its record as a dict."""
+        data = yield
+        payload = data.get(REPORT_ATTR) if isinstance(data, dict) else None
+        if isinstance(payload, dict) and isinstance(payload.get("result"), CheckResult):
+            data[REPORT_ATTR] = {**payload, "result": payload["result"].as_dict()}
+        return data
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_report_from_serializable(self, config: pytest.Config, data: Any
+                                        ) -> Generator[None, Any, Any]:
+        """A worker's report arrives: its record is made once, here, and the report keeps it."""
+        report = yield
+        payload = getattr(report, REPORT_ATTR, None)
+        if isinstance(payload, dict) and isinstance(payload.get("result"), dict):
+            payload["result"] = CheckResult.from_dict(payload["result"])
         return report
 
     def pytest_report_teststatus(self, report: pytest.TestReport | pytest.CollectReport,
                                  config: pytest.Config) -> tuple[str, str, str] | None:
         payload = getattr(report, REPORT_ATTR, None)  # read, not rebuilt: called thrice a test
-        return STATUSES.get(payload["result"]["outcome"]) if payload else None
+        return STATUSES.get(payload["result"].outcome.value) if payload else None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         payload = getattr(report, REPORT_ATTR, None)
-        if payload is not None:
-            record = CheckResult.from_dict(payload["result"])
+        if payload is not None and not self.is_worker:  # the records are the controller's
+            record: CheckResult = payload["result"]
             self.results[report.nodeid] = (payload["index"], record)
             if "target" in payload:
                 worker = getattr(report, "node", None)
@@ -297,6 +359,7 @@ class GpuhostRun:
         if not self.session.named or getattr(config.option, "dist", "load") not in (
                 "load", "loadscope"):
             return None
+
         return make_target_scheduler(config, log)
 
     @pytest.hookimpl(optionalhook=True)
@@ -338,6 +401,8 @@ class GpuhostRun:
             merged = seen[0]
             for other in seen[1:]:
                 merged = merged.add_traffic(other)
+            if self.settings.distributing:  # the controller's own collection
+                merged = merged.add_traffic(target.info())
             infos.append(merged)
         return tuple(infos)
 
@@ -362,10 +427,16 @@ class GpuhostRun:
         settings = self.settings
         chosen: list[Reporter] = []
         if settings.report is not None:
+            from .reports.jsonfile import JsonReport
+
             chosen.append(JsonReport(settings.report))
         if settings.prom is not None:
+            from .reports.prometheus import PrometheusTextfile
+
             chosen.append(PrometheusTextfile(settings.prom))
         if settings.nfd is not None:
+            from .reports.nfd import NfdFeatureFile
+
             chosen.append(NfdFeatureFile(settings.nfd))
         if settings.alluredir is not None:
             from .reports.allure import AllureSessionFiles
@@ -400,6 +471,8 @@ class GpuhostRun:
             if any(record.outcome in failed for record in extra):  # refused or not written
                 _at_least(session, pytest.ExitCode.TESTS_FAILED)
         if self.session.rollback is not None and not self.settings.dry_run:
+            from .fix.journal import JournalError
+
             try:
                 self.rolled_back = self.session.close_rollback(self.ordered())
             except (JournalError, OSError) as exc:  # read-only, or its directory is gone
@@ -420,6 +493,8 @@ class GpuhostRun:
                 self.problems.append(str(exc))
                 _at_least(session, pytest.ExitCode.TESTS_FAILED)
         if self.settings.npd:  # last: NPD's exit status replaces pytest's
+            from .reports import npd
+
             session.exitstatus = npd.answer_run(records, int(session.exitstatus),
                                                 self.config.stash.get(npd.STDOUT, None))
 
@@ -455,7 +530,7 @@ class GpuhostRun:
             name = str(target.journal).rsplit("/", 1)[-1]
             terminalreporter.write_line(
                 f"journal of {target.name}: {target.journal} (undo: --gpuhost-rollback={name} "
-                f"--gpuhost-target={target.url})")
+                f"{self._naming(target.name, target.url)})")
         if rollback is not None and rollback.damaged_lines:
             terminalreporter.write_line(f"journal: {rollback.damaged_lines} line(s) cut short "
                                         "by a crash were skipped")
@@ -467,8 +542,30 @@ class GpuhostRun:
         for problem in self.problems:
             terminalreporter.write_line(problem, red=True)
 
+    def _naming(self, name: str, url: str) -> str:
+        """The options that name one target again: an inventory's host by the inventory (its
+        key and ssh arguments come with it) and --gpuhost-limit, any other by its URL."""
+        given = next((t for t in self.settings.targets if t.name == name), None)
+        source = given.source if given is not None else ""
+        if source.startswith("--gpuhost-inventory="):
+            return f"{source} --gpuhost-limit={name}"
+        if source.startswith("gpuhost_inventory "):
+            return f"--gpuhost-limit={name}"
+        return f"--gpuhost-target={url}"
+
+    @pytest.hookimpl(tryfirst=True)
     def pytest_unconfigure(self) -> None:
+        """The run is over: its connections and files closed, and what only it held let go
+        (the records stay with pytest's reports) before pytest's last collections and the
+        interpreter's at exit, each of which would walk it all again."""
+        if self.log is not None:
+            self.log.close()
         self.session.close()
+        self.results.clear()
+        self.verdicts.clear()
+        self.collected.clear()
+        self.host_checks.clear()
+        long_lived.thaw()  # before pytest's last collections, which must see every object
 
 
 def _persist_report(nodeid: str, path: str, record: CheckResult, index: int
@@ -488,7 +585,7 @@ def _persist_report(nodeid: str, path: str, record: CheckResult, index: int
         nodeid=nodeid, location=(path, 0, nodeid.split("::", 1)[-1]), keywords={"gpuhost": 1},
         outcome=outcome, longrepr=longrepr, when="call",
         user_properties=junit_properties(record))
-    setattr(report, REPORT_ATTR, {"index": index, "result": record.as_dict()})
+    setattr(report, REPORT_ATTR, {"index": index, "result": record})
     return report
 
 

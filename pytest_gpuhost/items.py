@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
+from . import long_lived
 from .checks import Check
 from .fix.locking import LockUnavailable
 from .progress import progress_to
@@ -54,6 +55,7 @@ class SpecFile(pytest.File):
             for check in session.expand(spec, target):
                 name = f"{check.id}@{target.name}" if session.named else check.id
                 yield GpuhostItem.from_parent(self, name=name, check=check, target=target)
+                long_lived.made_one()
 
 
 class JournalFile(pytest.File):

@@ -25,7 +25,8 @@ _OPTIONS = ("gpuhost_spec", "gpuhost_root", "fix", "gpuhost_report", "gpuhost_dr
             "gpuhost_journal", "gpuhost_rollback", "fix_persist", "gpuhost_gate", "gpuhost_prom",
             "gpuhost_npd", "gpuhost_nfd", "gpuhost_target", "gpuhost_ssh_config",
             "gpuhost_rollback_after_reboot", "gpuhost_capture", "gpuhost_capture_from",
-            "gpuhost_capture_overwrite", "gpuhost_fleet_html", "fix_retry")
+            "gpuhost_capture_overwrite", "gpuhost_fleet_html", "fix_retry", "gpuhost_inventory",
+            "gpuhost_limit", "gpuhost_targets_file", "gpuhost_target_timeout")
 _SPEC_SUFFIXES = (".yaml", ".yml")
 
 
@@ -91,8 +92,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gpuhost-ssh-config", default=None, metavar="FILE",
                     help="OpenSSH client configuration given to every ssh as -F FILE. "
                          "ini: gpuhost_ssh_config")
+    group.addoption("--gpuhost-inventory", default=None, metavar="FILE",
+                    help="check every host of an Ansible inventory (INI, YAML, a directory) "
+                         "over ssh, named by its inventory name; needs pytest-gpuhost[ansible]. "
+                         "ini: gpuhost_inventory")
+    group.addoption("--gpuhost-limit", default=None, metavar="PATTERN",
+                    help="with --gpuhost-inventory: only the hosts this Ansible pattern selects, "
+                         "as ansible --limit does (node01, gpu, 'gpu:!node02', 'node0*')")
+    group.addoption("--gpuhost-targets-file", default=None, metavar="FILE",
+                    help="targets, one a line (a target URL or [USER@]HOST[:PORT] for ssh; "
+                         "# comments). ini: gpuhost_targets_file")
     group.addoption("--gpuhost-connect-timeout", type=float, default=10.0, metavar="SECONDS",
                     help="how long connecting to a target may take (default 10)")
+    group.addoption("--gpuhost-target-timeout", type=float, default=None, metavar="SECONDS",
+                    help="the most time one ssh or lxc target may take (each pytest process "
+                         "counts its waits on it); past it, its remaining checks are errors "
+                         "naming what it hung in, and the other targets go on (default: none)")
     group.addoption("--gpuhost-capture", default=None, metavar="OUT.yaml",
                     help="write a spec of what the target holds now, for the keys of the given "
                          "spec(s), or without one for every key of the built-in catalog; "
@@ -111,6 +126,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                   type="linelist", default=[])
     parser.addini("gpuhost_ssh_config", "OpenSSH client configuration for the ssh targets",
                   type="string", default="")
+    parser.addini("gpuhost_inventory", "Ansible inventory of the targets (see "
+                  "--gpuhost-inventory)", type="string", default="")
+    parser.addini("gpuhost_targets_file", "file of targets, one a line (see "
+                  "--gpuhost-targets-file)", type="string", default="")
     parser.addini("gpuhost_root", "host root (default /)", type="string", default="")
 
 
@@ -124,13 +143,15 @@ def _asked(config: pytest.Config) -> bool:
             option.gpuhost_connect_timeout != 10.0:
         return True
     if any(config.getini(name) for name in ("gpuhost_spec", "gpuhost_root", "gpuhost_targets",
-                                            "gpuhost_ssh_config")):
+                                            "gpuhost_ssh_config", "gpuhost_inventory",
+                                            "gpuhost_targets_file")):
         return True
     return any(arg.split("::", 1)[0].endswith(_SPEC_SUFFIXES) for arg in config.args)
 
 
 def _raw_options(config: pytest.Config) -> Any:
     from .settings import RawOptions
+    from .workers import SSH_MASTERS_KEY, TARGETS_KEY
 
     option = config.option
     ini_base = config.inipath.parent if config.inipath else config.rootpath
@@ -156,6 +177,13 @@ def _raw_options(config: pytest.Config) -> Any:
         ssh_config=option.gpuhost_ssh_config,
         ini_ssh_config=str(config.getini("gpuhost_ssh_config") or ""),
         connect_timeout=option.gpuhost_connect_timeout,
+        inventory=option.gpuhost_inventory,
+        ini_inventory=str(config.getini("gpuhost_inventory") or ""),
+        limit=option.gpuhost_limit, targets_file=option.gpuhost_targets_file,
+        ini_targets_file=str(config.getini("gpuhost_targets_file") or ""),
+        target_timeout=option.gpuhost_target_timeout,
+        resolved_targets=tuple(getattr(config, "workerinput", {}).get(TARGETS_KEY, ())),
+        ssh_masters=getattr(config, "workerinput", {}).get(SSH_MASTERS_KEY),
         after_reboot=option.gpuhost_rollback_after_reboot)
 
 
@@ -200,17 +228,22 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def _configure_run(config: pytest.Config) -> None:
-    from .hooks import GpuhostRun
-    from .items import RUN
-    from .settings import SettingsError, resolve
+    from . import long_lived
 
-    try:
-        settings = resolve(_raw_options(config))
-        if not settings.active:
-            return
-        run = GpuhostRun(config, settings)
-    except SettingsError as exc:
-        raise pytest.UsageError(str(exc)) from None
+    with long_lived.paused():
+        from .hooks import GpuhostRun
+        from .items import RUN
+        from .settings import SettingsError, resolve
+
+        try:
+            settings = resolve(_raw_options(config))
+            if not settings.active:
+                return
+            run = GpuhostRun(config, settings)
+        except SettingsError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    config.add_cleanup(long_lived.thaw)
+    long_lived.freeze()  # the modules, the spec's model and the session live to the end
     config.stash[RUN] = run
     config.pluginmanager.register(run, "gpuhost-run")
     if settings.rollback is not None:
@@ -230,14 +263,24 @@ def _add_spec_args(config: pytest.Config, specs: Any) -> None:
         config.args = [*config.args, *missing]
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    """A test marked gpuhost in a run without a spec: an error saying what to pass."""
-    __tracebackhide__ = True
-    if item.get_closest_marker("gpuhost") is None:
-        return
-    from .items import RUN
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked gpuhost in a run without gpuhost checks: each fails at its setup, saying
+    what to pass. Looked for once here rather than in a setup hook of every test of every run."""
+    if config.pluginmanager.get_plugin("gpuhost-run") is not None:
+        return  # the run's own hooks gate them
+    marked = {item.nodeid for item in items
+              if "gpuhost" in item.keywords and item.get_closest_marker("gpuhost") is not None}
+    if marked and not config.pluginmanager.has_plugin("gpuhost-unmet"):
+        config.pluginmanager.register(_NoSpec(marked), "gpuhost-unmet")
 
-    if RUN not in item.config.stash:
-        pytest.fail(f"{item.nodeid} is marked gpuhost (it needs the host checks to pass) but no "
-                    "gpuhost spec was given: pass --gpuhost-spec=FILE", pytrace=False)
+
+class _NoSpec:
+    def __init__(self, nodeids: set[str]) -> None:
+        self.nodeids = nodeids
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        __tracebackhide__ = True
+        if item.nodeid in self.nodeids:
+            pytest.fail(f"{item.nodeid} is marked gpuhost (it needs the host checks to pass) "
+                        "but no gpuhost spec was given: pass --gpuhost-spec=FILE", pytrace=False)

@@ -9,37 +9,54 @@ batch (``CachedHost``); anything changed through the host makes the next read li
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .capture.catalog import observe_only
 from .checks import Check, Fact, Facts, Kind, NoFix, Observation
 from .checks.conditions import ConditionFn
 from .checks.gpus import GPUS
 from .engine import RunOptions, error_result, run_check
-from .fix.history import FixHistory
-from .fix.journal import JOURNAL_DIR, JournalContents, JournalError, latest_journal, read_journal
-from .fix.persist import persistence_checks
-from .fix.rollback import refuse_foreign, rollback_checks
 from .fix.run import FixRun, close_rollback, default_journal, make_fixer
-from .fix.state import StateFile, StateStore
+from .fix.state import JOURNAL_DIR, StateFile, StateStore
 from .gpu.nvml import NvmlFactory, NvmlSource, NvmlUnavailable, RecordedNvml
-from .host import BatchReads, CachedHost, Host, HostError, HostIdentity, Read, Reply, Request
+from .host import (
+    BatchReads,
+    CachedHost,
+    Host,
+    HostError,
+    HostIdentity,
+    Read,
+    Reply,
+    Request,
+    doing,
+    raised,
+    reply_from_wire,
+    reply_to_wire,
+    request_from_wire,
+)
+from .host.agent import decode, encode
 from .reports import TargetInfo
 from .result import CheckResult
 from .settings import Settings, SettingsError
 from .spec import EntryOptions, Spec, load_spec
 from .spec.matchers import Verdict
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # a rollback's, persistence's and a capture's modules load when used
     from .capture.writer import SpecCapture
+    from .fix.journal import JournalContents
 
 LOCAL = "local"
+PARALLEL_CONNECTIONS = 10
+"""Remote targets connected at once while collecting: under sshd's default MaxStartups (10),
+which starts refusing unauthenticated connections beyond 10 (many targets behind one bastion)."""
 
 
 @dataclass(frozen=True)
@@ -135,7 +152,7 @@ class Unexpandable(NoFix):
     error: HostError
 
     def observe(self, host: Host) -> Observation:
-        raise self.error
+        raise raised(self.error)
 
 
 class UnreachableHost(BatchReads):
@@ -156,7 +173,7 @@ class UnreachableHost(BatchReads):
         return False
 
     def identity(self) -> HostIdentity:
-        raise self.reason
+        raise raised(self.reason)
 
     def invalidate(self) -> None:
         """Nothing to forget."""
@@ -168,10 +185,13 @@ class UnreachableHost(BatchReads):
         return [Reply(error=self.reason) for _ in requests]
 
     def _refuse(self, *args: object, **kwargs: object) -> Any:
-        raise self.reason
+        raise raised(self.reason)
+
+    def unlock(self, handle: int) -> None:
+        """A lost connection released its locks with it."""
 
     write_text = write_bytes = replace_file = remove = which = run = _refuse
-    create_file = append_file = lock = unlock = _refuse
+    create_file = append_file = lock = _refuse
 
 
 class Target:
@@ -191,6 +211,14 @@ class Target:
         self.facts = Facts(self.host, nvml=self.nvml, shared_dir=shared_dir)
         self.fixrun = FixRun(None, None, persist=settings.persist)
         self._pending: dict[int, Check] = {}
+        self._batched: set[int] = set()
+        """The checks whose reads the last batch fetched (ids), while nothing has changed."""
+        self._generation = -1
+        self._phase_start = True
+        """The next batch is a phase's first: every pending check of the phase."""
+        self.round_trips = getattr(host, "traffic", None) is not None
+        """Whether a read costs a round trip (a remote target's agent counts them): then every
+        re-read after a fix is batched too, for the pending checks of the phase."""
         self._fresh = False
         self._host_facts: HostFacts | None = None
 
@@ -211,32 +239,90 @@ class Target:
         read, in one batch, unless that is still cached. The phases: every check that reads
         the host as it stands, then the fresh ones (dmesg, AER), which start from live reads
         so they see what the checks before them caused. A change made through the host (a
-        fix, a command) makes the next read live anyway."""
+        fix, a command) makes the next read live anyway: on a remote target in one batch for
+        the phase's pending checks again (one round trip), on this machine only what the
+        check reads (re-reading every pending check's files after each fix read the example
+        host's files 17,000 times in a --fix of 198 checks)."""
         if check.fresh and not self._fresh:
             self._fresh = True
+            self._phase_start = True
             self.host.invalidate()
-        if all(self.host.cached(r) for r in self._reads(check)):
+        if id(check) in self._batched and self.host.generation == self._generation:
+            return  # read by this phase's batch, and nothing changed since
+        reads = self._reads(check)
+        if all(self.host.cached(r) for r in reads):
+            return
+        if not (self._phase_start or self.round_trips):
+            self.host.prefetch(reads)
             return
         group = [c for c in self._pending.values() if c.fresh == check.fresh]
         self.host.prefetch(r for c in [check, *group] for r in self._reads(c))
+        self._batched = {id(c) for c in group}
+        self._generation = self.host.generation
+        self._phase_start = False
 
     def run(self, check: Check, options: RunOptions, *, named: bool = False) -> CheckResult:
+        lost = getattr(self.connection, "lost", None)
+        if lost is not None and self.unreachable is None:
+            self._unreachable(lost)  # lost mid-run: what was read before it is not used
         self._pending.pop(id(check), None)
         if self.unreachable is not None:
             # nothing of it was read: a check whose expansion saw no GPUs must not say '0 GPUs'
             result = error_result(check, self.unreachable)
         else:
-            self.prefetch(check)
-            result = run_check(check, self.host, self.conditions, options, self.fixrun.fixer,
-                               self.fixrun.history)
+            with doing("reading the observations"), contextlib.suppress(HostError):
+                self.prefetch(check)  # when it fails, the check's own read says why
+            with doing(f"checking {check.id}"):
+                result = run_check(check, self.host, self.conditions, options,
+                                   self.fixrun.fixer, self.fixrun.history)
         return dataclasses.replace(result, target=self.name) if named else result
 
     def lose(self, reason: HostError) -> None:
         """The target cannot be reached: every read from now on fails with ``reason``."""
+        self._unreachable(reason)
+        self.fixrun.fixer = None
+
+    def _unreachable(self, reason: HostError) -> None:
         self.unreachable = str(reason)
         self.host.host = UnreachableHost(self.url, reason)
         self.host.invalidate()
-        self.fixrun.fixer = None
+
+    def export(self) -> dict[str, object]:
+        """What collection read of the target (JSON-ready), for another process to ``seed``."""
+        replies = [] if self.unreachable else [
+            [request.wire(), reply_to_wire(reply)] for request, reply in
+            self.host.replies().items()]
+        return {"lost": self.unreachable, "spent": getattr(self.connection, "spent", 0.0),
+                "replies": encode(replies)}
+
+    def seed(self, collected: Mapping[str, object]) -> None:
+        """Start from what another process of the run read (``export``): the same facts, the
+        same lost target, and the time it already spent on the target."""
+        if collected.get("lost"):
+            self.lose(HostError(str(collected["lost"])))
+            return
+        wired = decode(collected.get("replies") or [])
+        assert isinstance(wired, list)
+        replies: dict[Request, Reply] = {}
+        for wire, answer in wired:
+            request = request_from_wire(wire)
+            replies[request] = reply_from_wire(request, answer)
+        self.host.seed(replies)
+        spent = collected.get("spent")
+        if isinstance(spent, (int, float)) and hasattr(self.connection, "spent"):
+            self.connection.spent += spent
+
+    def collect_facts(self, facts: Sequence[Fact[Any]], shared_dir: Path | None) -> None:
+        """Read the facts a spec's expansion needs in one batch; a target that cannot be
+        reached is lost (its checks are errors that say why)."""
+        with doing("collecting facts"):
+            try:
+                self.facts.prime(facts)
+            except HostError as exc:
+                self.lose(exc)
+                self.facts = Facts(self.host, nvml=self.nvml, shared_dir=shared_dir)
+                self.facts.prime(facts)
+            self.host_facts()  # from the batch just read: what reports say of the target
 
     def info(self) -> TargetInfo:
         """The target as it reported itself, and its connection's cost so far. Never makes a
@@ -265,6 +351,9 @@ class Target:
         close = getattr(self.connection, "close", None)
         if close is not None:
             close()
+        self.host.clear()
+        self._pending.clear()
+        self._batched.clear()
 
     def host_facts(self) -> HostFacts:
         """What the target says about itself, read with the collection's facts and kept: the
@@ -322,12 +411,18 @@ class Session:
             self._open_rollback(self.target)
         elif self.settings.fix and not self.settings.dry_run:
             for target in self.targets.values():
-                self._open_fixer(target)
+                try:
+                    with doing("opening the journal"):
+                        self._open_fixer(target)
+                except HostError as exc:  # cannot be reached: its checks are errors saying so
+                    target.lose(exc)
         if self.settings.fix and self.settings.rollback is None and not self.settings.fix_retry:
+            from .fix.history import FixHistory
+
             for target in self.targets.values():
                 target.fixrun.history = FixHistory(target.host, target.fixrun.journal_path)
 
-    @property
+    @functools.cached_property
     def options(self) -> RunOptions:
         return RunOptions(fix=self.settings.fix, dry_run=self.settings.dry_run,
                           persist=self.settings.persist)
@@ -341,7 +436,7 @@ class Session:
         """The run's first target: the only one, unless --gpuhost-target named several."""
         return next(iter(self.targets.values()))
 
-    @property
+    @functools.cached_property
     def named(self) -> bool:
         """Whether ids and records name their target (any target but the one local one)."""
         return self.settings.remote
@@ -369,6 +464,8 @@ class Session:
         """The journal to roll back: the one named (a file of this machine for the local
         target; a name in the target's journal directory, or a path under its root, for a
         remote one), else the newest on the target with something to undo."""
+        from .fix.journal import JournalError, latest_journal
+
         settings = self.settings
         option = settings.rollback
         store = StateStore.of(target.host)
@@ -394,6 +491,9 @@ class Session:
         return journal
 
     def _open_rollback(self, target: Target) -> None:
+        from .fix.journal import JournalError, read_journal
+        from .fix.rollback import refuse_foreign, rollback_checks
+
         settings = self.settings
         if len(self.targets) > 1:
             raise SettingsError("--gpuhost-rollback restores one target's journal: name one "
@@ -445,25 +545,64 @@ class Session:
     def expand(self, spec: Spec, target: Target | None = None) -> list[Check]:
         """Every check of ``spec`` on the target: the facts of all its kinds in one batch."""
         target = target or self.target
-        facts: list[Fact[Any]] = [HOST_FACTS, GPUS]
-        for section, model in spec.sections.items():
-            facts += getattr(self.kinds[section], "facts", lambda _: ())(model)
-        try:
-            target.facts.prime(facts)
-        except HostError as exc:  # the target cannot be reached: its checks say why
-            target.lose(exc)
-            target.facts = Facts(target.host, nvml=target.nvml, shared_dir=self.shared_dir)
-            target.facts.prime(facts)
-        target.host_facts()  # from the batch just read: what reports say of the target
+        target.collect_facts(self.facts_of(spec), self.shared_dir)
         checks: list[Check] = []
         for section, model in spec.sections.items():
             try:
-                checks += self.kinds[section].expand(model, target.facts)
+                with doing("collecting facts"):
+                    checks += self.kinds[section].expand(model, target.facts)
             except HostError as exc:  # a fact this kind needs cannot be read: one error
                 checks.append(Check(section, None, Unexpanded(section),
                                     EntryOptions(where=f"{self.settings.display(spec.path)}:1"),
                                     Unexpandable(exc)))
-        return [observe_only(c) for c in checks] if self.settings.catalog else checks
+        if not self.settings.catalog:
+            return checks
+        from .capture.catalog import observe_only
+
+        return [observe_only(c) for c in checks]
+
+    def collect_remote_facts(self) -> None:
+        """The first batch of collection (every spec's facts) from every remote target at once,
+        a few connections at a time: connecting is most of a remote target's time, and one
+        target's wait no longer holds up the others. Expansion then reads from the cache."""
+        remote = [t for t in self.targets.values() if t.url != LOCAL and t.unreachable is None]
+        if len(remote) < 2 or not self.specs:
+            return
+        facts = list(dict.fromkeys(f for spec in self.specs.values() for f in self.facts_of(spec)))
+        with ThreadPoolExecutor(min(PARALLEL_CONNECTIONS, len(remote)),
+                                thread_name_prefix="gpuhost-collect") as pool:
+            for _ in pool.map(lambda target: target.collect_facts(facts, self.shared_dir),
+                              remote):
+                pass
+
+    def export_collection(self) -> dict[str, object]:
+        """Collect every remote target here, once, for xdist's workers (``seed``): they then
+        expand the same checks without connecting (each connects only to the targets it runs)
+        and cannot disagree on what they collected. The connections made here are ended."""
+        self.collect_remote_facts()
+        remote = [t for t in self.targets.values() if t.url != LOCAL]
+        for spec in self.specs.values():
+            for target in remote:
+                self.expand(spec, target)
+        exported: dict[str, object] = {}
+        for target in remote:
+            exported[target.name] = target.export()
+            target.disconnect()
+        return exported
+
+    def seed(self, collected: Mapping[str, Any]) -> None:
+        """Start each remote target from what the xdist controller collected of it."""
+        for name, record in collected.items():
+            target = self.targets.get(name)
+            if target is not None and target.url != LOCAL:
+                target.seed(record)
+
+    def facts_of(self, spec: Spec) -> list[Fact[Any]]:
+        """The facts the expansion of ``spec`` reads, for one batch."""
+        facts: list[Fact[Any]] = [HOST_FACTS, GPUS]
+        for section, model in spec.sections.items():
+            facts += getattr(self.kinds[section], "facts", lambda _: ())(model)
+        return facts
 
     def run(self, check: Check, target: Target | None = None) -> CheckResult:
         """Raises only LockUnavailable; every other outcome is the record."""
@@ -474,6 +613,8 @@ class Session:
         target's own records (one record each, named by target where the run names them)."""
         if not self.settings.persist or not self.specs:
             return []
+        from .fix.persist import persistence_checks
+
         spec = next(iter(self.specs.values()))
         supplies = [kind.persistence for kind in self.kinds.values()
                     if hasattr(kind, "persistence")]
@@ -516,7 +657,10 @@ class Session:
         return close_rollback(contents, results)
 
     def close(self) -> None:
+        """The end of the run: connections closed, temporary copies removed, and the specs'
+        models and the read caches let go."""
         for target in self.targets.values():
             target.close()
         for directory in self._cleanup:
             shutil.rmtree(directory, ignore_errors=True)
+        self.specs.clear()

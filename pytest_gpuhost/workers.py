@@ -3,8 +3,11 @@
 Without xdist, collection order is run order. With ``-n N`` each worker runs its own share, so the
 controller hands every worker one shared directory (through ``workerinput``). Each worker appends
 to its own log there, one line when a check starts and one when it is done (with its gate
-verdict): an O_APPEND write, no file per check. A last-ranked check (dmesg) and a gated test
-wait until every check they depend on is done.
+verdict): one write(2) to a file it keeps open with O_APPEND, no file per check and no open per
+line. A line is in the file (and seen by every reader) once the write returns, so nothing is
+held back to be batched: a worker that went idle would otherwise hide a done line from the one
+waiting for it. A last-ranked check (dmesg) and a gated test wait until every check they depend
+on is done, polling the logs every few milliseconds at first, then less often.
 
 A worker that dies is noticed: the controller (which pytest-xdist tells) writes ``down-WORKER``
 with the reason, and a waiter stops waiting for the checks that worker had started and never
@@ -28,8 +31,15 @@ import pytest
 from .files import write_atomically
 
 WORKERINPUT_KEY = "gpuhost_shared_dir"
+TARGETS_KEY = "gpuhost_targets"
+"""In a worker's workerinput: the targets its controller resolved (``settings.target_record``)."""
+SSH_MASTERS_KEY = "gpuhost_ssh_masters"
+"""In a worker's workerinput: the directory of the run's ssh control sockets."""
+COLLECTED = "collected.json"
+"""In the shared directory: what the controller collected of each remote target."""
 WAIT_TIMEOUT_S = 900.0
-POLL_S = 0.05
+POLL_S = (0.005, 0.05)
+"""A waiter's first and longest pause between two reads of the logs (doubling in between)."""
 
 
 @dataclass
@@ -56,15 +66,20 @@ class DoneLog:
         self.worker = worker
         self.path = directory / f"log-{worker}"
         self._offsets: dict[Path, int] = {}
+        self._fd: int | None = None
         self.progress = Progress()
 
     def _append(self, line: dict[str, Any]) -> None:
         data = (json.dumps(line, separators=(",", ":")) + "\n").encode()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+                               0o600)
+        os.write(self._fd, data)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def start(self, index: int) -> None:
         self._append({"start": index})
@@ -96,6 +111,7 @@ class DoneLog:
         """Wait until every index is done or lost; return those not done."""
         wanted = list(indices)
         deadline = time.monotonic() + timeout
+        pause, longest = POLL_S
         while True:
             progress = self.read()
             missing = [i for i in wanted if i not in progress.done]
@@ -103,14 +119,15 @@ class DoneLog:
                     or time.monotonic() >= deadline:
                 return missing
             wanted = missing
-            time.sleep(POLL_S)
+            time.sleep(pause)
+            pause = min(pause * 2, longest)
 
 
 class SharedDirectory:
     """Controller side: make the directory, pass it and ``extra`` values such as the run's
     journal to every worker, and record each worker that goes down."""
 
-    def __init__(self, extra: dict[str, str] | None = None) -> None:
+    def __init__(self, extra: dict[str, object] | None = None) -> None:
         self.path = Path(tempfile.mkdtemp(prefix="pytest-gpuhost-"))
         self.extra = dict(extra or {})
 
@@ -125,8 +142,37 @@ class SharedDirectory:
             worker = node.gateway.id
             write_atomically(self.path / f"down-{worker}", f"worker {worker} crashed: {error}")
 
+    def ssh_masters(self) -> Path | None:
+        """Where the run's ssh targets keep their master connections (None: too long a path
+        for a socket); the workers are told."""
+        from .host.remote import masters_directory
+
+        directory = masters_directory(self.path)
+        if directory is not None:
+            self.extra[SSH_MASTERS_KEY] = str(directory)
+        return directory
+
     def pytest_unconfigure(self) -> None:
+        from .host.remote import end_masters
+
+        end_masters(self.path / "ssh")
         shutil.rmtree(self.path, ignore_errors=True)
+
+    def share_collection(self, collected: dict[str, object]) -> None:
+        """Hand the workers what the controller collected (before they start)."""
+        write_atomically(self.path / COLLECTED, json.dumps(collected, separators=(",", ":")),
+                         mode=0o600)
+
+
+def shared_collection(log: DoneLog | None) -> dict[str, object] | None:
+    """On a worker: what the controller collected of the remote targets, if it did."""
+    if log is None:
+        return None
+    try:
+        data = json.loads((log.directory / COLLECTED).read_text())
+    except FileNotFoundError:
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def worker_log(config: pytest.Config) -> DoneLog | None:

@@ -147,3 +147,25 @@ def test_the_example_host_through_a_counting_host_gives_the_same_outcomes(
 
     assert outcomes("plain.json") == outcomes("counted.json")
     assert plugin.calls["batch"] >= 2
+
+
+def test_after_a_fix_on_this_machine_a_check_reads_only_its_own_files(
+        pytester: pytest.Pytester, tmp_path: Path) -> None:
+    """A fix makes every later read live. On a remote target the pending checks' reads are
+    batched again (one round trip); on this machine, where a read costs no round trip, a
+    check then reads only its own files: the reads of a --fix of N wrong sysctls grow like N,
+    not like N squared."""
+    requests = []
+    for sysctls in (20, 80):
+        root = FakeHost(tmp_path / f"h{sysctls}").sysctls(
+            {f"kernel.k{n}": 1 for n in range(sysctls)}).root
+        spec = tmp_path / f"s{sysctls}.yaml"
+        spec.write_text("version: 1\nsysctl:\n" +
+                        "".join(f"  kernel.k{n}: 2\n" for n in range(sysctls)))
+        plugin = Counting()
+        result = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={root}",
+                                    "--fix", "-p", "no:cacheprovider", plugins=[plugin])
+        assert counts(result)["fixed"] == sysctls
+        [host] = plugin.hosts
+        requests.append(host.requests)
+    assert requests[1] < 5 * requests[0]  # 4x the fixes; quadratic would be 16x

@@ -22,15 +22,17 @@ from pytest_gpuhost.checks.sysctl import SysctlProbe, read_boot_config
 from pytest_gpuhost.engine import RunOptions, run_check
 from pytest_gpuhost.fix.changes import (
     Command,
+    Plan,
     ReplaceFile,
     WriteBytes,
     WriteText,
     from_dict,
     to_dict,
 )
-from pytest_gpuhost.fix.fixer import Fixer
+from pytest_gpuhost.fix.fixer import Fixer, FixError
 from pytest_gpuhost.fix.journal import Journal, latest_journal, read_journal
 from pytest_gpuhost.fix.locking import LockTimeout, RootLock
+from pytest_gpuhost.fix.state import StateStore
 from pytest_gpuhost.host import HostError, LocalHost
 from pytest_gpuhost.result import Outcome
 from pytest_gpuhost.spec import EntryOptions
@@ -457,6 +459,64 @@ def test_a_fix_run_under_xdist_shares_one_journal(pytester: pytest.Pytester, spe
     entries = read_journal(journal).entries
     assert len(entries) == 9 + 8 + 8 + 8 + 8 + 64 + 64 + 2 + 1
     assert len({e.id.split("-")[0] for e in entries}) == 2  # both workers wrote to it
+
+
+
+class Recording(LocalHost):
+    """A host that says, in order, what reached its disk: journal appends (synced or not, how
+    many lines) and writes; the second write of a plan may be refused."""
+
+    def __init__(self, root: Path, refuse: str | None = None) -> None:
+        super().__init__(root)
+        self.events: list[tuple[str, ...]] = []
+        self.refuse = refuse
+
+    def append_file(self, path: str, data: bytes, *, sync: bool = True) -> None:
+        self.events.append(("append", "synced" if sync else "not synced",
+                            str(data.count(b"\n"))))
+        super().append_file(path, data, sync=sync)
+
+    def _write(self, path: str, data: bytes, offset: int, *, truncate: bool) -> None:
+        self.events.append(("write", path))
+        if path == self.refuse:
+            raise HostError(f"cannot write {self.path(path)}: refused", errno.EPERM)
+        super()._write(path, data, offset, truncate=truncate)
+
+
+def three_writes() -> Plan:
+    return Plan("disable C2 on CPUs 0-2", tuple(
+        WriteText(f"sys/devices/system/cpu/cpu{n}/cpuidle/state2/disable", "0\n", "1\n")
+        for n in range(3)))
+
+
+def test_a_fix_journals_all_its_changes_durably_before_the_first_is_made(
+        fake: FakeHost) -> None:
+    """One fsync for the change lines of a fix, before any change; the outcome lines after
+    each change are made durable by the next fix's fsync, not by one of their own."""
+    fake.cpus(3, states=("POLL", "C1", "C2"))
+    host = Recording(fake.root)
+    journal = Journal(StateStore.of(host).new_journal("spec"), "spec")
+    fixer = Fixer(host, journal, run_lock=None, apply_lock=None, lock_timeout=1)
+    fixer.apply("cpuidle[C2]", "cpuidle", "C2", three_writes())
+    assert host.events[0] == ("append", "synced", "3")
+    assert [e[0] for e in host.events[1:]] == ["write", "append"] * 3
+    assert {e[1] for e in host.events[1:] if e[0] == "append"} == {"not synced"}
+    assert [e.state for e in read_journal(journal.path).entries] == ["applied"] * 3
+
+
+def test_changes_after_a_refused_one_are_journaled_as_not_made(fake: FakeHost,
+                                                                tmp_path: Path) -> None:
+    fake.cpus(3, states=("POLL", "C1", "C2"))
+    refused = "sys/devices/system/cpu/cpu1/cpuidle/state2/disable"
+    journal = Journal(tmp_path / "j.jsonl", "spec")
+    fixer = Fixer(Recording(fake.root, refuse=refused), journal, run_lock=None,
+                  apply_lock=None, lock_timeout=1)
+    with pytest.raises(FixError):
+        fixer.apply("cpuidle[C2]", "cpuidle", "C2", three_writes())
+    entries = read_journal(tmp_path / "j.jsonl").entries
+    assert [e.state for e in entries] == ["applied", "failed", "failed"]
+    assert (fake.root / "sys/devices/system/cpu/cpu2/cpuidle/state2/disable").read_text() == \
+        "0\n"  # never attempted
 
 
 # --- what a review found: each a case that once crashed, lied or overwrote ----------------------

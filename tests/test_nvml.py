@@ -262,3 +262,18 @@ def test_without_a_fake_a_run_on_a_fake_root_skips_nvml(pytester: pytest.Pyteste
     result = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}", "-rs")
     result.assert_outcomes(skipped=7)
     result.stdout.fnmatch_lines(["*NVML unavailable: the host root * is not this machine*"])
+
+
+def test_unavailable_nvml_is_said_again_without_keeping_the_first_frames() -> None:
+    import traceback
+
+    def absent() -> Any:
+        raise NvmlUnavailable("libnvidia-ml.so.1 not found")
+
+    source = NvmlSource(absent)
+    depths = []
+    for _ in range(3):
+        with pytest.raises(NvmlUnavailable, match=r"libnvidia-ml\.so\.1 not found") as caught:
+            source.get()
+        depths.append(len(traceback.extract_tb(caught.value.__traceback__)))
+    assert len(set(depths)) == 1  # a fresh error each time: no traceback growing

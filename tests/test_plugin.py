@@ -406,3 +406,42 @@ def test_an_unreadable_host_value_is_an_error_and_fails_the_run(pytester: pytest
     result.stdout.fnmatch_lines([escape("ERROR spec.yaml::pcie.max_read_request[0000:01:00.0]")
                                  + " - *"])
     assert "reads past 64 bytes of sysfs config need root" in result.stdout.str()
+
+
+SERIALIZING = """
+import json
+
+def pytest_runtest_logreport(report):
+    if report.when != "call" or not hasattr(report, "gpuhost"):
+        return
+    config = report_config[0]
+    data = config.hook.pytest_report_to_serializable(config=config, report=report)
+    text = json.dumps(data)  # what a report log or an xdist worker sends
+    back = config.hook.pytest_report_from_serializable(config=config, data=json.loads(text))
+    with open("serialized.jsonl", "a") as out:
+        out.write(json.dumps({"sent": data["gpuhost"]["result"]["outcome"],
+                              "back": back.gpuhost["result"].outcome.value,
+                              "same": back.gpuhost["result"] == report.gpuhost["result"]}) + "\\n")
+
+report_config = []
+
+def pytest_configure(config):
+    report_config.append(config)
+"""
+
+
+def test_a_check_report_leaves_the_process_as_json_and_comes_back_as_its_record(
+        pytester: pytest.Pytester, fake_root: Path) -> None:
+    """A run holds each record once (the report's is the item's); it crosses a process
+    boundary (xdist, a report log) as a dict and is one record again on arrival."""
+    pytester.makeconftest(SERIALIZING)
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.nr_hugepages: 16\n"
+                                    "  vm.swappiness: {value: 1}\n")
+    fake = FakeHost(fake_root)
+    fake.sysctl("vm.swappiness", 60)
+    result = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake_root}")
+    result.assert_outcomes(passed=1, failed=1)
+    lines = [json.loads(line) for line in
+             (pytester.path / "serialized.jsonl").read_text().splitlines()]
+    assert sorted(line["sent"] for line in lines) == ["failed", "passed"]
+    assert all(line["sent"] == line["back"] and line["same"] for line in lines)

@@ -8,15 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..host import Glob, Host, Reply, Request
 from ..linux.pciaddr import address_order, normalize_address
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Choice, Exact, Expectation, Integer
 from . import Check, Evidence, Fact, Facts, NoFix, Observation
-from .nvml import KEYS as NVML_KEYS
-from .nvml import NvmlEntry, expand_nvml
+
+if TYPE_CHECKING:  # the NVML checks' module loads when a spec has an NVML key
+    from .nvml import NvmlEntry
 
 PCI_DEVICES = "sys/bus/pci/devices"
 NVIDIA = 0x10DE
@@ -127,7 +128,12 @@ class GpuCountProbe(NoFix):
 
 class GpusKind:
     section = "gpus"
-    keys = ("count", *NVML_KEYS)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        from .nvml import KEYS as NVML_KEYS
+
+        return ("count", *NVML_KEYS)
 
     def parse(self, node: Node, context: SpecContext) -> GpusSection:
         count = None
@@ -136,7 +142,11 @@ class GpusKind:
             if key == "count":
                 count = parse_expectation(value, context, Integer(), what="gpus count",
                                           matchers=("min", "max"))
-            elif key == "driver_match" and not value.is_mapping and value.scalar() is True:
+                continue
+            from .nvml import KEYS as NVML_KEYS
+            from .nvml import NvmlEntry
+
+            if key == "driver_match" and not value.is_mapping and value.scalar() is True:
                 nvml.append(NvmlEntry(key, Exact("match", Choice(("match",))),
                                       EntryOptions(where=value.where)))
             elif key in NVML_KEYS:
@@ -158,6 +168,9 @@ class GpusKind:
         if section.count is not None:
             expect, options = section.count
             checks.append(Check("gpu_count", None, expect, options, GpuCountProbe(), hardware=True))
-        addresses = tuple(g.address for g in facts.get(GPUS))
-        checks += expand_nvml(section.nvml, facts.nvml, addresses, section.where)
+        if section.nvml:
+            from .nvml import expand_nvml
+
+            addresses = tuple(g.address for g in facts.get(GPUS))
+            checks += expand_nvml(section.nvml, facts.nvml, addresses, section.where)
         return checks

@@ -14,6 +14,8 @@ from ..spec.matchers import Auto, Expectation
 from . import CannotFix, Check, Evidence, Fact, Facts, Observation
 
 _KEY_CHARS = re.compile(r"[A-Za-z0-9_.:/@+-]+\Z")
+AUTO = Auto()
+"""One comparison for every sysctl entry (it holds no state): one object, not one per key."""
 
 
 def sysctl_path(key: str) -> str:
@@ -134,7 +136,7 @@ class SysctlKind:
                 path = sysctl_path(key)
             except ValueError as exc:
                 raise value.key_error(f"sysctl key {key!r} is not allowed: {exc}") from None
-            expect, options = parse_expectation(value, context, Auto(), what=f"sysctl {key}")
+            expect, options = parse_expectation(value, context, AUTO, what=f"sysctl {key}")
             entries.append(SysctlEntry(key, path, expect, options))
         return tuple(sorted(entries, key=lambda e: e.key))
 

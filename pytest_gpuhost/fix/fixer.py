@@ -132,23 +132,29 @@ class Fixer:
             self.apply_lock.release()
 
     def apply(self, check: str, kind: str, key: str | None, plan: Plan) -> Applied:
-        """Journal, then make, each change in order; stop at the first one refused."""
-        outputs = []
-        for change in plan.changes:
+        """Journal every change (durably, in one write), then make each in order; stop at the
+        first one refused, and journal those after it as not made."""
+        entries: list[str | None] = [None] * len(plan.changes)
+        if self.journal is not None and plan.changes:
             try:
-                entry = self.journal.record(check, kind, key, change) if self.journal else None
+                entries = list(self.journal.record_all(check, kind, key, plan.changes))
             except (OSError, HostError) as exc:
-                where = self.journal.path if self.journal else "?"
                 reason = getattr(exc, "strerror", None) or exc
-                raise FixError(f"cannot write the journal {where}: {reason}; the "
-                               "change was not made", action=change.describe()) from exc
+                raise FixError(f"cannot write the journal {self.journal.path}: {reason}; the "
+                               "change was not made", action=plan.changes[0].describe()) from exc
+        outputs = []
+        for index, (change, entry) in enumerate(zip(plan.changes, entries, strict=True)):
             try:
                 output = self._execute(change)
             except FixError as exc:
-                if self.journal and entry:
+                if entry is not None:
                     self._journal_outcome(entry, str(exc), unknown=exc.unknown)
+                for later in entries[index + 1:]:
+                    if later is not None:
+                        self._journal_outcome(later, f"not made: {change.describe()} before "
+                                                     f"it was refused ({exc})")
                 raise
-            if self.journal and entry:
+            if entry is not None:
                 self._journal_outcome(entry, None, read_back=self._read_back(change))
             if output:
                 outputs.append(output)

@@ -1,9 +1,14 @@
 """The fix journal: every change is appended, before it is made, with its original.
 
-JSON lines, one file per --fix run on the host it changed (``fix.state``), fsync'd after each
-line, so a run that crashes mid-fix (or loses its connection) still leaves what rollback needs:
-an entry whose outcome line is missing may or may not have been applied, and restoring its
-original is safe either way. A rollback appends a closing line.
+JSON lines, one file per --fix run on the host it changed (``fix.state``). The change lines of
+one fix (a plan: one line per CPU of a C-state, say) are appended in one write and fsync'd
+before the first of them is made, so every change line is durable before its change is applied,
+and a run that crashes mid-fix (or loses its connection) still leaves what rollback needs: an
+entry whose outcome line is missing may or may not have been applied, and restoring its
+original is safe either way. Outcome lines are not fsync'd on their own: the next fix's fsync
+makes them durable with its change lines, and one that a crash loses leaves its entry pending,
+which a rollback treats as possibly made (a lost read-back only makes it more cautious: it then
+restores only over the value the fix wrote). A rollback appends a closing line, fsync'd.
 
 The first line names the host the journal changed (``Host.identity()``), the spec and the tool,
 so that a rollback can refuse another host (fix/rollback.py). Only a last line without its
@@ -19,7 +24,7 @@ import errno
 import json
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,10 +62,13 @@ class Journal:
     first and a run that changes nothing leaves no journal."""
 
     def __init__(self, where: StateFile | Path, spec: str,
-                 identity: HostIdentity | None = None, *, shared: bool = False) -> None:
+                 identity: HostIdentity | Callable[[], HostIdentity] | None = None, *,
+                 shared: bool = False) -> None:
         self.location = _located(where)
         self.spec = spec
-        self.identity = identity
+        self._identity = identity
+        """The host's identity, or how to ask for it (``host.identity``): asked when the
+        header is written, at the first change, so that opening a journal reaches no host."""
         self.shared = shared
         """One run's xdist workers write this one journal: the first of them makes it."""
         self._count = 0
@@ -68,6 +76,12 @@ class Journal:
     @property
     def path(self) -> StateFile:
         return self.location
+
+    @property
+    def identity(self) -> HostIdentity | None:
+        if callable(self._identity):
+            self._identity = self._identity()
+        return self._identity
 
     def _header(self) -> dict[str, Any]:
         return {"event": "journal", "format": FORMAT, "time": _now(), "spec": self.spec,
@@ -83,11 +97,11 @@ class Journal:
                 raise
             # another worker of this run was first
 
-    def _append(self, record: dict[str, Any]) -> None:
-        """One line in one write(2), fsync'd; never creates the file (a journal whose
-        directory is gone is an error, not a new journal somewhere else)."""
-        line = json.dumps(record, sort_keys=True) + "\n"
-        self.location.host.append_file(self.location.path, line.encode())
+    def _append(self, *records: dict[str, Any], sync: bool = True) -> None:
+        """Lines in one write(2), fsync'd unless ``sync`` is false; never creates the file (a
+        journal whose directory is gone is an error, not a new journal somewhere else)."""
+        lines = "".join(json.dumps(record, sort_keys=True) + "\n" for record in records)
+        self.location.host.append_file(self.location.path, lines.encode(), sync=sync)
 
     @property
     def written(self) -> bool:
@@ -96,13 +110,26 @@ class Journal:
 
     def record(self, check: str, kind: str, key: str | None, change: Change) -> str:
         """Write the change down before it is made; returns the entry's id."""
+        [entry] = self.record_all(check, kind, key, [change])
+        return entry
+
+    def record_all(self, check: str, kind: str, key: str | None,
+                   changes: Sequence[Change]) -> list[str]:
+        """Write down every change of one fix, durably, before the first is made (one write,
+        one fsync); returns their entry ids, in order."""
         if self._count == 0 and not self.location.exists():
             self._create()
-        self._count += 1
-        entry = f"{os.getpid()}-{self._count}"
-        self._append({"event": "change", "id": entry, "time": _now(), "spec": self.spec,
-                      "check": check, "kind": kind, "key": key, "change": to_dict(change)})
-        return entry
+        entries, records = [], []
+        when = _now()
+        for change in changes:
+            self._count += 1
+            entry = f"{os.getpid()}-{self._count}"
+            entries.append(entry)
+            records.append({"event": "change", "id": entry, "time": when, "spec": self.spec,
+                            "check": check, "kind": kind, "key": key,
+                            "change": to_dict(change)})
+        self._append(*records)
+        return entries
 
     def outcome(self, entry: str, error: str | None, *, unknown: bool = False,
                 read_back: bytes | None = None) -> None:
@@ -112,7 +139,7 @@ class Journal:
         record: dict[str, Any] = {"event": event, "id": entry, "time": _now(), "error": error}
         if read_back is not None:
             record.update(_raw_fields("read_back", read_back))
-        self._append(record)
+        self._append(record, sync=False)  # durable with the next fix's change lines
 
     def close_rollback(self, restored: int, failed: int) -> None:
         """Raises JournalError when the closing line cannot be written."""

@@ -6,16 +6,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..gpu.nvml import NvmlSource
-from ..host import Host
 from ..result import CheckResult, Outcome
-from .fixer import Fixer
-from .history import FixHistory
-from .journal import Journal, JournalContents
-from .locking import RootLock
 from .state import STATE_DIR as STATE_DIR
 from .state import StateFile, StateStore
+
+if TYPE_CHECKING:  # a verify run holds an empty FixRun: the fixer's modules load with a fix
+    from ..gpu.nvml import NvmlSource
+    from ..host import Host
+    from .fixer import Fixer
+    from .history import FixHistory
+    from .journal import JournalContents
 
 JOURNAL_KEY = "gpuhost_journal"
 
@@ -47,11 +49,15 @@ def make_fixer(host: Host, journal: StateFile | None, spec: str, *, worker: bool
     """A worker serializes its fixes on the apply lock (its controller holds the run lock); a
     single process (or the one worker that runs every check of a remote target) takes the
     run lock at its first fix and holds it to the end. Both locks are on the host."""
+    from .fixer import Fixer
+    from .journal import Journal
+    from .locking import RootLock
+
     store = StateStore.of(host)
     run_lock = None if worker else RootLock(store.file(f"{STATE_DIR}/run.lock"), "run")
     apply_lock = RootLock(store.file(f"{STATE_DIR}/apply.lock"), "apply") \
         if worker or distributing else None
-    writer = None if journal is None else Journal(journal, spec, host.identity(),
+    writer = None if journal is None else Journal(journal, spec, host.identity,
                                                   shared=worker or distributing)
     return Fixer(host, writer, run_lock=run_lock, apply_lock=apply_lock,
                  lock_timeout=lock_timeout, nvml=nvml)
@@ -70,6 +76,8 @@ def default_journal(host: Host, option: Path | None, spec: str,
 
 def close_rollback(journal: JournalContents, results: Sequence[CheckResult]) -> bool:
     """Mark the journal rolled back when every change is back to its original."""
+    from .journal import Journal
+
     if any(r.outcome not in (Outcome.FIXED, Outcome.PASSED) for r in results):
         return False
     restored = sum(r.outcome is Outcome.FIXED for r in results)

@@ -113,7 +113,9 @@ class NvmlSource:
     def __init__(self, factory: NvmlFactory) -> None:
         self._factory = factory
         self._nvml: Nvml | None = None
-        self._unavailable: NvmlUnavailable | None = None
+        self._unavailable: str | None = None
+        """Why not, kept as words: a kept exception would keep the frames of the first ask
+        (the whole collection, at the session's start) and grow a traceback at each raise."""
 
     def get(self) -> Nvml:
         if self._nvml is not None:
@@ -123,8 +125,8 @@ class NvmlSource:
                 self._nvml = self._factory()
                 return self._nvml
             except NvmlUnavailable as exc:
-                self._unavailable = exc
-        raise self._unavailable
+                self._unavailable = str(exc)
+        raise NvmlUnavailable(self._unavailable)
 
     def reads(self) -> tuple[Request, ...]:
         """The host reads NVML's calls make (a recorded snapshot's files), for a prefetch."""

@@ -16,7 +16,9 @@ one batch.
 from __future__ import annotations
 
 import errno
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -37,6 +39,15 @@ class HostError(Exception):
         self.errno = errno
 
 
+def raised(error: HostError) -> HostError:
+    """A copy of a kept error, to raise: the kept one (a cached reply's) never takes a
+    traceback, which would keep the raising frames alive and grow at every raise. Made
+    without calling ``__init__`` (subclasses take other arguments), with the same state."""
+    again = type(error).__new__(type(error), *error.args)
+    again.__dict__.update(error.__dict__)
+    return again
+
+
 class UnsafePath(HostError):
     """A path that would leave the host root."""
 
@@ -49,6 +60,35 @@ class CommandTimeout(HostError):
         super().__init__(message, errno.ETIMEDOUT)
         self.argv = argv
         self.timeout = timeout
+
+
+class TargetTimeout(HostError):
+    """A remote target that used up its time (--gpuhost-target-timeout) waiting on one step:
+    its connection is ended, and everything asked of it later fails with this error."""
+
+    def __init__(self, message: str, step: str) -> None:
+        super().__init__(message, errno.ETIMEDOUT)
+        self.step = step
+
+
+_STEP: ContextVar[str] = ContextVar("gpuhost_step", default="")
+
+
+@contextmanager
+def doing(step: str) -> Iterator[None]:
+    """Say what the run is doing with its host (``collecting facts``, ``applying a fix of
+    sysctl[vm.swappiness]``): a host that hangs names it. The host never needs to know what
+    a check is; it only repeats these words."""
+    token = _STEP.set(step)
+    try:
+        yield
+    finally:
+        _STEP.reset(token)
+
+
+def current_step() -> str:
+    """The innermost ``doing`` of this thread, or ``""``."""
+    return _STEP.get()
 
 
 def checked_relative(path: str) -> str:
@@ -213,7 +253,7 @@ class Reply:
 
     def get(self) -> object:
         if self.error is not None:
-            raise self.error
+            raise raised(self.error)
         return self.value
 
     def data(self) -> bytes:
@@ -262,6 +302,31 @@ def reply_from_wire(request: Request, answer: Mapping[str, object]) -> Reply:
     elif isinstance(request, Glob) and isinstance(value, list):
         value = [(str(path), _glob_item(item)) for path, item in value]
     return Reply(value)
+
+
+def reply_to_wire(reply: Reply) -> dict[str, object]:
+    """The inverse of ``reply_from_wire``: the agent's own form of an answer (bytes stay bytes:
+    ``agent.encode`` makes JSON of it)."""
+    if reply.error is not None:
+        return {"error": str(reply.error), "errno": reply.error.errno}
+    value = reply.value
+    if isinstance(value, FileInfo):
+        return {"value": {"type": value.type, "size": value.size, "mode": value.mode,
+                          "rdev": list(value.rdev)}}
+    if isinstance(value, list) and value and isinstance(value[0], tuple):  # a glob's matches
+        return {"value": [[path, {"error": str(item), "errno": item.errno}
+                           if isinstance(item, HostError) else item] for path, item in value]}
+    return {"value": value}
+
+
+_REQUESTS: dict[str, type[Request]] = {"read": Read, "stat": Stat, "list": ListDir, "glob": Glob,
+                                       "kmsg": Kmsg, "readlink": Link, "which": Which}
+
+
+def request_from_wire(wire: Mapping[str, object]) -> Request:
+    """The inverse of ``Request.wire()``."""
+    fields = {key: value for key, value in wire.items() if key != "op"}
+    return _REQUESTS[str(wire["op"])](**fields)  # type: ignore[arg-type]
 
 
 def _glob_item(item: object) -> bytes | str | HostError | None:
@@ -332,9 +397,10 @@ class Host(Protocol):
         """pytest-gpuhost's own new file (a journal), whole or not at all; HostError with
         errno EEXIST when it exists already."""
 
-    def append_file(self, path: str, data: bytes) -> None:
-        """One line at the end of one of pytest-gpuhost's own files, fsync'd; never creates
-        it, never through a link or into a file with another name (a hard link)."""
+    def append_file(self, path: str, data: bytes, *, sync: bool = True) -> None:
+        """Lines at the end of one of pytest-gpuhost's own files, in one write(2), then fsync'd
+        unless ``sync`` is false (the next synced append makes them durable too); never
+        creates it, never through a link or into a file with another name (a hard link)."""
 
     def lock(self, path: str, timeout: float, holder: str) -> int:
         """Take the flock on a lock file under the root, waiting up to ``timeout`` s; held by
@@ -417,8 +483,11 @@ __all__ = [
     "Reply",
     "Request",
     "Stat",
+    "TargetTimeout",
     "UnsafePath",
     "Which",
     "checked_command",
     "checked_relative",
+    "current_step",
+    "doing",
 ]

@@ -585,9 +585,9 @@ class Root:
         finally:
             os.close(fd)
 
-    def append(self, rel: str, data: bytes) -> None:
-        """One write(2) at the end of an existing state file, then fsync; never creates it,
-        never through a link."""
+    def append(self, rel: str, data: bytes, *, sync: bool = True) -> None:
+        """One write(2) at the end of an existing state file, then fsync (unless ``sync`` is
+        false); never creates it, never through a link."""
         try:
             parent, name = self.parent(rel)
         except OSError as exc:
@@ -602,7 +602,8 @@ class Root:
         try:
             self._own(fd, rel)
             os.write(fd, data)
-            os.fsync(fd)
+            if sync:
+                os.fsync(fd)
         except OSError as exc:
             raise self.fail("append to", rel, exc) from None
         finally:
@@ -786,7 +787,7 @@ def execute(root: Root, request: dict[str, Any]) -> object:
     if op == "append":
         data = request["data"]
         assert isinstance(data, bytes)
-        root.append(str(request["path"]), data)
+        root.append(str(request["path"]), data, sync=request.get("sync", True) is not False)
         return None
     if op == "lock":
         return root.lock(str(request["path"]), float(request.get("timeout") or 0),

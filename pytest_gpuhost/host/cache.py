@@ -33,6 +33,8 @@ class CachedHost(BatchReads):
         self.host = host
         self._replies: dict[Request, Reply] = {}
         self._fetched: dict[Request, float] = {}
+        self.generation = 0
+        """Counts the times everything cached was forgotten (a change, ``invalidate()``)."""
 
     def describe(self) -> str:
         return self.host.describe()
@@ -51,7 +53,14 @@ class CachedHost(BatchReads):
 
     def invalidate(self) -> None:
         self._replies.clear()
+        self.generation += 1
         self.host.invalidate()
+
+    def clear(self) -> None:
+        """Forget every reply and when it was read (the run is over); reads nothing."""
+        self._replies.clear()
+        self._fetched.clear()
+        self.generation += 1
 
     def prefetch(self, requests: Iterable[Request]) -> int:
         """Read every request not yet cached in one batch; returns how many were read."""
@@ -61,6 +70,15 @@ class CachedHost(BatchReads):
             now = time.monotonic()
             self._fetched.update(dict.fromkeys(wanted, now))
         return len(wanted)
+
+    def replies(self) -> dict[Request, Reply]:
+        """Everything cached: what another process may ``seed`` its cache with."""
+        return dict(self._replies)
+
+    def seed(self, replies: Mapping[Request, Reply]) -> None:
+        """Serve these replies as if read now (another process read them moments ago)."""
+        self._replies.update(replies)
+        self._fetched.update(dict.fromkeys(replies, time.monotonic()))
 
     def forget(self, requests: Iterable[Request]) -> None:
         """Forget these replies only: their next read is live, the rest stays cached."""
@@ -75,8 +93,11 @@ class CachedHost(BatchReads):
         return request in self._replies
 
     def batch(self, requests: Sequence[Request]) -> list[Reply]:
-        self.prefetch(requests)
-        return [self._replies[request] for request in requests]
+        try:  # a check's read of what its phase's batch fetched: no new batch to make
+            return [self._replies[request] for request in requests]
+        except KeyError:
+            self.prefetch(requests)
+            return [self._replies[request] for request in requests]
 
     def exists(self, path: str) -> bool:
         """Answered from any cached request of the path too: what was read, listed or looked
@@ -108,8 +129,8 @@ class CachedHost(BatchReads):
     def create_file(self, path: str, data: bytes) -> None:
         self.host.create_file(path, data)
 
-    def append_file(self, path: str, data: bytes) -> None:
-        self.host.append_file(path, data)
+    def append_file(self, path: str, data: bytes, *, sync: bool = True) -> None:
+        self.host.append_file(path, data, sync=sync)
 
     def lock(self, path: str, timeout: float, holder: str) -> int:
         return self.host.lock(path, timeout, holder)

@@ -195,9 +195,9 @@ class LocalHost:
         except OpError as exc:
             raise _error(exc) from None
 
-    def append_file(self, path: str, data: bytes) -> None:
+    def append_file(self, path: str, data: bytes, *, sync: bool = True) -> None:
         try:
-            self._root.append(checked_relative(path), data)
+            self._root.append(checked_relative(path), data, sync=sync)
         except OpError as exc:
             raise _error(exc) from None
 

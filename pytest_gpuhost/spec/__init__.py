@@ -59,16 +59,24 @@ def _closest(word: str, choices: Iterable[str]) -> str:
     return f" (did you mean {found[0]!r}?)" if found else ""
 
 
+_STR = f"{_CORE}str"
+
+
 class Node:
-    """A YAML node that remembers where it came from, with typed accessors that raise SpecError."""
+    """A YAML node that remembers where it came from, with typed accessors that raise SpecError.
 
-    _constructor = SafeConstructor()
+    The nodes of one spec share one YAML constructor, which remembers every value it made:
+    it goes, with the nodes, once the spec is parsed (a constructor kept for the session kept
+    every node of every spec alive, and the garbage collector walked them all at each full
+    collection)."""
 
-    def __init__(self, node: yaml.Node, file: str, key_line: int | None = None) -> None:
+    def __init__(self, node: yaml.Node, file: str, key_line: int | None = None,
+                 constructor: SafeConstructor | None = None) -> None:
         self._node = node
         self.file = file
         self.key_line = key_line
         """For a mapping value: the line of its key, where errors about the key point."""
+        self._constructor = constructor if constructor is not None else SafeConstructor()
 
     @property
     def line(self) -> int:
@@ -107,20 +115,21 @@ class Node:
         pairs: list[tuple[str, Node]] = []
         seen: dict[str, int] = {}
         for key_node, value_node in self._node.value:
-            key = Node(key_node, self.file)
+            key = Node(key_node, self.file, constructor=self._constructor)
             name = key.scalar()
             if not isinstance(name, str):
                 raise key.error(f"keys in {what} must be strings, got {name!r}")
             if name in seen:
                 raise key.error(f"duplicate key {name!r} in {what} (first at line {seen[name]})")
             seen[name] = key.line
-            pairs.append((name, Node(value_node, self.file, key_line=key.line)))
+            pairs.append((name, Node(value_node, self.file, key.line, self._constructor)))
         return pairs
 
     def sequence(self, what: str) -> list[Node]:
         if not self.is_sequence:
             raise self.error(f"{what} must be a list, got {self.kind_name()}")
-        return [Node(child, self.file) for child in self._node.value]
+        return [Node(child, self.file, constructor=self._constructor)
+                for child in self._node.value]
 
     def scalar(self) -> Any:
         if not isinstance(self._node, yaml.ScalarNode):
@@ -129,12 +138,15 @@ class Node:
 
     def _construct(self) -> Any:
         """The scalar's value; one its tag cannot construct is a SpecError at its line."""
-        try:
-            value = self._constructor.construct_object(self._node)
-        except Exception as exc:  # ValueError, KeyError, ConstructorError: all the spec's
-            problem = getattr(exc, "problem", None) or str(exc) or type(exc).__name__
-            raise self.error(f"cannot read the value {str(self._node.value)[:40]!r} as "
-                             f"{_tag_name(self._node.tag)}: {problem}") from None
+        if self._node.tag == _STR:  # what the constructor would return, without its bookkeeping
+            value: Any = self._node.value
+        else:
+            try:
+                value = self._constructor.construct_object(self._node)
+            except Exception as exc:  # ValueError, KeyError, ConstructorError: all the spec's
+                problem = getattr(exc, "problem", None) or str(exc) or type(exc).__name__
+                raise self.error(f"cannot read the value {str(self._node.value)[:40]!r} as "
+                                 f"{_tag_name(self._node.tag)}: {problem}") from None
         if isinstance(value, str) and not _encodable(value):
             raise self.error(f"the value {value[:40]!r} holds a lone surrogate (an escape like "
                              "\\ud800), which is no character")
@@ -446,6 +458,13 @@ def _compose(text: str, shown: str) -> yaml.Node | None:
     return node
 
 
+_MERGE = f"{_CORE}merge"
+
+
+def _where(shown: str, node: yaml.Node) -> str:
+    return f"{shown}:{node.start_mark.line + 1}"
+
+
 def _check_nodes(root: yaml.Node, shown: str) -> None:
     """Every node, without recursion (and each shared by an alias once): no deeper than
     MAX_DEPTH, no merge key, no tag outside the core schema."""
@@ -456,18 +475,19 @@ def _check_nodes(root: yaml.Node, shown: str) -> None:
         if id(node) in seen:
             continue
         seen.add(id(node))
-        where = f"{shown}:{node.start_mark.line + 1}"
         if depth > MAX_DEPTH:
-            raise SpecError(where, f"the YAML is nested deeper than {MAX_DEPTH} levels; a spec "
-                                   "is a few levels deep")
-        if node.tag == f"{_CORE}merge":
-            raise SpecError(where, "merge keys ('<<') are not supported in a spec: write the "
-                                   "keys out in each mapping (which of a merged and a written "
-                                   "key wins is easy to get wrong)")
+            raise SpecError(_where(shown, node), f"the YAML is nested deeper than {MAX_DEPTH} "
+                                                 "levels; a spec is a few levels deep")
+        if node.tag == _MERGE:
+            raise SpecError(_where(shown, node), "merge keys ('<<') are not supported in a "
+                                                 "spec: write the keys out in each mapping "
+                                                 "(which of a merged and a written key wins is "
+                                                 "easy to get wrong)")
         if node.tag not in _ALLOWED_TAGS[type(node)]:
-            raise SpecError(where, f"a {_tag_name(node.tag)} value is not supported in a spec; "
-                                   "write plain strings, integers, booleans, lists and mappings"
-                                   " (quote a value to keep it a string)")
+            raise SpecError(_where(shown, node), f"a {_tag_name(node.tag)} value is not "
+                                                 "supported in a spec; write plain strings, "
+                                                 "integers, booleans, lists and mappings (quote "
+                                                 "a value to keep it a string)")
         if isinstance(node, yaml.MappingNode):
             stack.extend((child, depth + 1) for pair in node.value for child in pair)
         elif isinstance(node, yaml.SequenceNode):

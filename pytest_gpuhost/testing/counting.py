@@ -108,9 +108,9 @@ class CountingHost:
         self._count("create_file", path)
         self.host.create_file(path, data)
 
-    def append_file(self, path: str, data: bytes) -> None:
+    def append_file(self, path: str, data: bytes, *, sync: bool = True) -> None:
         self._count("append_file", path)
-        self.host.append_file(path, data)
+        self.host.append_file(path, data, sync=sync)
 
     def lock(self, path: str, timeout: float, holder: str) -> int:
         self._count("lock", path)

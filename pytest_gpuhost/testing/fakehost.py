@@ -135,7 +135,22 @@ def to_hexdump(address: str, heading: str, config: bytes) -> str:
     return "\n".join(lines) + "\n"
 
 
-MODPROBE = r'''#!/usr/bin/env python3
+FAKE_TOOL_START = r"""#!/bin/sh
+''':'
+# sh runs these lines and Python reads them as a string. The fake tool runs under the system's
+# python3 when there is one, else under the first python3 on PATH: `#!/usr/bin/env python3`
+# always takes the first on PATH, and a pyenv shim there costs ~100 ms a start (the system's
+# python3 ~15 ms). -I -S: the standard library is all it needs.
+for python in /usr/bin/python3 /usr/local/bin/python3; do
+    [ -x "$python" ] && exec "$python" -I -S "$0" "$@"
+done
+exec python3 -I -S "$0" "$@"
+'''
+"""
+"""How a fake tool's script starts: it must work on a fresh Debian CI machine (/usr/bin/python3)
+and on a machine whose only python3 is a pyenv or conda one, and start fast on both."""
+
+MODPROBE = FAKE_TOOL_START + r'''
 """A fake modprobe for a pytest-gpuhost fake host tree (written by pytest_gpuhost.fakehost).
 
 It edits the tree it lives in (ROOT/usr/sbin/modprobe) the way the kernel would: proc/modules,
@@ -223,7 +238,7 @@ def main(argv):
 sys.exit(main(sys.argv[1:]))
 '''
 
-NVBANDWIDTH = r'''#!/usr/bin/env python3
+NVBANDWIDTH = FAKE_TOOL_START + r'''
 """A fake nvbandwidth for a pytest-gpuhost fake host tree (written by pytest_gpuhost.fakehost).
 
 It replays bandwidths recorded on the real box for each MaxReadReq setting: it reads every GPU's

@@ -1,0 +1,73 @@
+"""Keeping the garbage collector off what a run keeps to its end.
+
+A gpuhost run builds most of what it holds up front (its modules, the spec's model, then at
+collection one item and one check per host check), and each check's record and reports, once
+made, live to the end of the session too. CPython's collector walks every tracked object at
+each full collection, and a growing heap triggers them: at 5,000 checks it spent more time
+walking these objects than pytest spends on as many plain tests. So the run is built with the
+collector paused (nothing it builds is a reference cycle that becomes garbage), and what exists
+once it is built, after collection, and every FREEZE_EVERY checks is moved out of the
+collector's sight with ``gc.freeze()``. ``thaw()`` gives it all back at unconfigure, before
+pytest's own end-of-session collections (which must see every object, to report what a
+finalizer raised), and again at cleanup whatever happened.
+
+A process whose garbage collector is off, or that froze objects itself, is left as it is.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+FREEZE_EVERY = 1000
+"""Checks run between two freezes."""
+
+
+class _State:
+    frozen = False
+    """Whether this module froze what the collector sees (and must thaw it)."""
+    made = 0
+    """Items made and checks run since the process started."""
+
+
+_state = _State()
+
+
+def _ours() -> bool:
+    """Whether the collector is ours to pause and freeze: on, and nothing frozen by others."""
+    return _state.frozen or (gc.isenabled() and gc.get_freeze_count() == 0)
+
+
+@contextmanager
+def paused() -> Iterator[None]:
+    """The collector off while the run is built (imports, the spec, the session)."""
+    if not gc.isenabled() or not _ours():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def freeze() -> None:
+    """Move every object that exists now out of the collector's sight until ``thaw()``."""
+    if _ours():
+        gc.freeze()
+        _state.frozen = True
+
+
+def made_one() -> None:
+    """An item was made or a check ran: every FREEZE_EVERY of them, what exists is frozen too
+    (items, checks, records and reports live to the end of the session)."""
+    _state.made += 1
+    if _state.made % FREEZE_EVERY == 0 and _state.frozen:
+        gc.freeze()
+
+
+def thaw() -> None:
+    if _state.frozen:
+        _state.frozen = False
+        gc.unfreeze()

@@ -1,0 +1,114 @@
+"""What a run imports: every pytest run of an environment where pytest-gpuhost is installed pays
+for its entry point, and a gpuhost run for what its spec and options use, not for all of it.
+
+Structure, not timing: the modules a run imports are what makes it cost (bench/bench.py measures
+the time, figures 1a-1c).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pytest_gpuhost.testing.fakehost import FakeHost
+
+pytest_plugins = ["pytester"]
+
+LOADED = """
+    import sys
+
+    def pytest_unconfigure(config):
+        names = sorted(m for m in sys.modules
+                       if m.split(".")[0] in ("pytest_gpuhost", "yaml", "_yaml"))
+        with open("loaded.txt", "w") as out:
+            out.write("\\n".join(names))
+"""
+
+
+def loaded(pytester: pytest.Pytester, *args: str) -> list[str]:
+    """The pytest_gpuhost and YAML modules of a fresh pytest process at its end."""
+    pytester.makeconftest(textwrap.dedent(LOADED))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    return (pytester.path / "loaded.txt").read_text().split()
+
+
+def test_a_run_that_asks_nothing_of_gpuhost_imports_its_entry_point_only(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_plain="""
+        import pytest
+
+        @pytest.mark.parametrize("n", range(3))
+        def test_trivial(n):
+            assert n >= 0
+    """)
+    assert loaded(pytester) == ["pytest_gpuhost", "pytest_gpuhost.hookspecs",
+                                "pytest_gpuhost.plugin"]
+
+
+def test_a_verify_run_imports_the_kinds_of_its_spec_and_no_fix_or_unasked_report(
+        pytester: pytest.Pytester, fake: FakeHost) -> None:
+    fake.sysctl("vm.swappiness", 10)
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    modules = loaded(pytester, "spec.yaml", f"--gpuhost-root={fake.root}")
+    kinds = [m for m in modules if m.startswith("pytest_gpuhost.checks.")]
+    # gpus: every run reads the GPU list for its reports; conditions: the `when:` names
+    assert kinds == ["pytest_gpuhost.checks.conditions", "pytest_gpuhost.checks.gpus",
+                     "pytest_gpuhost.checks.sysctl"]
+    fix = [m for m in modules if m.startswith("pytest_gpuhost.fix.")]
+    assert fix == ["pytest_gpuhost.fix.changes", "pytest_gpuhost.fix.locking",
+                   "pytest_gpuhost.fix.run", "pytest_gpuhost.fix.state"]  # no journal, fixer
+    reports = [m for m in modules if m.startswith("pytest_gpuhost.reports.")]
+    assert reports == ["pytest_gpuhost.reports.failure", "pytest_gpuhost.reports.junit",
+                       "pytest_gpuhost.reports.terminal"]
+    absent = ("capture", "fleet", "workers", "host.remote", "gpu.bandwidth", "gpu.cudaprobe")
+    assert not [m for m in modules if m.removeprefix("pytest_gpuhost.").startswith(absent)]
+
+
+def test_a_fix_run_imports_the_fixer_and_its_journal(pytester: pytest.Pytester,
+                                                     fake: FakeHost) -> None:
+    fake.sysctl("vm.swappiness", 60)
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    modules = loaded(pytester, "spec.yaml", f"--gpuhost-root={fake.root}", "--fix",
+                     "--gpuhost-report=out.json")
+    assert {"pytest_gpuhost.fix.fixer", "pytest_gpuhost.fix.journal",
+            "pytest_gpuhost.reports.jsonfile"} <= set(modules)
+    assert Path(pytester.path / "out.json").exists()
+
+
+def test_a_run_gives_the_garbage_collector_back(pytester: pytest.Pytester,
+                                               fake: FakeHost) -> None:
+    """The run pauses the collector while it is built and freezes what it keeps; after it the
+    process's collector is as it was (inline runs share this process)."""
+    import gc
+
+    fake.sysctl("vm.swappiness", 10)
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    result = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}")
+    result.assert_outcomes(passed=1)
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_a_collector_frozen_or_off_before_the_run_is_left_so(pytester: pytest.Pytester,
+                                                             fake: FakeHost) -> None:
+    import gc
+
+    fake.sysctl("vm.swappiness", 10)
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}").assert_outcomes(passed=1)
+        # Still frozen (a few frozen objects died meanwhile): ours to thaw, not the run's.
+        assert gc.get_freeze_count() > frozen // 2
+    finally:
+        gc.unfreeze()
+    gc.disable()
+    try:
+        pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}").assert_outcomes(passed=1)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
