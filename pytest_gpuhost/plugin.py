@@ -151,9 +151,15 @@ def _asked(config: pytest.Config) -> bool:
 
 def _raw_options(config: pytest.Config) -> Any:
     from .settings import RawOptions
-    from .workers import SSH_MASTERS_KEY, TARGETS_KEY
 
     option = config.option
+    workerinput = getattr(config, "workerinput", None)
+    shared: dict[str, Any] = {}
+    if workerinput is not None:  # an xdist worker: the targets its controller resolved
+        from .workers import SSH_MASTERS_KEY, TARGETS_KEY
+
+        shared = {"resolved_targets": tuple(workerinput.get(TARGETS_KEY, ())),
+                  "ssh_masters": workerinput.get(SSH_MASTERS_KEY)}
     ini_base = config.inipath.parent if config.inipath else config.rootpath
     return RawOptions(
         invocation=config.invocation_params.dir, ini_base=ini_base,
@@ -182,9 +188,7 @@ def _raw_options(config: pytest.Config) -> Any:
         limit=option.gpuhost_limit, targets_file=option.gpuhost_targets_file,
         ini_targets_file=str(config.getini("gpuhost_targets_file") or ""),
         target_timeout=option.gpuhost_target_timeout,
-        resolved_targets=tuple(getattr(config, "workerinput", {}).get(TARGETS_KEY, ())),
-        ssh_masters=getattr(config, "workerinput", {}).get(SSH_MASTERS_KEY),
-        after_reboot=option.gpuhost_rollback_after_reboot)
+        after_reboot=option.gpuhost_rollback_after_reboot, **shared)
 
 
 @pytest.hookimpl(tryfirst=True)
