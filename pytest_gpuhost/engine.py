@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .checks import CannotFix, Check, NotApplicable, Observation, is_boot_time
-from .fix.changes import Plan, to_dict
+from .checks.changes import Plan, to_dict
 from .host import Host, HostError, doing
 from .result import CheckResult, Outcome
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from pytest_gpuhost.checks import Check
+from pytest_gpuhost.checks.changes import Command, WriteText
 from pytest_gpuhost.checks.modules import ModuleProbe, ModuleState
 from pytest_gpuhost.engine import RunOptions, run_check
-from pytest_gpuhost.fix.changes import Command, WriteText
 from pytest_gpuhost.fix.fixer import Fixer
 from pytest_gpuhost.fix.history import FixHistory
 from pytest_gpuhost.fix.journal import Journal

@@ -15,12 +15,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gpuhost.checks import Check
-from pytest_gpuhost.checks.gpus import Gpu
-from pytest_gpuhost.checks.modules import ModuleProbe, ModuleState
-from pytest_gpuhost.checks.pcie import MaxReadRequestProbe
-from pytest_gpuhost.checks.sysctl import SysctlProbe, read_boot_config
-from pytest_gpuhost.engine import RunOptions, run_check
-from pytest_gpuhost.fix.changes import (
+from pytest_gpuhost.checks.changes import (
     Command,
     Plan,
     ReplaceFile,
@@ -29,6 +24,11 @@ from pytest_gpuhost.fix.changes import (
     from_dict,
     to_dict,
 )
+from pytest_gpuhost.checks.gpus import Gpu
+from pytest_gpuhost.checks.modules import ModuleProbe, ModuleState
+from pytest_gpuhost.checks.pcie import MaxReadRequestProbe
+from pytest_gpuhost.checks.sysctl import SysctlProbe, read_boot_config
+from pytest_gpuhost.engine import RunOptions, run_check
 from pytest_gpuhost.fix.fixer import Fixer, FixError
 from pytest_gpuhost.fix.journal import Journal, latest_journal, read_journal
 from pytest_gpuhost.fix.locking import LockTimeout, RootLock

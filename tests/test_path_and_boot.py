@@ -11,8 +11,8 @@ import pytest
 
 from pytest_gpuhost import builtin
 from pytest_gpuhost.checks import Facts
+from pytest_gpuhost.checks.changes import ReplaceFile
 from pytest_gpuhost.engine import RunOptions, run_check
-from pytest_gpuhost.fix.changes import ReplaceFile
 from pytest_gpuhost.fix.fixer import Fixer
 from pytest_gpuhost.fix.journal import Journal, read_journal
 from pytest_gpuhost.fix.rollback import rollback_checks

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from pytest_gpuhost.checks import Check
+from pytest_gpuhost.checks.changes import ReplaceFile, WriteBytes, WriteText
 from pytest_gpuhost.checks.cpuidle import IdleStateProbe, find_idle_states, parse_cpu_list
 from pytest_gpuhost.checks.modules import ModuleProbe, ModuleState
 from pytest_gpuhost.checks.sysctl import SysctlProbe
 from pytest_gpuhost.engine import RunOptions, run_check
-from pytest_gpuhost.fix.changes import ReplaceFile, WriteBytes, WriteText
 from pytest_gpuhost.fix.fixer import Fixer
 from pytest_gpuhost.fix.journal import (
     JOURNAL_DIR,
@@ -864,7 +864,7 @@ def test_a_hostile_c_state_name_is_refused_by_the_spec_and_by_persistence(
 
 
 def test_a_recorded_config_write_into_the_header_is_refused() -> None:
-    from pytest_gpuhost.fix.changes import ChangeError, from_dict
+    from pytest_gpuhost.checks.changes import ChangeError, from_dict
 
     with pytest.raises(ChangeError, match="at 0x10, inside the 64-byte header"):
         from_dict({"type": "write_bytes", "path": "sys/bus/pci/devices/0000:01:00.0/config",

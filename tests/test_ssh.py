@@ -290,7 +290,7 @@ def test_inside_a_container_a_read_only_sysctl_says_fix_it_on_the_host(fake: Fak
     """EROFS is the kernel's answer to a write of a global sysctl inside a container."""
     import errno
 
-    from pytest_gpuhost.fix.changes import WriteText
+    from pytest_gpuhost.checks.changes import WriteText
     from pytest_gpuhost.fix.fixer import explain
     from pytest_gpuhost.host import HostError, LocalHost
 

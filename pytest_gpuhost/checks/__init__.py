@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from ..fix.changes import Plan
 from ..host import Host, Reply, Request
 from ..spec import EntryOptions, Node, SpecContext
 from ..spec.matchers import Expectation
+from .changes import Plan
 
 if TYPE_CHECKING:
     from ..gpu.nvml import NvmlSource

@@ -13,7 +13,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..fix.changes import Plan, ReplaceFile
 from ..host import Glob, Host, Read, Request
 from ..linux.cmdline import (
     GRUB_DEFAULT,
@@ -30,6 +29,7 @@ from ..linux.cmdline import (
     unsafe_word,
 )
 from . import CannotFix, Evidence
+from .changes import Plan, ReplaceFile
 
 GRUB, SYSTEMD_BOOT, UNKNOWN = "grub", "kernel-cmdline", "none"
 SPEC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\Z")

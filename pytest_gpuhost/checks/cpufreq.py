@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..fix.changes import Plan, WriteText
 from ..host import Glob, Host, Read, Reply, Request
 from ..linux.cmdline import Parameter
 from ..linux.cpufreq import CPUFREQ, GLOBAL_BOOST, INTEL_NO_TURBO, policies, policy_path
@@ -31,6 +30,7 @@ from . import (
     PersistLine,
 )
 from .bootconfig import BOOT_READS, dropin_path, plan_dropin, read_boot_config
+from .changes import Plan, WriteText
 from .cpuidle import fold_cpu_list, parse_cpu_list
 
 KEYS = ("driver", "governor", "epp", "boost")

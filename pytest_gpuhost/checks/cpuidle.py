@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..fix.changes import Plan, WriteText
 from ..host import Glob, Host, HostError, Read, Reply, Request
 from ..spec import OPTION_KEYS, EntryOptions, Node, SpecContext
 from ..spec.matchers import Choice, Exact
 from . import CannotFix, Check, Evidence, Fact, Facts, NoFix, NotApplicable, Observation
+from .changes import Plan, WriteText
 
 CPU = "sys/devices/system/cpu"
 DRIVER = f"{CPU}/cpuidle/current_driver"

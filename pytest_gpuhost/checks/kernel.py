@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..fix.changes import Plan
 from ..host import Host, Read, Request
 from ..linux.cmdline import Parameter, split_words, unsafe_word
 from ..linux.sysfs import release_version
@@ -20,6 +19,7 @@ from ..spec import OPTION_KEYS, EntryOptions, Node, SpecContext, parse_expectati
 from ..spec.matchers import Expectation, Verdict, Version
 from . import CannotFix, Check, Evidence, Facts, NextBoot, NoFix, Observation
 from .bootconfig import BOOT_READS, dropin_path, plan_dropin, read_boot_config
+from .changes import Plan
 
 OSRELEASE = "proc/sys/kernel/osrelease"
 PROC_CMDLINE = "proc/cmdline"

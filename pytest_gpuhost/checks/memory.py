@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..fix.changes import Plan, WriteText
 from ..host import Host, Read, Request
 from ..linux.sysfs import bracketed
 from ..result import CheckResult, Outcome
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Choice, Expectation
 from . import Check, Evidence, Facts, NotApplicable, Observation, PersistLine
+from .changes import Plan, WriteText
 
 THP = "sys/kernel/mm/transparent_hugepage/enabled"
 THP_MODES = ("always", "madvise", "never")

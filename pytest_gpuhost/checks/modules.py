@@ -11,12 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..fix.changes import Command, Plan, ReplaceFile
 from ..host import Glob, Host, HostError, Read, Reply, Request, Stat
 from ..linux.cmdline import split_words
 from ..spec import OPTION_KEYS, EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Auto, Choice, Exact, Expectation
 from . import CannotFix, Check, Evidence, Fact, Facts, NextBoot, Observation
+from .changes import Command, Plan, ReplaceFile
 
 LOADED, ABSENT, BUILTIN = "loaded", "absent", "builtin"
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*\Z")

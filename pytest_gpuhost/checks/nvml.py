@@ -12,7 +12,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import permutations
 
-from ..fix.changes import NvmlSetting, Plan
 from ..gpu.nvml import PERSISTENCE as PERSISTENCE  # re-exported: defined once, in ..nvml
 from ..gpu.nvml import Nvml, NvmlSource, NvmlUnavailable, persistence_text
 from ..host import Glob, Host, Read, Request
@@ -29,6 +28,7 @@ from . import (
     Observation,
     Probe,
 )
+from .changes import NvmlSetting, Plan
 
 NVIDIA_VERSION = "proc/driver/nvidia/version"
 _MODULE = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")

@@ -10,13 +10,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..fix.changes import Plan, WriteBytes
 from ..host import Host, HostError, Read, Request
 from ..linux.pciconfig import BCR_FLR, SIZES, ConfigError, DeviceControl, device_control
 from ..result import CheckResult
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Domain, Expectation, Integer, LinkSpeed
 from . import Check, Evidence, Fact, Facts, NoFix, Observation, PersistLine
+from .changes import Plan, WriteBytes
 from .conditions import in_container
 from .gpus import GPUS, Gpu, MissingGpus
 from .pcie_path import (

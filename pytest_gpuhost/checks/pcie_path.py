@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..fix.changes import Plan, WriteBytes, WriteText
 from ..host import Glob, Host, HostError, Read, Reply, Request
 from ..linux.pciaddr import address_order
 from ..linux.pciconfig import ASPM_STATES, ConfigError, aspm_control
@@ -40,6 +39,7 @@ from . import (
     Observation,
     PersistLine,
 )
+from .changes import Plan, WriteBytes, WriteText
 from .gpus import GPUS, Gpu, MissingGpus
 
 OFF = "off"

@@ -19,8 +19,8 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..checks.changes import Change, to_dict
 from ..host import Host, HostError, Read
-from .changes import Change, to_dict
 from .journal import FAILED, JournalEntry, JournalError, read_journal
 from .state import JOURNAL_LIMIT, StateFile, StateStore
 

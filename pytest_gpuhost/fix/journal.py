@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..checks.changes import Change, ChangeError, from_dict, lossless_text, to_dict
 from ..host import HostError, HostIdentity, LocalHost
-from .changes import Change, ChangeError, from_dict, lossless_text, to_dict
 from .state import JOURNAL_DIR as JOURNAL_DIR
 from .state import StateFile, StateStore
 

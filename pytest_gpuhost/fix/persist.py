@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from ..checks import CannotFix, Check, Evidence, Observation, PersistLine
 from ..checks.bootconfig import GRUB, dropin_path, dropin_text, parse_boot_config, read_all
+from ..checks.changes import Plan, ReplaceFile
 from ..checks.modules import module_name_problem
 from ..checks.sysctl import sysctl_path
 from ..host import Host
@@ -30,7 +31,6 @@ from ..linux.pciconfig import SIZES, DeviceControl
 from ..result import CheckResult, Outcome
 from ..spec import EntryOptions
 from ..spec.matchers import Choice, Exact, normalize_ws
-from .changes import Plan, ReplaceFile
 
 CURRENT, ABSENT, DIFFERS = "current", "absent", "differs"
 _RIGHT_NOW = (Outcome.PASSED, Outcome.FIXED)
