@@ -6,28 +6,20 @@ that then holds the others to it."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_gpuhost.testing.sshd import SshServer, find_sshd, start_sshd
+from pytest_gpuhost.testing.sshd import SshServer
 
+from .conftest import NEEDS_OPENSSH
 from .test_fleet import FLEET_SPEC, tuned_node
 
-pytestmark = pytest.mark.skipif(find_sshd() is None or shutil.which("ssh") is None,
-                                reason="needs OpenSSH: Debian's openssh-server and -client")
+pytestmark = NEEDS_OPENSSH
 
-
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
-    server = start_sshd(tmp_path_factory.mktemp("sshd"))
-    yield server
-    server.stop()
 
 
 def page_data(html: Path) -> dict[str, Any]:

@@ -15,37 +15,24 @@ import shutil
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from pytest_gpuhost.testing.fakehost import FakeHost
-from pytest_gpuhost.testing.sshd import SshServer, find_sshd, start_sshd
+from pytest_gpuhost.testing.sshd import SshServer
 
-pytestmark = pytest.mark.skipif(find_sshd() is None or shutil.which("ssh") is None,
-                                reason="needs OpenSSH: Debian's openssh-server and -client")
+from .conftest import NEEDS_OPENSSH, workers_by_target
+
+pytestmark = NEEDS_OPENSSH
 
 SPEC = "version: 1\nsysctl:\n  vm.swappiness: 10\n  vm.dirty_ratio: 5\n"
 
 
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
-    server = start_sshd(tmp_path_factory.mktemp("sshd"))
-    yield server
-    server.stop()
-
 
 @pytest.fixture(scope="module", autouse=True)
-def ansible_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Ansible's local temporary directory and configuration lookups stay in the tests' own
-    directories, never in ~/.ansible."""
-    base = tmp_path_factory.mktemp("ansible")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("ANSIBLE_LOCAL_TEMP", str(base / "tmp"))
-        patch.setenv("ANSIBLE_CONFIG", str(base / "ansible.cfg"))
-        patch.setenv("ANSIBLE_HOME", str(base))
-        yield
+def _ansible_home(ansible_home: None) -> None:
+    """Every test here keeps Ansible's files in its own directories."""
 
 
 def keyless_config(server: SshServer, directory: Path) -> Path:
@@ -231,10 +218,7 @@ def test_xdist_runs_each_inventory_host_on_one_worker(
         f"--gpuhost-ssh-config={keyless_config(sshd, tmp_path)}", "--gpuhost-report=r.json",
         "--gpuhost-target-timeout=60", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-    workers: dict[str, set[str]] = {}
-    for line in result.stdout.lines:
-        if line.startswith("[gw") and "PASSED" in line and "@" in line:
-            workers.setdefault(line.rsplit("@", 1)[1].split()[0], set()).add(line.split("]")[0])
+    workers = workers_by_target(result)
     assert sorted(workers) == names
     assert all(len(seen) == 1 for seen in workers.values()), workers
     assert {len(seen) for seen in workers.values()} == {1}

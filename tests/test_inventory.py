@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -67,15 +66,8 @@ all:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def ansible_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Ansible makes its local temporary directory (~/.ansible/tmp) when first used: keep it,
-    and any ansible.cfg lookup, inside the test's own directories."""
-    base = tmp_path_factory.mktemp("ansible")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("ANSIBLE_LOCAL_TEMP", str(base / "tmp"))
-        patch.setenv("ANSIBLE_CONFIG", str(base / "ansible.cfg"))
-        patch.setenv("ANSIBLE_HOME", str(base))
-        yield
+def _ansible_home(ansible_home: None) -> None:
+    """Every test here keeps Ansible's files in its own directories."""
 
 
 def inventory(tmp_path: Path, text: str, name: str = "hosts.ini") -> Path:

@@ -12,25 +12,17 @@ import json
 import shutil
 import subprocess
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from pytest_gpuhost.testing.fakehost import FakeHost
-from pytest_gpuhost.testing.sshd import SshServer, find_sshd, start_sshd
+from pytest_gpuhost.testing.sshd import SshServer, start_sshd
 
-from .conftest import BLACKWELL8, EXAMPLE_HOST, counts, snapshot
+from .conftest import BLACKWELL8, EXAMPLE_HOST, NEEDS_OPENSSH, counts, snapshot, workers_by_target
 
-pytestmark = pytest.mark.skipif(find_sshd() is None or shutil.which("ssh") is None,
-                                reason="needs OpenSSH: Debian's openssh-server and -client")
+pytestmark = NEEDS_OPENSSH
 
-
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
-    server = start_sshd(tmp_path_factory.mktemp("sshd"))
-    yield server
-    server.stop()
 
 
 def ssh_args(server: SshServer, *roots: Path | str, names: tuple[str, ...] = ()) -> list[str]:
@@ -335,10 +327,7 @@ def test_under_xdist_each_targets_checks_run_on_one_worker(
         f"--gpuhost-spec={spec}", *ssh_args(sshd, *roots, names=tuple(names)), "-n", "2", "-v",
         "--gpuhost-report=r.json")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-    workers: dict[str, set[str]] = {}
-    for line in result.stdout.lines:
-        if line.startswith("[gw") and "PASSED" in line and "@" in line:
-            workers.setdefault(line.rsplit("@", 1)[1].split()[0], set()).add(line.split("]")[0])
+    workers = workers_by_target(result)
     assert sorted(workers) == names
     assert all(len(seen) == 1 for seen in workers.values()), workers
     report = json.loads((pytester.path / "r.json").read_text())
