@@ -46,6 +46,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))  # bench.py before the bench/ folder
 
 from pytest_gpuhost.testing.fakehost import FakeHost  # noqa: E402
 from pytest_gpuhost.testing.sshd import SshServer, start_sshd  # noqa: E402
@@ -360,14 +361,11 @@ def main() -> int:
                      (before, load()), phases)
     print(section)
     if args.results is not None:
+        from bench import put_section  # bench/bench.py: RESULTS.md's sections, one way
+
+        assert section.startswith(SECTION)
         text = args.results.read_text() if args.results.exists() else ""
-        start = text.find(SECTION)
-        if start < 0:
-            text = text.rstrip("\n") + "\n\n" + section
-        else:
-            end = text.find("\n## ", start + len(SECTION))
-            text = text[:start] + section + (text[end + 1:] if end >= 0 else "")
-        args.results.write_text(text)
+        args.results.write_text(put_section(text, section))
     goal = results.get((100, 4))
     return 0 if goal is None or statistics.median(m.wall for m in goal) < GOAL_S else 1
 
