@@ -368,10 +368,13 @@ class GpuhostRun:
     def pytest_xdist_node_collection_finished(self, node: Any, ids: Sequence[str]) -> None:
         """On the controller: the checks a worker collected, so that one whose worker died
         before reporting it still counts (as an error) in every report."""
+        specs: dict[str, bool] = {}  # each file resolved once, not once per check
         for nodeid in ids:
             if nodeid not in self.collected and "::" in nodeid:
-                path = (self.config.rootpath / nodeid.split("::", 1)[0]).resolve()
-                if path in self.session.specs:
+                name = nodeid.split("::", 1)[0]
+                if name not in specs:
+                    specs[name] = (self.config.rootpath / name).resolve() in self.session.specs
+                if specs[name]:
                     self.collected[nodeid] = None
 
     # -- the end ----------------------------------------------------------------------------
