@@ -321,7 +321,7 @@ def both(times: Timings, numerator: str, denominator: str) -> tuple[Ratio, str]:
     return wall, f"{numerator} / {denominator}: wall {wall}, CPU {cpu}"
 
 
-def shown(times: Timings, numerator: str, denominator: str) -> str:
+def result_text(times: Timings, numerator: str, denominator: str) -> str:
     """A figure's result: the wall-time ratio (what the goal is judged on), then the CPU-time
     one, which other processes on a shared machine disturb less."""
     wall = Ratio.paired(times.wall[numerator], times.wall[denominator])
@@ -361,8 +361,8 @@ def figure_autoload(base: Path, repeat: int, warmup: int) -> list[Figure]:
             "1a" if count == 1 else "1b",
             f"autoload tax: {count} trivial test{'s' if count > 1 else ''}, pytest-gpuhost "
             "installed but not asked for vs `-p no:gpuhost`",
-            "installed / without <= 1.02 (at most ~5 ms)", shown(times, "installed", "without"),
-            ratio.median <= 1.02,
+            "installed / without <= 1.02 (at most ~5 ms)",
+            result_text(times, "installed", "without"), ratio.median <= 1.02,
             [installed.shown(base), without.shown(base)],
             [line, medians(times),
              f"difference of the medians: wall {extra * 1000:+.1f} ms, CPU "
@@ -430,7 +430,7 @@ def figure_floor(base: Path, repeat: int, warmup: int) -> Figure:
     return Figure(
         "1c", f"overhead over pytest's floor: {spec.checks} checks (128 CPUs x 4 C-states, "
         "8 GPUs, 300 sysctls) vs as many trivial parametrized tests without the plugin",
-        "gpuhost / plain <= 1.10 (serial)", shown(times, "gpuhost", "plain"),
+        "gpuhost / plain <= 1.10 (serial)", result_text(times, "gpuhost", "plain"),
         ratio.median <= 1.10,
         [gpuhost.shown(base), plain.shown(base)],
         [line, medians(times),
@@ -457,7 +457,7 @@ def figure_xdist(base: Path, repeat: int, warmup: int) -> Figure:
     return Figure(
         "1d", f"-n 2: the floor's {spec.checks} checks vs as many trivial tests without the "
         "plugin, both with pytest-xdist's -n 2", "gpuhost / plain <= 1.15 at -n 2",
-        shown(times, "gpuhost -n 2", "plain -n 2"), ratio.median <= 1.15,
+        result_text(times, "gpuhost -n 2", "plain -n 2"), ratio.median <= 1.15,
         [c.shown(base) for c in cases],
         [line, medians(times), "serial, the same two: figure (1c)"])
 
@@ -751,7 +751,7 @@ def figure_fix(base: Path, repeat: int, warmup: int) -> Figure:
         "4", f"--fix of the example host ({sum(summaries['verify'].values())} checks), then a "
         "second --fix of the fixed copy",
         "fix / verify <= 1.3; second --fix changes nothing",
-        f"fix / verify {shown(times, 'fix', 'verify')}; second fix / verify {again_ratio}",
+        f"fix / verify {result_text(times, 'fix', 'verify')}; second fix / verify {again_ratio}",
         fix_ratio.median <= 1.3,
         [verify.shown(base), first.shown(base), second.shown(base) + "  (on the fixed copy)"],
         [fix_line, again_line, medians(times),
