@@ -278,3 +278,41 @@ def test_a_kept_error_is_raised_as_a_copy_that_holds_no_frames() -> None:
         assert str(caught.value) == "modprobe ran past 60 s"
         depths.append(len(traceback.extract_tb(caught.value.__traceback__)))
     assert kept.__traceback__ is None and len(set(depths)) == 1
+
+
+class RacedLibc:
+    """openat2 answering EAGAIN ``times`` times (a rename or mount raced its `..`), then as the
+    kernel does; the rest of libc as it is."""
+
+    def __init__(self, libc: object, times: int) -> None:
+        self.libc = libc
+        self.times = times
+        self.calls = 0
+
+    def syscall(self, number: int, *args: object) -> int:
+        import ctypes
+        import errno
+
+        self.calls += 1
+        if self.calls <= self.times:
+            ctypes.set_errno(errno.EAGAIN)
+            return -1
+        result: int = self.libc.syscall(number, *args)  # type: ignore[attr-defined]
+        return result
+
+
+@pytest.mark.parametrize("times", [3, 50])
+def test_a_lookup_raced_by_a_mount_is_retried_then_walked(
+        fake: FakeHost, monkeypatch: pytest.MonkeyPatch, times: int) -> None:
+    """openat2(RESOLVE_IN_ROOT) answers EAGAIN when a rename or mount anywhere raced a lookup
+    through `..` (sysfs device links have them): a busy node's containers make it happen. The
+    read is retried, then walked; it never fails, and never drops a GPU from the inventory."""
+    fake.gpu("0000:01:00.0")
+    host = LocalHost(fake.root)
+    if not host._root._openat2:
+        pytest.skip("no openat2 here: the walk is all there is")
+    raced = RacedLibc(agent._libc_openat2(), times)
+    monkeypatch.setattr(agent, "_openat2_state", [raced])
+    assert host.read_text("sys/bus/pci/devices/0000:01:00.0/vendor").strip() == "0x10de"
+    assert raced.calls == min(times + 1, agent._OPENAT2_TRIES)
+    assert host._root._openat2  # still used for the next lookups

@@ -100,6 +100,8 @@ class _OpenHow(ctypes.Structure):
 _SYS_OPENAT2 = 437  # the same number on every architecture (the unified syscall table)
 _RESOLVE_NO_MAGICLINKS = 0x02
 _RESOLVE_IN_ROOT = 0x10
+_OPENAT2_TRIES = 8
+"""openat2 calls a lookup gets while it keeps answering EAGAIN, before the walk takes over."""
 _openat2_state: list[object] = []  # [libc] once probed and usable, [None] when not
 
 
@@ -166,13 +168,23 @@ class Root:
                 os.close(parent)
 
     def _open_openat2(self, rel: str, flags: int, mode: int) -> int | None:
+        """The fd, or None to walk instead. EAGAIN is the kernel saying a rename or mount
+        anywhere on the machine raced a lookup through ``..`` (every sysfs device link has
+        some), so that it cannot vouch for the root's containment this time: retried, as
+        openat2(2) advises, then walked (starting containers mount all the time on a busy
+        node; an EAGAIN taken for an unreadable file left a GPU out of the inventory)."""
         libc = _libc_openat2()
         how = _OpenHow(flags, mode, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
-        fd = libc.syscall(_SYS_OPENAT2, self.fd, os.fsencode(rel), ctypes.byref(how),  # type: ignore[attr-defined]
-                          ctypes.sizeof(how))
-        if fd >= 0:
-            return int(fd)
-        error = ctypes.get_errno()
+        for _ in range(_OPENAT2_TRIES):
+            fd = libc.syscall(_SYS_OPENAT2, self.fd, os.fsencode(rel), ctypes.byref(how),  # type: ignore[attr-defined]
+                              ctypes.sizeof(how))
+            if fd >= 0:
+                return int(fd)
+            error = ctypes.get_errno()
+            if error != errno.EAGAIN:
+                break
+        else:
+            return None  # still racing: the portable walk keeps the root just as well
         if error in (errno.ENOSYS, errno.EPERM) and not self._probe_openat2():
             self._openat2 = False  # no openat2 here (an old kernel, or seccomp): walk instead
             return None
