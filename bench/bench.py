@@ -43,7 +43,10 @@ sys.path.insert(0, str(REPO))
 from pytest_gpuhost import builtin  # noqa: E402
 from pytest_gpuhost.checks import Facts  # noqa: E402
 from pytest_gpuhost.fix.run import STATE_DIR  # noqa: E402
-from pytest_gpuhost.host import LocalHost  # noqa: E402
+from pytest_gpuhost.gpu.nvml import default_factory  # noqa: E402
+from pytest_gpuhost.host import Host, LocalHost  # noqa: E402
+from pytest_gpuhost.session import Session  # noqa: E402
+from pytest_gpuhost.settings import RawOptions, Settings, resolve  # noqa: E402
 from pytest_gpuhost.spec import load_spec  # noqa: E402
 from pytest_gpuhost.testing.counting import CountingHost  # noqa: E402
 from pytest_gpuhost.testing.fakehost import FakeHost  # noqa: E402
@@ -70,6 +73,8 @@ class Case:
     cwd: Path
     expect_rc: int = 0
     prepare: Callable[[], None] | None = None
+    after: Callable[[], None] | None = None
+    """Untimed after the run (to read what it wrote: a report)."""
     env: tuple[tuple[str, str], ...] = ()
     """Added to the clean environment (the GC-time runs load bench/gctime.py through it)."""
 
@@ -111,6 +116,8 @@ def run_once(case: Case) -> tuple[float, float]:
             tail = "\n".join(output.read().splitlines()[-30:])
             raise SystemExit(f"{case.name}: exit {process.returncode}, expected "
                              f"{case.expect_rc}:\n{' '.join(case.argv)}\n{tail}")
+    if case.after is not None:
+        case.after()
     return elapsed, usage.ru_utime + usage.ru_stime
 
 
@@ -690,7 +697,7 @@ def figure_scale20k(base: Path, repeat: int, warmup: int) -> Figure:
             worst = max(worst, wall.median)
             worst_cpu = max(worst_cpu, cpu.median)
     return Figure(
-        "3b", "scale to 20,000 checks: " + ", ".join(f"{n:,}" for n in SCALE_SIZES) +
+        "3c", "scale to 20,000 checks: " + ", ".join(f"{n:,}" for n in SCALE_SIZES) +
         " checks (8 GPUs, 128 CPUs x 4 C-states, the rest sysctls) vs as many trivial tests "
         "without the plugin", "gpuhost / plain <= 1.10 at 5,000 and 20,000 checks",
         f"at most {worst:.3f} from 5,000 checks on (CPU: {worst_cpu:.3f})", worst <= 1.10,
@@ -919,7 +926,7 @@ def render(figures: Sequence[Figure], argv: Sequence[str], repeat: int, warmup: 
     return "\n".join(lines) + "\n"
 
 
-FIGURE_LABELS = ("1a", "1b", "1c", "1d", "2", "3a", "3b", "4")
+FIGURE_LABELS = ("1a", "1b", "1c", "1d", "2", "3a", "3c", "4")
 """The sections bench.py writes; (5) and later belong to other tools (bench/fleet.py)."""
 LABEL = re.compile(r"\| \((\w+)\) ")
 
@@ -946,6 +953,113 @@ def trimmed(lines: list[str]) -> list[str]:
     while lines and not lines[-1].strip():
         lines = lines[:-1]
     return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers bench/ssh.py shares (host calls, sections of RESULTS.md spliced by other scripts)
+
+
+@dataclass(frozen=True)
+class HostCalls:
+    """Host calls of a verify run by phase, a batch counted as one (one round trip to a remote
+    host): while the specs expand into checks, and while the checks run."""
+
+    collection: int
+    run: int
+    checks: int
+    by_method: dict[str, int]
+    requests: int
+    """Requests carried by the batches (a batch of 300 reads is one call, 300 requests)."""
+
+
+def host_calls(directory: Path, specs: Sequence[Path], root: Path) -> HostCalls:
+    """Count the calls of a verify run in this process, through the pytest-free session driven
+    as plugin.py drives it (expand, select, run in rank order, finish) on a CountingHost."""
+    settings = resolve(RawOptions(invocation=directory, ini_base=directory,
+                                  ini_name="the ini file", spec=tuple(map(str, specs)),
+                                  root=str(root)))
+    counted: list[CountingHost] = []
+
+    def make_host(url: str, settings: Settings) -> Host:
+        counted.append(CountingHost(LocalHost(settings.root)))
+        return counted[-1]
+
+    kinds = {kind.section: kind for kind in builtin.pytest_gpuhost_check_kinds()}
+    session = Session(settings, kinds, builtin.pytest_gpuhost_conditions(), make_host,
+                      default_factory)
+    session.target.facts.sleep = lambda seconds: None  # a residency window: no waiting
+    try:
+        checks = sorted((c for spec in session.specs.values() for c in session.expand(spec)),
+                        key=lambda c: c.order)
+        [host] = counted
+        collection = host.total
+        session.target.select(checks)
+        records = [session.run(check) for check in checks]
+        session.finish(records)
+    finally:
+        session.close()
+    return HostCalls(collection, host.total - collection, len(checks), dict(host.calls),
+                     host.requests)
+
+
+def sysctl_spec(chosen: dict[str, str]) -> str:
+    """A spec that expects each sysctl of ``chosen`` to hold its value (raw text)."""
+    spec = ["version: 1", "name: real-sysctls", "sysctl:"]
+    spec += [f"  {key}: {json.dumps(value)}" for key, value in chosen.items()]
+    return "\n".join(spec) + "\n"
+
+
+def testinfra_file(chosen: dict[str, str]) -> str:
+    """The same checks as a testinfra test module: one ``host.sysctl`` test per key."""
+    params = ",\n".join(f"    ({key!r}, {testinfra_expected(v)!r})" for key, v in chosen.items())
+    return ("import pytest\n\n"
+            f"SYSCTLS = [\n{params},\n]\n\n\n"
+            "@pytest.mark.parametrize('key, expected', SYSCTLS, ids=[k for k, _ in SYSCTLS])\n"
+            "def test_sysctl(host, key, expected):\n"
+            "    assert host.sysctl(key) == expected\n")
+
+
+def sections(text: str) -> list[tuple[str, str]]:
+    """(heading line, its text up to the next ``## ``) of every second-level section."""
+    starts = [i for i, line in enumerate(text.splitlines(keepends=True)) if line.startswith("## ")]
+    lines = text.splitlines(keepends=True)
+    bounds = [*starts, len(lines)]
+    return [(lines[a].rstrip("\n"), "".join(lines[a:b])) for a, b in itertools.pairwise(bounds)]
+
+
+def put_section(text: str, section: str, *, after: str | None = None) -> str:
+    """``text`` with ``section`` (which starts with its ``## `` heading) in place of the section
+    of that heading; a new one goes after the section whose heading starts with ``after``, or
+    at the end."""
+    heading = section.splitlines()[0]
+    section = section.rstrip("\n") + "\n\n"
+    found = dict(sections(text))
+    if heading in found:
+        return text.replace(found[heading], section, 1)
+    anchor = next((body for head, body in sections(text)
+                   if after is not None and head.startswith(after)), None)
+    if anchor is not None:
+        return text.replace(anchor, anchor.rstrip("\n") + "\n\n" + section, 1)
+    return text.rstrip("\n") + "\n\n" + section
+
+
+def summary_table(figures: Sequence[Figure]) -> list[str]:
+    """The figure | goal | result | met table of ``figures``."""
+    return ["| figure | goal | result | met |", "| --- | --- | --- | --- |",
+            *(summary_row(f) for f in figures)]
+
+
+def figure_lines(figure: Figure, heading: str = "##") -> list[str]:
+    """A figure's section: its heading, goal and result, table, notes and commands."""
+    lines = [f"{heading} ({figure.label}) {figure.title}", "",
+             f"Goal: {figure.goal}. Result: {figure.result}.", ""]
+    table = [d for d in figure.details if d.startswith("|")]
+    text = [d for d in figure.details if d and not d.startswith("|")]
+    if table:
+        lines += [*table, ""]
+    lines += [f"- {d}" for d in text]
+    return [*lines, "", "Commands:", "", "```", *figure.commands, "```"]
+
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:

@@ -34,6 +34,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))  # bench.py before the bench/ folder
 
 from pytest_gpuhost.fleet import read_reports  # noqa: E402
 from pytest_gpuhost.fleet.drift import find_drift  # noqa: E402
@@ -233,14 +234,11 @@ chromium --headless --no-sandbox --disable-gpu --dump-dom file://$BENCH/drawn.ht
 """
     print(section)
     if args.results is not None:
+        from bench import put_section  # bench/bench.py: RESULTS.md's sections, one way
+
+        assert section.startswith(SECTION)
         text = args.results.read_text() if args.results.exists() else ""
-        start = text.find(SECTION)
-        if start < 0:
-            text = text.rstrip("\n") + "\n\n" + section
-        else:
-            end = text.find("\n## ", start + len(SECTION))
-            text = text[:start] + section + (text[end + 1:] if end >= 0 else "")
-        args.results.write_text(text)
+        args.results.write_text(put_section(text, section))
     return 0 if merge_ok and draw_ok else 1
 
 

@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 from .hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from .checks import Check, Fact, Facts, Kind
+    from .checks import Check, Fact, Facts, Kind, PersistLine
     from .checks.conditions import ConditionFn
     from .gpu.nvml import NvmlFactory
     from .host import Host
+    from .result import CheckResult
     from .settings import Settings
     from .spec import Node, SpecContext
 
@@ -61,6 +62,12 @@ class BuiltinKind:
 
     def expand(self, section: Any, facts: Facts) -> Sequence[Check]:
         return self.kind.expand(section, facts)
+
+    def persistence(self, results: Sequence[CheckResult]) -> list[PersistLine]:
+        """The kind's own --fix-persist lines: none from a kind this run never loaded (it has
+        no records), else what the kind supplies, if it supplies any."""
+        supply = getattr(self._kind, "persistence", None) if self._kind is not None else None
+        return list(supply(results)) if supply is not None else []
 
     @property
     def qualname(self) -> str:
@@ -109,13 +116,17 @@ def pytest_gpuhost_make_host(url: str, settings: Settings) -> Host | None:
     inner = agent_command(target.root)
     if target.container is not None:
         inner = lxc_argv(target.container, inner)
-    if target.scheme == "lxc":
-        return AgentHost(url, inner, target.root, connect_timeout=settings.connect_timeout)
-    assert target.host is not None
-    argv = ssh_argv(target.host, port=target.port, user=target.user,
-                    config=settings.ssh_config, connect_timeout=settings.connect_timeout,
-                    inner=inner)
-    return AgentHost(url, argv, target.root, connect_timeout=settings.connect_timeout)
+    argv = inner
+    if target.scheme == "ssh":
+        assert target.host is not None
+        master = settings.ssh_masters / str(settings.targets.index(target)) \
+            if settings.ssh_masters is not None else None
+        argv = ssh_argv(target.host, port=target.port, user=target.user,
+                        config=settings.ssh_config, connect_timeout=settings.connect_timeout,
+                        inner=inner, identity_file=target.identity_file, extra=target.ssh_args,
+                        master=master)
+    return AgentHost(url, argv, target.root, connect_timeout=settings.connect_timeout,
+                     time_limit=settings.target_timeout, name=target.name)
 
 
 @hookimpl(trylast=True)

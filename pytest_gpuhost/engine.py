@@ -10,13 +10,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .checks import CannotFix, Check, NotApplicable, Observation, is_boot_time
-from .fix.changes import Plan, to_dict
-from .host import Host, HostError
+from .checks.changes import Plan, to_dict
+from .host import Host, HostError, doing
 from .result import CheckResult, Outcome
 
 if TYPE_CHECKING:  # the fixer (journal, locks, NVML settings) is imported by a fix only
     from .checks.conditions import ConditionFn
     from .fix.fixer import Applied, Fixer
+    from .fix.history import FixHistory
 
 
 @dataclass(frozen=True)
@@ -33,8 +34,10 @@ def run_check(
     conditions: Mapping[str, ConditionFn],
     options: RunOptions,
     fixer: Fixer | None = None,
+    history: FixHistory | None = None,
 ) -> CheckResult:
-    """Raises only LockUnavailable (the root's lock cannot be had); all else is a record."""
+    """Raises only LockUnavailable (the root's lock cannot be had); all else is a record.
+    ``history``: the host's earlier fixes, whose failures are not retried (None: retry)."""
     expected = check.expect.describe()
     try:
         skip = _skip_reason(check, host, conditions)
@@ -72,13 +75,13 @@ def run_check(
                                               "configuration, then a reboot applies it",
                        observed)
     if options.dry_run:
-        return _plan_only(check, host, observed, problem)
+        return _plan_only(check, host, observed, problem, history)
     if fixer is None:
         from .fix.fixer import Fixer
 
         fixer = Fixer(host, None, run_lock=None, apply_lock=None, lock_timeout=0)
-    with fixer.locked():
-        return _fix(check, host, fixer, problem)
+    with doing(f"applying a fix of {check.id}"), fixer.locked():
+        return _fix(check, host, fixer, problem, history)
 
 
 def _plan(check: Check, host: Host, observed: Observation) -> Plan:
@@ -117,19 +120,24 @@ def _reboot_required(check: Check, observed: Observation, problem: str,
                    f"{boot.apply}", observed)
 
 
-def _plan_only(check: Check, host: Host, observed: Observation, problem: str) -> CheckResult:
+def _plan_only(check: Check, host: Host, observed: Observation, problem: str,
+               history: FixHistory | None) -> CheckResult:
     try:
         plan = _plan(check, host, observed)
     except CannotFix as exc:
         return _result(check, Outcome.FAILED, f"{problem}; not fixable: {exc}", observed)
     except HostError as exc:
         return _result(check, Outcome.ERROR, f"planning the fix failed: {exc}", observed)
+    earlier = history.failed_before(check.id, plan.changes) if history else None
+    if earlier is not None:
+        return _result(check, Outcome.FAILED, earlier.preview(problem), observed)
     return _result(check, Outcome.WOULD_FIX, f"{problem}; would {plan.brief or plan.summary}",
                    observed,
                    plan=plan)
 
 
-def _fix(check: Check, host: Host, fixer: Fixer, problem: str) -> CheckResult:
+def _fix(check: Check, host: Host, fixer: Fixer, problem: str,
+         history: FixHistory | None) -> CheckResult:
     from .fix.fixer import Applied, FixError
 
     # Observed again under the lock, live: another run may have fixed it while we waited.
@@ -149,6 +157,9 @@ def _fix(check: Check, host: Host, fixer: Fixer, problem: str) -> CheckResult:
         return _result(check, Outcome.FAILED, f"{problem}; not fixed: {exc}", before)
     except HostError as exc:
         return _result(check, Outcome.ERROR, f"planning the fix failed: {exc}", before)
+    earlier = history.failed_before(check.id, plan.changes) if history else None
+    if earlier is not None:  # the host refused this very change before: nothing is run
+        return _result(check, Outcome.FIX_FAILED, earlier.message(), before)
     apply_error: str | None = None
     try:
         applied = fixer.apply(check.id, check.kind, check.key, plan)
@@ -220,6 +231,11 @@ def _warnings(check: Check, outcome: Outcome, observed: Observation | None) -> t
     if check.expect.judge(value).ok:
         return ()
     return (f"will revert: {source} sets {value!r} on the next boot or `sysctl --system`",)
+
+
+def error_result(check: Check, message: str) -> CheckResult:
+    """The record of a check that could not be run at all (its target cannot be reached)."""
+    return _result(check, Outcome.ERROR, message, None)
 
 
 def _result(

@@ -1,4 +1,4 @@
-"""``python -m pytest_gpuhost.fakehost DIR`` (the README's command) and the old import path of
+"""``python -m pytest_gpuhost.fakehost DIR`` (docs/layout.md) and the old import path of
 the fake host trees: both now live in ``pytest_gpuhost.testing.fakehost``."""
 
 from __future__ import annotations

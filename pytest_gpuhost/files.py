@@ -3,8 +3,10 @@
 A report path is checked when the run is configured (``check_output``), before anything is
 changed, so a bad path is a usage error (exit 4), not a traceback after the fixes. At the end,
 ``write_output`` writes a regular file atomically (a reader never sees half a report), follows a
-symlink to the file it names and replaces that, and writes a character device or a FIFO as it
-is (``--gpuhost-report=/dev/stdout``); it never replaces a device, a FIFO or a link with a file.
+symlink to the file it names and replaces that (but not another user's link in a sticky,
+world-writable directory, which the kernel's fs.protected_symlinks would not follow), and
+writes a character device or a FIFO as it is (``--gpuhost-report=/dev/stdout``); it never
+replaces a device, a FIFO or a link with a file.
 """
 
 from __future__ import annotations
@@ -42,10 +44,50 @@ def write_atomically(path: Path, text: str, *, mode: int = 0o644, replace: bool 
         raise
 
 
+MAX_LINKS = 40
+"""Links followed in one path at most (the kernel's own limit)."""
+
+
+def _resolve(path: Path, source: str) -> Path:
+    """``os.path.realpath``, refusing a link the kernel's ``fs.protected_symlinks`` would not
+    follow for us: one in a sticky, world-writable directory (``/tmp``) owned neither by us nor
+    by the directory's owner. The report is written to the link's target by rename, which the
+    kernel's own check never sees, so the rule is applied here (as root, another user's link
+    in /tmp must not make us replace /etc/passwd)."""
+    parts = list(Path(os.getcwd(), path).parts[1:])  # not abspath: '..' after a link is the
+    # link target's parent, as the kernel resolves it
+    done = Path("/")
+    links = 0
+    while parts:
+        current = done / parts.pop(0)
+        try:
+            info = os.lstat(current)
+        except OSError:
+            return Path(os.path.realpath(current.joinpath(*parts)))
+        if not stat.S_ISLNK(info.st_mode):
+            done = current
+            continue
+        links += 1
+        if links > MAX_LINKS:
+            raise OutputError(f"{source}: too many symbolic links in {path}")
+        directory = os.stat(done)
+        shared = directory.st_mode & stat.S_ISVTX and directory.st_mode & stat.S_IWOTH
+        if shared and info.st_uid not in (os.geteuid(), directory.st_uid):
+            raise OutputError(f"{source}: {current} is a symbolic link owned by uid "
+                              f"{info.st_uid} in the shared directory {done}; it is not "
+                              "followed (as the kernel's fs.protected_symlinks would not): "
+                              "name the file itself")
+        link = Path(os.readlink(current))
+        parts = [*link.parts[1:], *parts] if link.is_absolute() else [*link.parts, *parts]
+        if link.is_absolute():
+            done = Path("/")
+    return Path(os.path.realpath(done))
+
+
 def check_output(path: Path, source: str) -> Path:
     """The path a report will be written to (a symlink's target), or OutputError naming
     ``source`` (``--gpuhost-report=x.json``) and what is wrong."""
-    target = Path(os.path.realpath(path))
+    target = _resolve(path, source)
     try:
         info = os.stat(target)
     except (FileNotFoundError, NotADirectoryError):

@@ -5,6 +5,7 @@ to ``workers``, the gate to ``gate``, statuses and reports to ``reports``.
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import socket
 from collections.abc import Generator, Sequence
@@ -27,7 +28,7 @@ from .reports.junit import junit_properties
 from .reports.terminal import TerminalSummary
 from .result import CheckResult, Outcome
 from .session import Session
-from .settings import Settings, SettingsError
+from .settings import Settings, SettingsError, target_record
 from .spec import SpecError
 
 if TYPE_CHECKING:  # xdist's, the reports' and a rollback's modules load when a run uses them
@@ -77,8 +78,15 @@ class GpuhostRun:
 
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
         self.config = config
-        self.settings = settings
         self.shared: SharedDirectory | None = None
+        if settings.distributing:  # made now: the targets' ssh command lines name it
+            from .workers import TARGETS_KEY, SharedDirectory
+
+            self.shared = SharedDirectory(
+                {TARGETS_KEY: [target_record(target) for target in settings.targets]})
+            if any(target.scheme == "ssh" for target in settings.targets):
+                settings = dataclasses.replace(settings, ssh_masters=self.shared.ssh_masters())
+        self.settings = settings
         workerinput = getattr(config, "workerinput", None)
         self.log: DoneLog | None = None
         if workerinput is not None:
@@ -102,8 +110,19 @@ class GpuhostRun:
             self.session = Session(settings, kinds, conditions, make_host, nvml_for,
                                    shared_dir=self.log.directory if self.log else None,
                                    workerinput=workerinput)
-        except SpecError as exc:
-            raise pytest.UsageError(f"bad gpuhost spec: {exc}") from None
+        except BaseException as exc:
+            if self.shared is not None:
+                self.shared.pytest_unconfigure()
+            if isinstance(exc, SpecError):
+                raise pytest.UsageError(f"bad gpuhost spec: {exc}") from None
+            raise
+        collected = None
+        if self.log is not None:  # a worker: what its controller collected, if it shared it
+            from .workers import shared_collection
+
+            collected = shared_collection(self.log)
+        if collected is not None:
+            self.session.seed(collected)
         self.results: dict[str, tuple[int, CheckResult]] = {}
         """nodeid -> (collection index, record), gathered from local or xdist worker reports."""
         self.host_checks: list[tuple[int, str]] = []
@@ -130,14 +149,18 @@ class GpuhostRun:
         """What happens at configure time once the run is known: xdist's shared directory, the
         run lock taken before any worker starts, Allure's per-check evidence."""
         config, settings = self.config, self.settings
-        fixrun = self.session.target.fixrun
         if settings.distributing:
-            from .workers import SharedDirectory
-
-            journal = fixrun.journal_path
-            self.shared = SharedDirectory({JOURNAL_KEY: str(journal)} if journal else {})
+            # This machine's target, wherever it is in the list: its workers share the journal
+            # chosen here and fix under the run lock held here. A remote target's one worker
+            # takes that target's run lock itself (held here, it would lock its own run out).
+            local = next((t for t in self.session.targets.values() if t.url == "local"), None)
+            fixrun = local.fixrun if local is not None else None
+            journal = fixrun.journal_path if fixrun is not None else None
+            assert self.shared is not None
+            if journal is not None:
+                self.shared.extra[JOURNAL_KEY] = str(journal)
             config.pluginmanager.register(self.shared, "gpuhost-shared-dir")
-            fixer = fixrun.fixer
+            fixer = fixrun.fixer if fixrun is not None else None
             if fixer is not None and fixer.run_lock is not None:
                 try:  # before any worker starts: the workers' fixes run under this run's lock
                     fixer.run_lock.acquire(settings.lock_timeout)
@@ -157,7 +180,21 @@ class GpuhostRun:
     def _host_name(self) -> str:
         return self.session.target.host_facts().hostname or socket.gethostname()
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """On an xdist controller with remote targets, before its workers start (xdist starts
+        them last): collect every remote target once, in parallel, for all the workers."""
+        if self.shared is not None and self.session.named and self.session.specs:
+            self.shared.share_collection(self.session.export_collection())
+
     # -- collection -------------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection(self, session: pytest.Session) -> None:
+        """Connect to the remote targets together before the specs expand on them one by one
+        (a worker started from the controller's collection has nothing left to read)."""
+        if not self.settings.distributing:
+            self.session.collect_remote_facts()
 
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector
                             ) -> pytest.File | None:
@@ -322,6 +359,7 @@ class GpuhostRun:
         if not self.session.named or getattr(config.option, "dist", "load") not in (
                 "load", "loadscope"):
             return None
+
         from .workers import make_target_scheduler
 
         return make_target_scheduler(config, log)
@@ -368,6 +406,8 @@ class GpuhostRun:
             merged = seen[0]
             for other in seen[1:]:
                 merged = merged.add_traffic(other)
+            if self.settings.distributing:  # the controller's own collection
+                merged = merged.add_traffic(target.info())
             infos.append(merged)
         return tuple(infos)
 
@@ -495,7 +535,7 @@ class GpuhostRun:
             name = str(target.journal).rsplit("/", 1)[-1]
             terminalreporter.write_line(
                 f"journal of {target.name}: {target.journal} (undo: --gpuhost-rollback={name} "
-                f"--gpuhost-target={target.url})")
+                f"{self._naming(target.name, target.url)})")
         if rollback is not None and rollback.damaged_lines:
             terminalreporter.write_line(f"journal: {rollback.damaged_lines} line(s) cut short "
                                         "by a crash were skipped")
@@ -506,6 +546,17 @@ class GpuhostRun:
                 + ("" if done else " (some changes are not back: run it again once fixed)"))
         for problem in self.problems:
             terminalreporter.write_line(problem, red=True)
+
+    def _naming(self, name: str, url: str) -> str:
+        """The options that name one target again: an inventory's host by the inventory (its
+        key and ssh arguments come with it) and --gpuhost-limit, any other by its URL."""
+        given = next((t for t in self.settings.targets if t.name == name), None)
+        source = given.source if given is not None else ""
+        if source.startswith("--gpuhost-inventory="):
+            return f"{source} --gpuhost-limit={name}"
+        if source.startswith("gpuhost_inventory "):
+            return f"--gpuhost-limit={name}"
+        return f"--gpuhost-target={url}"
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_unconfigure(self) -> None:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .targets import Target, valid_host, valid_name
+
 MISSING_EXTRA = ("reading an Ansible inventory needs ansible-core, which is not installed: "
                  "pip install 'pytest-gpuhost[ansible]' (from a checkout: pip install "
                  "'.[ansible]')")
@@ -26,6 +28,11 @@ KEY_VARS = ("ansible_private_key_file", "ansible_ssh_private_key_file")
 ARGS_VARS = ("ansible_ssh_common_args", "ansible_ssh_extra_args")
 """Each in the order of Ansible's ssh connection plugin, where the last one set wins; the ssh
 arguments are common then extra, as that plugin passes them."""
+SSH_VALUE_OPTIONS = "BbcDEeFIiJLlmOoPpQRSWw"
+SSH_FLAGS = "46AaCfGgKkMNnqsTtVvXxYy"
+"""ssh(1)'s options that take a value, and those that do not."""
+ROOT_VARS = ("gpuhost_root",)
+"""pytest-gpuhost's own host variable: the host root on that machine (default ``/``)."""
 _COMMENT = re.compile(r"(?:^|\s)#.*")
 
 
@@ -47,6 +54,27 @@ class InventoryHost:
     """``ansible_ssh_private_key_file`` as written (ssh expands ``~``)."""
     ssh_args: tuple[str, ...] = ()
     """``ansible_ssh_common_args`` then ``ansible_ssh_extra_args``, split as a shell would."""
+    root: str = "/"
+    """``gpuhost_root``: the host root there (``/``; another tree for tests and images)."""
+
+    def target(self, source: str, base: Path) -> Target:
+        """The host as an ssh target named by its inventory name (``...@node01``). A relative
+        key file is relative to ``base`` (where pytest runs), as it is to where Ansible runs."""
+        if not valid_name(self.name):
+            raise InventoryError(f"host {self.name!r}: a target's name is letters, digits, '.', "
+                                 "'_', ':' or '-' (it ends every check's id)")
+        if not valid_host(self.address):
+            raise InventoryError(f"host {self.name}: ansible_host={self.address!r} is not a "
+                                 "host name or address")
+        key = self.identity_file
+        if key and not key.startswith(("/", "~")):
+            key = str(base / key)
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        url = (f"ssh://{f'{self.user}@' if self.user else ''}{host}"
+               f"{f':{self.port}' if self.port else ''}{self.root}?name={self.name}")
+        return Target(url, "ssh", host=self.address, user=self.user, port=self.port,
+                      root=self.root, name=self.name, identity_file=key,
+                      ssh_args=self.ssh_args, source=source)
 
 
 def read_inventory(path: Path, limit: str | None = None) -> list[InventoryHost]:
@@ -55,29 +83,88 @@ def read_inventory(path: Path, limit: str | None = None) -> list[InventoryHost]:
     ``gpu:&rack1``, ``node0*``, ``~node0[12]``), sorted by name."""
     if not path.exists():
         raise InventoryError(f"{path}: no such inventory file")
+    path = path.absolute()  # Ansible's INI plugin refuses a relative source
     data_loader, inventory_manager, variable_manager, templar = _ansible()
     loader = data_loader()
     inventory = inventory_manager(loader=loader, sources=[str(path)], parse=False)
-    if not inventory.parse_source(str(path)):
-        raise InventoryError(f"{path}: Ansible could not parse it as an inventory (INI, YAML or "
-                             f"an enabled inventory plugin); ansible-inventory -i {path} --list "
-                             "-vvv says why")
-    inventory.reconcile_inventory()
-    everything = len(inventory.get_hosts("all"))
-    if not everything:
-        raise InventoryError(f"{path}: the inventory defines no hosts")
-    if limit:
-        inventory.subset(limit)
-    hosts = inventory.get_hosts("all")
+    with _AnsibleSays() as said:  # what it would print, it says through our messages
+        if not inventory.parse_source(str(path)):
+            raise InventoryError(f"{path}: Ansible could not parse it as an inventory (INI, "
+                                 f"YAML or an enabled inventory plugin){said.why(path)}")
+        inventory.reconcile_inventory()
+        everything = len(inventory.get_hosts("all"))
+        if not everything:
+            raise InventoryError(f"{path}: the inventory defines no hosts")
+        hosts = _select(inventory, limit)
     if not hosts:
-        raise InventoryError(f"--limit {limit!r} matches none of the {everything} hosts in {path}")
+        raise InventoryError(f"the limit {limit!r} matches none of the {everything} hosts in "
+                             f"{path}")
     variables = variable_manager(loader=loader, inventory=inventory)
     found = []
     for host in hosts:
         values = variables.get_vars(host=host, include_hostvars=False)
-        found.append(_host(host.name, _Resolver(templar(loader=loader, variables=values),
-                                                values, host.name, path)))
+        name = str(host.name)  # a plain str: Ansible 2.19 tags what it parsed (its origin)
+        found.append(_host(name, _Resolver(templar(loader=loader, variables=values),
+                                           values, name, path)))
     return sorted(found, key=lambda h: h.name)
+
+
+def _select(inventory: Any, limit: str | None) -> list[Any]:
+    if not limit:
+        return list(inventory.get_hosts("all"))
+    try:
+        inventory.subset(limit)
+        return list(inventory.get_hosts("all"))
+    except Exception as exc:  # Ansible's own pattern parser: IndexError, AnsibleError
+        raise InventoryError(f"the limit {limit!r} is not a pattern Ansible accepts: "
+                             f"{type(exc).__name__}: {exc}") from None
+
+
+class _AnsibleSays:
+    """What Ansible reports while it parses a source, kept instead of printed: each inventory
+    plugin's failure (ansible-core 2.19 hands the exception, with a file:line:column where its
+    YAML parser knew one; earlier versions a warning line)."""
+
+    def __init__(self) -> None:
+        self.failures: list[tuple[str, BaseException]] = []
+        self.warnings: list[str] = []
+
+    def __enter__(self) -> _AnsibleSays:
+        from ansible.utils.display import Display
+
+        self.display = Display()  # Ansible's one display
+
+        def failed(msg: str, exception: BaseException, **_: object) -> None:
+            self.failures.append((msg, exception))
+
+        def warned(msg: str, *_: object, **__: object) -> None:
+            self.warnings.append(" ".join(str(msg).split()))
+
+        self.display.error_as_warning = failed
+        self.display.warning = warned
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for name in ("error_as_warning", "warning"):
+            self.display.__dict__.pop(name, None)
+
+    def why(self, path: Path) -> str:
+        """``: FILE:LINE:COL: message (Ansible's yaml plugin)``, the failure that says most."""
+        found = []
+        for msg, exc in self.failures:
+            origin = getattr(exc, "obj", None)
+            line, column = getattr(origin, "line_num", None), getattr(origin, "col_num", None)
+            plugin = msg.split("'")[1] if msg.count("'") >= 2 else "an inventory"
+            text = " ".join(str(getattr(exc, "message", None) or exc).split())
+            where = f"{path}:{line}:{column}: " if line is not None and column is not None \
+                else f"{path}:{line}: " if line is not None else ""
+            suits = plugin == ("ini" if path.suffix not in (".yml", ".yaml", ".json") else
+                               "yaml")
+            found.append((line is not None, suits, f"{where}{text} (Ansible's {plugin} plugin)"))
+        if found:
+            return ": " + max(found, key=lambda f: (f[0], f[1]))[2]
+        failed = [w for w in self.warnings if "Failed to parse" in w]
+        return f": {failed[0].lstrip('* ')}" if failed else ""
 
 
 def _ansible() -> tuple[Any, Any, Any, Any]:
@@ -126,21 +213,56 @@ def _host(name: str, variables: _Resolver) -> InventoryHost:
         if variables.values.get(var) is not None:
             text = variables.template(var)
             try:
-                args += shlex.split(text)
+                words = shlex.split(text)
             except ValueError as exc:
                 raise InventoryError(f"{variables.source}: host {name}: {var}: {exc}: "
                                      f"{text!r}") from None
+            stray = _not_options(words)
+            if stray is not None:
+                raise InventoryError(f"{variables.source}: host {name}: {var}: {stray!r} is not "
+                                     f"an ssh option (ssh would read it as the host to reach): "
+                                     f"{text!r}")
+            args += words
+    root = variables.last(ROOT_VARS) or "/"
+    if not root.startswith("/") or "\0" in root:
+        raise InventoryError(f"{variables.source}: host {name}: gpuhost_root must be an absolute "
+                             f"path, got {root!r}")
     return InventoryHost(name=name, address=variables.last(HOST_VARS) or name,
                          port=int(port) if port is not None else None,
                          user=variables.last(USER_VARS),
-                         identity_file=variables.last(KEY_VARS), ssh_args=tuple(args))
+                         identity_file=variables.last(KEY_VARS), ssh_args=tuple(args),
+                         root=root)
+
+
+def _not_options(words: Sequence[str]) -> str | None:
+    """The first word that is neither an ssh option nor an option's value."""
+    expects_value = False
+    for word in words:
+        if expects_value:
+            expects_value = False
+        elif word.startswith("-") and len(word) > 1 and word != "--":
+            letters = word[1:]
+            for index, letter in enumerate(letters):
+                if letter in SSH_VALUE_OPTIONS:
+                    expects_value = index == len(letters) - 1  # -oX=1 carries its own value
+                    break
+                if letter not in SSH_FLAGS:
+                    return word
+        else:
+            return word
+    return None
 
 
 def parse_targets(text: str, source: str) -> list[str]:
     """One target a line; ``#`` starts a comment (at a line's start or after a space); blank
     lines are skipped. A line with two words, a target listed twice or a file with none is an
     error naming ``source:line``."""
-    targets: list[str] = []
+    return [target for _, target in numbered_targets(text, source)]
+
+
+def numbered_targets(text: str, source: str) -> list[tuple[int, str]]:
+    """``parse_targets`` with each target's line number."""
+    targets: list[tuple[int, str]] = []
     seen: dict[str, int] = {}
     for number, raw in enumerate(text.splitlines(), start=1):
         line = _COMMENT.sub("", raw).strip()
@@ -152,17 +274,21 @@ def parse_targets(text: str, source: str) -> list[str]:
             raise InventoryError(f"{source}:{number}: {line} is listed twice (first at line "
                                  f"{seen[line]})")
         seen[line] = number
-        targets.append(line)
+        targets.append((number, line))
     if not targets:
         raise InventoryError(f"{source}: no targets (every line is blank or a comment)")
     return targets
 
 
 def read_targets_file(path: Path) -> list[str]:
+    return [target for _, target in read_numbered_targets(path)]
+
+
+def read_numbered_targets(path: Path) -> list[tuple[int, str]]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InventoryError(f"{path}: no such targets file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InventoryError(f"{path}: cannot read the targets file: {exc}") from None
-    return parse_targets(text, str(path))
+    return numbered_targets(text, str(path))

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from . import hookspecs
+from . import hookspecs, specs
 
 MARKERS = (
     "gpuhost: on a generated host check: its kind; on a test of yours: run it only after every "
@@ -25,7 +25,8 @@ _OPTIONS = ("gpuhost_spec", "gpuhost_root", "fix", "gpuhost_report", "gpuhost_dr
             "gpuhost_journal", "gpuhost_rollback", "fix_persist", "gpuhost_gate", "gpuhost_prom",
             "gpuhost_npd", "gpuhost_nfd", "gpuhost_target", "gpuhost_ssh_config",
             "gpuhost_rollback_after_reboot", "gpuhost_capture", "gpuhost_capture_from",
-            "gpuhost_capture_overwrite", "gpuhost_fleet_html")
+            "gpuhost_capture_overwrite", "gpuhost_fleet_html", "fix_retry", "gpuhost_inventory",
+            "gpuhost_limit", "gpuhost_targets_file", "gpuhost_target_timeout")
 _SPEC_SUFFIXES = (".yaml", ".yml")
 
 
@@ -35,8 +36,9 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gpuhost", "GPU host tuning checks (pytest-gpuhost)")
-    group.addoption("--gpuhost-spec", action="append", default=[], metavar="FILE",
-                    help="spec of the host's tuning (YAML); may be given more than once. "
+    group.addoption("--gpuhost-spec", action="append", default=[], metavar="FILE|NAME",
+                    help="spec of the host's tuning: a YAML file, or the name of a bundled "
+                         f"spec ({', '.join(specs.names())}); may be given more than once. "
                          "ini: gpuhost_spec")
     group.addoption("--gpuhost-root", default=None, metavar="DIR",
                     help="host root that every read, write and command goes through "
@@ -58,6 +60,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--fix-persist", action="store_true", default=False,
                     help="with --fix: also write the sysctl.d, modules-load.d, modprobe.d and "
                          "udev files under the root that make the fixes survive a reboot")
+    group.addoption("--fix-retry", action="store_true", default=False,
+                    help="with --fix: try again the fixes that failed in an earlier run on the "
+                         "same boot (by default they are fix_failed, naming the journal line, "
+                         "and nothing is run)")
     group.addoption("--gpuhost-rollback-after-reboot", action="store_true", default=False,
                     help="with --gpuhost-rollback: restore the runtime changes of a journal "
                          "written before the host's last reboot (refused by default: the "
@@ -86,8 +92,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gpuhost-ssh-config", default=None, metavar="FILE",
                     help="OpenSSH client configuration given to every ssh as -F FILE. "
                          "ini: gpuhost_ssh_config")
+    group.addoption("--gpuhost-inventory", default=None, metavar="FILE",
+                    help="check every host of an Ansible inventory (INI, YAML, a directory) "
+                         "over ssh, named by its inventory name; needs pytest-gpuhost[ansible]. "
+                         "ini: gpuhost_inventory")
+    group.addoption("--gpuhost-limit", default=None, metavar="PATTERN",
+                    help="with --gpuhost-inventory: only the hosts this Ansible pattern selects, "
+                         "as ansible --limit does (node01, gpu, 'gpu:!node02', 'node0*')")
+    group.addoption("--gpuhost-targets-file", default=None, metavar="FILE",
+                    help="targets, one a line (a target URL or [USER@]HOST[:PORT] for ssh; "
+                         "# comments). ini: gpuhost_targets_file")
     group.addoption("--gpuhost-connect-timeout", type=float, default=10.0, metavar="SECONDS",
                     help="how long connecting to a target may take (default 10)")
+    group.addoption("--gpuhost-target-timeout", type=float, default=None, metavar="SECONDS",
+                    help="the most time one ssh or lxc target may take (each pytest process "
+                         "counts its waits on it); past it, its remaining checks are errors "
+                         "naming what it hung in, and the other targets go on (default: none)")
     group.addoption("--gpuhost-capture", default=None, metavar="OUT.yaml",
                     help="write a spec of what the target holds now, for the keys of the given "
                          "spec(s), or without one for every key of the built-in catalog; "
@@ -100,11 +120,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gpuhost-fleet-html", default=None, metavar="FILE",
                     help="write the fleet view of this run's targets (matrix, details, drift) "
                          "as one self-contained HTML page")
-    parser.addini("gpuhost_spec", "spec file(s) of the host's tuning", type="args", default=[])
+    parser.addini("gpuhost_spec", "spec file(s) or bundled spec name(s) of the host's tuning",
+                  type="args", default=[])
     parser.addini("gpuhost_targets", "targets, one per line (see --gpuhost-target)",
                   type="linelist", default=[])
     parser.addini("gpuhost_ssh_config", "OpenSSH client configuration for the ssh targets",
                   type="string", default="")
+    parser.addini("gpuhost_inventory", "Ansible inventory of the targets (see "
+                  "--gpuhost-inventory)", type="string", default="")
+    parser.addini("gpuhost_targets_file", "file of targets, one a line (see "
+                  "--gpuhost-targets-file)", type="string", default="")
     parser.addini("gpuhost_root", "host root (default /)", type="string", default="")
 
 
@@ -118,7 +143,8 @@ def _asked(config: pytest.Config) -> bool:
             option.gpuhost_connect_timeout != 10.0:
         return True
     if any(config.getini(name) for name in ("gpuhost_spec", "gpuhost_root", "gpuhost_targets",
-                                            "gpuhost_ssh_config")):
+                                            "gpuhost_ssh_config", "gpuhost_inventory",
+                                            "gpuhost_targets_file")):
         return True
     return any(arg.split("::", 1)[0].endswith(_SPEC_SUFFIXES) for arg in config.args)
 
@@ -127,6 +153,13 @@ def _raw_options(config: pytest.Config) -> Any:
     from .settings import RawOptions
 
     option = config.option
+    workerinput = getattr(config, "workerinput", None)
+    shared: dict[str, Any] = {}
+    if workerinput is not None:  # an xdist worker: the targets its controller resolved
+        from .workers import SSH_MASTERS_KEY, TARGETS_KEY
+
+        shared = {"resolved_targets": tuple(workerinput.get(TARGETS_KEY, ())),
+                  "ssh_masters": workerinput.get(SSH_MASTERS_KEY)}
     ini_base = config.inipath.parent if config.inipath else config.rootpath
     return RawOptions(
         invocation=config.invocation_params.dir, ini_base=ini_base,
@@ -135,6 +168,7 @@ def _raw_options(config: pytest.Config) -> Any:
         args=tuple(config.args), root=option.gpuhost_root,
         ini_root=str(config.getini("gpuhost_root") or ""), fix=option.fix,
         dry_run=option.gpuhost_dry_run, persist=option.fix_persist,
+        fix_retry=option.fix_retry,
         journal=option.gpuhost_journal, rollback=option.gpuhost_rollback,
         lock_timeout=option.gpuhost_lock_timeout, gate=option.gpuhost_gate,
         report=option.gpuhost_report, prom=option.gpuhost_prom, npd=option.gpuhost_npd,
@@ -149,7 +183,12 @@ def _raw_options(config: pytest.Config) -> Any:
         ssh_config=option.gpuhost_ssh_config,
         ini_ssh_config=str(config.getini("gpuhost_ssh_config") or ""),
         connect_timeout=option.gpuhost_connect_timeout,
-        after_reboot=option.gpuhost_rollback_after_reboot)
+        inventory=option.gpuhost_inventory,
+        ini_inventory=str(config.getini("gpuhost_inventory") or ""),
+        limit=option.gpuhost_limit, targets_file=option.gpuhost_targets_file,
+        ini_targets_file=str(config.getini("gpuhost_targets_file") or ""),
+        target_timeout=option.gpuhost_target_timeout,
+        after_reboot=option.gpuhost_rollback_after_reboot, **shared)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -9,11 +9,13 @@ batch (``CachedHost``); anything changed through the host makes the next read li
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from .checks import Check, Fact, Facts, Kind, NoFix, Observation
 from .checks.conditions import ConditionFn
 from .checks.gpus import GPUS
-from .engine import RunOptions, run_check
+from .engine import RunOptions, error_result, run_check
 from .fix.run import FixRun, close_rollback, default_journal, make_fixer
 from .fix.state import JOURNAL_DIR, StateFile, StateStore
 from .gpu.nvml import NvmlFactory, NvmlSource, NvmlUnavailable, RecordedNvml
@@ -34,8 +36,13 @@ from .host import (
     Read,
     Reply,
     Request,
+    doing,
     raised,
+    reply_from_wire,
+    reply_to_wire,
+    request_from_wire,
 )
+from .host.agent import decode, encode
 from .reports import TargetInfo
 from .result import CheckResult
 from .settings import Settings, SettingsError
@@ -47,6 +54,9 @@ if TYPE_CHECKING:  # a rollback's, persistence's and a capture's modules load wh
     from .fix.journal import JournalContents
 
 LOCAL = "local"
+PARALLEL_CONNECTIONS = 10
+"""Remote targets connected at once while collecting: under sshd's default MaxStartups (10),
+which starts refusing unauthenticated connections beyond 10 (many targets behind one bastion)."""
 
 
 @dataclass(frozen=True)
@@ -177,8 +187,11 @@ class UnreachableHost(BatchReads):
     def _refuse(self, *args: object, **kwargs: object) -> Any:
         raise raised(self.reason)
 
+    def unlock(self, handle: int) -> None:
+        """A lost connection released its locks with it."""
+
     write_text = write_bytes = replace_file = remove = which = run = _refuse
-    create_file = append_file = lock = unlock = _refuse
+    create_file = append_file = lock = _refuse
 
 
 class Target:
@@ -249,17 +262,67 @@ class Target:
         self._phase_start = False
 
     def run(self, check: Check, options: RunOptions, *, named: bool = False) -> CheckResult:
-        self.prefetch(check)
+        lost = getattr(self.connection, "lost", None)
+        if lost is not None and self.unreachable is None:
+            self._unreachable(lost)  # lost mid-run: what was read before it is not used
         self._pending.pop(id(check), None)
-        result = run_check(check, self.host, self.conditions, options, self.fixrun.fixer)
+        if self.unreachable is not None:
+            # nothing of it was read: a check whose expansion saw no GPUs must not say '0 GPUs'
+            result = error_result(check, self.unreachable)
+        else:
+            with doing("reading the observations"), contextlib.suppress(HostError):
+                self.prefetch(check)  # when it fails, the check's own read says why
+            with doing(f"checking {check.id}"):
+                result = run_check(check, self.host, self.conditions, options,
+                                   self.fixrun.fixer, self.fixrun.history)
         return dataclasses.replace(result, target=self.name) if named else result
 
     def lose(self, reason: HostError) -> None:
         """The target cannot be reached: every read from now on fails with ``reason``."""
+        self._unreachable(reason)
+        self.fixrun.fixer = None
+
+    def _unreachable(self, reason: HostError) -> None:
         self.unreachable = str(reason)
         self.host.host = UnreachableHost(self.url, reason)
         self.host.invalidate()
-        self.fixrun.fixer = None
+
+    def export(self) -> dict[str, object]:
+        """What collection read of the target (JSON-ready), for another process to ``seed``."""
+        replies = [] if self.unreachable else [
+            [request.wire(), reply_to_wire(reply)] for request, reply in
+            self.host.replies().items()]
+        return {"lost": self.unreachable, "spent": getattr(self.connection, "spent", 0.0),
+                "replies": encode(replies)}
+
+    def seed(self, collected: Mapping[str, object]) -> None:
+        """Start from what another process of the run read (``export``): the same facts, the
+        same lost target, and the time it already spent on the target."""
+        if collected.get("lost"):
+            self.lose(HostError(str(collected["lost"])))
+            return
+        wired = decode(collected.get("replies") or [])
+        assert isinstance(wired, list)
+        replies: dict[Request, Reply] = {}
+        for wire, answer in wired:
+            request = request_from_wire(wire)
+            replies[request] = reply_from_wire(request, answer)
+        self.host.seed(replies)
+        spent = collected.get("spent")
+        if isinstance(spent, (int, float)) and hasattr(self.connection, "spent"):
+            self.connection.spent += spent
+
+    def collect_facts(self, facts: Sequence[Fact[Any]], shared_dir: Path | None) -> None:
+        """Read the facts a spec's expansion needs in one batch; a target that cannot be
+        reached is lost (its checks are errors that say why)."""
+        with doing("collecting facts"):
+            try:
+                self.facts.prime(facts)
+            except HostError as exc:
+                self.lose(exc)
+                self.facts = Facts(self.host, nvml=self.nvml, shared_dir=shared_dir)
+                self.facts.prime(facts)
+            self.host_facts()  # from the batch just read: what reports say of the target
 
     def info(self) -> TargetInfo:
         """The target as it reported itself, and its connection's cost so far. Never makes a
@@ -348,7 +411,16 @@ class Session:
             self._open_rollback(self.target)
         elif self.settings.fix and not self.settings.dry_run:
             for target in self.targets.values():
-                self._open_fixer(target)
+                try:
+                    with doing("opening the journal"):
+                        self._open_fixer(target)
+                except HostError as exc:  # cannot be reached: its checks are errors saying so
+                    target.lose(exc)
+        if self.settings.fix and self.settings.rollback is None and not self.settings.fix_retry:
+            from .fix.history import FixHistory
+
+            for target in self.targets.values():
+                target.fixrun.history = FixHistory(target.host, target.fixrun.journal_path)
 
     @functools.cached_property
     def options(self) -> RunOptions:
@@ -473,20 +545,12 @@ class Session:
     def expand(self, spec: Spec, target: Target | None = None) -> list[Check]:
         """Every check of ``spec`` on the target: the facts of all its kinds in one batch."""
         target = target or self.target
-        facts: list[Fact[Any]] = [HOST_FACTS, GPUS]
-        for section, model in spec.sections.items():
-            facts += getattr(self.kinds[section], "facts", lambda _: ())(model)
-        try:
-            target.facts.prime(facts)
-        except HostError as exc:  # the target cannot be reached: its checks say why
-            target.lose(exc)
-            target.facts = Facts(target.host, nvml=target.nvml, shared_dir=self.shared_dir)
-            target.facts.prime(facts)
-        target.host_facts()  # from the batch just read: what reports say of the target
+        target.collect_facts(self.facts_of(spec), self.shared_dir)
         checks: list[Check] = []
         for section, model in spec.sections.items():
             try:
-                checks += self.kinds[section].expand(model, target.facts)
+                with doing("collecting facts"):
+                    checks += self.kinds[section].expand(model, target.facts)
             except HostError as exc:  # a fact this kind needs cannot be read: one error
                 checks.append(Check(section, None, Unexpanded(section),
                                     EntryOptions(where=f"{self.settings.display(spec.path)}:1"),
@@ -497,22 +561,70 @@ class Session:
 
         return [observe_only(c) for c in checks]
 
+    def collect_remote_facts(self) -> None:
+        """The first batch of collection (every spec's facts) from every remote target at once,
+        a few connections at a time: connecting is most of a remote target's time, and one
+        target's wait no longer holds up the others. Expansion then reads from the cache."""
+        remote = [t for t in self.targets.values() if t.url != LOCAL and t.unreachable is None]
+        if len(remote) < 2 or not self.specs:
+            return
+        facts = list(dict.fromkeys(f for spec in self.specs.values() for f in self.facts_of(spec)))
+        with ThreadPoolExecutor(min(PARALLEL_CONNECTIONS, len(remote)),
+                                thread_name_prefix="gpuhost-collect") as pool:
+            for _ in pool.map(lambda target: target.collect_facts(facts, self.shared_dir),
+                              remote):
+                pass
+
+    def export_collection(self) -> dict[str, object]:
+        """Collect every remote target here, once, for xdist's workers (``seed``): they then
+        expand the same checks without connecting (each connects only to the targets it runs)
+        and cannot disagree on what they collected. The connections made here are ended."""
+        self.collect_remote_facts()
+        remote = [t for t in self.targets.values() if t.url != LOCAL]
+        for spec in self.specs.values():
+            for target in remote:
+                self.expand(spec, target)
+        exported: dict[str, object] = {}
+        for target in remote:
+            exported[target.name] = target.export()
+            target.disconnect()
+        return exported
+
+    def seed(self, collected: Mapping[str, Any]) -> None:
+        """Start each remote target from what the xdist controller collected of it."""
+        for name, record in collected.items():
+            target = self.targets.get(name)
+            if target is not None and target.url != LOCAL:
+                target.seed(record)
+
+    def facts_of(self, spec: Spec) -> list[Fact[Any]]:
+        """The facts the expansion of ``spec`` reads, for one batch."""
+        facts: list[Fact[Any]] = [HOST_FACTS, GPUS]
+        for section, model in spec.sections.items():
+            facts += getattr(self.kinds[section], "facts", lambda _: ())(model)
+        return facts
+
     def run(self, check: Check, target: Target | None = None) -> CheckResult:
         """Raises only LockUnavailable; every other outcome is the record."""
         return (target or self.target).run(check, self.options, named=self.named)
 
     def finish(self, results: Sequence[CheckResult]) -> list[CheckResult]:
-        """Session-end fixes on the controller: the persistence files (one record each)."""
-        target = self.target
-        if not target.fixrun.persist or not self.specs:
+        """Session-end fixes on the controller: each target's persistence files, from that
+        target's own records (one record each, named by target where the run names them)."""
+        if not self.settings.persist or not self.specs:
             return []
         from .fix.persist import persistence_checks
 
         spec = next(iter(self.specs.values()))
-        checks = persistence_checks(spec.name, self.settings.display(spec.path), results,
-                                    target.host)
-        return [run_check(check, target.host, {}, self.options, target.fixrun.fixer)
-                for check in checks]
+        supplies = [kind.persistence for kind in self.kinds.values()
+                    if hasattr(kind, "persistence")]
+        done: list[CheckResult] = []
+        for target in self.targets.values():
+            mine = [r for r in results if not self.named or r.target == target.name]
+            checks = persistence_checks(spec.name, self.settings.display(spec.path), mine,
+                                        target.host, supplies)
+            done += [target.run(check, self.options, named=self.named) for check in checks]
+        return done
 
     def capture_target(self) -> Target:
         """The target --gpuhost-capture writes down: --gpuhost-capture-from, else the only one."""

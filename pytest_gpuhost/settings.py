@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from .files import OutputError, check_output
-from .targets import LOCAL, Target, TargetError, parse_targets
+from .targets import LOCAL, Target, TargetError, name_targets, parse_target, parse_target_line
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 
@@ -40,6 +41,7 @@ class RawOptions:
     fix: bool = False
     dry_run: bool = False
     persist: bool = False
+    fix_retry: bool = False
     journal: str | None = None
     rollback: str | None = None
     lock_timeout: float = 120.0
@@ -56,6 +58,16 @@ class RawOptions:
     ssh_config: str | None = None
     ini_ssh_config: str = ""
     connect_timeout: float = 10.0
+    inventory: str | None = None
+    ini_inventory: str = ""
+    limit: str | None = None
+    targets_file: str | None = None
+    ini_targets_file: str = ""
+    target_timeout: float | None = None
+    resolved_targets: Sequence[Mapping[str, Any]] = ()
+    """On an xdist worker: the targets as its controller resolved them (``target_record``)."""
+    ssh_masters: str | None = None
+    """On an xdist worker: its controller's directory of ssh control sockets."""
     after_reboot: bool = False
     capture: str | None = None
     capture_from: str | None = None
@@ -72,6 +84,8 @@ class Settings:
     """--fix (or a rollback, which fixes back to the originals)."""
     dry_run: bool
     persist: bool
+    fix_retry: bool
+    """--fix-retry: try again the fixes that failed in an earlier run (fix/history.py)."""
     journal: Path | None
     """--gpuhost-journal as given (resolved against the invocation directory)."""
     rollback: str | None
@@ -88,6 +102,11 @@ class Settings:
     """The machines this run checks; without --gpuhost-target, this machine at the root."""
     ssh_config: Path | None = None
     connect_timeout: float = 10.0
+    target_timeout: float | None = None
+    """--gpuhost-target-timeout: the seconds each process may spend on one remote target."""
+    ssh_masters: Path | None = None
+    """Under xdist: the run's directory of ssh control sockets, one per ssh target (the
+    controller's collection connection is the master its workers' sessions ride on)."""
     after_reboot: bool = False
     """--gpuhost-rollback-after-reboot: restore runtime changes a reboot has reset since."""
     npd: bool = False
@@ -121,11 +140,28 @@ class Settings:
             return str(path)
 
 
+def _spec_path(base: Path, value: str, source: str) -> Path:
+    """A spec file, or, for a bare name that is no file (``blackwell8``: no ``/``, no ``.yaml``
+    suffix), the bundled spec of that name."""
+    path = base / value
+    if "/" in value or value.endswith(SPEC_SUFFIXES) or path.exists():
+        return path
+    from . import specs
+
+    bundled = specs.find(value)
+    if bundled is None:
+        raise SettingsError(f"{source}={value}: no such file, and no bundled spec of that "
+                            f"name; the bundled specs: {', '.join(specs.names()) or 'none'} "
+                            "(or name a YAML file)")
+    return bundled
+
+
 def _spec_paths(raw: RawOptions) -> tuple[Path, ...]:
     """Specs from --gpuhost-spec (else the ini), then .yaml files named as arguments."""
-    paths = [raw.invocation / p for p in raw.spec]
+    paths = [_spec_path(raw.invocation, p, "--gpuhost-spec") for p in raw.spec]
     if not paths:
-        paths = [raw.ini_base / p for p in raw.ini_spec]
+        paths = [_spec_path(raw.ini_base, p, f"gpuhost_spec in {raw.ini_name}")
+                 for p in raw.ini_spec]
     for arg in raw.args:
         candidate = Path(arg.split("::", 1)[0])
         if candidate.suffix in SPEC_SUFFIXES:
@@ -155,15 +191,20 @@ def _root(raw: RawOptions) -> Path:
 
 
 _NEEDS_SPEC = ("fix", "report", "root", "gate", "prom", "persist", "dry_run", "journal", "npd",
-               "nfd", "targets", "ssh_config", "fleet_html")
+               "nfd", "targets", "ssh_config", "fleet_html", "fix_retry", "inventory", "limit",
+               "targets_file", "target_timeout")
 _FLAGS = {"fix": "--fix", "report": "--gpuhost-report", "root": "--gpuhost-root",
           "gate": "--gpuhost-gate", "prom": "--gpuhost-prom", "persist": "--fix-persist",
           "dry_run": "--gpuhost-dry-run", "journal": "--gpuhost-journal",
+          "fix_retry": "--fix-retry",
           "npd": "--gpuhost-npd", "nfd": "--gpuhost-nfd", "targets": "--gpuhost-target",
           "ssh_config": "--gpuhost-ssh-config", "fleet_html": "--gpuhost-fleet-html",
+          "inventory": "--gpuhost-inventory", "limit": "--gpuhost-limit",
+          "targets_file": "--gpuhost-targets-file",
+          "target_timeout": "--gpuhost-target-timeout",
           "capture_from": "--gpuhost-capture-from",
           "capture_overwrite": "--gpuhost-capture-overwrite"}
-_NOT_WITH_CATALOG = ("fix", "persist", "dry_run", "journal", "gate")
+_NOT_WITH_CATALOG = ("fix", "persist", "dry_run", "journal", "gate", "fix_retry")
 """What a catalog capture (no spec) cannot do: it observes, and has no values to fix to."""
 
 
@@ -185,10 +226,13 @@ def _usage(raw: RawOptions, has_specs: bool) -> None:
             if getattr(raw, name):
                 raise SettingsError(f"{_FLAGS[name]} does not go with --gpuhost-rollback (a "
                                     "rollback journals nothing and persists nothing)")
+        if raw.fix_retry:
+            raise SettingsError("--fix-retry does not go with --gpuhost-rollback (a rollback "
+                                "restores every change of its journal that is not back)")
         if raw.numprocesses:
             raise SettingsError("--gpuhost-rollback runs serially, newest change first: drop -n")
         return
-    for name in ("dry_run", "persist", "journal"):
+    for name in ("dry_run", "persist", "journal", "fix_retry"):
         if getattr(raw, name) and not raw.fix:
             raise SettingsError(f"{_FLAGS[name]} only makes sense with --fix")
 
@@ -209,16 +253,84 @@ def _output(raw: RawOptions, value: str | None, flag: str) -> Path | None:
         raise SettingsError(str(exc)) from None
 
 
+def target_record(target: Target) -> dict[str, object]:
+    """A target as JSON, for the workers of an xdist run (``RawOptions.resolved_targets``)."""
+    return {field: getattr(target, field) for field in Target.__dataclass_fields__}
+
+
+def _resolved(records: Sequence[Mapping[str, Any]]) -> tuple[Target, ...]:
+    return tuple(Target(**{**record, "ssh_args": tuple(record.get("ssh_args") or ())})
+                 for record in records)
+
+
 def _targets(raw: RawOptions) -> tuple[Target, ...]:
-    given, source = (raw.targets, "--gpuhost-target") if raw.targets else \
-        (raw.ini_targets, f"gpuhost_targets in {raw.ini_name}")
-    texts = [text for text in given if text.strip()]
-    if not texts:
+    """Every target the run names: --gpuhost-target, the hosts of --gpuhost-inventory (after
+    --gpuhost-limit) and the lines of --gpuhost-targets-file, together; any of them on the
+    command line replaces all of their ini twins. Without any, this machine at the root. An
+    xdist worker takes its controller's: the same targets, the inventory read once."""
+    if raw.resolved_targets:
+        return _resolved(raw.resolved_targets)
+    command_line = bool(raw.targets or raw.inventory or raw.targets_file)
+    if command_line:
+        urls, inventory, listed = raw.targets, raw.inventory, raw.targets_file
+        base, named = raw.invocation, {"targets": "--gpuhost-target",
+                                       "inventory": "--gpuhost-inventory",
+                                       "targets_file": "--gpuhost-targets-file"}
+    else:
+        urls, inventory, listed = raw.ini_targets, raw.ini_inventory, raw.ini_targets_file
+        base, named = raw.ini_base, {"targets": f"gpuhost_targets in {raw.ini_name}",
+                                     "inventory": f"gpuhost_inventory in {raw.ini_name}",
+                                     "targets_file": f"gpuhost_targets_file in {raw.ini_name}"}
+    if raw.limit is not None and not inventory:
+        raise SettingsError(f"--gpuhost-limit={raw.limit} selects hosts of an inventory: pass "
+                            "--gpuhost-inventory=FILE too")
+    found: list[Target] = []
+    for text in urls:
+        if text.strip():
+            try:
+                found.append(replace(parse_target(text), source=named["targets"]))
+            except TargetError as exc:
+                raise SettingsError(f"{named['targets']}: {exc}") from None
+    if inventory:
+        found += _inventory_targets(raw, base / inventory, f"{named['inventory']}={inventory}")
+    if listed:
+        found += _listed_targets(base / listed, f"{named['targets_file']}={listed}", raw)
+    if not found:
         return (Target(LOCAL, LOCAL),)
     try:
-        return tuple(parse_targets(texts))
+        return tuple(name_targets(found))
     except TargetError as exc:
+        raise SettingsError(str(exc)) from None
+
+
+def _inventory_targets(raw: RawOptions, path: Path, source: str) -> list[Target]:
+    from .inventory import InventoryError, read_inventory
+
+    if raw.limit is not None and not raw.limit.strip():
+        raise SettingsError("--gpuhost-limit is empty: expected an Ansible host pattern "
+                            "(node01, gpu, 'gpu:!node02', 'node0*')")
+    try:
+        hosts = read_inventory(path, raw.limit)
+        return [host.target(source, raw.invocation) for host in hosts]
+    except InventoryError as exc:
+        limit = f" --gpuhost-limit={raw.limit}" if raw.limit is not None else ""
+        raise SettingsError(f"{source}{limit}: {exc}") from None
+
+
+def _listed_targets(path: Path, source: str, raw: RawOptions) -> list[Target]:
+    from .inventory import InventoryError, read_numbered_targets
+
+    try:
+        lines = read_numbered_targets(path)
+    except InventoryError as exc:
         raise SettingsError(f"{source}: {exc}") from None
+    found = []
+    for number, text in lines:
+        try:
+            found.append(replace(parse_target_line(text), source=f"{source}:{number}"))
+        except TargetError as exc:
+            raise SettingsError(f"{source}: {path}:{number}: {exc}") from None
+    return found
 
 
 def _ssh_config(raw: RawOptions) -> Path | None:
@@ -240,6 +352,14 @@ def _connect_timeout(value: float) -> float:
         raise SettingsError(f"--gpuhost-connect-timeout={value:g}: expected a number of "
                             "seconds above 0")
     return value
+
+
+def _target_timeout(value: float | None) -> float | None:
+    if value is not None and (not math.isfinite(value) or value <= 0):
+        raise SettingsError(f"--gpuhost-target-timeout={value:g}: expected a finite number "
+                            "of seconds above 0")
+    return value
+
 def _capture(raw: RawOptions, specs: tuple[Path, ...]) -> tuple[Path | None, bool]:
     """(where the captured spec goes, whether the catalog is the spec)."""
     if not raw.capture:
@@ -302,6 +422,7 @@ def resolve(raw: RawOptions) -> Settings:
     return Settings(
         invocation=raw.invocation, specs=specs, root=root,
         fix=raw.fix or raw.rollback is not None, dry_run=raw.dry_run, persist=raw.persist,
+        fix_retry=raw.fix_retry,
         journal=journal, rollback=raw.rollback, lock_timeout=_lock_timeout(raw.lock_timeout),
         gate=raw.gate,
         report=_output(raw, raw.report, "--gpuhost-report") if not raw.worker else None,
@@ -311,7 +432,9 @@ def resolve(raw: RawOptions) -> Settings:
         npd=raw.npd and not raw.worker,
         nfd=_output(raw, raw.nfd, "--gpuhost-nfd") if not raw.worker else None,
         targets=targets, ssh_config=_ssh_config(raw),
-        connect_timeout=_connect_timeout(raw.connect_timeout), after_reboot=raw.after_reboot,
+        ssh_masters=Path(raw.ssh_masters) if raw.ssh_masters else None,
+        connect_timeout=_connect_timeout(raw.connect_timeout),
+        target_timeout=_target_timeout(raw.target_timeout), after_reboot=raw.after_reboot,
         capture=capture, capture_shown=raw.capture or "", capture_from=capture_from,
         capture_overwrite=raw.capture_overwrite, catalog=catalog,
         fleet_html=_output(raw, raw.fleet_html, "--gpuhost-fleet-html")

@@ -9,6 +9,13 @@
   container of a remote host, entered the same way over ssh.
 - ``?name=NAME`` names a target in ids and reports; by default a target is named by its host
   (``pve``), then host and port, then with its root, whichever makes the names unique.
+- In a targets file (``--gpuhost-targets-file``), a bare ``[USER@]HOST[:PORT]`` means
+  ``ssh://[USER@]HOST[:PORT]``. Hosts of an Ansible inventory (``inventory``) are ssh targets
+  named by their inventory names, with a key file and ssh arguments of their own.
+
+The same target twice is refused wherever the two came from: the same name given twice, the same
+URL, the same machine and root (over the same ssh arguments) under two names, or a target named
+after its host when another source names a target so.
 
 Pure: parsing and naming only; hosts are made by the ``pytest_gpuhost_make_host`` hook.
 """
@@ -41,10 +48,31 @@ class Target:
     root: str = "/"
     container: str | None = None
     name: str = LOCAL
+    identity_file: str | None = None
+    """ssh ``-i FILE`` (an inventory's ``ansible_ssh_private_key_file``)."""
+    ssh_args: tuple[str, ...] = ()
+    """More ssh arguments, before the run's own (an inventory's ``ansible_ssh_common_args``)."""
+    source: str = ""
+    """Where the target was given (``--gpuhost-inventory=hosts.ini``), for messages."""
 
     @property
     def local(self) -> bool:
         return self.scheme == LOCAL
+
+    @property
+    def shown(self) -> str:
+        """The target for a message: its URL and where it was given."""
+        return f"{self.url} ({self.source})" if self.source else self.url
+
+
+def valid_name(text: str) -> bool:
+    """Whether ``text`` can name a target in ids (it ends them: ``...@NAME``)."""
+    return bool(_NAME.match(text))
+
+
+def valid_host(text: str) -> bool:
+    """Whether ``text`` is a host name or address ssh can be given (never an option)."""
+    return bool(_HOST.match(text)) and not text.startswith("-")
 
 
 def parse_target(text: str) -> Target:
@@ -96,6 +124,44 @@ def parse_target(text: str) -> Target:
                   container=inside, name=name or "")
 
 
+def parse_target_line(text: str) -> Target:
+    """A line of a targets file: a target URL, or a bare ``[USER@]HOST[:PORT]`` for ssh."""
+    raw = text.strip()
+    return parse_target(raw if raw == LOCAL or "://" in raw else f"ssh://{raw}")
+
+
+def _destination(target: Target) -> tuple[object, ...]:
+    """What makes two targets the same machine and root, whatever they are named."""
+    return (target.scheme, target.host, target.port, target.root, target.container,
+            target.ssh_args)
+
+
+def _refuse_duplicates(targets: Sequence[Target]) -> None:
+    by_name: dict[str, Target] = {}
+    for target in targets:
+        other = by_name.setdefault(target.name, target) if target.name else target
+        if other is not target:
+            raise TargetError(f"two targets are named {target.name}: {other.shown} and "
+                              f"{target.shown}")
+    by_url: dict[str, Target] = {}
+    by_place: dict[tuple[object, ...], Target] = {}
+    for target in targets:
+        other = by_url.setdefault(target.url, target)
+        if other is not target:
+            raise TargetError(f"target {target.url} is given twice" + (
+                f" ({other.source} and {target.source})" if other.source or target.source
+                else ""))
+        other = by_place.setdefault(_destination(target), target)
+        if other is not target:
+            raise TargetError(f"{other.shown} and {target.shown} are the same target (the same "
+                              "machine and root): give it once")
+    for target in targets:
+        clash = by_name.get(_candidates(target)[0]) if not target.name else None
+        if clash is not None:
+            raise TargetError(f"{target.shown} would be named {clash.name}, as {clash.shown} "
+                              "is: give one of them ?name=NAME, or drop the duplicate")
+
+
 def _candidates(target: Target) -> list[str]:
     """Names from short to unique: host, host:port, host:port/root (containers: lxc-CTID)."""
     if target.local:
@@ -110,15 +176,9 @@ def _candidates(target: Target) -> list[str]:
 
 
 def name_targets(targets: Sequence[Target]) -> list[Target]:
-    """Each target with a name no other has; explicit ``?name=`` wins and must be unique."""
-    explicit = [t.name for t in targets if t.name]
-    duplicates = sorted({n for n in explicit if explicit.count(n) > 1})
-    if duplicates:
-        raise TargetError(f"two targets are named {', '.join(duplicates)}")
-    urls = [t.url for t in targets]
-    repeated = sorted({u for u in urls if urls.count(u) > 1})
-    if repeated:
-        raise TargetError(f"target {repeated[0]} is given twice")
+    """Each target with a name no other has; explicit names (``?name=``, an inventory's) win
+    and must be unique; the same target twice is refused (see the module's docstring)."""
+    _refuse_duplicates(targets)
     named: list[Target] = []
     for level in range(4):
         names = [t.name or _candidates(t)[level] for t in targets]

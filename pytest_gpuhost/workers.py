@@ -31,6 +31,12 @@ import pytest
 from .files import write_atomically
 
 WORKERINPUT_KEY = "gpuhost_shared_dir"
+TARGETS_KEY = "gpuhost_targets"
+"""In a worker's workerinput: the targets its controller resolved (``settings.target_record``)."""
+SSH_MASTERS_KEY = "gpuhost_ssh_masters"
+"""In a worker's workerinput: the directory of the run's ssh control sockets."""
+COLLECTED = "collected.json"
+"""In the shared directory: what the controller collected of each remote target."""
 WAIT_TIMEOUT_S = 900.0
 POLL_S = (0.005, 0.05)
 """A waiter's first and longest pause between two reads of the logs (doubling in between)."""
@@ -121,7 +127,7 @@ class SharedDirectory:
     """Controller side: make the directory, pass it and ``extra`` values such as the run's
     journal to every worker, and record each worker that goes down."""
 
-    def __init__(self, extra: dict[str, str] | None = None) -> None:
+    def __init__(self, extra: dict[str, object] | None = None) -> None:
         self.path = Path(tempfile.mkdtemp(prefix="pytest-gpuhost-"))
         self.extra = dict(extra or {})
 
@@ -136,8 +142,37 @@ class SharedDirectory:
             worker = node.gateway.id
             write_atomically(self.path / f"down-{worker}", f"worker {worker} crashed: {error}")
 
+    def ssh_masters(self) -> Path | None:
+        """Where the run's ssh targets keep their master connections (None: too long a path
+        for a socket); the workers are told."""
+        from .host.remote import masters_directory
+
+        directory = masters_directory(self.path)
+        if directory is not None:
+            self.extra[SSH_MASTERS_KEY] = str(directory)
+        return directory
+
     def pytest_unconfigure(self) -> None:
+        from .host.remote import end_masters
+
+        end_masters(self.path / "ssh")
         shutil.rmtree(self.path, ignore_errors=True)
+
+    def share_collection(self, collected: dict[str, object]) -> None:
+        """Hand the workers what the controller collected (before they start)."""
+        write_atomically(self.path / COLLECTED, json.dumps(collected, separators=(",", ":")),
+                         mode=0o600)
+
+
+def shared_collection(log: DoneLog | None) -> dict[str, object] | None:
+    """On a worker: what the controller collected of the remote targets, if it did."""
+    if log is None:
+        return None
+    try:
+        data = json.loads((log.directory / COLLECTED).read_text())
+    except FileNotFoundError:
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def worker_log(config: pytest.Config) -> DoneLog | None:

@@ -45,11 +45,21 @@ class Counting:
 def build(root: Path, *, gpus: int, cpus: int, sysctls: int) -> Path:
     host = FakeHost(root)
     host.sysctls({f"kernel.k{n}": n for n in range(sysctls)})
-    for n in range(gpus):
-        host.gpu(f"0000:{1 + n // 16:02x}:{n % 16:02x}.0", max_read_request=4096,
-                 numa_node=n % 2, audio=False)
-    host.cpus(cpus, states=STATES)
-    host.module("nvidia")
+    addresses = []
+    for n in range(gpus):  # eight GPUs behind each root port, as on a switched board
+        port = f"0000:{n // 8 * 16:02x}:01.1"
+        if n % 8 == 0:
+            host.bridge(port, numa_node=n // 8 % 2, acs=0)
+        addresses.append(f"0000:{n // 8 * 16 + 1:02x}:{n % 8:02x}.0")
+        host.gpu(addresses[-1], max_read_request=4096, numa_node=n // 8 % 2, audio=False,
+                 parent=port)
+    host.iommu_groups(dict.fromkeys(addresses, "identity"))
+    host.cpus(cpus, states=STATES, disabled=["C2", "C3"])
+    host.cpufreq("amd-pstate-epp", policies=cpus, governor="performance", epp="performance")
+    host.cmdline("BOOT_IMAGE=/vmlinuz ro iommu=pt amd_pstate=active").grub()
+    host.transparent_hugepage("madvise")
+    host.module("nvidia").module("nvidia_uvm")
+    host.module_parameters("nvidia_uvm", {"uvm_disable_hmm": "Y"})
     host.infiniband()
     host.kmsg([(6, "Linux version 6.8.0")])
     return root
@@ -60,8 +70,16 @@ def spec_text(*, sysctls: int, gpus: int) -> str:
     lines += [f"  kernel.k{n}: {n}" for n in range(sysctls)]
     lines += ["gpus:", f"  count: {gpus}", "pcie:", "  max_read_request: 4096",
               "  max_payload: {min: 256}", "  link_width: 16", "  max_link_speed: '32.0 GT/s'",
-              "cpuidle:", "  disabled: [C2, C3]",
+              "  acs_redirect: off", "  aspm: off", "  aer: {since: session}",
+              "cpuidle:", "  disabled: [C2, C3]", "  residency: {window: 10ms}",
+              "cpufreq:", "  driver: amd-pstate-epp", "  governor: performance",
+              "  epp: performance",
+              "kernel:", "  release: {min: '6.8'}",
+              "  cmdline: {has: [iommu=pt, amd_pstate=active], lacks: [pci=pcie_bus_perf]}",
+              "memory:", "  transparent_hugepage: madvise",
+              "iommu:", "  gpu_groups: identity",
               "modules:", "  nvidia: loaded", "  nouveau: absent",
+              "  nvidia_uvm: {state: loaded, parameters: {uvm_disable_hmm: 'Y'}}",
               "  nvidia_peermem: {state: loaded, when: infiniband}",
               "dmesg:", "  since: session"]
     return "\n".join(lines) + "\n"
@@ -101,8 +119,10 @@ def test_a_verify_run_asks_the_host_a_constant_number_of_times(
     checks = [n for _, n in runs]
     assert len(set(checks)) == (1 if axis == "cpus" else 3)  # more GPUs or sysctls: more checks
     assert calls[0] == calls[1] == calls[2]
-    # facts, one batch of every observation, one live read of the log for dmesg
-    assert calls[0]["batch"] == 3
+    # facts, one batch of every observation, the live second sample of each disabled C-state
+    # that residency watches (C2 and C3: its window runs while the other checks do), and one
+    # live read of the log for dmesg
+    assert calls[0]["batch"] == 3 + 2
     assert sum(calls[0].values()) - calls[0]["batch"] <= 1
 
 

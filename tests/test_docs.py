@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from glob import escape
 from pathlib import Path
 
 import pytest
@@ -45,3 +46,167 @@ def test_a_bad_section_of_the_documented_kind_is_exit_4(pytester: pytest.Pyteste
     result = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*spec.yaml:3: mtu eth0*"])
+
+
+# --- the README and docs/: commands, sample output, options and links true of the code ----------
+
+README = REPO / "README.md"
+DOCS = sorted((REPO / "docs").glob("*.md"))
+PENDING_PAGES = {"docs/fleets.md"}
+"""Linked pages another branch writes (targets from Ansible inventories): allowed to be absent."""
+DEMO_ROOT = "/tmp/gpuhost-demo"
+VARIABLE = re.compile(r"\.\.\.|\d{8}T\d{6}Z-blackwell8-\d+|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
+                      r"| in \d+\.\d+s")
+"""What a run prints differently each time (times, journal names) and the samples' '...'."""
+
+
+def blocks(document: Path, language: str | None = None) -> list[str]:
+    """The fenced code blocks of a Markdown file (of one language, when given)."""
+    found: list[str] = []
+    fence: str | None = None
+    """The open block's language ('' for none), None outside a block."""
+    lines: list[str] = []
+    for line in document.read_text().splitlines(keepends=True):
+        if not line.startswith("```"):
+            lines.append(line)
+        elif fence is None:
+            fence, lines = line[3:].strip(), []
+        else:
+            if language is None or fence == language:
+                found.append("".join(lines))
+            fence = None
+    return found
+
+
+def block_with(document: Path, text: str) -> str:
+    [found] = [block for block in blocks(document) if text in block]
+    return found
+
+
+def sample_patterns(sample: str, root: Path) -> list[str]:
+    """fnmatch patterns for a sample's lines, in order: a '...' line is a gap, a '...' in a line
+    and what varies between runs match anything, a '=== ... ===' rule any width."""
+    patterns = []
+    for line in sample.replace(DEMO_ROOT, str(root)).splitlines():
+        if line.strip() == "...":
+            continue
+        rule = line.startswith("=")
+        line = line.strip("= ") if rule else line
+        pieces = VARIABLE.split(line)
+        variable = VARIABLE.findall(line)
+        pattern = escape(pieces[0])
+        for found, piece in zip(variable, pieces[1:], strict=True):
+            pattern += (" in *" if found.startswith(" in ") else "*") + escape(piece)
+        patterns.append(f"*{pattern}*" if rule else pattern)
+    return patterns
+
+
+def demo_command() -> list[str]:
+    """The README's first command: a venv, the package installed from the checkout, a copy of
+    the example host, then pytest; the pytest part as its argument list."""
+    command = block_with(README, "--gpuhost-root=/tmp/gpuhost-demo --fix").strip()
+    steps = [step.strip() for step in command.split("&&")]
+    assert steps[:2] == ["python3 -m venv /tmp/gpuhost", "/tmp/gpuhost/bin/pip install -q ."]
+    assert steps[2:4] == [f"rm -rf {DEMO_ROOT}",
+                          f"cp -r examples/hosts/blackwell8-untuned {DEMO_ROOT}"]
+    pytest_path, *args = steps[4].split()
+    assert pytest_path == "/tmp/gpuhost/bin/pytest"
+    return args
+
+
+def test_the_readme_demo_prints_its_sample_and_a_second_fix_retries_nothing(
+        pytester: pytest.Pytester, example_host: Path) -> None:
+    args = [arg.replace(DEMO_ROOT, str(example_host)) for arg in demo_command()]
+    first = pytester.runpytest(*args)
+    assert first.ret == pytest.ExitCode.TESTS_FAILED
+    sample = block_with(README, "kind                         checks  passed")
+    first.stdout.fnmatch_lines(sample_patterns(sample, example_host))
+    second = pytester.runpytest(*args)
+    for document in (README, REPO / "docs" / "fix-safety.md"):
+        [line] = [line for line in block_with(document, "not retried").splitlines() if line]
+        second.stdout.fnmatch_lines(sample_patterns(line, example_host))
+
+
+def test_the_readme_test_command_is_what_ci_runs() -> None:
+    ci = (REPO / ".ci" / "run").read_text().strip().splitlines()
+    command = block_with(README, "pip install -q -e '.[test]'").strip().splitlines()
+    assert command[-1] == ci[-1] == ".venv/bin/pytest"
+    assert "python3 -m venv .venv" in ci and ".venv/bin/pip install -q -e '.[test]'" in ci
+
+
+def test_the_readme_names_every_extra_and_how_to_install() -> None:
+    from importlib.metadata import metadata
+
+    installed = metadata("pytest-gpuhost")
+    extras = set(installed.get_all("Provides-Extra") or ()) - {"test", "bench"}
+    text = README.read_text()
+    named = set(re.findall(r"^\| `\[(\w+)\]` \|", text, re.M))
+    assert named == extras
+    assert "Python 3.10 or later" in text and installed["Requires-Python"] == ">=3.10"
+    install = block_with(README, "pip install .")
+    assert "pip install pytest-gpuhost" in install
+    assert "pip install '.[nvml]'" in text
+
+
+def test_the_readme_outcomes_are_the_outcomes() -> None:
+    from pytest_gpuhost.result import Outcome
+
+    section = README.read_text().split("## Outcomes and exit codes", 1)[1].split("\n## ", 1)[0]
+    assert set(re.findall(r"^\| `(\w+)` \|", section, re.M)) == {o.value for o in Outcome}
+
+
+@pytest.mark.parametrize("document", [README, REPO / "docs" / "reference.md"],
+                         ids=lambda p: p.name)
+def test_the_spec_examples_load(document: Path, tmp_path: Path) -> None:
+    from pytest_gpuhost import builtin
+    from pytest_gpuhost.spec import load_spec
+
+    kinds = {kind.section: kind for kind in builtin.pytest_gpuhost_check_kinds()}
+    conditions = dict(builtin.pytest_gpuhost_conditions())
+    examples = [b for b in blocks(document, "yaml") if not b.startswith("gpuhost_")]
+    assert examples
+    for number, example in enumerate(examples):
+        path = tmp_path / f"example{number}.yaml"
+        path.write_text(example if example.startswith("version:") else "version: 1\n" + example)
+        assert load_spec(path, kinds, conditions).sections
+
+
+def help_options(pytester: pytest.Pytester) -> set[str]:
+    text = pytester.runpytest("--help").stdout.str()
+    return set(re.findall(r"^  (--(?:gpuhost-[\w-]+|fix(?:-persist|-retry)?))\b", text, re.M))
+
+
+def test_every_option_is_documented_and_every_documented_option_exists(
+        pytester: pytest.Pytester) -> None:
+    options = help_options(pytester)
+    assert {"--gpuhost-spec", "--fix", "--fix-retry", "--gpuhost-target"} <= options
+    table = (REPO / "docs" / "reference.md").read_text().split("## Command line", 1)[1]
+    table = table.split("\n## ", 1)[0]
+    in_table = set(re.findall(r"^\| `(--[\w-]+)", table, re.M))
+    assert in_table == options
+    for document in (README, *DOCS):
+        named = set(re.findall(r"(--(?:gpuhost-[a-z-]*[a-z]|fix(?:-[a-z]+)?))\b",
+                               document.read_text()))
+        assert named <= options, f"{document.name} names options that do not exist"
+    for ini in ("gpuhost_spec", "gpuhost_root", "gpuhost_targets", "gpuhost_ssh_config"):
+        assert f"`{ini}`" in table
+
+
+def test_every_link_of_the_readme_and_docs_resolves() -> None:
+    for document in (README, *DOCS):
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", document.read_text()):
+            if "://" in target:
+                continue
+            path = (document.parent / target).resolve()
+            shown = str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+            assert path.exists() or shown in PENDING_PAGES, f"{document.name}: {target}"
+
+
+def test_the_layout_names_every_folder_and_module() -> None:
+    package = REPO / "pytest_gpuhost"
+    layout = (REPO / "docs" / "layout.md").read_text()
+    folders = {p.name for p in package.iterdir() if (p / "__init__.py").exists()}
+    named = set(re.findall(r"^\| `(\w+)/` \|", layout, re.M))
+    assert named == folders
+    modules = {p.name for p in package.glob("*.py") if p.name != "__init__.py"}
+    assert {m for m in modules if f"`{m}`" not in layout} == set()

@@ -15,12 +15,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gpuhost.checks import Check
-from pytest_gpuhost.checks.gpus import Gpu
-from pytest_gpuhost.checks.modules import ModuleProbe, ModuleState
-from pytest_gpuhost.checks.pcie import MaxReadRequestProbe
-from pytest_gpuhost.checks.sysctl import SysctlProbe, read_boot_config
-from pytest_gpuhost.engine import RunOptions, run_check
-from pytest_gpuhost.fix.changes import (
+from pytest_gpuhost.checks.changes import (
     Command,
     Plan,
     ReplaceFile,
@@ -29,6 +24,11 @@ from pytest_gpuhost.fix.changes import (
     from_dict,
     to_dict,
 )
+from pytest_gpuhost.checks.gpus import Gpu
+from pytest_gpuhost.checks.modules import ModuleProbe, ModuleState
+from pytest_gpuhost.checks.pcie import MaxReadRequestProbe
+from pytest_gpuhost.checks.sysctl import SysctlProbe, read_boot_config
+from pytest_gpuhost.engine import RunOptions, run_check
 from pytest_gpuhost.fix.fixer import Fixer, FixError
 from pytest_gpuhost.fix.journal import Journal, latest_journal, read_journal
 from pytest_gpuhost.fix.locking import LockTimeout, RootLock
@@ -166,7 +166,7 @@ def test_dry_run_reports_the_plan_and_writes_nothing(pytester: pytest.Pytester, 
                                 "--gpuhost-report=plan.json")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     # P2P has no fixer; boot-time checks plan their drop-ins (--fix-persist is on)
-    assert counts(result) == {"passed": 82, "failed": 57, "would_fix": 62, "skipped": 1}
+    assert counts(result) == {"passed": 81, "failed": 57, "would_fix": 62, "skipped": 2}
     assert snapshot(example_host) == before  # not even a journal or a lock file
     result.stdout.fnmatch_lines([
         "--gpuhost-dry-run: 62 fixes planned (188 changes); nothing was written",
@@ -178,6 +178,9 @@ def test_dry_run_reports_the_plan_and_writes_nothing(pytester: pytest.Pytester, 
                "to cpuidle/C2/disable on those 64 CPUs"),
         "      write sys/devices/system/cpu/cpu0/cpuidle/state2/disable: '0' -> '1'",
     ])
+    # D7: the 56 slow pairs are the ACS redirect the plan clears: said, not left as a mystery
+    result.stdout.fnmatch_lines(["  (56 p2p checks failed as measured before the planned "
+                                 "changes; a real --fix measures after them)"])
     data = json.loads((pytester.path / "plan.json").read_text())
     assert data["dry_run"] is True and data["journal"] is None
     assert data["summary"]["would_fix"] == 62

@@ -23,7 +23,7 @@ from pytest_gpuhost.result import CheckResult, Outcome
 from pytest_gpuhost.testing.fakehost import blackwell8_untuned
 
 from .capturing import run
-from .conftest import REPO
+from .conftest import BLACKWELL8, REPO
 from .test_reports import parse_exposition
 
 pytest_plugins = ["pytester"]
@@ -43,9 +43,10 @@ modules: {nvidia: loaded, nouveau: absent}
 """
 
 
-def node(tmp_path: Path, name: str, *, gen4: bool = False, driver: str | None = None,
-         swappiness: int = 10) -> Path:
-    """A blackwell8 box named ``name``, tuned, with its own deviations; returns its report."""
+def tuned_node(tmp_path: Path, name: str, *, gen4: bool = False, driver: str | None = None,
+               swappiness: int = 10) -> Path:
+    """The root of a blackwell8 box named ``name``, tuned for FLEET_SPEC, with its own
+    deviations."""
     root = tmp_path / name
     blackwell8_untuned(root, cpus=4)
     (root / "proc/sys/kernel/hostname").write_text(f"{name}\n")
@@ -60,6 +61,13 @@ def node(tmp_path: Path, name: str, *, gen4: bool = False, driver: str | None = 
         speed.write_text("16.0 GT/s PCIe\n")
     if driver:
         (root / "var/lib/pytest-gpuhost/nvml/driver_version").write_text(f"{driver}\n")
+    return root
+
+
+def node(tmp_path: Path, name: str, *, gen4: bool = False, driver: str | None = None,
+         swappiness: int = 10) -> Path:
+    """A blackwell8 box named ``name``, tuned, with its own deviations; returns its report."""
+    root = tuned_node(tmp_path, name, gen4=gen4, driver=driver, swappiness=swappiness)
     spec = tmp_path / "fleet.yaml"
     spec.write_text(FLEET_SPEC)
     done = run(root, tmp_path, [Path("fleet.yaml")])
@@ -203,17 +211,21 @@ def test_a_multi_target_report_is_one_row_per_target() -> None:
 
 
 def test_a_run_over_several_targets_is_one_row_each_none_missing() -> None:
-    from pytest_gpuhost.fleet import targets_of_run
-
-    records = [_record("a", "1"), _record("b", "2"),
-               {**_record("c", "x", "error"), "message": "ssh: Connection refused"}]
-    rows = targets_of_run(records, {"host": "controller"}, ["a", "b", "c", "d"])
+    """As the JSON report of a run writes its targets: ``hostname`` says what the target calls
+    itself; ``unreachable`` is the reason a target gave no result."""
+    data = {"host": "controller",
+            "targets": [{"name": "a", "hostname": "gpu-a", "kernel": "6.8.0"},
+                        {"name": "b", "hostname": "gpu-b"},
+                        {"name": "c", "unreachable": "ssh: Connection refused"},
+                        {"name": "d"}],
+            "checks": [_record("a", "1"), _record("b", "2"),
+                       {**_record("c", "x", "error"), "message": "ssh: Connection refused"}]}
+    rows = targets_of_report(data, "this run")
     assert [(t.name, len(t.records), t.reason) for t in rows] == [
-        ("a", 1, None), ("b", 1, None),
-        ("c", 1, "every check is an error: ssh: Connection refused"),
+        ("a", 1, None), ("b", 1, None), ("c", 1, "ssh: Connection refused"),
         ("d", 0, "no check reported for it")]
-    [local] = targets_of_run([_record(None, "1")], {"host": "gpu01"})
-    assert local.name == "gpu01"
+    assert (rows[0].facts["host"], rows[0].facts["kernel"]) == ("gpu-a", "6.8.0")
+    assert rows[3].facts["host"] is None  # said nothing of itself: not the controller's name
 
 
 def test_the_same_node_twice_is_two_rows(tmp_path: Path) -> None:
@@ -251,7 +263,7 @@ def test_the_page_data_holds_each_string_once(fleet_reports: list[Path]) -> None
 
 
 def test_fleet_html_from_a_run(pytester: pytest.Pytester, example_host: Path) -> None:
-    shutil.copy(REPO / "specs" / "blackwell8.yaml", pytester.path / "blackwell8.yaml")
+    shutil.copy(BLACKWELL8, pytester.path / "blackwell8.yaml")
     result = pytester.runpytest("--gpuhost-spec=blackwell8.yaml", f"--gpuhost-root={example_host}",
                                 "--gpuhost-fleet-html=fleet.html", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.TESTS_FAILED

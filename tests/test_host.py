@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from pytest_gpuhost.host import HostError, LocalHost, UnsafePath, agent
+from pytest_gpuhost.host import (
+    HostError,
+    LocalHost,
+    Read,
+    TargetTimeout,
+    UnsafePath,
+    agent,
+    doing,
+)
+from pytest_gpuhost.host.remote import AgentHost, agent_command
 from pytest_gpuhost.testing.fakehost import FakeHost
 
 
@@ -157,6 +168,94 @@ def test_readlink_gives_the_stored_target_and_none_for_a_file(tmp_path: Path) ->
     assert host.readlink("file") is None and host.readlink("missing") is None
     with pytest.raises(UnsafePath):
         host.readlink("../etc/passwd")
+
+
+# -- an agent over a command's pipes: the time limit ----------------------------------------------
+
+
+def _agent(root: Path, limit: float) -> AgentHost:
+    """The agent run here with python3 (what ssh runs there), under a time limit."""
+    argv = [sys.executable, *agent_command(str(root))[1:]]
+    return AgentHost(f"test://{root.name}", argv, str(root), time_limit=limit, name="n1")
+
+
+def test_a_target_that_hangs_in_a_command_is_lost_at_its_time_limit(fake: FakeHost) -> None:
+    fake.sysctl("vm.swappiness", 10).file("usr/bin/slow", "#!/bin/sh\nexec sleep 20\n",
+                                          mode=0o755)
+    host = _agent(fake.root, 1.5)
+    assert host.batch([Read("proc/sys/vm/swappiness")])[0].data() == b"10\n"
+    start = time.monotonic()
+    with doing("applying a fix of module[x]"), pytest.raises(TargetTimeout) as hung:
+        host.run(["slow"])
+    assert 0.5 < time.monotonic() - start < 1.5 + 0.5  # what was left of 1.5 s, no more
+    assert str(hung.value) == ("target n1 hung while applying a fix of module[x]: no answer "
+                               "within --gpuhost-target-timeout=1.5 s, so the run went on "
+                               "without it")
+    assert hung.value.step == "applying a fix of module[x]"
+    assert host.lost is hung.value
+    with pytest.raises(TargetTimeout):  # at once, the same reason
+        host.batch([Read("proc/sys/vm/swappiness")])
+    host.close()
+
+
+def test_a_connection_that_never_answers_is_lost_at_the_limit(tmp_path: Path) -> None:
+    host = AgentHost("test://silent", [sys.executable, "-c", "import time; time.sleep(60)"],
+                     "/", time_limit=1.0, name="silent")
+    start = time.monotonic()
+    with doing("collecting facts"), pytest.raises(TargetTimeout, match=(
+            "target silent hung while connecting: no answer within "
+            "--gpuhost-target-timeout=1 s")):
+        host.identity()
+    assert time.monotonic() - start < 1.0 + 0.5
+    assert host._process is not None and host._process.poll() is not None  # killed
+
+
+def test_the_time_limit_counts_every_wait_together(fake: FakeHost) -> None:
+    fake.sysctl("vm.swappiness", 10).file("usr/bin/nap", "#!/bin/sh\nexec sleep 0.4\n",
+                                          mode=0o755)
+    host = _agent(fake.root, 1.0)
+    host.run(["nap"])
+    host.run(["nap"])  # about 0.8 s spent: the next nap passes the limit
+    with pytest.raises(TargetTimeout, match="hung while waiting for it"):
+        host.run(["nap"])
+    assert 1.0 <= host.spent < 1.5
+    host.close()
+
+
+def test_replies_survive_the_way_to_another_process(fake: FakeHost, host: LocalHost) -> None:
+    """What an xdist controller collected is handed to its workers as JSON: every kind of
+    request and reply comes back equal."""
+    import json
+
+    from pytest_gpuhost.host import (
+        Glob,
+        Kmsg,
+        Link,
+        ListDir,
+        Stat,
+        Which,
+        reply_from_wire,
+        reply_to_wire,
+        request_from_wire,
+    )
+
+    fake.sysctl("vm.swappiness", 10).kmsg([(6, "hello")])
+    fake.file("usr/bin/tool", "#!/bin/sh\n", mode=0o755)
+    (fake.root / "link").symlink_to("proc/sys/vm/swappiness")
+    requests = [Read("proc/sys/vm/swappiness"), Read("missing"), Stat("proc/sys/vm"),
+                ListDir("proc/sys/vm"), Glob("proc/sys/vm/*"), Glob("proc/*", read=False),
+                Glob("*", links=True), Kmsg(), Link("link"), Link("proc"), Which("tool"),
+                Which("nothing")]
+    replies = host.batch(requests)
+    wired = json.loads(json.dumps(agent.encode(
+        [[request.wire(), reply_to_wire(reply)] for request, reply in
+         zip(requests, replies, strict=True)])))
+    back = [(request_from_wire(wire), answer) for wire, answer in agent.decode(wired)]
+    assert [request for request, _ in back] == requests
+    for (request, answer), reply in zip(back, replies, strict=True):
+        again = reply_from_wire(request, answer)
+        assert (again.value, str(again.error), getattr(again.error, "errno", None)) == (
+            reply.value, str(reply.error), getattr(reply.error, "errno", None))
 
 
 def test_a_kept_error_is_raised_as_a_copy_that_holds_no_frames() -> None:

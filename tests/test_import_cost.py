@@ -44,8 +44,9 @@ def test_a_run_that_asks_nothing_of_gpuhost_imports_its_entry_point_only(
         def test_trivial(n):
             assert n >= 0
     """)
+    # specs: a directory listing (no YAML) for --gpuhost-spec's help, which names them
     assert loaded(pytester) == ["pytest_gpuhost", "pytest_gpuhost.hookspecs",
-                                "pytest_gpuhost.plugin"]
+                                "pytest_gpuhost.plugin", "pytest_gpuhost.specs"]
 
 
 def test_a_verify_run_imports_the_kinds_of_its_spec_and_no_fix_or_unasked_report(
@@ -54,12 +55,13 @@ def test_a_verify_run_imports_the_kinds_of_its_spec_and_no_fix_or_unasked_report
     pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
     modules = loaded(pytester, "spec.yaml", f"--gpuhost-root={fake.root}")
     kinds = [m for m in modules if m.startswith("pytest_gpuhost.checks.")]
-    # gpus: every run reads the GPU list for its reports; conditions: the `when:` names
-    assert kinds == ["pytest_gpuhost.checks.conditions", "pytest_gpuhost.checks.gpus",
-                     "pytest_gpuhost.checks.sysctl"]
+    # gpus: every run reads the GPU list for its reports; conditions: the `when:` names;
+    # changes: what a check's plan is made of
+    assert kinds == ["pytest_gpuhost.checks.changes", "pytest_gpuhost.checks.conditions",
+                     "pytest_gpuhost.checks.gpus", "pytest_gpuhost.checks.sysctl"]
     fix = [m for m in modules if m.startswith("pytest_gpuhost.fix.")]
-    assert fix == ["pytest_gpuhost.fix.changes", "pytest_gpuhost.fix.locking",
-                   "pytest_gpuhost.fix.run", "pytest_gpuhost.fix.state"]  # no journal, fixer
+    assert fix == ["pytest_gpuhost.fix.locking", "pytest_gpuhost.fix.run",
+                   "pytest_gpuhost.fix.state"]  # no journal, no fixer
     reports = [m for m in modules if m.startswith("pytest_gpuhost.reports.")]
     assert reports == ["pytest_gpuhost.reports.failure", "pytest_gpuhost.reports.junit",
                        "pytest_gpuhost.reports.terminal"]

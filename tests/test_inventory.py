@@ -5,11 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from pytest_gpuhost.host.remote import ssh_argv
 from pytest_gpuhost.inventory import (
     InventoryError,
     InventoryHost,
@@ -17,6 +17,7 @@ from pytest_gpuhost.inventory import (
     read_inventory,
     read_targets_file,
 )
+from pytest_gpuhost.targets import Target, TargetError, name_targets, parse_target_line
 
 INI = """\
 [gpu]
@@ -65,15 +66,8 @@ all:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def ansible_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Ansible makes its local temporary directory (~/.ansible/tmp) when first used: keep it,
-    and any ansible.cfg lookup, inside the test's own directories."""
-    base = tmp_path_factory.mktemp("ansible")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("ANSIBLE_LOCAL_TEMP", str(base / "tmp"))
-        patch.setenv("ANSIBLE_CONFIG", str(base / "ansible.cfg"))
-        patch.setenv("ANSIBLE_HOME", str(base))
-        yield
+def _ansible_home(ansible_home: None) -> None:
+    """Every test here keeps Ansible's files in its own directories."""
 
 
 def inventory(tmp_path: Path, text: str, name: str = "hosts.ini") -> Path:
@@ -109,6 +103,9 @@ def test_yaml_children_and_vars_at_every_level(tmp_path: Path) -> None:
         InventoryHost("l1", "l1", None, "ops"),
     ]
     assert names(read_inventory(tmp_path / "hosts.yml", "cluster")) == ["g1", "g2", "l1"]
+    for host in hosts:  # plain values, which xdist can hand its workers (Ansible tags its own)
+        assert {type(value) for value in (host.name, host.address, host.user, *host.ssh_args)
+                if value is not None} == {str}
 
 
 def test_group_vars_and_host_vars_beside_the_inventory(tmp_path: Path) -> None:
@@ -140,7 +137,7 @@ def test_limit_selects_as_ansible_does(tmp_path: Path, limit: str,
 
 
 def test_a_limit_that_matches_nothing(tmp_path: Path) -> None:
-    with pytest.raises(InventoryError, match=r"--limit 'dgx\*' matches none of the 4 hosts in "):
+    with pytest.raises(InventoryError, match=r"the limit 'dgx\*' matches none of the 4 hosts in "):
         read_inventory(inventory(tmp_path, INI), "dgx*")
 
 
@@ -217,3 +214,134 @@ def test_targets_file_errors_name_the_line(text: str, message: str) -> None:
 def test_a_missing_targets_file(tmp_path: Path) -> None:
     with pytest.raises(InventoryError, match="none: no such targets file"):
         read_targets_file(tmp_path / "none")
+
+
+# -- inventory hosts as targets ----------------------------------------------------------------
+
+def test_an_inventory_host_as_a_target(tmp_path: Path) -> None:
+    path = inventory(tmp_path, "[gpu]\nn1 ansible_host=10.0.0.1 ansible_port=2222 "
+                               "ansible_user=ops ansible_ssh_private_key_file=keys/n1 "
+                               "gpuhost_root=/srv/image ansible_ssh_common_args='-o "
+                               "ProxyJump=bastion -4'\nn2 ansible_host=fe80::1\n")
+    n1, n2 = (host.target("--gpuhost-inventory=hosts.ini", tmp_path)
+              for host in read_inventory(path))
+    assert n1 == Target("ssh://ops@10.0.0.1:2222/srv/image?name=n1", "ssh", host="10.0.0.1",
+                        user="ops", port=2222, root="/srv/image", name="n1",
+                        identity_file=str(tmp_path / "keys/n1"),
+                        ssh_args=("-o", "ProxyJump=bastion", "-4"),
+                        source="--gpuhost-inventory=hosts.ini")
+    assert (n2.url, n2.host, n2.root, n2.identity_file) == ("ssh://[fe80::1]/?name=n2",
+                                                            "fe80::1", "/", None)
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("n1 gpuhost_root=relative/tree", r"host n1: gpuhost_root must be an absolute path"),
+    ("n1 ansible_ssh_common_args='node02'", r"'node02' is not an ssh option \(ssh would read "
+                                            r"it as the host to reach\)"),
+    ("n1 ansible_ssh_common_args='-o'", None),  # a dangling -o: ssh itself says so
+    ("n1 ansible_ssh_extra_args='-- x'", r"'--' is not an ssh option"),
+    ("n1 ansible_ssh_common_args='-Z'", r"'-Z' is not an ssh option"),
+    ("n1 ansible_ssh_common_args='-4v -p2200 -oBatchMode=yes -J b'", None),
+])
+def test_ssh_arguments_and_roots_are_checked(tmp_path: Path, line: str,
+                                             message: str | None) -> None:
+    path = inventory(tmp_path, f"[gpu]\n{line}\n")
+    if message is None:
+        read_inventory(path)
+        return
+    with pytest.raises(InventoryError, match=message):
+        read_inventory(path)
+
+
+@pytest.mark.parametrize(("name", "address", "message"), [
+    ("node@1", "node1", r"host 'node@1': a target's name is letters, digits"),
+    ("node1", "-oProxyCommand=x", r"host node1: ansible_host='-oProxyCommand=x' is not a host"),
+])
+def test_names_and_addresses_a_target_cannot_have(name: str, address: str,
+                                                  message: str) -> None:
+    with pytest.raises(InventoryError, match=message):
+        InventoryHost(name, address).target("x", Path("/"))
+
+
+def test_an_ansible_parse_error_says_where_when_ansible_knows(tmp_path: Path) -> None:
+    path = inventory(tmp_path, "all:\n  hosts:\n    a: [1\n", "broken.yml")
+    with pytest.raises(InventoryError, match=rf"{path}:4:1: YAML parsing failed: "):
+        read_inventory(path)
+    path = inventory(tmp_path, "[gpu]\nn1\n[gpu:vars]\nno value here\n")
+    with pytest.raises(InventoryError, match=r"Expected key=value, got: no value here "
+                                             r"\(Ansible's ini plugin\)"):
+        read_inventory(path)
+
+
+def test_ansible_prints_nothing_of_its_own(tmp_path: Path,
+                                           capfd: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(InventoryError):
+        read_inventory(inventory(tmp_path, "[gpu]\nn1\n[gpu:vars]\nno value here\n"))
+    with pytest.raises(InventoryError):
+        read_inventory(inventory(tmp_path, "[gpu]\nn1\n"), "nothing*")
+    assert capfd.readouterr() == ("", "")
+
+
+def test_a_limit_ansible_cannot_read(tmp_path: Path) -> None:
+    with pytest.raises(InventoryError, match=r"the limit 'gpu:&' is not a pattern Ansible "
+                                             r"accepts"):
+        read_inventory(inventory(tmp_path, INI), "gpu:&")
+
+
+# -- targets from every source -------------------------------------------------------------------
+
+@pytest.mark.parametrize(("line", "url", "host", "user", "port"), [
+    ("gpu03.lab", "ssh://gpu03.lab", "gpu03.lab", None, None),
+    ("root@gpu04:2222", "ssh://root@gpu04:2222", "gpu04", "root", 2222),
+    ("ssh://gpu05/srv?name=five", "ssh://gpu05/srv?name=five", "gpu05", None, None),
+])
+def test_a_targets_file_line_is_a_url_or_a_bare_ssh_host(line: str, url: str, host: str,
+                                                        user: str | None,
+                                                        port: int | None) -> None:
+    target = parse_target_line(line)
+    assert (target.scheme, target.url, target.host, target.user, target.port) == (
+        "ssh", url, host, user, port)
+
+
+def test_local_in_a_targets_file() -> None:
+    assert parse_target_line("local").local
+
+
+@pytest.mark.parametrize(("targets", "message"), [
+    ([Target("ssh://a?name=x", "ssh", host="a", name="x", source="--gpuhost-target"),
+      Target("ssh://b/?name=x", "ssh", host="b", name="x", source="--gpuhost-inventory=h")],
+     r"two targets are named x: ssh://a\?name=x \(--gpuhost-target\) and ssh://b/\?name=x "
+     r"\(--gpuhost-inventory=h\)"),
+    ([Target("ssh://a", "ssh", host="a", name="", source="f:1"),
+      Target("ssh://a", "ssh", host="a", name="", source="--gpuhost-target")],
+     r"target ssh://a is given twice \(f:1 and --gpuhost-target\)"),
+    ([Target("ssh://a", "ssh", host="a", name="", source="f:1"),
+      Target("ssh://root@a/?name=n", "ssh", host="a", user="root", name="n", source="inv")],
+     r"ssh://a \(f:1\) and ssh://root@a/\?name=n \(inv\) are the same target"),
+    ([Target("ssh://n1", "ssh", host="n1", name="", source="f:1"),
+      Target("ssh://10.0.0.1/?name=n1", "ssh", host="10.0.0.1", name="n1", source="inv")],
+     r"ssh://n1 \(f:1\) would be named n1, as ssh://10.0.0.1/\?name=n1 \(inv\) is"),
+])
+def test_the_same_target_from_two_sources_is_refused(targets: list[Target],
+                                                     message: str) -> None:
+    with pytest.raises(TargetError, match=message):
+        name_targets(targets)
+
+
+def test_one_address_over_two_jump_hosts_is_two_targets() -> None:
+    named = name_targets([
+        Target("ssh://10.0.0.1/?name=a1", "ssh", host="10.0.0.1", name="a1",
+               ssh_args=("-J", "bastion-a")),
+        Target("ssh://10.0.0.1/?name=b1", "ssh", host="10.0.0.1", name="b1",
+               ssh_args=("-J", "bastion-b")),
+    ])
+    assert [t.name for t in named] == ["a1", "b1"]
+
+
+def test_a_hosts_key_and_arguments_reach_the_ssh_command_line() -> None:
+    argv = ssh_argv("10.0.0.1", port=2222, user="ops", config=Path("/etc/cfg"),
+                    connect_timeout=10, inner=["python3", "-c", "pass"],
+                    identity_file="/keys/n1", extra=("-o", "ConnectTimeout=3"))
+    assert argv[:9] == ["ssh", "-F", "/etc/cfg", "-o", "ConnectTimeout=3", "-i", "/keys/n1",
+                        "-o", "BatchMode=yes"]
+    assert argv[-7:] == ["-p", "2222", "-l", "ops", "--", "10.0.0.1", "python3 -c pass"]

@@ -282,3 +282,28 @@ def test_p2p_runs_after_the_pcie_fixes_and_before_dmesg(pytester: pytest.Pyteste
     kinds = [line.split("::")[1].split("[")[0] for line in lines]
     assert kinds.index("p2p") > max(i for i, k in enumerate(kinds) if k.startswith("pcie"))
     assert kinds[-1] == "dmesg"
+
+
+class _BareMachine:
+    """This machine, with neither cuda-python nor nvbandwidth."""
+
+    def local_machine(self) -> bool:
+        return True
+
+    def which(self, name: str) -> None:
+        return None
+
+
+def test_auto_without_any_probe_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_gpuhost.checks import p2p
+    from pytest_gpuhost.spec import EntryOptions
+
+    monkeypatch.setattr(p2p, "cuda_available", lambda: False)
+    section = p2p.P2pSection("auto", None, 1, (), 0.0, None, EntryOptions("spec.yaml:2"))
+    measurer = p2p.Measurer(section, _BareMachine(), (), {})  # type: ignore[arg-type]
+    with pytest.raises(HostError) as error:
+        measurer.measure()
+    assert str(error.value) == (
+        "probe auto found no way to measure: install cuda-python (pip install "
+        "'pytest-gpuhost[cuda]', from a checkout pip install '.[cuda]') or put nvbandwidth on "
+        "PATH")

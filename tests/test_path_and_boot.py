@@ -4,12 +4,14 @@ reboot_required, THP, IOMMU groups, module parameters, NVML extras and C-state r
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from pytest_gpuhost import builtin
 from pytest_gpuhost.checks import Facts
+from pytest_gpuhost.checks.changes import ReplaceFile
 from pytest_gpuhost.engine import RunOptions, run_check
 from pytest_gpuhost.fix.fixer import Fixer
 from pytest_gpuhost.fix.journal import Journal, read_journal
@@ -438,6 +440,41 @@ def test_residency_sees_a_disabled_state_entered_during_the_window(fake: FakeHos
     assert "usage +14, time +10400 us" in result.evidence[0]["raw"]
 
 
+def test_residency_watches_only_the_cpus_where_the_state_is_disabled(fake: FakeHost) -> None:
+    """A verify run before --fix: where C2 is still enabled, entering it is no override (and
+    cpuidle[C2] says it is enabled); where it is disabled, growth is one."""
+    fake.cpus(4, disabled=["C2"])
+    for cpu in (0, 1):
+        [disable] = [p.parent / "disable" for p in
+                     fake.root.glob(f"sys/devices/system/cpu/cpu{cpu}/cpuidle/state*/name")
+                     if p.read_text().strip() == "C2"]
+        disable.write_text("0\n")
+
+    def everyone_enters(seconds: float) -> None:
+        fake.idle_counters("C2", usage=3, time_us=900, cpus=[0, 1, 3])
+
+    result = run(RESIDENCY, fake.root, sleep=everyone_enters)["cpuidle.residency[C2]"]
+    assert (result.outcome, result.observed) == (Outcome.FAILED, "entered on cpus 3")
+    assert "the 2 of 4 CPUs where it is disabled sampled" in result.evidence[0]["raw"]
+    for cpu in (2, 3):
+        [disable] = [p.parent / "disable" for p in
+                     fake.root.glob(f"sys/devices/system/cpu/cpu{cpu}/cpuidle/state*/name")
+                     if p.read_text().strip() == "C2"]
+        disable.write_text("0\n")
+    nowhere = run(RESIDENCY, fake.root, sleep=everyone_enters)["cpuidle.residency[C2]"]
+    assert nowhere.outcome is Outcome.SKIPPED
+    assert "C2 is not disabled on any online CPU" in nowhere.message
+
+
+def test_acs_redirect_with_no_bridge_above_the_gpus_is_one_skipped_record(fake: FakeHost) -> None:
+    """A section that would expand to nothing says so instead of passing silently."""
+    fake.gpu("0000:01:00.0").gpu("0000:02:00.0")  # on the root bus, as in a VM
+    results = run("version: 1\npcie:\n  acs_redirect: off\n", fake.root, fix=True)
+    [result] = results.values()
+    assert (result.id, result.outcome) == ("pcie.acs_redirect", Outcome.SKIPPED)
+    assert "no PCI bridge between any of the 2 GPU(s) and the root bus" in result.message
+
+
 def test_cpuidle_names_with_spaces_but_nothing_that_leaves_the_root(fake: FakeHost) -> None:
     fake.cpus(2, states=("snooze", "Shared Cede"))
     [result] = run("version: 1\ncpuidle:\n  disabled: ['Shared Cede']\n", fake.root,
@@ -472,6 +509,68 @@ def test_new_keys_refuse_bad_values_with_file_and_line(tmp_path: Path, text: str
     with pytest.raises(SpecError, match=re.escape(message)) as caught:
         load_spec(path, KINDS, CONDITIONS)
     assert caught.value.where == f"{path}:{line}"
+
+
+SHELL_WORDS = ("x`touch${IFS}CANARY`", "x$(touch${IFS}CANARY)", "quiet$HOME", "a\\b",
+               "a|b", "a&b", "a>CANARY")
+
+
+@pytest.mark.parametrize("word", SHELL_WORDS)
+def test_a_kernel_parameter_a_shell_would_act_on_is_a_spec_error(tmp_path: Path,
+                                                                 word: str) -> None:
+    """The grub.d drop-in is shell that update-grub sources as root (issue 9, injection)."""
+    path = tmp_path / "spec.yaml"
+    path.write_text("version: 1\nkernel:\n  cmdline:\n    has: [" + repr(word) + "]\n")
+    with pytest.raises(SpecError, match="a character a shell acts on") as caught:
+        load_spec(path, KINDS, CONDITIONS)
+    assert caught.value.where == f"{path}:4"
+
+
+def test_the_drop_in_planner_refuses_shell_words_and_odd_spec_names(fake: FakeHost) -> None:
+    """Words reach the drop-in from several kinds (the command line, the cpufreq driver, module
+    parameters): the planner itself refuses what a shell would act on, a spec name that is no
+    plain file name, and our own drop-in edited to hold such a word."""
+    from pytest_gpuhost.checks import CannotFix
+    from pytest_gpuhost.checks.bootconfig import plan_dropin
+
+    fake.cmdline("BOOT_IMAGE=/vmlinuz ro").grub()
+    host = LocalHost(fake.root)
+    for word in SHELL_WORDS:
+        with pytest.raises(CannotFix, match="a shell acts on"):
+            plan_dropin(host, "t", ["iommu=pt", word])
+    with pytest.raises(CannotFix, match="not a plain word"):
+        plan_dropin(host, "x$(id)", ["iommu=pt"])
+    fake.file("etc/default/grub.d/90-gpuhost-t.cfg",
+              'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT `touch CANARY`"\n')
+    [change] = plan_dropin(host, "t", ["iommu=pt"]).changes  # a line that does more than
+    assert isinstance(change, ReplaceFile) and change.new is not None  # assign is not kept
+    assert "`" not in change.new and change.new.endswith('DEFAULT iommu=pt"\n')
+    fake.file("etc/default/grub.d/90-gpuhost-t.cfg",
+              'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT a%b>c"\n')
+    with pytest.raises(CannotFix, match="fix or remove that file first"):
+        plan_dropin(host, "t", ["iommu=pt"])
+    assert not list(fake.root.rglob("*CANARY*"))
+
+
+def test_the_drop_in_sourced_by_a_shell_gives_the_words_and_runs_nothing(
+        fake: FakeHost, tmp_path: Path) -> None:
+    """What update-grub does with our drop-in: ``.`` it in sh. The parameters come out as
+    written (the ACS one with its ';'), and a canary beside it stays absent."""
+    from pytest_gpuhost.checks.bootconfig import plan_dropin
+
+    fake.cmdline("BOOT_IMAGE=/vmlinuz ro").grub()
+    words = ["iommu=pt", "pci=disable_acs_redir=0000:00:01.1;0000:40:01.1", "amd_pstate=active"]
+    plan = plan_dropin(LocalHost(fake.root), "t", words)
+    [change] = plan.changes
+    dropin = tmp_path / "90-gpuhost-t.cfg"
+    assert isinstance(change, ReplaceFile) and change.new is not None
+    dropin.write_text(change.new)
+    out = subprocess.run(["sh", "-c", 'GRUB_CMDLINE_LINUX_DEFAULT="quiet"; . "$1"; '
+                          'printf %s "$GRUB_CMDLINE_LINUX_DEFAULT"', "sh", str(dropin)],
+                         cwd=tmp_path, capture_output=True, text=True, check=True, timeout=10)
+    assert out.stdout == "quiet iommu=pt 'pci=disable_acs_redir=0000:00:01.1;0000:40:01.1' " \
+        "amd_pstate=active"  # GRUB's parser drops the single quotes
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["90-gpuhost-t.cfg", "host"]
 
 
 def test_a_boot_setting_written_meanwhile_is_reboot_required_not_refixed(fake: FakeHost,

@@ -56,6 +56,33 @@ def test_a_report_at_a_symlink_replaces_the_file_it_names_and_keeps_the_link(
     assert json.loads(target.read_text())["summary"]["passed"] == 1
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a link owned by another user needs root")
+@pytest.mark.parametrize("option", ["--gpuhost-report", "--gpuhost-prom"])
+def test_another_users_link_in_a_shared_directory_is_not_followed(
+        pytester: pytest.Pytester, tmp_path: Path, option: str) -> None:
+    """As root, ``--gpuhost-report=/tmp/x.json`` where another user put a link to /etc/passwd
+    in /tmp: the kernel's fs.protected_symlinks would refuse to follow it, and so do we."""
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    passwd = tmp_path / "etc" / "passwd"  # the canary: a stand-in for the real one
+    passwd.parent.mkdir()
+    passwd.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    link = shared / "gpuhost.json"
+    link.symlink_to(passwd)
+    os.lchown(link, 65534, 65534)  # nobody's
+    result = pytester.runpytest(*_spec(pytester, tmp_path / "host"), f"{option}={link}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{option}={link}: {link} is a symbolic link owned by uid "
+                                 f"65534 in the shared directory {shared}; it is not followed*"])
+    assert passwd.read_text() == "root:x:0:0:root:/root:/bin/bash\n"
+    assert link.is_symlink()
+    os.lchown(link, 0, 0)  # our own link in the same place is followed, as before
+    ours = pytester.runpytest(*_spec(pytester, tmp_path / "host2"), f"{option}={link}")
+    assert ours.ret == pytest.ExitCode.OK
+    assert passwd.read_text() != "root:x:0:0:root:/root:/bin/bash\n"
+
+
 def test_a_report_at_a_character_device_is_written_in_place(
         pytester: pytest.Pytester, tmp_path: Path) -> None:
     device = tmp_path / "null"

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from pytest_gpuhost.checks import Check
+from pytest_gpuhost.checks.changes import ReplaceFile, WriteBytes, WriteText
 from pytest_gpuhost.checks.cpuidle import IdleStateProbe, find_idle_states, parse_cpu_list
 from pytest_gpuhost.checks.modules import ModuleProbe, ModuleState
 from pytest_gpuhost.checks.sysctl import SysctlProbe
 from pytest_gpuhost.engine import RunOptions, run_check
-from pytest_gpuhost.fix.changes import ReplaceFile, WriteBytes, WriteText
 from pytest_gpuhost.fix.fixer import Fixer
 from pytest_gpuhost.fix.journal import (
     JOURNAL_DIR,
@@ -316,6 +316,15 @@ def test_a_last_line_cut_short_by_a_crash_is_still_a_crash(pytester: pytest.Pyte
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(["journal: 1 line(s) cut short by a crash were skipped"])
     assert (fake.root / "proc/sys/vm/swappiness").read_text() == "60\n"
+    # the closing record is a line of its own: the journal reads as closed, not damaged
+    lines = journal.read_text().splitlines()
+    assert lines[-2] == '{"event": "applied", "id": "'
+    assert json.loads(lines[-1])["event"] == "rolled_back"
+    assert read_journal(journal).rolled_back
+    again = rollback_run(pytester, fake.root, None)  # the default rollback reads it as closed
+    assert again.ret == pytest.ExitCode.USAGE_ERROR
+    assert "every one there is rolled back already" in again.stderr.str()
+    assert "damaged" not in again.stdout.str() + again.stderr.str()
 
 
 # --- 7. the rollback guard compares as the matcher does, and knows the value read back ---------
@@ -855,7 +864,7 @@ def test_a_hostile_c_state_name_is_refused_by_the_spec_and_by_persistence(
 
 
 def test_a_recorded_config_write_into_the_header_is_refused() -> None:
-    from pytest_gpuhost.fix.changes import ChangeError, from_dict
+    from pytest_gpuhost.checks.changes import ChangeError, from_dict
 
     with pytest.raises(ChangeError, match="at 0x10, inside the 64-byte header"):
         from_dict({"type": "write_bytes", "path": "sys/bus/pci/devices/0000:01:00.0/config",

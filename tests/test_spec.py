@@ -238,3 +238,31 @@ def test_an_unknown_section_key_says_what_was_meant(tmp_path: Path, section: str
     with pytest.raises(SpecError, match=r":[34]: unknown key .* \(did you mean '(floors|since)'"
                                         r"\?\); expected one of: .*why, fix, when, severity"):
         load(tmp_path, f"version: 1\n{section}")
+
+
+@pytest.mark.parametrize(("text", "meant"), [
+    ("p2p:\n  floors: {same_numa: 45}\n  florrs: 1\n", "floors"),
+    ("p2p:\n  floors: {same_numa: 45}\n  concurrent: {flor: 1}\n", "floor"),
+    ("dmesg:\n  sincee: boot\n", "since"),
+    ("cpuidle:\n  disabeld: [C2]\n", "disabled"),
+    ("cpuidle:\n  disabled: [C2]\n  residency: {windw: 1s}\n", "window"),
+    ("cpuidle:\n  disabled: [{nam: C2}]\n", "name"),
+    ("pcie:\n  max_read_requst: 4096\n", "max_read_request"),
+    ("pcie:\n  aer: {sinse: session}\n", "since"),
+    ("pcie:\n  aspm: {valeu: off}\n", "value"),
+    ("gpus:\n  cuont: 8\n", "count"),
+    ("modules:\n  nvidia_uvm: {state: loaded, paramters: {uvm_disable_hmm: 'Y'}}\n",
+     "parameters"),
+    ("memory:\n  transparent_hugepages: madvise\n", "transparent_hugepage"),
+    ("cpufreq:\n  govenor: performance\n", "governor"),
+    ("iommu:\n  gpu_group: identity\n", "gpu_groups"),
+    ("kernel:\n  relase: {min: '6.8'}\n", "release"),
+    ("kernel:\n  cmdline: {hass: [iommu=pt]}\n", "has"),
+    ("sysctl:\n  vm.swappiness: {mn: 1}\n", "min"),
+])
+def test_every_kind_says_unknown_keys_the_same_way(tmp_path: Path, text: str,
+                                                   meant: str) -> None:
+    """Issue 10: one schema helper: where, a "did you mean", and every key the place takes."""
+    with pytest.raises(SpecError, match=rf"unknown key '\w+' in [^;]+ \(did you mean "
+                                        rf"'{meant}'\?\); expected one of: .*{meant}"):
+        load(tmp_path, f"version: 1\n{text}")

@@ -12,25 +12,17 @@ import json
 import shutil
 import subprocess
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from pytest_gpuhost.testing.fakehost import FakeHost
-from pytest_gpuhost.testing.sshd import SshServer, find_sshd, start_sshd
+from pytest_gpuhost.testing.sshd import SshServer, start_sshd
 
-from .conftest import BLACKWELL8, EXAMPLE_HOST, counts, snapshot
+from .conftest import BLACKWELL8, EXAMPLE_HOST, NEEDS_OPENSSH, counts, snapshot, workers_by_target
 
-pytestmark = pytest.mark.skipif(find_sshd() is None or shutil.which("ssh") is None,
-                                reason="needs OpenSSH: Debian's openssh-server and -client")
+pytestmark = NEEDS_OPENSSH
 
-
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
-    server = start_sshd(tmp_path_factory.mktemp("sshd"))
-    yield server
-    server.stop()
 
 
 def ssh_args(server: SshServer, *roots: Path | str, names: tuple[str, ...] = ()) -> list[str]:
@@ -90,6 +82,13 @@ def test_fix_over_ssh_then_rollback_over_ssh(pytester: pytest.Pytester, sshd: Ss
     assert not (pytester.path / "var").exists()
     report = json.loads((pytester.path / "ssh.json").read_text())
     assert report["journal"] is not None and "ssh://" in report["journal"]
+    pytester.runpytest(spec, *ssh_args(sshd, remote), "--fix", "--gpuhost-report=again.json")
+    again = json.loads((pytester.path / "again.json").read_text())
+    [peermem] = [c for c in again["checks"] if c["outcome"] == "fix_failed"]
+    assert peermem["key"] == "nvidia_peermem"  # read from the target's journal: not retried
+    assert peermem["message"].startswith("failed at ") and f" in {report['journal']}:" in \
+        peermem["message"] and peermem["message"].endswith("pass --fix-retry to try again")
+    assert again["journal"] is None  # the second run changed nothing
     back = pytester.runpytest("--gpuhost-rollback", *ssh_args(sshd, remote))
     assert back.ret == pytest.ExitCode.OK, back.stdout.str()
     back.stdout.fnmatch_lines(["*rollback: *.jsonl is closed*"])
@@ -283,7 +282,7 @@ def test_inside_a_container_a_read_only_sysctl_says_fix_it_on_the_host(fake: Fak
     """EROFS is the kernel's answer to a write of a global sysctl inside a container."""
     import errno
 
-    from pytest_gpuhost.fix.changes import WriteText
+    from pytest_gpuhost.checks.changes import WriteText
     from pytest_gpuhost.fix.fixer import explain
     from pytest_gpuhost.host import HostError, LocalHost
 
@@ -328,10 +327,7 @@ def test_under_xdist_each_targets_checks_run_on_one_worker(
         f"--gpuhost-spec={spec}", *ssh_args(sshd, *roots, names=tuple(names)), "-n", "2", "-v",
         "--gpuhost-report=r.json")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-    workers: dict[str, set[str]] = {}
-    for line in result.stdout.lines:
-        if line.startswith("[gw") and "PASSED" in line and "@" in line:
-            workers.setdefault(line.rsplit("@", 1)[1].split()[0], set()).add(line.split("]")[0])
+    workers = workers_by_target(result)
     assert sorted(workers) == names
     assert all(len(seen) == 1 for seen in workers.values()), workers
     report = json.loads((pytester.path / "r.json").read_text())

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from ..fix.changes import Plan
 from ..host import Host, Reply, Request
 from ..spec import EntryOptions, Node, SpecContext
 from ..spec.matchers import Expectation
+from .changes import Plan
 
 if TYPE_CHECKING:
     from ..gpu.nvml import NvmlSource
@@ -226,4 +226,6 @@ class Kind(Protocol):
         """One check per item of the section on this host, in a stable order.
 
         A kind may also have ``facts(section) -> Sequence[Fact]``: the facts its ``expand`` will
-        get, read for every kind of the spec in one batch beforehand."""
+        get, read for every kind of the spec in one batch beforehand, and
+        ``persistence(results) -> list[PersistLine]``: the lines ``--fix-persist`` writes for
+        its checks (tmpfiles.d lines, kernel parameters)."""

@@ -9,10 +9,10 @@ drop-in, etc/default/grub.d/90-gpuhost-<spec>.cfg, and never touches the others.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..fix.changes import Plan, ReplaceFile
 from ..host import Glob, Host, Read, Request
 from ..linux.cmdline import (
     GRUB_DEFAULT,
@@ -26,10 +26,14 @@ from ..linux.cmdline import (
     kernel_cmdline_words,
     merge_words,
     render_dropin,
+    unsafe_word,
 )
 from . import CannotFix, Evidence
+from .changes import Plan, ReplaceFile
 
 GRUB, SYSTEMD_BOOT, UNKNOWN = "grub", "kernel-cmdline", "none"
+SPEC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\Z")
+"""A spec name that may name a drop-in file (as --fix-persist's own files require)."""
 
 
 def dropin_path(spec: str) -> str:
@@ -133,9 +137,20 @@ def plan_dropin(host: Host, spec: str, words: Sequence[str]) -> Plan:
     if boot.loader == UNKNOWN:
         raise CannotFix(f"no boot configuration found ({GRUB_DEFAULT}, {KERNEL_CMDLINE}): add "
                         f"{shown!r} to the kernel command line of the boot loader")
+    bad = [w for w in words if unsafe_word(w)]
+    if bad:
+        raise CannotFix(f"{bad[0]!r} holds characters a shell acts on, and a grub.d drop-in is "
+                        "shell that update-grub runs as root: not written (allowed: letters, "
+                        "digits and _ . , : ; = / + @ % ~ [ ] -)")
+    if not SPEC_NAME.match(spec):
+        raise CannotFix(f"the spec name {spec!r} is not a plain word (letters, digits, '.', '_', "
+                        "'+', '-'), so it does not name a file in the boot configuration")
     path = dropin_path(spec)
     current = host.read_text(path) if host.exists(path) else None
-    text = dropin_text(current, spec, words)
+    try:
+        text = dropin_text(current, spec, words)
+    except ValueError as exc:  # our own drop-in holds such a word: someone edited it
+        raise CannotFix(f"{path}: {exc}; fix or remove that file first") from None
     if text == current:
         raise CannotFix(f"{path} already adds {shown!r}, yet the boot configuration does not "
                         f"end with it: a later file in {GRUB_DROPINS} overrides it")

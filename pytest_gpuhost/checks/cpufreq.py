@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..fix.changes import Plan, WriteText
 from ..host import Glob, Host, Read, Reply, Request
 from ..linux.cmdline import Parameter
 from ..linux.cpufreq import CPUFREQ, GLOBAL_BOOST, INTEL_NO_TURBO, policies, policy_path
@@ -31,6 +30,7 @@ from . import (
     PersistLine,
 )
 from .bootconfig import BOOT_READS, dropin_path, plan_dropin, read_boot_config
+from .changes import Plan, WriteText
 from .cpuidle import fold_cpu_list, parse_cpu_list
 
 KEYS = ("driver", "governor", "epp", "boost")
@@ -238,6 +238,11 @@ class CpufreqSection:
 class CpufreqKind:
     section = "cpufreq"
 
+    @staticmethod
+    def persistence(results: Sequence[CheckResult]) -> list[PersistLine]:
+        """The lines --fix-persist writes for this kind's checks (see ``_persistence``)."""
+        return _persistence(results)
+
     def parse(self, node: Node, context: SpecContext) -> CpufreqSection:
         pairs = node.mapping("cpufreq")
         if not pairs:
@@ -245,8 +250,7 @@ class CpufreqKind:
         entries = []
         for key, value in pairs:
             if key not in KEYS:
-                raise value.key_error(f"unknown key {key!r} in cpufreq; expected one of: "
-                                      f"{', '.join(KEYS)}")
+                raise value.unknown_key(key, "cpufreq", KEYS)
             domain, matchers = DOMAINS[key]
             expect, options = parse_expectation(value, context, domain, what=f"cpufreq {key}",
                                                 matchers=matchers)
@@ -268,7 +272,7 @@ class CpufreqKind:
         return checks
 
 
-def persistence(results: Sequence[CheckResult]) -> list[PersistLine]:
+def _persistence(results: Sequence[CheckResult]) -> list[PersistLine]:
     """tmpfiles.d ``w`` lines that write the governor and EPP again at every boot (a glob over
     the policies, as systemd-tmpfiles allows for ``w``), for values right at the end of the run."""
     files = {"cpufreq.governor": "scaling_governor",

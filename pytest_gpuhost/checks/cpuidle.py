@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..fix.changes import Plan, WriteText
 from ..host import Glob, Host, HostError, Read, Reply, Request
 from ..spec import OPTION_KEYS, EntryOptions, Node, SpecContext
 from ..spec.matchers import Choice, Exact
 from . import CannotFix, Check, Evidence, Fact, Facts, NoFix, NotApplicable, Observation
+from .changes import Plan, WriteText
 
 CPU = "sys/devices/system/cpu"
 DRIVER = f"{CPU}/cpuidle/current_driver"
@@ -166,14 +166,23 @@ class ResidencyProbe(NoFix):
     def reads(self) -> Sequence[Request]:
         """The first sample: read with the phase's batch, so the window runs while the other
         checks do, and only the second sample costs a read of its own."""
-        return counter_reads(self.states.by_name.get(self.name, ()))
+        paths = self.states.by_name.get(self.name, ())
+        return (*counter_reads(paths), *(Read(disable) for _, disable in paths))
 
     def observe(self, host: Host) -> Observation:
-        paths = self.states.by_name.get(self.name, ())
-        if not paths:
+        every = self.states.by_name.get(self.name, ())
+        if not every:
             known = ", ".join(self.states.names()) or "none"
             return Observation(None, problem=f"no cpuidle state named {self.name!r} on any "
                                              f"online CPU (driver {self.states.driver}: {known})")
+        # only where the state is disabled: on a CPU where it is still enabled, entering it is
+        # no override, and cpuidle[NAME] already says it is enabled there
+        flags = host.batch([Read(disable) for _, disable in every])
+        paths = [pair for pair, flag in zip(every, flags, strict=True)
+                 if flag.error is None and flag.text().strip() == "1"]
+        if not paths:
+            raise NotApplicable(f"{self.name} is not disabled on any online CPU, so there is no "
+                                f"override to watch for: see cpuidle[{self.name}]")
         reads = counter_reads(paths)
         forget = getattr(host, "forget", lambda _: None)  # a host without a cache: all live
         taken = [getattr(host, "fetched_at", lambda _: None)(r) for r in reads]
@@ -186,7 +195,9 @@ class ResidencyProbe(NoFix):
         end = read_counters(host, paths)
         grown = {cpu: (end[cpu][0] - start[cpu][0], end[cpu][1] - start[cpu][1])
                  for cpu in start if end[cpu] > start[cpu]}
-        raw = (f"{len(paths)} CPUs sampled {self.window:g} s apart: usage +"
+        shown = f"{len(paths)} CPUs" if len(paths) == len(every) else \
+            f"the {len(paths)} of {len(every)} CPUs where it is disabled"
+        raw = (f"{shown} sampled {self.window:g} s apart: usage +"
                f"{sum(u for u, _ in grown.values())}, time +{sum(t for _, t in grown.values())} us")
         if not grown:
             return Observation(NO_GROWTH, (Evidence(f"{CPU}/cpuN/cpuidle/stateM/{{usage,time}}",
@@ -253,8 +264,7 @@ class CpuidleKind:
                 window = self._residency(value, context)
                 continue
             if key != "disabled":
-                raise value.key_error(f"unknown key {key!r} in cpuidle; expected: disabled, "
-                                      "residency")
+                raise value.unknown_key(key, "cpuidle", ("disabled", "residency"))
             items = value.sequence("cpuidle disabled")
             if not items:
                 raise value.error("cpuidle disabled is empty; expected state names like [C2]")
@@ -275,8 +285,7 @@ class CpuidleKind:
         window = None
         for key, value in pairs:
             if key not in allowed:
-                raise value.key_error(f"unknown key {key!r} in cpuidle residency; expected one "
-                                      f"of: {', '.join(allowed)}")
+                raise value.unknown_key(key, "cpuidle residency", allowed)
             if key == "window":
                 match = _WINDOW.fullmatch(value.text("cpuidle residency window").strip())
                 seconds = float(match.group(1)) / (1000 if match.group(2) == "ms" else 1) \
@@ -296,8 +305,7 @@ class CpuidleKind:
         allowed = ("name", *OPTION_KEYS)
         for key, value in pairs:
             if key not in allowed:
-                raise value.key_error(f"unknown key {key!r} in a cpuidle state; expected one of: "
-                                  f"{', '.join(allowed)}")
+                raise value.unknown_key(key, "a cpuidle state", allowed)
         names = [value for key, value in pairs if key == "name"]
         if not names:
             raise item.error("a cpuidle state needs 'name:'")

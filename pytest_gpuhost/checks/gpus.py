@@ -155,8 +155,7 @@ class GpusKind:
                                                     what=f"gpus {key}", matchers=spec.matchers)
                 nvml.append(NvmlEntry(key, expect, options))
             else:
-                raise value.key_error(f"unknown key {key!r} in gpus; expected one of: "
-                                  f"{', '.join(self.keys)}")
+                raise value.unknown_key(key, "gpus", self.keys)
         if count is None and not nvml:
             raise node.error(f"gpus is empty; expected one of: {', '.join(self.keys)}")
         return GpusSection(count, tuple(sorted(nvml, key=lambda e: e.key)), node.where)

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..fix.changes import Plan
 from ..host import Host, Read, Request
 from ..linux.cmdline import Parameter
 from ..linux.pcitopo import PCI_DEVICES, resolve_link
@@ -21,6 +20,7 @@ from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Auto, Expectation
 from . import CannotFix, Check, Evidence, Fact, Facts, NextBoot, NotApplicable, Observation
 from .bootconfig import BOOT_READS, dropin_path, plan_dropin, read_boot_config
+from .changes import Plan
 from .gpus import GPUS, Gpu, MissingGpus
 
 KEYS = ("gpu_groups",)
@@ -91,8 +91,7 @@ class IommuKind:
         found = None
         for key, value in pairs:
             if key not in KEYS:
-                raise value.key_error(f"unknown key {key!r} in iommu; expected one of: "
-                                      f"{', '.join(KEYS)}")
+                raise value.unknown_key(key, "iommu", KEYS)
             found = parse_expectation(value, context, Auto(), what=f"iommu {key}",
                                       matchers=("one_of",))
         assert found is not None

@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..fix.changes import Plan
 from ..host import Host, Read, Request
-from ..linux.cmdline import Parameter, split_words
+from ..linux.cmdline import Parameter, split_words, unsafe_word
 from ..linux.sysfs import release_version
 from ..spec import OPTION_KEYS, EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Expectation, Verdict, Version
 from . import CannotFix, Check, Evidence, Facts, NextBoot, NoFix, Observation
 from .bootconfig import BOOT_READS, dropin_path, plan_dropin, read_boot_config
+from .changes import Plan
 
 OSRELEASE = "proc/sys/kernel/osrelease"
 PROC_CMDLINE = "proc/cmdline"
@@ -127,6 +127,10 @@ def _parameter(node: Node) -> Parameter:
             or word.startswith(("-", "=")):
         raise node.error(f"kernel parameter {word!r} must be one word like iommu=pt or nokaslr "
                          "(no spaces or quotes)")
+    if unsafe_word(word):
+        raise node.error(f"kernel parameter {word!r} holds a character a shell acts on; a "
+                         "parameter may hold letters, digits and _ . , : ; = / + @ % ~ [ ] - "
+                         "(it may go into a grub.d drop-in, which update-grub runs as shell)")
     return Parameter(word)
 
 
@@ -136,8 +140,7 @@ def _cmdline(node: Node, context: SpecContext) -> tuple[CmdlineEntry, ...]:
     entries: dict[str, CmdlineEntry] = {}
     for key, value in pairs:
         if key not in allowed:
-            raise value.key_error(f"unknown key {key!r} in kernel cmdline; expected one of: "
-                                  f"{', '.join(allowed)}")
+            raise value.unknown_key(key, "kernel cmdline", allowed)
     options = context.parse_options(node, pairs)
     for key, value in pairs:
         if key not in ("has", "lacks"):
@@ -175,8 +178,7 @@ class KernelKind:
             elif key == "cmdline":
                 cmdline = _cmdline(value, context)
             else:
-                raise value.key_error(f"unknown key {key!r} in kernel; expected one of: "
-                                      f"{', '.join(KEYS)}")
+                raise value.unknown_key(key, "kernel", KEYS)
         return KernelSection(release, cmdline, context.spec_name)
 
     def expand(self, section: KernelSection, facts: Facts) -> Sequence[Check]:

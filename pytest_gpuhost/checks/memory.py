@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..fix.changes import Plan, WriteText
 from ..host import Host, Read, Request
 from ..linux.sysfs import bracketed
 from ..result import CheckResult, Outcome
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Choice, Expectation
 from . import Check, Evidence, Facts, NotApplicable, Observation, PersistLine
+from .changes import Plan, WriteText
 
 THP = "sys/kernel/mm/transparent_hugepage/enabled"
 THP_MODES = ("always", "madvise", "never")
@@ -55,6 +55,11 @@ class MemoryEntry:
 class MemoryKind:
     section = "memory"
 
+    @staticmethod
+    def persistence(results: Sequence[CheckResult]) -> list[PersistLine]:
+        """The lines --fix-persist writes for this kind's checks (see ``_persistence``)."""
+        return _persistence(results)
+
     def parse(self, node: Node, context: SpecContext) -> tuple[MemoryEntry, ...]:
         pairs = node.mapping("memory")
         if not pairs:
@@ -62,8 +67,7 @@ class MemoryKind:
         entries = []
         for key, value in pairs:
             if key not in KEYS:
-                raise value.key_error(f"unknown key {key!r} in memory; expected one of: "
-                                      f"{', '.join(KEYS)}")
+                raise value.unknown_key(key, "memory", KEYS)
             expect, options = parse_expectation(value, context, Choice(THP_MODES),
                                                 what=f"memory {key}", matchers=("one_of",))
             entries.append(MemoryEntry(key, expect, options))
@@ -73,7 +77,7 @@ class MemoryKind:
         return [Check(f"memory.{e.key}", None, e.expect, e.options, ThpProbe()) for e in section]
 
 
-def persistence(results: Sequence[CheckResult]) -> list[PersistLine]:
+def _persistence(results: Sequence[CheckResult]) -> list[PersistLine]:
     return [PersistLine("tmpfiles", f"w /{THP} - - - - {r.observed}") for r in results
             if r.kind == "memory.transparent_hugepage" and r.observed
             and r.outcome in (Outcome.PASSED, Outcome.FIXED)]

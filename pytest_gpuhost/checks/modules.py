@@ -11,12 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..fix.changes import Command, Plan, ReplaceFile
 from ..host import Glob, Host, HostError, Read, Reply, Request, Stat
 from ..linux.cmdline import split_words
 from ..spec import OPTION_KEYS, EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Auto, Choice, Exact, Expectation
 from . import CannotFix, Check, Evidence, Fact, Facts, NextBoot, Observation
+from .changes import Command, Plan, ReplaceFile
 
 LOADED, ABSENT, BUILTIN = "loaded", "absent", "builtin"
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*\Z")
@@ -290,7 +290,7 @@ class ModulesKind:
             else:
                 expect, options = parse_expectation(value, context, ModuleState(),
                                                     what=f"module {name}", value_key="state",
-                                                    matchers=())
+                                                    matchers=(), others=("parameters",))
             entries[canonical(name)] = ModuleEntry(name, expect, options)
         return ModulesSection(tuple(sorted(entries.values(), key=lambda e: e.name)),
                               tuple(sorted(parameters, key=lambda p: (p.module, p.parameter))),
@@ -305,8 +305,7 @@ class ModulesKind:
         allowed = ("state", "parameters", *OPTION_KEYS)
         for key, value in pairs:
             if key not in allowed:
-                raise value.key_error(f"unknown key {key!r} in module {name}; expected one of: "
-                                      f"{', '.join(allowed)}")
+                raise value.unknown_key(key, f"module {name}", allowed)
         given = dict(pairs)
         if "state" not in given:
             raise node.error(f"module {name} with parameters needs state: loaded")

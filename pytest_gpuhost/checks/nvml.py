@@ -12,10 +12,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import permutations
 
-from ..fix.changes import NvmlSetting, Plan
 from ..gpu.nvml import PERSISTENCE as PERSISTENCE  # re-exported: defined once, in ..nvml
 from ..gpu.nvml import Nvml, NvmlSource, NvmlUnavailable, persistence_text
-from ..host import Host, Read, Request
+from ..host import Glob, Host, Read, Request
 from ..linux.pciaddr import address_order
 from ..spec import EntryOptions
 from ..spec.matchers import Auto, Choice, Domain, Expectation, Integer, Verdict, Version
@@ -29,6 +28,7 @@ from . import (
     Observation,
     Probe,
 )
+from .changes import NvmlSetting, Plan
 
 NVIDIA_VERSION = "proc/driver/nvidia/version"
 _MODULE = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")
@@ -264,7 +264,8 @@ class DriverMatchProbe(NvmlReads, NoFix):
     nvml: NvmlSource
 
     def reads(self) -> Sequence[Request]:
-        return (Read(NVIDIA_VERSION), *self.nvml.reads())
+        return (Read(NVIDIA_VERSION), *self.nvml.reads(),
+                *(Glob(pattern, read=False) for pattern in NVML_LIBRARIES))
 
     def observe(self, host: Host) -> Observation:
         if not host.exists(NVIDIA_VERSION):
@@ -278,13 +279,44 @@ class DriverMatchProbe(NvmlReads, NoFix):
             if "mismatch" in str(exc).lower():
                 return Observation(f"library does not match kernel module {module}: {exc}",
                                    tuple(evidence))
-            raise NotApplicable(f"NVML unavailable: {exc}") from None
+            # no NVML in this process for the target (a container over lxc-attach or ssh): the
+            # library the target's programs load names its version in its file name
+            installed = installed_libraries(host)
+            if not installed:
+                raise NotApplicable(f"NVML unavailable ({exc}) and no libnvidia-ml.so.VERSION "
+                                    f"under {', '.join(NVML_LIBRARIES)}") from None
+            versions = sorted(set(installed.values()))
+            evidence += [Evidence(path, f"NVML library {version}")
+                         for path, version in sorted(installed.items())]
+            if versions == [module]:
+                return Observation("match", tuple(evidence))
+            return Observation(f"library {', '.join(versions)}, kernel module {module}",
+                               tuple(evidence))
         evidence.append(Evidence("NVML nvmlSystemGetNVMLVersion", library))
         driver = library.split(".", 1)[1] if library.count(".") >= 2 and \
             library.split(".", 1)[0].isdigit() and len(library.split(".", 1)[0]) <= 2 else library
         if driver == module:
             return Observation("match", tuple(evidence))
         return Observation(f"library {driver}, kernel module {module}", tuple(evidence))
+
+
+NVML_LIBRARIES = ("usr/lib/x86_64-linux-gnu/libnvidia-ml.so.*",
+                  "usr/lib/aarch64-linux-gnu/libnvidia-ml.so.*", "usr/lib64/libnvidia-ml.so.*",
+                  "usr/lib/libnvidia-ml.so.*")
+"""Where distributions and the NVIDIA container toolkit put the NVML library: the real file is
+``libnvidia-ml.so.<driver version>`` (``.so.1`` is a link to it)."""
+_LIBRARY_VERSION = re.compile(r"libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)?)\Z")
+
+
+def installed_libraries(host: Host) -> dict[str, str]:
+    """path -> driver version of every NVML library file on the host."""
+    found = {}
+    for pattern in NVML_LIBRARIES:
+        for path, _ in host.glob(pattern, read=False):
+            match = _LIBRARY_VERSION.search(path)
+            if match:
+                found[path] = match.group(1)
+    return found
 
 
 @dataclass(frozen=True)

@@ -140,8 +140,7 @@ class P2pKind:
             elif key == "concurrent":
                 for name, floor in value.mapping("p2p concurrent"):
                     if name != "floor":
-                        raise floor.key_error(f"unknown key {name!r} in p2p concurrent; "
-                                              "expected: floor")
+                        raise floor.unknown_key(name, "p2p concurrent", ("floor",))
                     concurrent = _number(floor, "p2p concurrent floor")
                 if concurrent is None:
                     raise value.error("p2p concurrent needs a floor: {floor: GB/s}")
@@ -324,7 +323,8 @@ class Measurer:
                             "machine and has no nvbandwidth under it nor a recorded output in "
                             f"{RECORDED_DIR}/ ({', '.join(RECORDED)})")
         raise HostError("probe auto found no way to measure: install cuda-python (pip install "
-                        "'pytest-gpuhost[cuda]') or put nvbandwidth on PATH")
+                        "'pytest-gpuhost[cuda]', from a checkout pip install '.[cuda]') or put "
+                        "nvbandwidth on PATH")
 
     def from_file(self, path: str) -> Measurements:
         if Path(path).is_absolute():

@@ -10,15 +10,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..fix.changes import Plan, WriteBytes
 from ..host import Host, HostError, Read, Request
 from ..linux.pciconfig import BCR_FLR, SIZES, ConfigError, DeviceControl, device_control
+from ..result import CheckResult
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Domain, Expectation, Integer, LinkSpeed
-from . import Check, Evidence, Fact, Facts, NoFix, Observation
+from . import Check, Evidence, Fact, Facts, NoFix, Observation, PersistLine
+from .changes import Plan, WriteBytes
 from .conditions import in_container
 from .gpus import GPUS, Gpu, MissingGpus
-from .pcie_path import AER_COUNTERS, PathEntry, expand_path_key, parse_path_key
+from .pcie_path import (
+    AER_COUNTERS,
+    PathEntry,
+    acs_persistence,
+    expand_path_key,
+    parse_path_key,
+)
 
 CONTAINER_HEADER = ("not readable from this container: check the host "
                     "(--gpuhost-target=ssh://HOST), where config space past its 64-byte header "
@@ -130,6 +137,11 @@ def _probe(key: str, gpu: Gpu) -> MaxReadRequestProbe | MaxPayloadProbe | SysfsA
 class PcieKind:
     section = "pcie"
 
+    @staticmethod
+    def persistence(results: Sequence[CheckResult]) -> list[PersistLine]:
+        """The lines --fix-persist writes for this kind's checks (see ``acs_persistence``)."""
+        return acs_persistence(results)
+
     def parse(self, node: Node, context: SpecContext) -> tuple[PcieEntry | PathEntry, ...]:
         entries: list[PcieEntry | PathEntry] = []
         pairs = node.mapping("pcie")
@@ -141,8 +153,7 @@ class PcieKind:
                 entries.append(parse_path_key(key, value, context))
                 continue
             if key not in KEYS:
-                raise value.key_error(f"unknown key {key!r} in pcie; expected one of: "
-                                  f"{', '.join(known)}")
+                raise value.unknown_key(key, "pcie", known)
             spec = KEYS[key]
             expect, options = parse_expectation(value, context, spec.domain, what=f"pcie {key}",
                                                 matchers=spec.matchers)

@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..fix.changes import Plan, WriteBytes, WriteText
 from ..host import Glob, Host, HostError, Read, Reply, Request
 from ..linux.pciaddr import address_order
 from ..linux.pciconfig import ASPM_STATES, ConfigError, aspm_control
@@ -40,6 +39,7 @@ from . import (
     Observation,
     PersistLine,
 )
+from .changes import Plan, WriteBytes, WriteText
 from .gpus import GPUS, Gpu, MissingGpus
 
 OFF = "off"
@@ -250,16 +250,14 @@ def parse_path_key(key: str, node: Node, context: SpecContext) -> PathEntry:
                 if since not in SINCE:
                     raise value.error(f"pcie aer since must be one of: {', '.join(SINCE)}")
             elif name not in OPTION_KEYS:
-                raise value.key_error(f"unknown key {name!r} in pcie aer; expected one of: "
-                                      f"since, {', '.join(OPTION_KEYS)}")
+                raise value.unknown_key(name, "pcie aer", ("since", *OPTION_KEYS))
         expect = Exact("none", Choice(("none",)))
         return PathEntry(key, expect, context.parse_options(node, pairs), since)
     pairs = node.mapping(f"pcie {key}") if node.is_mapping else []
     value_node = dict(pairs).get("value", node) if node.is_mapping else node
     for name, value in pairs:
         if name not in ("value", *OPTION_KEYS):
-            raise value.key_error(f"unknown key {name!r} in pcie {key}; expected one of: "
-                                  f"value, {', '.join(OPTION_KEYS)}")
+            raise value.unknown_key(name, f"pcie {key}", ("value", *OPTION_KEYS))
     word = value_node.text(f"pcie {key}") if not isinstance(value_node.scalar(), bool) \
         else ("off" if value_node.scalar() is False else "on")
     if word != OFF:
@@ -279,6 +277,17 @@ class Unreadable(NoFix):
         raise HostError(self.reason)
 
 
+@dataclass(frozen=True)
+class NoBridges(NoFix):
+    """GPUs with no PCI bridge above them (on the root bus, as in many VMs): nothing to check."""
+
+    gpus: int
+
+    def observe(self, host: Host) -> Observation:
+        raise NotApplicable(f"no PCI bridge between any of the {self.gpus} GPU(s) and the root "
+                            "bus (GPUs on the root bus, as in many VMs): no ACS to check")
+
+
 def expand_path_key(entry: PathEntry, facts: Facts) -> list[Check]:
     kind = f"pcie.{entry.key}"
     found = facts.get(GPUS)
@@ -289,6 +298,8 @@ def expand_path_key(entry: PathEntry, facts: Facts) -> list[Check]:
             behind = bridges_above(gpu_paths(found))
         except HostError as exc:
             return [Check(kind, None, entry.expect, entry.options, Unreadable(str(exc)))]
+        if not behind:  # one record saying so, never a section that silently checks nothing
+            return [Check(kind, None, entry.expect, entry.options, NoBridges(len(found)))]
         return [Check(kind, bridge, entry.expect, entry.options, AcsRedirectProbe(bridge, gpus),
                       subjects={"bridge": bridge, "gpus": " ".join(gpus)})
                 for bridge, gpus in behind.items()]

@@ -7,11 +7,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..fix.changes import Plan, WriteText
 from ..host import Glob, Host, HostError, Match, Read, Reply, Request
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Auto, Expectation
 from . import CannotFix, Check, Evidence, Fact, Facts, Observation
+from .changes import Plan, WriteText
 
 _KEY_CHARS = re.compile(r"[A-Za-z0-9_.:/@+-]+\Z")
 AUTO = Auto()

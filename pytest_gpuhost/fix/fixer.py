@@ -16,10 +16,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from ..checks.changes import Change, Command, NvmlSetting, Plan, ReplaceFile, WriteBytes, WriteText
 from ..checks.conditions import in_container
 from ..gpu.nvml import NvmlPermissionError, NvmlSource, NvmlUnavailable
 from ..host import COMMAND_TIMEOUT_S, CommandTimeout, Host, HostError
-from .changes import Change, Command, NvmlSetting, Plan, ReplaceFile, WriteBytes, WriteText
 from .journal import Journal
 from .locking import RootLock
 

@@ -24,14 +24,14 @@ import errno
 import json
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..checks.changes import Change, ChangeError, from_dict, lossless_text, to_dict
 from ..host import HostError, HostIdentity, LocalHost
-from .changes import Change, ChangeError, from_dict, lossless_text, to_dict
 from .state import JOURNAL_DIR as JOURNAL_DIR
 from .state import StateFile, StateStore
 
@@ -62,10 +62,13 @@ class Journal:
     first and a run that changes nothing leaves no journal."""
 
     def __init__(self, where: StateFile | Path, spec: str,
-                 identity: HostIdentity | None = None, *, shared: bool = False) -> None:
+                 identity: HostIdentity | Callable[[], HostIdentity] | None = None, *,
+                 shared: bool = False) -> None:
         self.location = _located(where)
         self.spec = spec
-        self.identity = identity
+        self._identity = identity
+        """The host's identity, or how to ask for it (``host.identity``): asked when the
+        header is written, at the first change, so that opening a journal reaches no host."""
         self.shared = shared
         """One run's xdist workers write this one journal: the first of them makes it."""
         self._count = 0
@@ -73,6 +76,12 @@ class Journal:
     @property
     def path(self) -> StateFile:
         return self.location
+
+    @property
+    def identity(self) -> HostIdentity | None:
+        if callable(self._identity):
+            self._identity = self._identity()
+        return self._identity
 
     def _header(self) -> dict[str, Any]:
         return {"event": "journal", "format": FORMAT, "time": _now(), "spec": self.spec,
@@ -135,8 +144,13 @@ class Journal:
     def close_rollback(self, restored: int, failed: int) -> None:
         """Raises JournalError when the closing line cannot be written."""
         try:
-            self._append({"event": "rolled_back", "time": _now(), "restored": restored,
-                          "failed": failed})
+            line = json.dumps({"event": "rolled_back", "time": _now(), "restored": restored,
+                               "failed": failed}, sort_keys=True) + "\n"
+            # a last line cut short by a crash stays a line of its own: the closing record
+            # glued onto it would be one damaged line, and every later rollback refused
+            cut = not self.location.read().endswith(b"\n")
+            self.location.host.append_file(self.location.path, (("\n" if cut else "") +
+                                                                line).encode())
         except HostError as exc:
             reason = os.strerror(exc.errno) if exc.errno else str(exc)
             raise JournalError(f"cannot mark {self.location} rolled back: {reason}") from exc
@@ -162,6 +176,8 @@ class JournalEntry:
     """Where the change is recorded in the journal file."""
     read_back: bytes | None = None
     """What the host held right after the write (a kernel may clamp or round a value)."""
+    error: str | None = None
+    """Why the host refused it (a ``failed`` or ``unknown`` change), as the run reported it."""
 
 
 @dataclass(frozen=True)
@@ -188,13 +204,15 @@ class JournalContents:
         return self.location.host.local_path(self.location.path)
 
 
-def _records(location: StateFile) -> Iterator[tuple[int, dict[str, Any] | None]]:
+def _records(location: StateFile, data: bytes | None
+             ) -> Iterator[tuple[int, dict[str, Any] | None]]:
     """(line number, record) per line; None for a last line cut short by a crash."""
     path = location.shown
-    try:
-        data = location.read()
-    except HostError as exc:
-        raise JournalError(f"{path}: cannot read the journal: {exc}") from exc
+    if data is None:
+        try:
+            data = location.read()
+        except HostError as exc:
+            raise JournalError(f"{path}: cannot read the journal: {exc}") from exc
     lines = data.split(b"\n")
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -205,6 +223,9 @@ def _records(location: StateFile) -> Iterator[tuple[int, dict[str, Any] | None]]
             if number == len(lines):  # no newline after it: the write was cut short
                 yield number, None
                 return
+            if _closed_after(lines[number:]):  # cut short, then rolled back (and closed) once
+                yield number, None
+                continue
             raise JournalError(
                 f"{path}:{number}: a damaged journal line ({exc}): "
                 f"{line[:80].decode('utf-8', 'replace')!r}; only the last line can have been "
@@ -214,6 +235,23 @@ def _records(location: StateFile) -> Iterator[tuple[int, dict[str, Any] | None]]
             raise JournalError(f"{path}:{number}: not a journal record: "
                                f"{line[:80].decode('utf-8', 'replace')}")
         yield number, record
+
+
+def _closed_after(rest: Sequence[bytes]) -> bool:
+    """Whether the lines after a cut-short one are only the closing records of rollbacks,
+    which begin on a line of their own after such a line (``close_rollback``)."""
+    found = False
+    for line in rest:
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return False
+        if not isinstance(record, dict) or record.get("event") != "rolled_back":
+            return False
+        found = True
+    return found
 
 
 def _text(record: dict[str, Any], name: str, where: str, *, optional: bool = False) -> Any:
@@ -250,16 +288,18 @@ def _read_back(record: dict[str, Any], where: str) -> bytes | None:
         raise JournalError(f"{where}: 'read_back_base64' is not base64") from None
 
 
-def read_journal(source: StateFile | Path) -> JournalContents:
+def read_journal(source: StateFile | Path, data: bytes | None = None) -> JournalContents:
+    """The journal's changes and their states; ``data``: its bytes, when already read."""
     location = _located(source)
     path = location.shown
     changes: dict[str, tuple[int, dict[str, Any]]] = {}
     states: dict[str, str] = {}
     read_backs: dict[str, bytes | None] = {}
+    errors: dict[str, str] = {}
     rolled_back, damaged = False, 0
     identity: HostIdentity | None = None
     first = True
-    for number, record in _records(location):
+    for number, record in _records(location, data):
         if record is None:
             damaged += 1
             continue
@@ -284,6 +324,7 @@ def read_journal(source: StateFile | Path) -> JournalContents:
                                    "line records")
             states[entry] = str(event)
             read_backs[entry] = _read_back(record, where)
+            errors[entry] = str(record.get("error") or "")
         elif event == "rolled_back":
             rolled_back = True
         first = False
@@ -299,7 +340,8 @@ def read_journal(source: StateFile | Path) -> JournalContents:
             id=entry, time=_text(record, "time", where), spec=_text(record, "spec", where),
             check=_text(record, "check", where), kind=_text(record, "kind", where),
             key=_text(record, "key", where, optional=True), change=change,
-            state=states[entry], line=number, read_back=read_backs.get(entry)))
+            state=states[entry], line=number, read_back=read_backs.get(entry),
+            error=errors.get(entry) or None))
     return JournalContents(location, tuple(entries), rolled_back, damaged, identity)
 
 

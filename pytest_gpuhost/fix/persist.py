@@ -22,10 +22,8 @@ from dataclasses import dataclass
 
 from ..checks import CannotFix, Check, Evidence, Observation, PersistLine
 from ..checks.bootconfig import GRUB, dropin_path, dropin_text, parse_boot_config, read_all
-from ..checks.cpufreq import persistence as cpufreq_lines
-from ..checks.memory import persistence as memory_lines
+from ..checks.changes import Plan, ReplaceFile
 from ..checks.modules import module_name_problem
-from ..checks.pcie_path import acs_persistence
 from ..checks.sysctl import sysctl_path
 from ..host import Host
 from ..linux.pciaddr import normalize_address
@@ -33,7 +31,6 @@ from ..linux.pciconfig import SIZES, DeviceControl
 from ..result import CheckResult, Outcome
 from ..spec import EntryOptions
 from ..spec.matchers import Choice, Exact, normalize_ws
-from .changes import Plan, ReplaceFile
 
 CURRENT, ABSENT, DIFFERS = "current", "absent", "differs"
 _RIGHT_NOW = (Outcome.PASSED, Outcome.FIXED)
@@ -133,18 +130,17 @@ FILES: tuple[tuple[str, Callable[[Sequence[CheckResult]], str | None]], ...] = (
 """Each persistence file: its path under the root, and what it holds for a run's records."""
 
 
-KIND_LINES: tuple[Callable[[Sequence[CheckResult]], list[PersistLine]], ...] = (
-    cpufreq_lines, memory_lines, acs_persistence)
-"""The kinds that supply their own persistence lines."""
+LineSupply = Callable[[Sequence[CheckResult]], list[PersistLine]]
+"""A kind's ``persistence(results)``: the lines its fixed checks need after a reboot."""
 
 
 def kind_files(spec: str, header: str, results: Sequence[CheckResult],
-               read: Callable[[str], str | None], boot_texts: dict[str, str | None]
-               ) -> dict[str, str | Unsafe]:
+               read: Callable[[str], str | None], boot_texts: dict[str, str | None],
+               supplies: Sequence[LineSupply]) -> dict[str, str | Unsafe]:
     """The files of the kinds' own lines: ``tmpfiles`` lines in etc/tmpfiles.d (applied at
     every boot), ``cmdline`` parameters merged into our grub.d drop-in (which boot-time fixes
     of this run may have written already; only where the host boots with GRUB)."""
-    lines = [line for supply in KIND_LINES for line in supply(results)]
+    lines = [line for supply in supplies for line in supply(results)]
     files: dict[str, str | Unsafe] = {}
     tmpfiles = [line.text for line in lines if line.target == "tmpfiles"]
     if tmpfiles:
@@ -164,17 +160,18 @@ def kind_files(spec: str, header: str, results: Sequence[CheckResult],
 
 def persistence_files(spec: str, source: str, results: Sequence[CheckResult],
                       read: Callable[[str], str | None] = lambda path: None,
-                      boot_texts: dict[str, str | None] | None = None
-                      ) -> dict[str, str | Unsafe]:
+                      boot_texts: dict[str, str | None] | None = None,
+                      supplies: Sequence[LineSupply] = ()) -> dict[str, str | Unsafe]:
     """Path under the root -> content, for every kind the run has values of; Unsafe in place
     of the content of a file that would hold something it cannot hold safely. ``read`` gives
     a file's current text (the drop-in shared with boot-time fixes), ``boot_texts`` the boot
-    configuration as ``bootconfig`` reads it."""
+    configuration as ``bootconfig`` reads it, ``supplies`` the registered kinds' own
+    ``persistence`` (a kind that has one needs no change here)."""
     try:
         header = _header(spec, source)
     except Unsafe as refused:  # the name is in every file's path: none can be named
         return {"(every --fix-persist file)": Unsafe(f"{refused}; give the spec a 'name:'")}
-    files = kind_files(spec, header, results, read, boot_texts or {})
+    files = kind_files(spec, header, results, read, boot_texts or {}, supplies)
     for pattern, build in FILES:
         path = pattern.format(spec=spec)
         try:
@@ -273,7 +270,8 @@ class RefusedFile:
 
 
 def persistence_checks(spec: str, source: str, results: Sequence[CheckResult],
-                       host: Host | None = None) -> list[Check]:
+                       host: Host | None = None, supplies: Sequence[LineSupply] = ()
+                       ) -> list[Check]:
     """One ``persist`` check per file: it passes when the file already says the same."""
     def read(path: str) -> str | None:
         return host.read_text(path) if host is not None and host.exists(path) else None
@@ -282,7 +280,8 @@ def persistence_checks(spec: str, source: str, results: Sequence[CheckResult],
     options = EntryOptions(where=f"{_escaped(source)}:1",
                            why="makes the runtime tuning survive a reboot")
     checks = []
-    for path, content in sorted(persistence_files(spec, source, results, read, boot).items()):
+    files = persistence_files(spec, source, results, read, boot, supplies)
+    for path, content in sorted(files.items()):
         if isinstance(content, Unsafe):
             checks.append(Check("persist", path, expected_state(""), options,
                                 RefusedFile(path, str(content))))

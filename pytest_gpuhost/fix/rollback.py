@@ -23,14 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ..checks import CannotFix, Check, Evidence, Observation, Probe
-from ..checks.modules import ModuleProbe, ModuleState, module_name_problem
-from ..checks.nvml import PERSISTENCE, EccProbe, PersistenceModeProbe, PowerLimitProbe, Watts
-from ..gpu.nvml import NvmlSource
-from ..host import Host, HostError, HostIdentity
-from ..linux.pciconfig import short_config
-from ..spec import EntryOptions
-from ..spec.matchers import Auto, Choice, Domain, Exact, Expectation
-from .changes import (
+from ..checks.changes import (
     Change,
     Command,
     NvmlSetting,
@@ -40,6 +33,13 @@ from .changes import (
     WriteText,
     lossless_text,
 )
+from ..checks.modules import ModuleProbe, ModuleState, module_name_problem
+from ..checks.nvml import PERSISTENCE, EccProbe, PersistenceModeProbe, PowerLimitProbe, Watts
+from ..gpu.nvml import NvmlSource
+from ..host import Host, HostError, HostIdentity
+from ..linux.pciconfig import short_config
+from ..spec import EntryOptions
+from ..spec.matchers import Auto, Choice, Domain, Exact, Expectation
 from .journal import FAILED, JOURNAL_DIR, JournalContents, JournalEntry, JournalError
 from .persist import FileContentProbe, expected_state
 

@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # a verify run holds an empty FixRun: the fixer's modules loa
     from ..gpu.nvml import NvmlSource
     from ..host import Host
     from .fixer import Fixer
+    from .history import FixHistory
     from .journal import JournalContents
 
 JOURNAL_KEY = "gpuhost_journal"
@@ -28,6 +29,8 @@ class FixRun:
     journal_path: StateFile | None
     persist: bool
     rollback: JournalContents | None = None
+    history: FixHistory | None = None
+    """The host's earlier fixes, whose failures this run does not retry; None: retry all."""
 
     def journal_used(self) -> bool:
         """Whether the run's journal holds changes: written by this process, or (for a file
@@ -54,7 +57,7 @@ def make_fixer(host: Host, journal: StateFile | None, spec: str, *, worker: bool
     run_lock = None if worker else RootLock(store.file(f"{STATE_DIR}/run.lock"), "run")
     apply_lock = RootLock(store.file(f"{STATE_DIR}/apply.lock"), "apply") \
         if worker or distributing else None
-    writer = None if journal is None else Journal(journal, spec, host.identity(),
+    writer = None if journal is None else Journal(journal, spec, host.identity,
                                                   shared=worker or distributing)
     return Fixer(host, writer, run_lock=run_lock, apply_lock=apply_lock,
                  lock_timeout=lock_timeout, nvml=nvml)

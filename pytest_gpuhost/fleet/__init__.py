@@ -62,8 +62,10 @@ def worst(outcomes: Iterable[str]) -> str:
 
 
 def _facts(data: Mapping[str, Any]) -> dict[str, Any]:
+    """What a report (or one of its ``targets`` entries, which says ``hostname``) says of the
+    machine."""
     gpus = data.get("gpus")
-    return {"host": data.get("host"), "kernel": data.get("kernel"),
+    return {"host": data.get("host") or data.get("hostname"), "kernel": data.get("kernel"),
             "driver": data.get("driver"),
             "gpus": len(gpus) if isinstance(gpus, list) else gpus,
             "generated_at": data.get("generated_at")}
@@ -103,8 +105,12 @@ def targets_of_report(data: Mapping[str, Any], source: str) -> list[Target]:
     rows = []
     for name, mine in by_target.items():
         entry = entries.get(name, {})
-        reason = entry.get("error") or entry.get("reason") or _no_result(mine)
-        facts = {**_facts(data), **{k: v for k, v in _facts(entry).items() if v is not None}}
+        reason = entry.get("unreachable") or entry.get("error") or entry.get("reason") or \
+            _no_result(mine)
+        own = {k: v for k, v in _facts(entry).items() if v is not None}
+        # the report's own facts are this target's only where it is the report's one target
+        facts = {**_facts(data), **own} if len(by_target) == 1 else \
+            {**dict.fromkeys(_facts(data)), "generated_at": data.get("generated_at"), **own}
         rows.append(Target(name, source, tuple(mine), str(reason) if reason else None, facts))
     return rows
 
@@ -156,14 +162,3 @@ def read_reports(paths: Sequence[Path]) -> list[Target]:
         if paused:
             gc.enable()
 
-
-def targets_of_run(records: Sequence[Record], facts: Mapping[str, Any],
-                   names: Sequence[str] = ()) -> list[Target]:
-    """The rows of one run: by each record's ``target`` (a one-machine run: its host name);
-    ``names``: the run's targets, so one without records is a row too."""
-    default = str(facts.get("host") or "local")
-    by_target: dict[str, list[Record]] = {name: [] for name in names}
-    for record in records:
-        by_target.setdefault(str(record.get("target") or default), []).append(record)
-    return [Target(name, "this run", tuple(mine), _no_result(mine), dict(facts))
-            for name, mine in by_target.items()]

@@ -24,7 +24,8 @@ from ..linux.pciaddr import normalize_address
 from ..progress import report_progress
 from .bandwidth import Measurements, Rate
 
-INSTALL_HINT = "install cuda-python: pip install 'pytest-gpuhost[cuda]'"
+INSTALL_HINT = ("install cuda-python: pip install 'pytest-gpuhost[cuda]' (from a checkout: "
+                "pip install '.[cuda]')")
 
 
 class CudaUnavailable(Exception):

@@ -22,7 +22,8 @@ from ..host import Glob, Host, HostError, Request
 from ..linux.pciaddr import normalize_address
 
 RECORDED_NVML = "var/lib/pytest-gpuhost/nvml"
-INSTALL_HINT = "install nvidia-ml-py: pip install 'pytest-gpuhost[nvml]'"
+INSTALL_HINT = ("install nvidia-ml-py: pip install 'pytest-gpuhost[nvml]' (from a checkout: "
+                "pip install '.[nvml]')")
 
 
 class NvmlUnavailable(Exception):

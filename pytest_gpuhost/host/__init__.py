@@ -16,7 +16,9 @@ one batch.
 from __future__ import annotations
 
 import errno
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -58,6 +60,35 @@ class CommandTimeout(HostError):
         super().__init__(message, errno.ETIMEDOUT)
         self.argv = argv
         self.timeout = timeout
+
+
+class TargetTimeout(HostError):
+    """A remote target that used up its time (--gpuhost-target-timeout) waiting on one step:
+    its connection is ended, and everything asked of it later fails with this error."""
+
+    def __init__(self, message: str, step: str) -> None:
+        super().__init__(message, errno.ETIMEDOUT)
+        self.step = step
+
+
+_STEP: ContextVar[str] = ContextVar("gpuhost_step", default="")
+
+
+@contextmanager
+def doing(step: str) -> Iterator[None]:
+    """Say what the run is doing with its host (``collecting facts``, ``applying a fix of
+    sysctl[vm.swappiness]``): a host that hangs names it. The host never needs to know what
+    a check is; it only repeats these words."""
+    token = _STEP.set(step)
+    try:
+        yield
+    finally:
+        _STEP.reset(token)
+
+
+def current_step() -> str:
+    """The innermost ``doing`` of this thread, or ``""``."""
+    return _STEP.get()
 
 
 def checked_relative(path: str) -> str:
@@ -273,6 +304,31 @@ def reply_from_wire(request: Request, answer: Mapping[str, object]) -> Reply:
     return Reply(value)
 
 
+def reply_to_wire(reply: Reply) -> dict[str, object]:
+    """The inverse of ``reply_from_wire``: the agent's own form of an answer (bytes stay bytes:
+    ``agent.encode`` makes JSON of it)."""
+    if reply.error is not None:
+        return {"error": str(reply.error), "errno": reply.error.errno}
+    value = reply.value
+    if isinstance(value, FileInfo):
+        return {"value": {"type": value.type, "size": value.size, "mode": value.mode,
+                          "rdev": list(value.rdev)}}
+    if isinstance(value, list) and value and isinstance(value[0], tuple):  # a glob's matches
+        return {"value": [[path, {"error": str(item), "errno": item.errno}
+                           if isinstance(item, HostError) else item] for path, item in value]}
+    return {"value": value}
+
+
+_REQUESTS: dict[str, type[Request]] = {"read": Read, "stat": Stat, "list": ListDir, "glob": Glob,
+                                       "kmsg": Kmsg, "readlink": Link, "which": Which}
+
+
+def request_from_wire(wire: Mapping[str, object]) -> Request:
+    """The inverse of ``Request.wire()``."""
+    fields = {key: value for key, value in wire.items() if key != "op"}
+    return _REQUESTS[str(wire["op"])](**fields)  # type: ignore[arg-type]
+
+
 def _glob_item(item: object) -> bytes | str | HostError | None:
     if isinstance(item, Mapping) and "error" in item:
         code = item.get("errno")
@@ -427,8 +483,11 @@ __all__ = [
     "Reply",
     "Request",
     "Stat",
+    "TargetTimeout",
     "UnsafePath",
     "Which",
     "checked_command",
     "checked_relative",
+    "current_step",
+    "doing",
 ]

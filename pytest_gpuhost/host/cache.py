@@ -71,6 +71,15 @@ class CachedHost(BatchReads):
             self._fetched.update(dict.fromkeys(wanted, now))
         return len(wanted)
 
+    def replies(self) -> dict[Request, Reply]:
+        """Everything cached: what another process may ``seed`` its cache with."""
+        return dict(self._replies)
+
+    def seed(self, replies: Mapping[Request, Reply]) -> None:
+        """Serve these replies as if read now (another process read them moments ago)."""
+        self._replies.update(replies)
+        self._fetched.update(dict.fromkeys(replies, time.monotonic()))
+
     def forget(self, requests: Iterable[Request]) -> None:
         """Forget these replies only: their next read is live, the rest stays cached."""
         for request in requests:

@@ -6,6 +6,11 @@ from then on each ``batch`` is one message each way, one round trip. The connect
 the first call and kept for the run; if it cannot be made, or is lost, every later call fails at
 once with the same reason (ssh's own words), and nothing waits past its timeout.
 
+A time limit (--gpuhost-target-timeout) bounds the sum of this process's waits on the target:
+connecting, and every answer after. A wait that would pass it is cut short: the connection is
+killed at once (ssh, and a ProxyCommand with it) and the target is lost with a ``TargetTimeout``
+naming the step the run was in (``host.doing``), so the run goes on without it.
+
 ssh is run with the user's configuration (``-F FILE`` when given: Host aliases, ProxyJump,
 identities, ControlMaster all apply), ``BatchMode=yes`` (never a prompt: a host key that the
 configuration does not accept, a password, a passphrase end the connection with ssh's message)
@@ -37,8 +42,11 @@ from . import (
     HostIdentity,
     Reply,
     Request,
+    TargetTimeout,
     checked_command,
     checked_relative,
+    current_step,
+    doing,
     reply_from_wire,
 )
 from .agent import decode, encode
@@ -81,11 +89,17 @@ class AgentHost(BatchReads):
     """A machine whose agent answers on the pipes of ``argv`` (ssh, lxc-attach)."""
 
     def __init__(self, url: str, argv: Sequence[str], root: str, *,
-                 connect_timeout: float = 10.0) -> None:
+                 connect_timeout: float = 10.0, time_limit: float | None = None,
+                 name: str | None = None) -> None:
         self.url = url
         self.argv = list(argv)
         self.root = root
         self.connect_timeout = connect_timeout
+        self.time_limit = time_limit
+        """Seconds this process may wait on the target in all (None: no limit)."""
+        self.spent = 0.0
+        """Seconds waited on it so far."""
+        self.name = name or url
         self.traffic = Traffic()
         self._process: subprocess.Popen[bytes] | None = None
         self._stderr: collections.deque[str] = collections.deque(maxlen=20)
@@ -95,11 +109,20 @@ class AgentHost(BatchReads):
 
     # -- the connection ---------------------------------------------------------------------
 
+    @property
+    def lost(self) -> HostError | None:
+        """Why the target cannot be used any more (None while it can)."""
+        return self._lost
+
     def _connect(self) -> None:
         if self._lost is not None:
             raise self._lost
         if self._process is not None:
             return
+        with doing("connecting"):
+            self._start()
+
+    def _start(self) -> None:
         start = time.monotonic()
         try:
             process = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -113,7 +136,11 @@ class AgentHost(BatchReads):
         source = AGENT_SOURCE.read_bytes()
         try:
             self._send_raw(b"%d\n" % len(source) + source)
-            hello = self._receive(start + self.connect_timeout + 5.0, "the agent to start")
+            hello = self._wait(self.connect_timeout + 5.0, "the agent to start")
+        except TargetTimeout as exc:
+            self._lost = exc
+            self._close_process(kill=True)
+            raise
         except HostError as exc:
             self._lost = HostError(f"cannot reach {self.url}: {exc}", exc.errno)
             self._close_process()
@@ -161,6 +188,29 @@ class AgentHost(BatchReads):
             reason = said or (f"{self.argv[0]} exited {code}" if code is not None else what)
         return HostError(reason, errno.ECONNRESET)
 
+    def _wait(self, timeout: float, waiting_for: str) -> object:
+        """One message within ``timeout`` seconds and within what is left of the time limit."""
+        start = time.monotonic()
+        left = None if self.time_limit is None else self.time_limit - self.spent
+        if left is not None and left <= 0:
+            raise self._hung()
+        bounded = left is not None and left < timeout
+        try:
+            return self._receive(start + (left if bounded and left is not None else timeout),
+                                 waiting_for)
+        except HostError as exc:
+            if bounded and exc.errno == errno.ETIMEDOUT:
+                raise self._hung() from None
+            raise
+        finally:
+            self.spent += time.monotonic() - start
+
+    def _hung(self) -> TargetTimeout:
+        step = current_step() or "waiting for it"
+        return TargetTimeout(f"target {self.name} hung while {step}: no answer within "
+                             f"--gpuhost-target-timeout={self.time_limit:g} s, so the run went "
+                             "on without it", step)
+
     def _receive(self, deadline: float, waiting_for: str) -> object:
         """One message: a length line, then that many bytes of JSON."""
         assert self._process is not None and self._process.stdout is not None
@@ -198,7 +248,11 @@ class AgentHost(BatchReads):
         data = json.dumps(encode(requests), separators=(",", ":")).encode()
         try:
             self._send_raw(b"%d\n" % len(data) + data)
-            answer = self._receive(time.monotonic() + timeout, f"{len(requests)} request(s)")
+            answer = self._wait(timeout, f"{len(requests)} request(s)")
+        except TargetTimeout as exc:
+            self._lost = exc
+            self._close_process(kill=True)
+            raise
         except HostError as exc:
             self._lost = HostError(f"lost the connection to {self.url}: {exc}", exc.errno)
             self._close_process()
@@ -216,10 +270,14 @@ class AgentHost(BatchReads):
             raise HostError(str(answer["error"]), int(code) if isinstance(code, int) else None)
         return answer.get("value")
 
-    def _close_process(self) -> None:
+    def _close_process(self, *, kill: bool = False) -> None:
+        """Close the agent's input and let it exit (``kill``: at once, a hung target)."""
         process = self._process
         if process is None:
             return
+        if kill:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, 9)
         for stream in (process.stdin,):
             try:
                 if stream is not None:
@@ -325,19 +383,69 @@ def agent_command(root: str) -> list[str]:
     return ["python3", "-c", BOOTSTRAP, root]
 
 
+MASTER_PERSIST_S = 60
+"""How long a shared master connection waits idle for the next session before it ends."""
+MAX_SOCKET_PATH = 80
+"""A control socket's path, with the 17 characters ssh adds while making it, stays within the
+108 bytes of a Unix socket's name."""
+
+
 def ssh_argv(destination: str, *, port: int | None, user: str | None, config: Path | None,
-             connect_timeout: float, inner: Sequence[str]) -> list[str]:
-    """ssh running ``inner`` on ``destination`` (the remote side gets one shell-quoted line)."""
+             connect_timeout: float, inner: Sequence[str], identity_file: str | None = None,
+             extra: Sequence[str] = (), master: Path | None = None) -> list[str]:
+    """ssh running ``inner`` on ``destination`` (the remote side gets one shell-quoted line).
+    ``extra`` (a host's own ssh arguments, an inventory's ``ansible_ssh_common_args``) comes
+    before the run's options: ssh keeps the first value it is given of an option, so a host's
+    ``-o ConnectTimeout=5`` wins over --gpuhost-connect-timeout, as the configuration file's
+    values give way to both. ``master``: a control socket for this target alone, shared by
+    the processes of one run (OpenSSH's ControlMaster): the first makes the connection, the
+    others open sessions over it without a new key exchange and login."""
     argv = ["ssh"]
     if config is not None:
         argv += ["-F", str(config)]
+    argv += list(extra)
+    if identity_file is not None:
+        argv += ["-i", identity_file]
     argv += ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, round(connect_timeout))}",
              "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3", "-T", "-e", "none"]
+    if master is not None:
+        argv += ["-o", "ControlMaster=auto", "-o", f"ControlPath={master}",
+                 "-o", f"ControlPersist={MASTER_PERSIST_S}"]
     if port is not None:
         argv += ["-p", str(port)]
     if user is not None:
         argv += ["-l", user]
     return [*argv, "--", destination, shlex.join(inner)]
+
+
+def masters_directory(parent: Path) -> Path | None:
+    """A directory for the control sockets of a run's ssh targets, or None where its path is
+    too long for them (then every process makes its own connections)."""
+    directory = parent / "ssh"
+    if len(str(directory)) + 6 > MAX_SOCKET_PATH:
+        return None
+    directory.mkdir(mode=0o700, exist_ok=True)
+    return directory
+
+
+def end_masters(directory: Path, timeout: float = 5.0) -> None:
+    """Ask every master connection with a socket in ``directory`` to exit (``ssh -O exit``),
+    all at once; one that does not answer within ``timeout`` ends by itself when idle."""
+    asked = []
+    for socket_path in sorted(directory.iterdir()) if directory.is_dir() else []:
+        if socket_path.is_socket():
+            with contextlib.suppress(OSError):
+                asked.append(subprocess.Popen(
+                    ["ssh", "-F", "/dev/null", "-o", f"ControlPath={socket_path}", "-O", "exit",
+                     "gpuhost-master"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL))
+    deadline = time.monotonic() + timeout
+    for process in asked:
+        try:
+            process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def lxc_argv(container: str, inner: Sequence[str]) -> list[str]:

@@ -26,6 +26,10 @@ PROXMOX_UUIDS = "etc/kernel/proxmox-boot-uuids"
 GRUB_VARIABLES = ("GRUB_CMDLINE_LINUX", "GRUB_CMDLINE_LINUX_DEFAULT")
 DROPIN_VARIABLE = "GRUB_CMDLINE_LINUX_DEFAULT"
 """What a drop-in appends to: the default entry's parameters, which come last, so ours win."""
+SAFE_WORD = re.compile(r"[A-Za-z0-9_.,:;=/+@%~\[\]-]+\Z")
+"""What a parameter written into the boot configuration may hold. A grub.d drop-in is shell that
+``update-grub`` sources as root: ``$``, backquotes, backslashes, quotes, spaces and the other
+characters a shell acts on are never written (``;`` is, single-quoted for GRUB's own parser)."""
 REPEATABLE = frozenset({"console", "hugepages", "hugepagesz", "pci", "earlycon"})
 """Parameters the kernel takes more than once, each occurrence counting (hugepagesz=1G
 hugepages=32 hugepagesz=2M hugepages=1024): any occurrence satisfies ``has``. For the rest the
@@ -211,8 +215,17 @@ def _grub_word(word: str) -> str:
     return f"'{word}'" if any(c in word for c in ";&|<> ") else word
 
 
+def unsafe_word(word: str) -> bool:
+    """Whether ``word`` must not go into the boot configuration (see SAFE_WORD)."""
+    return not SAFE_WORD.match(word) or word.startswith("-")
+
+
 def render_dropin(header: str, words: Sequence[str]) -> str:
-    """A grub.d drop-in that appends ``words`` to the default entry's parameters."""
+    """A grub.d drop-in that appends ``words`` to the default entry's parameters; ValueError for
+    a word a shell would act on (the planner refuses those first, with the reason)."""
+    bad = [w for w in words if unsafe_word(w)]
+    if bad:
+        raise ValueError(f"not written into a grub.d drop-in (sourced by a shell): {bad!r}")
     joined = " ".join(_grub_word(w) for w in words)
     return f'{header}{DROPIN_VARIABLE}="${DROPIN_VARIABLE} {joined}"\n'
 

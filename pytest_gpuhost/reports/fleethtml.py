@@ -1,4 +1,10 @@
-"""``--gpuhost-fleet-html=FILE``: the fleet page of this run's targets (``fleet.page``)."""
+"""``--gpuhost-fleet-html=FILE``: the fleet page of this run's targets (``fleet.page``).
+
+The rows are made from the run's JSON report as ``--gpuhost-report`` would write it, so a run over
+several targets and the same reports merged later by ``python -m pytest_gpuhost.fleet`` show the
+same rows: each target with what it says of itself, an unreachable one as "no result" with
+ssh's reason.
+"""
 
 from __future__ import annotations
 
@@ -15,13 +21,11 @@ class FleetHtml:
         self.path = path
 
     def write(self, records: Sequence[CheckResult], info: RunInfo) -> None:
-        from ..fleet import targets_of_run
+        from ..fleet import targets_of_report
         from ..fleet.drift import find_drift
         from ..fleet.page import render
+        from .jsonfile import json_report
 
-        facts = {"host": info.hostname, "kernel": info.kernel, "driver": info.driver,
-                 "gpus": len(info.gpus)}
-        targets = targets_of_run([r.as_dict() for r in records], facts,
-                                 getattr(info, "targets", ()))
+        targets = targets_of_report(json_report(records, info), "this run")
         title = f"pytest-gpuhost: {', '.join(info.spec_names)}"
         write_output(self.path, render(targets, find_drift(targets), title))

@@ -93,6 +93,13 @@ class Node:
         """An error about the key this value sits under (unknown key, bad name)."""
         return SpecError(f"{self.file}:{self.key_line or self.line}", message)
 
+    def unknown_key(self, key: str, what: str, allowed: Iterable[str]) -> SpecError:
+        """The one message for a key a section or an entry does not know: where, a "did you
+        mean" and every key it takes (every kind says it the same way)."""
+        choices = list(allowed)
+        return self.key_error(f"unknown key {key!r} in {what}{_closest(key, choices)}; "
+                              f"expected one of: {', '.join(choices)}")
+
     @property
     def is_mapping(self) -> bool:
         return isinstance(self._node, yaml.MappingNode)
@@ -274,8 +281,7 @@ def section(node: Node, what: str, keys: Sequence[str], context: SpecContext, *,
     allowed = (*keys, *OPTION_KEYS)
     for key, value in pairs:
         if key not in allowed:
-            raise value.key_error(f"unknown key {key!r} in {what}{_closest(key, allowed)}; "
-                                  f"expected one of: {', '.join(allowed)}")
+            raise value.unknown_key(key, what, allowed)
     values = {key: value for key, value in pairs if key not in OPTION_KEYS}
     return Section(values, context.parse_options(node, pairs))
 
@@ -291,11 +297,13 @@ def parse_expectation(
     what: str,
     value_key: str = "value",
     matchers: tuple[str, ...] = MATCHER_KEYS,
+    others: tuple[str, ...] = (),
 ) -> tuple[Expectation, EntryOptions]:
     """An entry's expectation and options.
 
     A scalar is an exact value. A mapping holds either ``value_key`` (exact), ``min`` and/or
-    ``max``, ``one_of`` or ``match``, next to the entry options.
+    ``max``, ``one_of`` or ``match``, next to the entry options. ``others``: keys the caller
+    handles before it gets here, named in the unknown-key message all the same.
     """
     if not node.is_mapping:
         return _exact(node, domain, what), EntryOptions(where=node.where)
@@ -303,15 +311,14 @@ def parse_expectation(
     pairs = node.mapping(what)
     for key, value in pairs:
         if key not in allowed:
-            raise value.key_error(f"unknown key {key!r} in {what}{_closest(key, allowed)}; "
-                              f"expected one of: {', '.join(allowed)}")
+            raise value.unknown_key(key, what, (value_key, *others, *matchers, *OPTION_KEYS))
     given = {key: value for key, value in pairs if key not in OPTION_KEYS}
     forms = [k for k in given if k not in ("min", "max")] + (
         ["min/max"] if "min" in given or "max" in given else [])
     if len(forms) != 1:
         ranged = ["min/max"] if "min" in matchers or "max" in matchers else []
-        others = [m for m in matchers if m not in ("min", "max")]
-        expected = ", ".join([value_key, *ranged, *others])
+        exact = [m for m in matchers if m not in ("min", "max")]
+        expected = ", ".join([value_key, *ranged, *exact])
         got = "none" if not forms else " and ".join(forms)
         raise node.error(f"{what} needs exactly one of {expected}; got {got}")
     options = context.parse_options(node, pairs)

@@ -1,0 +1,459 @@
+"""Many targets over ssh: 100 (and 20) fake hosts behind one OpenSSH server on 127.0.0.1, named
+in an Ansible inventory and checked under -n 1, 4 and 8: the wall time, and the peak memory of
+the controller (the pytest process the user started, not its xdist workers).
+
+    .venv/bin/python bench/targets.py                                  # prints the section
+    .venv/bin/python bench/targets.py --repeat 3 --results bench/RESULTS.md
+    .venv/bin/python bench/targets.py --targets 100 --workers 4 --repeat 1   # one figure
+    git worktree add --detach /tmp/base COMMIT       # and the same against older code:
+    .venv/bin/python bench/targets.py --baseline /tmp/base
+
+Each target is a small fake root of its own (7 checks: five sysctls, a module, dmesg), reached
+through the inventory (``ansible_host``, ``ansible_port``, ``ansible_user``, the key file,
+``gpuhost_root``), so every target costs what a real one costs here: its own ssh connection, key
+exchange and remote python3. The server, its keys and the roots live in a temporary directory;
+neither this machine's sshd nor ~/.ssh is used. Each run is a fresh ``python -m pytest``; rounds
+alternate the order of the worker counts; figures are medians over the rounds (min-max).
+``--basetemp`` is the run's own: without it, pytest (xdist's controller makes a base temporary
+directory) sweeps old ``/tmp/pytest-of-USER/pytest-N`` directories at its end, and on a machine
+shared with other test runs that sweep alone took up to 100 s of a measured run.
+
+Where the time goes is measured, not guessed: the CPU seconds of the pytest process tree
+(controller, workers, their ssh clients, and ssh's master connections, which leave the tree
+when they go to the background: this process is their subreaper) and of the target side (the
+sshd's reaped children: the sessions and the agents' python3), against the machine's cores;
+the sessions and round trips come from the JSON report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import itertools
+import os
+import platform
+import resource
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))  # bench.py before the bench/ folder
+
+from pytest_gpuhost.testing.fakehost import FakeHost  # noqa: E402
+from pytest_gpuhost.testing.sshd import SshServer, start_sshd  # noqa: E402
+
+SECTION = "## (7) many targets over ssh"
+GOAL_S = 30.0
+"""The issue's goal: 100 targets under 30 s at -n 4 on this machine."""
+SPEC = """\
+version: 1
+sysctl:
+  vm.swappiness: 10
+  vm.dirty_ratio: 5
+  vm.dirty_background_ratio: 2
+  kernel.numa_balancing: 0
+  net.core.rmem_max: 16777216
+modules:
+  nvidia: loaded
+dmesg: {}
+"""
+CHECKS_PER_TARGET = 7
+NO_SHELL_RC = "SetEnv SHLVL=1\n"
+"""sshd runs each session's command with the user's shell; bash, started by sshd at shell level
+1, sources ~/.bashrc. Here root's ~/.bashrc runs ``pyenv init`` (141 ms of CPU a session) and
+puts pyenv's python3 shim first on PATH (96 ms a run): seven times the rest of a session's cost
+on the target side, and nothing a GPU host's plain root shell pays. At shell level 2, bash
+sources nothing, and python3 is /usr/bin's (``--shell-rc`` measures with it)."""
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PR_SET_CHILD_SUBREAPER = 36
+
+
+@dataclass(frozen=True)
+class Measured:
+    wall: float
+    controller_peak_kib: int
+    tree_cpu: float
+    """CPU seconds of pytest and every process it started (workers, ssh clients, and the ssh
+    master connections that leave its process tree: this process is their subreaper)."""
+    target_cpu: float
+    """CPU seconds of the target side: sshd's sessions and the agents."""
+    connections: int
+    round_trips: int
+
+
+def build(work: Path, server: SshServer, count: int) -> Path:
+    """``count`` fake roots and an inventory naming them; returns the run's directory."""
+    directory = work / f"fleet{count}"
+    directory.mkdir()
+    hosts = []
+    for index in range(count):
+        name = f"node{index:03d}"
+        root = FakeHost(work / "roots" / name)
+        root.sysctls({"vm.swappiness": 10, "vm.dirty_ratio": 5, "vm.dirty_background_ratio": 2,
+                      "kernel.numa_balancing": 0, "net.core.rmem_max": 16777216})
+        root.module("nvidia")
+        root.kmsg([(6, "Linux version 6.8.0-49-generic"), (6, "nvidia: loading module")])
+        hosts.append(f"{name} gpuhost_root={root.root}")
+    (directory / "hosts.ini").write_text(
+        "[gpu]\n" + "\n".join(hosts) + "\n\n[gpu:vars]\nansible_host=127.0.0.1\n"
+        f"ansible_port={server.port}\nansible_user={server.user}\n"
+        f"ansible_ssh_private_key_file={server.directory / 'user_key'}\n")
+    (directory / "spec.yaml").write_text(SPEC)
+    (directory / "ssh_config").write_text(
+        f"Host *\n  IdentitiesOnly yes\n  IdentityAgent none\n"
+        f"  UserKnownHostsFile {server.known_hosts}\n  GlobalKnownHostsFile /dev/null\n"
+        "  StrictHostKeyChecking yes\n  LogLevel ERROR\n")
+    return directory
+
+
+def command(workers: int) -> list[str]:
+    args = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp=basetemp",
+            "--gpuhost-spec=spec.yaml",
+            "--gpuhost-inventory=hosts.ini", "--gpuhost-ssh-config=ssh_config",
+            "--gpuhost-report=report.json"]
+    return args + (["-n", str(workers)] if workers else [])
+
+
+PHASES = """\
+\"\"\"When each phase of the run began (written by bench/targets.py; ``-p phases``).\"\"\"
+import json, os, time
+
+seen = {}
+
+
+def _mark(name, last=False):
+    if last or name not in seen:
+        seen[name] = time.time()
+
+
+def pytest_configure(config):
+    _mark("configured")
+
+
+def pytest_xdist_setupnodes(config, specs):
+    _mark("workers starting")  # after the controller's collection (its sessionstart)
+
+
+def pytest_xdist_node_collection_finished(node, ids):
+    _mark("workers collected", last=True)
+
+
+def pytest_runtest_logreport(report):
+    _mark("first check reported")
+    _mark("last check reported", last=True)
+
+
+def pytest_unconfigure(config):
+    if not hasattr(config, "workerinput"):
+        _mark("unconfigured")
+        with open(os.environ["BENCH_PHASES"], "w") as out:
+            json.dump(seen, out)
+"""
+
+
+def profile(directory: Path, workers: int, env: dict[str, str]) -> list[tuple[str, float]]:
+    """One run with a plugin that notes when each phase began: (phase, seconds) in order."""
+    import json
+
+    (directory / "phases.py").write_text(PHASES)
+    marks = directory / "phases.json"
+    start = time.time()
+    subprocess.run([sys.executable, *command(workers)[:2], "-p", "phases",
+                    *command(workers)[2:]], cwd=directory, check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL,
+                   env={**env, "BENCH_PHASES": str(marks),
+                        "PYTHONPATH": os.pathsep.join(filter(None, [str(directory),
+                                                                    env.get("PYTHONPATH")]))})
+    end = time.time()
+    seen = sorted(json.loads(marks.read_text()).items(), key=lambda item: item[1])
+    points = [("start", start), *seen, ("exited", end)]
+    return [(f"{a} -> {b}", tb - ta) for (a, ta), (b, tb) in itertools.pairwise(points)]
+
+
+def become_subreaper() -> None:
+    """Processes that leave the measured run's tree (ssh's backgrounded master connections)
+    become this process's children when their parent exits, so their CPU is counted too."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def reap_orphans(server: SshServer) -> None:
+    """Wait for whatever the run left to this process (never the sshd)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        if pid == server.process.pid:
+            raise SystemExit("the benchmark's sshd exited")
+
+
+def children_cpu(pid: int) -> float:
+    """CPU seconds of a process's reaped children (``cutime`` + ``cstime``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[13]) + int(fields[14])) / CLOCK_TICKS
+
+
+def watch_peak(pid: int, peak: list[int], done: threading.Event) -> None:
+    """The controller's VmHWM (its own peak RSS, in KiB), read until it exits."""
+    path = Path(f"/proc/{pid}/status")
+    while not done.is_set():
+        try:
+            for line in path.read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak[0] = max(peak[0], int(line.split()[1]))
+        except (FileNotFoundError, ProcessLookupError):
+            return
+        time.sleep(0.02)
+
+
+def run_once(directory: Path, workers: int, count: int, server: SshServer,
+             env: dict[str, str]) -> Measured:
+    import json
+
+    report = directory / "report.json"
+    report.unlink(missing_ok=True)
+    target_before = children_cpu(server.process.pid)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with tempfile.TemporaryFile("w+") as output:
+        start = time.perf_counter()
+        process = subprocess.Popen([sys.executable, *command(workers)], cwd=directory, env=env,
+                                   stdout=output, stderr=subprocess.STDOUT)
+        peak, done = [0], threading.Event()
+        watcher = threading.Thread(target=watch_peak, args=(process.pid, peak, done))
+        watcher.start()
+        _, status, _ = os.wait4(process.pid, 0)
+        wall = time.perf_counter() - start
+        done.set()
+        watcher.join()
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0:
+            output.seek(0)
+            tail = "\n".join(output.read().splitlines()[-30:])
+            raise SystemExit(f"{count} targets, -n {workers}: exit {code}\n{tail}")
+    time.sleep(0.2)  # the last sessions' processes are reaped by sshd
+    reap_orphans(server)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    tree_cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    data = json.loads(report.read_text())
+    outcomes = {check["outcome"] for check in data["checks"]}
+    if len(data["checks"]) != count * CHECKS_PER_TARGET or outcomes != {"passed"}:
+        raise SystemExit(f"{count} targets, -n {workers}: {len(data['checks'])} checks, "
+                         f"outcomes {outcomes}")
+    targets = data["targets"]
+    return Measured(wall, peak[0], tree_cpu,
+                    children_cpu(server.process.pid) - target_before,
+                    sum(t["connections"] or 0 for t in targets),
+                    sum(t["round_trips"] or 0 for t in targets))
+
+
+def connection_cost(server: SshServer, rounds: int = 10) -> float:
+    """Seconds for one target's connection here (ssh, key exchange, python3 and the agent's
+    hello, then one batch), measured alone: the floor under every target's share."""
+    from pytest_gpuhost.host import Read
+    from pytest_gpuhost.host.remote import AgentHost, agent_command, ssh_argv
+
+    times = []
+    for _ in range(rounds):
+        argv = ssh_argv(server.alias, port=None, user=None, config=server.client_config,
+                        connect_timeout=10, inner=agent_command("/"))
+        host = AgentHost("bench", argv, "/")
+        start = time.perf_counter()
+        host.batch([Read("proc/sys/kernel/osrelease")])
+        times.append(time.perf_counter() - start)
+        host.close()
+    return statistics.median(times)
+
+
+def spread(values: list[float], digits: int = 1) -> str:
+    return (f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-"
+            f"{max(values):.{digits}f})")
+
+
+def load() -> str:
+    """The machine's load average and CPU pressure now: what else was running."""
+    averages = Path("/proc/loadavg").read_text().split()[:3]
+    try:
+        pressure = Path("/proc/pressure/cpu").read_text().split()[1].split("=")[1]
+    except (OSError, IndexError):
+        pressure = "?"
+    return f"load {' '.join(averages)}, CPU pressure {pressure}% (avg10)"
+
+
+def measure(work: Path, server: SshServer, counts: list[int], worker_counts: list[int],
+            repeat: int, env: dict[str, str],
+            figures: dict[tuple[int, int], list[Measured]], label: str = "") -> None:
+    """``repeat`` rounds of every worker count, per target count (the order of the worker
+    counts reversed every other round)."""
+    for count in sorted(counts):
+        directory = build(work, server, count)
+        for round_ in range(repeat):
+            for workers in worker_counts if round_ % 2 == 0 else worker_counts[::-1]:
+                measured = run_once(directory, workers, count, server, env)
+                figures.setdefault((count, workers), []).append(measured)
+                print(f"  {label}{count} targets, -n {workers}, round {round_ + 1}/{repeat}: "
+                      f"{measured.wall:.1f} s, controller "
+                      f"{measured.controller_peak_kib / 1024:.0f} MiB, CPU "
+                      f"{measured.tree_cpu:.1f} s + {measured.target_cpu:.1f} s",
+                      file=sys.stderr, flush=True)
+        shutil.rmtree(directory)
+        shutil.rmtree(work / "roots")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--targets", default="100,20",
+                        help="target counts, comma-separated (default 100,20)")
+    parser.add_argument("--workers", default="1,4,8",
+                        help="-n values, comma-separated; 0 runs without xdist (default 1,4,8)")
+    parser.add_argument("--repeat", type=int, default=3, help="measured rounds (default 3)")
+    parser.add_argument("--results", type=Path, help="put the section into this file")
+    parser.add_argument("--shell-rc", action="store_true",
+                        help="let the targets' shell source the user's ~/.bashrc (see "
+                             "NO_SHELL_RC)")
+    parser.add_argument("--baseline", type=Path, metavar="CHECKOUT",
+                        help="also run 100 targets, no -n and -n 4, once, with pytest-gpuhost "
+                             "imported from CHECKOUT (git worktree add --detach DIR COMMIT)")
+    args = parser.parse_args()
+    counts = [int(n) for n in args.targets.split(",")]
+    worker_counts = [int(n) for n in args.workers.split(",")]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    began, before = time.perf_counter(), load()
+    become_subreaper()
+    results: dict[tuple[int, int], list[Measured]] = {}
+    baseline: dict[tuple[int, int], list[Measured]] = {}
+    with tempfile.TemporaryDirectory(prefix="gpuhost-targets-") as temporary:
+        work = Path(temporary)
+        env["ANSIBLE_LOCAL_TEMP"] = str(work / "ansible-tmp")
+        env["ANSIBLE_HOME"] = str(work / "ansible")
+        server = start_sshd(work / "sshd", extra_config="" if args.shell_rc else NO_SHELL_RC)
+        try:
+            one = connection_cost(server)
+            warm = build(work, server, min(counts))
+            run_once(warm, worker_counts[0], min(counts), server, env)  # the caches, the sshd
+            shutil.rmtree(warm)
+            shutil.rmtree(work / "roots")
+            measure(work, server, counts, worker_counts, args.repeat, env, results)
+            if 100 in counts and 4 in worker_counts:
+                directory = build(work, server, 100)
+                phases = profile(directory, 4, env)
+                shutil.rmtree(directory)
+                shutil.rmtree(work / "roots")
+            else:
+                phases = []
+            if args.baseline is not None:
+                old = {**env, "PYTHONPATH": str(args.baseline.resolve())}
+                measure(work, server, [100], [0, 4], 1, old, baseline, "baseline: ")
+        finally:
+            server.stop()
+    elapsed = time.perf_counter() - began
+    section = render(results, baseline, counts, worker_counts, one, args, elapsed,
+                     (before, load()), phases)
+    print(section)
+    if args.results is not None:
+        from bench import put_section  # bench/bench.py: RESULTS.md's sections, one way
+
+        assert section.startswith(SECTION)
+        text = args.results.read_text() if args.results.exists() else ""
+        args.results.write_text(put_section(text, section))
+    goal = results.get((100, 4))
+    return 0 if goal is None or statistics.median(m.wall for m in goal) < GOAL_S else 1
+
+
+def row(name: str, goal: str, runs: list[Measured], met: str) -> str:
+    cores = os.cpu_count() or 1
+    tree = statistics.median(m.tree_cpu for m in runs)
+    targets = statistics.median(m.target_cpu for m in runs)
+    return (f"| {name} | {goal} | {spread([m.wall for m in runs])} s | "
+            f"{spread([m.controller_peak_kib / 1024 for m in runs], 0)} MiB | "
+            f"{tree:.1f} s + {targets:.1f} s = {tree + targets:.1f} s "
+            f"({(tree + targets) / cores:.1f} s on {cores} cores) | "
+            f"{runs[0].connections} / {runs[0].round_trips} | {met} |")
+
+
+def render(results: dict[tuple[int, int], list[Measured]],
+           baseline: dict[tuple[int, int], list[Measured]], counts: list[int],
+           worker_counts: list[int], one: float, args: argparse.Namespace, elapsed: float,
+           loads: tuple[str, str], phases: list[tuple[str, float]]) -> str:
+    cores = os.cpu_count() or 1
+    rows = []
+    for count in counts:
+        for workers in worker_counts:
+            runs = results[count, workers]
+            goal = (count, workers) == (100, 4)
+            met = ("yes" if statistics.median(m.wall for m in runs) < GOAL_S else "**no**") \
+                if goal else ""
+            rows.append(row(f"{count} targets, {f'-n {workers}' if workers else 'no -n'}",
+                            f"< {GOAL_S:.0f} s" if goal else "", runs, met))
+    commit = subprocess.run(["git", "-C", str(args.baseline), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip() if baseline else ""
+    for (count, workers), runs in sorted(baseline.items()):
+        rows.append(row(f"baseline ({commit}): {count} targets, "
+                        f"{f'-n {workers}' if workers else 'no -n'}, 1 run", "", runs, ""))
+    invocation = (f"python bench/targets.py --targets {','.join(map(str, counts))} --workers "
+                  f"{','.join(map(str, worker_counts))} --repeat {args.repeat}"
+                  + (" --shell-rc" if args.shell_rc else "")
+                  + (f" --baseline {args.baseline}" if args.baseline else ""))
+    shown = " ".join(shlex.quote(word) for word in ["python", *command(4)])
+    ssh = subprocess.run(["ssh", "-V"], capture_output=True, text=True).stderr.strip()
+    shell = ("the targets' shell sourced root's ~/.bashrc (--shell-rc)" if args.shell_rc else
+             "the targets' shell did not source root's ~/.bashrc (sshd's `SetEnv SHLVL=1`): "
+             "here that runs pyenv init, 141 ms of CPU a session, and puts pyenv's python3 "
+             "shim first (96 ms a run), which a GPU host's plain root shell does not pay; "
+             "`--shell-rc` measures with it")
+    timeline = ("- where a run of 100 targets at -n 4 spends its time (one more run, with a "
+                "plugin noting when each phase began): "
+                + "; ".join(f"{name} {took:.1f} s" for name, took in phases)
+                + ". Configured -> workers starting is the controller collecting every target "
+                "(a full ssh connection each, ten at a time); the rest is the workers starting, "
+                "their sessions over those connections, the checks and the reports") \
+        if phases else ""
+    if baseline:
+        timeline += ("\n- the baseline is the code before this section's changes: each xdist "
+                     "worker connected to every target to collect it, one target at a time, "
+                     "then again to run its own (at -n 4, 500 connections for 100 targets, of "
+                     "which its report counted the 200 of the workers that ran checks), and "
+                     "without -n the targets were connected one at a time")
+    return f"""{SECTION}
+
+Produced by `{invocation}` in {elapsed:.0f} s on this machine (`nproc` {cores}, Python \
+{platform.python_version()}, {ssh}), shared with other work ({loads[0]} at the start, \
+{loads[1]} at the end). One sshd on 127.0.0.1; each target a host of an Ansible inventory \
+with its own small fake root ({CHECKS_PER_TARGET} checks: five sysctls, a module, dmesg) and \
+its own ssh connection. Medians of {args.repeat} rounds after one warm-up run, min-max in \
+parentheses. Controller peak RSS: the VmHWM of the pytest process the user started (xdist's \
+workers are not in it). CPU: the pytest process tree's (controller, workers, ssh clients and \
+masters) + the target side's (sshd's sessions and the agents' python3); on {cores} cores the \
+wall time cannot go below their sum / {cores}, and other work on the machine takes its share.
+
+| figure | goal | wall | controller peak RSS | CPU: pytest + targets | sessions / round \
+trips | met |
+| --- | --- | --- | --- | --- | --- | --- |
+{chr(10).join(rows)}
+
+- one target's connection alone (ssh, key exchange, login, python3, the agent's hello, one \
+batch): {one * 1000:.0f} ms of wall time here
+- {shell}
+{timeline}
+
+Commands:
+
+```
+{f"git worktree add --detach {args.baseline} {commit}{chr(10)}" if baseline else ""}{invocation}
+cd $BENCH/fleet100 && {shown}
+```
+"""
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
