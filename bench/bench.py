@@ -929,8 +929,8 @@ def render(figures: Sequence[Figure], argv: Sequence[str], repeat: int, warmup: 
                 found = LABEL.match(line)
                 if found and found.group(1) in FIGURE_LABELS:
                     rows[found.group(1)] = line
-        elif label is not None and (label in FIGURE_LABELS or section_rank(label)[0] > 4):
-            sections[label] = [f"## {title}", *body]  # an old (1)-(4) of another shape: gone
+        elif label is not None and label not in REPLACED_LABELS:
+            sections[label] = [f"## {title}", *body]
             order.append(label)
     run = (f"`{command}` ({repeat} measured rounds after {warmup} warm-up unless said below; "
            f"the whole command took {elapsed:.0f} s)")
@@ -948,7 +948,9 @@ def render(figures: Sequence[Figure], argv: Sequence[str], repeat: int, warmup: 
 
 
 FIGURE_LABELS = ("1a", "1b", "1c", "1d", "2", "3a", "3c", "4")
-"""The sections bench.py writes; (5) and later belong to other tools (bench/fleet.py)."""
+"""The sections bench.py writes; others ((3b), (5) and later) belong to other tools."""
+REPLACED_LABELS = ("1", "3")
+"""Sections an older bench.py wrote, which (1a)-(1d) and (3a), (3c) replace: dropped."""
 LABEL = re.compile(r"\| \((\w+)\) ")
 
 
