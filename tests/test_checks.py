@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from pytest_gpuhost.checks.cpuidle import fold_cpu_list, parse_cpu_list
 from pytest_gpuhost.checks.gpus import find_gpus, normalize_address
-from pytest_gpuhost.host import LocalHost
+from pytest_gpuhost.host import HostError, LocalHost
 from pytest_gpuhost.linux.kmsg import parse_records
 from pytest_gpuhost.linux.pciconfig import device_control
 from pytest_gpuhost.result import Outcome
@@ -81,6 +83,51 @@ def test_only_nvidia_display_functions_are_gpus(fake: FakeHost, host: LocalHost)
     fake.pci_device("0000:07:00.0", vendor=0x1002, device=0x74A1, class_code=0x038000)  # AMD
     assert [g.address for g in find_gpus(host)] == ["0000:01:00.0", "0000:06:00.0",
                                                     "0000:81:00.0"]
+
+
+def _unreadable(fake: FakeHost, address: str, name: str) -> None:
+    path = fake.root / f"sys/bus/pci/devices/{address}/{name}"
+    path.unlink()
+    path.mkdir()  # read: EISDIR, an error that is not "missing"
+
+
+def test_a_pci_device_whose_vendor_cannot_be_read_makes_the_gpu_list_an_error(
+        fake: FakeHost, host: LocalHost) -> None:
+    fake.gpu("0000:01:00.0", audio=False)
+    fake.pci_device("0000:07:00.0", vendor=0x1002, device=0x74A1, class_code=0x038000)
+    _unreadable(fake, "0000:07:00.0", "vendor")
+    with pytest.raises(HostError, match=r"^whether PCI device 0000:07:00.0 is a GPU is unknown: "
+                                        r"cannot read .*/0000:07:00.0/vendor: it is a directory"):
+        find_gpus(host)
+
+
+def test_a_gpus_unreadable_model_or_numa_node_is_unknown_not_a_missing_gpu(
+        fake: FakeHost, host: LocalHost) -> None:
+    fake.gpu("0000:01:00.0", audio=False, numa_node=1)
+    fake.gpu("0000:02:00.0", audio=False, numa_node=1)
+    _unreadable(fake, "0000:02:00.0", "device")
+    _unreadable(fake, "0000:02:00.0", "numa_node")
+    gpus = find_gpus(host)
+    assert [(g.address, g.device_id, g.numa_node) for g in gpus] == [
+        ("0000:01:00.0", "0x2bb5", 1), ("0000:02:00.0", "unknown", -1)]
+
+
+def test_the_gpu_list_error_is_its_askers_only(fake: FakeHost) -> None:
+    """Facts read in one batch: the GPUs' error goes to each kind that asks for them, every
+    time it asks; the CPU list of the same batch is read as usual."""
+    from pytest_gpuhost.checks import Facts
+    from pytest_gpuhost.checks.cpuidle import IDLE_STATES
+    from pytest_gpuhost.checks.gpus import GPUS
+
+    fake.gpu("0000:01:00.0", audio=False)
+    fake.cpus(2)
+    _unreadable(fake, "0000:01:00.0", "class")
+    facts = Facts(LocalHost(fake.root))
+    facts.prime([GPUS, IDLE_STATES])
+    for _ in range(2):
+        with pytest.raises(HostError, match=r"whether NVIDIA device 0000:01:00\.0 is a GPU"):
+            facts.get(GPUS)
+    assert list(facts.get(IDLE_STATES).cpus) == [0, 1]
 
 
 def test_nvml_addresses_are_normalized_to_sysfs_form() -> None:

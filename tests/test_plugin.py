@@ -408,6 +408,29 @@ def test_an_unreadable_host_value_is_an_error_and_fails_the_run(pytester: pytest
     assert "reads past 64 bytes of sysfs config need root" in result.stdout.str()
 
 
+def test_a_gpu_whose_class_cannot_be_read_is_an_error_not_left_out(pytester: pytest.Pytester,
+                                                                    fake: FakeHost) -> None:
+    """An NVIDIA device whose class cannot be read may be a GPU: the GPU sections are errors
+    that name the file, never a count of one GPU fewer; the other sections run as usual."""
+    fake.gpu("0000:01:00.0", audio=False, max_read_request=4096)
+    fake.gpu("0000:02:00.0", audio=False, max_read_request=4096)
+    unreadable = fake.root / "sys/devices/pci0000:02/0000:02:00.0/class"
+    unreadable.unlink()
+    unreadable.mkdir()  # reading it fails with EISDIR: an error that is not "missing"
+    fake.sysctls({"vm.swappiness": 10})
+    pytester.makefile(".yaml", spec="version: 1\nsysctl: {vm.swappiness: 10}\ngpus: {count: 1}\n"
+                                    "pcie:\n  max_read_request: 4096\n")
+    result = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}", "-rE")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert counts(result) == {"passed": 1, "errors": 2}
+    result.stdout.fnmatch_lines([
+        "whether NVIDIA device 0000:02:00.0 is a GPU is unknown: cannot read */host/sys/bus/pci/"
+        "devices/0000:02:00.0/class: it is a directory, not a file",
+        "  ERROR gpu_count at spec.yaml:3 *",
+        "whether NVIDIA device 0000:02:00.0 is a GPU is unknown: *",
+        "  ERROR pcie at spec.yaml:1"])
+
+
 SERIALIZING = """
 import json
 

@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
-from ..host import Host, Reply, Request
+from ..host import Host, HostError, Reply, Request, raised
 from ..spec import EntryOptions, Node, SpecContext
 from ..spec.matchers import Expectation
 from .changes import Plan
@@ -164,6 +164,15 @@ class Fact(Generic[T]):
         return self.parse(host.batch(self.requests))
 
 
+class _Unread:
+    """A fact that could not be read: each asker gets the error again."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: HostError) -> None:
+        self.error = error
+
+
 class Facts:
     """Host facts read once per session during expansion, and the session's ways to reach the
     GPUs: NVML, opened lazily, and the directory shared with xdist workers (where bandwidth is
@@ -194,10 +203,15 @@ class Facts:
         """The fact, read on first use (a ``Fact`` in one batch; a plain ``host -> value``
         function, as a third-party kind may pass, however it reads)."""
         if reader not in self._cache:
-            self._cache[reader] = reader.read(self.host) if isinstance(reader, Fact) \
-                else reader(self.host)
-        value: T = self._cache[reader]
-        return value
+            try:
+                self._cache[reader] = reader.read(self.host) if isinstance(reader, Fact) \
+                    else reader(self.host)
+            except HostError as exc:
+                self._cache[reader] = _Unread(exc)
+        value = self._cache[reader]
+        if isinstance(value, _Unread):
+            raise raised(value.error)
+        return cast(T, value)
 
     def known(self, fact: Fact[Any] | Callable[[Host], Any]) -> bool:
         """Whether the fact was read already (asking for it then costs no read)."""
@@ -210,8 +224,11 @@ class Facts:
             return
         requests = list(dict.fromkeys(r for fact in wanted for r in fact.requests))
         replies = dict(zip(requests, self.host.batch(requests), strict=True))
-        for fact in wanted:
-            self._cache[fact] = fact.parse([replies[r] for r in fact.requests])
+        for fact in wanted:  # a fact its replies do not give is an error for its askers only
+            try:
+                self._cache[fact] = fact.parse([replies[r] for r in fact.requests])
+            except HostError as exc:
+                self._cache[fact] = _Unread(exc)
 
 
 class Kind(Protocol):

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..host import Glob, Host, Reply, Request
+from ..host import MISSING_ERRNOS, Glob, Host, HostError, Reply, Request
 from ..linux.pciaddr import address_order, normalize_address
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Choice, Exact, Expectation, Integer
@@ -52,15 +52,25 @@ class Gpu:
 _ATTRIBUTES = ("vendor", "class", "device", "numa_node")
 
 
-def _by_device(reply: Reply) -> dict[str, str]:
-    """``sys/bus/pci/devices/ADDR/attr`` matches -> {ADDR: value}; unreadable ones left out."""
+def _by_device(reply: Reply, name: str) -> tuple[dict[str, str], dict[str, HostError]]:
+    """``sys/bus/pci/devices/ADDR/attr`` matches -> ({ADDR: value}, {ADDR: why it is
+    unreadable}). A device gone between the glob and its read (hot removal) is left out."""
     if reply.error is not None:
-        return {}
-    values = {}
+        if reply.missing:
+            return {}, {}
+        raise HostError(f"cannot list {PCI_DEVICES}/*/{name}: {reply.error}", reply.error.errno)
+    values, errors = {}, {}
     for path, data in reply.matches():
+        address = path.split("/")[-2]
         if isinstance(data, bytes):
-            values[path.split("/")[-2]] = data.decode("ascii", errors="replace").strip()
-    return values
+            values[address] = data.decode("ascii", errors="replace").strip()
+        elif isinstance(data, HostError) and data.errno not in MISSING_ERRNOS:
+            errors[address] = data
+    return values, errors
+
+
+def _unreadable(error: HostError, why: str) -> HostError:
+    return HostError(f"{why}: {error}", error.errno)
 
 
 def _number(text: str | None, base: int) -> int | None:
@@ -79,16 +89,28 @@ def _links(reply: Reply, depth: int) -> dict[str, str]:
 
 
 def _parse_gpus(replies: Sequence[Reply]) -> tuple[Gpu, ...]:
-    vendor, pci_class, device, numa = (_by_device(reply) for reply in replies[:4])
+    """The GPUs, or a HostError when a device's vendor or an NVIDIA device's class cannot be
+    read: whether it is a GPU is then unknown, and a GPU left out of the list would take its
+    checks out of the run unseen. A GPU's unreadable model or NUMA node is shown as unknown."""
+    (vendor, vendor_errors), (pci_class, class_errors), (device, _), (numa, _) = (
+        _by_device(reply, name) for reply, name in zip(replies[:4], _ATTRIBUTES, strict=True))
     links, groups = _links(replies[4], 1), _links(replies[5], 2)
+    if vendor_errors:
+        name = min(vendor_errors)
+        raise _unreadable(vendor_errors[name], f"whether PCI device {name} is a GPU is unknown")
     gpus = []
     for name in vendor:
         try:
             address = normalize_address(name)
         except ValueError:
             continue
+        if _number(vendor[name], 16) != NVIDIA:
+            continue
+        if name in class_errors:
+            raise _unreadable(class_errors[name],
+                              f"whether NVIDIA device {name} is a GPU is unknown")
         code = _number(pci_class.get(name), 16)
-        if _number(vendor[name], 16) != NVIDIA or code is None or code >> 8 not in GPU_CLASSES:
+        if code is None or code >> 8 not in GPU_CLASSES:
             continue
         model = _number(device.get(name), 16)
         node = _number(numa.get(name), 10)
