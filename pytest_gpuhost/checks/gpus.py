@@ -52,13 +52,13 @@ class Gpu:
 _ATTRIBUTES = ("vendor", "class", "device", "numa_node")
 
 
-def _by_device(reply: Reply, name: str) -> tuple[dict[str, str], dict[str, HostError]]:
+def _by_device(reply: Reply) -> tuple[dict[str, str], dict[str, HostError]]:
     """``sys/bus/pci/devices/ADDR/attr`` matches -> ({ADDR: value}, {ADDR: why it is
-    unreadable}). A device gone between the glob and its read (hot removal) is left out."""
+    unreadable}). A device gone between the glob and its read (hot removal) is left out. A
+    glob that failed as a whole (a target that cannot be reached) finds nothing: each check
+    that reads the GPUs then reports that error itself, under its usual id."""
     if reply.error is not None:
-        if reply.missing:
-            return {}, {}
-        raise HostError(f"cannot list {PCI_DEVICES}/*/{name}: {reply.error}", reply.error.errno)
+        return {}, {}
     values, errors = {}, {}
     for path, data in reply.matches():
         address = path.split("/")[-2]
@@ -93,7 +93,7 @@ def _parse_gpus(replies: Sequence[Reply]) -> tuple[Gpu, ...]:
     read: whether it is a GPU is then unknown, and a GPU left out of the list would take its
     checks out of the run unseen. A GPU's unreadable model or NUMA node is shown as unknown."""
     (vendor, vendor_errors), (pci_class, class_errors), (device, _), (numa, _) = (
-        _by_device(reply, name) for reply, name in zip(replies[:4], _ATTRIBUTES, strict=True))
+        _by_device(reply) for reply in replies[:4])
     links, groups = _links(replies[4], 1), _links(replies[5], 2)
     if vendor_errors:
         name = min(vendor_errors)
