@@ -913,7 +913,8 @@ def render(figures: Sequence[Figure], argv: Sequence[str], repeat: int, warmup: 
         f"in parentheses. Each run is a fresh `python -m pytest {' '.join(COMMON)} ...` "
         "process; `$BENCH` is the temporary directory of generated hosts, specs and test "
         "files. The baseline of the overhead figures is pytest without the plugin "
-        "(`-p no:gpuhost`).",
+        "(`-p no:gpuhost`). The tools: `pip install -e '.[bench]'` (pytest-testinfra, "
+        "pyinstrument, pytest-xdist); bench/ssh.py also needs OpenSSH's server and client.",
         "",
         "## Machine",
         "",

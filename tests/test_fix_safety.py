@@ -492,7 +492,8 @@ def three_writes() -> Plan:
 def test_a_fix_journals_all_its_changes_durably_before_the_first_is_made(
         fake: FakeHost) -> None:
     """One fsync for the change lines of a fix, before any change; the outcome lines after
-    each change are made durable by the next fix's fsync, not by one of their own."""
+    each change are made durable by the next fix's fsync, not by one of their own, and the
+    last fix's by one fsync when the run ends."""
     fake.cpus(3, states=("POLL", "C1", "C2"))
     host = Recording(fake.root)
     journal = Journal(StateStore.of(host).new_journal("spec"), "spec")
@@ -502,6 +503,9 @@ def test_a_fix_journals_all_its_changes_durably_before_the_first_is_made(
     assert [e[0] for e in host.events[1:]] == ["write", "append"] * 3
     assert {e[1] for e in host.events[1:] if e[0] == "append"} == {"not synced"}
     assert [e.state for e in read_journal(journal.path).entries] == ["applied"] * 3
+    fixer.close()  # the end of the run: no next fix, so one fsync of nothing new
+    fixer.close()
+    assert host.events[7:] == [("append", "synced", "0")]
 
 
 def test_changes_after_a_refused_one_are_journaled_as_not_made(fake: FakeHost,

@@ -229,5 +229,12 @@ class Fixer:
         return output
 
     def close(self) -> None:
-        if self.run_lock is not None:
-            self.run_lock.release()
+        """The end of the run: the last fix's outcome lines made durable, the lock released."""
+        try:
+            if self.journal is not None:
+                self.journal.sync()
+        except HostError:  # the lines are written; a host gone now only leaves them unsynced
+            pass
+        finally:
+            if self.run_lock is not None:
+                self.run_lock.release()

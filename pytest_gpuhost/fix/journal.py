@@ -8,7 +8,8 @@ entry whose outcome line is missing may or may not have been applied, and restor
 original is safe either way. Outcome lines are not fsync'd on their own: the next fix's fsync
 makes them durable with its change lines, and one that a crash loses leaves its entry pending,
 which a rollback treats as possibly made (a lost read-back only makes it more cautious: it then
-restores only over the value the fix wrote). A rollback appends a closing line, fsync'd.
+restores only over the value the fix wrote); the run's end fsyncs the last fix's. A rollback
+appends a closing line, fsync'd.
 
 The first line names the host the journal changed (``Host.identity()``), the spec and the tool,
 so that a rollback can refuse another host (fix/rollback.py). Only a last line without its
@@ -72,6 +73,8 @@ class Journal:
         self.shared = shared
         """One run's xdist workers write this one journal: the first of them makes it."""
         self._count = 0
+        self._unsynced = False
+        """Outcome lines written since the last fsync."""
 
     @property
     def path(self) -> StateFile:
@@ -102,6 +105,13 @@ class Journal:
         journal whose directory is gone is an error, not a new journal somewhere else)."""
         lines = "".join(json.dumps(record, sort_keys=True) + "\n" for record in records)
         self.location.host.append_file(self.location.path, lines.encode(), sync=sync)
+        self._unsynced = not sync
+
+    def sync(self) -> None:
+        """Make the outcome lines written since the last fix durable: at the end of the run,
+        which has no next fix to fsync them with."""
+        if self._unsynced:
+            self._append(sync=True)
 
     @property
     def written(self) -> bool:
