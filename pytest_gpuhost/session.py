@@ -15,7 +15,6 @@ import functools
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -572,6 +571,8 @@ class Session:
         if len(remote) < 2 or not self.specs:
             return
         facts = list(dict.fromkeys(f for spec in self.specs.values() for f in self.facts_of(spec)))
+        from concurrent.futures import ThreadPoolExecutor  # remote targets only
+
         with ThreadPoolExecutor(min(PARALLEL_CONNECTIONS, len(remote)),
                                 thread_name_prefix="gpuhost-collect") as pool:
             for _ in pool.map(lambda target: target.collect_facts(facts, self.shared_dir),

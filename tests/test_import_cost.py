@@ -69,6 +69,24 @@ def test_a_verify_run_imports_the_kinds_of_its_spec_and_no_fix_or_unasked_report
     assert not [m for m in modules if m.removeprefix("pytest_gpuhost.").startswith(absent)]
 
 
+def test_the_bridges_checks_load_only_for_their_keys(pytester: pytest.Pytester,
+                                                     fake: FakeHost) -> None:
+    """pcie's own keys read the GPUs' config space; the bridges' module (ACS, ASPM, AER, and
+    the extended-capability parser) loads for a spec with one of their keys only."""
+    fake.gpu("0000:01:00.0", audio=False, max_read_request=4096)
+    pytester.makefile(".yaml", spec="version: 1\npcie: {max_read_request: 4096}\n")
+    modules = loaded(pytester, "spec.yaml", f"--gpuhost-root={fake.root}")
+    assert "pytest_gpuhost.checks.pcie" in modules
+    assert not {"pytest_gpuhost.checks.pcie_path", "pytest_gpuhost.linux.pciext"} & set(modules)
+    pytester.makefile(".yaml", spec="version: 1\npcie:\n  max_read_request: 4096\n"
+                                    "  aer: {since: session}\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "spec.yaml",
+                                           f"--gpuhost-root={fake.root}")
+    assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
+    assert "pytest_gpuhost.checks.pcie_path" in \
+        (pytester.path / "loaded.txt").read_text().split()
+
+
 def test_a_fix_run_imports_the_fixer_and_its_journal(pytester: pytest.Pytester,
                                                      fake: FakeHost) -> None:
     fake.sysctl("vm.swappiness", 60)

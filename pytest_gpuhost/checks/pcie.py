@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..host import Host, HostError, Read, Request
 from ..linux.pciconfig import BCR_FLR, SIZES, ConfigError, DeviceControl, device_control
@@ -19,13 +19,9 @@ from . import Check, Evidence, Fact, Facts, NoFix, Observation, PersistLine
 from .changes import Plan, WriteBytes
 from .conditions import in_container
 from .gpus import GPUS, Gpu, MissingGpus
-from .pcie_path import (
-    AER_COUNTERS,
-    PathEntry,
-    acs_persistence,
-    expand_path_key,
-    parse_path_key,
-)
+
+if TYPE_CHECKING:  # the bridges' checks (ACS, ASPM, AER) load when a spec has one of their keys
+    from .pcie_path import PathEntry
 
 CONTAINER_HEADER = ("not readable from this container: check the host "
                     "(--gpuhost-target=ssh://HOST), where config space past its 64-byte header "
@@ -140,6 +136,8 @@ class PcieKind:
     @staticmethod
     def persistence(results: Sequence[CheckResult]) -> list[PersistLine]:
         """The lines --fix-persist writes for this kind's checks (see ``acs_persistence``)."""
+        from .pcie_path import acs_persistence
+
         return acs_persistence(results)
 
     def parse(self, node: Node, context: SpecContext) -> tuple[PcieEntry | PathEntry, ...]:
@@ -150,6 +148,8 @@ class PcieKind:
             raise node.error(f"pcie is empty; expected one of: {', '.join(known)}")
         for key, value in pairs:
             if key in PATH_KEYS:
+                from .pcie_path import parse_path_key
+
                 entries.append(parse_path_key(key, value, context))
                 continue
             if key not in KEYS:
@@ -161,16 +161,21 @@ class PcieKind:
         return tuple(sorted(entries, key=lambda e: e.key))
 
     def facts(self, section: tuple[PcieEntry | PathEntry, ...]) -> Sequence[Fact[Any]]:
-        aer = any(isinstance(e, PathEntry) and e.key == "aer" and e.since == "session"
-                  for e in section)
-        return [GPUS, AER_COUNTERS] if aer else [GPUS]
+        if not any(not isinstance(e, PcieEntry) and e.key == "aer" and e.since == "session"
+                   for e in section):
+            return [GPUS]
+        from .pcie_path import AER_COUNTERS
+
+        return [GPUS, AER_COUNTERS]
 
     def expand(self, section: tuple[PcieEntry | PathEntry, ...], facts: Facts
                ) -> Sequence[Check]:
         gpus = facts.get(GPUS)
         checks: list[Check] = []
         for entry in section:
-            if isinstance(entry, PathEntry):
+            if not isinstance(entry, PcieEntry):
+                from .pcie_path import expand_path_key
+
                 checks += expand_path_key(entry, facts)
                 continue
             kind = f"pcie.{entry.key}"
