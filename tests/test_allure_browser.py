@@ -65,11 +65,13 @@ def served(tmp_path: Path) -> Iterator[tuple[Path, str]]:
         server.server_close()
 
 
-def chromium(*args: str) -> str:
+def chromium(*args: str, budget_ms: int = 10000, window: str = "1400,1100") -> str:
+    """Headless Chromium's standard output (``--dump-dom``) for a page, letting its scripts
+    run for ``budget_ms`` of virtual time; the fleet page's tests use it too."""
     assert CHROMIUM is not None
     done = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
-                           "--disable-dev-shm-usage", "--virtual-time-budget=10000",
-                           "--window-size=1400,1100", *args],
+                           "--disable-dev-shm-usage", f"--virtual-time-budget={budget_ms}",
+                           f"--window-size={window}", *args],
                           capture_output=True, text=True, timeout=120, check=True)
     return done.stdout
 

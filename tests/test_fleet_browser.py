@@ -13,7 +13,6 @@ import html
 import json
 import os
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from pytest_gpuhost.fleet.drift import find_drift
 from pytest_gpuhost.fleet.page import render
 
 from .test_allure_browser import CHROMIUM
+from .test_allure_browser import chromium as allure_chromium
 from .test_fleet import fleet_reports  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium: apt-get install chromium")
@@ -81,12 +81,7 @@ window.addEventListener("load", () => {
 
 
 def chromium(*args: str) -> str:
-    assert CHROMIUM is not None
-    done = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
-                           "--disable-dev-shm-usage", "--virtual-time-budget=5000",
-                           "--window-size=1500,1000", *args],
-                          capture_output=True, text=True, timeout=120, check=True)
-    return done.stdout
+    return allure_chromium(*args, budget_ms=5000, window="1500,1000")
 
 
 def driven(page: Path) -> dict[str, Any]:
