@@ -449,6 +449,31 @@ def test_a_file_that_appears_during_the_run_is_not_replaced(tmp_path: Path) -> N
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".late")] == []
 
 
+def test_overwrite_writes_a_fifo_in_place_and_never_replaces_it_with_a_file(
+        tmp_path: Path) -> None:
+    """--gpuhost-capture-overwrite replaces a file, but a FIFO (or a character device, as
+    /dev/null is) is written as it is, as every report is: never swapped for a new file."""
+    import stat
+    import threading
+
+    root = tmp_path / "host"
+    many(root)
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    try:
+        run(root, tmp_path, [BLACKWELL8], capture="pipe.yaml", overwrite=True)
+    finally:
+        if reader.is_alive():  # unblock the reader whatever happened
+            with open(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK), "wb"):
+                pass
+        reader.join(10)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert got and got[0].startswith(b"# Captured by pytest-gpuhost")
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--gpuhost-capture=x.yaml", "--gpuhost-capture-from=node7"],
      "--gpuhost-capture-from=node7: no such target; the targets are: local"),

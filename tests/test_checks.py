@@ -250,6 +250,36 @@ def test_state_index_may_differ_between_cpus(fake: FakeHost) -> None:
         "cpuidle[C2]"].outcome is Outcome.PASSED
 
 
+def test_a_cpus_unreadable_state_name_is_an_error_not_a_cpu_without_the_state(
+        fake: FakeHost) -> None:
+    """cpu2's state2/name cannot be read: whether its C2 is disabled is unknown, so the check
+    is an error naming the file, never a pass over the other CPUs."""
+    fake.cpus(4, states=("POLL", "C1", "C2"), disabled=("C2",))
+    state = fake.root / "sys/devices/system/cpu/cpu2/cpuidle/state2"
+    (state / "disable").write_text("0\n")
+    (state / "name").unlink()
+    (state / "name").mkdir()  # read: EISDIR, an error that is not "missing"
+    spec = "version: 1\ncpuidle:\n  disabled: [C2]\n  residency: {window: 1ms}\n"
+    results = run_spec(spec, fake.root)
+    for key in ("cpuidle[C2]", "cpuidle.residency[C2]"):
+        assert results[key].outcome is Outcome.ERROR, key
+        assert "cpu2/cpuidle/state2/name" in results[key].message, key
+
+
+def test_cpuidle_residency_with_an_unreadable_disable_file_is_an_error(fake: FakeHost) -> None:
+    """The residency check samples where the state is disabled; a ``disable`` file it cannot
+    read is an error, not a CPU (or, for every CPU, a whole check) quietly left out."""
+    fake.cpus(2, states=("POLL", "C1", "C2"), disabled=("C2",))
+    for cpu in (0, 1):
+        disable = fake.root / f"sys/devices/system/cpu/cpu{cpu}/cpuidle/state2/disable"
+        disable.unlink()
+        disable.mkdir()
+    spec = "version: 1\ncpuidle:\n  disabled: [C2]\n  residency: {window: 1ms}\n"
+    result = run_spec(spec, fake.root)["cpuidle.residency[C2]"]
+    assert result.outcome is Outcome.ERROR
+    assert "state2/disable" in result.message
+
+
 # --- modules ------------------------------------------------------------------------------------
 
 MODULES_SPEC = """\

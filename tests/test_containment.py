@@ -167,6 +167,34 @@ def test_a_fifo_in_place_of_a_sysctl_is_an_error_not_a_hang(fake: FakeHost,
     assert reply.error is not None and "FIFO" in str(reply.error)
 
 
+def test_a_fifo_in_place_of_a_journal_is_an_error_not_a_hang(fake: FakeHost,
+                                                             host: LocalHost) -> None:
+    """An append opens the state file without waiting for a reader: a FIFO where the journal
+    should be (planted where another user can write, a shared xdist journal that "exists
+    already") is refused as not pytest-gpuhost's own file, never waited on forever."""
+    import threading
+
+    (fake.root / "var/lib/pytest-gpuhost/journal").mkdir(parents=True)
+    fifo = fake.root / "var/lib/pytest-gpuhost/journal/x.jsonl"
+    os.mkfifo(fifo)
+    raised: list[BaseException] = []
+
+    def append() -> None:
+        try:
+            host.append_file("var/lib/pytest-gpuhost/journal/x.jsonl", b"{}\n")
+        except BaseException as exc:  # handed to the test
+            raised.append(exc)
+
+    worker = threading.Thread(target=append, daemon=True)
+    worker.start()
+    worker.join(5)
+    if worker.is_alive():  # a reader lets the blocked open go on, so the thread ends
+        with open(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK), "rb"):
+            worker.join(5)
+        pytest.fail("append_file waited for a reader of a FIFO")
+    assert raised and isinstance(raised[0], HostError)
+
+
 def test_kmsg_as_a_fifo_or_a_directory_is_refused(fake: FakeHost, host: LocalHost) -> None:
     (fake.root / "dev").mkdir()
     os.mkfifo(fake.root / "dev/kmsg")

@@ -317,6 +317,19 @@ def test_cpufreq_mixed_policies_name_the_cpus(fake: FakeHost) -> None:
     assert result.observed == "powersave on cpus 2; performance on cpus 0-1,3"
 
 
+def test_cpufreq_a_policys_unreadable_value_is_an_error_not_a_policy_left_out(
+        fake: FakeHost) -> None:
+    """policy2's governor cannot be read: the check is an error naming it, never a pass over
+    the policies that could be read (nor a fix that leaves policy2 as it is)."""
+    fake.cpufreq("acpi-cpufreq", policies=4, governor="performance")
+    governor = fake.root / "sys/devices/system/cpu/cpufreq/policy2/scaling_governor"
+    governor.unlink()
+    governor.mkdir()  # read: an error that is not "missing"
+    [result] = run("version: 1\ncpufreq:\n  governor: performance\n", fake.root).values()
+    assert result.outcome is Outcome.ERROR
+    assert "policy2/scaling_governor" in result.message
+
+
 def test_cpufreq_on_a_vm_without_cpufreq_is_skipped(fake: FakeHost) -> None:
     results = run(CPUFREQ, fake.root)
     assert {r.outcome for r in results.values()} == {Outcome.SKIPPED}

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..files import OutputError, write_atomically
+from ..files import OutputError, write_atomically, write_output
 from ..result import CheckResult
 from ..spec import SPEC_VERSION, SectionParser, Spec, SpecError, load_spec
 from . import yamltext
@@ -125,8 +125,15 @@ class SpecCapture:
         text = capture_text(self.specs, mine, name=spec_name(self.path),
                             header_lines=header(self.source, info.finished_at, self.shown))
         self._check_loads(text)
+        if self.overwrite:  # as every report: a file replaced, a FIFO or a character device
+            # (/dev/null) written as it is, never swapped for a new file
+            try:
+                write_output(self.path, text)
+            except OutputError as exc:
+                raise OutputError(f"--gpuhost-capture={self.shown}: {exc}") from None
+            return
         try:
-            write_atomically(self.path, text, replace=self.overwrite)
+            write_atomically(self.path, text, replace=False)
         except FileExistsError:
             raise OutputError(f"--gpuhost-capture={self.shown}: the file appeared during the "
                               f"run; nothing was written (pass {OVERWRITE_OPTION} to replace "

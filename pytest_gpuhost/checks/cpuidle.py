@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..host import Glob, Host, HostError, Read, Reply, Request
+from ..host import MISSING_ERRNOS, Glob, Host, HostError, Read, Reply, Request
 from ..spec import OPTION_KEYS, EntryOptions, Node, SpecContext
 from ..spec.matchers import Choice, Exact
 from . import CannotFix, Check, Evidence, Fact, Facts, NoFix, NotApplicable, Observation
@@ -91,20 +91,28 @@ def _parse_idle_states(replies: Sequence[Reply]) -> IdleStates:
                                                       f"list: {exc}")
     wanted = set(cpus)
     by_name: dict[str, list[tuple[int, int, str]]] = {}
+    unreadable: list[tuple[str, HostError]] = []
     for path, data in names.matches() if names.error is None else ():
         # sys/devices/system/cpu/cpuN/cpuidle/stateM/name
         parts = path.split("/")
         cpu, state = parts[-4].removeprefix("cpu"), parts[-2].removeprefix("state")
         if not (cpu.isdigit() and state.isdigit()) or int(cpu) not in wanted:
             continue
+        if isinstance(data, HostError) and data.errno not in MISSING_ERRNOS:
+            unreadable.append((path, data))  # which state it is on that CPU is unknown
         if not isinstance(data, bytes):
             continue
         name = data.decode("utf-8", errors="replace").strip()
         by_name.setdefault(name, []).append((int(cpu), int(state),
                                              path.rsplit("/", 1)[0] + "/disable"))
     shown = driver.text().strip() if driver.error is None else "unknown"
+    problem = None
+    if unreadable:  # a CPU whose state is left out would pass as one without that state
+        path, error = unreadable[0]
+        more = f" (and {len(unreadable) - 1} more)" if len(unreadable) > 1 else ""
+        problem = f"which cpuidle state {path} names is unknown: {error}{more}"
     return IdleStates(shown, cpus, {name: tuple((cpu, path) for cpu, _, path in sorted(paths))
-                                    for name, paths in by_name.items()})
+                                    for name, paths in by_name.items()}, problem)
 
 
 IDLE_STATES = Fact("cpuidle states", (Read(f"{CPU}/online"), Read(DRIVER),
@@ -170,6 +178,8 @@ class ResidencyProbe(NoFix):
         return (*counter_reads(paths), *(Read(disable) for _, disable in paths))
 
     def observe(self, host: Host) -> Observation:
+        if self.states.problem is not None:
+            raise HostError(self.states.problem)
         every = self.states.by_name.get(self.name, ())
         if not every:
             known = ", ".join(self.states.names()) or "none"
@@ -178,8 +188,8 @@ class ResidencyProbe(NoFix):
         # only where the state is disabled: on a CPU where it is still enabled, entering it is
         # no override, and cpuidle[NAME] already says it is enabled there
         flags = host.batch([Read(disable) for _, disable in every])
-        paths = [pair for pair, flag in zip(every, flags, strict=True)
-                 if flag.error is None and flag.text().strip() == "1"]
+        paths = [pair for pair, flag in zip(every, flags, strict=True)  # an unreadable
+                 if flag.text().strip() == "1"]  # flag raises: the check is an error
         if not paths:
             raise NotApplicable(f"{self.name} is not disabled on any online CPU, so there is no "
                                 f"override to watch for: see cpuidle[{self.name}]")

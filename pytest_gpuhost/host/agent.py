@@ -605,8 +605,9 @@ class Root:
         except OSError as exc:
             raise self.fail("append to", rel, exc) from None
         try:
-            fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         dir_fd=parent)
+            # O_NONBLOCK: a FIFO in its place is refused (ENXIO, or by _own), never waited on
+            fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK
+                         | os.O_CLOEXEC, dir_fd=parent)
         except OSError as exc:
             raise self.fail("append to", rel, exc) from None
         finally:
