@@ -195,6 +195,26 @@ def test_a_fifo_in_place_of_a_journal_is_an_error_not_a_hang(fake: FakeHost,
     assert raised and isinstance(raised[0], HostError)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a file to another user")
+def test_a_journal_another_user_made_first_gets_no_line(fake: FakeHost, host: LocalHost) -> None:
+    """The journal xdist workers share "exists already" when one of them made it; one that
+    another user planted first (--gpuhost-journal=/tmp/...) is refused, its lines left out of
+    any rollback."""
+    from pytest_gpuhost.checks.changes import WriteText
+    from pytest_gpuhost.fix.journal import Journal
+    from pytest_gpuhost.fix.state import StateFile
+
+    planted = fake.root / "tmp/j.jsonl"
+    planted.parent.mkdir()
+    planted.write_text('{"event": "header"}\n')
+    os.chown(planted, 12345, 12345)
+    journal = Journal(StateFile(host, "tmp/j.jsonl", "tmp/j.jsonl"), "spec", shared=True)
+    with pytest.raises(HostError, match=r"belongs to uid 12345, not to this run's user"):
+        journal.record("sysctl[vm.swappiness]", "sysctl", "vm.swappiness",
+                       WriteText("proc/sys/vm/swappiness", "60\n", "10\n"))
+    assert planted.read_text() == '{"event": "header"}\n'
+
+
 def test_kmsg_as_a_fifo_or_a_directory_is_refused(fake: FakeHost, host: LocalHost) -> None:
     (fake.root / "dev").mkdir()
     os.mkfifo(fake.root / "dev/kmsg")

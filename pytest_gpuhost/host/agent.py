@@ -551,14 +551,20 @@ class Root:
     # -- pytest-gpuhost's own files: journals and locks ---------------------------------------
 
     def _own(self, fd: int, rel: str) -> None:
-        """A state file must be a regular file with one name: a hard link to another file
-        (``/etc/shadow``) would have us append to or truncate that file."""
+        """A state file must be a regular file with one name, made by this user: a hard link
+        to another file (``/etc/shadow``) would have us append to or truncate that file, and
+        a file another user made first (a shared journal under /tmp) would be replayed by a
+        rollback with their lines in it."""
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
             what = file_type(info.st_mode) if not stat.S_ISREG(info.st_mode) else \
                 f"file with {info.st_nlink} hard links"
             raise OpError(f"{self.shown(rel)} is a {what}, not pytest-gpuhost's own file: "
                           "left as it is", errno.EINVAL)
+        if info.st_uid != os.geteuid():
+            raise OpError(f"{self.shown(rel)} belongs to uid {info.st_uid}, not to this run's "
+                          f"user (uid {os.geteuid()}): not pytest-gpuhost's own file, left as "
+                          "it is", errno.EPERM)
 
     def create(self, rel: str, data: bytes, mode: int = 0o600) -> None:
         """A new file that appears whole (written beside it, then linked into place), or
