@@ -52,8 +52,6 @@ def test_a_bad_section_of_the_documented_kind_is_exit_4(pytester: pytest.Pyteste
 
 README = REPO / "README.md"
 DOCS = sorted((REPO / "docs").glob("*.md"))
-PENDING_PAGES = {"docs/fleets.md"}
-"""Linked pages another branch writes (targets from Ansible inventories): allowed to be absent."""
 DEMO_ROOT = "/tmp/gpuhost-demo"
 VARIABLE = re.compile(r"\.\.\.|\d{8}T\d{6}Z-blackwell8-\d+|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
                       r"| in \d+\.\d+s")
@@ -192,14 +190,23 @@ def test_every_option_is_documented_and_every_documented_option_exists(
         assert f"`{ini}`" in table
 
 
+def anchors(document: Path) -> set[str]:
+    """The anchors GitHub makes of a Markdown file's headings (outside code blocks)."""
+    text = re.sub(r"^```.*?^```", "", document.read_text(), flags=re.S | re.M)
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+            for heading in re.findall(r"^#+ (.*)$", text, re.M)}
+
+
 def test_every_link_of_the_readme_and_docs_resolves() -> None:
     for document in (README, *DOCS):
-        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", document.read_text()):
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)",
+                                         document.read_text()):
             if "://" in target:
                 continue
-            path = (document.parent / target).resolve()
-            shown = str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
-            assert path.exists() or shown in PENDING_PAGES, f"{document.name}: {target}"
+            path = (document.parent / target).resolve() if target else document
+            assert path.exists(), f"{document.name}: {target}"
+            if anchor:
+                assert anchor in anchors(path), f"{document.name}: {target}#{anchor}"
 
 
 def test_the_layout_names_every_folder_and_module() -> None:

@@ -304,6 +304,6 @@ def test_auto_without_any_probe_says_what_to_install(monkeypatch: pytest.MonkeyP
     with pytest.raises(HostError) as error:
         measurer.measure()
     assert str(error.value) == (
-        "probe auto found no way to measure: install cuda-python (pip install "
-        "'pytest-gpuhost[cuda]', from a checkout pip install '.[cuda]') or put nvbandwidth on "
+        "probe auto found no way to measure: install cuda-python: pip install "
+        "'pytest-gpuhost[cuda]' (from a checkout: pip install '.[cuda]'), or put nvbandwidth on "
         "PATH")

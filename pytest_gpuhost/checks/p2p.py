@@ -32,6 +32,7 @@ from ..gpu.bandwidth import (
     parse_output,
     to_measurements,
 )
+from ..gpu.cudaprobe import INSTALL_HINT as CUDA_INSTALL_HINT
 from ..gpu.cudaprobe import CudaBandwidth, CudaError, CudaUnavailable, cuda_available, load_runtime
 from ..gpu.measure import SharedMeasurement, cache_key
 from ..gpu.nvml import NvmlSource, NvmlUnavailable
@@ -322,8 +323,7 @@ class Measurer:
             raise HostError(f"probe auto: the host root {self.host.describe()} is not this "
                             "machine and has no nvbandwidth under it nor a recorded output in "
                             f"{RECORDED_DIR}/ ({', '.join(RECORDED)})")
-        raise HostError("probe auto found no way to measure: install cuda-python (pip install "
-                        "'pytest-gpuhost[cuda]', from a checkout pip install '.[cuda]') or put "
+        raise HostError(f"probe auto found no way to measure: {CUDA_INSTALL_HINT}, or put "
                         "nvbandwidth on PATH")
 
     def from_file(self, path: str) -> Measurements:
