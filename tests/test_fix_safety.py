@@ -335,6 +335,26 @@ def test_fix_persist_writes_files_that_make_it_stick(pytester: pytest.Pytester, 
     assert host_state(example_host) == persisted  # unchanged files are not rewritten
 
 
+def test_a_rollback_dry_run_previews_what_the_rollback_does(pytester: pytest.Pytester,
+                                                            spec: Path,
+                                                            example_host: Path) -> None:
+    """The GRUB drop-in is written once per boot-time fix, each journaled: its older entries
+    are undone after its newer ones restored what they left. The preview sees that too (it
+    once said 'edited since the fix' of the older ones, which the rollback then restored)."""
+    fixed = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}",
+                               "--fix", "--fix-persist")
+    assert fixed.ret == pytest.ExitCode.TESTS_FAILED  # nvidia_peermem cannot load there
+    tuned = host_state(example_host)
+    preview = pytester.runpytest(f"--gpuhost-root={example_host}", "--gpuhost-rollback",
+                                 "--gpuhost-dry-run", "-p", "no:cacheprovider")
+    assert host_state(example_host) == tuned  # a dry run writes nothing
+    planned = counts(preview)  # passed: the load of nvidia_peermem that failed is undone
+    assert planned == {"would_fix": 180, "passed": 1}
+    rolled = pytester.runpytest(f"--gpuhost-root={example_host}", "--gpuhost-rollback",
+                                "-p", "no:cacheprovider")
+    assert counts(rolled) == {"fixed": 180, "passed": 1}
+
+
 def test_persist_keeps_a_higher_value_than_the_minimum(pytester: pytest.Pytester,
                                                        fake: FakeHost) -> None:
     fake.sysctl("net.core.rmem_max", 67108864)

@@ -9,6 +9,7 @@ a read after a change is always live.
 
 from __future__ import annotations
 
+import errno
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -18,6 +19,7 @@ from . import (
     BatchReads,
     CommandResult,
     Host,
+    HostError,
     HostIdentity,
     Kmsg,
     ListDir,
@@ -84,6 +86,15 @@ class CachedHost(BatchReads):
         """Forget these replies only: their next read is live, the rest stays cached."""
         for request in requests:
             self._replies.pop(request, None)
+
+    def assume(self, path: str, data: bytes | None) -> None:
+        """Serve ``path`` as holding ``data`` (None: as missing) from now on, without writing
+        it: what a dry run's change would have left, for the checks after it to see."""
+        for request in (Stat(path), ListDir(path)):
+            self._replies.pop(request, None)
+        self._replies[Read(path)] = Reply(data) if data is not None else Reply(
+            error=HostError(f"{path} does not exist (it would be removed)", errno.ENOENT))
+        self._fetched[Read(path)] = time.monotonic()
 
     def fetched_at(self, request: Request) -> float | None:
         """When a cached reply was read (time.monotonic()), None when it is not cached."""
