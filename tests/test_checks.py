@@ -112,6 +112,32 @@ def test_a_gpus_unreadable_model_or_numa_node_is_unknown_not_a_missing_gpu(
         ("0000:01:00.0", "0x2bb5", 1), ("0000:02:00.0", "unknown", -1)]
 
 
+def test_a_gpus_unreadable_link_is_an_error_not_a_gpu_without_bridges() -> None:
+    """A GPU whose sysfs link (where it sits) or iommu_group link cannot be read would pass
+    as one with no bridge above it (ACS skipped) or no IOMMU: the GPU list is an error."""
+    from pytest_gpuhost.checks.gpus import _parse_gpus
+    from pytest_gpuhost.host import Reply
+
+    base = "sys/bus/pci/devices/0000:01:00.0"
+    attributes = [Reply([(f"{base}/{name}", value)]) for name, value in (
+        ("vendor", b"0x10de\n"), ("class", b"0x030000\n"), ("device", b"0x2bb5\n"),
+        ("numa_node", b"0\n"))]
+    link = "../../../devices/pci0000:00/0000:00:01.1/0000:01:00.0"
+    broken = HostError(f"cannot read the link {base}: Input/output error", 5)
+    fine = Reply([(base, link)])
+    group = Reply([(f"{base}/iommu_group", "../../../kernel/iommu_groups/7")])
+    [gpu] = _parse_gpus([*attributes, fine, group])
+    assert (gpu.link, gpu.iommu_group) == (link, "../../../kernel/iommu_groups/7")
+    with pytest.raises(HostError, match=r"^where GPU 0000:01:00\.0 sits on the bus is "
+                                        r"unknown: cannot read the link"):
+        _parse_gpus([*attributes, Reply([(base, broken)]), group])
+    with pytest.raises(HostError, match=r"^the IOMMU group of GPU 0000:01:00\.0 is unknown"):
+        _parse_gpus([*attributes, fine, Reply([(f"{base}/iommu_group", broken)])])
+    missing = HostError("gone", 2)  # removed between the glob and the read: no IOMMU group
+    [gpu] = _parse_gpus([*attributes, fine, Reply([(f"{base}/iommu_group", missing)])])
+    assert gpu.iommu_group is None
+
+
 def test_the_gpu_list_error_is_its_askers_only(fake: FakeHost) -> None:
     """Facts read in one batch: the GPUs' error goes to each kind that asks for them, every
     time it asks; the CPU list of the same batch is read as usual."""

@@ -80,12 +80,19 @@ def _number(text: str | None, base: int) -> int | None:
         return None
 
 
-def _links(reply: Reply, depth: int) -> dict[str, str]:
-    """Link matches -> {ADDR: target}, ADDR the path component ``depth`` from the end."""
+def _links(reply: Reply, depth: int) -> tuple[dict[str, str], dict[str, HostError]]:
+    """Link matches -> ({ADDR: target}, {ADDR: why it is unreadable}), ADDR the path
+    component ``depth`` from the end."""
     if reply.error is not None:
-        return {}
-    return {path.split("/")[-depth]: target for path, target in reply.matches()
-            if isinstance(target, str)}
+        return {}, {}
+    targets, errors = {}, {}
+    for path, target in reply.matches():
+        address = path.split("/")[-depth]
+        if isinstance(target, str):
+            targets[address] = target
+        elif isinstance(target, HostError) and target.errno not in MISSING_ERRNOS:
+            errors[address] = target
+    return targets, errors
 
 
 def _parse_gpus(replies: Sequence[Reply]) -> tuple[Gpu, ...]:
@@ -94,7 +101,7 @@ def _parse_gpus(replies: Sequence[Reply]) -> tuple[Gpu, ...]:
     checks out of the run unseen. A GPU's unreadable model or NUMA node is shown as unknown."""
     (vendor, vendor_errors), (pci_class, class_errors), (device, _), (numa, _) = (
         _by_device(reply) for reply in replies[:4])
-    links, groups = _links(replies[4], 1), _links(replies[5], 2)
+    (links, link_errors), (groups, group_errors) = _links(replies[4], 1), _links(replies[5], 2)
     if vendor_errors:
         name = min(vendor_errors)
         raise _unreadable(vendor_errors[name], f"whether PCI device {name} is a GPU is unknown")
@@ -112,6 +119,10 @@ def _parse_gpus(replies: Sequence[Reply]) -> tuple[Gpu, ...]:
         code = _number(pci_class.get(name), 16)
         if code is None or code >> 8 not in GPU_CLASSES:
             continue
+        for errors, what in ((link_errors, f"where GPU {name} sits on the bus"),
+                             (group_errors, f"the IOMMU group of GPU {name}")):
+            if name in errors:  # taken for "no bridges" or "no IOMMU", its checks would skip
+                raise _unreadable(errors[name], f"{what} is unknown")
         model = _number(device.get(name), 16)
         node = _number(numa.get(name), 10)
         gpus.append(Gpu(address, f"0x{model:04x}" if model is not None else "unknown",
