@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-import socket
 from collections.abc import Generator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -178,7 +177,7 @@ class GpuhostRun:
         item.session.shouldstop = reason
 
     def _host_name(self) -> str:
-        return self.session.target.host_facts().hostname or socket.gethostname()
+        return self.session.target.host_facts().hostname or "unknown"
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:

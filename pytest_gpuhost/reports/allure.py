@@ -9,7 +9,6 @@ a fix (observe, apply, read back, assert) become steps rebuilt from what the rec
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Callable, Generator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -115,7 +114,7 @@ def environment(info: RunInfo) -> dict[str, str]:
     """The run's environment as Allure shows it on the overview: the machine as it reports
     itself (its hostname, kernel and driver), never the machine pytest ran on."""
     return {
-        "host": info.hostname or socket.gethostname(),
+        "host": info.hostname or "unknown",
         "root": info.root,
         "kernel": info.kernel or "unknown",
         "driver": info.driver or "not loaded",

@@ -27,7 +27,7 @@ def json_report(records: Sequence[CheckResult], info: RunInfo,
         "journal": info.journal,
         "rollback": info.rollback,
         **(extra or {}),
-        "host": info.hostname or socket.gethostname(),
+        "host": info.hostname,  # null: the host said nothing of itself (a fake root, lost)
         "controller": socket.gethostname(),
         "kernel": info.kernel,
         "driver": info.driver,
