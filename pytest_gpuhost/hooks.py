@@ -140,6 +140,9 @@ class GpuhostRun:
         """Why the run stopped early (the root's lock could not be had)."""
         self.stopped_early: str | None = None
         """pytest's own reason to stop (-x, --maxfail, an interrupt)."""
+        self.incidents: dict[str, list[str]] = {}
+        """nodeid -> what went wrong with a check that no record of it tells: its xdist worker
+        crashed while it ran (xdist reports that, and may run the check again elsewhere)."""
 
     @property
     def is_worker(self) -> bool:
@@ -347,6 +350,9 @@ class GpuhostRun:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         payload = getattr(report, REPORT_ATTR, None)
+        if payload is None and report.failed and report.nodeid in self.collected and \
+                not self.is_worker:
+            self.incidents.setdefault(report.nodeid, []).append(_incident(report))
         if payload is not None and not self.is_worker:  # the records are the controller's
             record: CheckResult = payload["result"]
             self.results[report.nodeid] = (payload["index"], record)
@@ -387,10 +393,20 @@ class GpuhostRun:
 
     def records(self) -> list[CheckResult]:
         """Every check's record in collection order; a collected check without one (its worker
-        died) is an error record, never missing."""
+        died, the run stopped before it) is an error record, never missing, and one whose
+        worker crashed while it ran is an error even when a run of it elsewhere passed."""
         if self.config.option.collectonly:
             return self.ordered()
-        missing = [nodeid for nodeid in self.collected if nodeid not in self.results]
+        placed: list[tuple[int, CheckResult]] = []
+        for nodeid, (index, record) in self.results.items():
+            incidents = self.incidents.get(nodeid)
+            if incidents and record.outcome in OPEN_OUTCOMES:
+                said = f": {record.message}" if record.message else ""
+                record = dataclasses.replace(
+                    record, outcome=Outcome.ERROR,
+                    message=f"{_told(incidents)}; run again, the check {record.outcome.value}"
+                            f"{said}")
+            placed.append((index, record))
         stopped = self.stopped or self.stopped_early
         if stopped == "interrupted":
             why = "not run: the run was interrupted before it"
@@ -400,7 +416,13 @@ class GpuhostRun:
             why = "no result: the check never reported (its xdist worker went down while it ran)"
         else:
             why = "no result: the check never reported"
-        return self.ordered() + [_no_record(nodeid, why) for nodeid in missing]
+        for position, nodeid in enumerate(self.collected):
+            if nodeid not in self.results:
+                incidents = self.incidents.get(nodeid)
+                told = f"no result: the check never reported ({_told(incidents)})" \
+                    if incidents else why
+                placed.append((position, _no_record(nodeid, told)))
+        return [record for _, record in sorted(placed, key=lambda pair: pair[0])]
 
     def targets(self) -> tuple[TargetInfo, ...]:
         """Each target as its checks' reports described it (summed over the xdist workers
@@ -641,6 +663,20 @@ def _around_the_check(item: GpuhostItem, call: pytest.CallInfo[None],
             message=f"error at teardown: {excinfo.exconly()} (the check itself "
                     f"{result.outcome.value}{said})")
     return None
+
+
+def _incident(report: pytest.TestReport) -> str:
+    """One line of what a report without a record says (xdist's 'worker crashed while
+    running ...')."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = str(crash.message if crash is not None else report.longrepr or "").strip()
+    line = text.splitlines()[0] if text else "no details"
+    return f"error {PHASES[report.when]}: {line}" if report.when in PHASES else line
+
+
+def _told(incidents: Sequence[str]) -> str:
+    more = f" (and {len(incidents) - 2} more)" if len(incidents) > 2 else ""
+    return "; ".join(incidents[:2]) + more
 
 
 def _no_record(nodeid: str, why: str) -> CheckResult:
