@@ -18,9 +18,9 @@ from .builtin import kind_name
 from .files import OutputError
 from .fix.locking import LockUnavailable
 from .fix.run import JOURNAL_KEY
-from .gate import judge, verdict_text
+from .gate import OPEN_OUTCOMES, judge, verdict_text
 from .items import RUN as RUN
-from .items import GpuhostItem, JournalFile, SpecFile
+from .items import GpuhostItem, JournalFile, SpecFile, error_record
 from .reports import Reporter, RunInfo, TargetInfo
 from .reports.failure import format_failure
 from .reports.junit import junit_properties
@@ -139,6 +139,9 @@ class GpuhostRun:
         """Why the run stopped early (the root's lock could not be had)."""
         self.stopped_early: str | None = None
         """pytest's own reason to stop (-x, --maxfail, an interrupt)."""
+        self.incidents: dict[str, list[str]] = {}
+        """nodeid -> what went wrong with a check that no record of it tells: its xdist worker
+        crashed while it ran (xdist reports that, and may run the check again elsewhere)."""
 
     @property
     def is_worker(self) -> bool:
@@ -300,7 +303,10 @@ class GpuhostRun:
         report = yield
         if not isinstance(item, GpuhostItem):
             return report
-        if call.when == "call" and item.result is not None:
+        made = _around_the_check(item, call, report, named=self.session.named)
+        if made is not None:  # skipped or broken by pytest or a plugin, not by the check
+            item.result = made
+        if (call.when == "call" or made is not None) and item.result is not None:
             # The record itself, not a copy: a run holds each record once (the item's and the
             # report's are one object). It becomes a dict only to cross to xdist's controller.
             payload: dict[str, object] = {"index": item.index, "result": item.result}
@@ -343,6 +349,9 @@ class GpuhostRun:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         payload = getattr(report, REPORT_ATTR, None)
+        if payload is None and report.failed and report.nodeid in self.collected and \
+                not self.is_worker:
+            self.incidents.setdefault(report.nodeid, []).append(_incident(report))
         if payload is not None and not self.is_worker:  # the records are the controller's
             record: CheckResult = payload["result"]
             self.results[report.nodeid] = (payload["index"], record)
@@ -383,14 +392,36 @@ class GpuhostRun:
 
     def records(self) -> list[CheckResult]:
         """Every check's record in collection order; a collected check without one (its worker
-        died) is an error record, never missing."""
+        died, the run stopped before it) is an error record, never missing, and one whose
+        worker crashed while it ran is an error even when a run of it elsewhere passed."""
         if self.config.option.collectonly:
             return self.ordered()
-        missing = [nodeid for nodeid in self.collected if nodeid not in self.results]
+        placed: list[tuple[int, CheckResult]] = []
+        for nodeid, (index, record) in self.results.items():
+            incidents = self.incidents.get(nodeid)
+            if incidents and record.outcome in OPEN_OUTCOMES:
+                said = f": {record.message}" if record.message else ""
+                record = dataclasses.replace(
+                    record, outcome=Outcome.ERROR,
+                    message=f"{_told(incidents)}; run again, the check {record.outcome.value}"
+                            f"{said}")
+            placed.append((index, record))
         stopped = self.stopped or self.stopped_early
-        why = (f"not run: the run stopped before it ({stopped})" if stopped else
-               "no result: the check never reported (its xdist worker went down while it ran)")
-        return self.ordered() + [_no_record(nodeid, why) for nodeid in missing]
+        if stopped == "interrupted":
+            why = "not run: the run was interrupted before it"
+        elif stopped:
+            why = f"not run: the run stopped before it ({stopped})"
+        elif self.settings.distributing:
+            why = "no result: the check never reported (its xdist worker went down while it ran)"
+        else:
+            why = "no result: the check never reported"
+        for position, nodeid in enumerate(self.collected):
+            if nodeid not in self.results:
+                incidents = self.incidents.get(nodeid)
+                told = f"no result: the check never reported ({_told(incidents)})" \
+                    if incidents else why
+                placed.append((position, _no_record(nodeid, told)))
+        return [record for _, record in sorted(placed, key=lambda pair: pair[0])]
 
     def targets(self) -> tuple[TargetInfo, ...]:
         """Each target as its checks' reports described it (summed over the xdist workers
@@ -463,6 +494,8 @@ class GpuhostRun:
             return
         reason = session.shouldstop or session.shouldfail
         self.stopped_early = str(reason) if reason else None
+        if not reason and session.exitstatus == pytest.ExitCode.INTERRUPTED:
+            self.stopped_early = "interrupted"  # Ctrl-C, or a plugin's pytest.exit()
         if self.session.target.fixrun.persist:
             try:
                 extra = self.session.finish(self.ordered())
@@ -599,6 +632,50 @@ def _at_least(session: pytest.Session, code: pytest.ExitCode) -> None:
     if current in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED) or (
             current == pytest.ExitCode.TESTS_FAILED and code == pytest.ExitCode.INTERRUPTED):
         session.exitstatus = code
+
+
+PHASES = {"setup": "at setup", "call": "while it ran", "teardown": "at teardown"}
+
+
+def _around_the_check(item: GpuhostItem, call: pytest.CallInfo[None],
+                      report: pytest.TestReport, *, named: bool) -> CheckResult | None:
+    """The record of what pytest or another plugin did to a check outside its own run: a skip
+    mark (skipped at setup), an error at setup (the check never ran) or one at teardown after
+    the check passed (pytest counts an error and exits 1, so no report may say it passed).
+    None when the check's own record stands."""
+    excinfo = call.excinfo
+    if excinfo is None or call.when not in PHASES or not (report.failed or report.skipped):
+        return None
+    result = item.result
+    if result is None:
+        target = item.target.name if named else None
+        if report.skipped:
+            reason = getattr(excinfo.value, "msg", None) or excinfo.exconly()
+            return dataclasses.replace(error_record(item.check, str(reason), target),
+                                       outcome=Outcome.SKIPPED)
+        return error_record(item.check, f"error {PHASES[call.when]}: {excinfo.exconly()}",
+                            target)
+    if call.when == "teardown" and report.failed and result.outcome in OPEN_OUTCOMES:
+        said = f": {result.message}" if result.message else ""
+        return dataclasses.replace(
+            result, outcome=Outcome.ERROR,
+            message=f"error at teardown: {excinfo.exconly()} (the check itself "
+                    f"{result.outcome.value}{said})")
+    return None
+
+
+def _incident(report: pytest.TestReport) -> str:
+    """One line of what a report without a record says (xdist's 'worker crashed while
+    running ...')."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = str(crash.message if crash is not None else report.longrepr or "").strip()
+    line = text.splitlines()[0] if text else "no details"
+    return f"error {PHASES[report.when]}: {line}" if report.when in PHASES else line
+
+
+def _told(incidents: Sequence[str]) -> str:
+    more = f" (and {len(incidents) - 2} more)" if len(incidents) > 2 else ""
+    return "; ".join(incidents[:2]) + more
 
 
 def _no_record(nodeid: str, why: str) -> CheckResult:

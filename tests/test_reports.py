@@ -283,3 +283,141 @@ def test_two_specs_make_distinct_series_and_readable_files(pytester: pytest.Pyte
         'gpuhost_check_ok{spec="b",spec_file="b.yaml",kind="sysctl",key="vm.swappiness"} 1']
     for name in ("out.prom", "out.json"):
         assert (pytester.path / name).stat().st_mode & 0o777 == 0o644
+
+
+# -- every report holds every check, whatever pytest did around it --------------------------------
+
+AROUND_THE_CHECK = """
+    import os
+
+    import pytest
+
+    def pytest_collection_modifyitems(items):
+        for item in items:
+            if os.environ.get("SKIP_CHECK") and os.environ["SKIP_CHECK"] in item.name:
+                item.add_marker(pytest.mark.skip(reason="kmsg is noisy on this cluster"))
+
+    def pytest_runtest_setup(item):
+        if os.environ.get("SETUP_FAIL") and os.environ["SETUP_FAIL"] in item.name:
+            raise RuntimeError("setup broke for " + item.name)
+
+    def pytest_runtest_teardown(item):
+        if os.environ.get("TEARDOWN_FAIL") and os.environ["TEARDOWN_FAIL"] in item.name:
+            raise RuntimeError("teardown broke for " + item.name)
+
+    def pytest_runtest_call(item):
+        if os.environ.get("INTERRUPT") and os.environ["INTERRUPT"] in item.name:
+            raise KeyboardInterrupt
+    """
+AROUND_SPEC = ("version: 1\nsysctl:\n  vm.dirty_ratio: 20\n  vm.swappiness: 10\n"
+               "modules:\n  nvidia: loaded\ndmesg: {}\n")
+AROUND_IDS = ["sysctl[vm.dirty_ratio]", "sysctl[vm.swappiness]", "module[nvidia]", "dmesg"]
+
+
+def run_around(pytester: pytest.Pytester, fake: FakeHost, monkeypatch: pytest.MonkeyPatch,
+               env: dict[str, str], *args: str) -> tuple[pytest.RunResult, dict[str, object],
+                                                         int, list[str]]:
+    """A passing spec with a conftest that skips, breaks set-up or teardown of, or interrupts
+    a check named in ``env``: pytest's run, the JSON report, and NPD's answer to the same run."""
+    fake.sysctl("vm.dirty_ratio", 20).sysctl("vm.swappiness", 10).module("nvidia")
+    fake.kmsg([(6, "hello")])
+    pytester.makeconftest(AROUND_THE_CHECK)
+    pytester.makefile(".yaml", spec=AROUND_SPEC)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    common = ("spec.yaml", f"--gpuhost-root={fake.root}", "-p", "no:cacheprovider", *args)
+    result = pytester.runpytest_subprocess(*common, "--gpuhost-report=out.json",
+                                           "--gpuhost-prom=out.prom")
+    report = json.loads((pytester.path / "out.json").read_text())
+    npd = pytester.runpytest_subprocess(*common, "--gpuhost-npd")
+    return result, report, npd.ret, npd.outlines
+
+
+def outcomes_of(report: dict[str, object]) -> dict[str, tuple[str, str]]:
+    return {c["id"]: (c["outcome"], c["message"]) for c in report["checks"]}  # type: ignore
+
+
+def prom_outcomes(pytester: pytest.Pytester) -> dict[str, str]:
+    text = (pytester.path / "out.prom").read_text()
+    found = {}
+    for labels, value in parse_exposition(text)["gpuhost_check_outcome"]:
+        if value == 1:
+            found[labels["key"] or labels["kind"]] = labels["outcome"]
+    return found
+
+
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["serial", "xdist"])
+def test_a_check_skipped_by_a_skip_mark_is_skipped_in_every_report(
+        pytester: pytest.Pytester, fake: FakeHost, monkeypatch: pytest.MonkeyPatch,
+        xdist: tuple[str, ...]) -> None:
+    """pytest skips it (a user's skip mark, at set-up): skipped, with the mark's reason, in
+    every report, and the run still exits 0 (it was an error that made the exit 1)."""
+    result, report, npd_ret, npd_out = run_around(pytester, fake, monkeypatch,
+                                                  {"SKIP_CHECK": "dmesg"}, *xdist)
+    result.assert_outcomes(passed=3, skipped=1)
+    assert result.ret == pytest.ExitCode.OK
+    assert outcomes_of(report)["dmesg"] == ("skipped", "kmsg is noisy on this cluster")
+    assert report["summary"]["skipped"] == 1 and report["summary"]["error"] == 0  # type: ignore
+    assert [c["id"] for c in report["checks"]] == AROUND_IDS  # type: ignore[index]
+    assert prom_outcomes(pytester)["dmesg"] == "skipped"
+    assert (npd_ret, npd_out) == (0, ["gpuhost: 4 checks ok"])
+
+
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["serial", "xdist"])
+def test_a_check_whose_setup_fails_is_an_error_saying_so(
+        pytester: pytest.Pytester, fake: FakeHost, monkeypatch: pytest.MonkeyPatch,
+        xdist: tuple[str, ...]) -> None:
+    """An error at set-up (another plugin's): the record says what broke, in its place, not
+    that an xdist worker went down (there may be none)."""
+    result, report, npd_ret, _ = run_around(pytester, fake, monkeypatch,
+                                            {"SETUP_FAIL": "swappiness"}, *xdist)
+    result.assert_outcomes(passed=3, errors=1)
+    outcome, message = outcomes_of(report)["sysctl[vm.swappiness]"]
+    assert outcome == "error"
+    assert "setup broke for sysctl[vm.swappiness]" in message and "xdist" not in message
+    [record] = [c for c in report["checks"] if c["id"] == "sysctl[vm.swappiness]"]  # type: ignore
+    assert record["expected"] == "10" and record["location"] == "spec.yaml:4"
+    assert [c["id"] for c in report["checks"]] == AROUND_IDS  # type: ignore[index]
+    assert npd_ret == 1
+
+
+def test_a_check_whose_setup_fails_under_x_is_that_error_not_unrun(
+        pytester: pytest.Pytester, fake: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    result, report, _, _ = run_around(pytester, fake, monkeypatch,
+                                      {"SETUP_FAIL": "swappiness"}, "-x")
+    result.assert_outcomes(passed=1, errors=1)
+    outcomes = outcomes_of(report)
+    assert "setup broke" in outcomes["sysctl[vm.swappiness]"][1]
+    assert outcomes["module[nvidia]"][1].startswith("not run: the run stopped before it")
+
+
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["serial", "xdist"])
+def test_a_check_whose_teardown_fails_is_not_reported_as_passed(
+        pytester: pytest.Pytester, fake: FakeHost, monkeypatch: pytest.MonkeyPatch,
+        xdist: tuple[str, ...]) -> None:
+    """pytest counts an error at teardown and exits 1: the reports must not say that every
+    check passed (NPD answered 'ok' with exit 0)."""
+    result, report, npd_ret, npd_out = run_around(pytester, fake, monkeypatch,
+                                                  {"TEARDOWN_FAIL": "swappiness"}, *xdist)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    outcome, message = outcomes_of(report)["sysctl[vm.swappiness]"]
+    assert outcome == "error"
+    assert "teardown broke for sysctl[vm.swappiness]" in message and "passed" in message
+    assert report["summary"]["error"] >= 1  # type: ignore[index]
+    assert prom_outcomes(pytester)["vm.swappiness"] == "error"
+    assert npd_ret == 1 and npd_out[0].startswith("gpuhost: ")
+
+
+def test_an_interrupted_run_says_its_checks_did_not_run(
+        pytester: pytest.Pytester, fake: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C in a run without xdist: the checks after it were not run, and the reports say
+    so, not that a worker went down."""
+    result, report, npd_ret, _ = run_around(pytester, fake, monkeypatch,
+                                            {"INTERRUPT": "nvidia"})
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    outcomes = outcomes_of(report)
+    assert outcomes["sysctl[vm.swappiness]"][0] == "passed"
+    for check in ("module[nvidia]", "dmesg"):
+        outcome, message = outcomes[check]
+        assert outcome == "error" and message.startswith("not run: the run was interrupted")
+    assert npd_ret == 2

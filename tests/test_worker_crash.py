@@ -81,3 +81,54 @@ def test_the_log_of_a_worker_says_what_it_started(tmp_path: Path) -> None:
     assert progress.done == {0: "open passed a"}
     assert progress.lost([1, 2]) == [1]  # gw1's own check 2 is still running
     assert gw1.wait_for([0, 1], timeout=5) == [1]
+
+
+DIES = "        os._exit(3)  # the worker dies mid-check, as a segfault in a driver call would\n"
+DIES_ONCE = textwrap.indent(textwrap.dedent("""\
+    flag = Path(__file__).with_name("crashed")
+    try:  # once, in one worker: the replacement worker's run of it passes
+        os.close(os.open(flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return Observation("1")
+    os._exit(3)
+    """), " " * 8)
+ONE_TREE_PER_TARGET = textwrap.dedent("""
+    from pytest_gpuhost.host import LocalHost
+
+    @hookimpl(tryfirst=True)
+    def pytest_gpuhost_make_host(url, settings):
+        # ssh://fake/NAME: the fake tree NAME next to this file, as if reached over ssh
+        if url.startswith("ssh://fake/"):
+            return LocalHost(Path(__file__).parent / url.split("/")[3].split("?")[0])
+        return None
+    """)
+assert DIES in CRASHING_KIND
+CRASHING_ONCE = "from pathlib import Path\n" + CRASHING_KIND.replace(DIES, DIES_ONCE) + \
+    ONE_TREE_PER_TARGET
+
+
+def test_a_check_that_crashed_its_worker_is_an_error_even_when_its_rerun_passes(
+        pytester: pytest.Pytester, tmp_path: Path) -> None:
+    """With targets, xdist schedules each target's checks as one scope and runs a crashed
+    worker's unfinished checks again on its replacement, the crashed one included. pytest
+    counts the crash (1 failed, exit 1); the reports said every check passed (NPD: exit 0)."""
+    for name in ("a", "b"):
+        FakeHost(pytester.path / name).sysctl("vm.swappiness", 10).kmsg([(6, "hello")])
+    pytester.makeconftest(CRASHING_ONCE)
+    pytester.makefile(".yaml", spec="version: 1\ncrash: 1\nsysctl:\n  vm.swappiness: 10\n")
+    targets = ["--gpuhost-target=ssh://fake/a?name=a", "--gpuhost-target=ssh://fake/b?name=b"]
+    result = pytester.runpytest_subprocess(
+        "spec.yaml", *targets, "-n", "2", "--gpuhost-report=out.json", "-p",
+        "no:cacheprovider", timeout=120)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*worker 'gw*' crashed while running 'spec.yaml::crash@*'*"])
+    report = json.loads((pytester.path / "out.json").read_text())
+    crashed = [c for c in report["checks"] if c["outcome"] != "passed"]
+    assert [c["id"] for c in crashed] == ["crash"], report["checks"]
+    assert crashed[0]["outcome"] == "error"
+    assert "crashed while running" in crashed[0]["message"]
+    assert "passed" in crashed[0]["message"]  # what its run on the new worker said
+    (pytester.path / "crashed").unlink()
+    npd = pytester.runpytest_subprocess("spec.yaml", *targets, "-n", "2", "--gpuhost-npd",
+                                        "-p", "no:cacheprovider", timeout=120)
+    assert npd.ret == 1 and npd.outlines == ["gpuhost: 1 failed: crash"]
