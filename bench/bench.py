@@ -783,7 +783,7 @@ def figure_fix(base: Path, repeat: int, warmup: int) -> Figure:
         fix_ratio.median <= 1.3,
         [verify.shown(base), first.shown(base), second.shown(base) + "  (on the fixed copy)"],
         [fix_line, again_line, medians(times),
-         f"the example host's modprobe (like its nvbandwidth) is a Python script "
+         f"the example host's modprobe (like its nvbandwidth) is a Python script behind a sh "
          f"(`{shebang(EXAMPLE_HOST / 'usr/sbin/modprobe')}`): {modprobe_s:.3f} s a run (median of "
          f"{repeat}), where a real modprobe is a C binary; less those runs, the medians give "
          f"{without}",
