@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..host import MISSING_ERRNOS, Glob, Host, HostError, Read, Reply, Request
+from ..host import Glob, Host, Read, Reply, Request, raised, unreadable
 from ..linux.cmdline import Parameter
 from ..linux.cpufreq import CPUFREQ, GLOBAL_BOOST, INTEL_NO_TURBO, policies, policy_path
 from ..result import CheckResult, Outcome
@@ -74,9 +74,9 @@ def read_policies(host: Host, attribute: str) -> list[PolicyValue]:
     """Every policy's ``attribute``; NotApplicable when there are no policies or none has it."""
     replies = host.batch(policy_reads(attribute))
     for _, data in replies[0].matches() if replies[0].error is None else ():
-        if isinstance(data, HostError) and data.errno not in MISSING_ERRNOS:
+        if unreadable(data):
             # a policy left out would pass (or be fixed) as one without the attribute
-            raise HostError(str(data), data.errno)
+            raise raised(data)
     values, related, drivers = (_by_policy(r) for r in replies)
     names = policies(sorted({*values, *related, *drivers}))
     if not names:

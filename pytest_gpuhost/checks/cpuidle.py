@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..host import MISSING_ERRNOS, Glob, Host, HostError, Read, Reply, Request
+from ..host import Glob, Host, HostError, Read, Reply, Request, unreadable
 from ..spec import OPTION_KEYS, EntryOptions, Node, SpecContext
 from ..spec.matchers import Choice, Exact
 from . import CannotFix, Check, Evidence, Fact, Facts, NoFix, NotApplicable, Observation
@@ -91,15 +91,15 @@ def _parse_idle_states(replies: Sequence[Reply]) -> IdleStates:
                                                       f"list: {exc}")
     wanted = set(cpus)
     by_name: dict[str, list[tuple[int, int, str]]] = {}
-    unreadable: list[tuple[str, HostError]] = []
+    failed: list[tuple[str, HostError]] = []
     for path, data in names.matches() if names.error is None else ():
         # sys/devices/system/cpu/cpuN/cpuidle/stateM/name
         parts = path.split("/")
         cpu, state = parts[-4].removeprefix("cpu"), parts[-2].removeprefix("state")
         if not (cpu.isdigit() and state.isdigit()) or int(cpu) not in wanted:
             continue
-        if isinstance(data, HostError) and data.errno not in MISSING_ERRNOS:
-            unreadable.append((path, data))  # which state it is on that CPU is unknown
+        if unreadable(data):
+            failed.append((path, data))  # which state it is on that CPU is unknown
         if not isinstance(data, bytes):
             continue
         name = data.decode("utf-8", errors="replace").strip()
@@ -107,9 +107,9 @@ def _parse_idle_states(replies: Sequence[Reply]) -> IdleStates:
                                              path.rsplit("/", 1)[0] + "/disable"))
     shown = driver.text().strip() if driver.error is None else "unknown"
     problem = None
-    if unreadable:  # a CPU whose state is left out would pass as one without that state
-        path, error = unreadable[0]
-        more = f" (and {len(unreadable) - 1} more)" if len(unreadable) > 1 else ""
+    if failed:  # a CPU whose state is left out would pass as one without that state
+        path, error = failed[0]
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
         problem = f"which cpuidle state {path} names is unknown: {error}{more}"
     return IdleStates(shown, cpus, {name: tuple((cpu, path) for cpu, _, path in sorted(paths))
                                     for name, paths in by_name.items()}, problem)

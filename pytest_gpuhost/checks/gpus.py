@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..host import MISSING_ERRNOS, Glob, Host, HostError, Reply, Request
+from ..host import Glob, Host, HostError, Reply, Request, unreadable
 from ..linux.pciaddr import address_order, normalize_address
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Choice, Exact, Expectation, Integer
@@ -52,21 +52,32 @@ class Gpu:
 _ATTRIBUTES = ("vendor", "class", "device", "numa_node")
 
 
-def _by_device(reply: Reply) -> tuple[dict[str, str], dict[str, HostError]]:
-    """``sys/bus/pci/devices/ADDR/attr`` matches -> ({ADDR: value}, {ADDR: why it is
-    unreadable}). A device gone between the glob and its read (hot removal) is left out. A
-    glob that failed as a whole (a target that cannot be reached) finds nothing: each check
-    that reads the GPUs then reports that error itself, under its usual id."""
+def _per_device(reply: Reply, depth: int
+                ) -> tuple[dict[str, bytes | str], dict[str, HostError]]:
+    """Glob matches -> ({ADDR: what was read, or a link's target}, {ADDR: why it is
+    unreadable}), ADDR the path component ``depth`` from the end. A device gone between the
+    glob and its read (hot removal) is left out. A glob that failed as a whole (a target that
+    cannot be reached) finds nothing: each check that reads the GPUs then reports that error
+    itself, under its usual id."""
     if reply.error is not None:
         return {}, {}
-    values, errors = {}, {}
-    for path, data in reply.matches():
-        address = path.split("/")[-2]
-        if isinstance(data, bytes):
-            values[address] = data.decode("ascii", errors="replace").strip()
-        elif isinstance(data, HostError) and data.errno not in MISSING_ERRNOS:
-            errors[address] = data
-    return values, errors
+    found: dict[str, bytes | str] = {}
+    errors: dict[str, HostError] = {}
+    for path, item in reply.matches():
+        address = path.split("/")[-depth]
+        if unreadable(item):
+            errors[address] = item
+        elif item is not None and not isinstance(item, HostError):
+            found[address] = item
+    return found, errors
+
+
+def _by_device(reply: Reply) -> tuple[dict[str, str], dict[str, HostError]]:
+    """``sys/bus/pci/devices/ADDR/attr`` matches -> ({ADDR: value}, {ADDR: why it is
+    unreadable})."""
+    found, errors = _per_device(reply, 2)
+    return ({address: data.decode("ascii", errors="replace").strip()
+             for address, data in found.items() if isinstance(data, bytes)}, errors)
 
 
 def _unreadable(error: HostError, why: str) -> HostError:
@@ -83,16 +94,9 @@ def _number(text: str | None, base: int) -> int | None:
 def _links(reply: Reply, depth: int) -> tuple[dict[str, str], dict[str, HostError]]:
     """Link matches -> ({ADDR: target}, {ADDR: why it is unreadable}), ADDR the path
     component ``depth`` from the end."""
-    if reply.error is not None:
-        return {}, {}
-    targets, errors = {}, {}
-    for path, target in reply.matches():
-        address = path.split("/")[-depth]
-        if isinstance(target, str):
-            targets[address] = target
-        elif isinstance(target, HostError) and target.errno not in MISSING_ERRNOS:
-            errors[address] = target
-    return targets, errors
+    found, errors = _per_device(reply, depth)
+    return {address: target for address, target in found.items()
+            if isinstance(target, str)}, errors
 
 
 def _parse_gpus(replies: Sequence[Reply]) -> tuple[Gpu, ...]:

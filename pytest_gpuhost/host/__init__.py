@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeGuard
 
 from .agent import COMMAND_DIRS as COMMAND_DIRS
 from .agent import COMMAND_TIMEOUT_S as COMMAND_TIMEOUT_S
@@ -242,6 +242,12 @@ class Which:
 Request = Read | Stat | ListDir | Glob | Kmsg | Link | Which
 Match = tuple[str, "bytes | str | HostError | None"]
 """A glob's match: its path and its bytes, its link target (``links``), an error or None."""
+
+
+def unreadable(item: object) -> TypeGuard[HostError]:
+    """Whether a glob's match could not be read for a reason other than being gone (removed
+    between the glob and its read): a value its reader must not take for absent."""
+    return isinstance(item, HostError) and item.errno not in MISSING_ERRNOS
 
 
 @dataclass(frozen=True)
