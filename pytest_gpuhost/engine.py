@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .checks import CannotFix, Check, NotApplicable, Observation, is_boot_time
-from .checks.changes import Plan, to_dict
+from .checks.changes import Plan, ReplaceFile, WriteBytes, WriteText, to_dict
 from .host import Host, HostError, doing
 from .result import CheckResult, Outcome
 
@@ -26,6 +26,9 @@ class RunOptions:
     dry_run: bool = False
     persist: bool = False
     """--fix-persist: boot-time checks may write the boot configuration (a drop-in)."""
+    simulate: bool = False
+    """A dry run whose later checks read the files as the earlier ones' plans would leave
+    them (a rollback's preview: an older change of a file is undone after the newer ones)."""
 
 
 def run_check(
@@ -75,7 +78,7 @@ def run_check(
                                               "configuration, then a reboot applies it",
                        observed)
     if options.dry_run:
-        return _plan_only(check, host, observed, problem, history)
+        return _plan_only(check, host, observed, problem, history, simulate=options.simulate)
     if fixer is None:
         from .fix.fixer import Fixer
 
@@ -121,7 +124,7 @@ def _reboot_required(check: Check, observed: Observation, problem: str,
 
 
 def _plan_only(check: Check, host: Host, observed: Observation, problem: str,
-               history: FixHistory | None) -> CheckResult:
+               history: FixHistory | None, *, simulate: bool = False) -> CheckResult:
     try:
         plan = _plan(check, host, observed)
     except CannotFix as exc:
@@ -131,9 +134,33 @@ def _plan_only(check: Check, host: Host, observed: Observation, problem: str,
     earlier = history.failed_before(check.id, plan.changes) if history else None
     if earlier is not None:
         return _result(check, Outcome.FAILED, earlier.preview(problem), observed)
+    if simulate:
+        _assume(host, plan)
     return _result(check, Outcome.WOULD_FIX, f"{problem}; would {plan.brief or plan.summary}",
                    observed,
                    plan=plan)
+
+
+def _assume(host: Host, plan: Plan) -> None:
+    """Have the host's reads show the files as the plan would leave them, writing nothing
+    (a host without a read cache to hold them, nothing). Commands and NVML settings are not
+    simulated."""
+    assume = getattr(host, "assume", None)
+    if assume is None:
+        return
+    for change in plan.changes:
+        if isinstance(change, WriteText):
+            assume(change.path, change.new_bytes)
+        elif isinstance(change, ReplaceFile):
+            assume(change.path, None if change.new is None else change.new.encode())
+        elif isinstance(change, WriteBytes):
+            try:
+                data = bytearray(host.read_bytes(change.path))
+            except HostError:
+                continue  # the change itself will say why it cannot be read
+            new = bytes.fromhex(change.new)
+            data[change.offset:change.offset + len(new)] = new
+            assume(change.path, bytes(data))
 
 
 def _fix(check: Check, host: Host, fixer: Fixer, problem: str,

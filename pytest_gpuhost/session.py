@@ -276,30 +276,6 @@ class Target:
                                    self.fixrun.fixer, self.fixrun.history)
         return dataclasses.replace(result, target=self.name) if named else result
 
-    def assume(self, plan: Sequence[Mapping[str, object]]) -> None:
-        """A dry run of a rollback: the files a restore would write read as restored from now
-        on, so an older entry of the same file (undone after it, as a rollback goes newest
-        first) is judged against what the newer one's undo would leave, as it is when the
-        rollback is made. Commands and NVML settings are not simulated."""
-        from .checks.changes import ReplaceFile, WriteBytes, WriteText, from_dict
-
-        # a record's plan: each change's data with its description ("change") beside it
-        for change in (from_dict({k: v for k, v in step.items() if k != "change"})
-                       for step in plan):
-            if isinstance(change, WriteText):
-                self.host.assume(change.path, change.new_bytes)
-            elif isinstance(change, ReplaceFile):
-                self.host.assume(change.path, None if change.new is None
-                                 else change.new.encode())
-            elif isinstance(change, WriteBytes):
-                try:
-                    data = bytearray(self.host.read_bytes(change.path))
-                except HostError:
-                    continue  # the restore itself will say why it cannot be read
-                new = bytes.fromhex(change.new)
-                data[change.offset:change.offset + len(new)] = new
-                self.host.assume(change.path, bytes(data))
-
     def lose(self, reason: HostError) -> None:
         """The target cannot be reached: every read from now on fails with ``reason``."""
         self._unreachable(reason)
@@ -451,7 +427,8 @@ class Session:
     @functools.cached_property
     def options(self) -> RunOptions:
         return RunOptions(fix=self.settings.fix, dry_run=self.settings.dry_run,
-                          persist=self.settings.persist)
+                          persist=self.settings.persist,
+                          simulate=self.settings.dry_run and self.settings.rollback is not None)
 
     @property
     def spec_name(self) -> str:
@@ -634,11 +611,7 @@ class Session:
 
     def run(self, check: Check, target: Target | None = None) -> CheckResult:
         """Raises only LockUnavailable; every other outcome is the record."""
-        target = target or self.target
-        result = target.run(check, self.options, named=self.named)
-        if self.settings.rollback is not None and self.settings.dry_run and result.plan:
-            target.assume(result.plan)
-        return result
+        return (target or self.target).run(check, self.options, named=self.named)
 
     def finish(self, results: Sequence[CheckResult]) -> list[CheckResult]:
         """Session-end fixes on the controller: each target's persistence files, from that
