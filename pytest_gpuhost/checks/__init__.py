@@ -203,11 +203,7 @@ class Facts:
         """The fact, read on first use (a ``Fact`` in one batch; a plain ``host -> value``
         function, as a third-party kind may pass, however it reads)."""
         if reader not in self._cache:
-            try:
-                self._cache[reader] = reader.read(self.host) if isinstance(reader, Fact) \
-                    else reader(self.host)
-            except HostError as exc:
-                self._cache[reader] = _Unread(exc)
+            self._keep(reader, reader.read if isinstance(reader, Fact) else reader, self.host)
         value = self._cache[reader]
         if isinstance(value, _Unread):
             raise raised(value.error)
@@ -224,11 +220,17 @@ class Facts:
             return
         requests = list(dict.fromkeys(r for fact in wanted for r in fact.requests))
         replies = dict(zip(requests, self.host.batch(requests), strict=True))
-        for fact in wanted:  # a fact its replies do not give is an error for its askers only
-            try:
-                self._cache[fact] = fact.parse([replies[r] for r in fact.requests])
-            except HostError as exc:
-                self._cache[fact] = _Unread(exc)
+        for fact in wanted:
+            self._keep(fact, fact.parse, [replies[r] for r in fact.requests])
+
+    def _keep(self, reader: Fact[Any] | Callable[[Host], Any], make: Callable[[Any], Any],
+              source: Any) -> None:
+        """The fact as made, or the error making it raised: a fact the host does not give is
+        an error for the kinds that ask for it only, each time they ask."""
+        try:
+            self._cache[reader] = make(source)
+        except HostError as exc:
+            self._cache[reader] = _Unread(exc)
 
 
 class Kind(Protocol):
