@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
-from . import builtin, long_lived
+from . import builtin, long_lived, specs
 from .builtin import kind_name
 from .files import OutputError
 from .fix.locking import LockUnavailable
@@ -211,13 +211,31 @@ class GpuhostRun:
         return None
 
     def _nodeid(self, path: Path) -> Any:
-        """pytest's own id for a file under the rootdir; for one outside it (where pytest would
-        say ``::sysctl[...]``), the path as the user named it, so every id names its spec."""
+        """The spec file's id where it is not pytest's own (``_file_id``), else None."""
+        own = self._own_id(path)
+        file_id = self._file_id(path)
+        return None if file_id == own else file_id
+
+    def _own_id(self, path: Path) -> str | None:
+        """pytest's id for a file under the rootdir (None outside it, where pytest would say
+        ``::sysctl[...]``)."""
         try:
-            path.relative_to(self.config.rootpath)
-            return None
+            return path.relative_to(self.config.rootpath).as_posix()
         except ValueError:
-            return self.settings.display(path)
+            return None
+
+    def _file_id(self, path: Path) -> str:
+        """The part of a spec's check ids before ``::``. A bundled spec's file name
+        (``blackwell8.yaml``): its ids must not depend on where the package is installed (the
+        venv, the Python version), and they are those of a copy of it at the top of the
+        rootdir, unless such a copy runs too. Else pytest's own id for a file under the
+        rootdir, or for one outside it the path as the user named it, so every id names its
+        spec."""
+        name = specs.bundled_name(path)
+        if name is not None and (self.config.rootpath / name).resolve() not in self.session.specs:
+            return name
+        own = self._own_id(path)
+        return own if own is not None else self.settings.display(path)
 
     def pytest_collection_modifyitems(self, config: pytest.Config,
                                       items: list[pytest.Item]) -> None:
@@ -376,14 +394,10 @@ class GpuhostRun:
     def pytest_xdist_node_collection_finished(self, node: Any, ids: Sequence[str]) -> None:
         """On the controller: the checks a worker collected, so that one whose worker died
         before reporting it still counts (as an error) in every report."""
-        specs: dict[str, bool] = {}  # each file resolved once, not once per check
+        files = {self._file_id(path) for path in self.session.specs}
         for nodeid in ids:
-            if nodeid not in self.collected and "::" in nodeid:
-                name = nodeid.split("::", 1)[0]
-                if name not in specs:
-                    specs[name] = (self.config.rootpath / name).resolve() in self.session.specs
-                if specs[name]:
-                    self.collected[nodeid] = None
+            if nodeid not in self.collected and nodeid.split("::", 1)[0] in files:
+                self.collected[nodeid] = None
 
     # -- the end ----------------------------------------------------------------------------
 
@@ -541,7 +555,7 @@ class GpuhostRun:
         JUnit and every other report hold the same checks (``spec.yaml::persist[FILE]``)."""
         spec = next(iter(self.session.specs.values()))
         base = next((nodeid.split("::", 1)[0] for nodeid in self.collected), None) or \
-            self.settings.display(spec.path)
+            self._file_id(spec.path)
         for offset, record in enumerate(records):
             name = record.id if not record.target else f"{record.id}@{record.target}"
             report = _persist_report(f"{base}::{name}", self.settings.display(spec.path),

@@ -257,14 +257,16 @@ def _configure_run(config: pytest.Config) -> None:
     run.start()
 
 
-def _add_spec_args(config: pytest.Config, specs: Any) -> None:
-    """Collect the specs: alone when no test paths were given, else beside the given ones."""
-    given = {(config.invocation_params.dir / a.split("::", 1)[0]).resolve() for a in config.args}
-    missing = [str(path) for path in specs if path not in given]
+def _add_spec_args(config: pytest.Config, paths: Any) -> None:
+    """Collect the specs: alone when no test paths were given, else beside the given ones (a
+    bundled spec's check named by its id, ``blackwell8.yaml::dmesg``, found at its path)."""
+    base = config.invocation_params.dir
     if config.args_source != pytest.Config.ArgsSource.ARGS:
-        config.args = [str(path) for path in specs]
-    else:
-        config.args = [*config.args, *missing]
+        config.args = [str(path) for path in paths]
+        return
+    args = [specs.from_argument(a, paths, base) for a in config.args]
+    given = {(base / a.split("::", 1)[0]).resolve() for a in args}
+    config.args = [*args, *(str(path) for path in paths if path not in given)]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

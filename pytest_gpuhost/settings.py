@@ -162,8 +162,10 @@ def _spec_paths(raw: RawOptions) -> tuple[Path, ...]:
     if not paths:
         paths = [_spec_path(raw.ini_base, p, f"gpuhost_spec in {raw.ini_name}")
                  for p in raw.ini_spec]
-    for arg in raw.args:
-        candidate = Path(arg.split("::", 1)[0])
+    from . import specs
+
+    for arg in raw.args:  # a bundled spec's check by its id (blackwell8.yaml::dmesg) too
+        candidate = Path(specs.from_argument(arg, paths, raw.invocation).split("::", 1)[0])
         if candidate.suffix in SPEC_SUFFIXES:
             paths.append(raw.invocation / candidate)
     unique: dict[Path, None] = {}

@@ -41,7 +41,7 @@ def test_a_bare_name_runs_the_bundled_spec(pytester: pytest.Pytester,
     result = pytester.runpytest("--gpuhost-spec=blackwell8", f"--gpuhost-root={example_host}",
                                 "--gpuhost-report=r.json", "--co", "-q")
     assert result.ret == pytest.ExitCode.OK
-    result.stdout.fnmatch_lines([f"{BLACKWELL8}::sysctl[[]kernel.nmi_watchdog]",
+    result.stdout.fnmatch_lines(["blackwell8.yaml::sysctl[[]kernel.nmi_watchdog]",
                                  "198 tests collected*"])
     run = pytester.runpytest("--gpuhost-spec=blackwell8", f"--gpuhost-root={example_host}",
                              "--gpuhost-report=r.json", "-m", "not gpuhost_slow")
@@ -56,6 +56,52 @@ def test_a_file_of_that_name_wins_over_the_bundled_spec(pytester: pytest.Pyteste
     result = pytester.runpytest("--gpuhost-spec=blackwell8", f"--gpuhost-root={example_host}",
                                 "--co", "-q")
     result.stdout.fnmatch_lines(["blackwell8::sysctl[[]vm.swappiness]", "1 test collected*"])
+
+
+def ids(result: pytest.RunResult) -> list[str]:
+    return [line for line in result.stdout.lines if "::" in line]
+
+
+def test_a_bundled_spec_s_ids_do_not_depend_on_where_the_package_is(
+        pytester: pytest.Pytester, example_host: Path) -> None:
+    """The same ids whether the package lies outside the rootdir (an installed package) or
+    under it (this checkout as the rootdir): the file name, never a venv's path, so that JUnit
+    classnames, Allure's history and --deselect hold across hosts, venvs and Pythons."""
+    args = ["--gpuhost-spec=blackwell8", f"--gpuhost-root={example_host}", "--co", "-q"]
+    outside = pytester.runpytest(*args)
+    under = pytester.runpytest(*args, f"--rootdir={REPO}")
+    assert ids(outside) == ids(under) and len(ids(outside)) == 198
+    assert all(i.startswith("blackwell8.yaml::") for i in ids(outside))
+    assert not any(str(BLACKWELL8.parent) in line for line in outside.stdout.lines)
+
+
+def test_a_bundled_spec_s_check_is_selected_and_deselected_by_its_id(
+        pytester: pytest.Pytester, example_host: Path) -> None:
+    spec = ["--gpuhost-spec=blackwell8", f"--gpuhost-root={example_host}"]
+    chosen = pytester.runpytest(*spec, "blackwell8.yaml::dmesg",
+                                "blackwell8.yaml::sysctl[vm.swappiness]", "-rA", "--junitxml=j.xml")
+    chosen.stdout.fnmatch_lines(["PASSED blackwell8.yaml::dmesg",
+                                 "FAILED blackwell8.yaml::sysctl[[]vm.swappiness]*",
+                                 "*1 failed, 1 passed*"])
+    junit = (pytester.path / "j.xml").read_text()
+    assert junit.count('classname="blackwell8.yaml"') == 2, junit
+    rest = pytester.runpytest(*spec, "--deselect", "blackwell8.yaml::dmesg", "--co", "-q")
+    rest.stdout.fnmatch_lines(["197/198 tests collected (1 deselected)*"])
+
+
+def test_a_copy_of_a_bundled_spec_at_the_top_of_the_rootdir_has_its_ids(
+        pytester: pytest.Pytester, example_host: Path) -> None:
+    """Copying the bundled spec next to your tests keeps every id; run beside the bundled one
+    (two specs), the bundled one is named by its path, so no two checks share an id."""
+    shutil.copy(BLACKWELL8, pytester.path / "blackwell8.yaml")
+    root = f"--gpuhost-root={example_host}"
+    copy = pytester.runpytest("--gpuhost-spec=blackwell8.yaml", root, "--co", "-q")
+    bundled = pytester.runpytest("--gpuhost-spec=blackwell8", root, "--co", "-q")
+    assert ids(copy) == ids(bundled) and len(ids(copy)) == 198
+    both = pytester.runpytest("--gpuhost-spec=blackwell8.yaml", "--gpuhost-spec=blackwell8",
+                              root, "--co", "-q")
+    assert len(set(ids(both))) == 2 * 198
+    assert sum(i.startswith(f"{BLACKWELL8}::") for i in ids(both)) == 198
 
 
 def test_the_ini_names_a_bundled_spec_too(pytester: pytest.Pytester,
@@ -122,3 +168,25 @@ def test_the_wheel_ships_the_bundled_specs_and_data(tmp_path: Path) -> None:
         [sys.executable, "-c", "from pytest_gpuhost import specs; print(specs.find('blackwell8'))"],
         cwd=tmp_path / "unpacked", capture_output=True, text=True, timeout=60, check=True)
     assert found.stdout.strip() == str(tmp_path / "unpacked/pytest_gpuhost/specs/blackwell8.yaml")
+
+
+def test_under_xdist_a_bundled_spec_s_check_whose_worker_died_is_in_the_report(
+        pytester: pytest.Pytester, example_host: Path) -> None:
+    """The controller knows the checks a worker collected by their ids' file part: for a
+    bundled spec that is its file name, not a path under the rootdir."""
+    pytester.makepyfile(crasher=(  # a plugin: the spec's directory has no conftest.py
+        "import os\n\n"
+        "def pytest_runtest_call(item):\n"
+        "    if item.nodeid == 'blackwell8.yaml::sysctl[vm.swappiness]' and \\\n"
+        "            'PYTEST_XDIST_WORKER' in os.environ:\n"
+        "        os._exit(3)  # the worker dies mid-check\n"))
+    result = pytester.runpytest_subprocess(
+        "-p", "crasher", "--gpuhost-spec=blackwell8", f"--gpuhost-root={example_host}", "-n", "2",
+        "-m", "not gpuhost_slow", "--gpuhost-report=out.json", "-p", "no:cacheprovider",
+        "--max-worker-restart=4", timeout=120)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    report = json.loads((pytester.path / "out.json").read_text())
+    outcomes = {check["id"]: check["outcome"] for check in report["checks"]}
+    assert len(outcomes) == 142
+    assert outcomes["sysctl[vm.swappiness]"] == "error"
+    assert outcomes["kernel.release"] == "failed"  # re-queued after the crash, and run
