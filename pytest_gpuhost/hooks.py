@@ -311,7 +311,8 @@ class GpuhostRun:
         if lost:
             why = "; ".join(self.log.progress.down.values())
             return (f"{check_id} did not run: {len(missing)} check(s) it must follow never "
-                    f"finished, because their xdist worker went down ({why}): {shown}{more}")
+                    f"finished, because an xdist worker went down ({why}), with them or with "
+                    f"the order they were to run in: {shown}{more}")
         return (f"{check_id} ran before {len(missing)} other check(s) finished on the other "
                 f"xdist workers (waited {WAIT_TIMEOUT_S:.0f} s): {shown}{more}")
 

@@ -10,8 +10,11 @@ waiting for it. A last-ranked check (dmesg) and a gated test wait until every ch
 on is done, polling the logs every few milliseconds at first, then less often.
 
 A worker that dies is noticed: the controller (which pytest-xdist tells) writes ``down-WORKER``
-with the reason, and a waiter stops waiting for the checks that worker had started and never
-finished: they are lost, and named as such, within a poll, not after the timeout.
+with the reason, and a waiter stops waiting, within a poll, not after the timeout, for the
+checks that worker had started and never finished, and for every check no worker has started:
+xdist sends what the dead worker had been given to the live ones, behind what they were given
+before, so behind the waiting checks themselves (a wait for them would end only at the
+timeout). They are lost to the waiter, which says so; they still run, after it.
 """
 
 from __future__ import annotations
@@ -54,8 +57,12 @@ class Progress:
     """Worker -> why it went down."""
 
     def lost(self, indices: Iterable[int]) -> list[int]:
-        """Checks that a worker started and went down without finishing."""
-        return [i for i in indices if i not in self.done and self.started.get(i) in self.down]
+        """Once a worker went down: the checks not finished that no live worker is running
+        (started by the dead one, or by none: re-queued behind the waiters)."""
+        if not self.down:
+            return []
+        return [i for i in indices if i not in self.done and (
+            self.started.get(i) is None or self.started[i] in self.down)]
 
 
 class DoneLog:

@@ -132,3 +132,37 @@ def test_a_check_that_crashed_its_worker_is_an_error_even_when_its_rerun_passes(
     npd = pytester.runpytest_subprocess("spec.yaml", *targets, "-n", "2", "--gpuhost-npd",
                                         "-p", "no:cacheprovider", timeout=120)
     assert npd.ret == 1 and npd.outlines == ["gpuhost: 1 failed: crash"]
+
+
+def test_a_worker_that_dies_before_its_check_starts_ends_the_waits_too(
+        pytester: pytest.Pytester, fake: FakeHost) -> None:
+    """A worker dies in another plugin's setup hook, before the check says it started: xdist
+    reports the check as crashed and sends the dead worker's other checks to the live workers,
+    behind the last-ranked checks already waiting there for them. Waiting on would end only at
+    the 900 s timeout; the waiters stop at once, say why, and the re-queued checks still run."""
+    fake.sysctls({f"kernel.k{n}": n for n in range(40)}).kmsg([(6, "hello")])
+    pytester.makepyfile(crasher=(
+        "import os\n\n"
+        "def pytest_runtest_setup(item):\n"
+        "    if item.nodeid == 'spec.yaml::sysctl[kernel.k3]' and \\\n"
+        "            'PYTEST_XDIST_WORKER' in os.environ:\n"
+        "        os._exit(3)\n"))
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n" +
+                      "".join(f"  kernel.k{n}: {n}\n" for n in range(40)) + "dmesg: {}\n")
+    start = time.monotonic()
+    result = pytester.runpytest_subprocess(
+        "-p", "crasher", "spec.yaml", f"--gpuhost-root={fake.root}", "-n", "2",
+        "--gpuhost-report=out.json", "-p", "no:cacheprovider", "--max-worker-restart=4",
+        timeout=120)
+    assert time.monotonic() - start < 60  # not the 900 s wait
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    report = json.loads((pytester.path / "out.json").read_text())
+    outcomes = {check["id"]: check["outcome"] for check in report["checks"]}
+    assert len(outcomes) == 41
+    assert outcomes.pop("sysctl[kernel.k3]") == "error"
+    dmesg = outcomes.pop("dmesg")
+    assert set(outcomes.values()) == {"passed"}  # every other check ran, before or after
+    if dmesg == "error":  # it was waiting when the worker died
+        [message] = [c["message"] for c in report["checks"] if c["id"] == "dmesg"]
+        assert "because an xdist worker went down (worker gw" in message
+        assert "sysctl[kernel.k3]" in message
