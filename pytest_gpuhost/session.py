@@ -35,6 +35,7 @@ from .host import (
     Read,
     Reply,
     Request,
+    TargetLost,
     doing,
     raised,
     reply_from_wire,
@@ -161,6 +162,7 @@ class UnreachableHost(BatchReads):
     def __init__(self, url: str, reason: HostError) -> None:
         self.url = url
         self.reason = reason
+        self._lost = TargetLost(str(reason), reason.errno)
 
     def describe(self) -> str:
         return self.url
@@ -181,7 +183,7 @@ class UnreachableHost(BatchReads):
         return None
 
     def batch(self, requests: Sequence[Request]) -> list[Reply]:
-        return [Reply(error=self.reason) for _ in requests]
+        return [Reply(error=self._lost) for _ in requests]
 
     def _refuse(self, *args: object, **kwargs: object) -> Any:
         raise raised(self.reason)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -445,3 +447,48 @@ def test_a_kernel_without_loadable_modules(fake: FakeHost) -> None:
     nvidia = results["module[nvidia]"]
     assert (nvidia.outcome, nvidia.observed) == (Outcome.FAILED, "absent")
     assert nvidia.evidence[0]["raw"] == "absent: this kernel has no loadable module support"
+
+
+def test_a_directory_a_glob_must_list_but_cannot_fails_the_glob(
+        fake: FakeHost, host: LocalHost, tmp_path: Path) -> None:
+    """A CPU whose cpuidle directory cannot be listed (EACCES in a confined container; here a
+    link that loops: ELOOP) is not a CPU without C-states: leaving it out would pass
+    cpuidle[C2] on the others, and --fix would disable it on those alone."""
+    fake.cpus(4)
+    cpu = fake.root / "sys/devices/system/cpu"
+    (cpu / "cpu2/cpuidle").rename(tmp_path / "cpu2-cpuidle")
+    (cpu / "cpu2/cpuidle").symlink_to("cpuidle")
+    (cpu / "cpu3/cpuidle").rename(tmp_path / "cpu3-cpuidle")  # missing: no C-states there
+    before = {p: p.read_bytes() for p in cpu.rglob("disable")}
+    with pytest.raises(HostError, match=r"cannot list .*cpu2/cpuidle: .*\(ELOOP\)"):
+        host.glob("sys/devices/system/cpu/cpu*/cpuidle/state*/name")
+    [result] = run_spec("version: 1\ncpuidle:\n  disabled: [C2]\n", fake.root,
+                        fix=True).values()
+    assert result.outcome is Outcome.ERROR and "cpu2/cpuidle" in result.message
+    assert {p: p.read_bytes() for p in cpu.rglob("disable")} == before  # nothing fixed
+    (cpu / "cpu2/cpuidle").unlink()  # now missing too: CPUs 0 and 1 have C-states
+    names = host.glob("sys/devices/system/cpu/cpu*/cpuidle/state*/name")
+    assert {path.split("/")[4] for path, _ in names} == {"cpu0", "cpu1"}
+
+
+def test_pci_devices_that_cannot_be_listed_make_the_gpu_checks_errors(
+        pytester: pytest.Pytester, fake: FakeHost) -> None:
+    """Not '0 GPUs' (a failure that blames the hardware) nor a GPU section with nothing to
+    check: the GPU list is unknown, and each check that needs it says why."""
+    fake.gpu("0000:01:00.0").gpu("0000:02:00.0").sysctl("vm.swappiness", 10)
+    devices = fake.root / "sys/bus/pci/devices"
+    devices.rename(fake.root / "sys/bus/pci/elsewhere")
+    devices.symlink_to("devices")  # ELOOP, where a confined container gets EACCES
+    spec = pytester.makefile(".yaml", spec="version: 1\ngpus:\n  count: 2\npcie:\n"
+                                           "  max_read_request: 4096\nsysctl:\n"
+                                           "  vm.swappiness: 10\n")
+    pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={fake.root}",
+                       "-p", "no:cacheprovider", "--gpuhost-report=r.json")
+    report = json.loads((pytester.path / "r.json").read_text())
+    seen = {c["id"]: (c["outcome"], c["message"]) for c in report["checks"]}
+    assert seen.pop("sysctl[vm.swappiness]")[0] == "passed"
+    assert sorted(seen) == ["gpu_count", "pcie"]
+    for outcome, message in seen.values():
+        assert outcome == "error"
+        assert re.match(r"the PCI devices are unknown: cannot list .*/sys/bus/pci/devices: "
+                        r".*\(ELOOP\)", message), message

@@ -330,6 +330,21 @@ def test_cpufreq_a_policys_unreadable_value_is_an_error_not_a_policy_left_out(
     assert "policy2/scaling_governor" in result.message
 
 
+def test_cpufreq_policies_that_cannot_be_listed_are_an_error_not_a_vm_without_cpufreq(
+        fake: FakeHost) -> None:
+    fake.cpufreq("acpi-cpufreq", policies=2, governor="powersave")
+    cpufreq = fake.root / "sys/devices/system/cpu/cpufreq"
+    cpufreq.rename(fake.root / "sys/devices/system/cpu/elsewhere")
+    cpufreq.symlink_to("cpufreq")  # ELOOP, where a confined container gets EACCES
+    [result] = run("version: 1\ncpufreq:\n  governor: performance\n", fake.root,
+                   fix=True).values()
+    assert result.outcome is Outcome.ERROR
+    assert "cannot list" in result.message and "cpufreq" in result.message
+    assert not (fake.root / "sys/devices/system/cpu/cpufreq").exists()  # nothing written
+    governors = (fake.root / "sys/devices/system/cpu/elsewhere").glob("*/scaling_governor")
+    assert {g.read_text() for g in governors} == {"powersave\n"}
+
+
 def test_cpufreq_on_a_vm_without_cpufreq_is_skipped(fake: FakeHost) -> None:
     results = run(CPUFREQ, fake.root)
     assert {r.outcome for r in results.values()} == {Outcome.SKIPPED}

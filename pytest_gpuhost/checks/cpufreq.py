@@ -73,7 +73,9 @@ def _by_policy(reply: Reply) -> dict[str, str]:
 def read_policies(host: Host, attribute: str) -> list[PolicyValue]:
     """Every policy's ``attribute``; NotApplicable when there are no policies or none has it."""
     replies = host.batch(policy_reads(attribute))
-    for _, data in replies[0].matches() if replies[0].error is None else ():
+    if replies[0].error is not None:  # the policies could not be listed: none is known
+        raise raised(replies[0].error)
+    for _, data in replies[0].matches():
         if unreadable(data):
             # a policy left out would pass (or be fixed) as one without the attribute
             raise raised(data)

@@ -107,7 +107,9 @@ def _parse_idle_states(replies: Sequence[Reply]) -> IdleStates:
                                              path.rsplit("/", 1)[0] + "/disable"))
     shown = driver.text().strip() if driver.error is None else "unknown"
     problem = None
-    if failed:  # a CPU whose state is left out would pass as one without that state
+    if names.error is not None:  # the CPUs whose states could not be listed are unknown
+        problem = f"the cpuidle states of the CPUs are unknown: {names.error}"
+    elif failed:  # a CPU whose state is left out would pass as one without that state
         path, error = failed[0]
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
         problem = f"which cpuidle state {path} names is unknown: {error}{more}"

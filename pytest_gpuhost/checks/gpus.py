@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..host import Glob, Host, HostError, Reply, Request, unreadable
+from ..host import Glob, Host, HostError, Reply, Request, TargetLost, unreadable
 from ..linux.pciaddr import address_order, normalize_address
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Choice, Exact, Expectation, Integer
@@ -56,9 +56,9 @@ def _per_device(reply: Reply, depth: int
                 ) -> tuple[dict[str, bytes | str], dict[str, HostError]]:
     """Glob matches -> ({ADDR: what was read, or a link's target}, {ADDR: why it is
     unreadable}), ADDR the path component ``depth`` from the end. A device gone between the
-    glob and its read (hot removal) is left out. A glob that failed as a whole (a target that
-    cannot be reached) finds nothing: each check that reads the GPUs then reports that error
-    itself, under its usual id."""
+    glob and its read (hot removal) is left out. A glob that failed as a whole finds nothing:
+    for a target that cannot be reached, each check that reads the GPUs then reports that
+    error itself, under its usual id (``_parse_gpus`` refuses any other such failure)."""
     if reply.error is not None:
         return {}, {}
     found: dict[str, bytes | str] = {}
@@ -103,6 +103,9 @@ def _parse_gpus(replies: Sequence[Reply]) -> tuple[Gpu, ...]:
     """The GPUs, or a HostError when a device's vendor or an NVIDIA device's class cannot be
     read: whether it is a GPU is then unknown, and a GPU left out of the list would take its
     checks out of the run unseen. A GPU's unreadable model or NUMA node is shown as unknown."""
+    listed = replies[0].error
+    if listed is not None and not isinstance(listed, TargetLost):  # any device may be a GPU
+        raise _unreadable(listed, "the PCI devices are unknown")
     (vendor, vendor_errors), (pci_class, class_errors), (device, _), (numa, _) = (
         _by_device(reply) for reply in replies[:4])
     (links, link_errors), (groups, group_errors) = _links(replies[4], 1), _links(replies[5], 2)

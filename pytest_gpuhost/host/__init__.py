@@ -52,6 +52,11 @@ class UnsafePath(HostError):
     """A path that would leave the host root."""
 
 
+class TargetLost(HostError):
+    """What every read of a target that could not be reached fails with: the connection's own
+    error (its words and errno), told apart from an error of the host itself."""
+
+
 class CommandTimeout(HostError):
     """A command that did not finish in time. Its whole process group was killed, but what it
     did before that is unknown: a fix that timed out may or may not have been made."""

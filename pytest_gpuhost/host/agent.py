@@ -326,7 +326,10 @@ class Root:
         """``[path, content or error or None]`` for every path matching ``pattern`` (fnmatch
         wildcards within one component; names starting with '.' only where the pattern's
         component does), sorted; with ``read``, each match's bytes (or why not); with
-        ``links``, each match's link target as stored (None for what is not a link)."""
+        ``links``, each match's link target as stored (None for what is not a link). A
+        directory the pattern must list that is missing has no matches; one that cannot be
+        listed (EACCES, a link out of the root) fails the whole glob: its matches are
+        unknown, and a glob that left them out would drop a CPU or a GPU unseen."""
         check_relative(pattern)
         paths = [""]
         for part in [p for p in pattern.split("/") if p not in ("", ".")]:
@@ -337,8 +340,10 @@ class Root:
                     continue
                 try:
                     names = self._listdir(base or ".")
-                except OpError:
-                    continue
+                except OpError as exc:
+                    if exc.errno in _MISSING:
+                        continue
+                    raise
                 hidden = part.startswith(".")
                 following += [f"{base}/{n}" if base else n for n in names
                               if fnmatch.fnmatchcase(n, part) and (hidden or n[0] != ".")]
