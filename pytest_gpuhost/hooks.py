@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # xdist's, the reports' and a rollback's modules load when a 
     from .checks import Kind
     from .checks.conditions import ConditionFn
     from .host import Host
-    from .workers import DoneLog, SharedDirectory
+    from .workers import DoneLog, Progress, SharedDirectory
 
 REPORT_ATTR = "gpuhost"
 
@@ -426,17 +426,26 @@ class GpuhostRun:
             why = "not run: the run was interrupted before it"
         elif stopped:
             why = f"not run: the run stopped before it ({stopped})"
-        elif self.settings.distributing:
-            why = "no result: the check never reported (its xdist worker went down while it ran)"
         else:
             why = "no result: the check never reported"
+        progress = self._workers_progress() if not stopped else None
         for position, nodeid in enumerate(self.collected):
             if nodeid not in self.results:
                 incidents = self.incidents.get(nodeid)
                 told = f"no result: the check never reported ({_told(incidents)})" \
-                    if incidents else why
+                    if incidents else _unreported(position, progress, self.incidents) \
+                    if progress else why
                 placed.append((position, _no_record(nodeid, told)))
         return [record for _, record in sorted(placed, key=lambda pair: pair[0])]
+
+    def _workers_progress(self) -> Progress | None:
+        """On an xdist controller: what the workers' logs say they started and finished, and
+        which went down (a check's position in ``collected`` is its index there)."""
+        if self.shared is None:
+            return None
+        from .workers import CONTROLLER, DoneLog
+
+        return DoneLog(self.shared.path, CONTROLLER).read()
 
     def targets(self) -> tuple[TargetInfo, ...]:
         """Each target as its checks' reports described it (summed over the xdist workers
@@ -691,6 +700,26 @@ def _incident(report: pytest.TestReport) -> str:
 def _told(incidents: Sequence[str]) -> str:
     more = f" (and {len(incidents) - 2} more)" if len(incidents) > 2 else ""
     return "; ".join(incidents[:2]) + more
+
+
+def _unreported(index: int, progress: Progress, incidents: Mapping[str, Sequence[str]]
+                ) -> str:
+    """Why a check under xdist never reported: its worker went down while it ran, it ran on a
+    worker that never sent its report, or no worker started it (xdist gives out no more tests
+    once --max-worker-restart workers have crashed; ``incidents``: the checks they crashed
+    on)."""
+    worker = progress.started.get(index)
+    if worker is not None and worker in progress.down:
+        return (f"no result: the check never reported (its xdist worker went down while it "
+                f"ran: {progress.down[worker]})")
+    if worker is not None:
+        return f"no result: the check never reported (it started on xdist worker {worker})"
+    if progress.down:
+        crashed = ", ".join(sorted(incidents)) or "the check its worker crashed on"
+        return (f"not run: no xdist worker started it after {'; '.join(progress.down.values())} "
+                "(xdist gives out no more tests once --max-worker-restart workers have "
+                f"crashed): see {crashed}, then run again")
+    return "no result: the check never reported"
 
 
 def _no_record(nodeid: str, why: str) -> CheckResult:

@@ -40,6 +40,8 @@ SSH_MASTERS_KEY = "gpuhost_ssh_masters"
 """In a worker's workerinput: the directory of the run's ssh control sockets."""
 COLLECTED = "collected.json"
 """In the shared directory: what the controller collected of each remote target."""
+CONTROLLER = "controller"
+"""The name the controller reads the workers' logs under (it writes no log of its own)."""
 WAIT_TIMEOUT_S = 900.0
 POLL_S = (0.005, 0.05)
 """A waiter's first and longest pause between two reads of the logs (doubling in between)."""

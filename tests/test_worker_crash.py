@@ -166,3 +166,37 @@ def test_a_worker_that_dies_before_its_check_starts_ends_the_waits_too(
         [message] = [c["message"] for c in report["checks"] if c["id"] == "dmesg"]
         assert "because an xdist worker went down (worker gw" in message
         assert "sysctl[kernel.k3]" in message
+
+
+def test_checks_xdist_never_gave_out_say_they_did_not_run_and_why(
+        pytester: pytest.Pytester, fake: FakeHost) -> None:
+    """With --max-worker-restart=0 xdist stops giving out checks after the first crash: those
+    checks did not run, which their records say (not 'went down while it ran'), naming the
+    check the worker crashed on."""
+    fake.sysctls({f"kernel.k{n}": n for n in range(40)}).kmsg([(6, "hello")])
+    pytester.makepyfile(crasher=(
+        "import os\n\n"
+        "def pytest_runtest_call(item):\n"
+        "    if item.nodeid == 'spec.yaml::sysctl[kernel.k3]' and \\\n"
+        "            'PYTEST_XDIST_WORKER' in os.environ:\n"
+        "        os._exit(3)\n"))
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n" +
+                      "".join(f"  kernel.k{n}: {n}\n" for n in range(40)))
+    result = pytester.runpytest_subprocess(
+        "-p", "crasher", "spec.yaml", f"--gpuhost-root={fake.root}", "-n", "2",
+        "--gpuhost-report=out.json", "-p", "no:cacheprovider", "--max-worker-restart=0",
+        timeout=120)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    report = json.loads((pytester.path / "out.json").read_text())
+    records = {check["id"]: check for check in report["checks"]}
+    assert len(records) == 40
+    assert "crashed while running 'spec.yaml::sysctl[kernel.k3]'" in \
+        records["sysctl[kernel.k3]"]["message"]
+    not_run = [r for r in records.values() if r["message"].startswith("not run: ")]
+    assert not_run and {r["outcome"] for r in not_run} == {"error"}
+    assert all("no xdist worker started it after worker gw" in r["message"] and
+               "--max-worker-restart" in r["message"] and
+               "see spec.yaml::sysctl[kernel.k3], then run again" in r["message"]
+               for r in not_run), not_run[0]["message"]
+    assert not any("went down while it ran" in r["message"] for r in records.values())
+    assert {r["outcome"] for r in records.values()} <= {"passed", "error"}
