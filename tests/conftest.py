@@ -141,3 +141,15 @@ def workers_by_target(result: pytest.RunResult) -> dict[str, set[str]]:
         if line.startswith("[gw") and "PASSED" in line and "@" in line:
             workers.setdefault(line.rsplit("@", 1)[1].split()[0], set()).add(line.split("]")[0])
     return workers
+
+
+def crash_worker_at(pytester: pytest.Pytester, nodeid: str, hook: str = "pytest_runtest_call"
+                    ) -> list[str]:
+    """A plugin (``-p crasher``, the arguments returned) whose ``hook`` ends an xdist worker's
+    process at the test ``nodeid``, as a segfault in a driver call would."""
+    pytester.makepyfile(crasher=(
+        "import os\n\n"
+        f"def {hook}(item):\n"
+        f"    if item.nodeid == {nodeid!r} and 'PYTEST_XDIST_WORKER' in os.environ:\n"
+        "        os._exit(3)\n"))
+    return ["-p", "crasher"]

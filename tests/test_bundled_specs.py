@@ -13,7 +13,7 @@ import pytest
 
 from pytest_gpuhost import specs
 
-from .conftest import BLACKWELL8, REPO
+from .conftest import BLACKWELL8, REPO, crash_worker_at
 
 pytest_plugins = ["pytester"]
 
@@ -174,14 +174,9 @@ def test_under_xdist_a_bundled_spec_s_check_whose_worker_died_is_in_the_report(
         pytester: pytest.Pytester, example_host: Path) -> None:
     """The controller knows the checks a worker collected by their ids' file part: for a
     bundled spec that is its file name, not a path under the rootdir."""
-    pytester.makepyfile(crasher=(  # a plugin: the spec's directory has no conftest.py
-        "import os\n\n"
-        "def pytest_runtest_call(item):\n"
-        "    if item.nodeid == 'blackwell8.yaml::sysctl[vm.swappiness]' and \\\n"
-        "            'PYTEST_XDIST_WORKER' in os.environ:\n"
-        "        os._exit(3)  # the worker dies mid-check\n"))
+    crasher = crash_worker_at(pytester, "blackwell8.yaml::sysctl[vm.swappiness]")
     result = pytester.runpytest_subprocess(
-        "-p", "crasher", "--gpuhost-spec=blackwell8", f"--gpuhost-root={example_host}", "-n", "2",
+        *crasher, "--gpuhost-spec=blackwell8", f"--gpuhost-root={example_host}", "-n", "2",
         "-m", "not gpuhost_slow", "--gpuhost-report=out.json", "-p", "no:cacheprovider",
         "--max-worker-restart=4", timeout=120)
     assert result.ret == pytest.ExitCode.TESTS_FAILED

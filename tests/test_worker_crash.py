@@ -11,6 +11,8 @@ import pytest
 
 from pytest_gpuhost.testing.fakehost import FakeHost
 
+from .conftest import crash_worker_at
+
 CRASHING_KIND = textwrap.dedent("""\
     import os
     from pytest_gpuhost.checks import Check, NoFix, Observation
@@ -141,17 +143,12 @@ def test_a_worker_that_dies_before_its_check_starts_ends_the_waits_too(
     behind the last-ranked checks already waiting there for them. Waiting on would end only at
     the 900 s timeout; the waiters stop at once, say why, and the re-queued checks still run."""
     fake.sysctls({f"kernel.k{n}": n for n in range(40)}).kmsg([(6, "hello")])
-    pytester.makepyfile(crasher=(
-        "import os\n\n"
-        "def pytest_runtest_setup(item):\n"
-        "    if item.nodeid == 'spec.yaml::sysctl[kernel.k3]' and \\\n"
-        "            'PYTEST_XDIST_WORKER' in os.environ:\n"
-        "        os._exit(3)\n"))
+    crasher = crash_worker_at(pytester, "spec.yaml::sysctl[kernel.k3]", "pytest_runtest_setup")
     pytester.makefile(".yaml", spec="version: 1\nsysctl:\n" +
                       "".join(f"  kernel.k{n}: {n}\n" for n in range(40)) + "dmesg: {}\n")
     start = time.monotonic()
     result = pytester.runpytest_subprocess(
-        "-p", "crasher", "spec.yaml", f"--gpuhost-root={fake.root}", "-n", "2",
+        *crasher, "spec.yaml", f"--gpuhost-root={fake.root}", "-n", "2",
         "--gpuhost-report=out.json", "-p", "no:cacheprovider", "--max-worker-restart=4",
         timeout=120)
     assert time.monotonic() - start < 60  # not the 900 s wait
@@ -174,16 +171,11 @@ def test_checks_xdist_never_gave_out_say_they_did_not_run_and_why(
     checks did not run, which their records say (not 'went down while it ran'), naming the
     check the worker crashed on."""
     fake.sysctls({f"kernel.k{n}": n for n in range(40)}).kmsg([(6, "hello")])
-    pytester.makepyfile(crasher=(
-        "import os\n\n"
-        "def pytest_runtest_call(item):\n"
-        "    if item.nodeid == 'spec.yaml::sysctl[kernel.k3]' and \\\n"
-        "            'PYTEST_XDIST_WORKER' in os.environ:\n"
-        "        os._exit(3)\n"))
+    crasher = crash_worker_at(pytester, "spec.yaml::sysctl[kernel.k3]")
     pytester.makefile(".yaml", spec="version: 1\nsysctl:\n" +
                       "".join(f"  kernel.k{n}: {n}\n" for n in range(40)))
     result = pytester.runpytest_subprocess(
-        "-p", "crasher", "spec.yaml", f"--gpuhost-root={fake.root}", "-n", "2",
+        *crasher, "spec.yaml", f"--gpuhost-root={fake.root}", "-n", "2",
         "--gpuhost-report=out.json", "-p", "no:cacheprovider", "--max-worker-restart=0",
         timeout=120)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
