@@ -17,10 +17,12 @@ Figures: (6a) the example host over ssh against the same local run, with the rou
 and connect seconds of the JSON report; (6b) 100 sysctls of this machine's /proc/sys over ssh,
 pytest-gpuhost against pytest-testinfra with and without ControlMaster; (6c) the example host
 with 10, 100 and 1000 more sysctls over a link with 50 ms of round-trip latency (a ProxyCommand,
-bench/latency_relay.py); (3b) host calls per phase on fake hosts of 1, 8, 64 GPUs and 16, 128,
-512 CPUs, counted in-process through a counting host, and the round trips of the same runs
-over ssh. The runs of (6b) load bench/timeline.py, a pytest plugin that marks the end of each
-phase: where each run's time goes, and its cost without the start-up and exit of its process.
+bench/latency_relay.py); (6d) a --fix of the example host over ssh, its round trips (and the
+same --fix's host calls by method, through bench/countcalls.py); (3b) host calls per phase
+on fake hosts of 1, 8, 64 GPUs and 16, 128, 512 CPUs, counted in-process through a counting
+host, and the round trips of the same runs over ssh. The runs of (6b) load bench/timeline.py,
+a pytest plugin that marks the end of each phase: where each run's time goes, and its cost
+without the start-up and exit of its process.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ from bench import (  # noqa: E402
 )
 from pytest_gpuhost.testing.sshd import SshServer, find_sshd, start_sshd  # noqa: E402
 
-FIGURES = ("example", "testinfra", "latency", "calls")
+FIGURES = ("example", "testinfra", "latency", "fix", "calls")
 SSH_SECTION = "## (6) remote targets over ssh"
 CALLS_SECTION = "## (3b) host calls per phase"
 RELAY = HERE / "latency_relay.py"
@@ -276,6 +278,68 @@ def figure_example(base: Path, link: Link, repeat: int, warmup: int) -> Figure:
          f"started) takes {spread(there.connect_seconds)}: the reads themselves cost less over "
          "ssh than here, where the run reads in its own process (the agent reads on the other "
          "core); CPU is the pytest process and its children (the ssh client), not the agent"])
+
+
+# ---------------------------------------------------------------------------------------------
+# (6d) --fix of the example host over ssh: its round trips
+
+
+def figure_fix(base: Path, link: Link, repeat: int, warmup: int) -> Figure:
+    """Report only: a --fix makes calls that a verify batches away (each change, its read
+    back and its journal lines; each fixed check's live re-reads), each a round trip over
+    ssh. Counted from the JSON report over ssh, and by method in-process on a local copy."""
+    progress("fix: --fix of the example host over ssh")
+    directory = workdir(base / "fix")
+    shutil.copy(BLACKWELL8, directory / "blackwell8.yaml")
+    spec = (*ONLY_GPUHOST, "--gpuhost-spec=blackwell8.yaml", "--fix")
+    fixed, verified = Traffic(), Traffic()
+
+    def fresh(name: str) -> Callable[[], None]:
+        def copy() -> None:
+            copy_example(directory, name)
+        return copy
+
+    ssh = Case("ssh --fix", (*spec, *ssh_args(link, directory / "ssh-host"),
+                             "--gpuhost-report=fix.json"), directory, 1, fresh("ssh-host"),
+               after=fixed.reader(directory / "fix.json"))
+    local = Case("local --fix", (*spec, "--gpuhost-root=local-host"), directory, 1,
+                 fresh("local-host"))
+    times = alternate([local, ssh], repeat, warmup)
+    fixed = fixed.measured(repeat)
+    calls_file = directory / "calls.json"
+    counted = Case("counted --fix", (*spec, "--gpuhost-root=counted-host", "-p", "countcalls"),
+                   directory, 1, fresh("counted-host"),
+                   env=(("PYTHONPATH", str(HERE)), ("GPUHOST_BENCH_CALLS", str(calls_file))))
+    run_once(counted)
+    by_method: dict[str, int] = json.loads(calls_file.read_text())
+    verify = Case("ssh verify", (*ONLY_GPUHOST, "--gpuhost-spec=blackwell8.yaml",
+                                 *ssh_args(link, copy_example(directory, "verify-host")),
+                                 "--gpuhost-report=verify.json"), directory, 1,
+                  after=verified.reader(directory / "verify.json"))
+    run_once(verify)
+    report = json.loads((directory / "fix.json").read_text())
+    summary = report["summary"]
+    fixes = summary["fixed"] + summary["fix_failed"]
+    trips = max(r + c for r, c in zip(fixed.round_trips, fixed.connections, strict=True))
+    ratio, line = both(times, "ssh --fix", "local --fix")
+    methods = ", ".join(f"{m} {n}" for m, n in sorted(by_method.items(), key=lambda p: -p[1]))
+    return Figure(
+        "6d", f"--fix of the example host ({len(report['checks'])} checks, {fixes} fixes) "
+        "over ssh to 127.0.0.1 against the same local --fix",
+        "report only (no goal): the round trips a --fix makes", f"{fixed.spread()} round trips "
+        f"(a verify: {verified.spread()}); ssh / local wall {ratio}", None,
+        [local.shown(base), ssh.shown(base), counted.shown(base), verify.shown(base)],
+        [f"over ssh: {fixed.shown()}",
+         f"the same --fix counted in-process by method (bench/countcalls.py, a CountingHost "
+         f"around the local host; each call is one round trip over ssh): {methods}",
+         f"at 50 ms a round trip (a bastion, another region) they would add about "
+         f"{trips * 0.05:.0f} s; at 1 ms (one data centre) {trips * 0.001:.1f} s",
+         "where they come from: each change is its own write and its own read back, and each "
+         "change's outcome its own journal line (the C-state fix of 64 CPUs is 64 of each); "
+         "each fix re-reads its check under the lock, journals its changes (one write, one "
+         "fsync), asserts again after, and the next check's reads are live (one batch of "
+         "every pending check); a verify batches all of its reads",
+         line, medians(times)])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -714,7 +778,7 @@ def ssh_section(figures: Sequence[Figure], argv: Sequence[str], args: argparse.N
         "pyinstrument), Debian's openssh-server and openssh-client, then `.venv/bin/python "
         "bench/ssh.py` (about 4 minutes; `--repeat N`, `--slow-repeat N` for testinfra without "
         "ControlMaster, `--sizes 10,100,1000`, "
-        "`--latency 0.05`, `--only example,testinfra,latency,calls`, `--out FILE`, `--keep`). "
+        "`--latency 0.05`, `--only example,testinfra,latency,fix,calls`, `--out FILE`, `--keep`). "
         "It "
         "starts its own sshd on a free port of 127.0.0.1 with keys, known_hosts and client "
         "configurations under the temporary directory (pytest_gpuhost.testing.sshd; never "
@@ -782,6 +846,8 @@ def run_figures(base: Path, link: Link, args: argparse.Namespace) -> Iterator[Fi
                                args.sysctls)
     if "latency" in only:
         yield figure_latency(base, link, args.repeat, args.warmup, args.sizes)
+    if "fix" in only:
+        yield figure_fix(base, link, args.repeat, args.warmup)
     if "calls" in only:
         yield figure_calls(base, link)
 
