@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Sequence
 from glob import escape
 from pathlib import Path
 
@@ -33,7 +34,7 @@ from pytest_gpuhost.fix.fixer import Fixer, FixError
 from pytest_gpuhost.fix.journal import Journal, latest_journal, read_journal
 from pytest_gpuhost.fix.locking import LockTimeout, RootLock
 from pytest_gpuhost.fix.state import StateStore
-from pytest_gpuhost.host import HostError, LocalHost
+from pytest_gpuhost.host import HostError, LocalHost, Reply, Request
 from pytest_gpuhost.result import Outcome
 from pytest_gpuhost.spec import EntryOptions
 from pytest_gpuhost.spec.matchers import Auto, Exact, Integer
@@ -496,6 +497,10 @@ class Recording(LocalHost):
                             str(data.count(b"\n"))))
         super().append_file(path, data, sync=sync)
 
+    def batch(self, requests: Sequence[Request]) -> list[Reply]:
+        self.events.append(("batch", str(len(requests))))
+        return super().batch(requests)
+
     def _write(self, path: str, data: bytes, offset: int, *, truncate: bool) -> None:
         self.events.append(("write", path))
         if path == self.refuse:
@@ -511,21 +516,25 @@ def three_writes() -> Plan:
 
 def test_a_fix_journals_all_its_changes_durably_before_the_first_is_made(
         fake: FakeHost) -> None:
-    """One fsync for the change lines of a fix, before any change; the outcome lines after
-    each change are made durable by the next fix's fsync, not by one of their own, and the
-    last fix's by one fsync when the run ends."""
+    """One fsync for the change lines of a fix, before any change; then the changes; then
+    what they left, read back in one batch (one round trip to a remote target, not one a
+    change); then the outcome lines in one write, made durable by the next fix's fsync, not by
+    one of their own, and the last fix's by one fsync when the run ends."""
     fake.cpus(3, states=("POLL", "C1", "C2"))
     host = Recording(fake.root)
     journal = Journal(StateStore.of(host).new_journal("spec"), "spec")
     fixer = Fixer(host, journal, run_lock=None, apply_lock=None, lock_timeout=1)
     fixer.apply("cpuidle[C2]", "cpuidle", "C2", three_writes())
     assert host.events[0] == ("append", "synced", "3")
-    assert [e[0] for e in host.events[1:]] == ["write", "append"] * 3
-    assert {e[1] for e in host.events[1:] if e[0] == "append"} == {"not synced"}
-    assert [e.state for e in read_journal(journal.path).entries] == ["applied"] * 3
+    assert host.events[1:] == [*(("write", f"sys/devices/system/cpu/cpu{n}/cpuidle/state2/"
+                                  "disable") for n in range(3)),
+                               ("batch", "3"), ("append", "not synced", "3")]
     fixer.close()  # the end of the run: no next fix, so one fsync of nothing new
     fixer.close()
-    assert host.events[7:] == [("append", "synced", "0")]
+    assert host.events[6:] == [("append", "synced", "0")]
+    entries = read_journal(journal.path).entries
+    assert [e.state for e in entries] == ["applied"] * 3
+    assert [e.read_back for e in entries] == [b"1\n"] * 3
 
 
 def test_changes_after_a_refused_one_are_journaled_as_not_made(fake: FakeHost,

@@ -12,14 +12,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ..checks.changes import Change, Command, NvmlSetting, Plan, ReplaceFile, WriteBytes, WriteText
 from ..checks.conditions import in_container
 from ..gpu.nvml import NvmlPermissionError, NvmlSource, NvmlUnavailable
-from ..host import COMMAND_TIMEOUT_S, CommandTimeout, Host, HostError
+from ..host import COMMAND_TIMEOUT_S, CommandTimeout, Host, HostError, Read
 from .journal import Journal
 from .locking import RootLock
 
@@ -133,7 +133,9 @@ class Fixer:
 
     def apply(self, check: str, kind: str, key: str | None, plan: Plan) -> Applied:
         """Journal every change (durably, in one write), then make each in order; stop at the
-        first one refused, and journal those after it as not made."""
+        first one refused, and journal those after it as not made. What each write left is
+        read back once all are made (one batch: one round trip to a remote target), and the
+        outcome lines go in one write after them."""
         entries: list[str | None] = [None] * len(plan.changes)
         if self.journal is not None and plan.changes:
             try:
@@ -143,43 +145,62 @@ class Fixer:
                 raise FixError(f"cannot write the journal {self.journal.path}: {reason}; the "
                                "change was not made", action=plan.changes[0].describe()) from exc
         outputs = []
+        made: list[tuple[str | None, Change]] = []
         for index, (change, entry) in enumerate(zip(plan.changes, entries, strict=True)):
             try:
                 output = self._execute(change)
             except FixError as exc:
-                if entry is not None:
-                    self._journal_outcome(entry, str(exc), unknown=exc.unknown)
-                for later in entries[index + 1:]:
-                    if later is not None:
-                        self._journal_outcome(later, f"not made: {change.describe()} before "
-                                                     f"it was refused ({exc})")
+                self._journal_outcomes([
+                    *self._made(made),
+                    (entry, str(exc), exc.unknown, None),
+                    *((later, f"not made: {change.describe()} before it was refused ({exc})",
+                       False, None) for later in entries[index + 1:])])
                 raise
-            if entry is not None:
-                self._journal_outcome(entry, None, read_back=self._read_back(change))
+            made.append((entry, change))
             if output:
                 outputs.append(output)
+        self._journal_outcomes(self._made(made))
         return Applied(plan.summary, "\n".join(outputs))
 
-    def _journal_outcome(self, entry: str, error: str | None, *, unknown: bool = False,
-                         read_back: bytes | None = None) -> None:
-        """An outcome line that cannot be written leaves the entry pending: rollback treats a
-        pending change as possibly made, so nothing is lost."""
-        assert self.journal is not None
-        with contextlib.suppress(OSError, HostError):
-            self.journal.outcome(entry, error, unknown=unknown, read_back=read_back)
+    def _made(self, made: Sequence[tuple[str | None, Change]]
+              ) -> list[tuple[str | None, str | None, bool, bytes | None]]:
+        """The outcome of each change made: applied, with what its write left (read back)."""
+        if self.journal is None:
+            return []
+        backs = self._read_backs([change for _, change in made])
+        return [(entry, None, False, back) for (entry, _), back in zip(made, backs, strict=True)]
 
-    def _read_back(self, change: Change) -> bytes | None:
-        """What a write left (a kernel may clamp or round it), for the journal: a rollback
-        then knows that value as the fix's own. None where there is nothing to read."""
-        try:
-            if isinstance(change, WriteText):
-                return self.host.read_bytes(change.path)
+    def _journal_outcomes(self, outcomes: Sequence[tuple[str | None, str | None, bool,
+                                                         bytes | None]]) -> None:
+        """``(entry, error, unknown, read_back)`` lines in one write. Lines that cannot be
+        written leave their entries pending: rollback treats a pending change as possibly
+        made, so nothing is lost."""
+        if self.journal is None:
+            return
+        with contextlib.suppress(OSError, HostError):
+            self.journal.outcomes([(entry, error, unknown, back)
+                                   for entry, error, unknown, back in outcomes
+                                   if entry is not None])
+
+    def _read_backs(self, changes: Sequence[Change]) -> list[bytes | None]:
+        """What each write left (a kernel may clamp or round it), for the journal: a rollback
+        then knows that value as the fix's own. None where there is nothing to read. Read in
+        one batch after the fix's writes; a fix that writes one file twice reads it once."""
+        paths = [c.path for c in changes if isinstance(c, (WriteText, WriteBytes))]
+        replies = dict(zip(paths, self.host.batch([Read(path) for path in paths]), strict=True)
+                       ) if paths else {}
+        backs: list[bytes | None] = []
+        for change in changes:
+            reply = replies.get(getattr(change, "path", ""))
+            if reply is None or reply.error is not None or not isinstance(
+                    change, (WriteText, WriteBytes)):
+                backs.append(None)
+                continue
+            data = reply.data()
             if isinstance(change, WriteBytes):
-                size = len(bytes.fromhex(change.new))
-                return self.host.read_bytes(change.path)[change.offset:change.offset + size]
-        except HostError:
-            return None
-        return None
+                data = data[change.offset:change.offset + len(bytes.fromhex(change.new))]
+            backs.append(data)
+        return backs
 
     def _execute(self, change: Change) -> str:
         try:

@@ -145,11 +145,22 @@ class Journal:
                 read_back: bytes | None = None) -> None:
         """``applied`` (with the bytes read back after the write, where it was a write),
         ``failed``, or ``unknown``: a command that timed out may or may not have made it."""
-        event = UNKNOWN if unknown else APPLIED if error is None else FAILED
-        record: dict[str, Any] = {"event": event, "id": entry, "time": _now(), "error": error}
-        if read_back is not None:
-            record.update(_raw_fields("read_back", read_back))
-        self._append(record, sync=False)  # durable with the next fix's change lines
+        self.outcomes([(entry, error, unknown, read_back)])
+
+    def outcomes(self, outcomes: Sequence[tuple[str, str | None, bool, bytes | None]]
+                 ) -> None:
+        """The outcome lines of one fix, ``(entry, error, unknown, read_back)`` each as
+        ``outcome`` says, in one write."""
+        records = []
+        when = _now()
+        for entry, error, unknown, read_back in outcomes:
+            event = UNKNOWN if unknown else APPLIED if error is None else FAILED
+            record: dict[str, Any] = {"event": event, "id": entry, "time": when, "error": error}
+            if read_back is not None:
+                record.update(_raw_fields("read_back", read_back))
+            records.append(record)
+        if records:
+            self._append(*records, sync=False)  # durable with the next fix's change lines
 
     def close_rollback(self, restored: int, failed: int) -> None:
         """Raises JournalError when the closing line cannot be written."""
