@@ -58,8 +58,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="restore the originals recorded in JOURNAL, newest change first (default:"
                          " the newest journal under the root not yet rolled back)")
     group.addoption("--fix-persist", action="store_true", default=False,
-                    help="with --fix: also write the sysctl.d, modules-load.d, modprobe.d and "
-                         "udev files under the root that make the fixes survive a reboot")
+                    help="with --fix: also write the files under the root that make the fixes "
+                         "survive a reboot (sysctl.d, modules-load.d, modprobe.d, udev, "
+                         "tmpfiles.d; the grub.d drop-in of boot-time fixes)")
     group.addoption("--fix-retry", action="store_true", default=False,
                     help="with --fix: try again the fixes that failed in an earlier run on the "
                          "same boot (by default they are fix_failed, naming the journal line, "

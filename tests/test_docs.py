@@ -190,6 +190,68 @@ def test_every_option_is_documented_and_every_documented_option_exists(
         assert f"`{ini}`" in table
 
 
+def test_what_fix_persist_writes_is_named_in_its_help_and_the_docs(
+        pytester: pytest.Pytester, example_host: Path) -> None:
+    before = {p for p in example_host.rglob("*") if p.is_file()}
+    result = pytester.runpytest("--gpuhost-spec=blackwell8", f"--gpuhost-root={example_host}",
+                                "--fix", "--fix-persist")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    written = {p.relative_to(example_host) for p in example_host.rglob("etc/**/*gpuhost*")
+               if p.is_file() and p not in before}
+    folders = {next(part for part in reversed(path.parts[:-1]) if part != "rules.d")
+               for path in written}
+    assert folders == {"sysctl.d", "modules-load.d", "modprobe.d", "udev", "tmpfiles.d",
+                       "grub.d"}
+    [help_text] = [text for name, (_, text) in help_entries(pytester).items()
+                   if name == "--fix-persist"]
+    assert {folder for folder in folders if folder not in help_text} == set()
+    persistence = (REPO / "docs" / "fix-safety.md").read_text().split("## Persistence", 1)[1]
+    named = {path.as_posix().replace("blackwell8", "<spec>") for path in written}
+    assert {path for path in named if f"`{path}`" not in persistence} == set()
+
+
+def command_line_table() -> dict[str, tuple[str, str, str]]:
+    """The reference's option table: each option's argument (`=FILE`), ini column and meaning."""
+    section = (REPO / "docs" / "reference.md").read_text().split("## Command line", 1)[1]
+    rows = re.findall(r"^\| `(--[\w-]+)([^`]*)` \|([^|]*)\| (.*) \|$",
+                      section.split("\n## ", 1)[0], re.M)
+    return {name: (form.replace("\\|", "|"), ini, meaning) for name, form, ini, meaning in rows}
+
+
+def help_entries(pytester: pytest.Pytester) -> dict[str, tuple[str, str]]:
+    """`pytest --help`'s gpuhost options: each one's argument (`=FILE`) and its help text."""
+    text = pytester.runpytest("--help").stdout.str()
+    group = text.split("GPU host tuning checks (pytest-gpuhost):\n", 1)[1].split("\n\n", 1)[0]
+    entries = {}
+    for entry in re.split(r"\n(?=  -)", group):
+        name, form, rest = re.match(r"  (--[\w-]+)(=\S+)?(.*)", entry, re.S).groups()
+        entries[name] = (form or "", " ".join(rest.split()))
+    return entries
+
+
+def test_every_ini_value_is_in_the_reference_with_its_option(pytester: pytest.Pytester) -> None:
+    text = pytester.runpytest("--help").stdout.str()
+    inis = set(re.findall(r"^  (gpuhost_\w+) \(", text, re.M))
+    assert {"gpuhost_spec", "gpuhost_root", "gpuhost_targets"} <= inis
+    table = command_line_table()
+    twins = {name: set(re.findall(r"`(gpuhost_\w+)`", ini)) for name, (_, ini, _) in table.items()}
+    assert set().union(*twins.values()) == inis
+    for name, (_, help_text) in help_entries(pytester).items():
+        assert set(re.findall(r"ini: (gpuhost_\w+)", help_text)) == twins[name], name
+
+
+def test_the_reference_gives_each_option_its_argument_and_default(
+        pytester: pytest.Pytester) -> None:
+    entries = help_entries(pytester)
+    config = pytester.parseconfig()
+    for name, (form, _, meaning) in command_line_table().items():
+        assert form.strip("[]=") == entries[name][0].strip("[]="), name
+        default = config.getoption(name.lstrip("-").replace("-", "_"))
+        if isinstance(default, float):  # seconds: the table says how many, as --help does
+            said = f"default {default:g}"
+            assert said in meaning and said in entries[name][1], name
+
+
 def anchors(document: Path) -> set[str]:
     """The anchors GitHub makes of a Markdown file's headings (outside code blocks)."""
     text = re.sub(r"^```.*?^```", "", document.read_text(), flags=re.S | re.M)

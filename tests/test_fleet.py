@@ -123,6 +123,25 @@ def test_drift_groups_targets_by_value_majority_first(fleet_reports: list[Path])
     assert all("node05" not in d.minority and "node06" not in d.minority for d in drifts.values())
 
 
+def test_a_bundled_spec_is_one_spec_across_installs(tmp_path: Path) -> None:
+    """Two nodes' reports of the bundled spec, installed under two Pythons: their checks are the
+    same checks, so a value that differs is drift (it was two specs, each holding one value)."""
+    def report(name: str, site: str, swappiness: str) -> dict[str, Any]:
+        location = f"{site}/pytest_gpuhost/specs/blackwell8.yaml:14"
+        return {"host": name, "checks": [
+            {"id": "sysctl[vm.swappiness]", "kind": "sysctl", "key": "vm.swappiness",
+             "observed": swappiness, "outcome": "passed" if swappiness == "10" else "failed",
+             "location": location}]}
+    reports = []
+    for name, site, value in (("node01", "/opt/gpuhost/lib/python3.11/site-packages", "10"),
+                              ("node02", "/usr/lib/python3.12/site-packages", "60")):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(report(name, site, value)))
+        reports.append(path)
+    [drift] = find_drift(read_reports(reports))
+    assert drift.spec == "blackwell8.yaml" and drift.minority == ("node02",)
+
+
 def test_the_terminal_matrix_shows_counts_failing_keys_and_no_result(
         fleet_reports: list[Path]) -> None:
     lines = matrix_lines(read_reports(fleet_reports))

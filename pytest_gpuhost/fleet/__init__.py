@@ -14,10 +14,12 @@ import gc
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 GOOD = frozenset({"passed", "fixed", "skipped"})
+BUNDLED_DIRECTORY = ("pytest_gpuhost", "specs")
+"""Where a bundled spec lies in an installed (or checked out) package."""
 """Outcomes that leave a target healthy (as the node-health integrations judge)."""
 OUTCOME_ORDER = ("error", "fix_failed", "failed", "reboot_required", "would_fix", "fixed",
                  "passed", "skipped")
@@ -47,8 +49,13 @@ class Target:
 
 
 def spec_file(record: Record) -> str:
+    """The spec file of a record's ``location``; a bundled spec by its file name
+    (``blackwell8.yaml``), as in its ids: each node shows the path of its own install (another
+    venv, another Python version), and the same check must stay one check across them."""
     location = str(record.get("location") or "")
-    return location.rsplit(":", 1)[0] if location else ""
+    path = location.rsplit(":", 1)[0] if location else ""
+    parts = PurePosixPath(path).parts
+    return parts[-1] if parts[-3:-1] == BUNDLED_DIRECTORY else path
 
 
 def check_key(record: Record) -> tuple[str, str]:
