@@ -18,9 +18,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 GOOD = frozenset({"passed", "fixed", "skipped"})
+"""Outcomes that leave a target healthy (as the node-health integrations judge)."""
 BUNDLED_DIRECTORY = ("pytest_gpuhost", "specs")
 """Where a bundled spec lies in an installed (or checked out) package."""
-"""Outcomes that leave a target healthy (as the node-health integrations judge)."""
 OUTCOME_ORDER = ("error", "fix_failed", "failed", "reboot_required", "would_fix", "fixed",
                  "passed", "skipped")
 """Worst first: a cell of several checks shows the worst outcome among them."""
