@@ -457,6 +457,14 @@ def figure_floor(base: Path, repeat: int, warmup: int) -> Figure:
          f"{extra / spec.checks * 1e6:.0f} us a check"])
 
 
+def xdist_cases(spec: SpecCase) -> list[Case]:
+    """(1d)'s two runs: the spec case's checks and as many plain tests, each with ``-n 2``."""
+    (spec.directory / "test_plain.py").write_text(plain_test_file(spec.checks))
+    off = ("-p", "no:testinfra")
+    return [Case("gpuhost -n 2", (*off, "-n", "2", *spec.args), spec.directory),
+            Case("plain -n 2", (*off, *NO_PLUGIN, "-n", "2", "test_plain.py"), spec.directory)]
+
+
 def figure_xdist(base: Path, repeat: int, warmup: int) -> Figure:
     """(1d) The floor's host and plain tests again, each serial and with ``-n 2``."""
     progress("xdist: the floor's run with -n 2")
@@ -467,10 +475,7 @@ def figure_xdist(base: Path, repeat: int, warmup: int) -> Figure:
                       "gpuhost / plain <= 1.15 at -n 2", "not run: pytest-xdist is not "
                       "installed (pip install '.[xdist]')", None)
     spec = make_spec_case(base / "xdist", gpus=8, cpus=128, sysctls=300)
-    (spec.directory / "test_plain.py").write_text(plain_test_file(spec.checks))
-    off = ("-p", "no:testinfra")
-    cases = [Case("gpuhost -n 2", (*off, "-n", "2", *spec.args), spec.directory),
-             Case("plain -n 2", (*off, *NO_PLUGIN, "-n", "2", "test_plain.py"), spec.directory)]
+    cases = xdist_cases(spec)
     times = alternate(cases, repeat, warmup)
     ratio, line = both(times, "gpuhost -n 2", "plain -n 2")
     return Figure(
