@@ -457,6 +457,23 @@ def figure_floor(base: Path, repeat: int, warmup: int) -> Figure:
          f"{extra / spec.checks * 1e6:.0f} us a check"])
 
 
+def xdist_cases(spec: SpecCase) -> list[Case]:
+    """(1d)'s two runs: the spec case's checks and as many plain tests, each with ``-n 2``.
+
+    Each names its own ``--basetemp`` in the case's directory. Without it, xdist's controller
+    makes a numbered base temporary directory under ``/tmp/pytest-of-USER`` (for its workers'),
+    and pytest's tmpdir plugin, at the run's end, deletes every numbered one there but the
+    newest 3, whichever pytest run of this user's on the machine made them and filled them. On
+    a machine shared with test runs, one measured run then deleted the tmp_path trees a test
+    suite had left (this project's tests/test_fix_safety.py alone leaves 25,000 files): 26 s of
+    a 29 s run in the controller's pytest_sessionfinish, which can fall on either side of the
+    comparison (bench/targets.py gives its runs a --basetemp for the same reason)."""
+    (spec.directory / "test_plain.py").write_text(plain_test_file(spec.checks))
+    off = ("-p", "no:testinfra", "--basetemp=basetemp")
+    return [Case("gpuhost -n 2", (*off, "-n", "2", *spec.args), spec.directory),
+            Case("plain -n 2", (*off, *NO_PLUGIN, "-n", "2", "test_plain.py"), spec.directory)]
+
+
 def figure_xdist(base: Path, repeat: int, warmup: int) -> Figure:
     """(1d) The floor's host and plain tests again, each serial and with ``-n 2``."""
     progress("xdist: the floor's run with -n 2")
@@ -467,10 +484,7 @@ def figure_xdist(base: Path, repeat: int, warmup: int) -> Figure:
                       "gpuhost / plain <= 1.15 at -n 2", "not run: pytest-xdist is not "
                       "installed (pip install '.[xdist]')", None)
     spec = make_spec_case(base / "xdist", gpus=8, cpus=128, sysctls=300)
-    (spec.directory / "test_plain.py").write_text(plain_test_file(spec.checks))
-    off = ("-p", "no:testinfra")
-    cases = [Case("gpuhost -n 2", (*off, "-n", "2", *spec.args), spec.directory),
-             Case("plain -n 2", (*off, *NO_PLUGIN, "-n", "2", "test_plain.py"), spec.directory)]
+    cases = xdist_cases(spec)
     times = alternate(cases, repeat, warmup)
     ratio, line = both(times, "gpuhost -n 2", "plain -n 2")
     return Figure(
