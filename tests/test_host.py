@@ -222,6 +222,45 @@ def test_the_time_limit_counts_every_wait_together(fake: FakeHost) -> None:
     host.close()
 
 
+HELLO = ("import json, sys, time\n"
+         "sys.stdin.buffer.readline()\n"
+         "hello = json.dumps({'hello': {'euid': 0, 'identity': {'root': '/'}}})\n"
+         "sys.stdout.write('%d\\n%s' % (len(hello), hello)); sys.stdout.flush()\n")
+"""A stand-in for the agent that says hello, then answers its first request with ANSWER."""
+
+
+@pytest.mark.parametrize(("hello", "answer"), [
+    ("", "5\nxxxxx"),  # not JSON at all
+    ("", "-5\n{}"),  # a length that is no length
+    ("", "2\n[]"),  # JSON, but not one answer per request
+    ("", "4\n[17]"),  # one answer, but not an answer
+    ("", "12\n{\"value\": 1}"),  # not a list of answers
+    ("5\nxxxxx", None),  # a hello that is not JSON
+])
+def test_an_answer_that_is_not_the_agents_loses_the_target(hello: str,
+                                                           answer: str | None) -> None:
+    """A target whose stream is not the agent's (a shell's startup file that prints, a
+    wrapper, a corrupted stream) is lost with a message: the stream can no longer be trusted
+    to pair answers with requests, and nothing raised past the host stops the whole run."""
+    if answer is None:
+        code = ("import sys, time\nsys.stdin.buffer.readline()\n"
+                f"sys.stdout.write({hello!r}); sys.stdout.flush(); time.sleep(30)\n")
+    else:
+        code = HELLO + ("sys.stdin.buffer.readline()\n"
+                        f"sys.stdout.write({answer!r}); sys.stdout.flush(); time.sleep(30)\n")
+    host = AgentHost("test://garbled", [sys.executable, "-c", code], "/", name="garbled")
+    start = time.monotonic()
+    with pytest.raises(HostError, match="not the agent's answer") as lost:
+        host.batch([Read("proc/sys/vm/swappiness")])
+    assert host.lost is not None and str(host.lost) == str(lost.value)
+    assert "test://garbled" in str(lost.value)
+    with pytest.raises(HostError, match="not the agent's answer"):  # at once, the same reason
+        host.batch([Read("proc/sys/vm/swappiness")])
+    assert host._process is not None and host._process.poll() is not None  # ended, not left
+    assert time.monotonic() - start < 10  # rather than waiting for the stub's 30 s
+    host.close()
+
+
 def test_replies_survive_the_way_to_another_process(fake: FakeHost, host: LocalHost) -> None:
     """What an xdist controller collected is handed to its workers as JSON: every kind of
     request and reply comes back equal."""

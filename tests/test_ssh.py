@@ -9,8 +9,10 @@ reached over ssh, so a run over ssh can be compared with the same run made local
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -190,6 +192,57 @@ def test_a_connection_lost_mid_fix_leaves_a_journal_rollback_can_use(
     assert '"event": "change"' in journal.read_text()
     back = pytester.runpytest("--gpuhost-rollback", *ssh_args(sshd, fake.root))
     assert (fake.root / "proc/sys/vm/swappiness").read_text() == "60\n", back.stdout.str()
+
+
+GARBLING_SSH = """\
+#!{python}
+# ssh that "reaches" a root whose name says so by running the agent here, passes its hello on,
+# then answers the first batch with something that is not the agent's answer (a corrupted
+# stream). Any other target goes to the real ssh.
+import os, subprocess, sys, time
+remote = sys.argv[-1]
+if "garbled" not in remote:
+    os.execv({ssh!r}, ["ssh", *sys.argv[1:]])
+child = subprocess.Popen(["sh", "-c", remote], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+header = sys.stdin.buffer.readline()
+child.stdin.write(header + sys.stdin.buffer.read(int(header)))
+child.stdin.flush()
+size = child.stdout.readline()
+sys.stdout.buffer.write(size + child.stdout.read(int(size)))
+sys.stdout.buffer.flush()
+header = sys.stdin.buffer.readline()
+sys.stdin.buffer.read(int(header))
+sys.stdout.buffer.write(b"7\\nGARBAGE")
+sys.stdout.buffer.flush()
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_a_target_that_answers_garbage_is_errors_and_the_others_run(
+        pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, xdist: list[str]) -> None:
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "ssh").write_text(GARBLING_SSH.format(python=sys.executable,
+                                                   ssh=shutil.which("ssh")))
+    (tools / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    good = FakeHost(tmp_path / "good").sysctl("vm.swappiness", 10)
+    garbled = FakeHost(tmp_path / "garbled").sysctl("vm.swappiness", 10)
+    spec = pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    result = pytester.runpytest_subprocess(
+        f"--gpuhost-spec={spec}", *ssh_args(sshd, good.root, garbled.root,
+                                            names=("good", "garbled")),
+        "--gpuhost-report=r.json", *xdist, timeout=120)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    report = json.loads((pytester.path / "r.json").read_text())
+    by_target = {check["target"]: check for check in report["checks"]}
+    assert by_target["good"]["outcome"] == "passed"
+    assert by_target["garbled"]["outcome"] == "error"
+    assert "not the agent's answer: b'GARBAGE'" in by_target["garbled"]["message"]
+    [info] = [t for t in report["targets"] if t["name"] == "garbled"]
+    assert "not the agent's answer" in info["unreachable"]
 
 
 # -- several targets -----------------------------------------------------------------------------

@@ -143,7 +143,7 @@ class AgentHost(BatchReads):
             raise
         except HostError as exc:
             self._lost = HostError(f"cannot reach {self.url}: {exc}", exc.errno)
-            self._close_process()
+            self._close_process(kill=exc.errno == errno.EPROTO)
             raise self._lost from None
         self.traffic.connect_seconds = (self.traffic.connect_seconds or 0.0) + \
             time.monotonic() - start
@@ -225,13 +225,17 @@ class AgentHost(BatchReads):
                     try:
                         size = int(header)
                     except ValueError:
-                        raise HostError(f"the target sent something that is not the agent's "
-                                        f"answer: {header[:200]!r}") from None
+                        size = -1
+                    if size < 0:
+                        raise _garbled(header)
                     if len(self._buffer) >= newline + 1 + size:
                         payload = self._buffer[newline + 1:newline + 1 + size]
                         self._buffer = self._buffer[newline + 1 + size:]
                         self.traffic.bytes_received += newline + 1 + size
-                        return json.loads(payload)
+                        try:
+                            return json.loads(payload)
+                        except ValueError:  # not JSON (UnicodeDecodeError is one too)
+                            raise _garbled(payload) from None
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise HostError(f"no answer in time while waiting for {waiting_for}",
@@ -255,11 +259,21 @@ class AgentHost(BatchReads):
             raise
         except HostError as exc:
             self._lost = HostError(f"lost the connection to {self.url}: {exc}", exc.errno)
-            self._close_process()
+            self._close_process(kill=exc.errno == errno.EPROTO)
             raise self._lost from None
         self.traffic.round_trips += 1
-        decoded = decode(answer)
-        assert isinstance(decoded, list) and len(decoded) == len(requests)
+        try:
+            decoded = decode(answer)
+        except ValueError:  # a {"b64": ...} that is not base64
+            decoded = None
+        if not isinstance(decoded, list) or len(decoded) != len(requests) or not all(
+                isinstance(item, dict) and ("value" in item or "error" in item)
+                for item in decoded):
+            # the next answer could be this one's: nothing more is read from this stream
+            self._lost = HostError(f"lost the connection to {self.url}: "
+                                   f"{_garbled(json.dumps(answer).encode())}", errno.EPROTO)
+            self._close_process(kill=True)
+            raise self._lost
         return decoded
 
     def _op(self, request: dict[str, object], timeout: float = OPERATION_TIMEOUT_S) -> object:
@@ -376,6 +390,13 @@ class AgentHost(BatchReads):
         assert isinstance(done, dict)
         return CommandResult(tuple(argv), int(done["returncode"]), str(done["stdout"]),
                              str(done["stderr"]))
+
+
+def _garbled(data: bytes) -> HostError:
+    """What the target said instead of the agent's answer: a shell's startup file that
+    prints, a wrapper's banner, a corrupted stream."""
+    return HostError(f"the target sent something that is not the agent's answer: "
+                     f"{data[:200]!r}", errno.EPROTO)
 
 
 def agent_command(root: str) -> list[str]:
