@@ -245,6 +245,71 @@ def test_a_target_that_answers_garbage_is_errors_and_the_others_run(
     assert "not the agent's answer" in info["unreachable"]
 
 
+DROPPING_SSH = """\
+#!{python}
+# ssh to a root whose name says "drops": it relays the agent's messages, and the connection
+# drops when the run asks for a lock there (the moment a --fix starts). Any other target goes
+# to the real ssh.
+import os, subprocess, sys
+remote = sys.argv[-1]
+if "drops" not in remote:
+    os.execv({ssh!r}, ["ssh", *sys.argv[1:]])
+child = subprocess.Popen(["sh", "-c", remote], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+first = True
+while True:
+    header = sys.stdin.buffer.readline()
+    if not header:
+        break
+    message = sys.stdin.buffer.read(int(header))
+    if not first and b'"op":"lock"' in message:
+        child.kill()
+        sys.stderr.write("Connection to drops closed by remote host.\\n")
+        sys.stderr.flush()
+        os._exit(255)
+    first = False
+    child.stdin.write(header + message)
+    child.stdin.flush()
+    size = child.stdout.readline()
+    sys.stdout.buffer.write(size + child.stdout.read(int(size)))
+    sys.stdout.buffer.flush()
+"""
+
+
+def test_a_connection_lost_at_the_run_lock_loses_that_target_only(
+        pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "ssh").write_text(DROPPING_SSH.format(python=sys.executable,
+                                                   ssh=shutil.which("ssh")))
+    (tools / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    fine = FakeHost(tmp_path / "fine").sysctls({"vm.swappiness": 60, "vm.dirty_ratio": 5})
+    drops = FakeHost(tmp_path / "drops").sysctls({"vm.swappiness": 60, "vm.dirty_ratio": 5})
+    spec = pytester.makefile(".yaml", spec=textwrap.dedent("""\
+        version: 1
+        sysctl:
+          vm.swappiness: 10
+          vm.dirty_ratio: 5
+        """))
+    result = pytester.runpytest(f"--gpuhost-spec={spec}",
+                                *ssh_args(sshd, drops.root, fine.root, names=("drops", "fine")),
+                                "--fix", "--gpuhost-report=r.json")
+    # one target's connection is that target's error, not the whole run stopped (exit 2)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    report = json.loads((pytester.path / "r.json").read_text())
+    outcomes = {(c["target"], c["id"]): c["outcome"] for c in report["checks"]}
+    assert outcomes == {("fine", "sysctl[vm.swappiness]"): "fixed",
+                        ("fine", "sysctl[vm.dirty_ratio]"): "passed",
+                        ("drops", "sysctl[vm.swappiness]"): "error",
+                        ("drops", "sysctl[vm.dirty_ratio]"): "passed"}  # ran first
+    [lost] = [c for c in report["checks"] if c["outcome"] == "error"]
+    assert "lost the connection to ssh://" in lost["message"]
+    assert "closed by remote host" in lost["message"]
+    assert (fine.root / "proc/sys/vm/swappiness").read_text() == "10\n"
+    assert (drops.root / "proc/sys/vm/swappiness").read_text() == "60\n"
+
+
 # -- several targets -----------------------------------------------------------------------------
 
 

@@ -42,6 +42,7 @@ from . import (
     HostIdentity,
     Reply,
     Request,
+    TargetLost,
     TargetTimeout,
     checked_command,
     checked_relative,
@@ -128,7 +129,7 @@ class AgentHost(BatchReads):
             process = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                        stderr=subprocess.PIPE, start_new_session=True)
         except OSError as exc:
-            self._lost = HostError(f"cannot reach {self.url}: cannot run {self.argv[0]}: "
+            self._lost = TargetLost(f"cannot reach {self.url}: cannot run {self.argv[0]}: "
                                    f"{exc.strerror}", exc.errno)
             raise self._lost from None
         self._process = process
@@ -142,7 +143,7 @@ class AgentHost(BatchReads):
             self._close_process(kill=True)
             raise
         except HostError as exc:
-            self._lost = HostError(f"cannot reach {self.url}: {exc}", exc.errno)
+            self._lost = TargetLost(f"cannot reach {self.url}: {exc}", exc.errno)
             self._close_process(kill=exc.errno == errno.EPROTO)
             raise self._lost from None
         self.traffic.connect_seconds = (self.traffic.connect_seconds or 0.0) + \
@@ -150,7 +151,7 @@ class AgentHost(BatchReads):
         self.traffic.connections += 1
         if not isinstance(hello, dict) or not isinstance(hello.get("hello"), dict):
             reason = hello.get("error") if isinstance(hello, dict) else hello
-            self._lost = HostError(f"cannot use {self.url}: {reason}")
+            self._lost = TargetLost(f"cannot use {self.url}: {reason}")
             self._close_process()
             raise self._lost
         self._hello = hello["hello"]
@@ -258,7 +259,7 @@ class AgentHost(BatchReads):
             self._close_process(kill=True)
             raise
         except HostError as exc:
-            self._lost = HostError(f"lost the connection to {self.url}: {exc}", exc.errno)
+            self._lost = TargetLost(f"lost the connection to {self.url}: {exc}", exc.errno)
             self._close_process(kill=exc.errno == errno.EPROTO)
             raise self._lost from None
         self.traffic.round_trips += 1
@@ -270,7 +271,7 @@ class AgentHost(BatchReads):
                 isinstance(item, dict) and ("value" in item or "error" in item)
                 for item in decoded):
             # the next answer could be this one's: nothing more is read from this stream
-            self._lost = HostError(f"lost the connection to {self.url}: "
+            self._lost = TargetLost(f"lost the connection to {self.url}: "
                                    f"{_garbled(json.dumps(answer).encode())}", errno.EPROTO)
             self._close_process(kill=True)
             raise self._lost
