@@ -306,6 +306,8 @@ def test_a_connection_lost_at_the_run_lock_loses_that_target_only(
     [lost] = [c for c in report["checks"] if c["outcome"] == "error"]
     assert "lost the connection to ssh://" in lost["message"]
     assert "closed by remote host" in lost["message"]
+    [info] = [t for t in report["targets"] if t["name"] == "drops"]
+    assert "lost the connection" in info["unreachable"]  # lost at its last check: said so
     assert (fine.root / "proc/sys/vm/swappiness").read_text() == "10\n"
     assert (drops.root / "proc/sys/vm/swappiness").read_text() == "60\n"
 
