@@ -455,3 +455,27 @@ def test_under_xdist_each_targets_checks_run_on_one_worker(
     for target in report["targets"]:
         # read by each worker's collection, then by the worker that ran its checks
         assert target["connections"] <= 3 and target["round_trips"] <= 8, target
+
+
+def test_under_xdist_each_target_has_its_own_p2p_measurement(
+        pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path) -> None:
+    """Identical servers have the same GPU addresses: one target's numbers (or its failure to
+    measure) must never be reported as another's."""
+    from .test_p2p import ROWS, four_gpus, record, spec
+
+    slow_rows = [[None if value is None else value / 2 for value in row] for row in ROWS]
+    fast = four_gpus(FakeHost(tmp_path / "fast"))
+    record(fast, ROWS)
+    slow = four_gpus(FakeHost(tmp_path / "slow"))
+    record(slow, slow_rows)
+    pytester.makefile(".yaml", spec=spec())
+    for xdist in ([], ["-n", "2"]):
+        pytester.runpytest_subprocess("--gpuhost-spec=spec.yaml",
+                                      *ssh_args(sshd, fast.root, slow.root,
+                                                names=("fast", "slow")),
+                                      "--gpuhost-report=r.json", *xdist, timeout=120)
+        checks = json.loads((pytester.path / "r.json").read_text())["checks"]
+        observed = {(c["target"], c["id"]): c["observed"] for c in checks}
+        pair = "p2p[0000:01:00.0->0000:21:00.0]"
+        assert observed["fast", pair] == "52.00", (xdist, observed)
+        assert observed["slow", pair] == "26.00", (xdist, observed)
