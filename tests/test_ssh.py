@@ -479,3 +479,20 @@ def test_under_xdist_each_target_has_its_own_p2p_measurement(
         pair = "p2p[0000:01:00.0->0000:21:00.0]"
         assert observed["fast", pair] == "52.00", (xdist, observed)
         assert observed["slow", pair] == "26.00", (xdist, observed)
+
+
+def test_a_host_without_lxc_attach_says_so_not_python3(
+        pytester: pytest.Pytester, sshd: SshServer, fake: FakeHost) -> None:
+    """The remote shell's 127 is about lxc-attach here (not a Proxmox or LXC host)."""
+    assert shutil.which("lxc-attach") is None or pytest.skip("lxc-attach is installed here")
+    fake.sysctl("vm.swappiness", 10)
+    spec = pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    result = pytester.runpytest(f"--gpuhost-spec={spec}",
+                                f"--gpuhost-target={sshd.url(fake.root, query='?lxc=101')}",
+                                f"--gpuhost-ssh-config={sshd.client_config}",
+                                "--gpuhost-report=r.json", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    [check] = json.loads((pytester.path / "r.json").read_text())["checks"]
+    assert check["outcome"] == "error"
+    assert "lxc-attach" in check["message"] and "not found" in check["message"]
+    assert "python3 is not installed" not in check["message"]

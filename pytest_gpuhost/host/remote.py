@@ -182,7 +182,8 @@ class AgentHost(BatchReads):
     def _gone(self, what: str) -> HostError:
         said = self._said()  # waits a moment for the exit status and the last words
         code = self._process.poll() if self._process is not None else None
-        if code == 127 or ("python3" in said and ("not found" in said or "No such" in said)):
+        if ("python3" in said and ("not found" in said or "No such" in said)) or (
+                code == 127 and not said):  # a 127 that names another command is about that
             reason = f"python3 is not installed there (pytest-gpuhost needs python3 " \
                      f"{'.'.join(map(str, MINIMUM_PYTHON))}+ on the target): {said}"
         else:
