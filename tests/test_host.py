@@ -235,6 +235,7 @@ HELLO = ("import json, sys, time\n"
     ("", "2\n[]"),  # JSON, but not one answer per request
     ("", "4\n[17]"),  # one answer, but not an answer
     ("", "12\n{\"value\": 1}"),  # not a list of answers
+    ("", "A" * 100),  # no length line at all, and no line end to wait for
     ("5\nxxxxx", None),  # a hello that is not JSON
 ])
 def test_an_answer_that_is_not_the_agents_loses_the_target(hello: str,
@@ -258,6 +259,22 @@ def test_an_answer_that_is_not_the_agents_loses_the_target(hello: str,
         host.batch([Read("proc/sys/vm/swappiness")])
     assert host._process is not None and host._process.poll() is not None  # ended, not left
     assert time.monotonic() - start < 10  # rather than waiting for the stub's 30 s
+    host.close()
+
+
+def test_an_answer_larger_than_any_the_agent_sends_loses_the_target_at_once() -> None:
+    """A length no answer has (a corrupted stream, or a number a shell startup file printed)
+    is refused when it is read, not buffered until the operation's time is up."""
+    code = HELLO + ("import os\nsys.stdin.buffer.readline()\n"
+                    "sys.stdout.write('%d\\n' % (1 << 40)); sys.stdout.flush()\n"
+                    "chunk = b'A' * (1 << 16)\n"
+                    "while True: os.write(1, chunk)\n")
+    host = AgentHost("test://huge", [sys.executable, "-c", code], "/", name="huge")
+    start = time.monotonic()
+    with pytest.raises(HostError, match="not the agent's answer") as lost:
+        host.batch([Read("proc/sys/vm/swappiness")])
+    assert "1099511627776 bytes" in str(lost.value)
+    assert time.monotonic() - start < 20  # not the 60 s a read may take, buffering it all
     host.close()
 
 

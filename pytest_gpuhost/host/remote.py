@@ -54,6 +54,11 @@ from .agent import decode, encode
 
 AGENT_SOURCE = Path(__file__).with_name("agent.py")
 MINIMUM_PYTHON = (3, 8)
+MAX_MESSAGE = 256 * 2**20
+"""The largest answer taken from the target: more than any batch of bounded reads (a kernel
+log's 64 MiB of records the largest), so a length beyond it is a stream gone wrong."""
+HEADER_LIMIT = 32
+"""A length line is a number of at most this many bytes."""
 OPERATION_TIMEOUT_S = 60.0
 """The longest a read, write or listing may take on the target before the host is lost."""
 BOOTSTRAP = (
@@ -230,6 +235,9 @@ class AgentHost(BatchReads):
                         size = -1
                     if size < 0:
                         raise _garbled(header)
+                    if size > MAX_MESSAGE:
+                        raise _garbled(header, f" (an answer of {size} bytes, more than the "
+                                               f"{MAX_MESSAGE} any answer of the agent's has)")
                     if len(self._buffer) >= newline + 1 + size:
                         payload = self._buffer[newline + 1:newline + 1 + size]
                         self._buffer = self._buffer[newline + 1 + size:]
@@ -238,6 +246,8 @@ class AgentHost(BatchReads):
                             return json.loads(payload)
                         except ValueError:  # not JSON (UnicodeDecodeError is one too)
                             raise _garbled(payload) from None
+                elif len(self._buffer) > HEADER_LIMIT:
+                    raise _garbled(self._buffer)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise HostError(f"no answer in time while waiting for {waiting_for}",
@@ -394,11 +404,11 @@ class AgentHost(BatchReads):
                              str(done["stderr"]))
 
 
-def _garbled(data: bytes) -> HostError:
+def _garbled(data: bytes, why: str = "") -> HostError:
     """What the target said instead of the agent's answer: a shell's startup file that
     prints, a wrapper's banner, a corrupted stream."""
     return HostError(f"the target sent something that is not the agent's answer: "
-                     f"{data[:200]!r}", errno.EPROTO)
+                     f"{bytes(data[:200])!r}{why}", errno.EPROTO)
 
 
 def agent_command(root: str) -> list[str]:
