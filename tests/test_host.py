@@ -12,6 +12,7 @@ import pytest
 
 from pytest_gpuhost.host import (
     HostError,
+    Kmsg,
     LocalHost,
     Read,
     TargetTimeout,
@@ -275,6 +276,20 @@ def test_an_answer_larger_than_any_the_agent_sends_loses_the_target_at_once() ->
         host.batch([Read("proc/sys/vm/swappiness")])
     assert "1099511627776 bytes" in str(lost.value)
     assert time.monotonic() - start < 20  # not the 60 s a read may take, buffering it all
+    host.close()
+
+
+def test_a_kernel_log_of_64_mib_comes_back_well_within_a_reads_time(fake: FakeHost) -> None:
+    """The largest answer the agent sends (the kernel log, bounded at 64 MiB), taken in the
+    pipe's 64 KiB pieces: gathering them must not copy all that came before at every piece."""
+    record = "6,1,1,-;" + "x" * 120 + "\n"
+    fake.file("dev/kmsg", record * (60 * 2**20 // len(record)))
+    host = _agent(fake.root, 60.0)
+    host.identity()
+    start = time.monotonic()
+    [reply] = host.batch([Kmsg("dev/kmsg")])
+    assert reply.error is None and len(reply.value) == 60 * 2**20 // len(record)  # type: ignore[arg-type]
+    assert time.monotonic() - start < 15  # of the 60 s a read may take (20 s when quadratic)
     host.close()
 
 

@@ -109,7 +109,7 @@ class AgentHost(BatchReads):
         self.traffic = Traffic()
         self._process: subprocess.Popen[bytes] | None = None
         self._stderr: collections.deque[str] = collections.deque(maxlen=20)
-        self._buffer = b""
+        self._buffer = bytearray()  # appended to in place: a long answer is copied once
         self._hello: dict[str, object] = {}
         self._lost: HostError | None = None
 
@@ -228,7 +228,7 @@ class AgentHost(BatchReads):
             while True:
                 newline = self._buffer.find(b"\n")
                 if newline >= 0:
-                    header = self._buffer[:newline]
+                    header = bytes(self._buffer[:newline])
                     try:
                         size = int(header)
                     except ValueError:
@@ -239,15 +239,15 @@ class AgentHost(BatchReads):
                         raise _garbled(header, f" (an answer of {size} bytes, more than the "
                                                f"{MAX_MESSAGE} any answer of the agent's has)")
                     if len(self._buffer) >= newline + 1 + size:
-                        payload = self._buffer[newline + 1:newline + 1 + size]
-                        self._buffer = self._buffer[newline + 1 + size:]
+                        payload = bytes(self._buffer[newline + 1:newline + 1 + size])
+                        del self._buffer[:newline + 1 + size]
                         self.traffic.bytes_received += newline + 1 + size
                         try:
                             return json.loads(payload)
                         except ValueError:  # not JSON (UnicodeDecodeError is one too)
                             raise _garbled(payload) from None
                 elif len(self._buffer) > HEADER_LIMIT:
-                    raise _garbled(self._buffer)
+                    raise _garbled(bytes(self._buffer))
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise HostError(f"no answer in time while waiting for {waiting_for}",
@@ -322,7 +322,7 @@ class AgentHost(BatchReads):
         locks drop with it). The next call connects again."""
         self._close_process()
         self._process = None
-        self._buffer = b""
+        self._buffer = bytearray()
 
     # -- Host -------------------------------------------------------------------------------
 
@@ -408,7 +408,7 @@ def _garbled(data: bytes, why: str = "") -> HostError:
     """What the target said instead of the agent's answer: a shell's startup file that
     prints, a wrapper's banner, a corrupted stream."""
     return HostError(f"the target sent something that is not the agent's answer: "
-                     f"{bytes(data[:200])!r}{why}", errno.EPROTO)
+                     f"{data[:200]!r}{why}", errno.EPROTO)
 
 
 def agent_command(root: str) -> list[str]:
