@@ -275,9 +275,10 @@ while True:
 """
 
 
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_a_connection_lost_at_the_run_lock_loses_that_target_only(
         pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, xdist: list[str]) -> None:
     tools = tmp_path / "bin"
     tools.mkdir()
     (tools / "ssh").write_text(DROPPING_SSH.format(python=sys.executable,
@@ -292,9 +293,10 @@ def test_a_connection_lost_at_the_run_lock_loses_that_target_only(
           vm.swappiness: 10
           vm.dirty_ratio: 5
         """))
-    result = pytester.runpytest(f"--gpuhost-spec={spec}",
-                                *ssh_args(sshd, drops.root, fine.root, names=("drops", "fine")),
-                                "--fix", "--gpuhost-report=r.json")
+    result = pytester.runpytest_subprocess(
+        f"--gpuhost-spec={spec}", *ssh_args(sshd, drops.root, fine.root,
+                                            names=("drops", "fine")),
+        "--fix", "--gpuhost-report=r.json", *xdist, timeout=120)
     # one target's connection is that target's error, not the whole run stopped (exit 2)
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     report = json.loads((pytester.path / "r.json").read_text())
