@@ -162,6 +162,26 @@ def test_a_target_without_python3_says_so(pytester: pytest.Pytester, fake: FakeH
     assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 
+def test_a_login_that_prints_says_what_to_change(pytester: pytest.Pytester, fake: FakeHost,
+                                                 tmp_path: Path) -> None:
+    """A shell startup file that prints on a non-interactive login (an echo in ~/.bashrc)
+    comes before the agent's hello: the message names it and what to do."""
+    fake.sysctl("vm.swappiness", 10)
+    server = start_sshd(tmp_path / "sshd-banner", extra_config=(
+        "ForceCommand /bin/sh -c 'echo Welcome to pve; eval \"$SSH_ORIGINAL_COMMAND\"'\n"))
+    try:
+        spec = pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+        result = pytester.runpytest(f"--gpuhost-spec={spec}", *ssh_args(server, fake.root),
+                                    "--gpuhost-report=r.json")
+    finally:
+        server.stop()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    [check] = json.loads((pytester.path / "r.json").read_text())["checks"]
+    assert check["outcome"] == "error"
+    assert "not the agent's answer: b'Welcome to pve'" in check["message"]
+    assert "prints on a non-interactive login" in check["message"]
+
+
 KILLING_MODPROBE = textwrap.dedent("""\
     #!/bin/sh
     # A modprobe whose host goes away mid-fix: it kills the agent that ran it.

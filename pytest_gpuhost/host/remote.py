@@ -148,7 +148,10 @@ class AgentHost(BatchReads):
             self._close_process(kill=True)
             raise
         except HostError as exc:
-            self._lost = TargetLost(f"cannot reach {self.url}: {exc}", exc.errno)
+            hint = " (a shell startup file there that prints on a non-interactive login, such " \
+                "as an echo in ~/.bashrc, comes before the agent: make it print only in an " \
+                "interactive shell)" if exc.errno == errno.EPROTO else ""
+            self._lost = TargetLost(f"cannot reach {self.url}: {exc}{hint}", exc.errno)
             self._close_process(kill=exc.errno == errno.EPROTO)
             raise self._lost from None
         self.traffic.connect_seconds = (self.traffic.connect_seconds or 0.0) + \
