@@ -208,6 +208,9 @@ def test_a_connection_lost_mid_fix_leaves_a_journal_rollback_can_use(
     lost = records["module[nvidia]"]
     assert lost["outcome"] in ("fix_failed", "error")
     assert "lost the connection" in lost["message"]
+    # modprobe ran: whether it loaded the module is not known, and the message says so
+    assert lost["message"].startswith("the state is unknown: "), lost["message"]
+    assert "--gpuhost-rollback" in lost["message"]
     [journal] = (fake.root / "var/lib/pytest-gpuhost/journal").glob("*.jsonl")
     assert '"event": "change"' in journal.read_text()
     back = pytester.runpytest("--gpuhost-rollback", *ssh_args(sshd, fake.root))
