@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from .checks import CannotFix, Check, NotApplicable, Observation, is_boot_time
 from .checks.changes import Plan, ReplaceFile, WriteBytes, WriteText, to_dict
-from .host import Host, HostError, doing
+from .host import Host, HostError, TargetLost, doing
 from .result import CheckResult, Outcome
 
 if TYPE_CHECKING:  # the fixer (journal, locks, NVML settings) is imported by a fix only
@@ -83,8 +83,11 @@ def run_check(
         from .fix.fixer import Fixer
 
         fixer = Fixer(host, None, run_lock=None, apply_lock=None, lock_timeout=0)
-    with doing(f"applying a fix of {check.id}"), fixer.locked():
-        return _fix(check, host, fixer, problem, history)
+    try:
+        with doing(f"applying a fix of {check.id}"), fixer.locked():
+            return _fix(check, host, fixer, problem, history)
+    except TargetLost as exc:  # the connection, lost taking the lock: that target only
+        return _result(check, Outcome.ERROR, str(exc), observed)
 
 
 def _plan(check: Check, host: Host, observed: Observation) -> Plan:

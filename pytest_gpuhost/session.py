@@ -335,8 +335,10 @@ class Target:
         facts = self.host_facts() if known and self.unreachable is None else \
             HostFacts(None, None, None, (), ())
         journal = self.fixrun.journal_path
+        lost = getattr(self.connection, "lost", None)  # at its last check too, not only before
+        unreachable = self.unreachable or (str(lost) if lost is not None else None)
         return TargetInfo(self.name, self.url, facts.hostname, facts.kernel, facts.driver,
-                          facts.gpus, facts.gpu_models, self.unreachable,
+                          facts.gpus, facts.gpu_models, unreachable,
                           journal.shown if journal and self.fixrun.journal_used() else None,
                           **cost)
 

@@ -12,6 +12,7 @@ import pytest
 
 from pytest_gpuhost.host import (
     HostError,
+    Kmsg,
     LocalHost,
     Read,
     TargetTimeout,
@@ -219,6 +220,76 @@ def test_the_time_limit_counts_every_wait_together(fake: FakeHost) -> None:
     with pytest.raises(TargetTimeout, match="hung while waiting for it"):
         host.run(["nap"])
     assert 1.0 <= host.spent < 1.5
+    host.close()
+
+
+HELLO = ("import json, sys, time\n"
+         "sys.stdin.buffer.readline()\n"
+         "hello = json.dumps({'hello': {'euid': 0, 'identity': {'root': '/'}}})\n"
+         "sys.stdout.write('%d\\n%s' % (len(hello), hello)); sys.stdout.flush()\n")
+"""A stand-in for the agent that says hello, then answers its first request with ANSWER."""
+
+
+@pytest.mark.parametrize(("hello", "answer"), [
+    ("", "5\nxxxxx"),  # not JSON at all
+    ("", "-5\n{}"),  # a length that is no length
+    ("", "2\n[]"),  # JSON, but not one answer per request
+    ("", "4\n[17]"),  # one answer, but not an answer
+    ("", "12\n{\"value\": 1}"),  # not a list of answers
+    ("", "A" * 100),  # no length line at all, and no line end to wait for
+    ("5\nxxxxx", None),  # a hello that is not JSON
+])
+def test_an_answer_that_is_not_the_agents_loses_the_target(hello: str,
+                                                           answer: str | None) -> None:
+    """A target whose stream is not the agent's (a shell's startup file that prints, a
+    wrapper, a corrupted stream) is lost with a message: the stream can no longer be trusted
+    to pair answers with requests, and nothing raised past the host stops the whole run."""
+    if answer is None:
+        code = ("import sys, time\nsys.stdin.buffer.readline()\n"
+                f"sys.stdout.write({hello!r}); sys.stdout.flush(); time.sleep(30)\n")
+    else:
+        code = HELLO + ("sys.stdin.buffer.readline()\n"
+                        f"sys.stdout.write({answer!r}); sys.stdout.flush(); time.sleep(30)\n")
+    host = AgentHost("test://garbled", [sys.executable, "-c", code], "/", name="garbled")
+    start = time.monotonic()
+    with pytest.raises(HostError, match="not the agent's answer") as lost:
+        host.batch([Read("proc/sys/vm/swappiness")])
+    assert host.lost is not None and str(host.lost) == str(lost.value)
+    assert "test://garbled" in str(lost.value)
+    with pytest.raises(HostError, match="not the agent's answer"):  # at once, the same reason
+        host.batch([Read("proc/sys/vm/swappiness")])
+    assert host._process is not None and host._process.poll() is not None  # ended, not left
+    assert time.monotonic() - start < 10  # rather than waiting for the stub's 30 s
+    host.close()
+
+
+def test_an_answer_larger_than_any_the_agent_sends_loses_the_target_at_once() -> None:
+    """A length no answer has (a corrupted stream, or a number a shell startup file printed)
+    is refused when it is read, not buffered until the operation's time is up."""
+    code = HELLO + ("import os\nsys.stdin.buffer.readline()\n"
+                    "sys.stdout.write('%d\\n' % (1 << 40)); sys.stdout.flush()\n"
+                    "chunk = b'A' * (1 << 16)\n"
+                    "while True: os.write(1, chunk)\n")
+    host = AgentHost("test://huge", [sys.executable, "-c", code], "/", name="huge")
+    start = time.monotonic()
+    with pytest.raises(HostError, match="not the agent's answer") as lost:
+        host.batch([Read("proc/sys/vm/swappiness")])
+    assert "1099511627776 bytes" in str(lost.value)
+    assert time.monotonic() - start < 20  # not the 60 s a read may take, buffering it all
+    host.close()
+
+
+def test_a_kernel_log_of_64_mib_comes_back_well_within_a_reads_time(fake: FakeHost) -> None:
+    """The largest answer the agent sends (the kernel log, bounded at 64 MiB), taken in the
+    pipe's 64 KiB pieces: gathering them must not copy all that came before at every piece."""
+    record = "6,1,1,-;" + "x" * 120 + "\n"
+    fake.file("dev/kmsg", record * (60 * 2**20 // len(record)))
+    host = _agent(fake.root, 60.0)
+    host.identity()
+    start = time.monotonic()
+    [reply] = host.batch([Kmsg("dev/kmsg")])
+    assert reply.error is None and len(reply.value) == 60 * 2**20 // len(record)  # type: ignore[arg-type]
+    assert time.monotonic() - start < 15  # of the 60 s a read may take (20 s when quadratic)
     host.close()
 
 

@@ -9,8 +9,10 @@ reached over ssh, so a run over ssh can be compared with the same run made local
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -160,6 +162,26 @@ def test_a_target_without_python3_says_so(pytester: pytest.Pytester, fake: FakeH
     assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 
+def test_a_login_that_prints_says_what_to_change(pytester: pytest.Pytester, fake: FakeHost,
+                                                 tmp_path: Path) -> None:
+    """A shell startup file that prints on a non-interactive login (an echo in ~/.bashrc)
+    comes before the agent's hello: the message names it and what to do."""
+    fake.sysctl("vm.swappiness", 10)
+    server = start_sshd(tmp_path / "sshd-banner", extra_config=(
+        "ForceCommand /bin/sh -c 'echo Welcome to pve; eval \"$SSH_ORIGINAL_COMMAND\"'\n"))
+    try:
+        spec = pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+        result = pytester.runpytest(f"--gpuhost-spec={spec}", *ssh_args(server, fake.root),
+                                    "--gpuhost-report=r.json")
+    finally:
+        server.stop()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    [check] = json.loads((pytester.path / "r.json").read_text())["checks"]
+    assert check["outcome"] == "error"
+    assert "not the agent's answer: b'Welcome to pve'" in check["message"]
+    assert "prints on a non-interactive login" in check["message"]
+
+
 KILLING_MODPROBE = textwrap.dedent("""\
     #!/bin/sh
     # A modprobe whose host goes away mid-fix: it kills the agent that ran it.
@@ -186,10 +208,133 @@ def test_a_connection_lost_mid_fix_leaves_a_journal_rollback_can_use(
     lost = records["module[nvidia]"]
     assert lost["outcome"] in ("fix_failed", "error")
     assert "lost the connection" in lost["message"]
+    # modprobe ran: whether it loaded the module is not known, and the message says so
+    assert lost["message"].startswith("the state is unknown: "), lost["message"]
+    assert "--gpuhost-rollback" in lost["message"]
     [journal] = (fake.root / "var/lib/pytest-gpuhost/journal").glob("*.jsonl")
     assert '"event": "change"' in journal.read_text()
     back = pytester.runpytest("--gpuhost-rollback", *ssh_args(sshd, fake.root))
     assert (fake.root / "proc/sys/vm/swappiness").read_text() == "60\n", back.stdout.str()
+
+
+GARBLING_SSH = """\
+#!{python}
+# ssh that "reaches" a root whose name says so by running the agent here, passes its hello on,
+# then answers the first batch with something that is not the agent's answer (a corrupted
+# stream). Any other target goes to the real ssh.
+import os, subprocess, sys, time
+remote = sys.argv[-1]
+if "garbled" not in remote:
+    os.execv({ssh!r}, ["ssh", *sys.argv[1:]])
+child = subprocess.Popen(["sh", "-c", remote], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+header = sys.stdin.buffer.readline()
+child.stdin.write(header + sys.stdin.buffer.read(int(header)))
+child.stdin.flush()
+size = child.stdout.readline()
+sys.stdout.buffer.write(size + child.stdout.read(int(size)))
+sys.stdout.buffer.flush()
+header = sys.stdin.buffer.readline()
+sys.stdin.buffer.read(int(header))
+sys.stdout.buffer.write(b"7\\nGARBAGE")
+sys.stdout.buffer.flush()
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_a_target_that_answers_garbage_is_errors_and_the_others_run(
+        pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, xdist: list[str]) -> None:
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "ssh").write_text(GARBLING_SSH.format(python=sys.executable,
+                                                   ssh=shutil.which("ssh")))
+    (tools / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    good = FakeHost(tmp_path / "good").sysctl("vm.swappiness", 10)
+    garbled = FakeHost(tmp_path / "garbled").sysctl("vm.swappiness", 10)
+    spec = pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    result = pytester.runpytest_subprocess(
+        f"--gpuhost-spec={spec}", *ssh_args(sshd, good.root, garbled.root,
+                                            names=("good", "garbled")),
+        "--gpuhost-report=r.json", *xdist, timeout=120)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    report = json.loads((pytester.path / "r.json").read_text())
+    by_target = {check["target"]: check for check in report["checks"]}
+    assert by_target["good"]["outcome"] == "passed"
+    assert by_target["garbled"]["outcome"] == "error"
+    assert "not the agent's answer: b'GARBAGE'" in by_target["garbled"]["message"]
+    [info] = [t for t in report["targets"] if t["name"] == "garbled"]
+    assert "not the agent's answer" in info["unreachable"]
+
+
+DROPPING_SSH = """\
+#!{python}
+# ssh to a root whose name says "drops": it relays the agent's messages, and the connection
+# drops when the run asks for a lock there (the moment a --fix starts). Any other target goes
+# to the real ssh.
+import os, subprocess, sys
+remote = sys.argv[-1]
+if "drops" not in remote:
+    os.execv({ssh!r}, ["ssh", *sys.argv[1:]])
+child = subprocess.Popen(["sh", "-c", remote], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+first = True
+while True:
+    header = sys.stdin.buffer.readline()
+    if not header:
+        break
+    message = sys.stdin.buffer.read(int(header))
+    if not first and b'"op":"lock"' in message:
+        child.kill()
+        sys.stderr.write("Connection to drops closed by remote host.\\n")
+        sys.stderr.flush()
+        os._exit(255)
+    first = False
+    child.stdin.write(header + message)
+    child.stdin.flush()
+    size = child.stdout.readline()
+    sys.stdout.buffer.write(size + child.stdout.read(int(size)))
+    sys.stdout.buffer.flush()
+"""
+
+
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_a_connection_lost_at_the_run_lock_loses_that_target_only(
+        pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, xdist: list[str]) -> None:
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "ssh").write_text(DROPPING_SSH.format(python=sys.executable,
+                                                   ssh=shutil.which("ssh")))
+    (tools / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    fine = FakeHost(tmp_path / "fine").sysctls({"vm.swappiness": 60, "vm.dirty_ratio": 5})
+    drops = FakeHost(tmp_path / "drops").sysctls({"vm.swappiness": 60, "vm.dirty_ratio": 5})
+    spec = pytester.makefile(".yaml", spec=textwrap.dedent("""\
+        version: 1
+        sysctl:
+          vm.swappiness: 10
+          vm.dirty_ratio: 5
+        """))
+    result = pytester.runpytest_subprocess(
+        f"--gpuhost-spec={spec}", *ssh_args(sshd, drops.root, fine.root,
+                                            names=("drops", "fine")),
+        "--fix", "--gpuhost-report=r.json", *xdist, timeout=120)
+    # one target's connection is that target's error, not the whole run stopped (exit 2)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    report = json.loads((pytester.path / "r.json").read_text())
+    outcomes = {(c["target"], c["id"]): c["outcome"] for c in report["checks"]}
+    assert outcomes == {("fine", "sysctl[vm.swappiness]"): "fixed",
+                        ("fine", "sysctl[vm.dirty_ratio]"): "passed",
+                        ("drops", "sysctl[vm.swappiness]"): "error",
+                        ("drops", "sysctl[vm.dirty_ratio]"): "passed"}  # ran first
+    [lost] = [c for c in report["checks"] if c["outcome"] == "error"]
+    assert "lost the connection to ssh://" in lost["message"]
+    assert "closed by remote host" in lost["message"]
+    [info] = [t for t in report["targets"] if t["name"] == "drops"]
+    assert "lost the connection" in info["unreachable"]  # lost at its last check: said so
+    assert (fine.root / "proc/sys/vm/swappiness").read_text() == "10\n"
+    assert (drops.root / "proc/sys/vm/swappiness").read_text() == "60\n"
 
 
 # -- several targets -----------------------------------------------------------------------------
@@ -335,3 +480,44 @@ def test_under_xdist_each_targets_checks_run_on_one_worker(
     for target in report["targets"]:
         # read by each worker's collection, then by the worker that ran its checks
         assert target["connections"] <= 3 and target["round_trips"] <= 8, target
+
+
+def test_under_xdist_each_target_has_its_own_p2p_measurement(
+        pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path) -> None:
+    """Identical servers have the same GPU addresses: one target's numbers (or its failure to
+    measure) must never be reported as another's."""
+    from .test_p2p import ROWS, four_gpus, record, spec
+
+    slow_rows = [[None if value is None else value / 2 for value in row] for row in ROWS]
+    fast = four_gpus(FakeHost(tmp_path / "fast"))
+    record(fast, ROWS)
+    slow = four_gpus(FakeHost(tmp_path / "slow"))
+    record(slow, slow_rows)
+    pytester.makefile(".yaml", spec=spec())
+    for xdist in ([], ["-n", "2"]):
+        pytester.runpytest_subprocess("--gpuhost-spec=spec.yaml",
+                                      *ssh_args(sshd, fast.root, slow.root,
+                                                names=("fast", "slow")),
+                                      "--gpuhost-report=r.json", *xdist, timeout=120)
+        checks = json.loads((pytester.path / "r.json").read_text())["checks"]
+        observed = {(c["target"], c["id"]): c["observed"] for c in checks}
+        pair = "p2p[0000:01:00.0->0000:21:00.0]"
+        assert observed["fast", pair] == "52.00", (xdist, observed)
+        assert observed["slow", pair] == "26.00", (xdist, observed)
+
+
+def test_a_host_without_lxc_attach_says_so_not_python3(
+        pytester: pytest.Pytester, sshd: SshServer, fake: FakeHost) -> None:
+    """The remote shell's 127 is about lxc-attach here (not a Proxmox or LXC host)."""
+    assert shutil.which("lxc-attach") is None or pytest.skip("lxc-attach is installed here")
+    fake.sysctl("vm.swappiness", 10)
+    spec = pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    result = pytester.runpytest(f"--gpuhost-spec={spec}",
+                                f"--gpuhost-target={sshd.url(fake.root, query='?lxc=101')}",
+                                f"--gpuhost-ssh-config={sshd.client_config}",
+                                "--gpuhost-report=r.json", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    [check] = json.loads((pytester.path / "r.json").read_text())["checks"]
+    assert check["outcome"] == "error"
+    assert "lxc-attach" in check["message"] and "not found" in check["message"]
+    assert "python3 is not installed" not in check["message"]

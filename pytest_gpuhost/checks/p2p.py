@@ -165,7 +165,10 @@ class P2pKind:
                   "d2h": section.floor("d2h") is not None,
                   "ring": section.concurrent is not None and len(gpus) >= 2}
         measurer = Measurer(section, facts.host, gpus, wanted)
-        key = cache_key([section.probe, section.path, section.size, gpus, wanted])
+        # the target too: identical servers have the same GPU addresses, and under xdist the
+        # measurement is shared by name with every worker of the run
+        key = cache_key([facts.host.describe(), section.probe, section.path, section.size,
+                         gpus, wanted])
         shared = SharedMeasurement(key, measurer.measure, facts.shared_dir)
         checks: list[Check] = []
 

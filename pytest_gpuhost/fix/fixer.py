@@ -3,8 +3,9 @@
 Each change is written to the journal before it is made, made under the root's lock, and, when
 the host refuses it, explained in words an operator can act on: what was seen (the errno's name
 and text) and what it means (read-only /proc/sys in a container, kernel lockdown, not root, an
-immutable file). A command that times out leaves its change ``unknown``: journaled as neither
-applied nor failed, so a rollback still offers to undo it.
+immutable file). A command that times out, or a change whose remote target is lost before it
+answers, leaves its change ``unknown``: journaled as neither applied nor failed, so a rollback
+still offers to undo it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from ..checks.changes import Change, Command, NvmlSetting, Plan, ReplaceFile, WriteBytes, WriteText
 from ..checks.conditions import in_container
 from ..gpu.nvml import NvmlPermissionError, NvmlSource, NvmlUnavailable
-from ..host import COMMAND_TIMEOUT_S, CommandTimeout, Host, HostError, Read
+from ..host import COMMAND_TIMEOUT_S, CommandTimeout, Host, HostError, Read, TargetLost
 from .journal import Journal
 from .locking import RootLock
 
@@ -187,8 +188,11 @@ class Fixer:
         then knows that value as the fix's own. None where there is nothing to read. Read in
         one batch after the fix's writes; a fix that writes one file twice reads it once."""
         paths = [c.path for c in changes if isinstance(c, (WriteText, WriteBytes))]
-        replies = dict(zip(paths, self.host.batch([Read(path) for path in paths]), strict=True)
-                       ) if paths else {}
+        try:
+            replies = dict(zip(paths, self.host.batch([Read(path) for path in paths]),
+                               strict=True)) if paths else {}
+        except HostError:  # a target lost after its writes: nothing read back, none lost
+            replies = {}
         backs: list[bytes | None] = []
         for change in changes:
             reply = replies.get(getattr(change, "path", ""))
@@ -223,6 +227,11 @@ class Fixer:
             raise FixError(f"the state is unknown: {exc}; journaled as unknown: see what the "
                            "host holds now, or undo it with --gpuhost-rollback",
                            action=change.describe(), unknown=True) from exc
+        except TargetLost as exc:  # the change went out, its answer never came back
+            raise FixError(f"the state is unknown: {exc}, while the change was being made; "
+                           "journaled before it was made: see what the host holds now, or undo "
+                           "it with --gpuhost-rollback", action=change.describe(),
+                           unknown=True) from exc
         except HostError as exc:
             raise FixError(explain(self.host, change, exc), action=change.describe()) from exc
         return ""

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..host import HostError
+from ..host import HostError, TargetLost
 from .state import StateFile
 
 
@@ -55,6 +55,8 @@ class RootLock:
             return
         try:
             self._handle = self.location.host.lock(self.location.path, timeout, holder_line())
+        except TargetLost:
+            raise  # the target's connection, not its lock: that target is lost, not the run
         except HostError as exc:
             if exc.errno == errno.EWOULDBLOCK:
                 holder = str(exc).removeprefix("held by ")

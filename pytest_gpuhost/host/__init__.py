@@ -67,7 +67,7 @@ class CommandTimeout(HostError):
         self.timeout = timeout
 
 
-class TargetTimeout(HostError):
+class TargetTimeout(TargetLost):
     """A remote target that used up its time (--gpuhost-target-timeout) waiting on one step:
     its connection is ended, and everything asked of it later fails with this error."""
 

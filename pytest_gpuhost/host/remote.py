@@ -42,6 +42,7 @@ from . import (
     HostIdentity,
     Reply,
     Request,
+    TargetLost,
     TargetTimeout,
     checked_command,
     checked_relative,
@@ -53,6 +54,11 @@ from .agent import decode, encode
 
 AGENT_SOURCE = Path(__file__).with_name("agent.py")
 MINIMUM_PYTHON = (3, 8)
+MAX_MESSAGE = 256 * 2**20
+"""The largest answer taken from the target: more than any batch of bounded reads (a kernel
+log's 64 MiB of records the largest), so a length beyond it is a stream gone wrong."""
+HEADER_LIMIT = 32
+"""A length line is a number of at most this many bytes."""
 OPERATION_TIMEOUT_S = 60.0
 """The longest a read, write or listing may take on the target before the host is lost."""
 BOOTSTRAP = (
@@ -103,7 +109,7 @@ class AgentHost(BatchReads):
         self.traffic = Traffic()
         self._process: subprocess.Popen[bytes] | None = None
         self._stderr: collections.deque[str] = collections.deque(maxlen=20)
-        self._buffer = b""
+        self._buffer = bytearray()  # appended to in place: a long answer is copied once
         self._hello: dict[str, object] = {}
         self._lost: HostError | None = None
 
@@ -128,7 +134,7 @@ class AgentHost(BatchReads):
             process = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                        stderr=subprocess.PIPE, start_new_session=True)
         except OSError as exc:
-            self._lost = HostError(f"cannot reach {self.url}: cannot run {self.argv[0]}: "
+            self._lost = TargetLost(f"cannot reach {self.url}: cannot run {self.argv[0]}: "
                                    f"{exc.strerror}", exc.errno)
             raise self._lost from None
         self._process = process
@@ -142,15 +148,18 @@ class AgentHost(BatchReads):
             self._close_process(kill=True)
             raise
         except HostError as exc:
-            self._lost = HostError(f"cannot reach {self.url}: {exc}", exc.errno)
-            self._close_process()
+            hint = " (a shell startup file there that prints on a non-interactive login, such " \
+                "as an echo in ~/.bashrc, comes before the agent: make it print only in an " \
+                "interactive shell)" if exc.errno == errno.EPROTO else ""
+            self._lost = TargetLost(f"cannot reach {self.url}: {exc}{hint}", exc.errno)
+            self._close_process(kill=exc.errno == errno.EPROTO)
             raise self._lost from None
         self.traffic.connect_seconds = (self.traffic.connect_seconds or 0.0) + \
             time.monotonic() - start
         self.traffic.connections += 1
         if not isinstance(hello, dict) or not isinstance(hello.get("hello"), dict):
             reason = hello.get("error") if isinstance(hello, dict) else hello
-            self._lost = HostError(f"cannot use {self.url}: {reason}")
+            self._lost = TargetLost(f"cannot use {self.url}: {reason}")
             self._close_process()
             raise self._lost
         self._hello = hello["hello"]
@@ -181,7 +190,8 @@ class AgentHost(BatchReads):
     def _gone(self, what: str) -> HostError:
         said = self._said()  # waits a moment for the exit status and the last words
         code = self._process.poll() if self._process is not None else None
-        if code == 127 or ("python3" in said and ("not found" in said or "No such" in said)):
+        if ("python3" in said and ("not found" in said or "No such" in said)) or (
+                code == 127 and not said):  # a 127 that names another command is about that
             reason = f"python3 is not installed there (pytest-gpuhost needs python3 " \
                      f"{'.'.join(map(str, MINIMUM_PYTHON))}+ on the target): {said}"
         else:
@@ -221,17 +231,26 @@ class AgentHost(BatchReads):
             while True:
                 newline = self._buffer.find(b"\n")
                 if newline >= 0:
-                    header = self._buffer[:newline]
+                    header = bytes(self._buffer[:newline])
                     try:
                         size = int(header)
                     except ValueError:
-                        raise HostError(f"the target sent something that is not the agent's "
-                                        f"answer: {header[:200]!r}") from None
+                        size = -1
+                    if size < 0:
+                        raise _garbled(header)
+                    if size > MAX_MESSAGE:
+                        raise _garbled(header, f" (an answer of {size} bytes, more than the "
+                                               f"{MAX_MESSAGE} any answer of the agent's has)")
                     if len(self._buffer) >= newline + 1 + size:
-                        payload = self._buffer[newline + 1:newline + 1 + size]
-                        self._buffer = self._buffer[newline + 1 + size:]
+                        payload = bytes(self._buffer[newline + 1:newline + 1 + size])
+                        del self._buffer[:newline + 1 + size]
                         self.traffic.bytes_received += newline + 1 + size
-                        return json.loads(payload)
+                        try:
+                            return json.loads(payload)
+                        except ValueError:  # not JSON (UnicodeDecodeError is one too)
+                            raise _garbled(payload) from None
+                elif len(self._buffer) > HEADER_LIMIT:
+                    raise _garbled(bytes(self._buffer))
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise HostError(f"no answer in time while waiting for {waiting_for}",
@@ -254,12 +273,22 @@ class AgentHost(BatchReads):
             self._close_process(kill=True)
             raise
         except HostError as exc:
-            self._lost = HostError(f"lost the connection to {self.url}: {exc}", exc.errno)
-            self._close_process()
+            self._lost = TargetLost(f"lost the connection to {self.url}: {exc}", exc.errno)
+            self._close_process(kill=exc.errno == errno.EPROTO)
             raise self._lost from None
         self.traffic.round_trips += 1
-        decoded = decode(answer)
-        assert isinstance(decoded, list) and len(decoded) == len(requests)
+        try:
+            decoded = decode(answer)
+        except ValueError:  # a {"b64": ...} that is not base64
+            decoded = None
+        if not isinstance(decoded, list) or len(decoded) != len(requests) or not all(
+                isinstance(item, dict) and ("value" in item or "error" in item)
+                for item in decoded):
+            # the next answer could be this one's: nothing more is read from this stream
+            self._lost = TargetLost(f"lost the connection to {self.url}: "
+                                   f"{_garbled(json.dumps(answer).encode())}", errno.EPROTO)
+            self._close_process(kill=True)
+            raise self._lost
         return decoded
 
     def _op(self, request: dict[str, object], timeout: float = OPERATION_TIMEOUT_S) -> object:
@@ -296,7 +325,7 @@ class AgentHost(BatchReads):
         locks drop with it). The next call connects again."""
         self._close_process()
         self._process = None
-        self._buffer = b""
+        self._buffer = bytearray()
 
     # -- Host -------------------------------------------------------------------------------
 
@@ -376,6 +405,13 @@ class AgentHost(BatchReads):
         assert isinstance(done, dict)
         return CommandResult(tuple(argv), int(done["returncode"]), str(done["stdout"]),
                              str(done["stderr"]))
+
+
+def _garbled(data: bytes, why: str = "") -> HostError:
+    """What the target said instead of the agent's answer: a shell's startup file that
+    prints, a wrapper's banner, a corrupted stream."""
+    return HostError(f"the target sent something that is not the agent's answer: "
+                     f"{data[:200]!r}{why}", errno.EPROTO)
 
 
 def agent_command(root: str) -> list[str]:
