@@ -537,6 +537,27 @@ def test_a_fix_journals_all_its_changes_durably_before_the_first_is_made(
     assert [e.read_back for e in entries] == [b"1\n"] * 3
 
 
+def test_a_read_back_that_fails_leaves_the_changes_applied_without_it(fake: FakeHost) -> None:
+    """The writes were made; what they left cannot be read (a remote target lost just after
+    them): the fix is applied and journaled so, with no read-back value, never an exception
+    in place of the fix's own outcome."""
+    fake.cpus(3, states=("POLL", "C1", "C2"))
+
+    class LostAfterWrites(Recording):
+        def batch(self, requests: Sequence[Request]) -> list[Reply]:
+            if any(e[0] == "write" for e in self.events):
+                raise HostError("lost the connection to the target", errno.ECONNRESET)
+            return super().batch(requests)
+
+    host = LostAfterWrites(fake.root)
+    journal = Journal(StateStore.of(host).new_journal("spec"), "spec")
+    fixer = Fixer(host, journal, run_lock=None, apply_lock=None, lock_timeout=1)
+    fixer.apply("cpuidle[C2]", "cpuidle", "C2", three_writes())
+    fixer.close()
+    entries = read_journal(fake.root / journal.path.path).entries
+    assert [(e.state, e.read_back) for e in entries] == [("applied", None)] * 3
+
+
 def test_changes_after_a_refused_one_are_journaled_as_not_made(fake: FakeHost,
                                                                 tmp_path: Path) -> None:
     fake.cpus(3, states=("POLL", "C1", "C2"))
