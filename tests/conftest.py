@@ -153,3 +153,41 @@ def crash_worker_at(pytester: pytest.Pytester, nodeid: str, hook: str = "pytest_
         f"    if item.nodeid == {nodeid!r} and 'PYTEST_XDIST_WORKER' in os.environ:\n"
         "        os._exit(3)\n"))
     return ["-p", "crasher"]
+
+
+STAND_IN_SSH = """\
+#!{python}
+# ssh that "reaches" a root whose path names {marker!r} by running the remote command here,
+# then does what the test's body says; any other target goes to the real ssh.
+import os, subprocess, sys, time
+remote = sys.argv[-1]
+if {marker!r} not in remote:
+    os.execv({ssh!r}, ["ssh", *sys.argv[1:]])
+child = subprocess.Popen(["sh", "-c", remote], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+"""
+
+RELAY_HELLO = """\
+header = sys.stdin.buffer.readline()
+child.stdin.write(header + sys.stdin.buffer.read(int(header)))
+child.stdin.flush()
+size = child.stdout.readline()
+sys.stdout.buffer.write(size + child.stdout.read(int(size)))
+sys.stdout.buffer.flush()
+"""
+"""A stand-in ssh's body that passes the agent's hello on (what the run sends, what it says)."""
+
+
+def stand_in_ssh(directory: Path, monkeypatch: pytest.MonkeyPatch, marker: str, body: str
+                 ) -> None:
+    """An ``ssh`` first on PATH, made in ``directory``: to a root whose path names ``marker``
+    it runs the agent here and then ``body`` (Python, with ``child`` the agent's process),
+    to any other the real ssh: a target whose stream the test breaks as it chooses."""
+    import os
+    import sys
+
+    directory.mkdir(parents=True, exist_ok=True)
+    tool = directory / "ssh"
+    tool.write_text(STAND_IN_SSH.format(python=sys.executable, ssh=shutil.which("ssh"),
+                                        marker=marker) + body)
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{directory}:{os.environ['PATH']}")

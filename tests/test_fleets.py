@@ -10,8 +10,6 @@ that the inventory's key was used. Neither this machine's sshd nor anyone's ~/.s
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import sys
 import textwrap
 import time
@@ -22,7 +20,7 @@ import pytest
 from pytest_gpuhost.testing.fakehost import FakeHost
 from pytest_gpuhost.testing.sshd import SshServer
 
-from .conftest import NEEDS_OPENSSH, workers_by_target
+from .conftest import NEEDS_OPENSSH, RELAY_HELLO, stand_in_ssh, workers_by_target
 
 pytestmark = NEEDS_OPENSSH
 
@@ -439,23 +437,9 @@ def test_without_ansible_an_inventory_names_the_extra(
 
 # -- the per-target time limit ---------------------------------------------------------------------
 
-STALLING_SSH = """\
-#!{python}
-# ssh that "reaches" a root by running the agent here, then stalls after the agent's hello when
-# the root's name says so: a target whose agent stops answering mid-run. Any other target goes
-# to the real ssh.
-import os, subprocess, sys, time
-remote = sys.argv[-1]
-if "stall-after-hello" not in remote:
-    os.execv({ssh!r}, ["ssh", *sys.argv[1:]])
-child = subprocess.Popen(["sh", "-c", remote], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-header = sys.stdin.buffer.readline()
-child.stdin.write(header + sys.stdin.buffer.read(int(header)))
-child.stdin.flush()
-size = child.stdout.readline()
-sys.stdout.buffer.write(size + child.stdout.read(int(size)))
-sys.stdout.buffer.flush()
-open(os.environ["STALLED_PIDS"], "a").write(f"{{os.getpid()}}\\n")
+STALLING = RELAY_HELLO + """\
+# then stall: a target whose agent stops answering mid-run
+open(os.environ["STALLED_PIDS"], "a").write(f"{os.getpid()}\\n")
 time.sleep(600)
 """
 
@@ -525,12 +509,7 @@ def test_a_target_that_hangs_connecting_ends_at_the_time_limit(
 def test_a_target_whose_agent_stalls_collecting_facts(
         pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    tools = tmp_path / "bin"
-    tools.mkdir()
-    (tools / "ssh").write_text(STALLING_SSH.format(python=sys.executable,
-                                                   ssh=shutil.which("ssh")))
-    (tools / "ssh").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    stand_in_ssh(tmp_path / "bin", monkeypatch, "stall-after-hello", STALLING)
     monkeypatch.setenv("STALLED_PIDS", str(tmp_path / "stalled"))
     good = FakeHost(tmp_path / "good").sysctls({"vm.swappiness": 10, "vm.dirty_ratio": 5})
     stalls = FakeHost(tmp_path / "stall-after-hello").sysctls({"vm.swappiness": 10,

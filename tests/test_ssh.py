@@ -9,10 +9,8 @@ reached over ssh, so a run over ssh can be compared with the same run made local
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -21,7 +19,16 @@ import pytest
 from pytest_gpuhost.testing.fakehost import FakeHost
 from pytest_gpuhost.testing.sshd import SshServer, start_sshd
 
-from .conftest import BLACKWELL8, EXAMPLE_HOST, NEEDS_OPENSSH, counts, snapshot, workers_by_target
+from .conftest import (
+    BLACKWELL8,
+    EXAMPLE_HOST,
+    NEEDS_OPENSSH,
+    RELAY_HELLO,
+    counts,
+    snapshot,
+    stand_in_ssh,
+    workers_by_target,
+)
 
 pytestmark = NEEDS_OPENSSH
 
@@ -145,11 +152,13 @@ def test_an_unknown_host_key_is_never_accepted(pytester: pytest.Pytester, sshd: 
     assert other.read_text().count("\n") == 1  # nothing was added to known_hosts
 
 
-def test_a_target_without_python3_says_so(pytester: pytest.Pytester, fake: FakeHost,
-                                          tmp_path: Path) -> None:
+def run_behind(pytester: pytest.Pytester, fake: FakeHost, directory: Path, before: str
+               ) -> tuple[pytest.RunResult, dict[str, str]]:
+    """One sysctl check over an sshd of its own whose sessions run ``before`` (shell) first,
+    then the command asked for: the run and its one check's record."""
     fake.sysctl("vm.swappiness", 10)
-    server = start_sshd(tmp_path / "sshd-no-python", extra_config=(
-        "ForceCommand /bin/sh -c 'PATH=/nonexistent; eval \"$SSH_ORIGINAL_COMMAND\"'\n"))
+    server = start_sshd(directory, extra_config=(
+        f"ForceCommand /bin/sh -c '{before}; eval \"$SSH_ORIGINAL_COMMAND\"'\n"))
     try:
         spec = pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
         result = pytester.runpytest(f"--gpuhost-spec={spec}", *ssh_args(server, fake.root),
@@ -157,6 +166,12 @@ def test_a_target_without_python3_says_so(pytester: pytest.Pytester, fake: FakeH
     finally:
         server.stop()
     [check] = json.loads((pytester.path / "r.json").read_text())["checks"]
+    return result, check
+
+
+def test_a_target_without_python3_says_so(pytester: pytest.Pytester, fake: FakeHost,
+                                          tmp_path: Path) -> None:
+    result, check = run_behind(pytester, fake, tmp_path / "sshd-no-python", "PATH=/nonexistent")
     assert check["outcome"] == "error"
     assert "python3 is not installed there" in check["message"]
     assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -166,17 +181,8 @@ def test_a_login_that_prints_says_what_to_change(pytester: pytest.Pytester, fake
                                                  tmp_path: Path) -> None:
     """A shell startup file that prints on a non-interactive login (an echo in ~/.bashrc)
     comes before the agent's hello: the message names it and what to do."""
-    fake.sysctl("vm.swappiness", 10)
-    server = start_sshd(tmp_path / "sshd-banner", extra_config=(
-        "ForceCommand /bin/sh -c 'echo Welcome to pve; eval \"$SSH_ORIGINAL_COMMAND\"'\n"))
-    try:
-        spec = pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
-        result = pytester.runpytest(f"--gpuhost-spec={spec}", *ssh_args(server, fake.root),
-                                    "--gpuhost-report=r.json")
-    finally:
-        server.stop()
+    result, check = run_behind(pytester, fake, tmp_path / "sshd-banner", "echo Welcome to pve")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    [check] = json.loads((pytester.path / "r.json").read_text())["checks"]
     assert check["outcome"] == "error"
     assert "not the agent's answer: b'Welcome to pve'" in check["message"]
     assert "prints on a non-interactive login" in check["message"]
@@ -217,22 +223,8 @@ def test_a_connection_lost_mid_fix_leaves_a_journal_rollback_can_use(
     assert (fake.root / "proc/sys/vm/swappiness").read_text() == "60\n", back.stdout.str()
 
 
-GARBLING_SSH = """\
-#!{python}
-# ssh that "reaches" a root whose name says so by running the agent here, passes its hello on,
-# then answers the first batch with something that is not the agent's answer (a corrupted
-# stream). Any other target goes to the real ssh.
-import os, subprocess, sys, time
-remote = sys.argv[-1]
-if "garbled" not in remote:
-    os.execv({ssh!r}, ["ssh", *sys.argv[1:]])
-child = subprocess.Popen(["sh", "-c", remote], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-header = sys.stdin.buffer.readline()
-child.stdin.write(header + sys.stdin.buffer.read(int(header)))
-child.stdin.flush()
-size = child.stdout.readline()
-sys.stdout.buffer.write(size + child.stdout.read(int(size)))
-sys.stdout.buffer.flush()
+GARBLING = RELAY_HELLO + """\
+# then answer the first batch with something that is not the agent's (a corrupted stream)
 header = sys.stdin.buffer.readline()
 sys.stdin.buffer.read(int(header))
 sys.stdout.buffer.write(b"7\\nGARBAGE")
@@ -245,12 +237,7 @@ time.sleep(60)
 def test_a_target_that_answers_garbage_is_errors_and_the_others_run(
         pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch, xdist: list[str]) -> None:
-    tools = tmp_path / "bin"
-    tools.mkdir()
-    (tools / "ssh").write_text(GARBLING_SSH.format(python=sys.executable,
-                                                   ssh=shutil.which("ssh")))
-    (tools / "ssh").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    stand_in_ssh(tmp_path / "bin", monkeypatch, "garbled", GARBLING)
     good = FakeHost(tmp_path / "good").sysctl("vm.swappiness", 10)
     garbled = FakeHost(tmp_path / "garbled").sysctl("vm.swappiness", 10)
     spec = pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
@@ -268,16 +255,9 @@ def test_a_target_that_answers_garbage_is_errors_and_the_others_run(
     assert "not the agent's answer" in info["unreachable"]
 
 
-DROPPING_SSH = """\
-#!{python}
-# ssh to a root whose name says "drops": it relays the agent's messages, and the connection
-# drops when the run asks for a lock there (the moment a --fix starts). Any other target goes
-# to the real ssh.
-import os, subprocess, sys
-remote = sys.argv[-1]
-if "drops" not in remote:
-    os.execv({ssh!r}, ["ssh", *sys.argv[1:]])
-child = subprocess.Popen(["sh", "-c", remote], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+DROPPING = """\
+# relay the agent's messages; the connection drops when the run asks for a lock there (the
+# moment a --fix starts)
 first = True
 while True:
     header = sys.stdin.buffer.readline()
@@ -302,12 +282,7 @@ while True:
 def test_a_connection_lost_at_the_run_lock_loses_that_target_only(
         pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch, xdist: list[str]) -> None:
-    tools = tmp_path / "bin"
-    tools.mkdir()
-    (tools / "ssh").write_text(DROPPING_SSH.format(python=sys.executable,
-                                                   ssh=shutil.which("ssh")))
-    (tools / "ssh").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    stand_in_ssh(tmp_path / "bin", monkeypatch, "drops", DROPPING)
     fine = FakeHost(tmp_path / "fine").sysctls({"vm.swappiness": 60, "vm.dirty_ratio": 5})
     drops = FakeHost(tmp_path / "drops").sysctls({"vm.swappiness": 60, "vm.dirty_ratio": 5})
     spec = pytester.makefile(".yaml", spec=textwrap.dedent("""\
