@@ -342,6 +342,16 @@ def test_a_hosts_key_and_arguments_reach_the_ssh_command_line() -> None:
     argv = ssh_argv("10.0.0.1", port=2222, user="ops", config=Path("/etc/cfg"),
                     connect_timeout=10, inner=["python3", "-c", "pass"],
                     identity_file="/keys/n1", extra=("-o", "ConnectTimeout=3"))
-    assert argv[:9] == ["ssh", "-F", "/etc/cfg", "-o", "ConnectTimeout=3", "-i", "/keys/n1",
-                        "-o", "BatchMode=yes"]
+    assert argv[:9] == ["ssh", "-F", "/etc/cfg", "-o", "BatchMode=yes",
+                        "-o", "ConnectTimeout=3", "-i", "/keys/n1"]
     assert argv[-7:] == ["-p", "2222", "-l", "ops", "--", "10.0.0.1", "python3 -c pass"]
+
+
+def test_no_hosts_arguments_turn_batch_mode_off() -> None:
+    """ssh keeps an option's first value: an inventory's ``-o BatchMode=no`` (or a
+    ``-oBatchMode=no``) comes after the run's ``BatchMode=yes``, so a password prompt never
+    holds the run; a host's other options still win over the run's (its ConnectTimeout)."""
+    argv = ssh_argv("n1", port=None, user=None, config=None, connect_timeout=10,
+                    inner=["true"], extra=("-o", "BatchMode=no", "-oConnectTimeout=3"))
+    assert argv.index("BatchMode=yes") < argv.index("BatchMode=no")
+    assert argv.index("-oConnectTimeout=3") < argv.index("ConnectTimeout=10")

@@ -433,16 +433,18 @@ def ssh_argv(destination: str, *, port: int | None, user: str | None, config: Pa
     ``extra`` (a host's own ssh arguments, an inventory's ``ansible_ssh_common_args``) comes
     before the run's options: ssh keeps the first value it is given of an option, so a host's
     ``-o ConnectTimeout=5`` wins over --gpuhost-connect-timeout, as the configuration file's
-    values give way to both. ``master``: a control socket for this target alone, shared by
-    the processes of one run (OpenSSH's ControlMaster): the first makes the connection, the
-    others open sessions over it without a new key exchange and login."""
+    values give way to both. Only ``BatchMode=yes`` comes before it: no host may make the run
+    wait on a prompt (a password, a passphrase, an unknown host key). ``master``: a control
+    socket for this target alone, shared by the processes of one run (OpenSSH's
+    ControlMaster): the first makes the connection, the others open sessions over it without
+    a new key exchange and login."""
     argv = ["ssh"]
     if config is not None:
         argv += ["-F", str(config)]
-    argv += list(extra)
+    argv += ["-o", "BatchMode=yes", *extra]
     if identity_file is not None:
         argv += ["-i", identity_file]
-    argv += ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, round(connect_timeout))}",
+    argv += ["-o", f"ConnectTimeout={max(1, round(connect_timeout))}",
              "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3", "-T", "-e", "none"]
     if master is not None:
         argv += ["-o", "ControlMaster=auto", "-o", f"ControlPath={master}",
