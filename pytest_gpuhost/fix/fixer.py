@@ -195,15 +195,15 @@ class Fixer:
             replies = {}
         backs: list[bytes | None] = []
         for change in changes:
-            reply = replies.get(getattr(change, "path", ""))
-            if reply is None or reply.error is not None or not isinstance(
-                    change, (WriteText, WriteBytes)):
+            reply = replies.get(change.path) if isinstance(change, (WriteText, WriteBytes)) \
+                else None
+            if reply is None or reply.error is not None:
                 backs.append(None)
-                continue
-            data = reply.data()
-            if isinstance(change, WriteBytes):
-                data = data[change.offset:change.offset + len(bytes.fromhex(change.new))]
-            backs.append(data)
+            elif isinstance(change, WriteBytes):
+                size = len(bytes.fromhex(change.new))
+                backs.append(reply.data()[change.offset:change.offset + size])
+            else:
+                backs.append(reply.data())
         return backs
 
     def _execute(self, change: Change) -> str:
