@@ -432,9 +432,12 @@ class GpuhostRun:
         for position, nodeid in enumerate(self.collected):
             if nodeid not in self.results:
                 incidents = self.incidents.get(nodeid)
-                told = f"no result: the check never reported ({_told(incidents)})" \
-                    if incidents else _unreported(position, progress, self.incidents) \
-                    if progress else why
+                if incidents:
+                    told = f"no result: the check never reported ({_told(incidents)})"
+                elif progress:
+                    told = _unreported(position, progress, self.incidents)
+                else:
+                    told = why
                 placed.append((position, _no_record(nodeid, told)))
         return [record for _, record in sorted(placed, key=lambda pair: pair[0])]
 
