@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from .. import specs
+
 GOOD = frozenset({"passed", "fixed", "skipped"})
 """Outcomes that leave a target healthy (as the node-health integrations judge)."""
-BUNDLED_DIRECTORY = ("pytest_gpuhost", "specs")
-"""Where a bundled spec lies in an installed (or checked out) package."""
+BUNDLED_DIRECTORY = specs.DIRECTORY.parts[-2:]
+"""Where a bundled spec lies in an installed (or checked out) package: ``pytest_gpuhost/specs``."""
 OUTCOME_ORDER = ("error", "fix_failed", "failed", "reboot_required", "would_fix", "fixed",
                  "passed", "skipped")
 """Worst first: a cell of several checks shows the worst outcome among them."""
