@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import stat
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -15,10 +18,12 @@ from pytest_gpuhost.host import (
     Kmsg,
     LocalHost,
     Read,
+    TargetLost,
     TargetTimeout,
     UnsafePath,
     agent,
     doing,
+    remote,
 )
 from pytest_gpuhost.host.remote import AgentHost, agent_command
 from pytest_gpuhost.testing.fakehost import FakeHost
@@ -209,6 +214,61 @@ def test_a_connection_that_never_answers_is_lost_at_the_limit(tmp_path: Path) ->
         host.identity()
     assert time.monotonic() - start < 1.0 + 0.5
     assert host._process is not None and host._process.poll() is not None  # killed
+
+
+def test_a_target_that_stops_reading_is_lost_at_the_limit_however_big_the_request(
+        fake: FakeHost) -> None:
+    """A frozen target (``lxc-freeze``, a vzdump backup in suspend mode, a SIGSTOP) stops
+    reading its standard input: a request bigger than the pipe's buffer (a batch of thousands
+    of sysctls) must not block the run in the write, past every time limit."""
+    fake.sysctl("vm.swappiness", 10)
+    host = _agent(fake.root, 1.5)
+    assert host.batch([Read("proc/sys/vm/swappiness")])[0].data() == b"10\n"
+    assert host._process is not None
+    os.kill(host._process.pid, signal.SIGSTOP)
+    outcome: list[BaseException | None] = []
+
+    def big_batch() -> None:
+        try:
+            host.batch([Read(f"proc/sys/net/ipv4/conf/eth{n}/rp_filter") for n in range(40000)])
+            outcome.append(None)
+        except BaseException as exc:  # what the main thread asserts on
+            outcome.append(exc)
+
+    start = time.monotonic()
+    worker = threading.Thread(target=big_batch, daemon=True)
+    worker.start()
+    worker.join(10)
+    hung = worker.is_alive()
+    with contextlib.suppress(ProcessLookupError):  # a blocked write ends now, if it blocked
+        os.kill(host._process.pid, signal.SIGKILL)
+    worker.join(5)
+    assert not hung, "the write to a stopped target blocked past the time limit"
+    assert time.monotonic() - start < 1.5 + 0.5
+    assert isinstance(outcome[0], TargetTimeout)
+    assert str(outcome[0]) == ("target n1 hung while waiting for it: no answer within "
+                               "--gpuhost-target-timeout=1.5 s, so the run went on without it")
+    assert host.lost is outcome[0]
+    host.close()
+
+
+def test_without_a_time_limit_a_stopped_reader_is_lost_at_the_operation_timeout(
+        fake: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(remote, "OPERATION_TIMEOUT_S", 1.0)
+    fake.sysctl("vm.swappiness", 10)
+    argv = [sys.executable, *agent_command(str(fake.root))[1:]]
+    host = AgentHost("test://frozen", argv, str(fake.root), name="frozen")
+    assert host.batch([Read("proc/sys/vm/swappiness")])[0].data() == b"10\n"
+    assert host._process is not None
+    os.kill(host._process.pid, signal.SIGSTOP)
+    start = time.monotonic()
+    with pytest.raises(TargetLost, match=r"lost the connection to test://frozen: it stopped "
+                                         r"reading: \d+ of the \d+ bytes of 40000 request\(s\) "
+                                         r"went in 1 s"):
+        host.batch([Read(f"proc/sys/net/ipv4/conf/eth{n}/rp_filter") for n in range(40000)])
+    assert time.monotonic() - start < 1.0 + 0.5
+    assert host._process.poll() is not None  # killed, not left stopped
+    host.close()
 
 
 def test_the_time_limit_counts_every_wait_together(fake: FakeHost) -> None:

@@ -138,10 +138,13 @@ class AgentHost(BatchReads):
                                    f"{exc.strerror}", exc.errno)
             raise self._lost from None
         self._process = process
+        assert process.stdin is not None
+        os.set_blocking(process.stdin.fileno(), False)  # writes wait in _send_raw, bounded
         threading.Thread(target=self._drain_stderr, args=(process,), daemon=True).start()
         source = AGENT_SOURCE.read_bytes()
         try:
-            self._send_raw(b"%d\n" % len(source) + source)
+            self._send_raw(b"%d\n" % len(source) + source, self.connect_timeout + 5.0,
+                           "the agent's source")
             hello = self._wait(self.connect_timeout + 5.0, "the agent to start")
         except TargetTimeout as exc:
             self._lost = exc
@@ -152,7 +155,7 @@ class AgentHost(BatchReads):
                 "as an echo in ~/.bashrc, comes before the agent: make it print only in an " \
                 "interactive shell)" if exc.errno == errno.EPROTO else ""
             self._lost = TargetLost(f"cannot reach {self.url}: {exc}{hint}", exc.errno)
-            self._close_process(kill=exc.errno == errno.EPROTO)
+            self._close_process(kill=exc.errno in (errno.EPROTO, errno.ETIMEDOUT))
             raise self._lost from None
         self.traffic.connect_seconds = (self.traffic.connect_seconds or 0.0) + \
             time.monotonic() - start
@@ -178,13 +181,43 @@ class AgentHost(BatchReads):
         lines = [line for line in self._stderr if line.strip()]
         return " / ".join(lines[-3:])
 
-    def _send_raw(self, data: bytes) -> None:
+    def _send_raw(self, data: bytes, timeout: float, sending: str) -> None:
+        """Write ``data`` within ``timeout`` seconds and within what is left of the time limit.
+
+        A target that stops reading (a frozen container: ``lxc-freeze``, a backup in suspend
+        mode, a stopped agent) fills the pipe, and ssh's channel window after it; a blocking
+        write of a bigger message would then wait past every limit. The pipe is non-blocking
+        and each write waits for room only until the deadline."""
         assert self._process is not None and self._process.stdin is not None
+        start = time.monotonic()
+        left = None if self.time_limit is None else self.time_limit - self.spent
+        if left is not None and left <= 0:
+            raise self._hung()
+        bounded = left is not None and left < timeout
+        deadline = start + (left if bounded and left is not None else timeout)
+        fd = self._process.stdin.fileno()
+        rest = memoryview(data)
         try:
-            self._process.stdin.write(data)
-            self._process.stdin.flush()
-        except (BrokenPipeError, OSError):
-            raise self._gone("the connection closed") from None
+            with selectors.DefaultSelector() as selector:
+                selector.register(fd, selectors.EVENT_WRITE)
+                while rest:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        if bounded:
+                            raise self._hung()
+                        raise HostError(f"it stopped reading: {len(data) - len(rest)} of the "
+                                        f"{len(data)} bytes of {sending} went in {timeout:g} s",
+                                        errno.ETIMEDOUT)
+                    if not selector.select(min(remaining, 1.0)):
+                        continue
+                    try:
+                        rest = rest[os.write(fd, rest):]
+                    except BlockingIOError:
+                        continue
+                    except OSError:  # EPIPE: the connection is gone
+                        raise self._gone("the connection closed") from None
+        finally:
+            self.spent += time.monotonic() - start
         self.traffic.bytes_sent += len(data)
 
     def _gone(self, what: str) -> HostError:
@@ -266,7 +299,7 @@ class AgentHost(BatchReads):
         self._connect()
         data = json.dumps(encode(requests), separators=(",", ":")).encode()
         try:
-            self._send_raw(b"%d\n" % len(data) + data)
+            self._send_raw(b"%d\n" % len(data) + data, timeout, f"{len(requests)} request(s)")
             answer = self._wait(timeout, f"{len(requests)} request(s)")
         except TargetTimeout as exc:
             self._lost = exc
@@ -274,7 +307,7 @@ class AgentHost(BatchReads):
             raise
         except HostError as exc:
             self._lost = TargetLost(f"lost the connection to {self.url}: {exc}", exc.errno)
-            self._close_process(kill=exc.errno == errno.EPROTO)
+            self._close_process(kill=exc.errno in (errno.EPROTO, errno.ETIMEDOUT))
             raise self._lost from None
         self.traffic.round_trips += 1
         try:
