@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
 import stat
@@ -268,6 +269,30 @@ def test_without_a_time_limit_a_stopped_reader_is_lost_at_the_operation_timeout(
         host.batch([Read(f"proc/sys/net/ipv4/conf/eth{n}/rp_filter") for n in range(40000)])
     assert time.monotonic() - start < 1.0 + 0.5
     assert host._process.poll() is not None  # killed, not left stopped
+    host.close()
+
+
+def test_a_lock_wait_past_the_time_limit_says_it_was_the_lock(fake: FakeHost) -> None:
+    """Another run holds the target's lock: when the time limit is shorter than the lock's
+    wait, the target is lost at the limit, and the message says it waited for the lock (the
+    target itself answered nothing because it was waiting, not because it hung)."""
+    fake.sysctl("vm.swappiness", 10)
+    lock = fake.root / "var/lib/pytest-gpuhost/fix.lock"
+    lock.parent.mkdir(parents=True)
+    lock.touch()
+    host = _agent(fake.root, 1.0)
+    with open(lock, "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        start = time.monotonic()
+        with doing("applying a fix of sysctl[vm.swappiness]"), \
+                pytest.raises(TargetTimeout) as lost:
+            host.lock("var/lib/pytest-gpuhost/fix.lock", 30.0, "test")
+        assert time.monotonic() - start < 1.0 + 0.5
+    assert str(lost.value) == (
+        "target n1 hung while applying a fix of sysctl[vm.swappiness]: no answer within "
+        "--gpuhost-target-timeout=1 s (it was waiting for the lock "
+        "var/lib/pytest-gpuhost/fix.lock, which another pytest-gpuhost run may hold, and "
+        "--gpuhost-lock-timeout=30 s is longer), so the run went on without it")
     host.close()
 
 

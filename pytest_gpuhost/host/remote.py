@@ -231,8 +231,9 @@ class AgentHost(BatchReads):
             reason = said or (f"{self.argv[0]} exited {code}" if code is not None else what)
         return HostError(reason, errno.ECONNRESET)
 
-    def _wait(self, timeout: float, waiting_for: str) -> object:
-        """One message within ``timeout`` seconds and within what is left of the time limit."""
+    def _wait(self, timeout: float, waiting_for: str, why: str | None = None) -> object:
+        """One message within ``timeout`` seconds and within what is left of the time limit
+        (``why`` the target may take long, said if it takes too long)."""
         start = time.monotonic()
         left = None if self.time_limit is None else self.time_limit - self.spent
         if left is not None and left <= 0:
@@ -243,16 +244,16 @@ class AgentHost(BatchReads):
                                  waiting_for)
         except HostError as exc:
             if bounded and exc.errno == errno.ETIMEDOUT:
-                raise self._hung() from None
+                raise self._hung(why) from None
             raise
         finally:
             self.spent += time.monotonic() - start
 
-    def _hung(self) -> TargetTimeout:
+    def _hung(self, why: str | None = None) -> TargetTimeout:
         step = current_step() or "waiting for it"
         return TargetTimeout(f"target {self.name} hung while {step}: no answer within "
-                             f"--gpuhost-target-timeout={self.time_limit:g} s, so the run went "
-                             "on without it", step)
+                             f"--gpuhost-target-timeout={self.time_limit:g} s"
+                             f"{f' ({why})' if why else ''}, so the run went on without it", step)
 
     def _receive(self, deadline: float, waiting_for: str) -> object:
         """One message: a length line, then that many bytes of JSON."""
@@ -295,12 +296,13 @@ class AgentHost(BatchReads):
                     raise self._gone("the connection closed")
                 self._buffer += chunk
 
-    def _exchange(self, requests: list[dict[str, object]], timeout: float) -> list[object]:
+    def _exchange(self, requests: list[dict[str, object]], timeout: float,
+                  why: str | None = None) -> list[object]:
         self._connect()
         data = json.dumps(encode(requests), separators=(",", ":")).encode()
         try:
             self._send_raw(b"%d\n" % len(data) + data, timeout, f"{len(requests)} request(s)")
-            answer = self._wait(timeout, f"{len(requests)} request(s)")
+            answer = self._wait(timeout, f"{len(requests)} request(s)", why)
         except TargetTimeout as exc:
             self._lost = exc
             self._close_process(kill=True)
@@ -324,8 +326,9 @@ class AgentHost(BatchReads):
             raise self._lost
         return decoded
 
-    def _op(self, request: dict[str, object], timeout: float = OPERATION_TIMEOUT_S) -> object:
-        [answer] = self._exchange([request], timeout)
+    def _op(self, request: dict[str, object], timeout: float = OPERATION_TIMEOUT_S,
+            why: str | None = None) -> object:
+        [answer] = self._exchange([request], timeout, why)
         assert isinstance(answer, dict)
         if "error" in answer:
             code = answer.get("errno")
@@ -413,7 +416,9 @@ class AgentHost(BatchReads):
 
     def lock(self, path: str, timeout: float, holder: str) -> int:
         handle = self._op({"op": "lock", "path": checked_relative(path), "timeout": timeout,
-                           "holder": holder}, timeout + OPERATION_TIMEOUT_S)
+                           "holder": holder}, timeout + OPERATION_TIMEOUT_S,
+                          f"it was waiting for the lock {path}, which another pytest-gpuhost "
+                          f"run may hold, and --gpuhost-lock-timeout={timeout:g} s is longer")
         assert isinstance(handle, int)
         return handle
 
