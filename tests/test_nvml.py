@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import ctypes
 import sys
+import threading
+import time
 import types
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pytest_gpuhost.gpu import nvml as nvml_module
 from pytest_gpuhost.gpu.nvml import (
     FakeGpu,
     FakeNvml,
+    NvmlHung,
     NvmlSource,
     NvmlUnavailable,
     PynvmlNvml,
@@ -228,6 +233,84 @@ def test_driver_not_loaded_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(init_fails=True))
     with pytest.raises(NvmlUnavailable, match=r"Driver Not Loaded.*driver is not loaded"):
         PynvmlNvml.open()
+
+
+def hanging_pynvml(call: str, release: threading.Event) -> types.ModuleType:
+    """The fake binding, with ``call`` blocking until ``release`` is set (a GPU fallen off
+    the bus holds NVML's calls in the kernel)."""
+    module = fake_pynvml()
+    function = module.__dict__[call]
+
+    def blocked(*args: Any) -> Any:
+        release.wait()
+        return function(*args)
+
+    module.__dict__[call] = blocked
+    return module
+
+
+@pytest.fixture
+def release() -> Iterator[threading.Event]:
+    """Set at the end, so a test's blocked NVML threads end with it."""
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+def test_an_nvml_call_that_hangs_is_given_up_on_and_later_calls_fail_at_once(
+        monkeypatch: pytest.MonkeyPatch, release: threading.Event) -> None:
+    monkeypatch.setattr(nvml_module, "NVML_TIMEOUT_S", 0.3)
+    monkeypatch.setitem(sys.modules, "pynvml",
+                        hanging_pynvml("nvmlDeviceGetPersistenceMode", release))
+    nvml = PynvmlNvml.open()
+    start = time.monotonic()
+    with pytest.raises(NvmlHung) as hung:
+        nvml.persistence_mode(A)
+    assert 0.3 <= time.monotonic() - start < 1.0
+    assert str(hung.value) == (
+        "NVML nvmlDeviceGetPersistenceMode did not return within 0.3 s: a GPU may have fallen "
+        "off the bus or the driver is wedged (look for Xid 79 or \"fallen off the bus\" in the "
+        "kernel log, or try nvidia-smi); NVML is given up on for the rest of this run")
+    start = time.monotonic()
+    with pytest.raises(NvmlHung, match="nvmlDeviceGetPersistenceMode did not return"):
+        nvml.driver_version()  # would answer, but NVML is given up on: at once
+    assert time.monotonic() - start < 0.1
+
+
+def test_an_nvml_start_that_hangs_is_tried_once(monkeypatch: pytest.MonkeyPatch,
+                                                release: threading.Event) -> None:
+    monkeypatch.setattr(nvml_module, "NVML_TIMEOUT_S", 0.3)
+    module = hanging_pynvml("nvmlInit", release)
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    opened: list[int] = []
+
+    def opening() -> PynvmlNvml:
+        opened.append(1)
+        return PynvmlNvml.open()
+
+    source = NvmlSource(opening)
+    with pytest.raises(NvmlHung, match=r"NVML nvmlInit did not return within 0\.3 s"):
+        source.get()
+    start = time.monotonic()
+    with pytest.raises(NvmlHung, match=r"NVML nvmlInit did not return within 0\.3 s"):
+        source.get()
+    assert time.monotonic() - start < 0.1 and opened == [1]
+    assert source.reads() == ()  # a prefetch asks too: nothing to read, no error there
+
+
+def test_a_hung_nvml_makes_its_checks_errors_and_the_run_goes_on(
+        fake: FakeHost, monkeypatch: pytest.MonkeyPatch, release: threading.Event) -> None:
+    monkeypatch.setattr(nvml_module, "NVML_TIMEOUT_S", 0.3)
+    monkeypatch.setitem(sys.modules, "pynvml",
+                        hanging_pynvml("nvmlSystemGetDriverVersion", release))
+    start = time.monotonic()
+    results = run_spec(SPEC, two_gpus(fake).root, nvml=NvmlSource(PynvmlNvml.open))
+    assert time.monotonic() - start < 0.3 + 1.0  # one time limit, not one per check
+    outcomes = {key: r.outcome.value for key, r in results.items()}
+    assert outcomes.pop("gpus.nvml_inventory") == "passed"  # NVML listed both GPUs at its start
+    assert outcomes == dict.fromkeys(outcomes, "error") and len(outcomes) == 6, outcomes
+    assert all("nvmlSystemGetDriverVersion did not return within 0.3 s" in results[key].message
+               for key in outcomes)
 
 
 CONFTEST = f"""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import importlib
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -32,6 +33,55 @@ class NvmlUnavailable(Exception):
 
 class NvmlPermissionError(Exception):
     """A setter NVML refused for lack of privilege (persistence mode needs root)."""
+
+
+NVML_TIMEOUT_S = 60.0
+"""The longest one call into the NVML library may take (nvmlInit included: without persistence
+mode it starts every GPU, seconds each) before NVML is given up on for the run."""
+
+
+class NvmlHung(HostError):
+    """A call into NVML did not return in time: a GPU fallen off the bus or a wedged driver
+    blocks it in the kernel, where no signal ends it (``nvidia-smi`` hangs the same way). The
+    call's thread is left behind, and every later NVML call of the run fails at once with
+    this, so NVML's checks are errors naming it and the rest of the run goes on."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, errno.ETIMEDOUT)
+
+
+class _Watchdog:
+    """Makes each call into the NVML library in a daemon thread and waits NVML_TIMEOUT_S for
+    it (ctypes lets go of the GIL in the call, so the wait can end; a daemon thread left in
+    the kernel does not hold the process's exit)."""
+
+    def __init__(self) -> None:
+        self.hung: str | None = None
+
+    def call(self, name: str, function: Callable[..., Any], *args: Any) -> Any:
+        if self.hung is not None:
+            raise NvmlHung(self.hung)
+        outcome: list[tuple[bool, Any]] = []
+
+        def run() -> None:
+            try:
+                outcome.append((True, function(*args)))
+            except BaseException as exc:  # raised again in the caller's thread
+                outcome.append((False, exc))
+
+        thread = threading.Thread(target=run, name=f"gpuhost-nvml-{name}", daemon=True)
+        thread.start()
+        thread.join(NVML_TIMEOUT_S)
+        if not outcome:
+            self.hung = (f"NVML {name} did not return within {NVML_TIMEOUT_S:g} s: a GPU may "
+                         "have fallen off the bus or the driver is wedged (look for Xid 79 or "
+                         "\"fallen off the bus\" in the kernel log, or try nvidia-smi); NVML is "
+                         "given up on for the rest of this run")
+            raise NvmlHung(self.hung)
+        done, value = outcome[0]
+        if done:
+            return value
+        raise value
 
 
 class Nvml(Protocol):
@@ -116,23 +166,30 @@ class NvmlSource:
         self._unavailable: str | None = None
         """Why not, kept as words: a kept exception would keep the frames of the first ask
         (the whole collection, at the session's start) and grow a traceback at each raise."""
+        self._hung: str | None = None
+        """Why opening NVML hung: asked again, it fails at once instead of hanging again."""
 
     def get(self) -> Nvml:
         if self._nvml is not None:
             return self._nvml
+        if self._hung is not None:
+            raise NvmlHung(self._hung)
         if self._unavailable is None:
             try:
                 self._nvml = self._factory()
                 return self._nvml
             except NvmlUnavailable as exc:
                 self._unavailable = str(exc)
+            except NvmlHung as exc:
+                self._hung = str(exc)
+                raise NvmlHung(self._hung) from None
         raise NvmlUnavailable(self._unavailable)
 
     def reads(self) -> tuple[Request, ...]:
         """The host reads NVML's calls make (a recorded snapshot's files), for a prefetch."""
         try:
             nvml = self.get()
-        except NvmlUnavailable:
+        except (NvmlUnavailable, HostError):  # each check that asks says why
             return ()
         return tuple(getattr(nvml, "reads", ()))
 
@@ -159,16 +216,19 @@ def _text(value: object) -> str:
 
 
 class PynvmlNvml:
-    """nvidia-ml-py (``import pynvml``), imported lazily."""
+    """nvidia-ml-py (``import pynvml``), imported lazily. Every call into the library is
+    bounded by NVML_TIMEOUT_S (``NvmlHung``)."""
 
-    def __init__(self, pynvml: Any) -> None:
+    def __init__(self, pynvml: Any, watchdog: _Watchdog | None = None) -> None:
         self._nv = pynvml
-        count = pynvml.nvmlDeviceGetCount()
+        self._watchdog = watchdog or _Watchdog()
+        call = self._watchdog.call
+        count = call("nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount)
         self._handles: dict[str, Any] = {}
         for index in range(count):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            bus_id = _text(pynvml.nvmlDeviceGetPciInfo(handle).busId)
-            self._handles[normalize_address(bus_id)] = handle
+            handle = call("nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index)
+            info = call("nvmlDeviceGetPciInfo", pynvml.nvmlDeviceGetPciInfo, handle)
+            self._handles[normalize_address(_text(info.busId))] = handle
 
     @classmethod
     def open(cls) -> PynvmlNvml:
@@ -176,9 +236,10 @@ class PynvmlNvml:
             pynvml = importlib.import_module("pynvml")
         except ImportError:
             raise NvmlUnavailable(f"nvidia-ml-py is not installed: {INSTALL_HINT}") from None
+        watchdog = _Watchdog()
         try:
-            pynvml.nvmlInit()
-            return cls(pynvml)
+            watchdog.call("nvmlInit", pynvml.nvmlInit)
+            return cls(pynvml, watchdog)
         except pynvml.NVMLError as exc:
             raise NvmlUnavailable(f"NVML did not start ({exc}): the NVIDIA driver is not "
                                   "loaded or libnvidia-ml.so.1 is missing") from None
@@ -194,7 +255,7 @@ class PynvmlNvml:
         mistyped constant, a TypeError, an OSError from the library), is a HostError naming
         the function: the check reports it instead of a traceback."""
         try:
-            return getattr(self._nv, name)(*args)
+            return self._watchdog.call(name, getattr(self._nv, name), *args)
         except self._nv.NVMLError as exc:
             raise HostError(f"NVML {name} failed: {exc}") from exc
         except (ctypes.ArgumentError, TypeError, ValueError, OSError, AttributeError) as exc:
@@ -214,7 +275,9 @@ class PynvmlNvml:
     def set_persistence_mode(self, address: str, enabled: bool) -> None:
         value = self._nv.NVML_FEATURE_ENABLED if enabled else self._nv.NVML_FEATURE_DISABLED
         try:
-            self._nv.nvmlDeviceSetPersistenceMode(self._handle(address), value)
+            self._watchdog.call("nvmlDeviceSetPersistenceMode",
+                                self._nv.nvmlDeviceSetPersistenceMode, self._handle(address),
+                                value)
         except self._nv.NVMLError_NoPermission as exc:
             raise NvmlPermissionError(f"NVML refused ({exc}): setting persistence mode "
                                       "needs root") from exc
@@ -233,8 +296,9 @@ class PynvmlNvml:
 
     def topology(self, one: str, other: str) -> str | None:
         try:
-            level = self._nv.nvmlDeviceGetTopologyCommonAncestor(self._handle(one),
-                                                                  self._handle(other))
+            level = self._watchdog.call("nvmlDeviceGetTopologyCommonAncestor",
+                                        self._nv.nvmlDeviceGetTopologyCommonAncestor,
+                                        self._handle(one), self._handle(other))
         except self._nv.NVMLError:
             return None
         return TOPOLOGY.get(int(level))
@@ -252,7 +316,7 @@ class PynvmlNvml:
 
     def _set(self, name: str, what: str, *args: Any) -> None:
         try:
-            getattr(self._nv, name)(*args)
+            self._watchdog.call(name, getattr(self._nv, name), *args)
         except self._nv.NVMLError_NoPermission as exc:
             raise NvmlPermissionError(f"NVML refused ({exc}): setting {what} needs root") from exc
         except self._nv.NVMLError as exc:
