@@ -245,7 +245,7 @@ def test_a_target_that_stops_reading_is_lost_at_the_limit_however_big_the_reques
         os.kill(host._process.pid, signal.SIGKILL)
     worker.join(5)
     assert not hung, "the write to a stopped target blocked past the time limit"
-    assert time.monotonic() - start < 1.5 + 0.5
+    assert time.monotonic() - start < 1.5 + 1.5  # the limit, and encoding 40,000 requests
     assert isinstance(outcome[0], TargetTimeout)
     assert str(outcome[0]) == ("target n1 hung while waiting for it: no answer within "
                                "--gpuhost-target-timeout=1.5 s, so the run went on without it")
@@ -267,7 +267,7 @@ def test_without_a_time_limit_a_stopped_reader_is_lost_at_the_operation_timeout(
                                          r"reading: \d+ of the \d+ bytes of 40000 request\(s\) "
                                          r"went in 1 s"):
         host.batch([Read(f"proc/sys/net/ipv4/conf/eth{n}/rp_filter") for n in range(40000)])
-    assert time.monotonic() - start < 1.0 + 0.5
+    assert time.monotonic() - start < 1.0 + 1.5  # the timeout, and encoding 40,000 requests
     assert host._process.poll() is not None  # killed, not left stopped
     host.close()
 
