@@ -131,6 +131,10 @@ def test_npd_answers() -> None:
     assert npd.answer(Health(0, ())) == npd.NpdAnswer(
         2, "gpuhost: could not run: no gpuhost checks collected")
     assert npd.answer(Health(67, ()), "interrupted").status == 2
+    assert npd.answer(Health(67, ()), "interrupted", stopped_early=True).status == 2
+    assert npd.answer(Health(67, ("dmesg",)), "interrupted", stopped_early=True) == \
+        npd.NpdAnswer(1, "gpuhost: 1 failed: dmesg (stopped early)")  # a failure seen
+    assert npd.answer(Health(67, ("dmesg",)), "internal error").status == 2
     long = npd.answer(Health(500, ("sysctl[net.ipv4.conf." + "eth0" * 30 + ".rp_filter]",) * 500))
     assert len(long.message) <= 80 and long.message.endswith("... +499")
 
@@ -160,6 +164,17 @@ def test_npd_healthy_host(pytester: pytest.Pytester, good_root: Path) -> None:
     ret, out, _ = npd_run(pytester, "--gpuhost-spec=good.yaml", f"--gpuhost-root={good_root}",
                           "-n", "2")
     assert (ret, out) == (0, ["gpuhost: 2 checks ok"])
+
+
+def test_npd_a_run_stopped_at_its_first_failure_is_a_problem_not_unknown(
+        pytester: pytest.Pytester, spec: Path) -> None:
+    """-x under xdist ends pytest "interrupted" (2): the check that failed is still a problem
+    on the node, and NPD must say so, not "unknown"."""
+    ret, out, _ = npd_run(pytester, f"--gpuhost-spec={spec}", f"--gpuhost-root={EXAMPLE_HOST}",
+                          "-m", "not gpuhost_slow", "-x", "-n", "2")
+    assert ret == 1, out
+    assert len(out) == 1 and out[0].startswith("gpuhost: ") and " failed: " in out[0] \
+        and out[0].endswith(" (stopped early)"), out
 
 
 def test_npd_a_value_that_cannot_be_read_is_a_problem(pytester: pytest.Pytester,

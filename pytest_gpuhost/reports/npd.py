@@ -33,25 +33,34 @@ class NpdAnswer:
     message: str
 
 
-def answer(health: Health, problem: str | None = None) -> NpdAnswer:
-    """``problem``: why the checks could not run (the run was interrupted, nothing collected);
-    then the answer is unknown whatever the records say."""
+def answer(health: Health, problem: str | None = None, *, stopped_early: bool = False
+           ) -> NpdAnswer:
+    """``problem``: why the checks could not run (an internal error, nothing collected); then
+    the answer is unknown whatever the records say. ``stopped_early``: the run was interrupted
+    (``-x``, a collection error, Ctrl-C): a check that failed before is still a problem on the
+    node, so the answer is 1 saying so; with none failed, nothing is known (unknown)."""
+    if stopped_early and health.failing:
+        return _failed(health, " (stopped early)")
     if problem is not None:
         return cannot_run(problem)
     if health.total == 0:
         return cannot_run("no gpuhost checks collected")
     if health.failing:
-        return NpdAnswer(PROBLEM, first_and_count(
-            health, width=MAX_MESSAGE,
-            template=PREFIX + " {count} failed: {first}" + (" +{more}" if len(health.failing) > 1
-                                                           else "")))
+        return _failed(health)
     return NpdAnswer(OK, f"{PREFIX} {health.total} checks ok")
+
+
+def _failed(health: Health, note: str = "") -> NpdAnswer:
+    more = " +{more}" if len(health.failing) > 1 else ""
+    return NpdAnswer(PROBLEM, first_and_count(
+        health, width=MAX_MESSAGE, template=PREFIX + " {count} failed: {first}" + more + note))
 
 
 def answer_run(records: Sequence[CheckResult], exit_status: int, stdout: TextIO | None) -> int:
     """Print the run's one line on ``stdout`` (the real one, kept at startup; else sys.stdout);
     NPD's exit status, which replaces pytest's."""
-    reply = answer(health_of_results(records), pytest_problem(exit_status))
+    reply = answer(health_of_results(records), pytest_problem(exit_status),
+                   stopped_early=exit_status == pytest.ExitCode.INTERRUPTED)
     print(reply.message, file=stdout or sys.stdout, flush=True)
     return reply.status
 
