@@ -25,7 +25,7 @@ from .reports import Reporter, RunInfo, TargetInfo
 from .reports.failure import format_failure
 from .reports.junit import junit_properties
 from .reports.terminal import TerminalSummary
-from .result import CheckResult, Outcome
+from .result import NOT_RUN, CheckResult, Outcome
 from .session import Session
 from .settings import Settings, SettingsError, target_record
 from .spec import SpecError
@@ -423,9 +423,9 @@ class GpuhostRun:
             placed.append((index, record))
         stopped = self.stopped or self.stopped_early
         if stopped == "interrupted":
-            why = "not run: the run was interrupted before it"
+            why = f"{NOT_RUN}the run was interrupted before it"
         elif stopped:
-            why = f"not run: the run stopped before it ({stopped})"
+            why = f"{NOT_RUN}the run stopped before it ({stopped})"
         else:
             why = "no result: the check never reported"
         progress = self._workers_progress() if not stopped else None
@@ -560,7 +560,8 @@ class GpuhostRun:
             from .reports import npd
 
             session.exitstatus = npd.answer_run(records, int(session.exitstatus),
-                                                self.config.stash.get(npd.STDOUT, None))
+                                                self.config.stash.get(npd.STDOUT, None),
+                                                stopped_early=self.stopped_early is not None)
 
     def _report_persistence(self, session: pytest.Session, records: Sequence[CheckResult]
                             ) -> None:
@@ -719,7 +720,7 @@ def _unreported(index: int, progress: Progress, incidents: Mapping[str, Sequence
         return f"no result: the check never reported (it started on xdist worker {worker})"
     if progress.down:
         crashed = ", ".join(sorted(incidents)) or "the check its worker crashed on"
-        return (f"not run: no xdist worker started it after {'; '.join(progress.down.values())} "
+        return (f"{NOT_RUN}no xdist worker started it after {'; '.join(progress.down.values())} "
                 "(xdist gives out no more tests once --max-worker-restart workers have "
                 f"crashed): see {crashed}, then run again")
     return "no result: the check never reported"

@@ -29,6 +29,11 @@ class Outcome(str, enum.Enum):
 OUTCOMES = tuple(o.value for o in Outcome)
 
 
+NOT_RUN = "not run: "
+"""How the record of a check that never ran begins (the run stopped before it, or no xdist
+worker started it): an error record, told apart from a check that ran and failed."""
+
+
 @dataclass(frozen=True)
 class CheckResult:
     id: str

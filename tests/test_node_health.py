@@ -3,6 +3,7 @@ short, safe lines they print."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import stat
 from fnmatch import fnmatch
@@ -105,6 +106,9 @@ def test_health_of_a_json_report() -> None:
     data = {"checks": [{"id": "sysctl[a]", "outcome": "passed"},
                        {"id": "dmesg", "outcome": "failed"}]}
     assert health_of_report(data) == Health(2, ("dmesg",))
+    data["checks"].append({"id": "aer", "outcome": "error",
+                           "message": "not run: the run stopped before it (-x)"})
+    assert health_of_report(data) == Health(3, ("dmesg", "aer"), not_run=("aer",))
     with pytest.raises(ValueError, match="no 'checks' list"):
         health_of_report({"summary": {}})
 
@@ -134,6 +138,12 @@ def test_npd_answers() -> None:
     assert npd.answer(Health(67, ()), "interrupted", stopped_early=True).status == 2
     assert npd.answer(Health(67, ("dmesg",)), "interrupted", stopped_early=True) == \
         npd.NpdAnswer(1, "gpuhost: 1 failed: dmesg (stopped early)")  # a failure seen
+    stopped = Health(67, ("a", "dmesg", "b", "c"), not_run=("a", "c"))
+    assert stopped.failed == ("dmesg", "b")
+    assert npd.answer(stopped, stopped_early=True) == npd.NpdAnswer(
+        1, "gpuhost: 2 failed: dmesg +1 (stopped early, 2 not run)")
+    assert npd.answer(Health(67, ("a",), not_run=("a",)), "interrupted",
+                      stopped_early=True).status == 2  # nothing failed that ran: unknown
     assert npd.answer(Health(67, ("dmesg",)), "internal error").status == 2
     long = npd.answer(Health(500, ("sysctl[net.ipv4.conf." + "eth0" * 30 + ".rp_filter]",) * 500))
     assert len(long.message) <= 80 and long.message.endswith("... +499")
@@ -166,15 +176,21 @@ def test_npd_healthy_host(pytester: pytest.Pytester, good_root: Path) -> None:
     assert (ret, out) == (0, ["gpuhost: 2 checks ok"])
 
 
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["serial", "xdist"])
 def test_npd_a_run_stopped_at_its_first_failure_is_a_problem_not_unknown(
-        pytester: pytest.Pytester, spec: Path) -> None:
-    """-x under xdist ends pytest "interrupted" (2): the check that failed is still a problem
-    on the node, and NPD must say so, not "unknown"."""
+        pytester: pytest.Pytester, spec: Path, xdist: tuple[str, ...]) -> None:
+    """-x: the check that failed is a problem on the node and the checks after it did not run
+    (not 142 failures); under xdist pytest ends "interrupted" (2), still NPD's 1, not
+    "unknown"."""
     ret, out, _ = npd_run(pytester, f"--gpuhost-spec={spec}", f"--gpuhost-root={EXAMPLE_HOST}",
-                          "-m", "not gpuhost_slow", "-x", "-n", "2")
+                          "-m", "not gpuhost_slow", "-x", *xdist)
     assert ret == 1, out
-    assert len(out) == 1 and out[0].startswith("gpuhost: ") and " failed: " in out[0] \
-        and out[0].endswith(" (stopped early)"), out
+    if not xdist:
+        assert out == ["gpuhost: 1 failed: sysctl[kernel.nmi_watchdog] (stopped early, "
+                       "141 not run)"]
+    else:  # the other worker may have run (and failed) a few more before the stop
+        assert len(out) == 1 and re.fullmatch(
+            r"gpuhost: \d+ failed: \S+( \+\d+)? \(stopped early, \d+ not run\)", out[0]), out
 
 
 def test_npd_a_value_that_cannot_be_read_is_a_problem(pytester: pytest.Pytester,

@@ -10,12 +10,13 @@ backslashes, backticks or ``$``, cut to a width.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..gate import OPEN_OUTCOMES
-from ..result import CheckResult
+from ..result import NOT_RUN, CheckResult
 
 GOOD_OUTCOMES = frozenset(outcome.value for outcome in OPEN_OUTCOMES)
 """passed, fixed, skipped; any other outcome (and a check that left no record) is a failure."""
@@ -32,23 +33,45 @@ class Health:
     """Checks that ran or were selected."""
     failing: tuple[str, ...]
     """Ids of the checks that did not pass, get fixed or skip, in run order."""
+    not_run: tuple[str, ...] = ()
+    """Those of ``failing`` that never ran (their record says ``not run: ...``): the run
+    stopped before them, or no xdist worker started them."""
 
     @property
     def healthy(self) -> bool:
         """At least one check, and none failing: a run that checked nothing vouches for nothing."""
         return self.total > 0 and not self.failing
 
+    @property
+    def failed(self) -> tuple[str, ...]:
+        """Those of ``failing`` that ran, in run order."""
+        left = Counter(self.not_run)
+        kept = []
+        for check in self.failing:
+            if left[check]:
+                left[check] -= 1
+            else:
+                kept.append(check)
+        return tuple(kept)
+
 
 def health_of(outcomes: Iterable[tuple[str, str]]) -> Health:
     """From (check id, outcome) pairs; ``none`` stands for a check that left no record."""
-    pairs = list(outcomes)
-    return Health(len(pairs), tuple(check for check, outcome in pairs
-                                    if outcome not in GOOD_OUTCOMES))
+    return _health((check, outcome, "") for check, outcome in outcomes)
+
+
+def _health(records: Iterable[tuple[str, str, str]]) -> Health:
+    """From (check id, outcome, message) triples."""
+    triples = list(records)
+    bad = [(check, message) for check, outcome, message in triples
+           if outcome not in GOOD_OUTCOMES]
+    return Health(len(triples), tuple(check for check, _ in bad),
+                  tuple(check for check, message in bad if message.startswith(NOT_RUN)))
 
 
 def health_of_results(results: Sequence[CheckResult]) -> Health:
     """A run's records (a check that never reported has an error record)."""
-    return health_of((r.id, r.outcome.value) for r in results)
+    return _health((r.id, r.outcome.value, r.message or "") for r in results)
 
 
 def health_of_report(data: Mapping[str, Any]) -> Health:
@@ -56,8 +79,8 @@ def health_of_report(data: Mapping[str, Any]) -> Health:
     checks = data.get("checks")
     if not isinstance(checks, list):
         raise ValueError("the report has no 'checks' list: is it a --gpuhost-report file?")
-    return health_of((str(c.get("id", "?")), str(c.get("outcome", "none"))) for c in checks
-                     if isinstance(c, Mapping))
+    return _health((str(c.get("id", "?")), str(c.get("outcome", "none")),
+                    str(c.get("message") or "")) for c in checks if isinstance(c, Mapping))
 
 
 def clean(text: str) -> str:

@@ -36,11 +36,15 @@ class NpdAnswer:
 def answer(health: Health, problem: str | None = None, *, stopped_early: bool = False
            ) -> NpdAnswer:
     """``problem``: why the checks could not run (an internal error, nothing collected); then
-    the answer is unknown whatever the records say. ``stopped_early``: the run was interrupted
-    (``-x``, a collection error, Ctrl-C): a check that failed before is still a problem on the
-    node, so the answer is 1 saying so; with none failed, nothing is known (unknown)."""
-    if stopped_early and health.failing:
-        return _failed(health, " (stopped early)")
+    the answer is unknown whatever the records say. ``stopped_early``: the run stopped before
+    its last check (``-x``, a collection error, Ctrl-C): a check that ran and failed is still a
+    problem on the node, so the answer is 1 saying so and how many did not run; with none
+    failed, nothing is known (unknown)."""
+    if stopped_early:
+        seen = Health(health.total, health.failed)
+        if seen.failing:
+            return _failed(seen, f" (stopped early, {len(health.not_run)} not run)"
+                                 if health.not_run else " (stopped early)")
     if problem is not None:
         return cannot_run(problem)
     if health.total == 0:
@@ -56,11 +60,13 @@ def _failed(health: Health, note: str = "") -> NpdAnswer:
         health, width=MAX_MESSAGE, template=PREFIX + " {count} failed: {first}" + more + note))
 
 
-def answer_run(records: Sequence[CheckResult], exit_status: int, stdout: TextIO | None) -> int:
+def answer_run(records: Sequence[CheckResult], exit_status: int, stdout: TextIO | None, *,
+               stopped_early: bool = False) -> int:
     """Print the run's one line on ``stdout`` (the real one, kept at startup; else sys.stdout);
-    NPD's exit status, which replaces pytest's."""
+    NPD's exit status, which replaces pytest's. ``stopped_early``: the run stopped before its
+    last check (``-x``, ``--maxfail``, interrupted)."""
     reply = answer(health_of_results(records), pytest_problem(exit_status),
-                   stopped_early=exit_status == pytest.ExitCode.INTERRUPTED)
+                   stopped_early=stopped_early or exit_status == pytest.ExitCode.INTERRUPTED)
     print(reply.message, file=stdout or sys.stdout, flush=True)
     return reply.status
 
