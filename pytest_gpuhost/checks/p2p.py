@@ -33,7 +33,14 @@ from ..gpu.bandwidth import (
     to_measurements,
 )
 from ..gpu.cudaprobe import INSTALL_HINT as CUDA_INSTALL_HINT
-from ..gpu.cudaprobe import CudaBandwidth, CudaError, CudaUnavailable, cuda_available, load_runtime
+from ..gpu.cudaprobe import (
+    CudaBandwidth,
+    CudaError,
+    CudaUnavailable,
+    cuda_available,
+    load_runtime,
+    measure_within,
+)
 from ..gpu.measure import SharedMeasurement, cache_key
 from ..gpu.nvml import NvmlSource, NvmlUnavailable
 from ..host import CommandTimeout, Host, HostError, Read, Request, Which
@@ -398,7 +405,8 @@ class Measurer:
         try:
             runtime = load_runtime()
             probe = CudaBandwidth(runtime, self.section.size)
-            return probe.measure(self.gpus, pairs=self.wanted["pairs"], h2d=self.wanted["h2d"],
-                                 d2h=self.wanted["d2h"], ring=self.wanted["ring"])
+            return measure_within(self.section.timeout, lambda: probe.measure(
+                self.gpus, pairs=self.wanted["pairs"], h2d=self.wanted["h2d"],
+                d2h=self.wanted["d2h"], ring=self.wanted["ring"]))
         except (CudaUnavailable, CudaError) as exc:
             raise HostError(f"probe cuda: {exc}") from exc
