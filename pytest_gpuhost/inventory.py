@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,10 @@ SSH_FLAGS = "46AaCfGgKkMNnqsTtVvXxYy"
 ROOT_VARS = ("gpuhost_root",)
 """pytest-gpuhost's own host variable: the host root on that machine (default ``/``)."""
 _COMMENT = re.compile(r"(?:^|\s)#.*")
+INVENTORY_TIMEOUT_S = 120.0
+"""The longest Ansible may take to read an inventory. Its script plugin (on by default: an
+executable inventory file) waits on the script without a limit, and a plugin that asks a CMDB
+or a cloud API may wait as long on the network."""
 
 
 class InventoryError(Exception):
@@ -80,10 +85,39 @@ class InventoryHost:
 def read_inventory(path: Path, limit: str | None = None) -> list[InventoryHost]:
     """The hosts of the inventory at ``path`` (INI, YAML, a directory, or any inventory plugin
     Ansible's configuration enables), selected by ``limit`` (``gpu``, ``node01``, ``gpu:!login``,
-    ``gpu:&rack1``, ``node0*``, ``~node0[12]``), sorted by name."""
+    ``gpu:&rack1``, ``node0*``, ``~node0[12]``), sorted by name.
+
+    Read in a daemon thread, waited for INVENTORY_TIMEOUT_S: an inventory script that never
+    answers is an error then, not a run that never starts (the script is left to itself)."""
     if not path.exists():
         raise InventoryError(f"{path}: no such inventory file")
     path = path.absolute()  # Ansible's INI plugin refuses a relative source
+    outcome: list[tuple[bool, object]] = []
+
+    def read() -> None:
+        try:
+            outcome.append((True, _read_inventory(path, limit)))
+        except BaseException as exc:  # raised again in the caller's thread
+            outcome.append((False, exc))
+
+    reader = threading.Thread(target=read, name="gpuhost-inventory", daemon=True)
+    reader.start()
+    reader.join(INVENTORY_TIMEOUT_S)
+    if not outcome:
+        raise InventoryError(f"{path}: Ansible did not finish reading the inventory within "
+                             f"{INVENTORY_TIMEOUT_S:g} s: an inventory script or plugin that "
+                             "waits on something (a CMDB or cloud API that does not answer); run "
+                             "ansible-inventory -i FILE --list to see it hang, or write the hosts "
+                             "to a static inventory")
+    done, value = outcome[0]
+    if not done:
+        assert isinstance(value, BaseException)
+        raise value
+    assert isinstance(value, list)
+    return value
+
+
+def _read_inventory(path: Path, limit: str | None) -> list[InventoryHost]:
     data_loader, inventory_manager, variable_manager, templar = _ansible()
     loader = data_loader()
     inventory = inventory_manager(loader=loader, sources=[str(path)], parse=False)

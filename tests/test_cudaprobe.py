@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import enum
+import threading
 import types
 from typing import Any
 
 import pytest
 
-from pytest_gpuhost.gpu.cudaprobe import CudaBandwidth, CudaUnavailable, load_runtime
+from pytest_gpuhost.gpu.bandwidth import Measurements
+from pytest_gpuhost.gpu.cudaprobe import (
+    CudaBandwidth,
+    CudaError,
+    CudaHung,
+    CudaUnavailable,
+    load_runtime,
+    measure_within,
+)
 
 MiB = 2**20
 
@@ -182,3 +191,59 @@ def test_each_pair_is_reported_as_it_is_measured() -> None:
         CudaBandwidth(runtime, MiB).measure(GPUS, pairs=True, h2d=False, d2h=False, ring=False)
     assert lines == ["cuda probe: pair 1 of 2: 0000:01:00.0->0000:81:00.0",
                      "cuda probe: pair 2 of 2: 0000:81:00.0->0000:01:00.0"]
+
+
+class StuckRuntime(FakeRuntime):
+    """A GPU fallen off the bus: a synchronize that never returns (until the test lets go)."""
+
+    def __init__(self) -> None:
+        super().__init__({(0, 1): [50.0], (1, 0): [40.0]}, set())
+        self.release = threading.Event()
+
+    def cudaEventSynchronize(self, event: int) -> tuple[Err]:
+        self.release.wait()
+        return (Err.cudaSuccess,)
+
+
+def test_a_cuda_call_that_never_returns_is_given_up_at_the_timeout(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime = StuckRuntime()
+    outcome: list[BaseException | object] = []
+
+    def measure() -> None:
+        try:
+            outcome.append(measure_within(0.5, lambda: CudaBandwidth(runtime, MiB).measure(
+                GPUS, pairs=True, h2d=False, d2h=False, ring=False)))
+        except BaseException as exc:  # handed to the test's thread
+            outcome.append(exc)
+
+    caller = threading.Thread(target=measure, daemon=True)
+    try:
+        caller.start()
+        caller.join(20)
+        assert outcome, "the cuda probe was not bounded by its timeout"
+        [error] = outcome
+        assert isinstance(error, CudaHung)
+        assert str(error).startswith("the measurement did not finish within 0.5 s: a CUDA call "
+                                     "is stuck")
+        assert "raise the p2p section's timeout" in str(error)
+    finally:
+        runtime.release.set()
+
+
+def test_a_bounded_measurement_reports_progress_and_its_errors() -> None:
+    from pytest_gpuhost.progress import progress_to
+
+    runtime = FakeRuntime({(0, 1): [1.0, 50.0], (1, 0): [1.0, 40.0]}, set())
+    lines: list[str] = []
+    with progress_to(lines.append):
+        measured = measure_within(10, lambda: CudaBandwidth(runtime, MiB).measure(
+            GPUS, pairs=True, h2d=False, d2h=False, ring=False))
+    assert measured.rates["0000:81:00.0->0000:01:00.0"].gbps == pytest.approx(40.0)
+    assert len(lines) == 2
+
+    def fails() -> Measurements:
+        raise CudaError("cudaMalloc failed: out of memory")
+
+    with pytest.raises(CudaError, match="out of memory"):
+        measure_within(10, fails)

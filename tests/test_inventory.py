@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import textwrap
@@ -355,3 +356,44 @@ def test_no_hosts_arguments_turn_batch_mode_off() -> None:
                     inner=["true"], extra=("-o", "BatchMode=no", "-oConnectTimeout=3"))
     assert argv.index("BatchMode=yes") < argv.index("BatchMode=no")
     assert argv.index("-oConnectTimeout=3") < argv.index("ConnectTimeout=10")
+
+
+def test_an_inventory_script_that_never_answers_is_given_up_at_the_timeout(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dynamic inventory (an executable file: Ansible's script plugin, enabled by default)
+    asking a CMDB that does not answer: Ansible waits on it without a limit."""
+    import os
+    import signal
+    import threading
+
+    from pytest_gpuhost import inventory as module
+
+    monkeypatch.setattr(module, "INVENTORY_TIMEOUT_S", 1.0)
+    script = tmp_path / "cmdb.sh"
+    script.write_text(f"#!/bin/sh\necho $$ > '{tmp_path}/pid'\nexec sleep 60\n")
+    script.chmod(0o755)
+    outcome: list[BaseException | object] = []
+
+    def read() -> None:
+        try:
+            outcome.append(read_inventory(script))
+        except BaseException as exc:  # handed to the test's thread
+            outcome.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    try:
+        reader.start()
+        reader.join(20)
+        assert outcome, "reading the inventory was not bounded"
+        [error] = outcome
+        assert isinstance(error, InventoryError)
+        assert str(error) == (
+            f"{script}: Ansible did not finish reading the inventory within 1 s: an inventory "
+            "script or plugin that waits on something (a CMDB or cloud API that does not "
+            "answer); run ansible-inventory -i FILE --list to see it hang, or write the hosts "
+            "to a static inventory")
+    finally:
+        pid = (tmp_path / "pid").read_text().strip() if (tmp_path / "pid").exists() else ""
+        if pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)

@@ -14,7 +14,7 @@ from pytest_gpuhost.gpu.bandwidth import Measurements, Rate
 from pytest_gpuhost.gpu.measure import MeasurementFailed, SharedMeasurement
 from pytest_gpuhost.gpu.nvml import FakeGpu, FakeNvml
 from pytest_gpuhost.host import HostError
-from pytest_gpuhost.result import Outcome
+from pytest_gpuhost.result import CheckResult, Outcome
 from pytest_gpuhost.spec import SpecError
 from pytest_gpuhost.testing.fakehost import FakeHost, nvbandwidth_text
 
@@ -181,6 +181,8 @@ def test_nothing_to_measure_with_is_an_error(fake: FakeHost) -> None:
     ("p2p: {probe: 'file:x', concurrent: {floor: 20}}", "p2p concurrent needs probe: cuda"),
     ("p2p: {probe: auto}", "p2p needs floors"),
     ("p2p: {floors: {same_numa: 1}, speed: 3}", "unknown key 'speed' in p2p"),
+    ("p2p: {timeout: 0, floors: {same_numa: 1}}", "p2p timeout must be a positive number of "
+                                                  "seconds"),
 ])
 def test_bad_p2p_sections_are_spec_errors(fake: FakeHost, text: str, message: str) -> None:
     with pytest.raises(SpecError, match=message.replace("(", r"\(")):
@@ -269,6 +271,51 @@ def test_nvbandwidth_runs_with_cuda_ordinals_in_pci_order(fake: FakeHost,
     results = run_spec(spec("nvbandwidth"), fake.root)
     assert (fake.root / "env.log").read_text() == "CUDA_DEVICE_ORDER=PCI_BUS_ID\n"
     assert results[f"p2p[{G[0]}->{G[1]}]"].observed == "52.00"
+
+
+def test_nvbandwidth_past_the_p2p_timeout_is_killed_and_says_how_to_allow_more(
+        fake: FakeHost) -> None:
+    """A slow link (the fault the check is for) makes nvbandwidth slow: the run ends at the
+    section's timeout with what to raise, and does not wait for it."""
+    import threading
+
+    four_gpus(fake)
+    fake.file("usr/bin/nvbandwidth", "#!/bin/sh\nsleep 60\n", mode=0o755)
+    results: list[dict[str, object]] = []
+    thread = threading.Thread(target=lambda: results.append(
+        run_spec(spec("nvbandwidth", inside="  timeout: 1\n"), fake.root)), daemon=True)
+    thread.start()
+    thread.join(30)
+    assert results, "the p2p measurement was not bounded by its timeout"
+    result = results[0][f"p2p[{G[0]}->{G[1]}]"]
+    assert isinstance(result, CheckResult) and result.outcome is Outcome.ERROR
+    assert "nvbandwidth -j -b 256 -t device_to_device_memcpy_read_ce did not finish within " \
+        "1 s" in result.message
+    assert "raise the p2p section's timeout" in result.message
+
+
+def test_nvbandwidth_runs_under_the_measurement_timeout(fake: FakeHost,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not the 120 s of a command: 56 pairs of 8 GPUs at 4 GB/s (links trained down) take
+    about 180 s."""
+    from pytest_gpuhost.checks.p2p import MEASURE_TIMEOUT_S
+    from pytest_gpuhost.host import LocalHost
+
+    four_gpus(fake)
+    fake.file("usr/bin/nvbandwidth", f"#!/bin/sh\ncat '{fake.root}/nvbandwidth.json'\n",
+              mode=0o755)
+    fake.file("nvbandwidth.json", json_output(ROWS))
+    timeouts: list[float] = []
+    real_run = LocalHost.run
+
+    def run(self: LocalHost, argv: list[str], env: object = None, *,
+            timeout: float = 120.0) -> object:
+        timeouts.append(timeout)
+        return real_run(self, argv, env, timeout=timeout)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LocalHost, "run", run)
+    assert run_spec(spec("nvbandwidth"), fake.root)[f"p2p[{G[0]}->{G[1]}]"].observed == "52.00"
+    assert timeouts == [MEASURE_TIMEOUT_S] and MEASURE_TIMEOUT_S == 600
 
 
 def test_p2p_runs_after_the_pcie_fixes_and_before_dmesg(pytester: pytest.Pytester,

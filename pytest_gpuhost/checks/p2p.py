@@ -33,10 +33,17 @@ from ..gpu.bandwidth import (
     to_measurements,
 )
 from ..gpu.cudaprobe import INSTALL_HINT as CUDA_INSTALL_HINT
-from ..gpu.cudaprobe import CudaBandwidth, CudaError, CudaUnavailable, cuda_available, load_runtime
+from ..gpu.cudaprobe import (
+    CudaBandwidth,
+    CudaError,
+    CudaUnavailable,
+    cuda_available,
+    load_runtime,
+    measure_within,
+)
 from ..gpu.measure import SharedMeasurement, cache_key
 from ..gpu.nvml import NvmlSource, NvmlUnavailable
-from ..host import Host, HostError, Read, Request, Which
+from ..host import CommandTimeout, Host, HostError, Read, Request, Which
 from ..progress import report_progress
 from ..spec import EntryOptions, Node, SpecContext, section
 from ..spec.matchers import Floor
@@ -49,7 +56,14 @@ RECORDED = ("nvbandwidth.json", "nvbandwidth.txt", "p2pBandwidthLatencyTest.txt"
 PROBES = ("auto", "cuda", "nvbandwidth", "file:PATH")
 CLASSES = ("same_numa", "cross_numa")
 FLOORS = (*CLASSES, "h2d", "d2h")
-KEYS = ("probe", "size", "floors", "warn_margin", "concurrent")
+KEYS = ("probe", "size", "floors", "warn_margin", "concurrent", "timeout")
+MEASURE_TIMEOUT_S = 600.0
+"""The longest a measurement may take (``timeout:`` in the section). Not a command's 120 s:
+nvbandwidth's read test copies ``size`` at least 48 times per ordered pair (3 samples of a
+16-copy loop), 13 GB at 256 MiB, so the 56 pairs of 8 GPUs take ~33 s at 22 GB/s (PCIe Gen4,
+the 6x RTX A6000 of nvbandwidth issue 50) and ~180 s on links trained down to 4 GB/s: the
+fault the check is for, which a 120 s limit would report as a hang. It stays below the 900 s
+an xdist waiter (dmesg) gives the checks before it."""
 _SIZE = re.compile(r"(\d+)\s*(B|KiB|MiB|GiB|KB|MB|GB)?\Z")
 _UNITS = {None: 1, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30,
           "KB": 10**3, "MB": 10**6, "GB": 10**9}
@@ -64,6 +78,7 @@ class P2pSection:
     warn_margin: float
     concurrent: float | None
     options: EntryOptions
+    timeout: float = MEASURE_TIMEOUT_S
 
     def floor(self, name: str) -> float | None:
         return dict(self.floors).get(name)
@@ -73,6 +88,14 @@ def _number(node: Node, what: str) -> float:
     value = node.scalar() if not (node.is_mapping or node.is_sequence) else None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise node.error(f"{what} must be a positive number of GB/s, got {node.kind_name()}")
+    return float(value)
+
+
+def _seconds(node: Node) -> float:
+    value = node.scalar() if not (node.is_mapping or node.is_sequence) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
+        raise node.error(f"p2p timeout must be a positive number of seconds, got "
+                         f"{node.kind_name()}")
     return float(value)
 
 
@@ -125,6 +148,7 @@ class P2pKind:
         probe, path, size, margin = "auto", None, 256 * 2**20, 0.0
         floors: dict[str, float] = {}
         concurrent: float | None = None
+        timeout = MEASURE_TIMEOUT_S
         for key, value in given.values.items():
             if key == "probe":
                 probe, path = _probe(value)
@@ -132,6 +156,8 @@ class P2pKind:
                 size = _size(value)
             elif key == "warn_margin":
                 margin = _margin(value)
+            elif key == "timeout":
+                timeout = _seconds(value)
             elif key == "floors":
                 for name, floor in value.mapping("p2p floors"):
                     if name not in FLOORS:
@@ -153,7 +179,7 @@ class P2pKind:
                              "outputs measure one pair at a time")
         options = given.options
         return P2pSection(probe, path, size, tuple(sorted(floors.items())), margin, concurrent,
-                          options)
+                          options, timeout)
 
     def expand(self, section: P2pSection, facts: Facts) -> Sequence[Check]:
         found = facts.get(GPUS)
@@ -233,6 +259,9 @@ def _rekey(check: Check) -> Check:
 
 
 NVBANDWIDTH_ENV = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+SLOW_HINT = ("links slower than expected make it slower (try a smaller size, or raise the p2p "
+             "section's timeout: SECONDS); if a GPU fell off the bus, the kernel log says so "
+             "(Xid 79)")
 
 
 def classify(a: str, b: str, numa: Mapping[str, int], nvml: NvmlSource) -> str:
@@ -355,7 +384,11 @@ class Measurer:
             argv += ["-t", test]
         # CUDA ordinal i = the i-th GPU in PCI order, our mapping when the output names no bus ids.
         report_progress(f"running {' '.join(argv)} (every pair, serially; this takes a while)")
-        done = self.host.run(argv, env=NVBANDWIDTH_ENV)
+        try:
+            done = self.host.run(argv, env=NVBANDWIDTH_ENV, timeout=self.section.timeout)
+        except CommandTimeout:
+            raise HostError(f"{' '.join(argv)} did not finish within {self.section.timeout:g} "
+                            f"s and was killed: {SLOW_HINT}") from None
         if done.returncode != 0:
             raise HostError(f"{done.shown} exited {done.returncode}: "
                             f"{(done.stderr or done.stdout).strip()[-500:]}")
@@ -372,7 +405,8 @@ class Measurer:
         try:
             runtime = load_runtime()
             probe = CudaBandwidth(runtime, self.section.size)
-            return probe.measure(self.gpus, pairs=self.wanted["pairs"], h2d=self.wanted["h2d"],
-                                 d2h=self.wanted["d2h"], ring=self.wanted["ring"])
+            return measure_within(self.section.timeout, lambda: probe.measure(
+                self.gpus, pairs=self.wanted["pairs"], h2d=self.wanted["h2d"],
+                d2h=self.wanted["d2h"], ring=self.wanted["ring"]))
         except (CudaUnavailable, CudaError) as exc:
             raise HostError(f"probe cuda: {exc}") from exc
