@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import re
 import shlex
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .bounded import StillRunning, within
 from .targets import Target, valid_host, valid_name
 
 MISSING_EXTRA = ("reading an Ansible inventory needs ansible-core, which is not installed: "
@@ -92,29 +92,15 @@ def read_inventory(path: Path, limit: str | None = None) -> list[InventoryHost]:
     if not path.exists():
         raise InventoryError(f"{path}: no such inventory file")
     path = path.absolute()  # Ansible's INI plugin refuses a relative source
-    outcome: list[tuple[bool, object]] = []
-
-    def read() -> None:
-        try:
-            outcome.append((True, _read_inventory(path, limit)))
-        except BaseException as exc:  # raised again in the caller's thread
-            outcome.append((False, exc))
-
-    reader = threading.Thread(target=read, name="gpuhost-inventory", daemon=True)
-    reader.start()
-    reader.join(INVENTORY_TIMEOUT_S)
-    if not outcome:
+    try:
+        return within(INVENTORY_TIMEOUT_S, lambda: _read_inventory(path, limit),
+                      name="inventory")
+    except StillRunning:
         raise InventoryError(f"{path}: Ansible did not finish reading the inventory within "
                              f"{INVENTORY_TIMEOUT_S:g} s: an inventory script or plugin that "
                              "waits on something (a CMDB or cloud API that does not answer); run "
                              "ansible-inventory -i FILE --list to see it hang, or write the hosts "
-                             "to a static inventory")
-    done, value = outcome[0]
-    if not done:
-        assert isinstance(value, BaseException)
-        raise value
-    assert isinstance(value, list)
-    return value
+                             "to a static inventory") from None
 
 
 def _read_inventory(path: Path, limit: str | None) -> list[InventoryHost]:

@@ -15,13 +15,12 @@ does not depend on ``CUDA_DEVICE_ORDER``.
 
 from __future__ import annotations
 
-import contextvars
 import importlib
 import statistics
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..bounded import StillRunning, within
 from ..linux.pciaddr import normalize_address
 from ..progress import report_progress
 from .bandwidth import Measurements, Rate
@@ -45,38 +44,22 @@ class CudaHung(CudaError):
 
 
 def measure_within(timeout: float, measure: Callable[[], Measurements]) -> Measurements:
-    """``measure()`` in a daemon thread of its own, waited for ``timeout`` seconds.
+    """``measure()`` in a thread of its own, waited for ``timeout`` seconds
+    (``bounded.within``).
 
     The whole measurement runs in that one thread, not a thread per call: CUDA's current
     device (``cudaSetDevice``) belongs to the calling thread. cuda-python's bindings let go of
-    the GIL in every CUDA call (``with nogil`` in cuda.bindings.runtime), so this thread's
-    wait ends even while a call is stuck. Progress lines still reach the terminal: the
-    thread runs in a copy of this thread's context."""
-    outcome: list[tuple[bool, object]] = []
-
-    def run() -> None:
-        try:
-            outcome.append((True, measure()))
-        except BaseException as exc:  # raised again in the caller's thread
-            outcome.append((False, exc))
-
-    context = contextvars.copy_context()
-    thread = threading.Thread(target=context.run, args=(run,), name="gpuhost-cuda-probe",
-                              daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if not outcome:
+    the GIL in every CUDA call (``with nogil`` in cuda.bindings.runtime), so the wait ends even
+    while a call is stuck. Progress lines still reach the terminal: the thread runs in a copy
+    of this thread's context."""
+    try:
+        return within(timeout, measure, name="cuda-probe")
+    except StillRunning:
         raise CudaHung(f"the measurement did not finish within {timeout:g} s: a CUDA call is "
                        "stuck (a GPU fallen off the bus: look for Xid 79 in the kernel log, or "
                        "try nvidia-smi) or the links are far slower than expected (try a "
                        "smaller size, or raise the p2p section's timeout: SECONDS); the probe "
-                       "was given up on, its thread left behind")
-    done, value = outcome[0]
-    if done:
-        assert isinstance(value, Measurements)
-        return value
-    assert isinstance(value, BaseException)
-    raise value
+                       "was given up on, its thread left behind") from None
 
 
 def load_runtime() -> Any:

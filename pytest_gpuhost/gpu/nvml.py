@@ -14,11 +14,11 @@ from __future__ import annotations
 import ctypes
 import errno
 import importlib
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..bounded import StillRunning, within
 from ..host import Glob, Host, HostError, Request
 from ..linux.pciaddr import normalize_address
 
@@ -51,9 +51,9 @@ class NvmlHung(HostError):
 
 
 class _Watchdog:
-    """Makes each call into the NVML library in a daemon thread and waits NVML_TIMEOUT_S for
-    it (ctypes lets go of the GIL in the call, so the wait can end; a daemon thread left in
-    the kernel does not hold the process's exit)."""
+    """Makes each call into the NVML library in a thread of its own, waited for NVML_TIMEOUT_S
+    (``bounded.within``: ctypes lets go of the GIL in the call); after one hangs, every later
+    call fails at once."""
 
     def __init__(self) -> None:
         self.hung: str | None = None
@@ -61,27 +61,14 @@ class _Watchdog:
     def call(self, name: str, function: Callable[..., Any], *args: Any) -> Any:
         if self.hung is not None:
             raise NvmlHung(self.hung)
-        outcome: list[tuple[bool, Any]] = []
-
-        def run() -> None:
-            try:
-                outcome.append((True, function(*args)))
-            except BaseException as exc:  # raised again in the caller's thread
-                outcome.append((False, exc))
-
-        thread = threading.Thread(target=run, name=f"gpuhost-nvml-{name}", daemon=True)
-        thread.start()
-        thread.join(NVML_TIMEOUT_S)
-        if not outcome:
+        try:
+            return within(NVML_TIMEOUT_S, lambda: function(*args), name=f"nvml-{name}")
+        except StillRunning:
             self.hung = (f"NVML {name} did not return within {NVML_TIMEOUT_S:g} s: a GPU may "
                          "have fallen off the bus or the driver is wedged (look for Xid 79 or "
                          "\"fallen off the bus\" in the kernel log, or try nvidia-smi); NVML is "
                          "given up on for the rest of this run")
-            raise NvmlHung(self.hung)
-        done, value = outcome[0]
-        if done:
-            return value
-        raise value
+            raise NvmlHung(self.hung) from None
 
 
 class Nvml(Protocol):
