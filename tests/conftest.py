@@ -5,7 +5,8 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import shutil
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -191,3 +192,21 @@ def stand_in_ssh(directory: Path, monkeypatch: pytest.MonkeyPatch, marker: str, 
                                         marker=marker) + body)
     tool.chmod(0o755)
     monkeypatch.setenv("PATH", f"{directory}:{os.environ['PATH']}")
+
+
+def ended_within(seconds: float, call: Callable[[], object], what: str) -> object:
+    """What ``call()`` returned, or the exception it raised, made in a daemon thread: a
+    regression that blocks fails the test after ``seconds`` instead of hanging the suite."""
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except BaseException as exc:  # handed to the test's thread
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert outcome, f"{what} was not bounded: still waiting after {seconds:g} s"
+    return outcome[0]

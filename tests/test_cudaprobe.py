@@ -19,6 +19,8 @@ from pytest_gpuhost.gpu.cudaprobe import (
     measure_within,
 )
 
+from .conftest import ended_within
+
 MiB = 2**20
 
 
@@ -208,21 +210,10 @@ class StuckRuntime(FakeRuntime):
 def test_a_cuda_call_that_never_returns_is_given_up_at_the_timeout(
         monkeypatch: pytest.MonkeyPatch) -> None:
     runtime = StuckRuntime()
-    outcome: list[BaseException | object] = []
-
-    def measure() -> None:
-        try:
-            outcome.append(measure_within(0.5, lambda: CudaBandwidth(runtime, MiB).measure(
-                GPUS, pairs=True, h2d=False, d2h=False, ring=False)))
-        except BaseException as exc:  # handed to the test's thread
-            outcome.append(exc)
-
-    caller = threading.Thread(target=measure, daemon=True)
     try:
-        caller.start()
-        caller.join(20)
-        assert outcome, "the cuda probe was not bounded by its timeout"
-        [error] = outcome
+        error = ended_within(20, lambda: measure_within(0.5, lambda: CudaBandwidth(
+            runtime, MiB).measure(GPUS, pairs=True, h2d=False, d2h=False, ring=False)),
+                             "the cuda probe")
         assert isinstance(error, CudaHung)
         assert str(error).startswith("the measurement did not finish within 0.5 s: a CUDA call "
                                      "is stuck")

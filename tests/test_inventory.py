@@ -20,6 +20,8 @@ from pytest_gpuhost.inventory import (
 )
 from pytest_gpuhost.targets import Target, TargetError, name_targets, parse_target_line
 
+from .conftest import ended_within
+
 INI = """\
 [gpu]
 node02 ansible_user=ops
@@ -364,7 +366,6 @@ def test_an_inventory_script_that_never_answers_is_given_up_at_the_timeout(
     asking a CMDB that does not answer: Ansible waits on it without a limit."""
     import os
     import signal
-    import threading
 
     from pytest_gpuhost import inventory as module
 
@@ -372,20 +373,8 @@ def test_an_inventory_script_that_never_answers_is_given_up_at_the_timeout(
     script = tmp_path / "cmdb.sh"
     script.write_text(f"#!/bin/sh\necho $$ > '{tmp_path}/pid'\nexec sleep 60\n")
     script.chmod(0o755)
-    outcome: list[BaseException | object] = []
-
-    def read() -> None:
-        try:
-            outcome.append(read_inventory(script))
-        except BaseException as exc:  # handed to the test's thread
-            outcome.append(exc)
-
-    reader = threading.Thread(target=read, daemon=True)
     try:
-        reader.start()
-        reader.join(20)
-        assert outcome, "reading the inventory was not bounded"
-        [error] = outcome
+        error = ended_within(20, lambda: read_inventory(script), "reading the inventory")
         assert isinstance(error, InventoryError)
         assert str(error) == (
             f"{script}: Ansible did not finish reading the inventory within 1 s: an inventory "
