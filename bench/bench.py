@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
 from pytest_gpuhost import builtin  # noqa: E402
@@ -99,6 +100,41 @@ def clean_env() -> dict[str, str]:
     for name in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE"):
         env.pop(name, None)
     return env
+
+
+PHASES = ("start-up", "collection", "checks", "reports", "end")
+"""What bench/timeline.py's marks split a run into: up to the end of pytest_configure, of
+collection, of the run loop, of session finish (the reports), then unconfigure and exit."""
+
+
+@dataclass
+class Marks:
+    """The phase marks of each run of one case (bench/timeline.py), read after the run."""
+
+    path: Path
+    runs: list[dict[str, float]] = field(default_factory=list)
+
+    @property
+    def env(self) -> tuple[tuple[str, str], ...]:
+        return (("PYTHONPATH", str(HERE)), ("GPUHOST_BENCH_TIMELINE", str(self.path)))
+
+    def read(self) -> None:
+        self.runs.append(json.loads(self.path.read_text()))
+
+    def beyond(self, repeat: int) -> list[float]:
+        """Per measured run: seconds from the end of start-up (every plugin configured) to the
+        end of the session (the reports written): a run without pytest's start-up and exit."""
+        return [m["finished"] - m["configured"] for m in self.runs[-repeat:]]
+
+    def split(self, walls: Sequence[float]) -> dict[str, list[float]]:
+        """Seconds of each phase of the measured runs, whose wall times are ``walls``."""
+        seconds: dict[str, list[float]] = {phase: [] for phase in PHASES}
+        for marks, wall in zip(self.runs[-len(walls):], walls, strict=True):
+            bounds = [marks[k] for k in ("started", "configured", "collected", "ran",
+                                         "finished")] + [marks["started"] + wall]
+            for phase, (a, b) in zip(PHASES, itertools.pairwise(bounds), strict=True):
+                seconds[phase].append(b - a)
+        return seconds
 
 
 def run_once(case: Case) -> tuple[float, float]:
@@ -433,28 +469,72 @@ def gpuhost_modules(directory: Path, args: Sequence[str]) -> list[str]:
     return done.stderr.split()
 
 
+def opened_paths(spec: SpecCase) -> list[str]:
+    """The paths a gpuhost run of ``spec`` opens, directories included, in order (what
+    bench/floorplug.py reads): a run of its own with the agent's opener wrapped."""
+    listing = spec.directory / "opened.txt"
+    code = textwrap.dedent(f"""\
+        import pytest
+        from pytest_gpuhost.host import agent
+        opened, original = [], agent.Root._open
+        def traced(self, rel, flags, mode=0):
+            opened.append(rel)
+            return original(self, rel, flags, mode)
+        agent.Root._open = traced
+        pytest.main({[*COMMON, "-p", "no:testinfra", *spec.args]!r})
+        open({str(listing)!r}, "w").write("\\n".join(opened) + "\\n")
+        """)
+    subprocess.run([sys.executable, "-c", code], cwd=spec.directory, env=clean_env(),
+                   capture_output=True, check=True)
+    return listing.read_text().split()
+
+
 def figure_floor(base: Path, repeat: int, warmup: int) -> Figure:
     """(1c) The full spec on a 128-CPU x 4-state, 8-GPU, 300-sysctl host vs a plain test file
-    with the same number of trivial parametrized tests, run without the plugin."""
+    with the same number of trivial parametrized tests, run without the plugin; beside them, a
+    lower bound (bench/floorplug.py: the same spec parsed, the same paths read, as many items),
+    and where each run's time goes (bench/timeline.py, loaded by all three)."""
     progress("floor: overhead over pytest's floor")
     spec = make_spec_case(base / "floor", gpus=8, cpus=128, sysctls=300)
     (spec.directory / "test_plain.py").write_text(plain_test_file(spec.checks))
-    # pytest-testinfra (installed for figure 2) is no part of a gpuhost run: off on both sides.
+    paths = opened_paths(spec)
+    # pytest-testinfra (installed for figure 2) is no part of a gpuhost run: off on every side.
     off = ("-p", "no:testinfra")
-    gpuhost = Case("gpuhost", (*off, *spec.args), spec.directory)
-    plain = Case("plain", (*off, *NO_PLUGIN, "test_plain.py"), spec.directory)
-    times = alternate([gpuhost, plain], repeat, warmup)
+    marks: dict[str, Marks] = {}
+
+    def timed(name: str, args: tuple[str, ...], *env: tuple[str, str]) -> Case:
+        marks[name] = Marks(spec.directory / f"marks-{name.replace(' ', '-')}.json")
+        return Case(name, (*args, "-p", "timeline"), spec.directory, after=marks[name].read,
+                    env=(*marks[name].env, *env))
+
+    gpuhost = timed("gpuhost", (*off, *spec.args))
+    lower = timed("reads only", (*off, *NO_PLUGIN, "-p", "floorplug", "spec.yaml"),
+                  ("FLOORPLUG_PATHS", "opened.txt"), ("FLOORPLUG_ITEMS", str(spec.checks)))
+    plain = timed("plain", (*off, *NO_PLUGIN, "test_plain.py"))
+    times = alternate([gpuhost, lower, plain], repeat, warmup)
     ratio, line = both(times, "gpuhost", "plain")
+    _, lower_line = both(times, "reads only", "plain")
     extra = med(times.wall["gpuhost"]) - med(times.wall["plain"])
+    split = {name: marks[name].split(times.wall[name]) for name in marks}
+    gaps = ", ".join(
+        f"{phase} {1000 * (med(split['gpuhost'][phase]) - med(split['reads only'][phase])):+.0f}"
+        " ms" for phase in PHASES)
     return Figure(
         "1c", f"overhead over pytest's floor: {spec.checks} checks (128 CPUs x 4 C-states, "
         "8 GPUs, 300 sysctls) vs as many trivial parametrized tests without the plugin",
         "gpuhost / plain <= 1.10 (serial)", result_text(times, "gpuhost", "plain"),
         ratio.median <= 1.10,
-        [gpuhost.shown(base), plain.shown(base)],
+        [gpuhost.shown(base), lower.shown(base), plain.shown(base)],
         [line, medians(times),
          f"difference of the medians: {extra * 1000:.0f} ms, "
-         f"{extra / spec.checks * 1e6:.0f} us a check"])
+         f"{extra / spec.checks * 1e6:.0f} us a check",
+         f"a lower bound, {lower_line} (bench/floorplug.py, a plugin that parses the same spec "
+         f"with PyYAML's C loader, opens and reads the same {len(paths)} paths as the gpuhost "
+         f"run, with os.open and no containment, and yields {spec.checks} items that compare a "
+         "string): what the plugin costs beyond it is its own machinery, not the reading its "
+         "checks need",
+         "gpuhost against the lower bound, by phase (bench/timeline.py medians, the phases "
+         f"of bench/ssh.py): {gaps}"])
 
 
 def xdist_cases(spec: SpecCase) -> list[Case]:

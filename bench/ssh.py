@@ -28,7 +28,6 @@ without the start-up and exit of its process.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import shutil
@@ -46,9 +45,11 @@ sys.path.insert(0, str(HERE))
 from bench import (  # noqa: E402
     BLACKWELL8,
     EXAMPLE_HOST,
+    PHASES,
     REPO,
     Case,
     Figure,
+    Marks,
     Ratio,
     TempDir,
     Timings,
@@ -344,41 +345,6 @@ def figure_fix(base: Path, link: Link, repeat: int, warmup: int) -> Figure:
 
 # ---------------------------------------------------------------------------------------------
 # (6b) 100 sysctls over ssh: pytest-gpuhost against pytest-testinfra
-
-
-PHASES = ("start-up", "collection", "checks", "reports", "end")
-"""What bench/timeline.py's marks split a run into: up to the end of pytest_configure, of
-collection, of the run loop, of session finish (the reports), then unconfigure and exit."""
-
-
-@dataclass
-class Marks:
-    """The phase marks of each run of one case (bench/timeline.py), read after the run."""
-
-    path: Path
-    runs: list[dict[str, float]] = field(default_factory=list)
-
-    @property
-    def env(self) -> tuple[tuple[str, str], ...]:
-        return (("PYTHONPATH", str(HERE)), ("GPUHOST_BENCH_TIMELINE", str(self.path)))
-
-    def read(self) -> None:
-        self.runs.append(json.loads(self.path.read_text()))
-
-    def beyond(self, repeat: int) -> list[float]:
-        """Per measured run: seconds from the end of start-up (every plugin configured) to the
-        end of the session (the reports written): a run without pytest's start-up and exit."""
-        return [m["finished"] - m["configured"] for m in self.runs[-repeat:]]
-
-    def split(self, walls: Sequence[float]) -> dict[str, list[float]]:
-        """Seconds of each phase of the measured runs, whose wall times are ``walls``."""
-        seconds: dict[str, list[float]] = {phase: [] for phase in PHASES}
-        for marks, wall in zip(self.runs[-len(walls):], walls, strict=True):
-            bounds = [marks[k] for k in ("started", "configured", "collected", "ran",
-                                         "finished")] + [marks["started"] + wall]
-            for phase, (a, b) in zip(PHASES, itertools.pairwise(bounds), strict=True):
-                seconds[phase].append(b - a)
-        return seconds
 
 
 def time_ssh(link: Link, rounds: int) -> list[float]:
