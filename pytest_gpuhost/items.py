@@ -12,6 +12,7 @@ import pytest
 from . import long_lived
 from .checks import Check
 from .fix.locking import LockUnavailable
+from .host import TargetLost
 from .progress import progress_to
 from .reports.failure import format_failure
 from .reports.junit import junit_properties
@@ -125,6 +126,13 @@ class GpuhostItem(pytest.Item):
             with progress_to(self._progress_sink()):
                 self.result = run.session.run(self.check, self.target)
         except LockUnavailable as exc:
+            if len(run.session.targets) > 1:  # a fleet: that target's lock, not the run's
+                reason = (f"{exc}: nothing was changed on this target and its checks were "
+                          "given up on; the other targets went on (run again on it when that "
+                          "run is done)")
+                self.target.lose(TargetLost(reason))
+                self.result = error_record(self.check, reason, self._target_name(run))
+                raise CheckError(self.result) from None
             run.stop(self, str(exc))
             self.result = error_record(self.check, str(exc), self._target_name(run))
             raise CheckError(self.result) from None

@@ -129,3 +129,45 @@ def test_fix_persist_over_two_targets_writes_each_its_own_files(
     persisted = sorted((c["target"], c["outcome"]) for c in report["checks"]
                        if c["kind"] == "persist")
     assert persisted == [("a", "fixed"), ("b", "fixed")]
+
+
+def test_a_fleet_fix_where_another_run_holds_one_target_goes_on_with_the_others(
+        pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path) -> None:
+    """A run lock held on one target of a fleet is that target's error, as a lost connection
+    is: the other targets are fixed, nothing is written on the held one, and each of its
+    checks says who holds the lock and what to do (before, the whole run stopped, exit 2,
+    every later target's checks not run)."""
+    from pytest_gpuhost.fix.locking import RootLock
+    from pytest_gpuhost.testing.fakehost import FakeHost
+
+    roots = {name: FakeHost(tmp_path / name).sysctl("vm.swappiness", 60)
+             .sysctl("vm.dirty_ratio", 40).root for name in ("a", "b", "c")}
+    (pytester.path / "spec.yaml").write_text(
+        "version: 1\nsysctl:\n  vm.swappiness: 10\n  vm.dirty_ratio: 10\n")
+    held = RootLock(roots["b"] / "var/lib/pytest-gpuhost/run.lock", "run")
+    held.acquire(1)
+    try:
+        result = pytester.runpytest(
+            "--gpuhost-spec=spec.yaml", "--fix", "--gpuhost-report=r.json",
+            "--gpuhost-lock-timeout=0.3",
+            *[f"--gpuhost-target={sshd.url(root, query=f'?name={name}')}"
+              for name, root in roots.items()],
+            f"--gpuhost-ssh-config={sshd.client_config}", "-p", "no:cacheprovider")
+    finally:
+        held.release()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    for name in ("a", "c"):
+        assert (roots[name] / "proc/sys/vm/swappiness").read_text() == "10\n"
+    assert (roots["b"] / "proc/sys/vm/swappiness").read_text() == "60\n"
+    assert (roots["b"] / "proc/sys/vm/dirty_ratio").read_text() == "40\n"
+    report = json.loads((pytester.path / "r.json").read_text())
+    outcomes = {(c["target"], c["id"]): c["outcome"] for c in report["checks"]}
+    assert outcomes == {
+        ("a", "sysctl[vm.dirty_ratio]"): "fixed", ("a", "sysctl[vm.swappiness]"): "fixed",
+        ("b", "sysctl[vm.dirty_ratio]"): "error", ("b", "sysctl[vm.swappiness]"): "error",
+        ("c", "sysctl[vm.dirty_ratio]"): "fixed", ("c", "sysctl[vm.swappiness]"): "fixed"}
+    for check in (c for c in report["checks"] if c["target"] == "b"):
+        assert "another pytest-gpuhost run holds the run lock" in check["message"]
+        assert "(waited 0.3 s)" in check["message"]
+        assert "the other targets went on" in check["message"], check["message"]
+
