@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pytest_gpuhost.linux.pciconfig import (
+    SIZES,
     ConfigError,
     DeviceControl,
     device_control,
     find_capability,
     parse_hexdump,
 )
+from pytest_gpuhost.result import Outcome
+from pytest_gpuhost.testing.fakehost import FakeHost
 
-from .conftest import FIXTURES
+from .conftest import FIXTURES, run_spec
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +88,22 @@ def test_max_read_request_rewrite_touches_bits_14_to_12_only(size: int, code: in
     assert after.value & ~0x7000 == 0x0937  # payload, error reporting, ExtTag, NoSnoop kept
 
 
-def test_rewrite_never_sets_function_level_reset() -> None:
-    assert not DeviceControl(0x78, 0xA937).with_max_read_request(4096).value & 0x8000
+def test_a_word_with_function_level_reset_set_is_refused_not_rewritten() -> None:
+    """Bit 15 reads 0 on an answering endpoint: a 1 there is neither written back (a reset)
+    nor cleared (a bit that is not ours)."""
+    with pytest.raises(ConfigError, match=r"DevCtl 0xa937 at 0x80 reads bit 15 set"):
+        DeviceControl(0x78, 0xA937).with_max_read_request(4096)
+
+
+@pytest.mark.parametrize("value", [0xFFFF, 0x7937, 0x6937, 0x29F7, 0x29D7])
+def test_reserved_size_codes_are_refused_not_decoded(value: int) -> None:
+    """0xffff (a device that fell off the bus) would read as MaxReadReq 16384 and pass any
+    ``min``; no answering device holds the reserved codes 6 and 7 in either size field."""
+    config = _with_pointer(0x78)
+    config[0x78:0x7A] = bytes([0x10, 0x00])
+    config[0x80:0x82] = value.to_bytes(2, "little")
+    with pytest.raises(ConfigError, match=f"DevCtl 0x{value:04x} at 0x80 holds the reserved"):
+        device_control(bytes(config))
 
 
 def test_rewrite_refuses_sizes_that_are_not_encodable() -> None:
@@ -156,3 +175,61 @@ def test_a_short_config_space_says_what_its_length_means(size: int, words: str) 
     from pytest_gpuhost.linux.pciconfig import short_config
 
     assert words in short_config(size, 0x104)
+
+
+# --- the MaxReadReq write, byte for byte on the fake config file ---------------------------------
+
+MRRS_SPEC = "version: 1\npcie:\n  max_read_request: {size}\n"
+
+
+def _gpu_with_devctl(fake: FakeHost, value: int) -> Path:
+    fake.gpu("0000:01:00.0")
+    config = fake.root / "sys/bus/pci/devices/0000:01:00.0/config"
+    data = bytearray(config.read_bytes())
+    data[0x80:0x82] = value.to_bytes(2, "little")  # DevCtl of the capability at 0x78
+    config.write_bytes(bytes(data))
+    return config
+
+
+@pytest.mark.parametrize("others", [0x0000, 0x0001, 0x0917, 0x0937, 0x0A5A, 0x05A5, 0x0FBF])
+@pytest.mark.parametrize(("start", "size"), [(0, 4096), (2, 4096), (5, 128), (4, 1024)])
+def test_the_fix_changes_devctl_bits_14_to_12_and_nothing_else(
+        fake: FakeHost, others: int, start: int, size: int) -> None:
+    """Whatever the other bits of DevCtl hold (error reporting, payload, ExtTag, phantom
+    functions, AuxPwr, NoSnoop: 0x0fbf sets all of 11:0 that a valid payload code allows),
+    the fix rewrites 14:12 alone, in DevCtl's two bytes, and not one other byte of the 4096."""
+    config = _gpu_with_devctl(fake, others | start << 12)
+    before = config.read_bytes()
+    result = run_spec(MRRS_SPEC.format(size=size), fake.root, fix=True)[
+        "pcie.max_read_request[0000:01:00.0]"]
+    after = config.read_bytes()
+    assert result.outcome is Outcome.FIXED, result.message
+    assert {i for i in range(len(before)) if before[i] != after[i]} <= {0x80, 0x81}
+    old, new = (int.from_bytes(data[0x80:0x82], "little") for data in (before, after))
+    assert (old ^ new) & ~0x7000 == 0  # only bits 14:12 differ
+    assert new == others | SIZES.index(size) << 12
+
+
+@pytest.mark.parametrize("value", [0x8000 | 0x2937, 0x8000 | 0x0FBF, 0x8000])
+def test_a_devctl_with_bit_15_set_is_not_written_at_all(fake: FakeHost, value: int) -> None:
+    config = _gpu_with_devctl(fake, value)
+    before = config.read_bytes()
+    result = run_spec(MRRS_SPEC.format(size=4096), fake.root, fix=True)[
+        "pcie.max_read_request[0000:01:00.0]"]
+    assert config.read_bytes() == before
+    assert result.outcome is Outcome.FAILED
+    assert "not fixed: sys/bus/pci/devices/0000:01:00.0/config: DevCtl " \
+        f"0x{value:04x} at 0x80 reads bit 15 set" in result.message
+
+
+def test_a_devctl_that_reads_all_ones_is_an_error_and_not_written(fake: FakeHost) -> None:
+    """The capability header still answers, DevCtl reads 0xffff: before, the fix wrote
+    0x2fff (every enable bit of 11:0 set) and ``min: 4096`` passed on 16384."""
+    config = _gpu_with_devctl(fake, 0xFFFF)
+    before = config.read_bytes()
+    for spec in (MRRS_SPEC.format(size=512), "version: 1\npcie:\n  max_read_request: "
+                                             "{min: 4096}\n"):
+        result = run_spec(spec, fake.root, fix=True)["pcie.max_read_request[0000:01:00.0]"]
+        assert result.outcome is Outcome.ERROR
+        assert "holds the reserved MaxReadReq code 7" in result.message
+    assert config.read_bytes() == before

@@ -15,7 +15,7 @@ from ..linux.pciconfig import BCR_FLR, SIZES, ConfigError, DeviceControl, device
 from ..result import CheckResult
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Domain, Expectation, Integer, LinkSpeed
-from . import Check, Evidence, Fact, Facts, NoFix, Observation, PersistLine
+from . import CannotFix, Check, Evidence, Fact, Facts, NoFix, Observation, PersistLine
 from .changes import Plan, WriteBytes
 from .conditions import in_container
 from .gpus import GPUS, Gpu, MissingGpus
@@ -58,9 +58,13 @@ class MaxReadRequestProbe:
         return Observation(str(devctl.max_read_request), (_devctl_evidence(path, devctl),))
 
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
-        """A read-modify-write of DevCtl bits 14:12 alone (bit 15, FLR, stays clear)."""
+        """A read-modify-write of DevCtl bits 14:12 alone; a word with bit 15 set (FLR) is
+        refused, not rewritten."""
         devctl, path = _device_control(host, self.gpu)
-        wanted = devctl.with_max_read_request(int(value))
+        try:
+            wanted = devctl.with_max_read_request(int(value))
+        except ConfigError as exc:
+            raise CannotFix(f"{path}: {exc}") from exc
         change = WriteBytes(path, wanted.offset, devctl.raw.hex(), wanted.raw.hex(),
                             never_set=BCR_FLR)
         return Plan(f"write DevCtl 0x{devctl.value:04x} -> 0x{wanted.value:04x} at {path} "
