@@ -233,3 +233,56 @@ def test_a_devctl_that_reads_all_ones_is_an_error_and_not_written(fake: FakeHost
         assert result.outcome is Outcome.ERROR
         assert "holds the reserved MaxReadReq code 7" in result.message
     assert config.read_bytes() == before
+
+
+# --- a bridge or GPU that reads all ones is an error, never "no ACS" or a value ---------------
+
+ACS_SPEC = "version: 1\npcie:\n  acs_redirect: 'off'\n"
+
+
+def _gpu_behind(fake: FakeHost, bridge: str = "0000:40:01.1") -> Path:
+    fake.bridge(bridge)
+    fake.gpu("0000:41:00.0", parent=bridge)
+    return fake.root / "sys/bus/pci/devices" / bridge / "config"
+
+
+def test_a_bridge_that_reads_all_ones_is_an_error_not_a_pass(fake: FakeHost) -> None:
+    """Its extended header at 0x100 reads 0xffffffff, which the walk took for "no extended
+    capabilities": the bridge passed as "no ACS capability: it cannot redirect"."""
+    config = _gpu_behind(fake)
+    config.write_bytes(b"\xff" * 4096)
+    [result] = run_spec(ACS_SPEC, fake.root, fix=True).values()
+    assert result.outcome is Outcome.ERROR
+    assert "the vendor ID reads 0xffff: the device does not answer config reads" in \
+        result.message
+    assert config.read_bytes() == b"\xff" * 4096
+
+
+def test_an_extended_header_of_all_ones_in_4096_bytes_is_an_error(fake: FakeHost) -> None:
+    config = _gpu_behind(fake)
+    data = bytearray(config.read_bytes())
+    data[0x100:0x104] = b"\xff" * 4
+    config.write_bytes(bytes(data))
+    [result] = run_spec(ACS_SPEC, fake.root, fix=True).values()
+    assert result.outcome is Outcome.ERROR
+    assert "header at 0x100 reads 0xffffffff in a 4096-byte config space" in result.message
+    assert config.read_bytes() == bytes(data)
+
+
+def test_a_gpu_that_reads_all_ones_is_an_error_that_says_so(fake: FakeHost) -> None:
+    fake.gpu("0000:01:00.0")
+    config = fake.root / "sys/bus/pci/devices/0000:01:00.0/config"
+    config.write_bytes(b"\xff" * 4096)
+    [result] = run_spec(MRRS_SPEC.format(size=4096), fake.root, fix=True).values()
+    assert result.outcome is Outcome.ERROR
+    assert "vendor ID reads 0xffff" in result.message
+    assert config.read_bytes() == b"\xff" * 4096
+
+
+def test_extended_capabilities_none_and_256_bytes() -> None:
+    from pytest_gpuhost.linux.pciext import extended_capabilities
+
+    config = bytearray(4096)
+    config[0:2] = b"\xde\x10"
+    assert extended_capabilities(bytes(config)) == []  # 0 at 0x100: none
+    assert extended_capabilities(b"\xff" * 256) == []  # no extended space to read

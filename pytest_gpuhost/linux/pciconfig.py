@@ -50,6 +50,16 @@ def short_config(length: int, needed: int) -> str:
     return f"{seen}: the file is shorter than a PCI function's config space"
 
 
+def check_answers(config: bytes) -> None:
+    """Refuse config space read from a function that does not answer: a vendor ID of 0xffff is
+    what a read returns from a device that fell off the bus or is in reset (no vendor has it),
+    and every other byte read then is 0xff too, which a walk would take for values."""
+    if config[:2] == b"\xff\xff":
+        raise ConfigError("the vendor ID reads 0xffff: the device does not answer config reads "
+                          "(gone from the bus, or in reset); nothing is read or written: check "
+                          "dmesg and lspci -vvv")
+
+
 def capability_end(offset: int, length: int, what: str) -> None:
     """Refuse a standard capability whose ``length`` bytes from ``offset`` leave 0x40..0xFF."""
     if offset + length > STANDARD_END:
@@ -63,10 +73,11 @@ def find_capability(config: bytes, cap_id: int) -> int | None:
 
     Each pointer must lie in 0x40..0xFF (bits 1:0 masked off, as the PCI spec, the kernel and
     libpci mask them); a pointer into the header, an entry too close to 0x100 to hold its id
-    and next pointer, a loop, or an id of 0xFF (the device reads all ones) is a ConfigError
-    naming it."""
+    and next pointer, a loop, or an id of 0xFF or a vendor ID of 0xffff (the device reads all
+    ones) is a ConfigError naming it."""
     if len(config) < 0x40:
         raise ConfigError(f"config space is {len(config)} bytes; the header alone is 64")
+    check_answers(config)
     if not config[STATUS] & STATUS_CAP_LIST:
         return None
     where, offset = f"the capability pointer at 0x{CAP_POINTER:02x}", config[CAP_POINTER]
