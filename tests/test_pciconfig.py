@@ -286,3 +286,27 @@ def test_extended_capabilities_none_and_256_bytes() -> None:
     config[0:2] = b"\xde\x10"
     assert extended_capabilities(bytes(config)) == []  # 0 at 0x100: none
     assert extended_capabilities(b"\xff" * 256) == []  # no extended space to read
+
+
+# --- link width and speed, as sysfs shows them -------------------------------------------------
+
+
+@pytest.mark.parametrize("shown", ["63", "3", "64", "x16"])
+def test_a_link_width_no_pcie_link_has_is_an_error_not_a_pass(fake: FakeHost, shown: str) -> None:
+    """The kernel prints Link Status bits 9:4: a GPU that fell off the bus reads them as 63,
+    which passed ``min: 16``."""
+    fake.gpu("0000:01:00.0")
+    (fake.root / fake.pci_dir("0000:01:00.0") / "current_link_width").write_text(f"{shown}\n")
+    [result] = run_spec("version: 1\npcie:\n  link_width: {min: 16}\n", fake.root).values()
+    assert result.outcome is Outcome.ERROR
+    assert f"current_link_width reads {shown!r}, not a PCIe link width" in result.message
+
+
+@pytest.mark.parametrize(("shown", "outcome"), [("16", Outcome.PASSED), ("8", Outcome.FAILED),
+                                                ("0", Outcome.FAILED)])
+def test_link_widths_of_an_answering_device(fake: FakeHost, shown: str,
+                                            outcome: Outcome) -> None:
+    fake.gpu("0000:01:00.0")
+    (fake.root / fake.pci_dir("0000:01:00.0") / "current_link_width").write_text(f"{shown}\n")
+    [result] = run_spec("version: 1\npcie:\n  link_width: {min: 16}\n", fake.root).values()
+    assert result.outcome is outcome

@@ -83,6 +83,12 @@ class MaxPayloadProbe(NoFix):
         return Observation(str(devctl.max_payload), (_devctl_evidence(path, devctl),))
 
 
+LINK_WIDTHS = ("0", "1", "2", "4", "8", "12", "16", "32")
+"""What ``current_link_width`` can show of an answering device: the widths PCIe defines, and 0
+for a link that is down. The kernel prints Link Status bits 9:4 as they read; a device that
+does not answer reads them all ones, 63, which would pass any ``min``."""
+
+
 @dataclass(frozen=True)
 class SysfsAttributeProbe(NoFix):
     gpu: Gpu
@@ -96,6 +102,11 @@ class SysfsAttributeProbe(NoFix):
         if not host.exists(path):
             return Observation(None, problem=f"{path} does not exist")
         value = host.read_text(path).strip()
+        if self.attribute == "current_link_width" and value not in LINK_WIDTHS:
+            raise HostError(f"{path} reads {value!r}, not a PCIe link width "
+                            f"({', '.join(LINK_WIDTHS[1:])}; 0: the link is down): 63 is Link "
+                            "Status read as all ones, a device that does not answer (gone from "
+                            "the bus, or in reset): check dmesg and lspci -vvv")
         return Observation(value, (Evidence(path, value),))
 
 
