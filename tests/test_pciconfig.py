@@ -310,3 +310,55 @@ def test_link_widths_of_an_answering_device(fake: FakeHost, shown: str,
     (fake.root / fake.pci_dir("0000:01:00.0") / "current_link_width").write_text(f"{shown}\n")
     [result] = run_spec("version: 1\npcie:\n  link_width: {min: 16}\n", fake.root).values()
     assert result.outcome is outcome
+
+
+# --- a register that changes between the plan and the write ---------------------------------------
+
+
+def test_a_devctl_changed_between_the_plan_and_the_write_is_not_overwritten(
+        fake: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver sets a DevCtl bit (Unsupported Request Reporting, bit 3) after the plan read
+    the register: the write of the planned word would silently clear it again."""
+    from pytest_gpuhost.checks.pcie import MaxReadRequestProbe
+
+    config = _gpu_with_devctl(fake, 0x2937)
+    planned = MaxReadRequestProbe.plan
+
+    def plan_then_the_driver_writes(self: MaxReadRequestProbe, *args: object) -> object:
+        plan = planned(self, *args)  # type: ignore[arg-type]
+        data = bytearray(config.read_bytes())
+        data[0x80] |= 0x08
+        config.write_bytes(bytes(data))
+        return plan
+
+    monkeypatch.setattr(MaxReadRequestProbe, "plan", plan_then_the_driver_writes)
+    result = run_spec(MRRS_SPEC.format(size=4096), fake.root, fix=True)[
+        "pcie.max_read_request[0000:01:00.0]"]
+    assert result.outcome is Outcome.FIX_FAILED
+    assert "@0x80 holds 3f29 now, not the 3729 the fix was planned from" in result.message
+    assert config.read_bytes()[0x80:0x82] == (0x293F).to_bytes(2, "little")  # the driver's
+
+
+def test_a_value_that_reads_back_different_is_fix_failed_not_fixed(fake: FakeHost) -> None:
+    """A device that keeps its MaxReadReq (firmware-locked, or a write the kernel drops)."""
+    from pytest_gpuhost.host import LocalHost
+
+    class Dropping(LocalHost):
+        def write_bytes(self, path: str, data: bytes, offset: int = 0) -> None:
+            return None
+
+    from pytest_gpuhost import builtin
+    from pytest_gpuhost.checks import Facts
+    from pytest_gpuhost.engine import RunOptions, run_check
+    from pytest_gpuhost.spec import load_spec
+
+    _gpu_with_devctl(fake, 0x2937)
+    spec_path = fake.root.parent / "spec.yaml"
+    spec_path.write_text(MRRS_SPEC.format(size=4096))
+    kinds = {kind.section: kind for kind in builtin.pytest_gpuhost_check_kinds()}
+    spec = load_spec(spec_path, kinds, {})
+    host = Dropping(fake.root)
+    [check] = kinds["pcie"].expand(spec.sections["pcie"], Facts(host))
+    result = run_check(check, host, {}, RunOptions(fix=True))
+    assert result.outcome is Outcome.FIX_FAILED
+    assert "read back '512'" in result.message and "ignored the write" in result.message
