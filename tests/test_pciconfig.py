@@ -362,3 +362,62 @@ def test_a_value_that_reads_back_different_is_fix_failed_not_fixed(fake: FakeHos
     result = run_check(check, host, {}, RunOptions(fix=True))
     assert result.outcome is Outcome.FIX_FAILED
     assert "read back '512'" in result.message and "ignored the write" in result.message
+
+
+# --- what is written: ACS Control bits, and only the GPUs' and path bridges' config --------------
+
+
+@pytest.mark.parametrize("control", [0x0004, 0x002C, 0x003D, 0x007F, 0xFFFF & ~0x0080, 0xF02C,
+                                     0x0F5D])
+def test_the_acs_fix_clears_rr_cr_ec_and_nothing_else(fake: FakeHost, control: int) -> None:
+    """Whatever else ACS Control holds (SV, TB, UF, DT, the Enhanced bits 11:8, the reserved
+    15:12), the fix clears 0x2c alone, in the register's two bytes of the whole config space,
+    and rollback puts every byte back."""
+    from pytest_gpuhost.fix.journal import Journal, read_journal
+    from pytest_gpuhost.fix.rollback import rollback_checks
+    from pytest_gpuhost.gpu.nvml import FakeNvml, NvmlSource
+    from pytest_gpuhost.host import LocalHost
+
+    fake.bridge("0000:40:01.1", acs=control, acs_offset=0x2A0)
+    fake.gpu("0000:41:00.0", parent="0000:40:01.1")
+    config = fake.root / "sys/bus/pci/devices/0000:40:01.1/config"
+    before = config.read_bytes()
+    journal = fake.root.parent / "j.jsonl"
+    host = LocalHost(fake.root)
+    spec_path = fake.root.parent / "spec.yaml"
+    spec_path.write_text(ACS_SPEC)
+    from pytest_gpuhost import builtin
+    from pytest_gpuhost.checks import Facts
+    from pytest_gpuhost.engine import RunOptions, run_check
+    from pytest_gpuhost.fix.fixer import Fixer
+    from pytest_gpuhost.spec import load_spec
+
+    kinds = {kind.section: kind for kind in builtin.pytest_gpuhost_check_kinds()}
+    [check] = kinds["pcie"].expand(load_spec(spec_path, kinds, {}).sections["pcie"],
+                                   Facts(host))
+    fixer = Fixer(host, Journal(journal, "t"), run_lock=None, apply_lock=None, lock_timeout=0)
+    assert run_check(check, host, {}, RunOptions(fix=True), fixer).outcome is Outcome.FIXED
+    after = config.read_bytes()
+    assert {i for i in range(4096) if before[i] != after[i]} <= {0x2A6, 0x2A7}
+    assert int.from_bytes(after[0x2A6:0x2A8], "little") == control & ~0x2C
+    [undo] = rollback_checks(read_journal(journal), "j", NvmlSource(lambda: FakeNvml()))
+    assert run_check(undo, host, {}, RunOptions(fix=True)).outcome is Outcome.FIXED
+    assert config.read_bytes() == before
+
+
+def test_only_the_nvidia_gpu_function_is_written_never_its_audio_or_another_vendor(
+        fake: FakeHost) -> None:
+    """MaxReadReq is fixed on vendor 0x10de, class 0x0300/0x0302 alone: the GPU's HD audio
+    function (0x0403), an NVIDIA bridge (0x0604) and another vendor's 3D controller keep
+    every byte, though each has a PCI Express capability with MaxReadReq 512."""
+    fake.gpu("0000:01:00.0")  # and its audio function 0000:01:00.1
+    fake.pci_device("0000:02:00.0", vendor=0x1002, device=0x74A1, class_code=0x030200)
+    fake.pci_device("0000:03:00.0", vendor=0x10DE, device=0x22A3, class_code=0x068000)
+    fake.pci_device("0000:04:00.0", vendor=0x10DE, device=0x1AF1, class_code=0x060400)
+    devices = fake.root / "sys/bus/pci/devices"
+    others = {a: (devices / a / "config").read_bytes()
+              for a in ("0000:01:00.1", "0000:02:00.0", "0000:03:00.0", "0000:04:00.0")}
+    results = run_spec(MRRS_SPEC.format(size=4096), fake.root, fix=True)
+    assert {k: r.outcome for k, r in results.items()} == {
+        "pcie.max_read_request[0000:01:00.0]": Outcome.FIXED}
+    assert {a: (devices / a / "config").read_bytes() for a in others} == others
