@@ -421,3 +421,19 @@ def test_only_the_nvidia_gpu_function_is_written_never_its_audio_or_another_vend
     assert {k: r.outcome for k, r in results.items()} == {
         "pcie.max_read_request[0000:01:00.0]": Outcome.FIXED}
     assert {a: (devices / a / "config").read_bytes() for a in others} == others
+
+
+@pytest.mark.parametrize("size", [256, 4096])
+def test_link_control_must_lie_below_0x100_too(size: int) -> None:
+    """A PCIe capability at 0xf4 puts Link Control at 0x104: read from extended space as
+    ASPM bits (4096 bytes), or blamed on root (256 bytes, read as root)."""
+    from pytest_gpuhost.linux.pciconfig import aspm_control
+
+    config = _with_pointer(0xF4, size=size)
+    config[0xF4:0xF6] = bytes([0x10, 0x00])
+    if size > 0x104:
+        config[0x104] = 0x03  # would read as L0s L1
+    with pytest.raises(ConfigError, match="Link Control at 0xf4 would reach 0x105, past the "
+                                          "standard capabilities"):
+        aspm_control(bytes(config))
+

@@ -183,14 +183,16 @@ ASPM_STATES = {0: "disabled", 1: "L0s", 2: "L1", 3: "L0s L1"}
 
 
 def aspm_control(config: bytes) -> tuple[int, int]:
-    """(offset of Link Control, its ASPM Control bits 1:0)."""
+    """(offset of Link Control, its ASPM Control bits 1:0); like Device Control, the word must
+    lie below 0x100: a capability too close to it would read extended config space as ASPM."""
     cap = find_capability(config, CAP_ID_EXP)
     if cap is None:
         raise ConfigError("no PCI Express capability in the capability list")
     end = cap + LNKCTL + 2
+    capability_end(cap, LNKCTL + 2, "the PCI Express capability's Link Control")
     if len(config) < end:
-        raise ConfigError(f"config space is {len(config)} bytes, Link Control is at "
-                          f"0x{cap + LNKCTL:02x}: reads past 64 bytes of sysfs config need root")
+        raise ConfigError(f"Link Control at 0x{cap + LNKCTL:02x}: "
+                          f"{short_config(len(config), end - 1)}")
     return cap + LNKCTL, int.from_bytes(config[cap + LNKCTL:end], "little") & ASPM_MASK
 
 
