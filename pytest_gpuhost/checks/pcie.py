@@ -15,7 +15,7 @@ from ..linux.pciconfig import BCR_FLR, SIZES, ConfigError, DeviceControl, device
 from ..result import CheckResult
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Domain, Expectation, Integer, LinkSpeed
-from . import Check, Evidence, Fact, Facts, NoFix, Observation, PersistLine
+from . import CannotFix, Check, Evidence, Fact, Facts, NoFix, Observation, PersistLine
 from .changes import Plan, WriteBytes
 from .conditions import in_container
 from .gpus import GPUS, Gpu, MissingGpus
@@ -58,9 +58,13 @@ class MaxReadRequestProbe:
         return Observation(str(devctl.max_read_request), (_devctl_evidence(path, devctl),))
 
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
-        """A read-modify-write of DevCtl bits 14:12 alone (bit 15, FLR, stays clear)."""
+        """A read-modify-write of DevCtl bits 14:12 alone; a word with bit 15 set (FLR) is
+        refused, not rewritten."""
         devctl, path = _device_control(host, self.gpu)
-        wanted = devctl.with_max_read_request(int(value))
+        try:
+            wanted = devctl.with_max_read_request(int(value))
+        except ConfigError as exc:
+            raise CannotFix(f"{path}: {exc}") from exc
         change = WriteBytes(path, wanted.offset, devctl.raw.hex(), wanted.raw.hex(),
                             never_set=BCR_FLR)
         return Plan(f"write DevCtl 0x{devctl.value:04x} -> 0x{wanted.value:04x} at {path} "
@@ -79,6 +83,12 @@ class MaxPayloadProbe(NoFix):
         return Observation(str(devctl.max_payload), (_devctl_evidence(path, devctl),))
 
 
+LINK_WIDTHS = ("0", "1", "2", "4", "8", "12", "16", "32")
+"""What ``current_link_width`` can show of an answering device: the widths PCIe defines, and 0
+for a link that is down. The kernel prints Link Status bits 9:4 as they read; a device that
+does not answer reads them all ones, 63, which would pass any ``min``."""
+
+
 @dataclass(frozen=True)
 class SysfsAttributeProbe(NoFix):
     gpu: Gpu
@@ -92,6 +102,11 @@ class SysfsAttributeProbe(NoFix):
         if not host.exists(path):
             return Observation(None, problem=f"{path} does not exist")
         value = host.read_text(path).strip()
+        if self.attribute == "current_link_width" and value not in LINK_WIDTHS:
+            raise HostError(f"{path} reads {value!r}, not a PCIe link width "
+                            f"({', '.join(LINK_WIDTHS[1:])}; 0: the link is down): 63 is Link "
+                            "Status read as all ones, a device that does not answer (gone from "
+                            "the bus, or in reset): check dmesg and lspci -vvv")
         return Observation(value, (Evidence(path, value),))
 
 

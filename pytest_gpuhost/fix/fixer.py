@@ -213,6 +213,7 @@ class Fixer:
                 self.host.write_text(change.path,
                                      change.new_bytes.decode("utf-8", "surrogateescape"))
             elif isinstance(change, WriteBytes):
+                self._still_as_planned(change)
                 self.host.write_bytes(change.path, bytes.fromhex(change.new), change.offset)
             elif isinstance(change, NvmlSetting):
                 self._nvml(change)
@@ -235,6 +236,25 @@ class Fixer:
         except HostError as exc:
             raise FixError(explain(self.host, change, exc), action=change.describe()) from exc
         return ""
+
+    def _still_as_planned(self, change: WriteBytes) -> None:
+        """Refuse a config-space write whose bytes changed since the plan read them.
+
+        The write is a read-modify-write of a register: every bit of ``new`` but the ones the
+        fix owns is what the plan read. A driver or another tool that changed the register
+        since (between the plan's read and this write, or in the time a remote target took to
+        answer) would have its change silently undone, so the register is read again, live,
+        right before the write, and nothing is written unless it still holds ``old``."""
+        self.host.invalidate()
+        size = len(bytes.fromhex(change.old))
+        now = self.host.read_bytes(change.path)[change.offset:change.offset + size]
+        if now.hex() != change.old:
+            shown = now.hex() or "nothing (the file is shorter)"
+            raise FixError(f"{change.path} @0x{change.offset:02x} holds {shown} now, not the "
+                           f"{change.old} the fix was planned from: something else (a driver, "
+                           "another tool) changed it since; nothing was written: run the fix "
+                           "again to plan it from what the register holds now",
+                           action=change.describe())
 
     def _nvml(self, change: NvmlSetting) -> None:
         if self.nvml is None:

@@ -50,6 +50,16 @@ def short_config(length: int, needed: int) -> str:
     return f"{seen}: the file is shorter than a PCI function's config space"
 
 
+def check_answers(config: bytes) -> None:
+    """Refuse config space read from a function that does not answer: a vendor ID of 0xffff is
+    what a read returns from a device that fell off the bus or is in reset (no vendor has it),
+    and every other byte read then is 0xff too, which a walk would take for values."""
+    if config[:2] == b"\xff\xff":
+        raise ConfigError("the vendor ID reads 0xffff: the device does not answer config reads "
+                          "(gone from the bus, or in reset); nothing is read or written: check "
+                          "dmesg and lspci -vvv")
+
+
 def capability_end(offset: int, length: int, what: str) -> None:
     """Refuse a standard capability whose ``length`` bytes from ``offset`` leave 0x40..0xFF."""
     if offset + length > STANDARD_END:
@@ -63,10 +73,11 @@ def find_capability(config: bytes, cap_id: int) -> int | None:
 
     Each pointer must lie in 0x40..0xFF (bits 1:0 masked off, as the PCI spec, the kernel and
     libpci mask them); a pointer into the header, an entry too close to 0x100 to hold its id
-    and next pointer, a loop, or an id of 0xFF (the device reads all ones) is a ConfigError
-    naming it."""
+    and next pointer, a loop, or an id of 0xFF or a vendor ID of 0xffff (the device reads all
+    ones) is a ConfigError naming it."""
     if len(config) < 0x40:
         raise ConfigError(f"config space is {len(config)} bytes; the header alone is 64")
+    check_answers(config)
     if not config[STATUS] & STATUS_CAP_LIST:
         return None
     where, offset = f"the capability pointer at 0x{CAP_POINTER:02x}", config[CAP_POINTER]
@@ -115,16 +126,43 @@ class DeviceControl:
         return self.value.to_bytes(2, "little")
 
     def with_max_read_request(self, size: int) -> DeviceControl:
-        """Read-modify-write of bits 14:12 alone; bit 15 (function-level reset) stays clear."""
+        """Read-modify-write of bits 14:12 alone: every other bit is written as it was read.
+
+        Bit 15 is the one bit that cannot be written back as read: on an endpoint it is
+        Initiate Function Level Reset, which always reads 0, so a 1 there means the word was
+        not read from an answering endpoint; writing it back would reset the GPU and clearing
+        it would change a bit that is not ours (Bridge Configuration Retry on a port). Such a
+        word is refused (ConfigError), never rewritten."""
         if size not in SIZES:
             raise ValueError(f"MaxReadReq {size} is not one of {SIZES}")
+        if self.value & BCR_FLR:
+            raise ConfigError(f"DevCtl 0x{self.value:04x} at 0x{self.offset:02x} reads bit 15 "
+                              "set, but an endpoint's Initiate Function Level Reset always "
+                              "reads 0: the function does not answer as an endpoint (in reset, "
+                              "or not a GPU); nothing is written: check it with lspci -vvv")
         code = SIZES.index(size)
-        value = (self.value & ~MRRS_MASK & ~BCR_FLR & 0xFFFF) | (code << MRRS_SHIFT)
+        value = (self.value & ~MRRS_MASK & 0xFFFF) | (code << MRRS_SHIFT)
         return DeviceControl(self.cap, value)
 
 
+def _check_encodings(devctl: DeviceControl) -> None:
+    """Refuse a Device Control whose size fields hold the reserved codes 6 and 7: no device
+    sets them, and a word read as all ones (0xffff: the device fell off the bus) holds them.
+    Decoded, 7 would read as a MaxReadReq of 16384 that passes any ``min``, and rewritten,
+    every other bit of the garbage word would be written back to the device."""
+    for name, mask, shift in (("MaxReadReq", MRRS_MASK, MRRS_SHIFT),
+                              ("MaxPayload", MPS_MASK, MPS_SHIFT)):
+        code = (devctl.value & mask) >> shift
+        if code >= len(SIZES):
+            raise ConfigError(f"DevCtl 0x{devctl.value:04x} at 0x{devctl.offset:02x} holds the "
+                              f"reserved {name} code {code}: the device does not answer config "
+                              "reads (0xffff: gone, or in reset); nothing is read as a size or "
+                              "written: check it with lspci -vvv and dmesg")
+
+
 def device_control(config: bytes) -> DeviceControl:
-    """Device Control of the PCI Express capability; the whole word lies below 0x100."""
+    """Device Control of the PCI Express capability; the whole word lies below 0x100, and its
+    size fields hold sizes (see ``_check_encodings``)."""
     cap = find_capability(config, CAP_ID_EXP)
     if cap is None:
         raise ConfigError("no PCI Express capability in the capability list")
@@ -133,7 +171,9 @@ def device_control(config: bytes) -> DeviceControl:
     if len(config) < end:
         raise ConfigError(f"Device Control at 0x{cap + DEVCTL:02x}: "
                           f"{short_config(len(config), end - 1)}")
-    return DeviceControl(cap, int.from_bytes(config[cap + DEVCTL:end], "little"))
+    devctl = DeviceControl(cap, int.from_bytes(config[cap + DEVCTL:end], "little"))
+    _check_encodings(devctl)
+    return devctl
 
 
 LNKCTL = 0x10
@@ -143,14 +183,16 @@ ASPM_STATES = {0: "disabled", 1: "L0s", 2: "L1", 3: "L0s L1"}
 
 
 def aspm_control(config: bytes) -> tuple[int, int]:
-    """(offset of Link Control, its ASPM Control bits 1:0)."""
+    """(offset of Link Control, its ASPM Control bits 1:0); like Device Control, the word must
+    lie below 0x100: a capability too close to it would read extended config space as ASPM."""
     cap = find_capability(config, CAP_ID_EXP)
     if cap is None:
         raise ConfigError("no PCI Express capability in the capability list")
     end = cap + LNKCTL + 2
+    capability_end(cap, LNKCTL + 2, "the PCI Express capability's Link Control")
     if len(config) < end:
-        raise ConfigError(f"config space is {len(config)} bytes, Link Control is at "
-                          f"0x{cap + LNKCTL:02x}: reads past 64 bytes of sysfs config need root")
+        raise ConfigError(f"Link Control at 0x{cap + LNKCTL:02x}: "
+                          f"{short_config(len(config), end - 1)}")
     return cap + LNKCTL, int.from_bytes(config[cap + LNKCTL:end], "little") & ASPM_MASK
 
 

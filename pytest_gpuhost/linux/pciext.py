@@ -2,9 +2,12 @@
 
 Pure functions over the bytes of sysfs ``config``. Each extended capability starts with a 32-bit
 header: the capability id in bits 15:0, its version in 19:16 and the offset of the next one in
-31:20 (dword aligned; 0 ends the list). The list starts at 0x100; a header of 0 or 0xFFFFFFFF
-there means the device has none. A list that loops or points below 0x100 or past the end is an
-error, not an endless walk (Linux stops after (4096 - 256) / 8 headers too).
+31:20 (dword aligned; 0 ends the list). The list starts at 0x100; a header of 0 there means the
+device has none. A header of 0xFFFFFFFF there is not "none": Linux sizes a function whose 0x100
+reads all ones at 256 bytes (``pci_cfg_space_size_ext``), so in a longer file it is a device
+that stopped answering, and an error, as a vendor ID of 0xffff is. A list that loops or points
+below 0x100 or past the end is an error, not an endless walk (Linux stops after
+(4096 - 256) / 8 headers too).
 
 Access Control Services (id 0x000D): ACS Capability at +0x04, ACS Control at +0x06, both 16 bits.
 Control bits (PCIe Base Spec 7.7.8.3, Linux ``PCI_ACS_*``): SV 0x01, TB 0x02, P2P Request
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .pciconfig import ConfigError
+from .pciconfig import ConfigError, check_answers
 
 EXT_START = 0x100
 CONFIG_SIZE = 0x1000
@@ -41,9 +44,10 @@ class ExtCapability:
 
 def extended_capabilities(config: bytes) -> list[ExtCapability]:
     """Every extended capability in list order; [] when the device has none or ``config`` ends
-    at 256 bytes (a conventional PCI device)."""
+    at 256 bytes (a conventional PCI device); a ConfigError for a device that reads all ones."""
     if len(config) <= EXT_START:
         return []
+    check_answers(config)
     found: list[ExtCapability] = []
     offset = EXT_START
     seen: set[int] = set()
@@ -52,8 +56,13 @@ def extended_capabilities(config: bytes) -> list[ExtCapability]:
             raise ConfigError(f"extended capability at 0x{offset:03x} is past the end of the "
                               f"{len(config)}-byte config space")
         header = int.from_bytes(config[offset:offset + 4], "little")
-        if offset == EXT_START and header in (0, 0xFFFFFFFF):
+        if offset == EXT_START and header == 0:
             return []
+        if offset == EXT_START and header == 0xFFFFFFFF:
+            raise ConfigError(f"the extended capability header at 0x100 reads 0xffffffff in a "
+                              f"{len(config)}-byte config space (Linux gives a function whose "
+                              "0x100 reads all ones 256 bytes): the device does not answer "
+                              "config reads (gone, or in reset); check dmesg and lspci -vvv")
         if offset in seen or len(seen) >= _MAX_HEADERS:
             raise ConfigError(f"extended capability list loops at 0x{offset:03x}")
         seen.add(offset)
