@@ -22,9 +22,11 @@ import pytest
 from pytest_gpuhost.reports import slurm
 from pytest_gpuhost.result import OUTCOMES
 from pytest_gpuhost.testing.fakehost import FakeHost
+from pytest_gpuhost.testing.sshd import SshServer
 
-from .conftest import crash_worker_at
+from .conftest import NEEDS_OPENSSH, crash_worker_at
 from .test_reports import parse_exposition
+from .test_ssh import ssh_args
 
 pytest_plugins = ["pytester"]
 
@@ -357,6 +359,23 @@ def test_two_targets_with_the_same_checks(pytester: pytest.Pytester) -> None:
     assert found[("a", "sysctl[vm.swappiness]")] == "failed"
     assert found[("b", "sysctl[vm.swappiness]")] == "passed"
     assert len(found) == 12
+    assert_consistent(pytester, run)
+
+
+@NEEDS_OPENSSH
+def test_a_remote_target_lost_mid_run(pytester: pytest.Pytester, sshd: SshServer) -> None:
+    """Over a real sshd on 127.0.0.1: the agent is killed while it runs a fix (its host went
+    away), and a second target goes on; every reporter tells both targets' checks."""
+    lost = FakeHost(pytester.path / "lost").sysctl("vm.dirty_ratio", 20)
+    lost.sysctl("vm.swappiness", 60).kmsg([(6, "hello")])  # nvidia is not loaded: a fix runs
+    lost.file("usr/sbin/modprobe", "#!/bin/sh\nkill -9 $PPID\n", mode=0o755)
+    host(pytester.path / "fine")
+    run = run_all(pytester, *ssh_args(sshd, pytester.path / "lost", pytester.path / "fine",
+                                      names=("lost", "fine")), "--fix")
+    found = outcomes(run)
+    assert found[("lost", "sysctl[vm.swappiness]")] == "fixed"
+    assert found[("lost", "module[nvidia]")] in ("fix_failed", "error")
+    assert found[("fine", "module[nvidia]")] == "passed"
     assert_consistent(pytester, run)
 
 
