@@ -333,6 +333,12 @@ class GpuhostRun:
                 payload["target"] = item.target.info().as_dict()
             setattr(report, REPORT_ATTR, payload)
         if call.when == "teardown":
+            if item.result is not None:
+                # JUnit reads a test's properties from its teardown report: made here, from
+                # the record as it ends, so they say what every other report says (an error
+                # at set-up or teardown, a lost lock), never the check's own run before it.
+                report.user_properties = [*report.user_properties,
+                                          *junit_properties(item.result)]
             verdict = verdict_text(item.check.id, item.result)
             self.verdicts[item.index] = verdict
             if self.log is not None:

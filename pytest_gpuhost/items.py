@@ -15,7 +15,6 @@ from .fix.locking import LockUnavailable
 from .host import TargetLost
 from .progress import progress_to
 from .reports.failure import format_failure
-from .reports.junit import junit_properties
 from .result import CheckResult, Outcome
 
 if TYPE_CHECKING:
@@ -136,7 +135,6 @@ class GpuhostItem(pytest.Item):
             run.stop(self, str(exc))
             self.result = error_record(self.check, str(exc), self._target_name(run))
             raise CheckError(self.result) from None
-        self.user_properties.extend(junit_properties(self.result))
         if self.result.outcome is Outcome.SKIPPED:
             # Reported at the spec's line, as a skip mark's would be (not in pytest's runner).
             raise pytest.skip.Exception(self.result.message, _use_item_location=True)
