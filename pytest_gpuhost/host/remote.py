@@ -326,9 +326,11 @@ class AgentHost(BatchReads):
             raise self._lost
         return decoded
 
-    def _op(self, request: dict[str, object], timeout: float = OPERATION_TIMEOUT_S,
+    def _op(self, request: dict[str, object], timeout: float | None = None,
             why: str | None = None) -> object:
-        [answer] = self._exchange([request], timeout, why)
+        """One request (``timeout``: OPERATION_TIMEOUT_S as it is when called)."""
+        [answer] = self._exchange([request], OPERATION_TIMEOUT_S if timeout is None else timeout,
+                                  why)
         assert isinstance(answer, dict)
         if "error" in answer:
             code = answer.get("errno")
