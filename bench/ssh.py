@@ -337,9 +337,10 @@ def figure_fix(base: Path, link: Link, repeat: int, warmup: int) -> Figure:
          f"{trips * 0.05:.0f} s; at 1 ms (one data centre) {trips * 0.001:.1f} s",
          "where they come from: each change is its own write (the C-state fix of 64 CPUs "
          "is 64 writes; a config-space write first reads its register again, live); each "
-         "fix re-reads its check under the lock, journals its changes (one write, one fsync), reads back what its writes left (one batch), writes their "
-         "outcome lines (one write), asserts again, and the next check's reads are live (one "
-         "batch of every pending check); a verify batches all of its reads",
+         "fix re-reads its check under the lock, journals its changes (one write, one "
+         "fsync), reads back what its writes left (one batch), writes their outcome lines "
+         "(one write), asserts again, and the next check's reads are live (one batch of "
+         "every pending check); a verify batches all of its reads",
          line, medians(times)])
 
 
