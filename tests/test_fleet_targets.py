@@ -131,8 +131,10 @@ def test_fix_persist_over_two_targets_writes_each_its_own_files(
     assert persisted == [("a", "fixed"), ("b", "fixed")]
 
 
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["serial", "xdist"])
 def test_a_fleet_fix_where_another_run_holds_one_target_goes_on_with_the_others(
-        pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path) -> None:
+        pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path,
+        xdist: tuple[str, ...]) -> None:
     """A run lock held on one target of a fleet is that target's error, as a lost connection
     is: the other targets are fixed, nothing is written on the held one, and each of its
     checks says who holds the lock and what to do (before, the whole run stopped, exit 2,
@@ -152,7 +154,7 @@ def test_a_fleet_fix_where_another_run_holds_one_target_goes_on_with_the_others(
             "--gpuhost-lock-timeout=0.3",
             *[f"--gpuhost-target={sshd.url(root, query=f'?name={name}')}"
               for name, root in roots.items()],
-            f"--gpuhost-ssh-config={sshd.client_config}", "-p", "no:cacheprovider")
+            f"--gpuhost-ssh-config={sshd.client_config}", "-p", "no:cacheprovider", *xdist)
     finally:
         held.release()
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
