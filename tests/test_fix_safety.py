@@ -156,6 +156,53 @@ def test_a_second_fix_run_waits_for_the_first_and_says_who_holds_it(
         lock.release()
 
 
+@pytest.mark.parametrize("layout", ["rhel", "none"])
+def test_the_udev_rule_runs_the_targets_own_setpci_or_is_not_written(
+        pytester: pytest.Pytester, spec: Path, example_host: Path, layout: str) -> None:
+    """udev runs a RUN program by its absolute path, and one that is not there fails at boot
+    where nobody looks: MaxReadReq would go back to 512 after every reboot. The rule names
+    where the target keeps setpci (RHEL and Fedora: /usr/sbin; the example, like Debian and
+    Proxmox: /usr/bin); a target without pciutils gets no rule, and the message says why."""
+    shutil.rmtree(example_host / "sys/class/infiniband")
+    setpci = example_host / "usr/bin/setpci"
+    if layout == "rhel":
+        setpci.rename(example_host / "usr/sbin/setpci")
+    else:
+        setpci.unlink()
+    pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}", "--fix",
+                       "--fix-persist", "--gpuhost-report=r.json")
+    rules = example_host / "etc/udev/rules.d/90-gpuhost-blackwell8.rules"
+    if layout == "rhel":
+        assert ('ACTION=="add|bind", SUBSYSTEM=="pci", KERNEL=="0000:81:00.0", '
+                'RUN+="/usr/sbin/setpci -s $kernel CAP_EXP+8.w=5000:7000"') in rules.read_text()
+        assert "/usr/bin/setpci" not in rules.read_text()
+        return
+    assert not rules.exists()
+    report = json.loads((pytester.path / "r.json").read_text())
+    [refused] = [c for c in report["checks"]
+                 if c["id"] == "persist[etc/udev/rules.d/90-gpuhost-blackwell8.rules]"]
+    assert refused["outcome"] == "failed"
+    assert refused["message"].startswith(
+        "etc/udev/rules.d/90-gpuhost-blackwell8.rules is not written: MaxReadReq is set at "
+        "boot by setpci, and the target has none in /usr/sbin, /usr/bin, /sbin, /bin: install "
+        "pciutils there, then run --fix-persist again"), refused["message"]
+    assert (example_host / "etc/sysctl.d/90-gpuhost-blackwell8.conf").exists()  # the others
+
+
+def test_setpci_is_found_only_as_an_executable_file(fake: FakeHost) -> None:
+    from pytest_gpuhost.fix.persist import command_paths
+
+    host = LocalHost(fake.root)
+    assert command_paths(host) == {"setpci": None}
+    fake.file("usr/sbin/setpci", "#!/bin/sh\n", mode=0o644)  # not executable
+    (fake.root / "usr/bin/setpci").mkdir(parents=True)  # a directory
+    assert command_paths(host) == {"setpci": None}
+    fake.file("bin/setpci", "#!/bin/sh\n", mode=0o755)
+    assert command_paths(host) == {"setpci": "/bin/setpci"}
+    fake.file("usr/sbin/setpci", "#!/bin/sh\n", mode=0o755)
+    assert command_paths(host) == {"setpci": "/usr/sbin/setpci"}  # the first directory wins
+
+
 # --- dry run ------------------------------------------------------------------------------------
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..checks import CannotFix, Check, Evidence, Observation, PersistLine
@@ -25,7 +25,7 @@ from ..checks.bootconfig import GRUB, dropin_path, dropin_text, parse_boot_confi
 from ..checks.changes import Plan, ReplaceFile
 from ..checks.modules import module_name_problem
 from ..checks.sysctl import sysctl_path
-from ..host import Host
+from ..host import COMMAND_DIRS, FileInfo, Host, Stat
 from ..linux.pciaddr import normalize_address
 from ..linux.pciconfig import SIZES, DeviceControl
 from ..result import CheckResult, Outcome
@@ -121,13 +121,37 @@ def _modprobe_file(results: Sequence[CheckResult]) -> str | None:
                    for name in absent) or None
 
 
-FILES: tuple[tuple[str, Callable[[Sequence[CheckResult]], str | None]], ...] = (
-    ("etc/sysctl.d/90-gpuhost-{spec}.conf", _sysctl_file),
-    ("etc/modules-load.d/gpuhost-{spec}.conf", _modules_load_file),
-    ("etc/modprobe.d/gpuhost-{spec}.conf", _modprobe_file),
-    ("etc/udev/rules.d/90-gpuhost-{spec}.rules", lambda results: _udev_rules(results) or None),
+Tools = Mapping[str, "str | None"]
+"""A command the files name -> its absolute path on the target (None: it has none)."""
+TOOLS = ("setpci",)
+"""The commands the persistence files run at boot, looked up on the target."""
+DEBIAN_TOOLS: Tools = {"setpci": "/usr/bin/setpci"}
+"""Where Debian and Proxmox put them: what a file names without a host to look on."""
+
+FILES: tuple[tuple[str, Callable[[Sequence[CheckResult], Tools], str | None]], ...] = (
+    ("etc/sysctl.d/90-gpuhost-{spec}.conf", lambda results, _: _sysctl_file(results)),
+    ("etc/modules-load.d/gpuhost-{spec}.conf", lambda results, _: _modules_load_file(results)),
+    ("etc/modprobe.d/gpuhost-{spec}.conf", lambda results, _: _modprobe_file(results)),
+    ("etc/udev/rules.d/90-gpuhost-{spec}.rules",
+     lambda results, tools: _udev_rules(results, tools) or None),
 )
-"""Each persistence file: its path under the root, and what it holds for a run's records."""
+"""Each persistence file: its path under the root, and what it holds for a run's records and
+the target's commands."""
+
+
+def command_paths(host: Host, names: Sequence[str] = TOOLS) -> dict[str, str | None]:
+    """Each command's absolute path as the target's own programs (udev, at boot) name it: the
+    first of its sbin/bin directories that holds an executable file of that name (RHEL and
+    Fedora keep setpci in /usr/sbin, Debian and Proxmox in /usr/bin), in one batch."""
+    wanted = [(name, directory) for name in names for directory in COMMAND_DIRS]
+    replies = host.batch([Stat(f"{directory}/{name}") for name, directory in wanted])
+    found: dict[str, str | None] = dict.fromkeys(names)
+    for (name, directory), reply in zip(wanted, replies, strict=True):
+        info = reply.value if reply.error is None else None
+        if found[name] is None and isinstance(info, FileInfo) and info.type == "file" and \
+                info.mode & 0o111:
+            found[name] = f"/{directory}/{name}"
+    return found
 
 
 LineSupply = Callable[[Sequence[CheckResult]], list[PersistLine]]
@@ -161,12 +185,14 @@ def kind_files(spec: str, header: str, results: Sequence[CheckResult],
 def persistence_files(spec: str, source: str, results: Sequence[CheckResult],
                       read: Callable[[str], str | None] = lambda path: None,
                       boot_texts: dict[str, str | None] | None = None,
-                      supplies: Sequence[LineSupply] = ()) -> dict[str, str | Unsafe]:
+                      supplies: Sequence[LineSupply] = (),
+                      tools: Tools = DEBIAN_TOOLS) -> dict[str, str | Unsafe]:
     """Path under the root -> content, for every kind the run has values of; Unsafe in place
     of the content of a file that would hold something it cannot hold safely. ``read`` gives
     a file's current text (the drop-in shared with boot-time fixes), ``boot_texts`` the boot
     configuration as ``bootconfig`` reads it, ``supplies`` the registered kinds' own
-    ``persistence`` (a kind that has one needs no change here)."""
+    ``persistence`` (a kind that has one needs no change here), ``tools`` where the target
+    keeps the commands the files run (``command_paths``)."""
     try:
         header = _header(spec, source)
     except Unsafe as refused:  # the name is in every file's path: none can be named
@@ -175,7 +201,7 @@ def persistence_files(spec: str, source: str, results: Sequence[CheckResult],
     for pattern, build in FILES:
         path = pattern.format(spec=spec)
         try:
-            content = build(results)
+            content = build(results, tools)
         except Unsafe as refused:
             files[path] = refused
             continue
@@ -184,10 +210,18 @@ def persistence_files(spec: str, source: str, results: Sequence[CheckResult],
     return files
 
 
-def _udev_rules(results: Sequence[CheckResult]) -> str:
-    """MaxReadReq per GPU when its driver binds, and C-states per CPU when it comes online."""
+def _udev_rules(results: Sequence[CheckResult], tools: Tools) -> str:
+    """MaxReadReq per GPU when its driver binds (by the target's own setpci: udev runs a
+    program by its absolute path, and one that is not there fails at boot, unseen), and
+    C-states per CPU when it comes online."""
     lines = []
-    for record in _right_now(results, "pcie.max_read_request"):
+    sizes = _right_now(results, "pcie.max_read_request")
+    setpci = tools.get("setpci")
+    if sizes and setpci is None:
+        raise Unsafe("MaxReadReq is set at boot by setpci, and the target has none in "
+                     f"{', '.join('/' + d for d in COMMAND_DIRS)}: install pciutils there, "
+                     "then run --fix-persist again")
+    for record in sizes:
         code = SIZES.index(int(_value(record))) << 12
         try:
             address = normalize_address(record.key or "")
@@ -196,7 +230,7 @@ def _udev_rules(results: Sequence[CheckResult]) -> str:
         if address != record.key:
             raise Unsafe(f"GPU {record.key!r} is not a PCI address in sysfs form")
         lines.append(f'ACTION=="add|bind", SUBSYSTEM=="pci", KERNEL=="{address}", '
-                     f'RUN+="/usr/bin/setpci -s $kernel CAP_EXP+8.w={code:04x}:7000"')
+                     f'RUN+="{setpci} -s $kernel CAP_EXP+8.w={code:04x}:7000"')
     states = [r.key for r in _right_now(results, "cpuidle")]
     for state in states:
         if state is None or not _STATE.match(state):
@@ -277,10 +311,11 @@ def persistence_checks(spec: str, source: str, results: Sequence[CheckResult],
         return host.read_text(path) if host is not None and host.exists(path) else None
 
     boot = read_all(host) if host is not None else {}
+    tools = command_paths(host) if host is not None else DEBIAN_TOOLS
     options = EntryOptions(where=f"{_escaped(source)}:1",
                            why="makes the runtime tuning survive a reboot")
     checks = []
-    files = persistence_files(spec, source, results, read, boot, supplies)
+    files = persistence_files(spec, source, results, read, boot, supplies, tools)
     for path, content in sorted(files.items()):
         if isinstance(content, Unsafe):
             checks.append(Check("persist", path, expected_state(""), options,

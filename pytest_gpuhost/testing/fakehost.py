@@ -615,6 +615,24 @@ class FakeHost:
         return self
 
 
+    def setpci(self, directory: str = "usr/bin") -> FakeHost:
+        """Install ROOT/DIRECTORY/setpci, pciutils' where Debian and Proxmox keep it
+        (``usr/sbin`` on RHEL): --fix-persist names it in its udev rule. It changes nothing:
+        pytest-gpuhost never runs it, udev would at boot."""
+        path = self.file(f"{directory}/setpci", SETPCI)
+        path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        return self
+
+
+SETPCI = """#!/bin/sh
+# A fake host tree's pciutils (written by pytest_gpuhost.fakehost). pytest-gpuhost never runs
+# it: --fix --fix-persist names it in the udev rule that sets each GPU's MaxReadReq when its
+# driver binds (udev runs it at boot, by this path), and so looks for it here.
+echo "setpci: a fake host tree's stand-in; nothing is changed" >&2
+exit 0
+"""
+
+
 UNTUNED_SYSCTLS: dict[str, str | int] = {
     "kernel.numa_balancing": 1,
     "kernel.nmi_watchdog": 1,
@@ -728,6 +746,7 @@ def blackwell8_untuned(root: Path, *, cpus: int = 64) -> FakeHost:
         messages={"nvidia_uvm": "nvidia-uvm: Loaded the UVM driver, major device number 508."},
         parameters={"nvidia_uvm": {"uvm_disable_hmm": "N"}},
     )
+    host.setpci()
     host.nvml(FakeNvml(driver="580.95.05",
                        devices={address: FakeGpu(persistence_mode=False, max_link_generation=5,
                                                  power_limit=300_000)
