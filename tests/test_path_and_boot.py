@@ -183,6 +183,27 @@ def test_acs_fix_clears_only_rr_cr_ec_on_path_bridges_and_rollback_restores(
     assert {a: p.read_bytes() for a, p in config.items()} == before
 
 
+def test_an_endpoint_in_a_gpus_sysfs_path_is_no_bridge_to_write_acs_on(fake: FakeHost) -> None:
+    """A GPU behind Intel VMD has the VMD controller, an endpoint (header type 0), among the
+    directories of its sysfs path. Its config space is no bridge's: its ACS Control (if it has
+    one) is not the redirect a P2P path crosses, and nothing may be written there."""
+    from pytest_gpuhost.testing.fakehost import bridge_caps, config_space
+
+    vmd = config_space(vendor=0x8086, device=0x467F, class_code=0x010400, bridge=False,
+                       ext_caps=bridge_caps(ACS_KERNEL_DEFAULT))
+    fake.pci_device("0000:00:0e.0", vendor=0x8086, device=0x467F, class_code=0x010400,
+                    config=vmd)
+    fake.bridge("0000:01:06.0", parent="0000:00:0e.0", acs=ACS_KERNEL_DEFAULT)
+    fake.gpu("0000:02:00.0", parent="0000:01:06.0")
+    before = (fake.root / "sys/bus/pci/devices/0000:00:0e.0/config").read_bytes()
+    results = run(ACS_SPEC, fake.root, fix=True)
+    endpoint = results["pcie.acs_redirect[0000:00:0e.0]"]
+    assert endpoint.outcome is Outcome.SKIPPED
+    assert endpoint.message.startswith("0000:00:0e.0 is no PCI bridge (header type 0): ")
+    assert results["pcie.acs_redirect[0000:01:06.0]"].outcome is Outcome.FIXED  # the port
+    assert (fake.root / "sys/bus/pci/devices/0000:00:0e.0/config").read_bytes() == before
+
+
 def test_aspm_reads_link_control_and_fixes_through_link_files(fake: FakeHost) -> None:
     fake.gpu("0000:01:00.0", aspm=2)
     link = fake.root / fake.pci_dir("0000:01:00.0") / "link"

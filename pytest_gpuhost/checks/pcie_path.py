@@ -22,7 +22,14 @@ from dataclasses import dataclass, field
 
 from ..host import Glob, Host, HostError, Read, Reply, Request
 from ..linux.pciaddr import address_order
-from ..linux.pciconfig import ASPM_STATES, ConfigError, aspm_control
+from ..linux.pciconfig import (
+    ASPM_STATES,
+    BRIDGE_HEADER,
+    ConfigError,
+    aspm_control,
+    check_answers,
+    header_type,
+)
 from ..linux.pciext import AcsControl, acs_control
 from ..linux.pcitopo import PCI_DEVICES, TopologyError, bridge_path
 from ..result import CheckResult, Outcome
@@ -70,9 +77,20 @@ def bridges_above(paths: Mapping[str, Sequence[str]]) -> dict[str, tuple[str, ..
             for b in sorted(behind, key=address_order)}
 
 
-def _acs(host: Host, path: str) -> AcsControl | None:
+def _acs(host: Host, path: str, bridge: str) -> AcsControl | None:
+    """The bridge's ACS Control; NotApplicable for a device in a GPU's sysfs path that is no
+    bridge (an Intel VMD controller is an endpoint there): its ACS, if it has one, is not the
+    redirect a P2P path crosses, and nothing may be written to it."""
     try:
-        return acs_control(host.read_bytes(path))
+        config = host.read_bytes(path)
+        check_answers(config)
+        kind = header_type(config)
+        if kind != BRIDGE_HEADER:
+            raise NotApplicable(f"{bridge} is no PCI bridge (header type {kind}): a device its "
+                                "GPU's sysfs path passes through (an Intel VMD controller), "
+                                "with no redirect on the P2P path; nothing is read or written "
+                                "there")
+        return acs_control(config)
     except ConfigError as exc:
         raise HostError(f"{path}: {exc}") from exc
 
@@ -91,7 +109,7 @@ class AcsRedirectProbe:
         return (Read(self.path),)
 
     def observe(self, host: Host) -> Observation:
-        acs = _acs(host, self.path)
+        acs = _acs(host, self.path, self.bridge)
         subjects = Evidence(f"{PCI_DEVICES}/{self.bridge}", f"on the path of GPU(s) "
                                                            f"{', '.join(self.gpus)}")
         details = {"gpus": list(self.gpus), "acs": acs is not None}
@@ -104,7 +122,7 @@ class AcsRedirectProbe:
                                                       acs.describe())), details=details)
 
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
-        acs = _acs(host, self.path)
+        acs = _acs(host, self.path, self.bridge)
         if acs is None:
             raise CannotFix(f"{self.bridge} has no ACS capability")
         wanted = acs.without_redirect()

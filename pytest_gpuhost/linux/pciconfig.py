@@ -50,6 +50,19 @@ def short_config(length: int, needed: int) -> str:
     return f"{seen}: the file is shorter than a PCI function's config space"
 
 
+HEADER_TYPE = 0x0E
+BRIDGE_HEADER = 1
+"""Header type 1 (bits 6:0 of 0x0E): a PCI-to-PCI bridge, what every PCIe port is."""
+
+
+def header_type(config: bytes) -> int:
+    """The layout of the header: 0 an endpoint, 1 a PCI-to-PCI bridge, 2 a CardBus bridge
+    (bit 7, a multi-function device, masked off)."""
+    if len(config) <= HEADER_TYPE:
+        raise ConfigError(f"config space is {len(config)} bytes; the header alone is 64")
+    return config[HEADER_TYPE] & 0x7F
+
+
 def check_answers(config: bytes) -> None:
     """Refuse config space read from a function that does not answer: a vendor ID of 0xffff is
     what a read returns from a device that fell off the bus or is in reset (no vendor has it),
