@@ -29,7 +29,7 @@ import shlex
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -181,6 +181,21 @@ class AgentHost(BatchReads):
         lines = [line for line in self._stderr if line.strip()]
         return " / ".join(lines[-3:])
 
+    @contextlib.contextmanager
+    def _waiting(self, timeout: float) -> Iterator[tuple[float, bool]]:
+        """One wait on the target (a send, an answer): its deadline, ``timeout`` seconds from
+        now or what is left of the time limit if that is sooner (``bounded``: the limit is
+        what ends it), and its time counted in the limit whatever happens."""
+        start = time.monotonic()
+        left = None if self.time_limit is None else self.time_limit - self.spent
+        if left is not None and left <= 0:
+            raise self._hung()
+        allowed = timeout if left is None else min(timeout, left)
+        try:
+            yield start + allowed, allowed < timeout
+        finally:
+            self.spent += time.monotonic() - start
+
     def _send_raw(self, data: bytes, timeout: float, sending: str) -> None:
         """Write ``data`` within ``timeout`` seconds and within what is left of the time limit.
 
@@ -189,35 +204,27 @@ class AgentHost(BatchReads):
         write of a bigger message would then wait past every limit. The pipe is non-blocking
         and each write waits for room only until the deadline."""
         assert self._process is not None and self._process.stdin is not None
-        start = time.monotonic()
-        left = None if self.time_limit is None else self.time_limit - self.spent
-        if left is not None and left <= 0:
-            raise self._hung()
-        bounded = left is not None and left < timeout
-        deadline = start + (left if bounded and left is not None else timeout)
         fd = self._process.stdin.fileno()
         rest = memoryview(data)
-        try:
-            with selectors.DefaultSelector() as selector:
-                selector.register(fd, selectors.EVENT_WRITE)
-                while rest:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        if bounded:
-                            raise self._hung()
-                        raise HostError(f"it stopped reading: {len(data) - len(rest)} of the "
-                                        f"{len(data)} bytes of {sending} went in {timeout:g} s",
-                                        errno.ETIMEDOUT)
-                    if not selector.select(min(remaining, 1.0)):
-                        continue
-                    try:
-                        rest = rest[os.write(fd, rest):]
-                    except BlockingIOError:
-                        continue
-                    except OSError:  # EPIPE: the connection is gone
-                        raise self._gone("the connection closed") from None
-        finally:
-            self.spent += time.monotonic() - start
+        with self._waiting(timeout) as (deadline, bounded), \
+                selectors.DefaultSelector() as selector:
+            selector.register(fd, selectors.EVENT_WRITE)
+            while rest:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    if bounded:
+                        raise self._hung()
+                    raise HostError(f"it stopped reading: {len(data) - len(rest)} of the "
+                                    f"{len(data)} bytes of {sending} went in {timeout:g} s",
+                                    errno.ETIMEDOUT)
+                if not selector.select(min(remaining, 1.0)):
+                    continue
+                try:
+                    rest = rest[os.write(fd, rest):]
+                except BlockingIOError:
+                    continue
+                except OSError:  # EPIPE: the connection is gone
+                    raise self._gone("the connection closed") from None
         self.traffic.bytes_sent += len(data)
 
     def _gone(self, what: str) -> HostError:
@@ -234,20 +241,13 @@ class AgentHost(BatchReads):
     def _wait(self, timeout: float, waiting_for: str, why: str | None = None) -> object:
         """One message within ``timeout`` seconds and within what is left of the time limit
         (``why`` the target may take long, said if it takes too long)."""
-        start = time.monotonic()
-        left = None if self.time_limit is None else self.time_limit - self.spent
-        if left is not None and left <= 0:
-            raise self._hung()
-        bounded = left is not None and left < timeout
-        try:
-            return self._receive(start + (left if bounded and left is not None else timeout),
-                                 waiting_for)
-        except HostError as exc:
-            if bounded and exc.errno == errno.ETIMEDOUT:
-                raise self._hung(why) from None
-            raise
-        finally:
-            self.spent += time.monotonic() - start
+        with self._waiting(timeout) as (deadline, bounded):
+            try:
+                return self._receive(deadline, waiting_for)
+            except HostError as exc:
+                if bounded and exc.errno == errno.ETIMEDOUT:
+                    raise self._hung(why) from None
+                raise
 
     def _hung(self, why: str | None = None) -> TargetTimeout:
         step = current_step() or "waiting for it"
