@@ -187,7 +187,8 @@ class Fixer:
         """What each write left (a kernel may clamp or round it), for the journal: a rollback
         then knows that value as the fix's own. None where there is nothing to read. Read in
         one batch after the fix's writes; a fix that writes one file twice reads it once."""
-        paths = [c.path for c in changes if isinstance(c, (WriteText, WriteBytes))]
+        paths = list(dict.fromkeys(c.path for c in changes
+                                   if isinstance(c, (WriteText, WriteBytes))))
         try:
             replies = dict(zip(paths, self.host.batch([Read(path) for path in paths]),
                                strict=True)) if paths else {}
