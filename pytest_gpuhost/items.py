@@ -125,15 +125,15 @@ class GpuhostItem(pytest.Item):
             with progress_to(self._progress_sink()):
                 self.result = run.session.run(self.check, self.target)
         except LockUnavailable as exc:
+            reason = str(exc)
             if len(run.session.targets) > 1:  # a fleet: that target's lock, not the run's
-                reason = (f"{exc}: nothing was changed on this target and its checks were "
-                          "given up on; the other targets went on (run again on it when that "
-                          "run is done)")
+                reason += (": nothing was changed on this target and its checks were given up "
+                           "on; the other targets went on (run again on it when that run is "
+                           "done)")
                 self.target.lose(TargetLost(reason))
-                self.result = error_record(self.check, reason, self._target_name(run))
-                raise CheckError(self.result) from None
-            run.stop(self, str(exc))
-            self.result = error_record(self.check, str(exc), self._target_name(run))
+            else:
+                run.stop(self, reason)
+            self.result = error_record(self.check, reason, self._target_name(run))
             raise CheckError(self.result) from None
         if self.result.outcome is Outcome.SKIPPED:
             # Reported at the spec's line, as a skip mark's would be (not in pytest's runner).
