@@ -545,7 +545,7 @@ def xdist_cases(spec: SpecCase) -> list[Case]:
     and pytest's tmpdir plugin, at the run's end, deletes every numbered one there but the
     newest 3, whichever pytest run of this user's on the machine made them and filled them. On
     a machine shared with test runs, one measured run then deleted the tmp_path trees a test
-    suite had left (this project's tests/test_fix_safety.py alone leaves 25,000 files): 26 s of
+    suite had left (this project's tests/fix/test_fix.py alone leaves 25,000 files): 26 s of
     a 29 s run in the controller's pytest_sessionfinish, which can fall on either side of the
     comparison (bench/targets.py gives its runs a --basetemp for the same reason)."""
     (spec.directory / "test_plain.py").write_text(plain_test_file(spec.checks))

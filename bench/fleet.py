@@ -65,7 +65,7 @@ DRAWN = """<script>window.addEventListener("load", () => {
 
 def template(workdir: Path, checks: int) -> dict[str, Any]:
     """One real report of the example host: its first ``checks`` records, dmesg kept last."""
-    sys.path.insert(0, str(REPO / "tests"))
+    sys.path.insert(0, str(REPO / "tests" / "capture"))
     from capturing import run
 
     root = workdir / "host"

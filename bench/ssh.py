@@ -713,7 +713,7 @@ def figure_calls(base: Path, link: Link | None) -> Figure:
          "live batch for its second sample",
          "round trips over ssh: the JSON report's round_trips + connections of the same run "
          "over the test sshd: the connection's hello plus one exchange per host call",
-         "tests/test_collection_reads.py asserts the same counts; this figure only reports "
+         "tests/run/test_batched_reads.py asserts the same counts; this figure only reports "
          "them"])
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .bounded import StillRunning, within
-from .targets import Target, valid_host, valid_name
+from .targets import TargetAddress, valid_host, valid_name
 
 MISSING_EXTRA = ("reading an Ansible inventory needs ansible-core, which is not installed: "
                  "pip install 'pytest-gpuhost[ansible]' (from a checkout: pip install "
@@ -62,7 +62,7 @@ class InventoryHost:
     root: str = "/"
     """``gpuhost_root``: the host root there (``/``; another tree for tests and images)."""
 
-    def target(self, source: str, base: Path) -> Target:
+    def target(self, source: str, base: Path) -> TargetAddress:
         """The host as an ssh target named by its inventory name (``...@node01``). A relative
         key file is relative to ``base`` (where pytest runs), as it is to where Ansible runs."""
         if not valid_name(self.name):
@@ -77,7 +77,7 @@ class InventoryHost:
         host = f"[{self.address}]" if ":" in self.address else self.address
         url = (f"ssh://{f'{self.user}@' if self.user else ''}{host}"
                f"{f':{self.port}' if self.port else ''}{self.root}?name={self.name}")
-        return Target(url, "ssh", host=self.address, user=self.user, port=self.port,
+        return TargetAddress(url, "ssh", host=self.address, user=self.user, port=self.port,
                       root=self.root, name=self.name, identity_file=key,
                       ssh_args=self.ssh_args, source=source)
 

@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from .files import OutputError, check_output
-from .targets import LOCAL, Target, TargetError, name_targets, parse_target, parse_target_line
+from .targets import (
+    LOCAL,
+    TargetAddress,
+    TargetError,
+    name_targets,
+    parse_target,
+    parse_target_line,
+)
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 
@@ -98,7 +105,7 @@ class Settings:
     worker: bool
     distributing: bool
     """On an xdist controller that starts workers."""
-    targets: tuple[Target, ...] = (Target(LOCAL, LOCAL),)
+    targets: tuple[TargetAddress, ...] = (TargetAddress(LOCAL, LOCAL),)
     """The machines this run checks; without --gpuhost-target, this machine at the root."""
     ssh_config: Path | None = None
     connect_timeout: float = 10.0
@@ -255,17 +262,17 @@ def _output(raw: RawOptions, value: str | None, flag: str) -> Path | None:
         raise SettingsError(str(exc)) from None
 
 
-def target_record(target: Target) -> dict[str, object]:
+def target_record(target: TargetAddress) -> dict[str, object]:
     """A target as JSON, for the workers of an xdist run (``RawOptions.resolved_targets``)."""
-    return {field: getattr(target, field) for field in Target.__dataclass_fields__}
+    return {field: getattr(target, field) for field in TargetAddress.__dataclass_fields__}
 
 
-def _resolved(records: Sequence[Mapping[str, Any]]) -> tuple[Target, ...]:
-    return tuple(Target(**{**record, "ssh_args": tuple(record.get("ssh_args") or ())})
+def _resolved(records: Sequence[Mapping[str, Any]]) -> tuple[TargetAddress, ...]:
+    return tuple(TargetAddress(**{**record, "ssh_args": tuple(record.get("ssh_args") or ())})
                  for record in records)
 
 
-def _targets(raw: RawOptions) -> tuple[Target, ...]:
+def _targets(raw: RawOptions) -> tuple[TargetAddress, ...]:
     """Every target the run names: --gpuhost-target, the hosts of --gpuhost-inventory (after
     --gpuhost-limit) and the lines of --gpuhost-targets-file, together; any of them on the
     command line replaces all of their ini twins. Without any, this machine at the root. An
@@ -286,7 +293,7 @@ def _targets(raw: RawOptions) -> tuple[Target, ...]:
     if raw.limit is not None and not inventory:
         raise SettingsError(f"--gpuhost-limit={raw.limit} selects hosts of an inventory: pass "
                             "--gpuhost-inventory=FILE too")
-    found: list[Target] = []
+    found: list[TargetAddress] = []
     for text in urls:
         if text.strip():
             try:
@@ -298,14 +305,14 @@ def _targets(raw: RawOptions) -> tuple[Target, ...]:
     if listed:
         found += _listed_targets(base / listed, f"{named['targets_file']}={listed}", raw)
     if not found:
-        return (Target(LOCAL, LOCAL),)
+        return (TargetAddress(LOCAL, LOCAL),)
     try:
         return tuple(name_targets(found))
     except TargetError as exc:
         raise SettingsError(str(exc)) from None
 
 
-def _inventory_targets(raw: RawOptions, path: Path, source: str) -> list[Target]:
+def _inventory_targets(raw: RawOptions, path: Path, source: str) -> list[TargetAddress]:
     from .inventory import InventoryError, read_inventory
 
     if raw.limit is not None and not raw.limit.strip():
@@ -319,7 +326,7 @@ def _inventory_targets(raw: RawOptions, path: Path, source: str) -> list[Target]
         raise SettingsError(f"{source}{limit}: {exc}") from None
 
 
-def _listed_targets(path: Path, source: str, raw: RawOptions) -> list[Target]:
+def _listed_targets(path: Path, source: str, raw: RawOptions) -> list[TargetAddress]:
     from .inventory import InventoryError, read_numbered_targets
 
     try:
@@ -388,7 +395,7 @@ def _capture(raw: RawOptions, specs: tuple[Path, ...]) -> tuple[Path | None, boo
     return _output(raw, raw.capture, "--gpuhost-capture"), catalog
 
 
-def _capture_from(raw: RawOptions, targets: Sequence[Target]) -> str:
+def _capture_from(raw: RawOptions, targets: Sequence[TargetAddress]) -> str:
     """The name of the target --gpuhost-capture writes down: --gpuhost-capture-from (a target's
     name or its URL as given), else the only target."""
     from .capture.writer import pick_target

@@ -38,7 +38,7 @@ class TargetError(ValueError):
 
 
 @dataclass(frozen=True)
-class Target:
+class TargetAddress:
     url: str
     scheme: str
     """``local``, ``ssh`` or ``lxc``."""
@@ -75,11 +75,11 @@ def valid_host(text: str) -> bool:
     return bool(_HOST.match(text)) and not text.startswith("-")
 
 
-def parse_target(text: str) -> Target:
+def parse_target(text: str) -> TargetAddress:
     """One target URL; TargetError saying what is wrong and what was expected."""
     raw = text.strip()
     if raw == LOCAL:
-        return Target(LOCAL, LOCAL)
+        return TargetAddress(LOCAL, LOCAL)
     parts = urlsplit(raw)
     if parts.scheme not in ("ssh", "lxc"):
         raise TargetError(f"{raw!r} is not a target: expected local, ssh://[USER@]HOST[:PORT]"
@@ -105,7 +105,7 @@ def parse_target(text: str) -> Target:
             raise TargetError(f"{raw!r}: lxc://CTID needs a container id or name")
         if "lxc" in query:
             raise TargetError(f"{raw!r}: lxc= belongs to ssh:// targets")
-        return Target(raw, "lxc", container=container, root=root, name=name or "")
+        return TargetAddress(raw, "lxc", container=container, root=root, name=name or "")
     host = parts.hostname
     if not host or not _HOST.match(host) or host.startswith("-"):
         raise TargetError(f"{raw!r}: ssh:// needs a host name or address (and no option-like "
@@ -120,31 +120,31 @@ def parse_target(text: str) -> Target:
     inside = query.get("lxc")
     if inside is not None and not _CONTAINER.match(inside):
         raise TargetError(f"{raw!r}: lxc={inside!r} is not a container id or name")
-    return Target(raw, "ssh", host=host, user=user, port=port, root=root,
+    return TargetAddress(raw, "ssh", host=host, user=user, port=port, root=root,
                   container=inside, name=name or "")
 
 
-def parse_target_line(text: str) -> Target:
+def parse_target_line(text: str) -> TargetAddress:
     """A line of a targets file: a target URL, or a bare ``[USER@]HOST[:PORT]`` for ssh."""
     raw = text.strip()
     return parse_target(raw if raw == LOCAL or "://" in raw else f"ssh://{raw}")
 
 
-def _destination(target: Target) -> tuple[object, ...]:
+def _destination(target: TargetAddress) -> tuple[object, ...]:
     """What makes two targets the same machine and root, whatever they are named."""
     return (target.scheme, target.host, target.port, target.root, target.container,
             target.ssh_args)
 
 
-def _refuse_duplicates(targets: Sequence[Target]) -> None:
-    by_name: dict[str, Target] = {}
+def _refuse_duplicates(targets: Sequence[TargetAddress]) -> None:
+    by_name: dict[str, TargetAddress] = {}
     for target in targets:
         other = by_name.setdefault(target.name, target) if target.name else target
         if other is not target:
             raise TargetError(f"two targets are named {target.name}: {other.shown} and "
                               f"{target.shown}")
-    by_url: dict[str, Target] = {}
-    by_place: dict[tuple[object, ...], Target] = {}
+    by_url: dict[str, TargetAddress] = {}
+    by_place: dict[tuple[object, ...], TargetAddress] = {}
     for target in targets:
         other = by_url.setdefault(target.url, target)
         if other is not target:
@@ -162,7 +162,7 @@ def _refuse_duplicates(targets: Sequence[Target]) -> None:
                               "is: give one of them ?name=NAME, or drop the duplicate")
 
 
-def _candidates(target: Target) -> list[str]:
+def _candidates(target: TargetAddress) -> list[str]:
     """Names from short to unique: host, host:port, host:port/root (containers: lxc-CTID)."""
     if target.local:
         return [LOCAL]
@@ -175,11 +175,11 @@ def _candidates(target: Target) -> list[str]:
     return [base, with_port, rooted, target.url]
 
 
-def name_targets(targets: Sequence[Target]) -> list[Target]:
+def name_targets(targets: Sequence[TargetAddress]) -> list[TargetAddress]:
     """Each target with a name no other has; explicit names (``?name=``, an inventory's) win
     and must be unique; the same target twice is refused (see the module's docstring)."""
     _refuse_duplicates(targets)
-    named: list[Target] = []
+    named: list[TargetAddress] = []
     for level in range(4):
         names = [t.name or _candidates(t)[level] for t in targets]
         if len(set(names)) == len(names):
@@ -190,5 +190,5 @@ def name_targets(targets: Sequence[Target]) -> list[Target]:
     return named
 
 
-def parse_targets(texts: Sequence[str]) -> list[Target]:
+def parse_targets(texts: Sequence[str]) -> list[TargetAddress]:
     return name_targets([parse_target(text) for text in texts])

@@ -38,7 +38,15 @@ EXTRAS = (
 what the test runs, so a new test of -n or --alluredir is covered without a marker to forget."""
 
 
+E2E = Path(__file__).resolve().parent / "e2e"
+"""Tests that start real processes beside pytest (an sshd, xdist workers, Chromium): marked
+``e2e``, so a quick loop can leave them out with ``-m "not e2e"``."""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if E2E in item.path.parents:
+            item.add_marker(pytest.mark.e2e)
     missing = [(extra, needles) for module, extra, needles in EXTRAS
                if importlib.util.find_spec(module) is None]
     if not missing:
@@ -136,7 +144,7 @@ def ansible_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 
 def workers_by_target(result: pytest.RunResult) -> dict[str, set[str]]:
-    """Target name -> the xdist workers (``[gw0]``) that reported its checks passing (-v)."""
+    """TargetAddress name -> the xdist workers (``[gw0]``) that reported its checks passing (-v)."""
     workers: dict[str, set[str]] = {}
     for line in result.stdout.lines:
         if line.startswith("[gw") and "PASSED" in line and "@" in line:

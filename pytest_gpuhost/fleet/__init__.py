@@ -33,7 +33,7 @@ Record = Mapping[str, Any]
 
 
 @dataclass(frozen=True)
-class Target:
+class FleetRow:
     """One row of the fleet: a target's records, or why there are none."""
 
     name: str
@@ -89,12 +89,12 @@ def _no_result(records: Sequence[Record]) -> str | None:
     return None
 
 
-def targets_of_report(data: Mapping[str, Any], source: str) -> list[Target]:
+def targets_of_report(data: Mapping[str, Any], source: str) -> list[FleetRow]:
     """The rows of one JSON report: one per target it names (``targets``, and each record's
     ``target``), or, for a report of one machine without them, one named by its ``host``."""
     checks = data.get("checks")
     if not isinstance(checks, list):
-        return [Target(Path(source).stem, source, reason=f"{source}: not a pytest-gpuhost "
+        return [FleetRow(Path(source).stem, source, reason=f"{source}: not a pytest-gpuhost "
                        "report (no 'checks' list)")]
     records = [c for c in checks if isinstance(c, Mapping)]
     listed = data.get("targets")
@@ -106,7 +106,7 @@ def targets_of_report(data: Mapping[str, Any], source: str) -> list[Target]:
             entries.setdefault(str(item["name"]), item)
     if not entries and not any("target" in r for r in records):
         name = str(data.get("host") or Path(source).stem)
-        return [Target(name, source, tuple(records), _no_result(records), _facts(data))]
+        return [FleetRow(name, source, tuple(records), _no_result(records), _facts(data))]
     default = next(iter(entries), str(data.get("host") or Path(source).stem))
     by_target: dict[str, list[Record]] = {name: [] for name in entries}
     for record in records:
@@ -120,27 +120,27 @@ def targets_of_report(data: Mapping[str, Any], source: str) -> list[Target]:
         # the report's own facts are this target's only where it is the report's one target
         facts = {**_facts(data), **own} if len(by_target) == 1 else \
             {**dict.fromkeys(_facts(data)), "generated_at": data.get("generated_at"), **own}
-        rows.append(Target(name, source, tuple(mine), str(reason) if reason else None, facts))
+        rows.append(FleetRow(name, source, tuple(mine), str(reason) if reason else None, facts))
     return rows
 
 
-def read_report(path: Path) -> list[Target]:
+def read_report(path: Path) -> list[FleetRow]:
     """One report file's rows; a file that cannot be read is a row of no result saying why."""
     shown = str(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return [Target(path.stem, shown, reason=f"{shown}: no such report")]
+        return [FleetRow(path.stem, shown, reason=f"{shown}: no such report")]
     except OSError as exc:
-        return [Target(path.stem, shown, reason=f"{shown}: cannot read it: {exc.strerror}")]
+        return [FleetRow(path.stem, shown, reason=f"{shown}: cannot read it: {exc.strerror}")]
     except (UnicodeDecodeError, ValueError) as exc:
-        return [Target(path.stem, shown, reason=f"{shown}: not JSON: {exc}")]
+        return [FleetRow(path.stem, shown, reason=f"{shown}: not JSON: {exc}")]
     if not isinstance(data, Mapping):
-        return [Target(path.stem, shown, reason=f"{shown}: not a pytest-gpuhost report")]
+        return [FleetRow(path.stem, shown, reason=f"{shown}: not a pytest-gpuhost report")]
     return targets_of_report(data, shown)
 
 
-def merge(rows: Iterable[Target]) -> list[Target]:
+def merge(rows: Iterable[FleetRow]) -> list[FleetRow]:
     """Every row, each name once: a second row of a name (the same node reported twice) is
     kept under its name and its report's, so neither hides the other."""
     seen: set[str] = set()
@@ -150,12 +150,12 @@ def merge(rows: Iterable[Target]) -> list[Target]:
         if name in seen:
             name = f"{row.name} ({row.source})"
         seen.add(name)
-        merged.append(row if name == row.name else Target(name, row.source, row.records,
+        merged.append(row if name == row.name else FleetRow(name, row.source, row.records,
                                                            row.reason, row.facts))
     return merged
 
 
-def read_reports(paths: Sequence[Path]) -> list[Target]:
+def read_reports(paths: Sequence[Path]) -> list[FleetRow]:
     """The fleet from report files (a directory stands for the ``*.json`` files in it).
 
     The garbage collector is paused meanwhile: parsed reports only pile up (no cycles to

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from . import GOOD, Target, check_key
+from . import GOOD, FleetRow, check_key
 
 NO_VALUE = "(no value)"
 MEASURED = ("p2p",)
@@ -52,7 +52,7 @@ def shown_value(observed: object) -> str:
     return NO_VALUE if observed is None else " ".join(str(observed).split()) or '""'
 
 
-def find_drift(targets: Sequence[Target]) -> list[Drift]:
+def find_drift(targets: Sequence[FleetRow]) -> list[Drift]:
     """Every check whose targets do not all hold one value, in the order checks first appear."""
     values: dict[tuple[str, str], dict[str, list[str]]] = {}
     passing: dict[tuple[str, str], dict[str, bool]] = {}

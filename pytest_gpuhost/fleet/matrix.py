@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from . import GOOD, NO_RESULT, Record, Target
+from . import GOOD, NO_RESULT, FleetRow, Record
 from .drift import Drift
 
 FAMILIES = ("sysctl", "kernel", "cpufreq", "memory", "gpus", "pcie", "iommu", "cpuidle",
@@ -23,7 +23,7 @@ def family(kind: str) -> str:
     return "gpus" if kind == "gpu_count" else kind.split(".", 1)[0]
 
 
-def columns(targets: Sequence[Target]) -> list[str]:
+def columns(targets: Sequence[FleetRow]) -> list[str]:
     found = {family(str(r.get("kind", ""))) for t in targets for r in t.records}
     return [f for f in FAMILIES if f in found] + sorted(found - set(FAMILIES))
 
@@ -65,7 +65,7 @@ def cell(records: Sequence[Record]) -> str:
     return " ".join(f"{n}{letter}" for letter, n in counts.items()) + f" /{len(records)}"
 
 
-def matrix_lines(targets: Sequence[Target]) -> list[str]:
+def matrix_lines(targets: Sequence[FleetRow]) -> list[str]:
     names = columns(targets)
     header = ["target", *names]
     rows: list[tuple[str, list[str] | None, str]] = []

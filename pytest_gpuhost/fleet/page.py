@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from . import OUTCOME_ORDER, Target, check_key
+from . import OUTCOME_ORDER, FleetRow, check_key
 from .drift import Drift
 from .matrix import FAMILIES, family, short_key
 
@@ -51,7 +51,7 @@ def _evidence(record: Any) -> str:
                      if isinstance(e, dict))
 
 
-def _facts(target: Target) -> str:
+def _facts(target: FleetRow) -> str:
     facts = target.facts
     parts = [f"{name} {facts[name]}" for name in ("host", "kernel", "driver") if facts.get(name)]
     if facts.get("gpus") is not None:
@@ -60,7 +60,7 @@ def _facts(target: Target) -> str:
     return ", ".join(parts)
 
 
-def page_data(targets: Sequence[Target], drifts: Sequence[Drift], title: str) -> dict[str, Any]:
+def page_data(targets: Sequence[FleetRow], drifts: Sequence[Drift], title: str) -> dict[str, Any]:
     strings = _Strings()
     outcomes = list(OUTCOME_ORDER)
     outcome_index = {name: i for i, name in enumerate(outcomes)}
@@ -100,7 +100,7 @@ def _family_rank(name: str) -> int:
     return FAMILIES.index(name) if name in FAMILIES else len(FAMILIES)
 
 
-def render(targets: Sequence[Target], drifts: Sequence[Drift], title: str) -> str:
+def render(targets: Sequence[FleetRow], drifts: Sequence[Drift], title: str) -> str:
     """The whole page."""
     blob = json.dumps(page_data(targets, drifts, title), separators=(",", ":"),
                       ensure_ascii=False).replace("</", "<\\/")

@@ -1,0 +1,145 @@
+"""Proof in a real browser: the fleet page, opened from a file in headless Chromium (no server,
+no network: the page's own CSP refuses any fetch), shows its cells, filters rows and columns,
+and shows a cell's expected, observed and evidence on a click.
+
+A small driver script is added to a copy of the page; it works the controls as a user would
+and leaves what it saw as JSON in the DOM, which ``--dump-dom`` prints. Skipped without
+Chromium. ``GPUHOST_FLEET_SCREENSHOT=FILE.png`` keeps a screenshot (docs/fleet-view.png).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_gpuhost.fleet import read_reports
+from pytest_gpuhost.fleet.drift import find_drift
+from pytest_gpuhost.fleet.page import render
+
+from .test_allure_browser import CHROMIUM
+from .test_allure_browser import chromium as allure_chromium
+from ..fleet.test_view import fleet_reports  # noqa: F401  (the fixture)
+
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium: apt-get install chromium")
+
+DRIVER = r"""
+<script>
+window.addEventListener("load", () => {
+  const q = (s) => [...document.querySelectorAll(s)];
+  const set = (id, value, event) => {
+    const el = document.getElementById(id);
+    el.value = value;
+    el.dispatchEvent(new Event(event));
+  };
+  const rows = () => q("#matrix tr.target").map((tr) => tr.dataset.target);
+  const cells = (name) => q(`#matrix tr[data-target="${name}"] td.cell`).map((td) =>
+    [td.dataset.outcome || "", td.textContent, td.classList.contains("dim")]);
+  const out = {rendered: Number(document.body.dataset.renderedMs)};
+  out.summary = document.getElementById("summary").textContent;
+  out.header = q("#matrix thead th").map((th) => th.textContent);
+  out.rows = rows();
+  out.noresult = q("#matrix tr.noresult td.reason").map((td) => td.textContent);
+  out.node01 = cells("node01");
+  out.node04 = cells("node04");
+  out.drift = q("#drift tr.drift").map((tr) => tr.dataset.check);
+  out.minority = q("#drift .minority").map((s) => s.textContent);
+  const kind = [...document.getElementById("f-kind").options]
+    .find((o) => o.text === "pcie.max_link_speed").value;
+  set("f-kind", kind, "change");
+  out.kindHeader = q("#matrix thead th").map((th) => th.textContent);
+  out.kindNode03 = cells("node03");
+  out.kindDrift = q("#drift tr.drift").map((tr) => tr.dataset.check);
+  q('#matrix tr[data-target="node03"] td.cell')[4].click();
+  out.detail = document.getElementById("detail").innerText;
+  out.chosen = q("td.chosen").length;
+  set("f-kind", "", "change");
+  set("f-outcome", "failed", "change");
+  out.failedRows = rows();
+  out.failedNode04 = cells("node04");
+  set("f-outcome", "no result", "change");
+  out.noResultRows = rows();
+  set("f-outcome", "", "change");
+  set("f-target", "DE0", "input");
+  out.targetRows = rows();
+  set("f-target", "", "input");
+  q('#matrix tr[data-target="node04"] td.cell')[0].click();
+  out.sysctlDetail = document.getElementById("detail").innerText;
+  const pre = document.createElement("pre");
+  pre.id = "driver-out";
+  pre.textContent = JSON.stringify(out);
+  pre.hidden = true;
+  document.body.appendChild(pre);
+});
+</script>
+"""
+
+
+def chromium(*args: str) -> str:
+    return allure_chromium(*args, budget_ms=5000, window="1500,1000")
+
+
+def driven(page: Path) -> dict[str, Any]:
+    copy = page.with_name("driven.html")
+    copy.write_text(page.read_text().replace("</body>", DRIVER + "</body>"))
+    dom = chromium("--dump-dom", copy.as_uri())
+    found = re.search(r'<pre id="driver-out"[^>]*>(.*?)</pre>', dom, re.S)
+    assert found, dom[-2000:]
+    result: dict[str, Any] = json.loads(html.unescape(found.group(1)))
+    return result
+
+
+@pytest.fixture
+def page(fleet_reports: list[Path], tmp_path: Path) -> Path:  # noqa: F811
+    targets = read_reports(fleet_reports)
+    path = tmp_path / "fleet.html"
+    path.write_text(render(targets, find_drift(targets), "GPU fleet"))
+    return path
+
+
+def test_the_fleet_page_in_headless_chromium(page: Path, tmp_path: Path) -> None:
+    seen = driven(page)
+    assert seen["summary"].startswith("6 targets: 3 healthy, 1 with problems, 2 no result; ")
+    assert seen["header"] == ["target", "sysctl", "gpu_count", "gpus.nvml_inventory",
+                              "gpus.driver_version", "pcie.max_link_speed",
+                              "pcie.max_read_request", "module"]
+    assert seen["rows"] == ["node01", "node02", "node03", "node04", "node05", "node06"]
+    assert len(seen["noresult"]) == 2 and "no such report" in seen["noresult"][0]
+    assert "No route to host" in seen["noresult"][1]
+    assert seen["node01"] == [["passed", "2", False], ["passed", "1", False],
+                              ["passed", "1", False], ["passed", "1", False],
+                              ["passed", "8", False], ["passed", "8", False],
+                              ["passed", "2", False]]
+    assert seen["node04"][0] == ["failed", "1/2", False]  # a colour per outcome: the worst
+    assert seen["drift"] == ["sysctl[vm.swappiness]", "gpus.driver_version",
+                             "pcie.max_link_speed[0000:81:00.0]"]
+    assert seen["minority"] == ["node04", "node03", "node03"]
+    # A kind chosen: its checks are the columns, one per GPU, the drift table follows.
+    assert seen["kindHeader"][0] == "target" and len(seen["kindHeader"]) == 9
+    assert seen["kindHeader"][1:] == ["01:00.0", "21:00.0", "41:00.0", "61:00.0", "81:00.0",
+                                      "a1:00.0", "c1:00.0", "e1:00.0"]
+    assert seen["kindNode03"][4] == ["passed", "16.0 GT/s P…", False]
+    assert seen["kindDrift"] == ["pcie.max_link_speed[0000:81:00.0]"]
+    for shown in ("node03: pcie.max_link_speed[0000:81:00.0]", "expected\n>= 16.0 GT/s",
+                  "observed\n16.0 GT/s PCIe", "evidence\nsys/bus/pci/devices/0000:81:00.0/"
+                  "max_link_speed: 16.0 GT/s PCIe", "host node03", "passed"):
+        assert shown in seen["detail"], shown
+    assert seen["chosen"] == 1
+    # The outcome filter keeps the targets with such a check and dims the other cells.
+    assert seen["failedRows"] == ["node04"]
+    assert seen["failedNode04"][0][2] is False and all(c[2] for c in seen["failedNode04"][1:])
+    assert seen["noResultRows"] == ["node05", "node06"]
+    assert seen["targetRows"] == ["node01", "node02", "node03", "node04", "node05", "node06"]
+    for shown in ("sysctl[vm.swappiness]", "expected\n10", "observed\n60", "failed",
+                  "evidence\nproc/sys/vm/swappiness: 60"):
+        assert shown in seen["sysctlDetail"], shown
+
+    shot = Path(os.environ.get("GPUHOST_FLEET_SCREENSHOT", str(tmp_path / "fleet.png")))
+    copy = page.with_name("driven.html")
+    chromium(f"--screenshot={shot}", copy.as_uri() + "#shot")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

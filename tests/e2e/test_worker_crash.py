@@ -1,0 +1,194 @@
+"""A crashed xdist worker ends the waits on its checks within seconds (issue 9, case 11)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_gpuhost.testing.fakehost import FakeHost
+
+from ..conftest import crash_worker_at
+
+CRASHING_KIND = textwrap.dedent("""\
+    import os
+    from pytest_gpuhost.checks import Check, NoFix, Observation
+    from pytest_gpuhost.hookspecs import hookimpl
+    from pytest_gpuhost.spec.matchers import Auto, Exact
+    from pytest_gpuhost.spec import EntryOptions
+
+    class Crash(NoFix):
+        def observe(self, host):
+            os._exit(3)  # the worker dies mid-check, as a segfault in a driver call would
+
+    class CrashKind:
+        section = "crash"
+
+        def parse(self, node, context):
+            return node.where
+
+        def expand(self, section, facts):
+            return [Check("crash", None, Exact("1", Auto()), EntryOptions(where=section),
+                          Crash())]
+
+    @hookimpl
+    def pytest_gpuhost_check_kinds():
+        return [CrashKind()]
+    """)
+
+
+def test_a_dead_worker_ends_the_waits_and_its_check_is_an_error(
+        pytester: pytest.Pytester, fake: FakeHost) -> None:
+    fake.sysctl("vm.swappiness", 10).kmsg([(6, "hello")])
+    pytester.makeconftest(CRASHING_KIND)
+    pytester.makefile(".yaml", spec="version: 1\ncrash: 1\nsysctl:\n  vm.swappiness: 10\n"
+                                    "dmesg: {}\n")
+    pytester.makepyfile(test_bench="def test_benchmark():\n    pass\n")
+    start = time.monotonic()
+    result = pytester.runpytest_subprocess(
+        "spec.yaml", "test_bench.py", f"--gpuhost-root={fake.root}", "-n", "2",
+        "--gpuhost-gate", "--gpuhost-report=out.json", "-p", "no:cacheprovider",
+        "--max-worker-restart=4", timeout=120)
+    elapsed = time.monotonic() - start
+    assert elapsed < 60  # not the 900 s wait
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    report = json.loads((pytester.path / "out.json").read_text())
+    outcomes = {check["id"]: check["outcome"] for check in report["checks"]}
+    assert outcomes["crash"] == "error"
+    messages = {check["id"]: check["message"] for check in report["checks"]}
+    assert "never reported" in messages["crash"]
+    if "went down" in messages["dmesg"]:  # it waited on another worker for the lost check
+        assert "did not run: 1 check(s) it must follow never finished" in messages["dmesg"]
+    assert outcomes["sysctl[vm.swappiness]"] == "passed"
+    assert report["summary"]["error"] >= 1
+    output = result.stdout.str()
+    assert "crash" in output
+    # the gated benchmark did not run on a host whose checks did not all finish
+    assert "test_benchmark" in output and "PASSED test_bench" not in output
+
+
+def test_the_log_of_a_worker_says_what_it_started(tmp_path: Path) -> None:
+    from pytest_gpuhost.workers import DoneLog
+
+    gw0, gw1 = DoneLog(tmp_path, "gw0"), DoneLog(tmp_path, "gw1")
+    gw0.start(0)
+    gw0.mark(0, "open passed a")
+    gw0.start(1)
+    gw1.start(2)
+    (tmp_path / "down-gw0").write_text("worker gw0 crashed: exit 3")
+    progress = gw1.read()
+    assert progress.done == {0: "open passed a"}
+    assert progress.lost([1, 2]) == [1]  # gw1's own check 2 is still running
+    assert gw1.wait_for([0, 1], timeout=5) == [1]
+
+
+DIES = "        os._exit(3)  # the worker dies mid-check, as a segfault in a driver call would\n"
+DIES_ONCE = textwrap.indent(textwrap.dedent("""\
+    flag = Path(__file__).with_name("crashed")
+    try:  # once, in one worker: the replacement worker's run of it passes
+        os.close(os.open(flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return Observation("1")
+    os._exit(3)
+    """), " " * 8)
+ONE_TREE_PER_TARGET = textwrap.dedent("""
+    from pytest_gpuhost.host import LocalHost
+
+    @hookimpl(tryfirst=True)
+    def pytest_gpuhost_make_host(url, settings):
+        # ssh://fake/NAME: the fake tree NAME next to this file, as if reached over ssh
+        if url.startswith("ssh://fake/"):
+            return LocalHost(Path(__file__).parent / url.split("/")[3].split("?")[0])
+        return None
+    """)
+assert DIES in CRASHING_KIND
+CRASHING_ONCE = "from pathlib import Path\n" + CRASHING_KIND.replace(DIES, DIES_ONCE) + \
+    ONE_TREE_PER_TARGET
+
+
+def test_a_check_that_crashed_its_worker_is_an_error_even_when_its_rerun_passes(
+        pytester: pytest.Pytester, tmp_path: Path) -> None:
+    """With targets, xdist schedules each target's checks as one scope and runs a crashed
+    worker's unfinished checks again on its replacement, the crashed one included. pytest
+    counts the crash (1 failed, exit 1); the reports said every check passed (NPD: exit 0)."""
+    for name in ("a", "b"):
+        FakeHost(pytester.path / name).sysctl("vm.swappiness", 10).kmsg([(6, "hello")])
+    pytester.makeconftest(CRASHING_ONCE)
+    pytester.makefile(".yaml", spec="version: 1\ncrash: 1\nsysctl:\n  vm.swappiness: 10\n")
+    targets = ["--gpuhost-target=ssh://fake/a?name=a", "--gpuhost-target=ssh://fake/b?name=b"]
+    result = pytester.runpytest_subprocess(
+        "spec.yaml", *targets, "-n", "2", "--gpuhost-report=out.json", "-p",
+        "no:cacheprovider", timeout=120)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*worker 'gw*' crashed while running 'spec.yaml::crash@*'*"])
+    report = json.loads((pytester.path / "out.json").read_text())
+    crashed = [c for c in report["checks"] if c["outcome"] != "passed"]
+    assert [c["id"] for c in crashed] == ["crash"], report["checks"]
+    assert crashed[0]["outcome"] == "error"
+    assert "crashed while running" in crashed[0]["message"]
+    assert "passed" in crashed[0]["message"]  # what its run on the new worker said
+    (pytester.path / "crashed").unlink()
+    npd = pytester.runpytest_subprocess("spec.yaml", *targets, "-n", "2", "--gpuhost-npd",
+                                        "-p", "no:cacheprovider", timeout=120)
+    assert npd.ret == 1 and npd.outlines == ["gpuhost: 1 failed: crash"]
+
+
+def test_a_worker_that_dies_before_its_check_starts_ends_the_waits_too(
+        pytester: pytest.Pytester, fake: FakeHost) -> None:
+    """A worker dies in another plugin's setup hook, before the check says it started: xdist
+    reports the check as crashed and sends the dead worker's other checks to the live workers,
+    behind the last-ranked checks already waiting there for them. Waiting on would end only at
+    the 900 s timeout; the waiters stop at once, say why, and the re-queued checks still run."""
+    fake.sysctls({f"kernel.k{n}": n for n in range(40)}).kmsg([(6, "hello")])
+    crasher = crash_worker_at(pytester, "spec.yaml::sysctl[kernel.k3]", "pytest_runtest_setup")
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n" +
+                      "".join(f"  kernel.k{n}: {n}\n" for n in range(40)) + "dmesg: {}\n")
+    start = time.monotonic()
+    result = pytester.runpytest_subprocess(
+        *crasher, "spec.yaml", f"--gpuhost-root={fake.root}", "-n", "2",
+        "--gpuhost-report=out.json", "-p", "no:cacheprovider", "--max-worker-restart=4",
+        timeout=120)
+    assert time.monotonic() - start < 60  # not the 900 s wait
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    report = json.loads((pytester.path / "out.json").read_text())
+    outcomes = {check["id"]: check["outcome"] for check in report["checks"]}
+    assert len(outcomes) == 41
+    assert outcomes.pop("sysctl[kernel.k3]") == "error"
+    dmesg = outcomes.pop("dmesg")
+    assert set(outcomes.values()) == {"passed"}  # every other check ran, before or after
+    if dmesg == "error":  # it was waiting when the worker died
+        [message] = [c["message"] for c in report["checks"] if c["id"] == "dmesg"]
+        assert "because an xdist worker went down (worker gw" in message
+        assert "sysctl[kernel.k3]" in message
+
+
+def test_checks_xdist_never_gave_out_say_they_did_not_run_and_why(
+        pytester: pytest.Pytester, fake: FakeHost) -> None:
+    """With --max-worker-restart=0 xdist stops giving out checks after the first crash: those
+    checks did not run, which their records say (not 'went down while it ran'), naming the
+    check the worker crashed on."""
+    fake.sysctls({f"kernel.k{n}": n for n in range(40)}).kmsg([(6, "hello")])
+    crasher = crash_worker_at(pytester, "spec.yaml::sysctl[kernel.k3]")
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n" +
+                      "".join(f"  kernel.k{n}: {n}\n" for n in range(40)))
+    result = pytester.runpytest_subprocess(
+        *crasher, "spec.yaml", f"--gpuhost-root={fake.root}", "-n", "2",
+        "--gpuhost-report=out.json", "-p", "no:cacheprovider", "--max-worker-restart=0",
+        timeout=120)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    report = json.loads((pytester.path / "out.json").read_text())
+    records = {check["id"]: check for check in report["checks"]}
+    assert len(records) == 40
+    assert "crashed while running 'spec.yaml::sysctl[kernel.k3]'" in \
+        records["sysctl[kernel.k3]"]["message"]
+    not_run = [r for r in records.values() if r["message"].startswith("not run: ")]
+    assert not_run and {r["outcome"] for r in not_run} == {"error"}
+    assert all("no xdist worker started it after worker gw" in r["message"] and
+               "--max-worker-restart" in r["message"] and
+               "see spec.yaml::sysctl[kernel.k3], then run again" in r["message"]
+               for r in not_run), not_run[0]["message"]
+    assert not any("went down while it ran" in r["message"] for r in records.values())
+    assert {r["outcome"] for r in records.values()} <= {"passed", "error"}
