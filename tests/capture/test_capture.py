@@ -35,9 +35,9 @@ from pytest_gpuhost.testing.fakehost import (
     nvbandwidth_text,
 )
 
-from .capturing import CONDITIONS, KINDS, round_trip, run
-from ..conftest import BLACKWELL8, counts
 from ..checks.test_path_and_boot import switch_host
+from ..conftest import BLACKWELL8, counts
+from .capturing import CONDITIONS, KINDS, round_trip, run
 
 pytest_plugins = ["pytester"]
 

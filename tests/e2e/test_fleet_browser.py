@@ -22,9 +22,9 @@ from pytest_gpuhost.fleet import read_reports
 from pytest_gpuhost.fleet.drift import find_drift
 from pytest_gpuhost.fleet.page import render
 
+from ..fleet.test_view import fleet_reports  # noqa: F401  (the fixture)
 from .test_allure_browser import CHROMIUM
 from .test_allure_browser import chromium as allure_chromium
-from ..fleet.test_view import fleet_reports  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium: apt-get install chromium")
 

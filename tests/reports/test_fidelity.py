@@ -25,8 +25,8 @@ from pytest_gpuhost.testing.fakehost import FakeHost
 from pytest_gpuhost.testing.sshd import SshServer
 
 from ..conftest import NEEDS_OPENSSH, crash_worker_at
-from .test_reports import parse_exposition
 from ..e2e.test_ssh import ssh_args
+from .test_reports import parse_exposition
 
 pytest_plugins = ["pytester"]
 
