@@ -1,73 +1,212 @@
-"""Imports go one way between the package's layers (issue 10): read from the source with ast,
-function-level and TYPE_CHECKING imports included, so a lazy import cannot hide a cycle."""
+"""Imports go one way between the package's layers: read from the source with ast, every import
+form (``import X``, ``import X as Y``, ``from X import Y``, relative, inside functions and under
+TYPE_CHECKING, and ``importlib.import_module("...")`` with a literal name), so a lazy import
+cannot hide a cycle. Every layer has a floor and imports only layers on lower floors; a module
+that belongs to no layer of the table fails until it is placed."""
 
 from __future__ import annotations
 
 import ast
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_gpuhost"
+ROOT = ""
+"""The package itself (``pytest_gpuhost/__init__.py``, ``__version__``)."""
 
-FORBIDDEN = {
-    # a layer: what it must never import
-    "host": "everything else: it is the only code that touches a machine, and knows no check",
-    "linux": "everything else: pure parsers of kernel formats",
-    "spec": "everything else: YAML to a frozen model, no host, no pytest",
-    "checks": {"fix", "engine", "session", "hooks", "plugin", "items", "reports", "capture",
-               "fleet", "workers"},
-    "reports": {"host", "checks", "fix", "engine", "session", "hooks", "gpu"},
-    "fleet": {"host", "checks", "fix", "engine", "session", "hooks", "gpu", "spec"},
+FLOORS: dict[str, int] = {
+    # floor 0: the base, which imports no layer but the package root
+    ROOT: 0, "result": 0, "files": 0, "progress": 0, "bounded": 0, "long_lived": 0,
+    "host": 0, "linux": 0, "spec": 0, "specs": 0, "targets": 0,
+    # floor 1: GPUs, inventories, the fleet view, the gate's words, xdist's shared files
+    "gpu": 1, "inventory": 1, "gate": 1, "fleet": 1, "workers": 1,
+    # floor 2: the kinds, the reporters
+    "checks": 2, "reports": 2,
+    # floor 3: what acts on checks: capture, the fixer; the fake trees; an old import path
+    "capture": 3, "fix": 3, "testing": 3, "nvml": 3,
+    "fakehost": 4,
+    # floor 4: one check's run; the settings (they validate a capture's target)
+    "engine": 4, "settings": 4,
+    # floor 5: the session without pytest; the hooks' specifications
+    "session": 5, "hookspecs": 5,
+    # floor 6: the built-in kinds as a plugin registers them; pytest's items
+    "builtin": 6, "items": 6,
+    # floors 7, 8: pytest's glue
+    "hooks": 7, "plugin": 8,
 }
-GLUE = {"plugin", "hooks", "items"}
-"""pytest's glue: the only layers that import the session, the hooks or the items."""
+ALONE = {
+    "host": "it is the only code that touches a machine, and knows no check",
+    "linux": "pure parsers of kernel formats",
+    "spec": "YAML to a frozen model, no host, no pytest",
+}
+"""Layers that import nothing of the package at all."""
+FORBIDDEN = {
+    # lower layers that a layer still must not import
+    "checks": {"fleet", "workers", "gate", "inventory"},
+    "reports": {"host", "gpu", "workers", "inventory"},
+    "fleet": {"host", "gpu", "spec", "workers", "inventory"},
+}
+ROOT_SHIM = (ROOT, "plugin")
+"""The package's ``__init__`` registers the plugin when ``-p pytest_gpuhost`` names the package
+(a lazy import inside ``pytest_plugin_registered``): the one import that goes up."""
 
 
 def layer(module: str) -> str:
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 else ""
+    return parts[1] if len(parts) > 1 and parts[1] != "__version__" else ROOT
 
 
-def imports() -> dict[str, set[str]]:
-    """layer -> the other layers of the package it imports."""
-    found: dict[str, set[str]] = defaultdict(set)
+def _imported(node: ast.AST, package: str) -> Iterator[str]:
+    """The package's modules (or names in them) an AST node imports."""
+    if isinstance(node, ast.Import):
+        yield from (alias.name for alias in node.names)
+    elif isinstance(node, ast.ImportFrom):
+        if node.level:
+            base = package.split(".")[:len(package.split(".")) - node.level + 1]
+            target = ".".join([*base, *([node.module] if node.module else [])])
+        else:
+            target = node.module or ""
+        if node.module:
+            yield target
+        yield from (f"{target}.{alias.name}" for alias in node.names)
+    elif isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name)):
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+        if name in ("import_module", "__import__") and node.args and \
+                isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+            yield node.args[0].value
+
+
+def modules() -> dict[str, Path]:
+    found = {}
     for path in PACKAGE.rglob("*.py"):
         module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-        package = module.removesuffix(".__init__") if path.name == "__init__.py" else \
-            module.rsplit(".", 1)[0]
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if not isinstance(node, ast.ImportFrom):
-                continue
-            if node.level:
-                base = package.split(".")[:len(package.split(".")) - node.level + 1]
-                target = ".".join([*base, *([node.module] if node.module else [])])
-            else:
-                target = node.module or ""
-            if not target.startswith("pytest_gpuhost"):
-                continue
-            names = [target] if node.module else [f"{target}.{a.name}" for a in node.names]
-            found[layer(module)].update(layer(n) for n in names if layer(n) != layer(module))
+        found[module.removesuffix(".__init__")] = path
+    return found
+
+
+MODULES = modules()
+
+
+def _package(module: str) -> str:
+    return module if MODULES[module].name == "__init__.py" else module.rsplit(".", 1)[0]
+
+
+def imports(*, top_level_only: bool = False) -> dict[str, set[str]]:
+    """module -> the package's modules it imports (a name imported from a package counts as the
+    package, or as its submodule where one has that name)."""
+    found: dict[str, set[str]] = defaultdict(set)
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        nodes = tree.body if top_level_only else list(ast.walk(tree))
+        for node in nodes:
+            for name in _imported(node, _package(module)):
+                if not name.startswith("pytest_gpuhost"):
+                    continue
+                while name not in MODULES and "." in name:
+                    name = name.rsplit(".", 1)[0]
+                if name in MODULES and name != module:
+                    found[module].add(name)
     return found
 
 
 GRAPH = imports()
 
 
-@pytest.mark.parametrize("name", sorted(FORBIDDEN))
-def test_a_layer_never_imports_what_sits_above_it(name: str) -> None:
-    rule = FORBIDDEN[name]
-    others = GRAPH.get(name, set()) - {"__version__"}
-    assert GRAPH, "no imports found: the test reads nothing"
-    if isinstance(rule, str):
-        assert others == set(), f"{name}/ imports {sorted(others)}; it imports {rule}"
-    else:
-        assert others & rule == set(), f"{name}/ imports {sorted(others & rule)}"
+def layer_graph() -> dict[str, set[str]]:
+    found: dict[str, set[str]] = defaultdict(set)
+    for module, targets in GRAPH.items():
+        found[layer(module)].update(layer(t) for t in targets if layer(t) != layer(module))
+    return found
+
+
+LAYERS = layer_graph()
+
+
+def test_the_graph_is_read() -> None:
+    assert len(MODULES) > 50
+    assert "fix" in LAYERS["engine"] and "session" in LAYERS["hooks"]
+    # each import form is seen: plain, relative, lazy (in a function), TYPE_CHECKING
+    assert "pytest_gpuhost.plugin" in GRAPH["pytest_gpuhost"]  # lazy, relative
+    assert "pytest_gpuhost.gpu.nvml" in GRAPH["pytest_gpuhost.checks"]  # TYPE_CHECKING
+
+
+def test_every_layer_has_a_floor() -> None:
+    unplaced = sorted({layer(module) for module in MODULES} - set(FLOORS))
+    assert not unplaced, f"layers with no floor in FLOORS: {unplaced}: place them"
+
+
+@pytest.mark.parametrize("name", sorted(FLOORS))
+def test_a_layer_imports_only_what_sits_below_it(name: str) -> None:
+    wrong = sorted(other for other in LAYERS.get(name, set())
+                   if FLOORS.get(other, 99) >= FLOORS[name] and (name, other) != ROOT_SHIM)
+    assert not wrong, (f"{name}/ (floor {FLOORS[name]}) imports {wrong} on the same floor or "
+                       "above: move the shared part down, or the importer up")
+    if name in ALONE:
+        others = LAYERS.get(name, set()) - {ROOT}
+        assert not others, f"{name}/ imports {sorted(others)}; it imports nothing: {ALONE[name]}"
+    banned = LAYERS.get(name, set()) & FORBIDDEN.get(name, set())
+    assert not banned, f"{name}/ imports {sorted(banned)}"
 
 
 def test_only_pytests_glue_imports_the_session_the_hooks_and_the_items() -> None:
-    importers = {name for name, targets in GRAPH.items()
+    glue = {"plugin", "hooks", "items"}
+    importers = {name for name, targets in LAYERS.items()
                  if targets & {"session", "hooks", "items"}}
-    assert importers <= GLUE | {""}, sorted(importers - GLUE)
-    assert "checks" in GRAPH and "fix" in GRAPH["engine"]  # the graph is really read
+    assert importers <= glue, sorted(importers - glue)
+
+
+KNOWN_CYCLES: dict[frozenset[str], str] = {
+    frozenset({"pytest_gpuhost.host", "pytest_gpuhost.host.cache", "pytest_gpuhost.host.local"}):
+        "host/__init__.py re-exports CachedHost and LocalHost, which build on its names",
+}
+
+
+def module_cycles() -> list[frozenset[str]]:
+    """Strongly connected modules of the import-time graph (module-level imports): a cycle
+    makes the import order matter."""
+    graph = imports(top_level_only=True)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[frozenset[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in graph.get(module, ()):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                top = stack.pop()
+                component.append(top)
+                if top == module:
+                    break
+            if len(component) > 1:
+                cycles.append(frozenset(component))
+
+    for module in sorted(MODULES):
+        if module not in index:
+            visit(module)
+    return cycles
+
+
+def test_no_module_imports_itself_round_a_cycle() -> None:
+    found = [sorted(cycle) for cycle in module_cycles() if cycle not in KNOWN_CYCLES]
+    assert not found, f"import cycles: {found}"
+
+
+def test_the_cycle_check_finds_a_cycle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = {"pytest_gpuhost.a": tmp_path / "a.py", "pytest_gpuhost.b": tmp_path / "b.py"}
+    fake["pytest_gpuhost.a"].write_text("from .b import x\n")
+    fake["pytest_gpuhost.b"].write_text("from pytest_gpuhost import a\n")
+    monkeypatch.setattr(__import__(__name__, fromlist=["MODULES"]), "MODULES", fake)
+    assert module_cycles() == [frozenset(fake)]
+
