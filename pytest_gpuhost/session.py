@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .checks import Check, Fact, Facts, Kind, NoFix, Observation
+from .checks import Check, Fact, Facts, Kind, NoFix, Observation, owned
 from .checks.conditions import ConditionFn
 from .checks.gpus import GPUS
 from .engine import RunOptions, error_result, run_check
@@ -557,7 +557,8 @@ class Session:
         for section, model in spec.sections.items():
             try:
                 with doing("collecting facts"):
-                    checks += self.kinds[section].expand(model, target.facts)
+                    kind = self.kinds[section]
+                    checks += owned(kind, section, kind.expand(model, target.facts))
             except HostError as exc:  # a fact this kind needs cannot be read: one error
                 checks.append(Check(section, None, Unexpanded(section),
                                     EntryOptions(where=f"{self.settings.display(spec.path)}:1"),
