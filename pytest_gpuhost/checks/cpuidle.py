@@ -13,24 +13,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..host import Glob, Host, HostError, Read, Reply, Request, unreadable
-from ..linux.cpulist import MAX_CPUS as MAX_CPUS  # re-exported
 from ..linux.cpulist import fold_cpu_list, parse_cpu_list
 from ..result import CheckResult
 from ..spec import OPTION_KEYS, EntryOptions, Node, SpecContext
 from ..spec.matchers import Choice, Exact
-from . import (
-    CannotFix,
-    Check,
-    Evidence,
-    Fact,
-    Facts,
-    NoFix,
-    NotApplicable,
-    Observation,
-    PersistLine,
-    right_now,
-)
+from . import CannotFix, Check, Evidence, Fact, Facts, NoFix, NotApplicable, Observation
 from .changes import Plan, WriteText
+from .persistence import PersistLine, right_now
 
 if TYPE_CHECKING:  # capture's helpers load when a capture asks
     from .capturing import Captured, Records
