@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from .checks import Check, Fact, Facts, Kind, PersistLine
+    from .checks import Capturer, Check, Fact, Facts, Kind, PersistLine
     from .checks.conditions import ConditionFn
     from .gpu.nvml import NvmlFactory
     from .host import Host
@@ -35,6 +35,7 @@ BUILTIN_KINDS = (
     ("dmesg", "dmesg", "DmesgKind"),
 )
 """(section, module of pytest_gpuhost.checks, class), in the order their sections run."""
+BUILTIN_SECTIONS = tuple(section for section, _, _ in BUILTIN_KINDS)
 
 
 class BuiltinKind:
@@ -68,6 +69,22 @@ class BuiltinKind:
         no records), else what the kind supplies, if it supplies any."""
         supply = getattr(self._kind, "persistence", None) if self._kind is not None else None
         return list(supply(results)) if supply is not None else []
+
+    @property
+    def scope(self) -> str:
+        from .checks import scope_of
+
+        return scope_of(self.kind)
+
+    @property
+    def measured(self) -> bool:
+        return bool(getattr(self.kind, "measured", False))
+
+    @property
+    def capture(self) -> Capturer | None:
+        from .checks import capturer_of
+
+        return capturer_of(self.kind)
 
     @property
     def qualname(self) -> str:

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .checks import CannotFix, Check, NotApplicable, Observation, is_boot_time
+from .checks import KERNEL, CannotFix, Check, NotApplicable, Observation, is_boot_time
 from .checks.changes import Plan, ReplaceFile, WriteBytes, WriteText, to_dict
 from .host import Host, HostError, TargetLost, doing
 from .result import CheckResult, Outcome
@@ -305,6 +305,9 @@ def _result(
         details=dict(observed.details) if observed else {},
         subjects={**check.subjects, **_seen_subjects(before or observed)},
         hardware=check.hardware,
+        section=check.owner,
+        scope=check.scope or KERNEL,
+        measured=bool(check.measured),
     )
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pytest
 
 from . import long_lived
-from .checks import Check
+from .checks import KERNEL, Check
 from .fix.locking import LockUnavailable
 from .host import TargetLost
 from .progress import progress_to
@@ -93,7 +93,8 @@ def error_record(check: Check, message: str, target: str | None = None) -> Check
                        expected=check.expect.describe(), observed=None, outcome=Outcome.ERROR,
                        message=message, location=check.options.where,
                        severity=check.options.severity, subjects=dict(check.subjects),
-                       hardware=check.hardware, target=target)
+                       hardware=check.hardware, target=target, section=check.owner,
+                       scope=check.scope or KERNEL, measured=bool(check.measured))
 
 
 class GpuhostItem(pytest.Item):

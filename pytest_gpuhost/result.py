@@ -65,6 +65,15 @@ class CheckResult:
     """A failure points at the hardware rather than at a setting."""
     target: str | None = None
     """The target the check ran on (``pve``), in a run with remote or several targets."""
+    section: str | None = None
+    """The spec section the check came from (``pcie`` for ``pcie.max_read_request``, ``gpus``
+    for ``gpu_count``, ``modules`` for ``module``); ``persist`` and ``rollback`` for the checks
+    those make. None only for a check that never reported (its xdist worker went down)."""
+    scope: str | None = None
+    """Where the setting lives: ``kernel``, ``namespace`` or ``userspace`` (see
+    ``checks.SCOPES``); None only for a check that never reported."""
+    measured: bool = False
+    """A measurement (p2p bandwidth), not a setting: drift between targets is not news."""
 
     @property
     def spec_file(self) -> str:

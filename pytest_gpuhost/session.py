@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .checks import Check, Fact, Facts, Kind, NoFix, Observation
+from .checks import Check, Fact, Facts, Kind, NoFix, Observation, owned, persistence_of
 from .checks.conditions import ConditionFn
 from .checks.gpus import GPUS
 from .engine import RunOptions, error_result, run_check
@@ -557,7 +557,8 @@ class Session:
         for section, model in spec.sections.items():
             try:
                 with doing("collecting facts"):
-                    checks += self.kinds[section].expand(model, target.facts)
+                    kind = self.kinds[section]
+                    checks += owned(kind, section, kind.expand(model, target.facts))
             except HostError as exc:  # a fact this kind needs cannot be read: one error
                 checks.append(Check(section, None, Unexpanded(section),
                                     EntryOptions(where=f"{self.settings.display(spec.path)}:1"),
@@ -625,8 +626,7 @@ class Session:
         from .fix.persist import persistence_checks
 
         spec = next(iter(self.specs.values()))
-        supplies = [kind.persistence for kind in self.kinds.values()
-                    if hasattr(kind, "persistence")]
+        supplies = [supply for supply in map(persistence_of, self.kinds.values()) if supply]
         done: list[CheckResult] = []
         for target in self.targets.values():
             mine = [r for r in results if not self.named or r.target == target.name]

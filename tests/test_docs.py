@@ -6,9 +6,13 @@ import json
 import re
 from glob import escape
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
+import yaml
 
+from pytest_gpuhost.fleet import read_reports
+from pytest_gpuhost.fleet.matrix import matrix_lines
 from pytest_gpuhost.testing.fakehost import FakeHost
 
 from .conftest import REPO
@@ -19,24 +23,68 @@ def python_block(document: Path) -> str:
     return code
 
 
-def test_the_documented_kind_checks_fixes_and_rolls_back(pytester: pytest.Pytester,
-                                                         fake: FakeHost) -> None:
+def test_the_documented_kind_goes_through_every_path(pytester: pytest.Pytester,
+                                                    fake: FakeHost) -> None:
+    """docs/adding-a-kind.md's kind, one module and one registration line: verify, --fix,
+    --fix-persist, capture, rollback, the fleet page and matrix, and every report (JSON,
+    JUnit, Prometheus, Allure, terminal)."""
     pytester.makeconftest(python_block(REPO / "docs" / "adding-a-kind.md"))
     fake.file("sys/class/net/eth0/mtu", "1500\n")
     fake.file("sys/class/net/ib0/mtu", "4092\n")
-    pytester.makefile(".yaml", spec="version: 1\nmtu:\n  ib0: 4092\n  eth0: {min: 9000}\n")
-    verify = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}", "-v")
+    pytester.makefile(".yaml", spec="version: 1\nmtu:\n  ib0: 4092\n"
+                                    "  eth0: {min: 9000, why: jumbo frames}\n")
+    root = f"--gpuhost-root={fake.root}"
+    verify = pytester.runpytest("spec.yaml", root, "-v")
     verify.stdout.fnmatch_lines(["*spec.yaml::mtu[[]eth0] FAILED*",
                                  "*spec.yaml::mtu[[]ib0] PASSED*"])
-    fixed = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}", "--fix",
-                               "--gpuhost-report=r.json")
+
+    fixed = pytester.runpytest("spec.yaml", root, "--fix", "--fix-persist",
+                               "--gpuhost-report=r.json", "--junitxml=junit.xml",
+                               "--gpuhost-prom=gpuhost.prom", "--alluredir=allure",
+                               "--gpuhost-fleet-html=fleet.html")
     assert fixed.ret == pytest.ExitCode.OK
-    records = {c["id"]: c for c in json.loads((pytester.path / "r.json").read_text())["checks"]}
-    assert records["mtu[eth0]"]["outcome"] == "fixed"
+    fixed.stdout.re_match_lines([r"^mtu +2 +1 .*", r"^persist +1 .*"])  # the terminal's table
     assert (fake.root / "sys/class/net/eth0/mtu").read_text() == "9000\n"
-    back = pytester.runpytest("--gpuhost-rollback", f"--gpuhost-root={fake.root}")
+    rules = fake.root / "etc/udev/rules.d/90-gpuhost-spec.rules"
+    assert 'ACTION=="add", SUBSYSTEM=="net", KERNEL=="eth0", ATTR{mtu}="9000"' in \
+        rules.read_text()
+    assert 'KERNEL=="ib0", ATTR{mtu}="4092"' in rules.read_text()
+
+    report = json.loads((pytester.path / "r.json").read_text())
+    records = {c["id"]: c for c in report["checks"]}
+    eth0 = records["mtu[eth0]"]
+    assert (eth0["outcome"], eth0["section"], eth0["scope"], eth0["measured"]) == \
+        ("fixed", "mtu", "namespace", False)
+    persisted = records["persist[etc/udev/rules.d/90-gpuhost-spec.rules]"]
+    assert (persisted["outcome"], persisted["section"]) == ("fixed", "persist")
+    junit = ElementTree.parse(pytester.path / "junit.xml").getroot()
+    [case] = [c for c in junit.iter("testcase") if "mtu[eth0]" in c.get("name", "")]
+    properties = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert (properties["kind"], properties["key"], properties["outcome"]) == \
+        ("mtu", "eth0", "fixed")
+    prom = (pytester.path / "gpuhost.prom").read_text()
+    assert re.search(r'^gpuhost_check_ok\{[^}]*kind="mtu",key="eth0"\} 1$', prom, re.M)
+    allure = [json.loads(p.read_text()) for p in (pytester.path / "allure").glob("*-result.json")]
+    [test] = [t for t in allure if t["name"] == "mtu[eth0]"]
+    assert {"name": "feature", "value": "mtu"} in test["labels"]
+    assert test["status"] == "passed"
+    blob = re.search(r'id="fleet-data">(.*?)</script>', (pytester.path / "fleet.html").read_text(),
+                     re.S)
+    assert blob is not None and {"mtu", "persist"} <= set(json.loads(blob.group(1))["kinds"])
+    matrix = matrix_lines(read_reports([pytester.path / "r.json"]))
+    assert matrix[3].split() == ["target", "mtu", "persist"]
+    assert matrix[4].split()[1:] == ["ok", "2", "ok", "1"]
+
+    captured = pytester.runpytest("spec.yaml", root, "--gpuhost-capture=captured.yaml")
+    assert captured.ret == pytest.ExitCode.OK
+    written = yaml.safe_load((pytester.path / "captured.yaml").read_text())
+    assert written["mtu"] == {"eth0": {"min": 9000, "why": "jumbo frames"}, "ib0": 4092}
+    assert pytester.runpytest("captured.yaml", root).ret == pytest.ExitCode.OK
+
+    back = pytester.runpytest("--gpuhost-rollback", root)
     assert back.ret == pytest.ExitCode.OK
     assert (fake.root / "sys/class/net/eth0/mtu").read_text() == "1500\n"
+    assert not rules.exists()
 
 
 def test_a_bad_section_of_the_documented_kind_is_exit_4(pytester: pytest.Pytester,

@@ -16,7 +16,7 @@ from ..files import OutputError, write_atomically, write_output
 from ..result import CheckResult
 from ..spec import SPEC_VERSION, SectionParser, Spec, SpecError, load_spec
 from . import yamltext
-from .sections import CAPTURERS, Captured
+from .sections import capture_sections
 
 OVERWRITE_OPTION = "--gpuhost-capture-overwrite"
 LOCAL = "local"
@@ -77,25 +77,10 @@ def header(source: Source, when: float, shown: str) -> list[str]:
 
 
 def capture_text(specs: Sequence[tuple[str, Spec]], records: Sequence[CheckResult], *,
-                 name: str, header_lines: Sequence[str]) -> str:
-    """The captured spec: each spec's sections in order, the first spec's entry winning where
-    two specs name one key."""
-    sections: dict[str, Captured] = {}
-    for shown, spec in specs:
-        by_kind: dict[str, list[CheckResult]] = {}
-        for record in records:
-            if record.spec_file == shown:
-                by_kind.setdefault(record.kind, []).append(record)
-        for section, model in spec.sections.items():
-            merged = sections.setdefault(section, Captured())
-            capturer = CAPTURERS.get(section)
-            if capturer is None:
-                merged.leave_out(section, "its check kind (a plugin's) has no capture")
-                continue
-            captured = capturer(model, by_kind)
-            for key, value in captured.entries.items():
-                merged.entries.setdefault(key, value)
-            merged.notes += captured.notes
+                 name: str, header_lines: Sequence[str], kinds: Mapping[str, object]) -> str:
+    """The captured spec: each spec's sections in order, as their kinds capture them, the first
+    spec's entry winning where two specs name one key."""
+    sections = capture_sections(specs, records, kinds)
     top = {"version": SPEC_VERSION, "name": name}
     return yamltext.spec_text(header_lines, top, {
         section: (captured.entries or None, captured.notes)
@@ -123,7 +108,8 @@ class SpecCapture:
                               f"{self.source.target}, so there is nothing to capture; nothing "
                               "was written")
         text = capture_text(self.specs, mine, name=spec_name(self.path),
-                            header_lines=header(self.source, info.finished_at, self.shown))
+                            header_lines=header(self.source, info.finished_at, self.shown),
+                            kinds=self.parsers)
         self._check_loads(text)
         if self.overwrite:  # as every report: a file replaced, a FIFO or a character device
             # (/dev/null) written as it is, never swapped for a new file

@@ -3,11 +3,14 @@
 A *kind* (one module per kind) owns a top-level spec section. It parses the section (the spec
 side), then, given a host, expands it into ``Check`` objects with stable ids. Each check carries
 an expectation and a *probe* that observes the host and, where the value is fixable, applies it.
+A kind also says where its settings live (``scope``), which lines make them survive a reboot
+(``persistence``) and how a host's values are written back as a spec (``capture``).
 Built-in kinds register through the ``pytest_gpuhost_check_kinds`` hook like third-party ones do.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,11 +21,27 @@ from ..host import Host, HostError, Reply, Request, raised
 from ..spec import EntryOptions, Node, SpecContext
 from ..spec.matchers import Expectation
 from .changes import Plan
+from .persistence import CONTROL as CONTROL  # re-exported: a kind's persistence names these
+from .persistence import PERSIST_TARGETS as PERSIST_TARGETS
+from .persistence import BootCommand as BootCommand
+from .persistence import PersistLine as PersistLine
+from .persistence import right_now as right_now
+from .persistence import settled as settled
 
 if TYPE_CHECKING:
     from ..gpu.nvml import NvmlSource
+    from ..result import CheckResult
+    from .capturing import Captured, Records
 
 T = TypeVar("T")
+
+KERNEL, NAMESPACE, USERSPACE = "kernel", "namespace", "userspace"
+SCOPES = (KERNEL, NAMESPACE, USERSPACE)
+"""Where a setting lives (docs/reference.md, "Where a setting lives"): ``kernel``, the running
+kernel and the hardware (the machine that runs the kernel); ``namespace``, what a container owns
+of it (the ``net.*`` sysctls of its network namespace that the kernel keeps per namespace);
+``userspace``, files and tools of the root the check runs in (the NVML library, the bandwidth
+the benchmark sees)."""
 
 
 @dataclass(frozen=True)
@@ -69,15 +88,6 @@ class Observation:
     culprits: str | None = None
     """What made a wrong value wrong, named in the failure's message (the line pytest's short
     summary shows): dmesg's first offending records."""
-
-
-@dataclass(frozen=True)
-class PersistLine:
-    """A line a kind supplies to --fix-persist: ``target`` names the file it goes to
-    (``tmpfiles``: etc/tmpfiles.d, ``cmdline``: a kernel parameter for the grub.d drop-in)."""
-
-    target: str
-    text: str
 
 
 class NotApplicable(Exception):
@@ -143,10 +153,29 @@ class Check:
     slow: bool = False
     """Takes long (a bandwidth measurement): marked ``gpuhost_slow``, so a health check with a
     deadline can leave it out with ``-m "not gpuhost_slow"``."""
+    scope: str | None = None
+    """Where its setting lives (one of ``SCOPES``); None: its kind's scope. A kind with checks
+    of two scopes (sysctl: ``net.*`` keys of a network namespace) sets it per check."""
+    measured: bool | None = None
+    """A measurement (a bandwidth), not a setting: no two runs read the same number, so the
+    fleet's drift leaves it out. None: as its kind says (``Kind.measured``)."""
+    section: str | None = field(default=None, compare=False)
+    """The spec section it came from: set as its kind's checks are expanded (a kind need not);
+    a check made outside a section (``persist``, ``rollback``) is its own section."""
+
+    def __post_init__(self) -> None:
+        if self.scope is not None and self.scope not in SCOPES:
+            raise ValueError(f"check {self.id}: scope {self.scope!r} is not one of "
+                             f"{', '.join(SCOPES)}")
 
     @property
     def id(self) -> str:
         return self.kind if self.key is None else f"{self.kind}[{self.key}]"
+
+    @property
+    def owner(self) -> str:
+        """The section its record names: the one it came from, else its own kind."""
+        return self.section if self.section is not None else self.kind
 
 
 @dataclass(frozen=True)
@@ -234,7 +263,20 @@ class Facts:
 
 
 class Kind(Protocol):
-    """A check kind, as registered through the ``pytest_gpuhost_check_kinds`` hook."""
+    """A check kind, as registered through the ``pytest_gpuhost_check_kinds`` hook.
+
+    Beside ``section``, ``parse`` and ``expand``, a kind may have (each read through the
+    functions below, which say what its absence means):
+
+    - ``scope``: where its settings live, one of ``SCOPES`` (absent: ``kernel``);
+    - ``measured``: its checks are measurements, not settings (absent: False);
+    - ``facts(section) -> Sequence[Fact]``: the facts its ``expand`` will get, read for every
+      kind of the spec in one batch beforehand;
+    - ``persistence(results) -> Sequence[PersistLine]``: the lines ``--fix-persist`` writes
+      for its checks' values (absent: none);
+    - ``capture(section, records) -> Captured``: the section as the records say the host
+      holds it, for ``--gpuhost-capture`` (``checks.capturing`` has the usual forms; absent:
+      the captured spec says the kind has no capture)."""
 
     section: str
 
@@ -242,9 +284,44 @@ class Kind(Protocol):
         """Validate the spec section into a frozen model; raise SpecError."""
 
     def expand(self, section: Any, facts: Facts) -> Sequence[Check]:
-        """One check per item of the section on this host, in a stable order.
+        """One check per item of the section on this host, in a stable order."""
 
-        A kind may also have ``facts(section) -> Sequence[Fact]``: the facts its ``expand`` will
-        get, read for every kind of the spec in one batch beforehand, and
-        ``persistence(results) -> list[PersistLine]``: the lines ``--fix-persist`` writes for
-        its checks (tmpfiles.d lines, kernel parameters)."""
+
+Capturer = Callable[[Any, "Records"], "Captured"]
+"""A kind's ``capture(section, records)``."""
+PersistenceSupply = Callable[[Sequence["CheckResult"]], Sequence[PersistLine]]
+"""A kind's ``persistence(results)``."""
+
+
+def scope_of(kind: object) -> str:
+    """The scope a kind declares; ValueError naming the kind for one that is not a scope."""
+    scope = getattr(kind, "scope", KERNEL)
+    if scope not in SCOPES:
+        raise ValueError(f"check kind {type(kind).__module__}.{type(kind).__qualname__} of "
+                         f"section {getattr(kind, 'section', '?')!r} declares scope {scope!r}; "
+                         f"a scope is one of {', '.join(SCOPES)}")
+    return str(scope)
+
+
+def capturer_of(kind: object) -> Capturer | None:
+    """The kind's ``capture``, or None where it has none."""
+    found: Capturer | None = getattr(kind, "capture", None)
+    return found
+
+
+def persistence_of(kind: object) -> PersistenceSupply | None:
+    """The kind's ``persistence``, or None where it has none."""
+    found: PersistenceSupply | None = getattr(kind, "persistence", None)
+    return found
+
+
+def owned(kind: object, section: str, checks: Iterable[Check]) -> list[Check]:
+    """``checks`` as the kind made them for ``section``: each names the section, and takes the
+    kind's scope and ``measured`` where it says none of its own."""
+    scope = scope_of(kind)
+    measured = bool(getattr(kind, "measured", False))
+    return [check if check.section == section and check.scope is not None
+            and check.measured is not None else
+            dataclasses.replace(check, section=section, scope=check.scope or scope,
+                                measured=measured if check.measured is None else check.measured)
+            for check in checks]

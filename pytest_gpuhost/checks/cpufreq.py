@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..host import Glob, Host, Read, Reply, Request, raised, unreadable
 from ..linux.cmdline import Parameter
 from ..linux.cpufreq import CPUFREQ, GLOBAL_BOOST, INTEL_NO_TURBO, policies, policy_path
+from ..linux.cpulist import fold_cpu_list, parse_cpu_list
 from ..result import CheckResult, Outcome
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Auto, Domain, Expectation, Integer
@@ -31,7 +33,9 @@ from . import (
 )
 from .bootconfig import BOOT_READS, dropin_path, plan_dropin, read_boot_config
 from .changes import Plan, WriteText
-from .cpuidle import fold_cpu_list, parse_cpu_list
+
+if TYPE_CHECKING:  # capture's helpers load when a capture asks
+    from .capturing import Captured, Records
 
 KEYS = ("driver", "governor", "epp", "boost")
 ATTRIBUTES = {"driver": "scaling_driver", "governor": "scaling_governor",
@@ -250,6 +254,10 @@ class CpufreqKind:
         """The lines --fix-persist writes for this kind's checks (see ``_persistence``)."""
         return _persistence(results)
 
+    @staticmethod
+    def capture(model: CpufreqSection, records: Records) -> Captured:
+        return capture_cpufreq(model, records)
+
     def parse(self, node: Node, context: SpecContext) -> CpufreqSection:
         pairs = node.mapping("cpufreq")
         if not pairs:
@@ -287,3 +295,20 @@ def _persistence(results: Sequence[CheckResult]) -> list[PersistLine]:
     return [PersistLine("tmpfiles", f"w /{CPUFREQ}/policy*/{files[r.kind]} - - - - {r.observed}")
             for r in results if r.kind in files and r.outcome in (Outcome.PASSED, Outcome.FIXED)
             and r.observed and " on cpus " not in r.observed]
+
+
+def capture_cpufreq(model: CpufreqSection, records: Records) -> Captured:
+    """Each key as its policies hold it; left out where the policies differ."""
+    from .capturing import Captured, Rule, capture_key, records_of
+
+    out = Captured()
+    for item in model.entries:
+        found = records_of(records, f"cpufreq.{item.key}")
+        mixed = [r for r in found if r.observed and " on cpus " in r.observed]
+        if mixed:
+            out.leave_out(f"cpufreq.{item.key}", f"the policies differ: {mixed[0].observed}")
+            continue
+        _, matchers = DOMAINS[item.key]
+        capture_key(item.key, found, item.expect, item.options,
+                    Rule(one_of="one_of" in matchers), out, f"cpufreq.{item.key}")
+    return out

@@ -8,62 +8,25 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..host import Glob, Host, HostError, Read, Reply, Request, unreadable
+from ..linux.cpulist import fold_cpu_list, parse_cpu_list
+from ..result import CheckResult
 from ..spec import OPTION_KEYS, EntryOptions, Node, SpecContext
 from ..spec.matchers import Choice, Exact
 from . import CannotFix, Check, Evidence, Fact, Facts, NoFix, NotApplicable, Observation
 from .changes import Plan, WriteText
+from .persistence import PersistLine, right_now
+
+if TYPE_CHECKING:  # capture's helpers load when a capture asks
+    from .capturing import Captured, Records
 
 CPU = "sys/devices/system/cpu"
 DRIVER = f"{CPU}/cpuidle/current_driver"
 DISABLED = "disabled"
-
-
-MAX_CPUS = 65536
-"""No kernel has more CPUs (x86's NR_CPUS tops out at 8192): a larger number or a longer list
-in a cpulist is a damaged or hostile file, refused before a range of it is walked."""
-
-
-def parse_cpu_list(text: str) -> list[int]:
-    """``0-3,8,10-11`` -> [0, 1, 2, 3, 8, 10, 11] (the kernel's cpulist format).
-
-    ValueError, saying why, for anything else: a part that is not ``N`` or ``N-M`` with N <= M,
-    a CPU number of MAX_CPUS or more, or more than MAX_CPUS CPUs in all."""
-    cpus: list[int] = []
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        low, dash, high = part.partition("-")
-        if not low.isdigit() or (dash and not high.isdigit()) or not part.isascii():
-            raise ValueError(f"{part[:40]!r} is not a CPU number or a range N-M")
-        if len(low) > 6 or len(high) > 6 or max(int(low), int(high or low)) >= MAX_CPUS:
-            raise ValueError(f"{part[:40]!r} names a CPU number of {MAX_CPUS} or more")
-        first, last = int(low), int(high or low)
-        if first > last:
-            raise ValueError(f"{part!r} is a range that runs backwards")
-        if len(cpus) + last - first + 1 > MAX_CPUS:
-            raise ValueError(f"the list names more than {MAX_CPUS} CPUs")
-        cpus.extend(range(first, last + 1))
-    return cpus
-
-
-def fold_cpu_list(cpus: Iterable[int]) -> str:
-    """[0, 1, 2, 3, 8] -> ``0-3,8``."""
-    ordered = sorted(set(cpus))
-    runs: list[str] = []
-    start = 0
-    while start < len(ordered):
-        end = start
-        while end + 1 < len(ordered) and ordered[end + 1] == ordered[end] + 1:
-            end += 1
-        low, high = ordered[start], ordered[end]
-        runs.append(str(low) if low == high else f"{low}-{high}")
-        start = end + 1
-    return ",".join(runs)
 
 
 @dataclass(frozen=True)
@@ -265,8 +228,75 @@ class IdleStateProbe:
                     brief=f"write 1 to cpuidle/{self.name}/disable on those {len(enabled)} CPUs")
 
 
+_STATE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*( [A-Za-z0-9][A-Za-z0-9._+-]*)*\Z")
+"""A C-state name as a udev rule may hold it: plain words with single spaces between
+(pseries' ``Shared Cede``)."""
+
+
+def cpuidle_persistence(results: Sequence[CheckResult]) -> list[PersistLine]:
+    """One udev rule that disables the states again on every CPU that comes online."""
+    states = [r.key for r in right_now(results, "cpuidle")]
+    for state in states:
+        if state is None or not _STATE.match(state):
+            return [PersistLine.refuse("udev", f"the C-state name {state!r} is not plain words "
+                                               "(letters, digits, '.', '_', '+', '-', single "
+                                               "spaces), so it is not written into a udev rule")]
+    if not states:
+        return []
+    names = "|".join(str(state).replace(" ", "\\ ") for state in states)  # Shared\ Cede
+    return [PersistLine(
+        "udev", 'ACTION=="add|online", SUBSYSTEM=="cpu", KERNEL=="cpu[0-9]*", '
+        'RUN+="/bin/sh -c \'for d in /sys/devices/system/cpu/%k/cpuidle/state[0-9]*; do '
+        f'case $$(cat $$d/name) in {names}) echo 1 > $$d/disable;; esac; done\'"')]
+
+
+def capture_cpuidle(model: CpuidleSection, records: Records) -> Captured:
+    """The states disabled everywhere (one enabled anywhere is left out); the residency window
+    where no disabled state was entered."""
+    from .capturing import Captured, options_of, problem, records_of, when_false
+
+    out = Captured()
+    kept: list[Any] = []
+    for state in model.states:
+        found = records_of(records, "cpuidle", state.name)
+        extra = options_of(state.options)
+        if when_false(found, state.options):
+            kept.append({"name": state.name, **extra})
+            continue
+        why = problem(found)
+        if why is not None:
+            out.leave_out(f"cpuidle[{state.name}]", why)
+            continue
+        enabled = [r for r in found if r.observed != DISABLED]
+        if enabled:
+            out.leave_out(f"cpuidle[{state.name}]", f"{enabled[0].observed} (the spec lists "
+                          "only states that must be disabled)")
+            continue
+        kept.append({"name": state.name, **extra} if extra else state.name)
+    if not kept:
+        return out
+    out.entries["disabled"] = kept
+    if model.residency is not None:
+        window, options = model.residency
+        names = [k if isinstance(k, str) else k["name"] for k in kept]
+        entered = [r for r in records.get("cpuidle.residency", ())
+                   if r.key in names and r.observed != NO_GROWTH]
+        if entered:
+            out.leave_out("cpuidle.residency", f"{entered[0].key}: "
+                          f"{entered[0].observed or entered[0].message}")
+        else:
+            out.entries["residency"] = {"window": f"{window * 1000:g}ms",
+                                        **options_of(options)}
+    return out
+
+
 class CpuidleKind:
     section = "cpuidle"
+    persistence = staticmethod(cpuidle_persistence)
+
+    @staticmethod
+    def capture(model: CpuidleSection, records: Records) -> Captured:
+        return capture_cpuidle(model, records)
 
     def parse(self, node: Node, context: SpecContext) -> CpuidleSection:
         entries: dict[str, StateEntry] = {}

@@ -3,6 +3,11 @@
 Records come from dev/kmsg, whose ``PRIO`` field gives reliable levels. ``since: session`` judges
 only records after the sequence number seen when the session collected its checks. The check runs
 after every other check, so under --fix it sees what the fixes caused.
+
+Capture allows the records that offended now by pattern: a record such as ``nvidia 0000:81:00.0:
+Xid 79, pid=4242`` becomes ``^nvidia (?:H{4}:)?H{2}:H{2}\\.[0-7]: Xid \\d+, pid=\\d+$`` (H
+stands for ``[0-9a-fA-F]``): anchored, its words literal (every regex metacharacter escaped), so
+it allows the same message from another device, process or boot, and nothing else.
 """
 
 from __future__ import annotations
@@ -10,13 +15,16 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..host import Host, Kmsg, Reply, Request
 from ..linux.kmsg import LEVELS, Record, iter_records, level_number
 from ..spec import EntryOptions, Node, SpecContext, section
 from ..spec.matchers import Verdict
 from . import Check, Evidence, Fact, Facts, NoFix, Observation
+
+if TYPE_CHECKING:  # capture's helpers load when a capture asks
+    from .capturing import Captured, Records
 
 KMSG = "dev/kmsg"
 DEFAULT_LEVELS = ("emerg", "alert", "crit", "err", "warn")
@@ -140,9 +148,91 @@ def _short(text: str, width: int = SHORT) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
+# -- capture: allow patterns -------------------------------------------------------------------
+
+_HEX = "[0-9a-fA-F]"
+_PIECES: tuple[tuple[str, str], ...] = (
+    (rf"\b(?:{_HEX}{{4}}:)?{_HEX}{{2}}:{_HEX}{{2}}\.[0-7]\b",
+     rf"(?:{_HEX}{{4}}:)?{_HEX}{{2}}:{_HEX}{{2}}\.[0-7]"),
+    (rf"\b{_HEX}{{4}}:{_HEX}{{2}}:{_HEX}{{2}}\b", rf"{_HEX}{{4}}:{_HEX}{{2}}:{_HEX}{{2}}"),
+    (rf"\b{_HEX}{{2}}(?::{_HEX}{{2}}){{5}}\b", rf"{_HEX}{{2}}(?::{_HEX}{{2}}){{5}}"),
+    (rf"\b0x{_HEX}+\b", rf"0x{_HEX}+"),
+    (rf"\b(?={_HEX}*[0-9])(?={_HEX}*[a-fA-F]){_HEX}{{8,}}\b", rf"{_HEX}+"),
+    (r"(?<![A-Za-z_])\d+", r"\d+"),
+)
+"""(what to find, what stands for it), tried in this order at each position: PCI addresses
+(with or without their domain or function), MAC addresses, 0x numbers, bare hex words of 8 or
+more digits (kernel pointers), then runs of decimal digits that are not part of a name (PIDs,
+counts, IPv4 parts; ``mlx5_core`` and ``eth0`` stay as they are)."""
+_TOKENS = re.compile("|".join(f"({find})" for find, _ in _PIECES))
+_META = re.compile(r"([.^$*+?{}\[\]\\|()])")
+
+
+def escape(text: str) -> str:
+    """Regex metacharacters escaped, spaces and other characters kept as they are (readable in
+    YAML, unlike re.escape's ``\\ ``)."""
+    return _META.sub(r"\\\1", text)
+
+
+def generalize(text: str) -> str:
+    """The anchored pattern that allows ``text`` and its kin (see the module's docstring)."""
+    parts: list[str] = []
+    position = 0
+    for match in _TOKENS.finditer(text):
+        parts.append(escape(text[position:match.start()]))
+        index = next(i for i, group in enumerate(match.groups()) if group is not None)
+        parts.append(_PIECES[index][1])
+        position = match.end()
+    parts.append(escape(text[position:]))
+    return "^" + "".join(parts) + "$"
+
+
+def allow_patterns(texts: Iterable[str], existing: Iterable[re.Pattern[str]] = ()) -> list[str]:
+    """One pattern per kind of record not already allowed, in the order first seen."""
+    allowed = list(existing)
+    patterns: dict[str, None] = {}
+    for text in texts:
+        if any(p.search(text) for p in allowed):
+            continue
+        pattern = generalize(text)
+        if pattern not in patterns:
+            patterns[pattern] = None
+            allowed.append(re.compile(pattern))
+    return list(patterns)
+
+
+def capture_dmesg(model: DmesgSection, records: Records) -> Captured:
+    """The levels and since as the spec had them; ``allow:`` patterns for what offended now."""
+    from .capturing import Captured, options_of, problem, records_of, when_false
+
+    out = Captured()
+    found = records_of(records, "dmesg")
+    settings: dict[str, Any] = {"levels": [LEVELS[level] for level in model.levels],
+                                "since": model.since}
+    existing = [p.pattern for p in model.allow]
+    if when_false(found, model.options):
+        out.entries.update({**settings, **({"allow": existing} if existing else {}),
+                            **options_of(model.options)})
+        return out
+    why = problem(found)
+    if why is not None:
+        out.leave_out("dmesg", why)
+        return out
+    offending = [str(t) for r in found for t in r.details.get("offending", ())]
+    cut = sum(int(r.details.get("offending_cut", 0)) for r in found)
+    if cut:
+        out.leave_out("dmesg", f"{cut} more distinct offending records than the record keeps: "
+                      "they are not allowed here")
+    allow = existing + allow_patterns(offending, model.allow)
+    out.entries.update({**settings, **({"allow": allow} if allow else {}),
+                        **options_of(model.options)})
+    return out
+
+
 class DmesgKind:
     section = "dmesg"
     keys = ("levels", "since", "allow")
+    capture = staticmethod(capture_dmesg)
 
     def parse(self, node: Node, context: SpecContext) -> DmesgSection:
         levels: tuple[int, ...] = tuple(level_number(name) for name in DEFAULT_LEVELS)

@@ -17,6 +17,7 @@ from ..spec.matchers import Choice, Exact, Expectation, Integer
 from . import Check, Evidence, Fact, Facts, NoFix, Observation
 
 if TYPE_CHECKING:  # the NVML checks' module loads when a spec has an NVML key
+    from .capturing import Captured, Records
     from .nvml import NvmlEntry
 
 PCI_DEVICES = "sys/bus/pci/devices"
@@ -166,8 +167,41 @@ class GpuCountProbe(NoFix):
         return Observation(str(len(gpus)), (Evidence(PCI_DEVICES, f"NVIDIA GPUs: {listed}"),))
 
 
+NVML_FLOORS = ("power_limit", "bar1", "driver_version")
+"""NVML keys captured as ``min:`` the lowest value seen."""
+
+
+def capture_gpus(model: GpusSection, records: Records) -> Captured:
+    """The count as seen; each NVML key as its GPUs hold it (``driver_match`` and
+    ``p2p_status`` only where they hold)."""
+    from .capturing import Captured, Rule, capture_key, records_of
+    from .nvml import KEYS as NVML_KEYS
+
+    out = Captured()
+    if model.count is not None:
+        expect, options = model.count
+        capture_key("count", records_of(records, "gpu_count"), expect, options, Rule(), out,
+                    "gpu_count")
+    for item in model.nvml:
+        found = records_of(records, f"gpus.{item.key}")
+        if item.key in ("driver_match", "p2p_status"):
+            wanted = "match" if item.key == "driver_match" else "ok"
+            bad = [r for r in found if r.observed not in (None, wanted)]
+            if bad:
+                out.leave_out(f"gpus.{item.key}", f"{bad[0].observed}")
+                continue
+        key = NVML_KEYS[item.key]
+        capture_key(item.key, found, item.expect, item.options,
+                    Rule(floor=item.key in NVML_FLOORS, one_of="one_of" in key.matchers), out,
+                    f"gpus.{item.key}")
+        if item.key == "driver_match" and out.entries.get("driver_match") == "match":
+            out.entries["driver_match"] = True
+    return out
+
+
 class GpusKind:
     section = "gpus"
+    capture = staticmethod(capture_gpus)
 
     @property
     def keys(self) -> tuple[str, ...]:

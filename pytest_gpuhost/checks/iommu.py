@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..host import Host, Read, Request
 from ..linux.cmdline import Parameter
@@ -22,6 +22,9 @@ from . import CannotFix, Check, Evidence, Fact, Facts, NextBoot, NotApplicable, 
 from .bootconfig import BOOT_READS, dropin_path, plan_dropin, read_boot_config
 from .changes import Plan
 from .gpus import GPUS, Gpu, MissingGpus
+
+if TYPE_CHECKING:  # capture's helpers load when a capture asks
+    from .capturing import Captured, Records
 
 KEYS = ("gpu_groups",)
 PASSTHROUGH = ("iommu=pt", "iommu.passthrough=1")
@@ -83,6 +86,15 @@ class IommuSection:
 
 class IommuKind:
     section = "iommu"
+
+    @staticmethod
+    def capture(model: IommuSection, records: Records) -> Captured:
+        from .capturing import Captured, Rule, capture_key, records_of
+
+        out = Captured()
+        capture_key("gpu_groups", records_of(records, "iommu.gpu_groups"), model.expect,
+                    model.options, Rule(one_of=True), out, "iommu.gpu_groups")
+        return out
 
     def parse(self, node: Node, context: SpecContext) -> IommuSection:
         pairs = node.mapping("iommu")

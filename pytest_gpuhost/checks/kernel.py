@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..host import Host, Read, Request
 from ..linux.cmdline import Parameter, split_words, unsafe_word
@@ -20,6 +21,9 @@ from ..spec.matchers import Expectation, Verdict, Version
 from . import CannotFix, Check, Evidence, Facts, NextBoot, NoFix, Observation
 from .bootconfig import BOOT_READS, dropin_path, plan_dropin, read_boot_config
 from .changes import Plan
+
+if TYPE_CHECKING:  # capture's helpers load when a capture asks
+    from .capturing import Captured, Records
 
 OSRELEASE = "proc/sys/kernel/osrelease"
 PROC_CMDLINE = "proc/cmdline"
@@ -165,6 +169,10 @@ def _cmdline(node: Node, context: SpecContext) -> tuple[CmdlineEntry, ...]:
 class KernelKind:
     section = "kernel"
 
+    @staticmethod
+    def capture(model: KernelSection, records: Records) -> Captured:
+        return capture_kernel(model, records)
+
     def parse(self, node: Node, context: SpecContext) -> KernelSection:
         release = None
         cmdline: tuple[CmdlineEntry, ...] = ()
@@ -190,3 +198,40 @@ class KernelKind:
                          e.options, CmdlineProbe(e.parameter, e.has, section.spec))
                    for e in section.cmdline]
         return checks
+
+
+def capture_kernel(model: KernelSection, records: Records) -> Captured:
+    """The release as ``min:`` the running one; the parameters the command line has and lacks
+    as the spec listed them."""
+    from .capturing import Captured, Rule, capture_key, options_of, problem, records_of, when_false
+
+    out = Captured()
+    if model.release is not None:
+        expect, options = model.release
+        capture_key("release", records_of(records, "kernel.release"), expect, options,
+                    Rule(floor=True, show=lambda raw: release_version(raw.strip())), out,
+                    "kernel.release")
+    has: list[str] = []
+    lacks: list[str] = []
+    for item in model.cmdline:
+        word = item.parameter.word
+        found = records_of(records, "kernel.cmdline", word)
+        if when_false(found, item.options):
+            (has if item.has else lacks).append(word)
+            continue
+        why = problem(found)
+        if why is not None:
+            out.leave_out(f"kernel.cmdline[{word}]", why)
+            continue
+        observed = str(found[0].observed)
+        if CmdlineExpectation(Parameter(word), True).judge(observed).ok:
+            has.append(word)
+        elif CmdlineExpectation(Parameter(word), False).judge(observed).ok:
+            lacks.append(word)
+        else:
+            out.leave_out(f"kernel.cmdline[{word}]", f"the command line has {observed!r}: "
+                          f"neither has nor lacks {word}")
+    if has or lacks:
+        lists = {name: words for name, words in (("has", has), ("lacks", lacks)) if words}
+        out.entries["cmdline"] = {**lists, **options_of(model.cmdline[0].options)}
+    return out

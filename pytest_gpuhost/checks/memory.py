@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..host import Host, Read, Request
 from ..linux.sysfs import bracketed
@@ -16,6 +17,9 @@ from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Choice, Expectation
 from . import Check, Evidence, Facts, NotApplicable, Observation, PersistLine
 from .changes import Plan, WriteText
+
+if TYPE_CHECKING:  # capture's helpers load when a capture asks
+    from .capturing import Captured, Records
 
 THP = "sys/kernel/mm/transparent_hugepage/enabled"
 THP_MODES = ("always", "madvise", "never")
@@ -59,6 +63,16 @@ class MemoryKind:
     def persistence(results: Sequence[CheckResult]) -> list[PersistLine]:
         """The lines --fix-persist writes for this kind's checks (see ``_persistence``)."""
         return _persistence(results)
+
+    @staticmethod
+    def capture(model: Sequence[MemoryEntry], records: Records) -> Captured:
+        from .capturing import Captured, Rule, capture_key, records_of
+
+        out = Captured()
+        for item in model:
+            capture_key(item.key, records_of(records, f"memory.{item.key}"), item.expect,
+                        item.options, Rule(one_of=True), out, f"memory.{item.key}")
+        return out
 
     def parse(self, node: Node, context: SpecContext) -> tuple[MemoryEntry, ...]:
         pairs = node.mapping("memory")

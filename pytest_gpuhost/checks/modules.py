@@ -7,16 +7,21 @@ A module built into the kernel counts as loaded: lsmod and proc/modules miss it,
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..host import Glob, Host, HostError, Read, Reply, Request, Stat
-from ..linux.cmdline import split_words
+from ..host import Host, HostError, Read, Reply, Request, Stat
+from ..result import CheckResult, Outcome
 from ..spec import OPTION_KEYS, EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Auto, Choice, Exact, Expectation
-from . import CannotFix, Check, Evidence, Fact, Facts, NextBoot, Observation
-from .changes import Command, Plan, ReplaceFile
+from . import CannotFix, Check, Evidence, Fact, Facts, Observation, PersistLine, right_now
+from .changes import Command, Plan
+from .module_params import PARAMETER_ORDER, ModuleParameterProbe, ParameterEntry
+from .module_params import canonical as canonical  # re-exported
+
+if TYPE_CHECKING:  # capture's helpers load when a capture asks
+    from .capturing import Captured, Records
 
 LOADED, ABSENT, BUILTIN = "loaded", "absent", "builtin"
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*\Z")
@@ -45,11 +50,6 @@ class ModuleState(Choice):
     def equal(self, observed: str, expected: str) -> bool:
         state = observed.strip()
         return state == expected or (expected == LOADED and state == BUILTIN)
-
-
-def canonical(name: str) -> str:
-    """The kernel treats '-' and '_' in module names alike and shows '_'."""
-    return name.replace("-", "_")
 
 
 OSRELEASE = "proc/sys/kernel/osrelease"
@@ -135,123 +135,6 @@ class ModuleProbe:
         return Plan(" ".join(argv), (Command(argv, undo, observed.value or ABSENT, value),))
 
 
-MODPROBE_DIRS = ("etc/modprobe.d", "run/modprobe.d", "usr/local/lib/modprobe.d",
-                 "lib/modprobe.d", "usr/lib/modprobe.d")
-PARAMETER_ORDER = 1  # after the module checks: under --fix, modprobe loads with the options
-
-
-OPTIONS_READS: tuple[Request, ...] = (*(Glob(f"{d}/*.conf") for d in MODPROBE_DIRS),
-                                      Read("proc/cmdline"))
-"""Everything module options come from (modprobe.d and the command line), in one batch."""
-
-
-def _modprobe_files(replies: Sequence[Reply]) -> list[tuple[str, str]]:
-    """The files modprobe reads, in its order: ``*.conf`` of every directory sorted by name,
-    a name in an earlier directory hiding the same name in a later one."""
-    by_name: dict[str, tuple[str, bytes | str | HostError | None]] = {}
-    for reply in replies:
-        for path, data in reply.matches() if reply.error is None else ():
-            by_name.setdefault(path.rsplit("/", 1)[-1], (path, data))
-    return [(path, data.decode("utf-8", "replace")) for path, data in
-            (by_name[name] for name in sorted(by_name)) if isinstance(data, bytes)]
-
-
-def parse_options(files: Sequence[tuple[str, str]], cmdline: str = ""
-                  ) -> dict[tuple[str, str], tuple[str, str]]:
-    """(module, parameter) -> (value, ``file:line``) of the last ``options`` line that sets it;
-    the kernel command line's ``module.param=value`` comes first, as modprobe adds it first."""
-    found: dict[tuple[str, str], tuple[str, str]] = {}
-    for word in split_words(cmdline):
-        name, _, value = word.partition("=")
-        module, dot, parameter = name.partition(".")
-        if dot and parameter and "=" in word:
-            found[(canonical(module), parameter)] = (value, "proc/cmdline")
-    for path, text in files:
-        for number, line in enumerate(text.splitlines(), 1):
-            fields = line.split("#", 1)[0].split()
-            if len(fields) < 3 or fields[0] != "options":
-                continue
-            for option in fields[2:]:
-                parameter, _, value = option.partition("=")
-                found[(canonical(fields[1]), parameter)] = (value.strip('"'),
-                                                            f"{path}:{number}")
-    return found
-
-
-def read_options(host: Host) -> dict[tuple[str, str], tuple[str, str]]:
-    replies = host.batch(OPTIONS_READS)
-    cmdline = replies[-1].text() if replies[-1].error is None else ""
-    return parse_options(_modprobe_files(replies[:-1]), cmdline)
-
-
-def options_dropin(spec: str) -> str:
-    return f"etc/modprobe.d/gpuhost-{spec}-options.conf"
-
-
-def render_options(spec: str, current: str | None, module: str, parameter: str,
-                   value: str) -> str:
-    """Our options drop-in with ``module.parameter=value`` merged in (one line per module)."""
-    settings: dict[str, dict[str, str]] = {}
-    for (name, key), (old, _) in parse_options([("dropin", current or "")]).items():
-        settings.setdefault(name, {})[key] = old
-    settings.setdefault(module, {})[parameter] = value
-    header = (f"# Written by pytest-gpuhost --fix-persist for spec {spec}: module options, "
-              "applied when the module\n# loads. Edit the spec rather than this file.\n")
-    return header + "".join(
-        f"options {name} " + " ".join(f"{k}={v}" for k, v in sorted(values.items())) + "\n"
-        for name, values in sorted(settings.items()))
-
-
-@dataclass(frozen=True)
-class ModuleParameterProbe:
-    module: str
-    parameter: str
-    spec: str
-    fixable = True
-    boot_time = True
-
-    @property
-    def path(self) -> str:
-        return f"sys/module/{canonical(self.module)}/parameters/{self.parameter}"
-
-    def reads(self) -> Sequence[Request]:
-        return (*OPTIONS_READS, Read(self.path), Stat(f"sys/module/{canonical(self.module)}"),
-                Read(options_dropin(self.spec)))
-
-    def observe(self, host: Host) -> Observation:
-        module = canonical(self.module)
-        boot = read_options(host).get((module, self.parameter))
-        next_boot = NextBoot(boot[0], boot[1], f"reload {module} (modprobe -r {module}; "
-                                               f"modprobe {module}) or reboot") if boot else None
-        evidence = (Evidence(boot[1], f"options {module} {self.parameter}={boot[0]}"),) \
-            if boot else ()
-        if not host.exists(self.path):
-            loaded = host.exists(f"sys/module/{module}")
-            problem = (f"{self.path} does not exist: {module} has no parameter "
-                       f"{self.parameter}" if loaded else f"{module} is not loaded, so its "
-                       f"parameter {self.parameter} has no value")
-            return Observation(None, evidence, problem, next_boot=next_boot)
-        value = host.read_text(self.path).strip()
-        return Observation(value, (Evidence(self.path, value), *evidence), next_boot=next_boot)
-
-    def plan(self, host: Host, value: str, observed: Observation) -> Plan:
-        path = options_dropin(self.spec)
-        current = host.read_text(path) if host.exists(path) else None
-        text = render_options(self.spec, current, canonical(self.module), self.parameter, value)
-        if text == current:
-            raise CannotFix(f"{path} already sets it, yet a later modprobe.d file overrides it")
-        return Plan(f"set options {canonical(self.module)} {self.parameter}={value} in {path}",
-                    (ReplaceFile(path, current, text),))
-
-
-@dataclass(frozen=True)
-class ParameterEntry:
-    module: str
-    parameter: str
-    expect: Expectation
-    options: EntryOptions
-
-
 @dataclass(frozen=True)
 class ModuleEntry:
     name: str
@@ -269,8 +152,88 @@ class ModulesSection:
 _PARAMETER = re.compile(r"[A-Za-z0-9_]+\Z")
 
 
+def modules_persistence(results: Sequence[CheckResult]) -> list[PersistLine]:
+    """etc/modules-load.d names the modules loaded now; etc/modprobe.d keeps the absent ones out
+    (``blacklist`` stops the automatic load, ``install ... /bin/false`` any other)."""
+    lines: list[PersistLine] = []
+    for record in right_now(results, "module"):
+        problem = module_name_problem(record.key or "")
+        value = record.expected if record.outcome is Outcome.WOULD_FIX else record.observed
+        if record.expected == LOADED and value == LOADED:
+            lines.append(PersistLine.refuse("modules-load", f"module name {record.key!r}: "
+                                                            f"{problem}") if problem else
+                         PersistLine("modules-load", str(record.key)))
+        elif record.expected == ABSENT:
+            lines += [PersistLine.refuse("modprobe", f"module name {record.key!r}: {problem}")] \
+                if problem else [PersistLine("modprobe", f"blacklist {record.key}"),
+                                 PersistLine("modprobe", f"install {record.key} /bin/false")]
+    return lines
+
+
+def capture_modules(model: ModulesSection, records: Records) -> Captured:
+    """Each module loaded or absent as it is; a loaded one's parameters as they read."""
+    from .capturing import Captured, problem, records_of, spec_form, when_false
+
+    out = Captured()
+    for item in model.modules:
+        name = canonical(item.name)
+        params = [p for p in model.parameters if p.module == name]
+        found = records_of(records, "module", item.name)
+        if when_false(found, item.options):
+            values = {p.parameter: spec_form(p.expect) for p in params}
+            out.entries[item.name] = _module_form(spec_form(item.expect, "state") or {},
+                                                  {k: v["value"] for k, v in values.items() if v},
+                                                  item.options)
+            continue
+        why = problem(found)
+        if why is not None:
+            out.leave_out(f"module[{item.name}]", why)
+            continue
+        observed = str(found[0].observed)
+        if observed not in (LOADED, BUILTIN, ABSENT):
+            out.leave_out(f"module[{item.name}]", f"it is {observed}")
+            continue
+        loaded = observed != ABSENT
+        kept = _captured_parameters(item.name, params, loaded, records, out)
+        out.entries[item.name] = _module_form({"state": LOADED if loaded else ABSENT}, kept,
+                                              item.options)
+    return out
+
+
+def _captured_parameters(module: str, params: Sequence[ParameterEntry], loaded: bool,
+                         records: Records, out: Captured) -> dict[str, str]:
+    from .capturing import problem, records_of
+
+    kept: dict[str, str] = {}
+    for param in params:
+        label = f"module.parameter[{param.module}.{param.parameter}]"
+        got = records_of(records, "module.parameter", f"{param.module}.{param.parameter}")
+        why = problem(got)
+        value = str(got[0].observed).strip() if why is None else ""
+        if not loaded:
+            out.leave_out(label, f"{module} is absent")
+        elif why is not None:
+            out.leave_out(label, why)
+        elif not value or any(c.isspace() for c in value):
+            out.leave_out(label, f"the value {value!r} cannot be written as a parameter")
+        else:
+            kept[param.parameter] = value
+    return kept
+
+
+def _module_form(state: Mapping[str, Any], parameters: Mapping[str, str],
+                 options: EntryOptions) -> Any:
+    from .capturing import entry, options_of
+
+    if parameters and state.get("state") == LOADED:
+        return {**state, "parameters": dict(parameters), **options_of(options)}
+    return entry(state, options, "state")
+
+
 class ModulesKind:
     section = "modules"
+    persistence = staticmethod(modules_persistence)
+    capture = staticmethod(capture_modules)
 
     def parse(self, node: Node, context: SpecContext) -> ModulesSection:
         pairs = node.mapping("modules")

@@ -14,11 +14,13 @@ from itertools import permutations
 
 from ..gpu.nvml import PERSISTENCE as PERSISTENCE  # re-exported: defined once, in ..nvml
 from ..gpu.nvml import Nvml, NvmlSource, NvmlUnavailable, persistence_text
-from ..host import Glob, Host, Read, Request
+from ..host import Host, Read, Request
 from ..linux.pciaddr import address_order
 from ..spec import EntryOptions
 from ..spec.matchers import Auto, Choice, Domain, Expectation, Integer, Verdict, Version
 from . import (
+    KERNEL,
+    USERSPACE,
     CannotFix,
     Check,
     Evidence,
@@ -29,9 +31,10 @@ from . import (
     Probe,
 )
 from .changes import NvmlSetting, Plan
+from .driver_match import NVIDIA_VERSION as NVIDIA_VERSION  # re-exported
+from .driver_match import DriverMatchProbe
+from .driver_match import module_version as module_version  # re-exported
 
-NVIDIA_VERSION = "proc/driver/nvidia/version"
-_MODULE = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")
 ECC = PERSISTENCE
 KERNEL_MODULES = ("open", "proprietary")
 
@@ -87,20 +90,13 @@ def show_bytes(size: int) -> str:
     return f"{size / 2**30:g} GiB" if size >= 2**30 else f"{size / 2**20:g} MiB"
 
 
-def module_version(text: str) -> tuple[str, str]:
-    """(open or proprietary, version) from proc/driver/nvidia/version's NVRM line."""
-    line = next((row for row in text.splitlines() if row.startswith("NVRM version")),
-                text.strip())
-    flavour = "open" if "Open Kernel Module" in line else "proprietary"
-    match = _MODULE.search(line)
-    return flavour, match.group(1) if match else "unknown"
-
-
 @dataclass(frozen=True)
 class NvmlKey:
     domain: Domain
     matchers: tuple[str, ...]
     per_gpu: bool
+    scope: str = KERNEL
+    """The GPUs' settings are the kernel driver's; the NVML library is the root's own."""
 
 
 KEYS = {
@@ -113,7 +109,7 @@ KEYS = {
     "ecc": NvmlKey(Choice(ECC), (), per_gpu=True),
     "bar1": NvmlKey(Bytes(), ("min", "max"), per_gpu=True),
     "kernel_module": NvmlKey(Choice(KERNEL_MODULES), (), per_gpu=True),
-    "driver_match": NvmlKey(Choice(("match",)), (), per_gpu=False),
+    "driver_match": NvmlKey(Choice(("match",)), (), per_gpu=False, scope=USERSPACE),
 }
 
 
@@ -257,69 +253,6 @@ class KernelModuleProbe(NoFix):
 
 
 @dataclass(frozen=True)
-class DriverMatchProbe(NvmlReads, NoFix):
-    """The NVML library in use (a container's) must be the kernel module's version: a
-    container image with another driver's user space fails at nvmlInit or later."""
-
-    nvml: NvmlSource
-
-    def reads(self) -> Sequence[Request]:
-        return (Read(NVIDIA_VERSION), *self.nvml.reads(),
-                *(Glob(pattern, read=False) for pattern in NVML_LIBRARIES))
-
-    def observe(self, host: Host) -> Observation:
-        if not host.exists(NVIDIA_VERSION):
-            return Observation(None, problem=f"{NVIDIA_VERSION} does not exist: the NVIDIA "
-                                             "kernel module is not loaded")
-        _, module = module_version(host.read_text(NVIDIA_VERSION))
-        evidence = [Evidence(NVIDIA_VERSION, f"kernel module {module}")]
-        try:
-            library = self.nvml.get().library_version()
-        except NvmlUnavailable as exc:
-            if "mismatch" in str(exc).lower():
-                return Observation(f"library does not match kernel module {module}: {exc}",
-                                   tuple(evidence))
-            # no NVML in this process for the target (a container over lxc-attach or ssh): the
-            # library the target's programs load names its version in its file name
-            installed = installed_libraries(host)
-            if not installed:
-                raise NotApplicable(f"NVML unavailable ({exc}) and no libnvidia-ml.so.VERSION "
-                                    f"under {', '.join(NVML_LIBRARIES)}") from None
-            versions = sorted(set(installed.values()))
-            evidence += [Evidence(path, f"NVML library {version}")
-                         for path, version in sorted(installed.items())]
-            if versions == [module]:
-                return Observation("match", tuple(evidence))
-            return Observation(f"library {', '.join(versions)}, kernel module {module}",
-                               tuple(evidence))
-        evidence.append(Evidence("NVML nvmlSystemGetNVMLVersion", library))
-        driver = library.split(".", 1)[1] if library.count(".") >= 2 and \
-            library.split(".", 1)[0].isdigit() and len(library.split(".", 1)[0]) <= 2 else library
-        if driver == module:
-            return Observation("match", tuple(evidence))
-        return Observation(f"library {driver}, kernel module {module}", tuple(evidence))
-
-
-NVML_LIBRARIES = ("usr/lib/x86_64-linux-gnu/libnvidia-ml.so.*",
-                  "usr/lib/aarch64-linux-gnu/libnvidia-ml.so.*", "usr/lib64/libnvidia-ml.so.*",
-                  "usr/lib/libnvidia-ml.so.*")
-"""Where distributions and the NVIDIA container toolkit put the NVML library: the real file is
-``libnvidia-ml.so.<driver version>`` (``.so.1`` is a link to it)."""
-_LIBRARY_VERSION = re.compile(r"libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)?)\Z")
-
-
-def installed_libraries(host: Host) -> dict[str, str]:
-    """path -> driver version of every NVML library file on the host."""
-    found = {}
-    for pattern in NVML_LIBRARIES:
-        for path, _ in host.glob(pattern, read=False):
-            match = _LIBRARY_VERSION.search(path)
-            if match:
-                found[path] = match.group(1)
-    return found
-
-
-@dataclass(frozen=True)
 class MaxLinkGenerationProbe(NvmlReads, NoFix):
     nvml: NvmlSource
     address: str
@@ -409,27 +342,25 @@ PER_GPU: dict[str, Callable[[NvmlSource, str], Probe]] = {
 
 def expand_nvml(entries: Sequence[NvmlEntry], nvml: NvmlSource,
                 addresses: tuple[str, ...], where: str) -> list[Check]:
-    """The checks of the NVML keys on the GPUs sysfs lists, plus the inventory agreement."""
+    """The checks of the NVML keys on the GPUs sysfs lists, plus the inventory agreement (the
+    GPUs this root's NVML was given: user space, as the library is)."""
     if not entries:
         return []
     checks = [Check("gpus.nvml_inventory", None, SameGpus(addresses), EntryOptions(where=where),
-                    InventoryProbe(nvml))]
+                    InventoryProbe(nvml), scope=USERSPACE)]
     for entry in entries:
-        kind = f"gpus.{entry.key}"
+        kind, scope = f"gpus.{entry.key}", KEYS[entry.key].scope
         if entry.key == "driver_version":
-            checks.append(Check(kind, None, entry.expect, entry.options, DriverVersionProbe(nvml)))
+            checks.append(Check(kind, None, entry.expect, entry.options, DriverVersionProbe(nvml),
+                                scope=scope))
         elif entry.key == "p2p_status":
             checks.append(Check(kind, None, entry.expect, entry.options,
-                                P2pStatusProbe(nvml, addresses)))
+                                P2pStatusProbe(nvml, addresses), scope=scope))
         elif entry.key == "driver_match":
             checks.append(Check(kind, None, entry.expect, entry.options,
-                                DriverMatchProbe(nvml)))
-        elif entry.key in PER_GPU:
-            checks.extend(Check(kind, a, entry.expect, entry.options, PER_GPU[entry.key](nvml, a),
-                                subjects={"gpu": a})
-                          for a in addresses)
+                                DriverMatchProbe(nvml), scope=scope))
         else:
-            checks.extend(Check(kind, a, entry.expect, entry.options,
-                                MaxLinkGenerationProbe(nvml, a), subjects={"gpu": a})
-                          for a in addresses)
+            make = PER_GPU.get(entry.key, MaxLinkGenerationProbe)
+            checks.extend(Check(kind, a, entry.expect, entry.options, make(nvml, a),
+                                subjects={"gpu": a}, scope=scope) for a in addresses)
     return checks

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import permutations
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..gpu.bandwidth import (
     D2H_TEST,
@@ -47,8 +47,11 @@ from ..host import CommandTimeout, Host, HostError, Read, Request, Which
 from ..progress import report_progress
 from ..spec import EntryOptions, Node, SpecContext, section
 from ..spec.matchers import Floor
-from . import Check, Evidence, Fact, Facts, NoFix, Observation
+from . import USERSPACE, Check, Evidence, Fact, Facts, NoFix, Observation
 from .gpus import GPUS
+
+if TYPE_CHECKING:  # capture's module loads when a capture asks
+    from .capturing import Captured, Records
 
 ORDER = 5_000  # after the checks whose fixes change bandwidth (pcie), before dmesg
 RECORDED_DIR = "var/lib/pytest-gpuhost"
@@ -139,6 +142,14 @@ def _probe(node: Node) -> tuple[str, str | None]:
 
 class P2pKind:
     section = "p2p"
+    scope = USERSPACE  # measured where the benchmark runs
+    measured = True  # a bandwidth, not a setting: no two runs read the same number
+
+    @staticmethod
+    def capture(model: P2pSection, records: Records) -> Captured:
+        from .p2p_capture import capture_p2p
+
+        return capture_p2p(model, records)
 
     def facts(self, section: P2pSection) -> Sequence[Fact[Any]]:
         return [GPUS]

@@ -11,16 +11,29 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..host import Host, HostError, Read, Request
+from ..linux.pciaddr import normalize_address
 from ..linux.pciconfig import BCR_FLR, SIZES, ConfigError, DeviceControl, device_control
-from ..result import CheckResult
+from ..result import CheckResult, Outcome
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Domain, Expectation, Integer, LinkSpeed
-from . import CannotFix, Check, Evidence, Fact, Facts, NoFix, Observation, PersistLine
+from . import (
+    BootCommand,
+    CannotFix,
+    Check,
+    Evidence,
+    Fact,
+    Facts,
+    NoFix,
+    Observation,
+    PersistLine,
+    right_now,
+)
 from .changes import Plan, WriteBytes
 from .conditions import in_container
 from .gpus import GPUS, Gpu, MissingGpus
 
 if TYPE_CHECKING:  # the bridges' checks (ACS, ASPM, AER) load when a spec has one of their keys
+    from .capturing import Captured, Records
     from .pcie_path import PathEntry
 
 CONTAINER_HEADER = ("not readable from this container: check the host "
@@ -145,15 +158,72 @@ def _probe(key: str, gpu: Gpu) -> MaxReadRequestProbe | MaxPayloadProbe | SysfsA
     return SysfsAttributeProbe(gpu, attribute)
 
 
+SETPCI = BootCommand("setpci", "pciutils", "MaxReadReq")
+
+
+def mrrs_persistence(results: Sequence[CheckResult]) -> list[PersistLine]:
+    """A udev rule per GPU that sets its MaxReadReq again when its driver binds, by the target's
+    own setpci (udev runs a program by its absolute path)."""
+    return [_mrrs_rule(record) for record in right_now(results, "pcie.max_read_request")]
+
+
+def _mrrs_rule(record: CheckResult) -> PersistLine:
+    if record.outcome is Outcome.WOULD_FIX:  # the size the dry run's plan would write
+        new = str(record.plan[0]["new"]) if record.plan else ""
+        size = DeviceControl(0, int.from_bytes(bytes.fromhex(new), "little")).max_read_request
+    else:
+        size = int(record.observed or "")
+    code = SIZES.index(size) << 12
+    try:
+        address = normalize_address(record.key or "")
+    except ValueError:
+        return PersistLine.refuse("udev", f"GPU {record.key!r} is not a PCI address")
+    if address != record.key:
+        return PersistLine.refuse("udev", f"GPU {record.key!r} is not a PCI address in sysfs "
+                                          "form")
+    return PersistLine("udev", f'ACTION=="add|bind", SUBSYSTEM=="pci", KERNEL=="{address}", '
+                               f'RUN+="{{setpci}} -s $kernel CAP_EXP+8.w={code:04x}:7000"',
+                       runs=SETPCI)
+
+
+def _link_speed(raw: str) -> str:
+    """``32.0 GT/s PCIe`` -> ``32.0 GT/s``."""
+    return f"{LinkSpeed().order_key(raw):.1f} GT/s"
+
+
+def capture_pcie(model: Sequence[PcieEntry | PathEntry], records: Records) -> Captured:
+    """Each GPU's key as trained (``max_payload`` as ``min:``); the path keys as
+    ``capture_path_key`` says."""
+    from .capturing import Captured, Rule, capture_key, records_of
+
+    out = Captured()
+    for item in model:
+        kind = f"pcie.{item.key}"
+        found = records_of(records, kind)
+        if not isinstance(item, PcieEntry):
+            from .pcie_path import capture_path_key
+
+            capture_path_key(item, found, out)
+            continue
+        matchers = KEYS[item.key].matchers
+        show = _link_speed if item.key == "max_link_speed" else str.strip
+        capture_key(item.key, found, item.expect, item.options,
+                    Rule(floor=item.key == "max_payload", one_of="one_of" in matchers,
+                         show=show), out, kind)
+    return out
+
+
 class PcieKind:
     section = "pcie"
+    capture = staticmethod(capture_pcie)
 
     @staticmethod
     def persistence(results: Sequence[CheckResult]) -> list[PersistLine]:
-        """The lines --fix-persist writes for this kind's checks (see ``acs_persistence``)."""
+        """MaxReadReq's udev rules; ACS redirect off in the kernel command line
+        (``acs_persistence``)."""
         from .pcie_path import acs_persistence
 
-        return acs_persistence(results)
+        return [*mrrs_persistence(results), *acs_persistence(results)]
 
     def parse(self, node: Node, context: SpecContext) -> tuple[PcieEntry | PathEntry, ...]:
         entries: list[PcieEntry | PathEntry] = []

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from ..host import Glob, Host, HostError, Read, Reply, Request
 from ..linux.pciaddr import address_order
@@ -48,6 +49,9 @@ from . import (
 )
 from .changes import Plan, WriteBytes, WriteText
 from .gpus import GPUS, Gpu, MissingGpus
+
+if TYPE_CHECKING:  # capture's helpers load when a capture asks
+    from .capturing import Captured
 
 OFF = "off"
 AER_FILES = ("aer_dev_correctable", "aer_dev_nonfatal", "aer_dev_fatal")
@@ -283,6 +287,45 @@ def parse_path_key(key: str, node: Node, context: SpecContext) -> PathEntry:
                                f"{word!r}")
     options = context.parse_options(node, pairs) if pairs else EntryOptions(where=node.where)
     return PathEntry(key, Exact(OFF, Choice((OFF,))), options)
+
+
+def capture_path_key(item: PathEntry, found: Sequence[CheckResult], out: Captured) -> None:
+    """acs_redirect and aspm can only say ``off``; aer only that the totals do not grow."""
+    from .capturing import problem, when_false
+
+    kind = f"pcie.{item.key}"
+    if when_false(found, item.options):
+        out.entries[item.key] = _path_form(item, item.since)
+        return
+    why = problem(found)
+    if why is not None:
+        out.leave_out(kind, why)
+        return
+    if item.key != "aer":
+        on = [r for r in found if r.observed != OFF]
+        if on:
+            out.leave_out(kind, f"{on[0].observed} at {on[0].key}"
+                          + (f" and {len(on) - 1} more" if len(on) > 1 else ""))
+            return
+        out.entries[item.key] = _path_form(item, item.since)
+        return
+    grown = [r for r in found if r.observed != "none"]
+    if grown and item.since == "session":
+        out.leave_out(kind, f"AER errors grew during the run at {grown[0].key} "
+                      f"({grown[0].observed}): look at that link before holding others to it")
+        return
+    if grown:  # since boot, errors were logged before: only new ones are news from here on
+        out.leave_out(f"{kind} since: boot", f"{grown[0].key} has {grown[0].observed}; "
+                      "captured as since: session")
+    out.entries[item.key] = _path_form(item, "session" if grown else item.since)
+
+
+def _path_form(item: PathEntry, since: str) -> Any:
+    from .capturing import entry, options_of
+
+    if item.key == "aer":
+        return {"since": since, **options_of(item.options)}
+    return entry({"value": OFF}, item.options)
 
 
 @dataclass(frozen=True)

@@ -1,17 +1,39 @@
-"""sysctl: one check per key, read from and written to proc/sys directly (no sysctl process)."""
+"""sysctl: one check per key, read from and written to proc/sys directly (no sysctl process).
+
+Its checks are of two scopes: a ``net.*`` sysctl belongs to a network namespace (a container
+owns its own), except those the kernel keeps global (``GLOBAL_NET``); every other sysctl is the
+kernel's. ``--fix-persist`` writes the values into etc/sysctl.d; capture writes sizes and limits
+as ``min:``.
+"""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..host import Glob, Host, HostError, Match, Read, Reply, Request
+from ..result import CheckResult
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
-from ..spec.matchers import Auto, Expectation
-from . import CannotFix, Check, Evidence, Fact, Facts, Observation
+from ..spec.matchers import Auto, Expectation, normalize_ws
+from . import (
+    CONTROL,
+    KERNEL,
+    NAMESPACE,
+    CannotFix,
+    Check,
+    Evidence,
+    Fact,
+    Facts,
+    Observation,
+    PersistLine,
+    settled,
+)
 from .changes import Plan, WriteText
+
+if TYPE_CHECKING:  # capture's helpers load when a capture asks
+    from .capturing import Captured, Records
 
 _KEY_CHARS = re.compile(r"[A-Za-z0-9_.:/@+-]+\Z")
 AUTO = Auto()
@@ -123,8 +145,96 @@ class SysctlProbe:
         return Plan(f"write {value!r} to {self.path}", (change,))
 
 
+GLOBAL_NET = frozenset({
+    # net/core/sysctl_net_core.c: net_core_table, registered for the initial namespace only
+    # (rmem/wmem are read-only copies in every other one since Linux 6.x)
+    *(f"net.core.{name}" for name in (
+        "rmem_max", "wmem_max", "rmem_default", "wmem_default", "dev_weight",
+        "dev_weight_rx_bias", "dev_weight_tx_bias", "netdev_max_backlog", "netdev_rss_key",
+        "netdev_tstamp_prequeue", "message_cost", "message_burst", "netdev_budget",
+        "netdev_budget_usecs", "rps_sock_flow_entries", "flow_limit_cpu_bitmap",
+        "flow_limit_table_len", "busy_poll", "busy_read", "default_qdisc", "warnings",
+        "bpf_jit_enable", "bpf_jit_harden", "bpf_jit_kallsyms", "bpf_jit_limit",
+        "max_skb_frags", "fb_tunnels_only_for_init_net", "devconf_inherit_init_net",
+        "high_order_alloc_disable", "gro_normal_batch", "netdev_unregister_timeout_secs",
+        "skb_defer_max", "mem_pcpu_rsv")),
+    # net/ipv4/sysctl_net_ipv4.c: ipv4_table (ipv4_net_table holds the per-namespace ones)
+    *(f"net.ipv4.{name}" for name in (
+        "tcp_max_orphans", "inet_peer_threshold", "inet_peer_minttl", "inet_peer_maxttl",
+        "tcp_mem", "tcp_low_latency", "cipso_cache_enable", "cipso_cache_bucket_size",
+        "cipso_rbm_optfmt", "cipso_rbm_strictvalid", "tcp_available_ulp", "udp_mem",
+        "fib_sync_mem")),
+    # net/ipv4/route.c: ipv4_route_table (flush, min_pmtu, mtu_expires, min_adv_mss are per
+    # namespace)
+    *(f"net.ipv4.route.{name}" for name in (
+        "gc_thresh", "max_size", "gc_min_interval", "gc_min_interval_ms", "gc_timeout",
+        "gc_interval", "redirect_load", "redirect_number", "redirect_silence", "error_cost",
+        "error_burst", "gc_elasticity")),
+    # net/ipv6/sysctl_net_ipv6.c: ipv6_rotable
+    "net.ipv6.mld_max_msf", "net.ipv6.mld_qrv", "net.ipv6.calipso_cache_enable",
+    "net.ipv6.calipso_cache_bucket_size",
+    # net/netfilter/nf_conntrack_standalone.c: read-only outside the initial namespace
+    "net.netfilter.nf_conntrack_max", "net.netfilter.nf_conntrack_expect_max",
+    "net.netfilter.nf_conntrack_buckets", "net.nf_conntrack_max",
+})
+"""The ``net.*`` sysctls the kernel keeps global, from the kernel's own tables (Linux 6.12):
+a container can read them but not set them (LXC: EACCES), so they live on its host. Every other
+``net.*`` sysctl is its network namespace's own: ``net.ipv4.tcp_rmem``, ``net.core.somaxconn``,
+``net.ipv4.conf.*``; ``net.core.optmem_max`` and ``net.core.tstamp_allow_data`` became per
+namespace in Linux 6.9 (global before)."""
+
+
+def sysctl_scope(key: str) -> str:
+    """Where a sysctl lives: ``namespace`` for a ``net.*`` key of a network namespace, else
+    ``kernel`` (``/`` and ``.`` separate alike, as in ``sysctl_path``)."""
+    first = re.search(r"[./]", key)
+    dotted = key.replace("/", ".") if first is not None and first.group() == "/" else key
+    if not dotted.startswith("net.") or dotted in GLOBAL_NET:
+        return KERNEL
+    return NAMESPACE
+
+
+BUFFER_SYSCTLS = re.compile(
+    r"(?:^|\.)(?:[rw]mem_(?:max|default)|optmem_max|netdev_max_backlog|somaxconn|"
+    r"max_map_count|file-max|nr_open|max_user_watches|max_user_instances|shmmax|shmall)\Z")
+"""Sysctls that are sizes or limits: more is as good, so they are captured as ``min:``."""
+
+
+def capture_sysctl(model: Sequence[SysctlEntry], records: Records) -> Captured:
+    from .capturing import Captured, Rule, capture_key, records_of
+
+    out = Captured()
+    for item in model:
+        rule = Rule(floor=bool(BUFFER_SYSCTLS.search(item.key)), one_of=True,
+                    show=normalize_ws)
+        capture_key(item.key, records_of(records, "sysctl", item.key), item.expect,
+                    item.options, rule, out, f"sysctl[{item.key}]")
+    return out
+
+
+def sysctl_persistence(results: Sequence[CheckResult]) -> list[PersistLine]:
+    """One etc/sysctl.d line per key whose value is right now (or would be after a dry run's
+    plan): the value read back, so a ``{min: X}`` already higher keeps its higher value."""
+    return [_persist_line(record.key or "", value) for record, value in settled(results, "sysctl")]
+
+
+def _persist_line(key: str, value: str) -> PersistLine:
+    try:
+        sysctl_path(key)
+    except ValueError as exc:
+        return PersistLine.refuse("sysctl", f"sysctl key {key!r}: {exc}")
+    value = value.rstrip("\n")
+    if CONTROL.search(value):
+        return PersistLine.refuse("sysctl", f"the value of {key} holds a line break or another "
+                                            f"control character ({value[:60]!r}); a sysctl.d "
+                                            "line cannot hold it")
+    return PersistLine("sysctl", f"{key} = {normalize_ws(value)}")
+
+
 class SysctlKind:
     section = "sysctl"
+    capture = staticmethod(capture_sysctl)
+    persistence = staticmethod(sysctl_persistence)
 
     def parse(self, node: Node, context: SpecContext) -> tuple[SysctlEntry, ...]:
         entries = []
@@ -145,5 +255,5 @@ class SysctlKind:
 
     def expand(self, section: tuple[SysctlEntry, ...], facts: Facts) -> Sequence[Check]:
         boot = facts.get(BOOT_CONFIG)
-        return [Check("sysctl", e.key, e.expect, e.options, SysctlProbe(e.path, boot.get(e.path)))
-                for e in section]
+        return [Check("sysctl", e.key, e.expect, e.options, SysctlProbe(e.path, boot.get(e.path)),
+                      scope=sysctl_scope(e.key)) for e in section]

@@ -1,16 +1,19 @@
 """--fix-persist: the files that make runtime tuning survive a reboot (and a GPU re-bind).
 
-Built from the run's records, so only values that are right now are persisted, with the value
-that was read back (a ``{min: X}`` sysctl that is already higher keeps its higher value). Each
-file lives under the root, is written atomically through the fixer (journaled, undoable) and
-carries a header naming the spec; an unchanged file is not rewritten.
+Every kind supplies its own lines (``Kind.persistence``: sysctl.d lines, modules to load or keep
+out, udev rules, tmpfiles.d lines, kernel parameters), from the run's records, so only values
+that are right now are persisted, with the value that was read back (a ``{min: X}`` sysctl that
+is already higher keeps its higher value). Here the lines are merged into their files: each lives
+under the root, is written atomically through the fixer (journaled, undoable) and carries a
+header naming the spec; an unchanged file is not rewritten.
 
 Whatever goes into a file is checked first, because a line break in it would be a setting or a
 rule of its own (``kernel.core_pattern = |sh``) and a quote or ``$`` in a udev rule is shell run
-as root: the spec's path in the header is escaped; the spec's name (in each file name), sysctl
-keys, module names, GPU addresses and C-state names must be plain tokens, and a sysctl value may
-not hold a line break or another control character. A file with anything else is not written:
-its ``persist`` check fails, naming what was refused.
+as root: each kind refuses a line it cannot write (a sysctl key or module name that is not a
+plain token, a value with a control character); the spec's path in the header is escaped, the
+spec's name (in each file name) must be a plain token, and no line may hold a control
+character. A file with anything refused is not written: its ``persist`` check fails, naming
+what was refused.
 """
 
 from __future__ import annotations
@@ -20,26 +23,16 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..checks import CannotFix, Check, Evidence, Observation, PersistLine
+from ..checks import CONTROL, CannotFix, Check, Evidence, Observation, PersistLine
 from ..checks.bootconfig import GRUB, dropin_path, dropin_text, parse_boot_config, read_all
 from ..checks.changes import Plan, ReplaceFile
-from ..checks.modules import module_name_problem
-from ..checks.sysctl import sysctl_path
 from ..host import COMMAND_DIRS, FileInfo, Host, Stat
-from ..linux.pciaddr import normalize_address
-from ..linux.pciconfig import SIZES, DeviceControl
-from ..result import CheckResult, Outcome
+from ..result import CheckResult
 from ..spec import EntryOptions
-from ..spec.matchers import Choice, Exact, normalize_ws
+from ..spec.matchers import Choice, Exact
 
 CURRENT, ABSENT, DIFFERS = "current", "absent", "differs"
-_RIGHT_NOW = (Outcome.PASSED, Outcome.FIXED)
-
-
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\Z")
-_STATE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*( [A-Za-z0-9][A-Za-z0-9._+-]*)*\Z")
-"""A C-state name: plain words with single spaces between (pseries' ``Shared Cede``)."""
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 class Unsafe(Exception):
@@ -67,79 +60,23 @@ def _header(spec: str, source: str) -> str:
             "--fix-persist again\n# rather than this file.\n")
 
 
-def _right_now(results: Sequence[CheckResult], kind: str) -> list[CheckResult]:
-    """Records whose value is right now, or (in a dry run) would be after the planned fix."""
-    return [r for r in results if r.kind == kind and r.observed and (
-        r.outcome in _RIGHT_NOW or r.outcome is Outcome.WOULD_FIX)]
-
-
-def _value(record: CheckResult) -> str:
-    """The value to persist: the one read back, or the one a dry run's plan would write."""
-    if record.outcome is not Outcome.WOULD_FIX:
-        return record.observed or ""
-    new = str(record.plan[0]["new"]) if record.plan else ""
-    if record.kind == "pcie.max_read_request":
-        return str(DeviceControl(0, int.from_bytes(bytes.fromhex(new), "little"))
-                   .max_read_request)
-    return new.strip() if record.kind == "sysctl" else record.expected
-
-
-def _sysctl_line(record: CheckResult) -> str:
-    key = record.key or ""
-    try:
-        sysctl_path(key)
-    except ValueError as exc:
-        raise Unsafe(f"sysctl key {key!r}: {exc}") from None
-    value = _value(record).rstrip("\n")
-    if _CONTROL.search(value):
-        raise Unsafe(f"the value of {key} holds a line break or another control character "
-                     f"({value[:60]!r}); a sysctl.d line cannot hold it")
-    return f"{key} = {normalize_ws(value)}"
-
-
-def _module(name: str | None) -> str:
-    problem = module_name_problem(name or "")
-    if problem is not None:
-        raise Unsafe(f"module name {name!r}: {problem}")
-    return str(name)
-
-
-def _sysctl_file(results: Sequence[CheckResult]) -> str | None:
-    sysctls = _right_now(results, "sysctl")
-    return "\n".join(_sysctl_line(r) for r in sysctls) + "\n" if sysctls else None
-
-
-def _modules_load_file(results: Sequence[CheckResult]) -> str | None:
-    loaded = [_module(r.key) for r in _right_now(results, "module")
-              if r.expected == "loaded" and _value(r) == "loaded"]
-    return "\n".join(loaded) + "\n" if loaded else None
-
-
-def _modprobe_file(results: Sequence[CheckResult]) -> str | None:
-    absent = [_module(r.key) for r in _right_now(results, "module") if r.expected == "absent"]
-    return "".join(f"blacklist {name}\ninstall {name} /bin/false\n"
-                   for name in absent) or None
-
+FILES = {
+    "sysctl": ("etc/sysctl.d/90-gpuhost-{spec}.conf", "sysctl.d"),
+    "modules-load": ("etc/modules-load.d/gpuhost-{spec}.conf", "modules-load.d"),
+    "modprobe": ("etc/modprobe.d/gpuhost-{spec}.conf", "modprobe.d"),
+    "udev": ("etc/udev/rules.d/90-gpuhost-{spec}.rules", "udev rule"),
+    "tmpfiles": ("etc/tmpfiles.d/gpuhost-{spec}.conf", "tmpfiles.d"),
+}
+"""A line's target -> its file under the root, and what a line of it is called. ``cmdline``
+words go into the grub.d drop-in instead (``bootconfig``), merged with boot-time fixes'."""
 
 Tools = Mapping[str, "str | None"]
-"""A command the files name -> its absolute path on the target (None: it has none)."""
-TOOLS = ("setpci",)
-"""The commands the persistence files run at boot, looked up on the target."""
-DEBIAN_TOOLS: Tools = {"setpci": "/usr/bin/setpci"}
-"""Where Debian and Proxmox put them: what a file names without a host to look on."""
-
-FILES: tuple[tuple[str, Callable[[Sequence[CheckResult], Tools], str | None]], ...] = (
-    ("etc/sysctl.d/90-gpuhost-{spec}.conf", lambda results, _: _sysctl_file(results)),
-    ("etc/modules-load.d/gpuhost-{spec}.conf", lambda results, _: _modules_load_file(results)),
-    ("etc/modprobe.d/gpuhost-{spec}.conf", lambda results, _: _modprobe_file(results)),
-    ("etc/udev/rules.d/90-gpuhost-{spec}.rules",
-     lambda results, tools: _udev_rules(results, tools) or None),
-)
-"""Each persistence file: its path under the root, and what it holds for a run's records and
-the target's commands."""
+"""A command the files run -> its absolute path on the target (None: it has none)."""
+DEFAULT_COMMAND_DIR = "/usr/bin"
+"""Where Debian and Proxmox keep the commands: what a file names without a host to look on."""
 
 
-def command_paths(host: Host, names: Sequence[str] = TOOLS) -> dict[str, str | None]:
+def command_paths(host: Host, names: Sequence[str]) -> dict[str, str | None]:
     """Each command's absolute path as the target's own programs (udev, at boot) name it: the
     first of its sbin/bin directories that holds an executable file of that name (RHEL and
     Fedora keep setpci in /usr/sbin, Debian and Proxmox in /usr/bin), in one batch."""
@@ -154,95 +91,92 @@ def command_paths(host: Host, names: Sequence[str] = TOOLS) -> dict[str, str | N
     return found
 
 
-LineSupply = Callable[[Sequence[CheckResult]], list[PersistLine]]
-"""A kind's ``persistence(results)``: the lines its fixed checks need after a reboot."""
+LineSupply = Callable[[Sequence[CheckResult]], Sequence[PersistLine]]
+"""A kind's ``persistence(results)``: the lines its checks' values need after a reboot."""
 
 
-def kind_files(spec: str, header: str, results: Sequence[CheckResult],
-               read: Callable[[str], str | None], boot_texts: dict[str, str | None],
-               supplies: Sequence[LineSupply]) -> dict[str, str | Unsafe]:
-    """The files of the kinds' own lines: ``tmpfiles`` lines in etc/tmpfiles.d (applied at
-    every boot), ``cmdline`` parameters merged into our grub.d drop-in (which boot-time fixes
-    of this run may have written already; only where the host boots with GRUB)."""
-    lines = [line for supply in supplies for line in supply(results)]
-    files: dict[str, str | Unsafe] = {}
-    tmpfiles = [line.text for line in lines if line.target == "tmpfiles"]
-    if tmpfiles:
-        path = f"etc/tmpfiles.d/gpuhost-{spec}.conf"
-        unsafe = [text for text in tmpfiles if _CONTROL.search(text)]
-        files[path] = Unsafe(f"a tmpfiles.d line holds a control character: {unsafe[0]!r}") \
-            if unsafe else header + "\n".join(tmpfiles) + "\n"
-    words = [line.text for line in lines if line.target == "cmdline"]
-    if words and parse_boot_config(boot_texts).loader == GRUB:
-        unsafe = [word for word in words if _CONTROL.search(word) or " " in word]
-        path = dropin_path(spec)
-        files[path] = Unsafe(f"a kernel parameter holds a space or a control character: "
-                             f"{unsafe[0]!r}") if unsafe else \
-            dropin_text(read(path), spec, words)
-    return files
+def lines_of(results: Sequence[CheckResult], supplies: Sequence[LineSupply]
+             ) -> list[PersistLine]:
+    """Every kind's lines, in the kinds' order."""
+    return [line for supply in supplies for line in supply(results)]
+
+
+def commands_of(lines: Sequence[PersistLine]) -> list[str]:
+    """The commands the lines run at boot, each once."""
+    return list(dict.fromkeys(line.runs.name for line in lines if line.runs is not None))
+
+
+def _file_text(target: str, lines: Sequence[PersistLine], tools: Tools) -> str | Unsafe:
+    """One file's lines, each command named by its path on the target; Unsafe where a line was
+    refused, runs a command the target lacks, or holds a control character."""
+    what = FILES[target][1]
+    texts = []
+    for line in lines:
+        text = line.text
+        if line.runs is not None:
+            found = tools.get(line.runs.name, f"{DEFAULT_COMMAND_DIR}/{line.runs.name}")
+            if found is None:
+                return Unsafe(f"{line.runs.sets} is set at boot by {line.runs.name}, and the "
+                              f"target has none in {', '.join('/' + d for d in COMMAND_DIRS)}: "
+                              f"install {line.runs.package} there, then run --fix-persist "
+                              "again")
+            text = text.replace("{" + line.runs.name + "}", found)
+        if line.refused is not None:
+            return Unsafe(line.refused)
+        if CONTROL.search(text):
+            return Unsafe(f"a {what} line holds a control character: {text!r}")
+        texts.append(text)
+    return "\n".join(texts) + "\n"
+
+
+def _dropin(spec: str, lines: Sequence[PersistLine], read: Callable[[str], str | None],
+            boot_texts: dict[str, str | None]) -> dict[str, str | Unsafe]:
+    """The kernel parameters merged into our grub.d drop-in (which boot-time fixes of this run
+    may have written already), only where the host boots with GRUB."""
+    words = [line for line in lines if line.target == "cmdline"]
+    if not words or parse_boot_config(boot_texts).loader != GRUB:
+        return {}
+    path = dropin_path(spec)
+    refused = next((line.refused for line in words if line.refused is not None), None)
+    if refused is not None:
+        return {path: Unsafe(refused)}
+    unsafe = [line.text for line in words if CONTROL.search(line.text) or " " in line.text]
+    if unsafe:
+        return {path: Unsafe(f"a kernel parameter holds a space or a control character: "
+                             f"{unsafe[0]!r}")}
+    return {path: dropin_text(read(path), spec, [line.text for line in words])}
 
 
 def persistence_files(spec: str, source: str, results: Sequence[CheckResult],
                       read: Callable[[str], str | None] = lambda path: None,
                       boot_texts: dict[str, str | None] | None = None,
                       supplies: Sequence[LineSupply] = (),
-                      tools: Tools = DEBIAN_TOOLS) -> dict[str, str | Unsafe]:
-    """Path under the root -> content, for every kind the run has values of; Unsafe in place
-    of the content of a file that would hold something it cannot hold safely. ``read`` gives
-    a file's current text (the drop-in shared with boot-time fixes), ``boot_texts`` the boot
-    configuration as ``bootconfig`` reads it, ``supplies`` the registered kinds' own
-    ``persistence`` (a kind that has one needs no change here), ``tools`` where the target
-    keeps the commands the files run (``command_paths``)."""
+                      tools: Tools | None = None) -> dict[str, str | Unsafe]:
+    """Path under the root -> content, for every file the kinds (``supplies``: their
+    ``persistence``) give lines for; Unsafe in place of the content of a file that would hold
+    something it cannot hold safely. ``read`` gives a file's current text (the drop-in shared
+    with boot-time fixes), ``boot_texts`` the boot configuration as ``bootconfig`` reads it,
+    ``tools`` where the target keeps the commands the files run (``command_paths``; None:
+    where Debian keeps them)."""
+    return files_of(spec, source, lines_of(results, supplies), read, boot_texts or {}, tools)
+
+
+def files_of(spec: str, source: str, lines: Sequence[PersistLine],
+             read: Callable[[str], str | None], boot_texts: dict[str, str | None],
+             tools: Tools | None) -> dict[str, str | Unsafe]:
+    """``persistence_files`` of the kinds' lines."""
     try:
         header = _header(spec, source)
     except Unsafe as refused:  # the name is in every file's path: none can be named
         return {"(every --fix-persist file)": Unsafe(f"{refused}; give the spec a 'name:'")}
-    files = kind_files(spec, header, results, read, boot_texts or {}, supplies)
-    for pattern, build in FILES:
-        path = pattern.format(spec=spec)
-        try:
-            content = build(results, tools)
-        except Unsafe as refused:
-            files[path] = refused
-            continue
-        if content is not None:
-            files[path] = header + content
+    files: dict[str, str | Unsafe] = {}
+    for target, (pattern, _) in FILES.items():
+        mine = [line for line in lines if line.target == target]
+        if mine:
+            text = _file_text(target, mine, tools or {})
+            files[pattern.format(spec=spec)] = text if isinstance(text, Unsafe) else header + text
+    files.update(_dropin(spec, lines, read, boot_texts))
     return files
-
-
-def _udev_rules(results: Sequence[CheckResult], tools: Tools) -> str:
-    """MaxReadReq per GPU when its driver binds (by the target's own setpci: udev runs a
-    program by its absolute path, and one that is not there fails at boot, unseen), and
-    C-states per CPU when it comes online."""
-    lines = []
-    sizes = _right_now(results, "pcie.max_read_request")
-    setpci = tools.get("setpci")
-    if sizes and setpci is None:
-        raise Unsafe("MaxReadReq is set at boot by setpci, and the target has none in "
-                     f"{', '.join('/' + d for d in COMMAND_DIRS)}: install pciutils there, "
-                     "then run --fix-persist again")
-    for record in sizes:
-        code = SIZES.index(int(_value(record))) << 12
-        try:
-            address = normalize_address(record.key or "")
-        except ValueError:
-            raise Unsafe(f"GPU {record.key!r} is not a PCI address") from None
-        if address != record.key:
-            raise Unsafe(f"GPU {record.key!r} is not a PCI address in sysfs form")
-        lines.append(f'ACTION=="add|bind", SUBSYSTEM=="pci", KERNEL=="{address}", '
-                     f'RUN+="{setpci} -s $kernel CAP_EXP+8.w={code:04x}:7000"')
-    states = [r.key for r in _right_now(results, "cpuidle")]
-    for state in states:
-        if state is None or not _STATE.match(state):
-            raise Unsafe(f"the C-state name {state!r} is not plain words (letters, digits, '.', "
-                         "'_', '+', '-', single spaces), so it is not written into a udev rule")
-    if states:
-        names = "|".join(str(state).replace(" ", "\\ ") for state in states)  # Shared\ Cede
-        lines.append(
-            'ACTION=="add|online", SUBSYSTEM=="cpu", KERNEL=="cpu[0-9]*", '
-            'RUN+="/bin/sh -c \'for d in /sys/devices/system/cpu/%k/cpuidle/state[0-9]*; do '
-            f'case $$(cat $$d/name) in {names}) echo 1 > $$d/disable;; esac; done\'"')
-    return "\n".join(lines) + "\n" if lines else ""
 
 
 def _digest(text: str) -> str:
@@ -311,11 +245,13 @@ def persistence_checks(spec: str, source: str, results: Sequence[CheckResult],
         return host.read_text(path) if host is not None and host.exists(path) else None
 
     boot = read_all(host) if host is not None else {}
-    tools = command_paths(host) if host is not None else DEBIAN_TOOLS
+    lines = lines_of(results, supplies)
+    needed = commands_of(lines)
+    tools = command_paths(host, needed) if host is not None and needed else None
     options = EntryOptions(where=f"{_escaped(source)}:1",
                            why="makes the runtime tuning survive a reboot")
     checks = []
-    files = persistence_files(spec, source, results, read, boot, supplies, tools)
+    files = files_of(spec, source, lines, read, boot, tools)
     for path, content in sorted(files.items()):
         if isinstance(content, Unsafe):
             checks.append(Check("persist", path, expected_state(""), options,

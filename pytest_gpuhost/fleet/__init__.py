@@ -18,6 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .. import specs
+from ..builtin import BUILTIN_SECTIONS
 
 GOOD = frozenset({"passed", "fixed", "skipped"})
 """Outcomes that leave a target healthy (as the node-health integrations judge)."""
@@ -63,6 +64,52 @@ def spec_file(record: Record) -> str:
 def check_key(record: Record) -> tuple[str, str]:
     """A check's identity across targets: its spec file and its id."""
     return spec_file(record), str(record.get("id", "?"))
+
+
+@dataclass(frozen=True)
+class Sections:
+    """What each record says of itself: the spec section it came from (``section``) and whether
+    it is a measurement (``measured``). A record without them (a report of an older version, a
+    check whose worker went down before it reported) takes them from a record of its kind that
+    has them, else its kind is its section and it is a setting."""
+
+    of_kind: Mapping[str, str]
+    measured_kinds: frozenset[str]
+
+    @classmethod
+    def of(cls, targets: Iterable[FleetRow]) -> Sections:
+        of_kind: dict[str, str] = {}
+        measured: set[str] = set()
+        for target in targets:
+            for record in target.records:
+                section = record.get("section")
+                if section:
+                    of_kind.setdefault(str(record.get("kind", "")), str(section))
+                if record.get("measured"):
+                    measured.add(str(record.get("kind", "")))
+        return cls(of_kind, frozenset(measured))
+
+    def section(self, record: Record) -> str:
+        found = record.get("section")
+        if found:
+            return str(found)
+        kind = str(record.get("kind", ""))
+        return self.of_kind.get(kind, kind)
+
+    def measured(self, record: Record) -> bool:
+        found = record.get("measured")
+        return bool(found) if found is not None else \
+            str(record.get("kind", "")) in self.measured_kinds
+
+    def ordered(self, sections: Iterable[str]) -> list[str]:
+        """The built-in kinds' sections in the order they register (the order a spec is
+        usually written), then the others (plugins', ``persist``, ``rollback``) by name."""
+        found = set(sections)
+        return [s for s in BUILTIN_SECTIONS if s in found] + sorted(found - set(BUILTIN_SECTIONS))
+
+    def rank(self, section: str) -> int:
+        return BUILTIN_SECTIONS.index(section) if section in BUILTIN_SECTIONS else \
+            len(BUILTIN_SECTIONS)
 
 
 def worst(outcomes: Iterable[str]) -> str:

@@ -3,8 +3,8 @@ majority first; every other group's targets are the minority, flagged whether or
 passes the spec (one node trained at Gen4 among Gen5 peers passes ``min: 8 GT/s`` and is still
 the odd one out; so is one node on another driver).
 
-Bandwidth measurements (the p2p kinds) are left out: no two runs measure the same number, and
-their floors already say what is too low.
+Measurements (a record's ``measured``: p2p bandwidth) are left out: no two runs measure the same
+number, and their floors already say what is too low.
 """
 
 from __future__ import annotations
@@ -12,11 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from . import GOOD, FleetRow, check_key
+from . import GOOD, FleetRow, Sections, check_key
 
 NO_VALUE = "(no value)"
-MEASURED = ("p2p",)
-"""Kind families whose observed values are measurements, not settings."""
 
 
 @dataclass(frozen=True)
@@ -57,13 +55,14 @@ def find_drift(targets: Sequence[FleetRow]) -> list[Drift]:
     values: dict[tuple[str, str], dict[str, list[str]]] = {}
     passing: dict[tuple[str, str], dict[str, bool]] = {}
     kinds: dict[tuple[str, str], str] = {}
+    sections = Sections.of(targets)
     for target in targets:
         if target.reason is not None:
             continue
         for record in target.records:
-            kind = str(record.get("kind", ""))
-            if kind.split(".", 1)[0] in MEASURED:
+            if sections.measured(record):
                 continue
+            kind = str(record.get("kind", ""))
             key = check_key(record)
             value = shown_value(record.get("observed"))
             values.setdefault(key, {}).setdefault(value, []).append(target.name)

@@ -1,40 +1,36 @@
-"""The fleet as terminal text: targets by check kind, each cell the outcome counts or the failing
-keys; then the drift, the minority targets of each check whose values differ."""
+"""The fleet as terminal text: targets by spec section, each cell the outcome counts or the
+failing keys; then the drift, the minority targets of each check whose values differ."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
 
-from . import GOOD, NO_RESULT, FleetRow, Record
+from . import GOOD, NO_RESULT, FleetRow, Record, Sections
 from .drift import Drift
 
-FAMILIES = ("sysctl", "kernel", "cpufreq", "memory", "gpus", "pcie", "iommu", "cpuidle",
-            "module", "p2p", "dmesg")
-"""Columns in the order a spec is usually written; kinds of plugins follow, by name."""
 LETTERS = {"failed": "F", "fix_failed": "X", "error": "E", "reboot_required": "R",
            "would_fix": "W"}
 CELL = 26
 _PCI_DOMAIN = re.compile(r"\b[0-9a-f]{4}:(?=[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])")
 
 
-def family(kind: str) -> str:
-    """The column of a kind: its section (``pcie.max_read_request`` -> ``pcie``)."""
-    return "gpus" if kind == "gpu_count" else kind.split(".", 1)[0]
+def columns(targets: Sequence[FleetRow], sections: Sections) -> list[str]:
+    """One column per spec section the records came from (see ``Sections.ordered``)."""
+    return sections.ordered({sections.section(r) for t in targets for r in t.records})
 
 
-def columns(targets: Sequence[FleetRow]) -> list[str]:
-    found = {family(str(r.get("kind", ""))) for t in targets for r in t.records}
-    return [f for f in FAMILIES if f in found] + sorted(found - set(FAMILIES))
-
-
-def short_id(record: Record) -> str:
-    """``pcie.max_read_request[0000:81:00.0]`` -> ``max_read_request[81:00.0]``."""
+def short_id(record: Record, section: str | None = None) -> str:
+    """The id in its section's column (the record's own, unless given):
+    ``pcie.max_read_request[0000:81:00.0]`` under ``pcie`` is ``max_read_request[81:00.0]``,
+    ``sysctl[vm.swappiness]`` under ``sysctl`` is ``vm.swappiness``."""
     text = _PCI_DOMAIN.sub("", str(record.get("id", "?")))
-    name = family(str(record.get("kind", "")))
-    if text.startswith(f"{name}["):
-        return text[len(name) + 1:-1]
-    return text.removeprefix(f"{name}.")
+    section = section or str(record.get("section") or "")
+    if not section:
+        return text
+    if text.startswith(f"{section}["):
+        return text[len(section) + 1:-1]
+    return text.removeprefix(f"{section}.")
 
 
 def short_key(record: Record) -> str:
@@ -47,7 +43,7 @@ def cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
-def cell(records: Sequence[Record]) -> str:
+def cell(records: Sequence[Record], section: str | None = None) -> str:
     """``ok 9``; the failing keys when there are one or two (``F vm.swappiness``); else the
     counts of what is wrong out of all (``3F 1E /12``)."""
     if not records:
@@ -56,7 +52,7 @@ def cell(records: Sequence[Record]) -> str:
     if not bad:
         return f"ok {len(records)}"
     if len(bad) <= 2:
-        return ", ".join(f"{LETTERS.get(str(r.get('outcome')), '?')} {short_id(r)}"
+        return ", ".join(f"{LETTERS.get(str(r.get('outcome')), '?')} {short_id(r, section)}"
                          for r in bad)
     counts: dict[str, int] = {}
     for record in bad:
@@ -66,7 +62,8 @@ def cell(records: Sequence[Record]) -> str:
 
 
 def matrix_lines(targets: Sequence[FleetRow]) -> list[str]:
-    names = columns(targets)
+    sections = Sections.of(targets)
+    names = columns(targets, sections)
     header = ["target", *names]
     rows: list[tuple[str, list[str] | None, str]] = []
     """(target, its cells, or None and the reason it has no result)"""
@@ -74,10 +71,11 @@ def matrix_lines(targets: Sequence[FleetRow]) -> list[str]:
         if target.reason is not None:
             rows.append((target.name, None, f"{NO_RESULT}: {target.reason}"))
             continue
-        by_family: dict[str, list[Record]] = {}
+        by_section: dict[str, list[Record]] = {}
         for record in target.records:
-            by_family.setdefault(family(str(record.get("kind", ""))), []).append(record)
-        rows.append((target.name, [cut(cell(by_family.get(n, [])), CELL) for n in names], ""))
+            by_section.setdefault(sections.section(record), []).append(record)
+        rows.append((target.name, [cut(cell(by_section.get(n, []), n), CELL) for n in names],
+                     ""))
     widths = [max([len(header[0])] + [len(name) for name, _, _ in rows])]
     widths += [max([len(title)] + [len(cells[i]) for _, cells, _ in rows if cells is not None])
                for i, title in enumerate(names)]

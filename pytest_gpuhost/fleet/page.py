@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from . import OUTCOME_ORDER, FleetRow, check_key
+from . import OUTCOME_ORDER, FleetRow, Sections, check_key
 from .drift import Drift
-from .matrix import FAMILIES, family, short_key
+from .matrix import short_key
 
 HERE = Path(__file__).parent
 CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'"
@@ -67,6 +67,9 @@ def page_data(targets: Sequence[FleetRow], drifts: Sequence[Drift], title: str) 
     checks: dict[tuple[str, str], int] = {}
     check_rows: list[list[int]] = []
     kinds: dict[str, int] = {}
+    section_of: dict[str, str] = {}
+    """Each kind's section, for the order of the kinds."""
+    sections = Sections.of(targets)
     rows = []
     for target in targets:
         results: list[int] = []
@@ -76,6 +79,7 @@ def page_data(targets: Sequence[FleetRow], drifts: Sequence[Drift], title: str) 
             if index is None:
                 kind = str(record.get("kind", ""))
                 kind_index = kinds.setdefault(kind, len(kinds))
+                section_of.setdefault(kind, sections.section(record))
                 index = checks[key] = len(check_rows)
                 check_rows.append([strings(key[0]), strings(key[1]), kind_index,
                                    strings(short_key(record))])
@@ -83,7 +87,7 @@ def page_data(targets: Sequence[FleetRow], drifts: Sequence[Drift], title: str) 
                         strings(record.get("observed")), strings(record.get("expected")),
                         strings(record.get("message")), strings(_evidence(record))]
         rows.append([target.name, strings(target.reason), strings(_facts(target)), results])
-    order = sorted(kinds, key=lambda k: (_family_rank(family(k)), kinds[k]))
+    order = sorted(kinds, key=lambda k: (sections.rank(section_of[k]), kinds[k]))
     target_index = {t.name: i for i, t in enumerate(targets)}
     drift_rows = [[checks[(d.spec, d.id)],
                    [[strings(g.value), [target_index[n] for n in g.targets], int(g.passes)]
@@ -94,10 +98,6 @@ def page_data(targets: Sequence[FleetRow], drifts: Sequence[Drift], title: str) 
             "kinds": list(kinds), "kindOrder": [kinds[k] for k in order],
             "checks": check_rows, "strings": strings.table, "targets": rows,
             "drift": drift_rows}
-
-
-def _family_rank(name: str) -> int:
-    return FAMILIES.index(name) if name in FAMILIES else len(FAMILIES)
 
 
 def render(targets: Sequence[FleetRow], drifts: Sequence[Drift], title: str) -> str:

@@ -92,10 +92,10 @@ def _plan_lines(results: Sequence[CheckResult]) -> list[str]:
             lines += [f"      {change['change']}" for change in record.plan[:PLAN_LINES]]
         if len(record.plan) > PLAN_LINES:
             lines.append(f"      ... and {len(record.plan) - PLAN_LINES} more")
-    measured = [r for r in results if r.outcome is Outcome.FAILED and r.kind.startswith("p2p")]
+    measured = [r for r in results if r.outcome is Outcome.FAILED and r.measured]
     if measured and planned:
-        lines.append(f"  ({len(measured)} p2p checks failed as measured before the planned "
-                     "changes; a real --fix measures after them)")
+        lines.append(f"  ({len(measured)} {_sections(measured)} checks failed as measured before "
+                     "the planned changes; a real --fix measures after them)")
     return lines
 
 
@@ -156,3 +156,9 @@ class TerminalSummary:
     def write(self, records: Sequence[CheckResult], info: RunInfo) -> None:
         for line in summary_lines(records, info):
             self.write_line(line)
+
+
+def _sections(records: Sequence[CheckResult]) -> str:
+    """``p2p``, or ``p2p and lab``: the sections of some measured records."""
+    names = list(dict.fromkeys(str(r.section) for r in records))
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + f" and {names[-1]}"

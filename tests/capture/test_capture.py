@@ -17,13 +17,13 @@ import pytest
 import yaml
 
 from pytest_gpuhost.capture.catalog import CATALOG
-from pytest_gpuhost.capture.patterns import allow_patterns, generalize
-from pytest_gpuhost.capture.sections import p2p_floor
 from pytest_gpuhost.capture.writer import pick_target
 from pytest_gpuhost.capture.yamltext import scalar
 from pytest_gpuhost.checks import cpufreq, memory, nvml, pcie
+from pytest_gpuhost.checks.dmesg import allow_patterns, generalize
 from pytest_gpuhost.checks.kernel import KEYS as KERNEL_KEYS
 from pytest_gpuhost.checks.p2p import FLOORS
+from pytest_gpuhost.checks.p2p_capture import p2p_floor
 from pytest_gpuhost.gpu.nvml import FakeGpu, FakeNvml
 from pytest_gpuhost.result import Outcome
 from pytest_gpuhost.settings import SettingsError
@@ -578,16 +578,24 @@ def test_a_catalog_run_judges_nothing_and_fixes_nothing(tmp_path: Path) -> None:
         run(root, tmp_path, capture="again.yaml", fix=True)
 
 
-def test_a_third_party_section_is_named_as_not_captured(tmp_path: Path) -> None:
+class LabKind:
+    """A plugin's kind with no capture."""
+
+    section = "lab"
+
+
+def test_a_section_whose_kind_has_no_capture_says_so_naming_the_kind(tmp_path: Path) -> None:
     from pytest_gpuhost.capture.writer import capture_text
 
     spec = load_spec(BLACKWELL8, KINDS, CONDITIONS)
     sections = dict(spec.sections)
     sections["lab"] = object()
     fake = type(spec)(spec.path, spec.name, spec.version, sections)
-    text = capture_text([(str(BLACKWELL8), fake)], [], name="x", header_lines=["h"])
+    text = capture_text([(str(BLACKWELL8), fake)], [], name="x", header_lines=["h"],
+                        kinds={**KINDS, "lab": LabKind()})
     assert "# lab: nothing captured" in text
-    assert "left out: lab: its check kind (a plugin's) has no capture" in text
+    assert ("left out: lab: its check kind tests.capture.test_capture.LabKind has no capture, "
+            "so nothing of it is captured (docs/adding-a-kind.md)") in text
     assert "left out: sysctl[vm.swappiness]: no check of it ran (nothing here it applies to, " \
            "or it was deselected)" in text
 

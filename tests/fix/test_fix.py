@@ -193,14 +193,15 @@ def test_setpci_is_found_only_as_an_executable_file(fake: FakeHost) -> None:
     from pytest_gpuhost.fix.persist import command_paths
 
     host = LocalHost(fake.root)
-    assert command_paths(host) == {"setpci": None}
+    assert command_paths(host, ["setpci"]) == {"setpci": None}
     fake.file("usr/sbin/setpci", "#!/bin/sh\n", mode=0o644)  # not executable
     (fake.root / "usr/bin/setpci").mkdir(parents=True)  # a directory
-    assert command_paths(host) == {"setpci": None}
+    assert command_paths(host, ["setpci"]) == {"setpci": None}
     fake.file("bin/setpci", "#!/bin/sh\n", mode=0o755)
-    assert command_paths(host) == {"setpci": "/bin/setpci"}
+    assert command_paths(host, ["setpci"]) == {"setpci": "/bin/setpci"}
     fake.file("usr/sbin/setpci", "#!/bin/sh\n", mode=0o755)
-    assert command_paths(host) == {"setpci": "/usr/sbin/setpci"}  # the first directory wins
+    # the first directory wins
+    assert command_paths(host, ["setpci"]) == {"setpci": "/usr/sbin/setpci"}
 
 
 # --- dry run ------------------------------------------------------------------------------------

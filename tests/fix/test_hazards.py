@@ -847,6 +847,7 @@ def test_a_hostile_c_state_name_is_refused_by_the_spec_and_by_persistence(
         pytester: pytest.Pytester, fake: FakeHost) -> None:
     """The spec refuses it; a record that carries it anyway (a third-party kind) is refused
     again before it reaches a root udev rule, where it would be shell code."""
+    from pytest_gpuhost.checks.cpuidle import CpuidleKind
     from pytest_gpuhost.fix.persist import Unsafe, persistence_files
     from pytest_gpuhost.result import CheckResult, Outcome
 
@@ -858,7 +859,8 @@ def test_a_hostile_c_state_name_is_refused_by_the_spec_and_by_persistence(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     record = CheckResult("cpuidle[x]", "cpuidle", "C1';reboot;'", "disabled", "disabled",
                          Outcome.FIXED, "")
-    [refused] = persistence_files("spec", "spec.yaml", [record]).values()
+    supplies = [CpuidleKind().persistence]
+    [refused] = persistence_files("spec", "spec.yaml", [record], supplies=supplies).values()
     assert isinstance(refused, Unsafe)
     assert "the C-state name \"C1';reboot;'\" is not plain words" in str(refused)
 

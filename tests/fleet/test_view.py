@@ -147,7 +147,7 @@ def test_the_terminal_matrix_shows_counts_failing_keys_and_no_result(
     lines = matrix_lines(read_reports(fleet_reports))
     assert lines[0] == "fleet: 6 targets: 3 healthy, 1 with problems, 2 no result"
     header = lines[3].split()
-    assert header == ["target", "sysctl", "gpus", "pcie", "module"]
+    assert header == ["target", "sysctl", "gpus", "pcie", "modules"]
     rows = {line.split()[0]: line for line in lines[4:]}
     assert rows["node01"].split()[1:] == ["ok", "2", "ok", "3", "ok", "16", "ok", "2"]
     assert rows["node04"].split()[1:4] == ["F", "vm.swappiness", "ok"]
@@ -157,7 +157,8 @@ def test_the_terminal_matrix_shows_counts_failing_keys_and_no_result(
 
 def test_a_cell_shows_counts_once_more_than_two_keys_fail() -> None:
     def rec(key: str, outcome: str) -> dict[str, str]:
-        return {"id": f"pcie.aspm[0000:{key}:00.0]", "kind": "pcie.aspm", "outcome": outcome}
+        return {"id": f"pcie.aspm[0000:{key}:00.0]", "kind": "pcie.aspm", "section": "pcie",
+                "outcome": outcome}
 
     assert cell([]) == "-"
     assert cell([rec("01", "passed"), rec("02", "skipped")]) == "ok 2"
@@ -255,19 +256,25 @@ def test_the_same_node_twice_is_two_rows(tmp_path: Path) -> None:
     assert [t.name for t in targets] == ["n1", f"n1 ({tmp_path / 'second.json'})"]
 
 
-def test_drift_leaves_bandwidth_measurements_out_and_counts_no_value() -> None:
-    def rows(name: str, gbps: str, observed: str | None) -> FleetRow:
+def test_drift_leaves_measurements_out_and_counts_no_value() -> None:
+    """A record says it is a measurement (``measured``); one of a report that predates the
+    field is taken as its kind's other records say."""
+    def rows(name: str, gbps: str, observed: str | None, *, legacy: bool = False) -> FleetRow:
+        said = {} if legacy else {"measured": True, "section": "p2p"}
         return FleetRow(name, "x", ({"id": "p2p[a->b]", "kind": "p2p", "observed": gbps,
-                                   "outcome": "passed", "location": "s.yaml:9"},
+                                   "outcome": "passed", "location": "s.yaml:9", **said},
                                   {"id": "sysctl[k]", "kind": "sysctl", "observed": observed,
                                    "outcome": "failed" if observed is None else "passed",
                                    "location": "s.yaml:3"}))
 
-    drifts = find_drift([rows("n1", "41.07", "1"), rows("n2", "41.43", "1"),
-                         rows("n3", "40.99", None)])
+    drifts = find_drift([rows("n1", "41.07", "1"), rows("n2", "41.43", "1", legacy=True),
+                         rows("n3", "40.99", None, legacy=True)])
     assert [(d.id, d.minority, d.groups[1].value) for d in drifts] == [
         ("sysctl[k]", ("n3",), NO_VALUE)]
     assert drift_lines([], 20) == ["drift: every check holds one value on every target"]
+    legacy = find_drift([rows("n2", "41.43", "1", legacy=True), rows("n3", "40.99", "1",
+                                                                     legacy=True)])
+    assert [d.id for d in legacy] == ["p2p[a->b]"]  # nothing says it is a measurement
 
 
 def test_the_page_data_holds_each_string_once(fleet_reports: list[Path]) -> None:

@@ -1,0 +1,139 @@
+"""Module parameters (``modules: {M: {state: loaded, parameters: {P: V}}}``): one check per
+parameter, ``sys/module/M/parameters/P``, and the next load's value from modprobe.d and the
+kernel command line. A fix writes ``options M P=V`` into our modprobe.d drop-in: it takes effect
+at the next load of the module, so the check is boot-time (``reboot_required`` until then).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..host import Glob, Host, HostError, Read, Reply, Request, Stat
+from ..linux.cmdline import split_words
+from ..spec import EntryOptions
+from ..spec.matchers import Expectation
+from . import CannotFix, Evidence, NextBoot, Observation
+from .changes import Plan, ReplaceFile
+
+
+def canonical(name: str) -> str:
+    """The kernel treats '-' and '_' in module names alike and shows '_'."""
+    return name.replace("-", "_")
+
+
+MODPROBE_DIRS = ("etc/modprobe.d", "run/modprobe.d", "usr/local/lib/modprobe.d",
+                 "lib/modprobe.d", "usr/lib/modprobe.d")
+PARAMETER_ORDER = 1  # after the module checks: under --fix, modprobe loads with the options
+
+
+OPTIONS_READS: tuple[Request, ...] = (*(Glob(f"{d}/*.conf") for d in MODPROBE_DIRS),
+                                      Read("proc/cmdline"))
+"""Everything module options come from (modprobe.d and the command line), in one batch."""
+
+
+def _modprobe_files(replies: Sequence[Reply]) -> list[tuple[str, str]]:
+    """The files modprobe reads, in its order: ``*.conf`` of every directory sorted by name,
+    a name in an earlier directory hiding the same name in a later one."""
+    by_name: dict[str, tuple[str, bytes | str | HostError | None]] = {}
+    for reply in replies:
+        for path, data in reply.matches() if reply.error is None else ():
+            by_name.setdefault(path.rsplit("/", 1)[-1], (path, data))
+    return [(path, data.decode("utf-8", "replace")) for path, data in
+            (by_name[name] for name in sorted(by_name)) if isinstance(data, bytes)]
+
+
+def parse_options(files: Sequence[tuple[str, str]], cmdline: str = ""
+                  ) -> dict[tuple[str, str], tuple[str, str]]:
+    """(module, parameter) -> (value, ``file:line``) of the last ``options`` line that sets it;
+    the kernel command line's ``module.param=value`` comes first, as modprobe adds it first."""
+    found: dict[tuple[str, str], tuple[str, str]] = {}
+    for word in split_words(cmdline):
+        name, _, value = word.partition("=")
+        module, dot, parameter = name.partition(".")
+        if dot and parameter and "=" in word:
+            found[(canonical(module), parameter)] = (value, "proc/cmdline")
+    for path, text in files:
+        for number, line in enumerate(text.splitlines(), 1):
+            fields = line.split("#", 1)[0].split()
+            if len(fields) < 3 or fields[0] != "options":
+                continue
+            for option in fields[2:]:
+                parameter, _, value = option.partition("=")
+                found[(canonical(fields[1]), parameter)] = (value.strip('"'),
+                                                            f"{path}:{number}")
+    return found
+
+
+def read_options(host: Host) -> dict[tuple[str, str], tuple[str, str]]:
+    replies = host.batch(OPTIONS_READS)
+    cmdline = replies[-1].text() if replies[-1].error is None else ""
+    return parse_options(_modprobe_files(replies[:-1]), cmdline)
+
+
+def options_dropin(spec: str) -> str:
+    return f"etc/modprobe.d/gpuhost-{spec}-options.conf"
+
+
+def render_options(spec: str, current: str | None, module: str, parameter: str,
+                   value: str) -> str:
+    """Our options drop-in with ``module.parameter=value`` merged in (one line per module)."""
+    settings: dict[str, dict[str, str]] = {}
+    for (name, key), (old, _) in parse_options([("dropin", current or "")]).items():
+        settings.setdefault(name, {})[key] = old
+    settings.setdefault(module, {})[parameter] = value
+    header = (f"# Written by pytest-gpuhost --fix-persist for spec {spec}: module options, "
+              "applied when the module\n# loads. Edit the spec rather than this file.\n")
+    return header + "".join(
+        f"options {name} " + " ".join(f"{k}={v}" for k, v in sorted(values.items())) + "\n"
+        for name, values in sorted(settings.items()))
+
+
+@dataclass(frozen=True)
+class ModuleParameterProbe:
+    module: str
+    parameter: str
+    spec: str
+    fixable = True
+    boot_time = True
+
+    @property
+    def path(self) -> str:
+        return f"sys/module/{canonical(self.module)}/parameters/{self.parameter}"
+
+    def reads(self) -> Sequence[Request]:
+        return (*OPTIONS_READS, Read(self.path), Stat(f"sys/module/{canonical(self.module)}"),
+                Read(options_dropin(self.spec)))
+
+    def observe(self, host: Host) -> Observation:
+        module = canonical(self.module)
+        boot = read_options(host).get((module, self.parameter))
+        next_boot = NextBoot(boot[0], boot[1], f"reload {module} (modprobe -r {module}; "
+                                               f"modprobe {module}) or reboot") if boot else None
+        evidence = (Evidence(boot[1], f"options {module} {self.parameter}={boot[0]}"),) \
+            if boot else ()
+        if not host.exists(self.path):
+            loaded = host.exists(f"sys/module/{module}")
+            problem = (f"{self.path} does not exist: {module} has no parameter "
+                       f"{self.parameter}" if loaded else f"{module} is not loaded, so its "
+                       f"parameter {self.parameter} has no value")
+            return Observation(None, evidence, problem, next_boot=next_boot)
+        value = host.read_text(self.path).strip()
+        return Observation(value, (Evidence(self.path, value), *evidence), next_boot=next_boot)
+
+    def plan(self, host: Host, value: str, observed: Observation) -> Plan:
+        path = options_dropin(self.spec)
+        current = host.read_text(path) if host.exists(path) else None
+        text = render_options(self.spec, current, canonical(self.module), self.parameter, value)
+        if text == current:
+            raise CannotFix(f"{path} already sets it, yet a later modprobe.d file overrides it")
+        return Plan(f"set options {canonical(self.module)} {self.parameter}={value} in {path}",
+                    (ReplaceFile(path, current, text),))
+
+
+@dataclass(frozen=True)
+class ParameterEntry:
+    module: str
+    parameter: str
+    expect: Expectation
+    options: EntryOptions
