@@ -10,6 +10,7 @@ import importlib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .checks import kind_name as kind_name
 from .hookspecs import hookimpl
 
 if TYPE_CHECKING:
@@ -35,7 +36,6 @@ BUILTIN_KINDS = (
     ("dmesg", "dmesg", "DmesgKind"),
 )
 """(section, module of pytest_gpuhost.checks, class), in the order their sections run."""
-BUILTIN_SECTIONS = tuple(section for section, _, _ in BUILTIN_KINDS)
 
 
 class BuiltinKind:
@@ -93,13 +93,6 @@ class BuiltinKind:
 
     def __repr__(self) -> str:
         return f"<built-in kind {self.section}: {self.qualname}>"
-
-
-def kind_name(kind: object) -> str:
-    """``pytest_gpuhost.checks.sysctl.SysctlKind``: the class of a kind, built-in or not."""
-    if isinstance(kind, BuiltinKind):
-        return kind.qualname
-    return f"{type(kind).__module__}.{type(kind).__qualname__}"
 
 
 _KINDS = [BuiltinKind(*names) for names in BUILTIN_KINDS]

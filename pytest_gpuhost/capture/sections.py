@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..builtin import kind_name
-from ..checks import capturer_of
+from ..checks import capturer_of, kind_name
 from ..checks.capturing import Captured
 from ..result import CheckResult
 from ..spec import Spec

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
 from ..host import Host, HostError, Reply, Request, raised
 from ..spec import EntryOptions, Node, SpecContext
@@ -325,3 +325,18 @@ def owned(kind: object, section: str, checks: Iterable[Check]) -> list[Check]:
             dataclasses.replace(check, section=section, scope=check.scope or scope,
                                 measured=measured if check.measured is None else check.measured)
             for check in checks]
+
+
+@runtime_checkable
+class NamedKind(Protocol):
+    """A kind that stands for another and names it (a built-in kind imported on first use)."""
+
+    @property
+    def qualname(self) -> str: ...
+
+
+def kind_name(kind: object) -> str:
+    """``pytest_gpuhost.checks.sysctl.SysctlKind``: the class of a kind, built-in or not."""
+    if isinstance(kind, NamedKind):
+        return kind.qualname
+    return f"{type(kind).__module__}.{type(kind).__qualname__}"

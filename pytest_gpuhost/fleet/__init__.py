@@ -18,7 +18,6 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .. import specs
-from ..builtin import BUILTIN_SECTIONS
 
 GOOD = frozenset({"passed", "fixed", "skipped"})
 """Outcomes that leave a target healthy (as the node-health integrations judge)."""
@@ -75,19 +74,28 @@ class Sections:
 
     of_kind: Mapping[str, str]
     measured_kinds: frozenset[str]
+    first_seen: Mapping[str, int] = field(default_factory=dict)
+    """Each section's rank: where its first record stands among the rows' records (a report
+    holds them in the order the run ran them, which is the spec's order of sections)."""
 
     @classmethod
     def of(cls, targets: Iterable[FleetRow]) -> Sections:
         of_kind: dict[str, str] = {}
         measured: set[str] = set()
+        first_seen: dict[str, int] = {}
         for target in targets:
             for record in target.records:
+                kind = str(record.get("kind", ""))
                 section = record.get("section")
                 if section:
-                    of_kind.setdefault(str(record.get("kind", "")), str(section))
+                    of_kind.setdefault(kind, str(section))
+                first_seen.setdefault(str(section or kind), len(first_seen))
                 if record.get("measured"):
-                    measured.add(str(record.get("kind", "")))
-        return cls(of_kind, frozenset(measured))
+                    measured.add(kind)
+        ranks: dict[str, int] = {}
+        for name in first_seen:  # a kind first seen without its section ranks as its section
+            ranks.setdefault(of_kind.get(name, name), len(ranks))
+        return cls(of_kind, frozenset(measured), ranks)
 
     def section(self, record: Record) -> str:
         found = record.get("section")
@@ -102,14 +110,12 @@ class Sections:
             str(record.get("kind", "")) in self.measured_kinds
 
     def ordered(self, sections: Iterable[str]) -> list[str]:
-        """The built-in kinds' sections in the order they register (the order a spec is
-        usually written), then the others (plugins', ``persist``, ``rollback``) by name."""
-        found = set(sections)
-        return [s for s in BUILTIN_SECTIONS if s in found] + sorted(found - set(BUILTIN_SECTIONS))
+        """The sections in the order the runs ran them, then any not seen in a record by
+        name."""
+        return sorted(set(sections), key=lambda section: (self.rank(section), section))
 
     def rank(self, section: str) -> int:
-        return BUILTIN_SECTIONS.index(section) if section in BUILTIN_SECTIONS else \
-            len(BUILTIN_SECTIONS)
+        return self.first_seen.get(section, len(self.first_seen))
 
 
 def worst(outcomes: Iterable[str]) -> str:
