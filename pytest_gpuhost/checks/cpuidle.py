@@ -12,7 +12,17 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..host import Glob, Host, HostError, Read, Reply, Request, unreadable
+from ..host import (
+    SYSTEM_CLOCK,
+    Glob,
+    Host,
+    HostError,
+    PhaseCache,
+    Read,
+    Reply,
+    Request,
+    unreadable,
+)
 from ..spec import OPTION_KEYS, EntryOptions, Node, SpecContext
 from ..spec.matchers import Choice, Exact
 from . import CannotFix, Check, Evidence, Fact, Facts, NoFix, NotApplicable, Observation
@@ -196,14 +206,14 @@ class ResidencyProbe(NoFix):
             raise NotApplicable(f"{self.name} is not disabled on any online CPU, so there is no "
                                 f"override to watch for: see cpuidle[{self.name}]")
         reads = counter_reads(paths)
-        forget = getattr(host, "forget", lambda _: None)  # a host without a cache: all live
-        taken = [getattr(host, "fetched_at", lambda _: None)(r) for r in reads]
-        if any(t is None for t in taken):
-            forget(reads)  # not sampled with the phase: sample now
-        start_at = min((t for t in taken if t is not None), default=time.monotonic())
+        clock = host.clock if isinstance(host, PhaseCache) else SYSTEM_CLOCK
+        start_at = _batched_at(host, reads)
+        if start_at is None:
+            _live(host, reads)  # not sampled with the phase: sample now
+            start_at = clock.now()
         start = read_counters(host, paths)
-        self.sleep(max(0.0, self.window - (time.monotonic() - start_at)))
-        forget(reads)  # the second sample is always live
+        self.sleep(max(0.0, self.window - (clock.now() - start_at)))
+        _live(host, reads)  # the second sample is always live
         end = read_counters(host, paths)
         grown = {cpu: (end[cpu][0] - start[cpu][0], end[cpu][1] - start[cpu][1])
                  for cpu in start if end[cpu] > start[cpu]}
@@ -216,6 +226,22 @@ class ResidencyProbe(NoFix):
                                                     raw),))
         return Observation(f"entered on cpus {fold_cpu_list(grown)}",
                            (Evidence(f"{CPU}/cpuN/cpuidle/stateM/{{usage,time}}", raw),))
+
+
+def _batched_at(host: Host, reads: Sequence[Request]) -> float | None:
+    """When the phase's batch read every one of ``reads`` (by the cache's clock); None when a
+    host without a cache, or the batch, did not."""
+    if not isinstance(host, PhaseCache):
+        return None
+    taken = [host.fetched_at(request) for request in reads]
+    known = [t for t in taken if t is not None]
+    return min(known) if known and len(known) == len(taken) else None
+
+
+def _live(host: Host, reads: Sequence[Request]) -> None:
+    """The next read of ``reads`` is live (a host without a cache reads live anyway)."""
+    if isinstance(host, PhaseCache):
+        host.forget(reads)
 
 
 @dataclass(frozen=True)

@@ -398,7 +398,7 @@ def test_replies_survive_the_way_to_another_process(fake: FakeHost, host: LocalH
                 Which("nothing")]
     replies = host.batch(requests)
     wired = json.loads(json.dumps(agent.encode(
-        [[request.wire(), reply_to_wire(reply)] for request, reply in
+        [[request.wire(), reply_to_wire(request, reply)] for request, reply in
          zip(requests, replies, strict=True)])))
     back = [(request_from_wire(wire), answer) for wire, answer in agent.decode(wired)]
     assert [request for request, _ in back] == requests
