@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..host import (
-    SYSTEM_CLOCK,
     Glob,
     Host,
     HostError,
@@ -206,13 +205,11 @@ class ResidencyProbe(NoFix):
             raise NotApplicable(f"{self.name} is not disabled on any online CPU, so there is no "
                                 f"override to watch for: see cpuidle[{self.name}]")
         reads = counter_reads(paths)
-        clock = host.clock if isinstance(host, PhaseCache) else SYSTEM_CLOCK
         start_at = _batched_at(host, reads)
         if start_at is None:
-            _live(host, reads)  # not sampled with the phase: sample now
-            start_at = clock.now()
+            _live(host, reads)  # not sampled with the phase: sample now, then the whole window
         start = read_counters(host, paths)
-        self.sleep(max(0.0, self.window - (clock.now() - start_at)))
+        self.sleep(_left(host, self.window, start_at))
         _live(host, reads)  # the second sample is always live
         end = read_counters(host, paths)
         grown = {cpu: (end[cpu][0] - start[cpu][0], end[cpu][1] - start[cpu][1])
@@ -236,6 +233,14 @@ def _batched_at(host: Host, reads: Sequence[Request]) -> float | None:
     taken = [host.fetched_at(request) for request in reads]
     known = [t for t in taken if t is not None]
     return min(known) if known and len(known) == len(taken) else None
+
+
+def _left(host: Host, window: float, start_at: float | None) -> float:
+    """What is left of ``window`` since the phase's batch read the first sample (by the
+    cache's clock); all of it when the first sample was read just now."""
+    if start_at is None or not isinstance(host, PhaseCache):
+        return window
+    return max(0.0, window - (host.clock.now() - start_at))
 
 
 def _live(host: Host, reads: Sequence[Request]) -> None:

@@ -186,8 +186,8 @@ def test_a_residency_window_counts_from_the_phases_batch_on_the_caches_clock(
     cache.invalidate()  # nothing from the batch: the first sample is read now, the whole window
     probe.observe(cache)
     assert slept == [0.75, 1.0]
-    probe.observe(LocalHost(fake.root))  # no cache: the window from its first sample, on the
-    assert len(slept) == 3 and slept[2] <= 1.0  # machine's clock (never more than the window)
+    probe.observe(LocalHost(fake.root))  # no cache: the same
+    assert slept == [0.75, 1.0, 1.0]
 
 
 def test_a_bounded_call_waits_on_the_clock_it_is_given() -> None:
