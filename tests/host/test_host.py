@@ -403,6 +403,7 @@ def test_replies_survive_the_way_to_another_process(fake: FakeHost, host: LocalH
         Kmsg,
         Link,
         ListDir,
+        Request,
         Stat,
         Which,
         reply_from_wire,
@@ -413,7 +414,7 @@ def test_replies_survive_the_way_to_another_process(fake: FakeHost, host: LocalH
     fake.sysctl("vm.swappiness", 10).kmsg([(6, "hello")])
     fake.file("usr/bin/tool", "#!/bin/sh\n", mode=0o755)
     (fake.root / "link").symlink_to("proc/sys/vm/swappiness")
-    requests = [Read("proc/sys/vm/swappiness"), Read("missing"), Stat("proc/sys/vm"),
+    requests: list[Request] = [Read("proc/sys/vm/swappiness"), Read("missing"), Stat("proc/sys/vm"),
                 ListDir("proc/sys/vm"), Glob("proc/sys/vm/*"), Glob("proc/*", read=False),
                 Glob("*", links=True), Kmsg(), Link("link"), Link("proc"), Which("tool"),
                 Which("nothing")]
@@ -421,7 +422,9 @@ def test_replies_survive_the_way_to_another_process(fake: FakeHost, host: LocalH
     wired = json.loads(json.dumps(agent.encode(
         [[request.wire(), reply_to_wire(request, reply)] for request, reply in
          zip(requests, replies, strict=True)])))
-    back = [(request_from_wire(wire), answer) for wire, answer in agent.decode(wired)]
+    decoded = agent.decode(wired)
+    assert isinstance(decoded, list)
+    back = [(request_from_wire(wire), answer) for wire, answer in decoded]
     assert [request for request, _ in back] == requests
     for (request, answer), reply in zip(back, replies, strict=True):
         again = reply_from_wire(request, answer)
