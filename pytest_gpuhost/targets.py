@@ -36,7 +36,8 @@ LOCAL = "local"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*\Z")
 _HOST = re.compile(r"[A-Za-z0-9_.:\[\]-]+\Z")
 _CONTAINER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
-_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*\Z")
+_SCHEME = re.compile(r"[a-z][a-z0-9+.-]*\Z")
+"""A scheme's name: lowercase, as ``urlsplit`` gives it (a URL's own may be any case)."""
 
 
 class TargetError(ValueError):
@@ -184,8 +185,8 @@ def scheme_registry(batches: Iterable[Iterable[Scheme]]) -> dict[str, Scheme]:
     for batch in batches:
         for scheme in batch:
             if not _SCHEME.match(scheme.name):
-                raise TargetError(f"target scheme {scheme.name!r} is not a URL scheme: letters, "
-                                  "digits, '+', '-', '.', starting with a letter")
+                raise TargetError(f"target scheme {scheme.name!r} is not a URL scheme: lowercase "
+                                  "letters, digits, '+', '-', '.', starting with a letter")
             claimed = registry.setdefault(scheme.name, scheme)
             if claimed != scheme:
                 raise TargetError(f"two plugins register the target scheme {scheme.name!r}: "

@@ -111,8 +111,9 @@ def test_two_plugins_may_not_claim_one_scheme_and_a_scheme_must_be_a_url_scheme(
     with pytest.raises(TargetError, match="two plugins register the target scheme 'docker': "
                                           r"docker://CONTAINER\[/ROOT\] and docker://NAME"):
         scheme_registry([[DOCKER], [other]])
-    with pytest.raises(TargetError, match="'do cker' is not a URL scheme"):
-        scheme_registry([[Scheme("do cker", ("x",), _docker)]])
+    for name in ("do cker", "Docker", "9p"):
+        with pytest.raises(TargetError, match=f"'{name}' is not a URL scheme"):
+            scheme_registry([[Scheme(name, ("x",), _docker)]])
 
 
 # -- the documented plugin, end to end ---------------------------------------------------------
