@@ -50,6 +50,7 @@ from pytest_gpuhost.host import Host, LocalHost  # noqa: E402
 from pytest_gpuhost.session import Session  # noqa: E402
 from pytest_gpuhost.settings import RawOptions, Settings, resolve  # noqa: E402
 from pytest_gpuhost.spec import load_spec  # noqa: E402
+from pytest_gpuhost.targets import TargetAddress  # noqa: E402
 from pytest_gpuhost.testing.counting import CountingHost  # noqa: E402
 from pytest_gpuhost.testing.fakehost import FakeHost  # noqa: E402
 
@@ -1098,7 +1099,7 @@ def host_calls(directory: Path, specs: Sequence[Path], root: Path) -> HostCalls:
                                   root=str(root)))
     counted: list[CountingHost] = []
 
-    def make_host(url: str, settings: Settings) -> Host:
+    def make_host(target: TargetAddress, settings: Settings) -> Host:
         counted.append(CountingHost(LocalHost(settings.root)))
         return counted[-1]
 

@@ -1,4 +1,5 @@
-"""The built-in check kinds and conditions, registered through the public hooks.
+"""The built-in check kinds, conditions, target schemes and hosts, registered through the public
+hooks.
 
 A kind's module is imported when a run first needs the kind (its section is in a spec, or a
 catalog capture asks every kind): a run pays for the kinds its spec uses, not for all eleven.
@@ -7,13 +8,17 @@ catalog capture asks every kind): a run pays for the kinds its spec uses, not fo
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .checks import kind_name as kind_name
 from .hookspecs import hookimpl
+from .targets import BUILTIN_SCHEMES, Scheme, TargetAddress, TargetError, scheme_registry
 
 if TYPE_CHECKING:
+    import pluggy
+
     from .checks import Capturer, Check, Fact, Facts, Kind, PersistLine
     from .checks.conditions import ConditionFn
     from .gpu.nvml import NvmlFactory
@@ -110,16 +115,34 @@ def pytest_gpuhost_conditions() -> Mapping[str, ConditionFn]:
     return BUILTIN_CONDITIONS
 
 
+@hookimpl
+def pytest_gpuhost_target_schemes() -> Sequence[Scheme]:
+    return BUILTIN_SCHEMES
+
+
+def target_schemes(pluginmanager: pluggy.PluginManager) -> dict[str, Scheme]:
+    """Every plugin's target schemes, the built-in ones among them (this module is registered
+    first if it is not yet); SettingsError when two plugins claim one scheme."""
+    from .settings import SettingsError
+
+    this = sys.modules[__name__]
+    if not pluginmanager.is_registered(this):
+        pluginmanager.register(this, "gpuhost-builtin")
+    try:
+        return scheme_registry(pluginmanager.hook.pytest_gpuhost_target_schemes())
+    except TargetError as exc:
+        raise SettingsError(str(exc)) from None
+
+
 @hookimpl(trylast=True)
-def pytest_gpuhost_make_host(url: str, settings: Settings) -> Host | None:
+def pytest_gpuhost_make_host(settings: Settings, target: TargetAddress) -> Host | None:
     """This machine at the run's root, an ssh target, an LXC container (of this machine or
     of an ssh target); other schemes are for the plugins that know them."""
     from .host import LocalHost
 
-    target = next((t for t in settings.targets if t.url == url), None)
-    if url == "local" or (target is not None and target.local):
+    if target.local:
         return LocalHost(settings.root)
-    if target is None or target.scheme not in ("ssh", "lxc"):
+    if target.scheme not in ("ssh", "lxc"):
         return None
     from .host.remote import AgentHost, agent_command, lxc_argv, ssh_argv
 
@@ -135,7 +158,7 @@ def pytest_gpuhost_make_host(url: str, settings: Settings) -> Host | None:
                         config=settings.ssh_config, connect_timeout=settings.connect_timeout,
                         inner=inner, identity_file=target.identity_file, extra=target.ssh_args,
                         master=master)
-    return AgentHost(url, argv, target.root, connect_timeout=settings.connect_timeout,
+    return AgentHost(target.url, argv, target.root, connect_timeout=settings.connect_timeout,
                      time_limit=settings.target_timeout, name=target.name)
 
 

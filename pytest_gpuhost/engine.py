@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from .checks import KERNEL, CannotFix, Check, NotApplicable, Observation, is_boot_time
 from .checks.changes import Plan, ReplaceFile, WriteBytes, WriteText, to_dict
-from .host import Host, HostError, TargetLost, doing
+from .host import Host, HostError, PhaseCache, TargetLost, doing
 from .result import CheckResult, Outcome
 
 if TYPE_CHECKING:  # the fixer (journal, locks, NVML settings) is imported by a fix only
@@ -148,9 +148,9 @@ def _assume(host: Host, plan: Plan) -> None:
     """Have the host's reads show the files as the plan would leave them, writing nothing
     (a host without a read cache to hold them, nothing). Commands and NVML settings are not
     simulated."""
-    assume = getattr(host, "assume", None)
-    if assume is None:
+    if not isinstance(host, PhaseCache):
         return
+    assume = host.assume
     for change in plan.changes:
         if isinstance(change, WriteText):
             assume(change.path, change.new_bytes)

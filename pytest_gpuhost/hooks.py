@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # xdist's, the reports' and a rollback's modules load when a 
     from .checks import Kind
     from .checks.conditions import ConditionFn
     from .host import Host
+    from .targets import TargetAddress
     from .workers import DoneLog, Progress, SharedDirectory
 
 REPORT_ATTR = "gpuhost"
@@ -96,10 +97,12 @@ class GpuhostRun:
             config.pluginmanager.register(builtin, "gpuhost-builtin")
         kinds, conditions = registered(config)
 
-        def make_host(url: str, settings: Settings) -> Host:
-            made: Host | None = config.hook.pytest_gpuhost_make_host(url=url, settings=settings)
+        def make_host(target: TargetAddress, settings: Settings) -> Host:
+            made: Host | None = config.hook.pytest_gpuhost_make_host(
+                url=target.url, settings=settings, target=target)
             if made is None:
-                raise SettingsError(f"no pytest-gpuhost plugin knows the target {url!r}")
+                raise SettingsError(f"no pytest-gpuhost plugin makes a host for the target "
+                                    f"{target.url!r} (pytest_gpuhost_make_host)")
             return made
 
         def nvml_for(host: Host) -> Any:

@@ -1,9 +1,11 @@
-"""Hooks through which check kinds, ``when:`` conditions, hosts and NVML are provided.
+"""Hooks through which check kinds, ``when:`` conditions, target schemes, hosts and NVML are
+provided.
 
 pytest only treats names that start with ``pytest_`` as hooks, hence the prefix.
 
 pytest-gpuhost's own kinds use these hooks too, so a third-party package (a pytest11 plugin)
-adds a kind, a condition or a kind of host exactly the way the built-in ones are added.
+adds a kind, a condition, a target scheme or a kind of host exactly the way the built-in ones
+are added.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ if TYPE_CHECKING:  # imported by every pytest run: nothing heavy at import time
     from .gpu.nvml import NvmlFactory
     from .host import Host
     from .settings import Settings
+    from .targets import Scheme, TargetAddress
 
 hookspec = pluggy.HookspecMarker("pytest")
 hookimpl = pluggy.HookimplMarker("pytest")
@@ -36,12 +39,22 @@ def pytest_gpuhost_conditions() -> Mapping[str, ConditionFn]:
     raise NotImplementedError
 
 
+@hookspec
+def pytest_gpuhost_target_schemes() -> Sequence[Scheme]:
+    """Return target schemes to add (``targets.Scheme``): how a ``docker://...`` URL parses and
+    names its target. Asked before any target is parsed; the built-in ``local``, ``ssh://``
+    and ``lxc://`` come through this hook too. Pair it with ``pytest_gpuhost_make_host``."""
+    raise NotImplementedError
+
+
 @hookspec(firstresult=True)
-def pytest_gpuhost_make_host(url: str, settings: Settings) -> Host | None:
-    """Return the ``Host`` for a target (``local``, ``ssh://...``), or None to let another
-    plugin make it. The one place a run's hosts are made: a plugin adds a kind of host by
-    answering for its URL scheme. A conftest may wrap the host the built-in one makes (a
-    counting host in the tests)."""
+def pytest_gpuhost_make_host(url: str, settings: Settings, target: TargetAddress) -> Host | None:
+    """Return the ``Host`` for a target, or None to let another plugin make it. ``target`` is
+    the parsed address (its ``scheme``, ``host``, ``container``, ``root``, ``name``...); ``url``
+    is ``target.url``. The one place a run's hosts are made: a plugin adds a kind of host by
+    answering for its scheme. A conftest may wrap the host the built-in one makes (a counting
+    host in the tests). An implementation may take only the arguments it needs (``url,
+    settings`` as before ``target`` was added)."""
     raise NotImplementedError
 
 

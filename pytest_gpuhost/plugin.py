@@ -151,6 +151,7 @@ def _asked(config: pytest.Config) -> bool:
 
 
 def _raw_options(config: pytest.Config) -> Any:
+    from .builtin import target_schemes
     from .settings import RawOptions
 
     option = config.option
@@ -189,7 +190,8 @@ def _raw_options(config: pytest.Config) -> Any:
         limit=option.gpuhost_limit, targets_file=option.gpuhost_targets_file,
         ini_targets_file=str(config.getini("gpuhost_targets_file") or ""),
         target_timeout=option.gpuhost_target_timeout,
-        after_reboot=option.gpuhost_rollback_after_reboot, **shared)
+        after_reboot=option.gpuhost_rollback_after_reboot,
+        schemes=target_schemes(config.pluginmanager), **shared)
 
 
 @pytest.hookimpl(tryfirst=True)

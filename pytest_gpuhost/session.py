@@ -29,6 +29,8 @@ from .gpu.nvml import NvmlFactory, NvmlSource, NvmlUnavailable, RecordedNvml
 from .host import (
     BatchReads,
     CachedHost,
+    Closable,
+    Connection,
     Host,
     HostError,
     HostIdentity,
@@ -52,6 +54,7 @@ from .spec.matchers import Verdict
 if TYPE_CHECKING:  # a rollback's, persistence's and a capture's modules load when used
     from .capture.writer import SpecCapture
     from .fix.journal import JournalContents
+    from .targets import TargetAddress
 
 LOCAL = "local"
 PARALLEL_CONNECTIONS = 10
@@ -206,6 +209,8 @@ class Target:
         self.unreachable: str | None = None
         """Why the target could not be reached (its checks are errors saying so)."""
         self.connection = host
+        self.remote = host if isinstance(host, Connection) else None
+        """The connection's own members (``host.Connection``), where the host has one."""
         self.host = CachedHost(host)
         self.conditions = _RememberedConditions(conditions)
         self.nvml = NvmlSource(nvml_for(self.host))  # through the cache: recorded facts too
@@ -217,7 +222,7 @@ class Target:
         self._generation = -1
         self._phase_start = True
         """The next batch is a phase's first: every pending check of the phase."""
-        self.round_trips = getattr(host, "traffic", None) is not None
+        self.round_trips = self.remote is not None
         """Whether a read costs a round trip (a remote target's agent counts them): then every
         re-read after a fix is batched too, for the pending checks of the phase."""
         self._fresh = False
@@ -263,7 +268,7 @@ class Target:
         self._phase_start = False
 
     def run(self, check: Check, options: RunOptions, *, named: bool = False) -> CheckResult:
-        lost = getattr(self.connection, "lost", None)
+        lost = self.remote.lost if self.remote is not None else None
         if lost is not None and self.unreachable is None:
             self._unreachable(lost)  # lost mid-run: what was read before it is not used
         self._pending.pop(id(check), None)
@@ -291,9 +296,10 @@ class Target:
     def export(self) -> dict[str, object]:
         """What collection read of the target (JSON-ready), for another process to ``seed``."""
         replies = [] if self.unreachable else [
-            [request.wire(), reply_to_wire(reply)] for request, reply in
+            [request.wire(), reply_to_wire(request, reply)] for request, reply in
             self.host.replies().items()]
-        return {"lost": self.unreachable, "spent": getattr(self.connection, "spent", 0.0),
+        return {"lost": self.unreachable,
+                "spent": self.remote.spent if self.remote is not None else 0.0,
                 "replies": encode(replies)}
 
     def seed(self, collected: Mapping[str, object]) -> None:
@@ -310,8 +316,8 @@ class Target:
             replies[request] = reply_from_wire(request, answer)
         self.host.seed(replies)
         spent = collected.get("spent")
-        if isinstance(spent, (int, float)) and hasattr(self.connection, "spent"):
-            self.connection.spent += spent
+        if isinstance(spent, (int, float)) and self.remote is not None:
+            self.remote.spent += spent
 
     def collect_facts(self, facts: Sequence[Fact[Any]], shared_dir: Path | None) -> None:
         """Read the facts a spec's expansion needs in one batch; a target that cannot be
@@ -328,14 +334,14 @@ class Target:
     def info(self) -> TargetInfo:
         """The target as it reported itself, and its connection's cost so far. Never makes a
         connection for it: a remote target not reached yet is only its name and URL."""
-        traffic = getattr(self.connection, "traffic", None)
-        cost = traffic.as_dict() if traffic is not None else {}
+        traffic = self.remote.traffic if self.remote is not None else None
+        cost: dict[str, Any] = traffic.as_dict() if traffic is not None else {}
         known = self.facts.known(HOST_FACTS) or self.connection.local_machine() or \
             traffic is None
         facts = self.host_facts() if known and self.unreachable is None else \
             HostFacts(None, None, None, (), ())
         journal = self.fixrun.journal_path
-        lost = getattr(self.connection, "lost", None)  # at its last check too, not only before
+        lost = self.remote.lost if self.remote is not None else None  # at its last check too
         unreachable = self.unreachable or (str(lost) if lost is not None else None)
         return TargetInfo(self.name, self.url, facts.hostname, facts.kernel, facts.driver,
                           facts.gpus, facts.gpu_models, unreachable,
@@ -344,16 +350,14 @@ class Target:
 
     def disconnect(self) -> None:
         """End a remote target's connection for now (the next read connects again)."""
-        close = getattr(self.connection, "close", None)
-        if close is not None and not self.connection.local_machine():
-            close()
+        if isinstance(self.connection, Closable) and not self.connection.local_machine():
+            self.connection.close()
 
     def close(self) -> None:
         if self.fixrun.fixer is not None:
             self.fixrun.fixer.close()
-        close = getattr(self.connection, "close", None)
-        if close is not None:
-            close()
+        if isinstance(self.connection, Closable):
+            self.connection.close()
         self.host.clear()
         self._pending.clear()
         self._batched.clear()
@@ -391,7 +395,7 @@ class Session:
     settings: Settings
     kinds: Mapping[str, Kind]
     conditions: Mapping[str, ConditionFn]
-    make_host: Callable[[str, Settings], Host]
+    make_host: Callable[[TargetAddress, Settings], Host]
     nvml_for: Callable[[Host], NvmlFactory]
     shared_dir: Path | None = None
     workerinput: Mapping[str, object] | None = None
@@ -407,7 +411,7 @@ class Session:
             self.specs[path] = load_spec(path, self.kinds, self.conditions,
                                          display=self.settings.display)
         for url in self.settings.targets:
-            host = self.make_host(url.url, self.settings)
+            host = self.make_host(url, self.settings)
             target = Target(url.name, host, self.settings, self.conditions, self.nvml_for,
                             self.shared_dir, url=url.url)
             self.targets[url.name] = target

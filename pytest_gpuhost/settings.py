@@ -11,13 +11,15 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from .files import OutputError, check_output
 from .targets import (
+    BUILTIN,
     LOCAL,
+    Schemes,
     TargetAddress,
     TargetError,
     name_targets,
@@ -80,6 +82,8 @@ class RawOptions:
     capture_from: str | None = None
     capture_overwrite: bool = False
     fleet_html: str | None = None
+    schemes: Schemes = field(default_factory=lambda: BUILTIN)
+    """The target schemes the plugins registered (``builtin.target_schemes``)."""
 
 
 @dataclass(frozen=True)
@@ -297,7 +301,7 @@ def _targets(raw: RawOptions) -> tuple[TargetAddress, ...]:
     for text in urls:
         if text.strip():
             try:
-                found.append(replace(parse_target(text), source=named["targets"]))
+                found.append(replace(parse_target(text, raw.schemes), source=named["targets"]))
             except TargetError as exc:
                 raise SettingsError(f"{named['targets']}: {exc}") from None
     if inventory:
@@ -307,7 +311,7 @@ def _targets(raw: RawOptions) -> tuple[TargetAddress, ...]:
     if not found:
         return (TargetAddress(LOCAL, LOCAL),)
     try:
-        return tuple(name_targets(found))
+        return tuple(name_targets(found, raw.schemes))
     except TargetError as exc:
         raise SettingsError(str(exc)) from None
 
@@ -336,7 +340,8 @@ def _listed_targets(path: Path, source: str, raw: RawOptions) -> list[TargetAddr
     found = []
     for number, text in lines:
         try:
-            found.append(replace(parse_target_line(text), source=f"{source}:{number}"))
+            found.append(replace(parse_target_line(text, raw.schemes),
+                                 source=f"{source}:{number}"))
         except TargetError as exc:
             raise SettingsError(f"{source}: {path}:{number}: {exc}") from None
     return found

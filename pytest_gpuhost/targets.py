@@ -7,6 +7,9 @@
 - ``lxc://CTID[/ROOT]``: an LXC container of the machine pytest runs on, entered with
   ``lxc-attach -n CTID --`` (what Proxmox's ``pct exec`` runs); ``ssh://root@pve?lxc=101``: a
   container of a remote host, entered the same way over ssh.
+- A plugin adds a scheme (``docker://``...): ``Scheme``, registered with the
+  ``pytest_gpuhost_target_schemes`` hook as the three above are (``builtin``); its hosts are
+  made by ``pytest_gpuhost_make_host``, which gets the parsed ``TargetAddress``.
 - ``?name=NAME`` names a target in ids and reports; by default a target is named by its host
   (``pve``), then host and port, then with its root, whichever makes the names unique.
 - In a targets file (``--gpuhost-targets-file``), a bare ``[USER@]HOST[:PORT]`` means
@@ -17,20 +20,24 @@ The same target twice is refused wherever the two came from: the same name given
 URL, the same machine and root (over the same ssh arguments) under two names, or a target named
 after its host when another source names a target so.
 
-Pure: parsing and naming only; hosts are made by the ``pytest_gpuhost_make_host`` hook.
+Pure: parsing and naming only, by the schemes a run was given (``BUILTIN`` by default); hosts
+are made by the ``pytest_gpuhost_make_host`` hook.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from urllib.parse import parse_qs, unquote, urlsplit
+from types import MappingProxyType
+from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 
 LOCAL = "local"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*\Z")
 _HOST = re.compile(r"[A-Za-z0-9_.:\[\]-]+\Z")
 _CONTAINER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+_SCHEME = re.compile(r"[a-z][a-z0-9+.-]*\Z")
+"""A scheme's name: lowercase, as ``urlsplit`` gives it (a URL's own may be any case)."""
 
 
 class TargetError(ValueError):
@@ -41,7 +48,7 @@ class TargetError(ValueError):
 class TargetAddress:
     url: str
     scheme: str
-    """``local``, ``ssh`` or ``lxc``."""
+    """``local``, ``ssh``, ``lxc`` or a plugin's (``Scheme.name``)."""
     host: str | None = None
     user: str | None = None
     port: int | None = None
@@ -75,39 +82,67 @@ def valid_host(text: str) -> bool:
     return bool(_HOST.match(text)) and not text.startswith("-")
 
 
-def parse_target(text: str) -> TargetAddress:
-    """One target URL; TargetError saying what is wrong and what was expected."""
-    raw = text.strip()
-    if raw == LOCAL:
-        return TargetAddress(LOCAL, LOCAL)
-    parts = urlsplit(raw)
-    if parts.scheme not in ("ssh", "lxc"):
-        raise TargetError(f"{raw!r} is not a target: expected local, ssh://[USER@]HOST[:PORT]"
-                          "[/ROOT], lxc://CTID[/ROOT] or ssh://USER@HOST?lxc=CTID")
-    if parts.fragment:
-        raise TargetError(f"{raw!r}: a target has no #fragment; name it with ?name=NAME")
-    query = {key: values[-1] for key, values in parse_qs(parts.query, strict_parsing=False,
-                                                         keep_blank_values=True).items()}
-    unknown = sorted(set(query) - {"name", "lxc"})
-    if unknown:
-        raise TargetError(f"{raw!r}: unknown parameter(s) {', '.join(unknown)}; a target "
-                          "takes name= and, for ssh, lxc=")
-    root = unquote(parts.path) or "/"
-    if "\0" in root or not root.startswith("/"):
-        raise TargetError(f"{raw!r}: the root must be an absolute path")
-    name = query.get("name")
-    if name is not None and not _NAME.match(name):
-        raise TargetError(f"{raw!r}: name={name!r} must be letters, digits, '.', '_', ':' or "
-                          "'-'")
-    if parts.scheme == "lxc":
-        container = unquote(parts.netloc)
-        if not _CONTAINER.match(container):
-            raise TargetError(f"{raw!r}: lxc://CTID needs a container id or name")
-        if "lxc" in query:
-            raise TargetError(f"{raw!r}: lxc= belongs to ssh:// targets")
-        return TargetAddress(raw, "lxc", container=container, root=root, name=name or "")
+# -- schemes ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TargetUrl:
+    """A target URL as every scheme's parser gets it, once what all schemes share is checked:
+    no ``#fragment``, only known ``?parameters``, an absolute root, a valid ``name=``."""
+
+    text: str
+    parts: SplitResult
+    query: Mapping[str, str]
+    """Each ``?KEY=VALUE`` (the last of a key given twice), ``name`` included."""
+    root: str
+    name: str
+    """``?name=NAME``, or "" to name the target after its host."""
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """A kind of target, found by its URL's scheme: how its URLs look and parse, and how its
+    targets are named by default. A plugin registers one with ``pytest_gpuhost_target_schemes``
+    and makes its hosts with ``pytest_gpuhost_make_host``, as the built-in ones are."""
+
+    name: str
+    """The URL's scheme (``docker`` for ``docker://...``); for a ``bare`` one, the whole URL."""
+    forms: tuple[str, ...]
+    """Its URLs as messages show them (``docker://CONTAINER[/ROOT]``)."""
+    parse: Callable[[TargetUrl], TargetAddress]
+    """The address of a URL; TargetError saying what is wrong and what was expected."""
+    parameters: tuple[str, ...] = ()
+    """The ``?KEY=VALUE`` parameters it takes beyond ``name``."""
+    base_name: Callable[[TargetAddress], str] | None = None
+    """A target's shortest default name; None: its host, else ``SCHEME-CONTAINER``."""
+    bare: bool = False
+    """Its URL is its name alone, with nothing more (``local``)."""
+
+
+Schemes = Mapping[str, Scheme]
+
+
+def _default_base_name(target: TargetAddress) -> str:
+    if target.host:
+        return target.host
+    return f"{target.scheme}-{target.container}" if target.container else target.scheme
+
+
+def _parse_local(url: TargetUrl) -> TargetAddress:
+    return TargetAddress(LOCAL, LOCAL)
+
+
+def _parse_lxc(url: TargetUrl) -> TargetAddress:
+    container = unquote(url.parts.netloc)
+    if not _CONTAINER.match(container):
+        raise TargetError(f"{url.text!r}: lxc://CTID needs a container id or name")
+    return TargetAddress(url.text, "lxc", container=container, root=url.root, name=url.name)
+
+
+def _parse_ssh(url: TargetUrl) -> TargetAddress:
+    raw, parts = url.text, url.parts
     host = parts.hostname
-    if not host or not _HOST.match(host) or host.startswith("-"):
+    if not host or not valid_host(host):
         raise TargetError(f"{raw!r}: ssh:// needs a host name or address (and no option-like "
                           "name)")
     try:
@@ -117,17 +152,95 @@ def parse_target(text: str) -> TargetAddress:
     user = unquote(parts.username) if parts.username else None
     if user is not None and (not user or user.startswith("-") or not _NAME.match(user)):
         raise TargetError(f"{raw!r}: {user!r} is not a user name")
-    inside = query.get("lxc")
+    inside = url.query.get("lxc")
     if inside is not None and not _CONTAINER.match(inside):
         raise TargetError(f"{raw!r}: lxc={inside!r} is not a container id or name")
-    return TargetAddress(raw, "ssh", host=host, user=user, port=port, root=root,
-                  container=inside, name=name or "")
+    return TargetAddress(raw, "ssh", host=host, user=user, port=port, root=url.root,
+                         container=inside, name=url.name)
 
 
-def parse_target_line(text: str) -> TargetAddress:
+def _ssh_base_name(target: TargetAddress) -> str:
+    host = target.host or ""
+    return f"{host}-lxc-{target.container}" if target.container is not None else host
+
+
+def _lxc_base_name(target: TargetAddress) -> str:
+    return f"lxc-{target.container}"
+
+
+BUILTIN_SCHEMES = (
+    Scheme(LOCAL, (LOCAL,), _parse_local, bare=True),
+    Scheme("ssh", ("ssh://[USER@]HOST[:PORT][/ROOT]", "ssh://USER@HOST?lxc=CTID"), _parse_ssh,
+           parameters=("lxc",), base_name=_ssh_base_name),
+    Scheme("lxc", ("lxc://CTID[/ROOT]",), _parse_lxc, base_name=_lxc_base_name),
+)
+"""This machine, ssh and LXC: registered through ``pytest_gpuhost_target_schemes`` as a
+plugin's scheme is (``builtin``)."""
+
+
+def scheme_registry(batches: Iterable[Iterable[Scheme]]) -> dict[str, Scheme]:
+    """The schemes of every plugin, by name; two different schemes of one name are refused
+    (the same one twice is a re-exported hook)."""
+    registry: dict[str, Scheme] = {}
+    for batch in batches:
+        for scheme in batch:
+            if not _SCHEME.match(scheme.name):
+                raise TargetError(f"target scheme {scheme.name!r} is not a URL scheme: lowercase "
+                                  "letters, digits, '+', '-', '.', starting with a letter")
+            claimed = registry.setdefault(scheme.name, scheme)
+            if claimed != scheme:
+                raise TargetError(f"two plugins register the target scheme {scheme.name!r}: "
+                                  f"{claimed.forms[0]} and {scheme.forms[0]}")
+    return registry
+
+
+BUILTIN: Schemes = MappingProxyType(scheme_registry([BUILTIN_SCHEMES]))
+
+
+def _forms(schemes: Schemes) -> str:
+    forms = [form for scheme in schemes.values() for form in scheme.forms]
+    return ", ".join(forms[:-1]) + f" or {forms[-1]}" if len(forms) > 1 else "".join(forms)
+
+
+def _url(raw: str, scheme: Scheme) -> TargetUrl:
+    """What every scheme's URL must be (see ``TargetUrl``)."""
+    parts = urlsplit(raw)
+    if scheme.bare:
+        return TargetUrl(raw, parts, {}, "/", "")
+    if parts.fragment:
+        raise TargetError(f"{raw!r}: a target has no #fragment; name it with ?name=NAME")
+    query = {key: values[-1] for key, values in parse_qs(parts.query, strict_parsing=False,
+                                                         keep_blank_values=True).items()}
+    unknown = sorted(set(query) - {"name", *scheme.parameters})
+    if unknown:
+        takes = "".join(f" and {p}=" for p in scheme.parameters)
+        raise TargetError(f"{raw!r}: unknown parameter(s) {', '.join(unknown)}; a "
+                          f"{scheme.name}:// target takes name={takes}")
+    root = unquote(parts.path) or "/"
+    if "\0" in root or not root.startswith("/"):
+        raise TargetError(f"{raw!r}: the root must be an absolute path")
+    name = query.get("name")
+    if name is not None and not _NAME.match(name):
+        raise TargetError(f"{raw!r}: name={name!r} must be letters, digits, '.', '_', ':' or "
+                          "'-'")
+    return TargetUrl(raw, parts, query, root, name or "")
+
+
+def parse_target(text: str, schemes: Schemes = BUILTIN) -> TargetAddress:
+    """One target URL, parsed by the scheme that owns it; TargetError saying what is wrong and
+    what was expected."""
+    raw = text.strip()
+    scheme = schemes.get(raw.split("://", 1)[0].lower() if "://" in raw else raw)
+    if scheme is None or scheme.bare != ("://" not in raw):
+        raise TargetError(f"{raw!r} is not a target: expected {_forms(schemes)}")
+    return scheme.parse(_url(raw, scheme))
+
+
+def parse_target_line(text: str, schemes: Schemes = BUILTIN) -> TargetAddress:
     """A line of a targets file: a target URL, or a bare ``[USER@]HOST[:PORT]`` for ssh."""
     raw = text.strip()
-    return parse_target(raw if raw == LOCAL or "://" in raw else f"ssh://{raw}")
+    bare = raw in schemes and schemes[raw].bare
+    return parse_target(raw if bare or "://" in raw else f"ssh://{raw}", schemes)
 
 
 def _destination(target: TargetAddress) -> tuple[object, ...]:
@@ -136,7 +249,7 @@ def _destination(target: TargetAddress) -> tuple[object, ...]:
             target.ssh_args)
 
 
-def _refuse_duplicates(targets: Sequence[TargetAddress]) -> None:
+def _refuse_duplicates(targets: Sequence[TargetAddress], schemes: Schemes) -> None:
     by_name: dict[str, TargetAddress] = {}
     for target in targets:
         other = by_name.setdefault(target.name, target) if target.name else target
@@ -156,32 +269,33 @@ def _refuse_duplicates(targets: Sequence[TargetAddress]) -> None:
             raise TargetError(f"{other.shown} and {target.shown} are the same target (the same "
                               "machine and root): give it once")
     for target in targets:
-        clash = by_name.get(_candidates(target)[0]) if not target.name else None
+        clash = by_name.get(_candidates(target, schemes)[0]) if not target.name else None
         if clash is not None:
             raise TargetError(f"{target.shown} would be named {clash.name}, as {clash.shown} "
                               "is: give one of them ?name=NAME, or drop the duplicate")
 
 
-def _candidates(target: TargetAddress) -> list[str]:
-    """Names from short to unique: host, host:port, host:port/root (containers: lxc-CTID)."""
+def _candidates(target: TargetAddress, schemes: Schemes) -> list[str]:
+    """Names from short to unique: the scheme's base name (the host; ``lxc-CTID``), with the
+    port, with the root, the URL."""
     if target.local:
         return [LOCAL]
-    base = target.host or ""
-    if target.container is not None:
-        base = f"{base}-lxc-{target.container}" if base else f"lxc-{target.container}"
+    scheme = schemes.get(target.scheme)
+    base = (scheme.base_name if scheme and scheme.base_name else _default_base_name)(target)
     with_port = f"{base}:{target.port}" if target.port else base
     rooted = with_port if target.root == "/" else \
         f"{with_port}:{target.root.strip('/').replace('/', '.')}"
     return [base, with_port, rooted, target.url]
 
 
-def name_targets(targets: Sequence[TargetAddress]) -> list[TargetAddress]:
+def name_targets(targets: Sequence[TargetAddress],
+                 schemes: Schemes = BUILTIN) -> list[TargetAddress]:
     """Each target with a name no other has; explicit names (``?name=``, an inventory's) win
     and must be unique; the same target twice is refused (see the module's docstring)."""
-    _refuse_duplicates(targets)
+    _refuse_duplicates(targets, schemes)
     named: list[TargetAddress] = []
     for level in range(4):
-        names = [t.name or _candidates(t)[level] for t in targets]
+        names = [t.name or _candidates(t, schemes)[level] for t in targets]
         if len(set(names)) == len(names):
             named = [replace(t, name=n) for t, n in zip(targets, names, strict=True)]
             break
@@ -190,5 +304,5 @@ def name_targets(targets: Sequence[TargetAddress]) -> list[TargetAddress]:
     return named
 
 
-def parse_targets(texts: Sequence[str]) -> list[TargetAddress]:
-    return name_targets([parse_target(text) for text in texts])
+def parse_targets(texts: Sequence[str], schemes: Schemes = BUILTIN) -> list[TargetAddress]:
+    return name_targets([parse_target(text, schemes) for text in texts], schemes)

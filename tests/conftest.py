@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import importlib.util
 import inspect
 import shutil
@@ -203,8 +204,10 @@ def stand_in_ssh(directory: Path, monkeypatch: pytest.MonkeyPatch, marker: str, 
 
 
 def ended_within(seconds: float, call: Callable[[], object], what: str) -> object:
-    """What ``call()`` returned, or the exception it raised, made in a daemon thread: a
-    regression that blocks fails the test after ``seconds`` instead of hanging the suite."""
+    """What ``call()`` returned, or the exception it raised, made in a daemon thread (in a
+    copy of this thread's context: the step ``host.doing`` names): a regression that blocks
+    fails the test after ``seconds`` instead of hanging the suite. A bound that only a hang
+    passes: never a measure of how fast the call was."""
     outcome: list[object] = []
 
     def run() -> None:
@@ -213,7 +216,7 @@ def ended_within(seconds: float, call: Callable[[], object], what: str) -> objec
         except BaseException as exc:  # handed to the test's thread
             outcome.append(exc)
 
-    thread = threading.Thread(target=run, daemon=True)
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(run,), daemon=True)
     thread.start()
     thread.join(seconds)
     assert outcome, f"{what} was not bounded: still waiting after {seconds:g} s"

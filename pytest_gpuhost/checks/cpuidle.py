@@ -12,7 +12,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..host import Glob, Host, HostError, Read, Reply, Request, unreadable
+from ..host import (
+    Glob,
+    Host,
+    HostError,
+    PhaseCache,
+    Read,
+    Reply,
+    Request,
+    unreadable,
+)
 from ..linux.cpulist import fold_cpu_list, parse_cpu_list
 from ..result import CheckResult
 from ..spec import OPTION_KEYS, EntryOptions, Node, SpecContext
@@ -159,14 +168,12 @@ class ResidencyProbe(NoFix):
             raise NotApplicable(f"{self.name} is not disabled on any online CPU, so there is no "
                                 f"override to watch for: see cpuidle[{self.name}]")
         reads = counter_reads(paths)
-        forget = getattr(host, "forget", lambda _: None)  # a host without a cache: all live
-        taken = [getattr(host, "fetched_at", lambda _: None)(r) for r in reads]
-        if any(t is None for t in taken):
-            forget(reads)  # not sampled with the phase: sample now
-        start_at = min((t for t in taken if t is not None), default=time.monotonic())
+        start_at = _batched_at(host, reads)
+        if start_at is None:
+            _live(host, reads)  # not sampled with the phase: sample now, then the whole window
         start = read_counters(host, paths)
-        self.sleep(max(0.0, self.window - (time.monotonic() - start_at)))
-        forget(reads)  # the second sample is always live
+        self.sleep(_left(host, self.window, start_at))
+        _live(host, reads)  # the second sample is always live
         end = read_counters(host, paths)
         grown = {cpu: (end[cpu][0] - start[cpu][0], end[cpu][1] - start[cpu][1])
                  for cpu in start if end[cpu] > start[cpu]}
@@ -179,6 +186,30 @@ class ResidencyProbe(NoFix):
                                                     raw),))
         return Observation(f"entered on cpus {fold_cpu_list(grown)}",
                            (Evidence(f"{CPU}/cpuN/cpuidle/stateM/{{usage,time}}", raw),))
+
+
+def _batched_at(host: Host, reads: Sequence[Request]) -> float | None:
+    """When the phase's batch read every one of ``reads`` (by the cache's clock); None when a
+    host without a cache, or the batch, did not."""
+    if not isinstance(host, PhaseCache):
+        return None
+    taken = [host.fetched_at(request) for request in reads]
+    known = [t for t in taken if t is not None]
+    return min(known) if known and len(known) == len(taken) else None
+
+
+def _left(host: Host, window: float, start_at: float | None) -> float:
+    """What is left of ``window`` since the phase's batch read the first sample (by the
+    cache's clock); all of it when the first sample was read just now."""
+    if start_at is None or not isinstance(host, PhaseCache):
+        return window
+    return max(0.0, window - (host.clock.now() - start_at))
+
+
+def _live(host: Host, reads: Sequence[Request]) -> None:
+    """The next read of ``reads`` is live (a host without a cache reads live anyway)."""
+    if isinstance(host, PhaseCache):
+        host.forget(reads)
 
 
 @dataclass(frozen=True)

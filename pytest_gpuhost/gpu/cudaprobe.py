@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..bounded import StillRunning, within
+from ..host.clock import SYSTEM_CLOCK, Clock
 from ..linux.pciaddr import normalize_address
 from ..progress import report_progress
 from .bandwidth import Measurements, Rate
@@ -43,8 +44,9 @@ class CudaHung(CudaError):
     expected. Its thread is left behind, a daemon, so the run and its exit go on."""
 
 
-def measure_within(timeout: float, measure: Callable[[], Measurements]) -> Measurements:
-    """``measure()`` in a thread of its own, waited for ``timeout`` seconds
+def measure_within(timeout: float, measure: Callable[[], Measurements], *,
+                   clock: Clock = SYSTEM_CLOCK) -> Measurements:
+    """``measure()`` in a thread of its own, waited for ``timeout`` seconds of ``clock``
     (``bounded.within``).
 
     The whole measurement runs in that one thread, not a thread per call: CUDA's current
@@ -53,7 +55,7 @@ def measure_within(timeout: float, measure: Callable[[], Measurements]) -> Measu
     while a call is stuck. Progress lines still reach the terminal: the thread runs in a copy
     of this thread's context."""
     try:
-        return within(timeout, measure, name="cuda-probe")
+        return within(timeout, measure, name="cuda-probe", clock=clock)
     except StillRunning:
         raise CudaHung(f"the measurement did not finish within {timeout:g} s: a CUDA call is "
                        "stuck (a GPU fallen off the bus: look for Xid 79 in the kernel log, or "

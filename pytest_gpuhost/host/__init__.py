@@ -8,73 +8,63 @@ link target is relative to the root and ``..`` stops at it, so no read, write, l
 ever reaches outside. A write never creates a file; ``replace_file`` (for pytest-gpuhost's own
 files) never replaces anything but a file.
 
+``Host`` is what every host must answer. What only some hosts have is declared too, each as a
+small protocol that a host has whole or not at all: ``Closable`` (something to end when the run
+is done), ``Connection`` (a target reached over a connection: its cost, its time against
+--gpuhost-target-timeout, why it was lost) and ``PhaseCache`` (a phase's reads served from one
+batch). The run asks ``isinstance(host, Connection)``, never for an attribute by name.
+
 Implementations: ``LocalHost`` (this machine, in-process) here, others by URL scheme through the
-``pytest_gpuhost_make_host`` hook. ``CachedHost`` wraps any of them to serve a phase's reads from
-one batch.
+``pytest_gpuhost_make_host`` hook (``targets`` keeps the schemes). ``CachedHost`` wraps any of
+them to serve a phase's reads from one batch. Requests and their wire forms are in
+``requests``, errors in ``errors``, the injectable clock in ``clock``.
 """
 
 from __future__ import annotations
 
-import errno
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TypeGuard
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from .agent import COMMAND_DIRS as COMMAND_DIRS
 from .agent import COMMAND_TIMEOUT_S as COMMAND_TIMEOUT_S
-from .agent import DEFAULT_LIMIT, KMSG_LIMIT
+from .clock import SYSTEM_CLOCK, Clock, SystemClock
+from .errors import (
+    MISSING_ERRNOS,
+    CommandTimeout,
+    HostError,
+    TargetLost,
+    TargetTimeout,
+    UnsafePath,
+    raised,
+)
+from .requests import (
+    WIRE_FORMS,
+    FileInfo,
+    Glob,
+    Kmsg,
+    Link,
+    ListDir,
+    Match,
+    Read,
+    Reply,
+    Request,
+    Stat,
+    Which,
+    WireForm,
+    checked_command,
+    checked_relative,
+    reply_from_wire,
+    reply_to_wire,
+    request_from_wire,
+    unreadable,
+)
 
-MISSING_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
-"""Errors that mean "there is nothing there" to ``exists``."""
-
-
-class HostError(Exception):
-    """A read, write or command that failed; the message says what and where, ``errno`` why."""
-
-    def __init__(self, message: str, errno: int | None = None) -> None:
-        super().__init__(message)
-        self.errno = errno
-
-
-def raised(error: HostError) -> HostError:
-    """A copy of a kept error, to raise: the kept one (a cached reply's) never takes a
-    traceback, which would keep the raising frames alive and grow at every raise. Made
-    without calling ``__init__`` (subclasses take other arguments), with the same state."""
-    again = type(error).__new__(type(error), *error.args)
-    again.__dict__.update(error.__dict__)
-    return again
-
-
-class UnsafePath(HostError):
-    """A path that would leave the host root."""
-
-
-class TargetLost(HostError):
-    """What every read of a target that could not be reached fails with: the connection's own
-    error (its words and errno), told apart from an error of the host itself."""
-
-
-class CommandTimeout(HostError):
-    """A command that did not finish in time. Its whole process group was killed, but what it
-    did before that is unknown: a fix that timed out may or may not have been made."""
-
-    def __init__(self, message: str, argv: tuple[str, ...], timeout: float) -> None:
-        super().__init__(message, errno.ETIMEDOUT)
-        self.argv = argv
-        self.timeout = timeout
-
-
-class TargetTimeout(TargetLost):
-    """A remote target that used up its time (--gpuhost-target-timeout) waiting on one step:
-    its connection is ended, and everything asked of it later fails with this error."""
-
-    def __init__(self, message: str, step: str) -> None:
-        super().__init__(message, errno.ETIMEDOUT)
-        self.step = step
-
+if TYPE_CHECKING:
+    from .remote import Traffic
 
 _STEP: ContextVar[str] = ContextVar("gpuhost_step", default="")
 
@@ -94,30 +84,6 @@ def doing(step: str) -> Iterator[None]:
 def current_step() -> str:
     """The innermost ``doing`` of this thread, or ``""``."""
     return _STEP.get()
-
-
-def checked_relative(path: str) -> str:
-    """``path``, normalized (``proc//sys/./vm/`` -> ``proc/sys/vm``), once it is known to name
-    something under the root: refuses ``..``, absolute paths, NUL and empty paths (``..`` in a
-    link target is resolved inside the root)."""
-    if not isinstance(path, str):
-        raise UnsafePath(f"path {path!r} is not a string")
-    if "\0" in path:
-        raise UnsafePath(f"path {path!r} contains NUL")
-    if path.startswith("/"):
-        raise UnsafePath(f"path {path!r} is absolute; host paths are relative to the root")
-    parts = [part for part in path.split("/") if part not in ("", ".")]
-    if ".." in parts or not parts:
-        raise UnsafePath(f"path {path!r} would leave the host root")
-    return "/".join(parts)
-
-
-def checked_command(name: str) -> str:
-    """A command's bare name: a path (``../../bin/sh``) could run something outside the root."""
-    if not isinstance(name, str) or not name or "/" in name or "\0" in name:
-        raise UnsafePath(f"command {name!r} must be a bare name, found under the root's "
-                         f"{', '.join(COMMAND_DIRS)}")
-    return name
 
 
 @dataclass(frozen=True)
@@ -156,200 +122,9 @@ class HostIdentity:
                    text("boot_id"))
 
 
-@dataclass(frozen=True)
-class FileInfo:
-    type: str
-    """``file``, ``directory``, ``character device``, ``FIFO``, ..."""
-    size: int
-    mode: int
-    rdev: tuple[int, int] = (0, 0)
-
-
-# -- batch requests -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Read:
-    """A regular file's bytes (bounded by ``limit``)."""
-
-    path: str
-    limit: int = DEFAULT_LIMIT
-
-    def wire(self) -> dict[str, object]:
-        return {"op": "read", "path": checked_relative(self.path), "limit": self.limit}
-
-
-@dataclass(frozen=True)
-class Stat:
-    """What is at a path (links followed inside the root), or a missing-file error."""
-
-    path: str
-
-    def wire(self) -> dict[str, object]:
-        return {"op": "stat", "path": checked_relative(self.path)}
-
-
-@dataclass(frozen=True)
-class ListDir:
-    path: str
-
-    def wire(self) -> dict[str, object]:
-        return {"op": "list", "path": checked_relative(self.path)}
-
-
-@dataclass(frozen=True)
-class Glob:
-    """Every path matching ``pattern`` (fnmatch wildcards within a component), with its bytes
-    when ``read``: one request for ``sys/bus/pci/devices/*/vendor``, whatever the count."""
-
-    pattern: str
-    read: bool = True
-    links: bool = False
-    """Each match's symbolic link target as stored (None where it is no link), not its bytes."""
-
-    def wire(self) -> dict[str, object]:
-        return {"op": "glob", "pattern": checked_relative(self.pattern), "read": self.read,
-                "links": self.links}
-
-
-@dataclass(frozen=True)
-class Kmsg:
-    """The kernel log's records (the device, or a plain file in a fake tree)."""
-
-    path: str = "dev/kmsg"
-    limit: int = KMSG_LIMIT
-
-    def wire(self) -> dict[str, object]:
-        return {"op": "kmsg", "path": checked_relative(self.path), "limit": self.limit}
-
-
-@dataclass(frozen=True)
-class Link:
-    """The target of a symbolic link as stored (``../../../devices/pci0000:00/...``), or None
-    when the path is not a link; never followed (resolve it with ``linux.pcitopo``)."""
-
-    path: str
-
-    def wire(self) -> dict[str, object]:
-        return {"op": "readlink", "path": checked_relative(self.path)}
-
-
-@dataclass(frozen=True)
-class Which:
-    """Where a command is under the root's sbin/bin directories (and PATH at ``/``), or None."""
-
-    name: str
-
-    def wire(self) -> dict[str, object]:
-        return {"op": "which", "name": checked_command(self.name)}
-
-
-Request = Read | Stat | ListDir | Glob | Kmsg | Link | Which
-Match = tuple[str, "bytes | str | HostError | None"]
-"""A glob's match: its path and its bytes, its link target (``links``), an error or None."""
-
-
-def unreadable(item: object) -> TypeGuard[HostError]:
-    """Whether a glob's match could not be read for a reason other than being gone (removed
-    between the glob and its read): a value its reader must not take for absent."""
-    return isinstance(item, HostError) and item.errno not in MISSING_ERRNOS
-
-
-@dataclass(frozen=True)
-class Reply:
-    """One request's answer: its value, or the error the host gave."""
-
-    value: object = None
-    error: HostError | None = None
-
-    def get(self) -> object:
-        if self.error is not None:
-            raise raised(self.error)
-        return self.value
-
-    def data(self) -> bytes:
-        value = self.get()
-        assert isinstance(value, bytes)
-        return value
-
-    def text(self) -> str:
-        return self.data().decode("utf-8", errors="replace")
-
-    def names(self) -> list[str]:
-        value = self.get()
-        assert isinstance(value, list)
-        return [str(name) for name in value]
-
-    def lines(self) -> list[str]:
-        return self.names()
-
-    def info(self) -> FileInfo:
-        value = self.get()
-        assert isinstance(value, FileInfo)
-        return value
-
-    def matches(self) -> list[Match]:
-        value = self.get()
-        assert isinstance(value, list)
-        return value
-
-    @property
-    def missing(self) -> bool:
-        return self.error is not None and self.error.errno in MISSING_ERRNOS
-
-
-def reply_from_wire(request: Request, answer: Mapping[str, object]) -> Reply:
-    """A reply from the agent's ``{"value": ...}`` / ``{"error": ..., "errno": ...}``."""
-    if "error" in answer:
-        code = answer.get("errno")
-        return Reply(error=HostError(str(answer["error"]),
-                                     int(code) if isinstance(code, int) else None))
-    value = answer.get("value")
-    if isinstance(request, Stat) and isinstance(value, Mapping):
-        rdev = value.get("rdev") or (0, 0)
-        assert isinstance(rdev, (list, tuple))
-        value = FileInfo(str(value["type"]), int(str(value["size"])), int(str(value["mode"])),
-                         (int(rdev[0]), int(rdev[1])))
-    elif isinstance(request, Glob) and isinstance(value, list):
-        value = [(str(path), _glob_item(item)) for path, item in value]
-    return Reply(value)
-
-
-def reply_to_wire(reply: Reply) -> dict[str, object]:
-    """The inverse of ``reply_from_wire``: the agent's own form of an answer (bytes stay bytes:
-    ``agent.encode`` makes JSON of it)."""
-    if reply.error is not None:
-        return {"error": str(reply.error), "errno": reply.error.errno}
-    value = reply.value
-    if isinstance(value, FileInfo):
-        return {"value": {"type": value.type, "size": value.size, "mode": value.mode,
-                          "rdev": list(value.rdev)}}
-    if isinstance(value, list) and value and isinstance(value[0], tuple):  # a glob's matches
-        return {"value": [[path, {"error": str(item), "errno": item.errno}
-                           if isinstance(item, HostError) else item] for path, item in value]}
-    return {"value": value}
-
-
-_REQUESTS: dict[str, type[Request]] = {"read": Read, "stat": Stat, "list": ListDir, "glob": Glob,
-                                       "kmsg": Kmsg, "readlink": Link, "which": Which}
-
-
-def request_from_wire(wire: Mapping[str, object]) -> Request:
-    """The inverse of ``Request.wire()``."""
-    fields = {key: value for key, value in wire.items() if key != "op"}
-    return _REQUESTS[str(wire["op"])](**fields)  # type: ignore[arg-type]
-
-
-def _glob_item(item: object) -> bytes | str | HostError | None:
-    if isinstance(item, Mapping) and "error" in item:
-        code = item.get("errno")
-        return HostError(str(item["error"]), int(code) if isinstance(code, int) else None)
-    assert item is None or isinstance(item, (bytes, str))
-    return item
-
-
 class Host(Protocol):
-    """What checks, fixes and reports may ask of a machine."""
+    """What checks, fixes and reports may ask of a machine: every host answers all of it
+    (what only some hosts have is the small protocols below)."""
 
     def describe(self) -> str:
         """The host for messages: the root's path, or the target (``ssh://root@pve/``)."""
@@ -429,6 +204,54 @@ class Host(Protocol):
         (after killing the command's process group) when it runs too long."""
 
 
+# -- the optional half: each a small protocol, had whole or not at all ---------------------------
+
+
+@runtime_checkable
+class Closable(Protocol):
+    """A host that holds something open (a connection, a process): ended when the run is done
+    with it, and between phases where another process takes the target over (xdist)."""
+
+    def close(self) -> None:
+        """End it; a later call may open it again. Never raises for what is already gone."""
+
+
+@runtime_checkable
+class Connection(Protocol):
+    """A target reached over a connection (``remote.AgentHost``): every read costs a round
+    trip, it has a time limit (--gpuhost-target-timeout), and it can be lost mid-run."""
+
+    traffic: Traffic
+    """What reaching it cost: round trips, connections, bytes, connect time (the JSON report's
+    per-target fields)."""
+    spent: float
+    """Seconds waited on it so far, against its time limit; an xdist worker adds what its
+    controller spent on the target before it."""
+
+    @property
+    def lost(self) -> HostError | None:
+        """Why it cannot be used any more (every later call fails with it), None while it can."""
+
+
+@runtime_checkable
+class PhaseCache(Protocol):
+    """A host that serves a phase's reads from one batch (``CachedHost``): what a check or the
+    engine may ask of it beyond ``Host``."""
+
+    clock: Clock
+    """The clock ``fetched_at`` reads."""
+
+    def fetched_at(self, request: Request) -> float | None:
+        """When the cached reply of ``request`` was read (``clock.now()``), None when none is."""
+
+    def forget(self, requests: Iterable[Request]) -> None:
+        """Forget these replies only: their next read is live."""
+
+    def assume(self, path: str, data: bytes | None) -> None:
+        """Serve ``path`` as holding ``data`` (None: as missing) without writing it: what a dry
+        run's change would have left, for the checks after it to see."""
+
+
 class BatchReads:
     """The single reads of ``Host`` in terms of ``batch``: for hosts whose every call is a
     batch (a remote one, a cache)."""
@@ -476,10 +299,16 @@ from .local import LocalHost  # noqa: E402
 __all__ = [
     "COMMAND_DIRS",
     "COMMAND_TIMEOUT_S",
+    "MISSING_ERRNOS",
+    "SYSTEM_CLOCK",
+    "WIRE_FORMS",
     "BatchReads",
     "CachedHost",
+    "Clock",
+    "Closable",
     "CommandResult",
     "CommandTimeout",
+    "Connection",
     "FileInfo",
     "Glob",
     "Host",
@@ -490,15 +319,24 @@ __all__ = [
     "ListDir",
     "LocalHost",
     "Match",
+    "PhaseCache",
     "Read",
     "Reply",
     "Request",
     "Stat",
+    "SystemClock",
+    "TargetLost",
     "TargetTimeout",
     "UnsafePath",
     "Which",
+    "WireForm",
     "checked_command",
     "checked_relative",
     "current_step",
     "doing",
+    "raised",
+    "reply_from_wire",
+    "reply_to_wire",
+    "request_from_wire",
+    "unreadable",
 ]

@@ -10,13 +10,14 @@ a read after a change is always live.
 from __future__ import annotations
 
 import errno
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from . import (
     COMMAND_TIMEOUT_S,
+    SYSTEM_CLOCK,
     BatchReads,
+    Clock,
     CommandResult,
     Host,
     HostError,
@@ -31,8 +32,11 @@ from . import (
 
 
 class CachedHost(BatchReads):
-    def __init__(self, host: Host) -> None:
+    """A ``PhaseCache`` over ``host``; ``clock`` stamps when each reply was read."""
+
+    def __init__(self, host: Host, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self.host = host
+        self.clock = clock
         self._replies: dict[Request, Reply] = {}
         self._fetched: dict[Request, float] = {}
         self.generation = 0
@@ -69,8 +73,7 @@ class CachedHost(BatchReads):
         wanted = list(dict.fromkeys(r for r in requests if r not in self._replies))
         if wanted:
             self._replies.update(zip(wanted, self.host.batch(wanted), strict=True))
-            now = time.monotonic()
-            self._fetched.update(dict.fromkeys(wanted, now))
+            self._fetched.update(dict.fromkeys(wanted, self.clock.now()))
         return len(wanted)
 
     def replies(self) -> dict[Request, Reply]:
@@ -80,7 +83,7 @@ class CachedHost(BatchReads):
     def seed(self, replies: Mapping[Request, Reply]) -> None:
         """Serve these replies as if read now (another process read them moments ago)."""
         self._replies.update(replies)
-        self._fetched.update(dict.fromkeys(replies, time.monotonic()))
+        self._fetched.update(dict.fromkeys(replies, self.clock.now()))
 
     def forget(self, requests: Iterable[Request]) -> None:
         """Forget these replies only: their next read is live, the rest stays cached."""
@@ -94,10 +97,10 @@ class CachedHost(BatchReads):
             self._replies.pop(request, None)
         self._replies[Read(path)] = Reply(data) if data is not None else Reply(
             error=HostError(f"{path} does not exist (it would be removed)", errno.ENOENT))
-        self._fetched[Read(path)] = time.monotonic()
+        self._fetched[Read(path)] = self.clock.now()
 
     def fetched_at(self, request: Request) -> float | None:
-        """When a cached reply was read (time.monotonic()), None when it is not cached."""
+        """When a cached reply was read (``clock.now()``), None when it is not cached."""
         return self._fetched.get(request) if request in self._replies else None
 
     def cached(self, request: Request) -> bool:

@@ -14,6 +14,7 @@ from pytest_gpuhost.reports import RunInfo
 from pytest_gpuhost.result import CheckResult, Outcome
 from pytest_gpuhost.session import Session
 from pytest_gpuhost.settings import RawOptions, Settings, resolve
+from pytest_gpuhost.targets import TargetAddress
 
 KINDS = {kind.section: kind for kind in builtin.pytest_gpuhost_check_kinds()}
 CONDITIONS = dict(builtin.pytest_gpuhost_conditions())
@@ -44,7 +45,7 @@ def run(root: Path, workdir: Path, specs: Sequence[Path] = (), *, capture: str |
                      persist=persist, capture=capture, capture_overwrite=overwrite)
     settings = resolve(raw)
 
-    def make_host(url: str, settings: Settings) -> Host:
+    def make_host(target: TargetAddress, settings: Settings) -> Host:
         return LocalHost(settings.root)
 
     session = Session(settings, KINDS, CONDITIONS, make_host, default_factory)

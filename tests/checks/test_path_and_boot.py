@@ -483,7 +483,7 @@ def test_residency_sees_a_disabled_state_entered_during_the_window(fake: FakeHos
         fake.idle_counters("C2", usage=7, time_us=5200, cpus=[1, 3])
 
     results = run(RESIDENCY, fake.root, sleep=firmware_reenables)
-    assert windows == [pytest.approx(0.01, abs=0.005)]  # less what sampling took
+    assert windows == [0.01]  # sampled just now (no phase cache): the whole window
     result = results["cpuidle.residency[C2]"]
     assert (result.outcome, result.observed) == (Outcome.FAILED, "entered on cpus 1,3")
     assert "usage +14, time +10400 us" in result.evidence[0]["raw"]

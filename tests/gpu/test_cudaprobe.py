@@ -18,6 +18,7 @@ from pytest_gpuhost.gpu.cudaprobe import (
     load_runtime,
     measure_within,
 )
+from pytest_gpuhost.testing.clock import FakeClock
 
 from ..conftest import ended_within
 
@@ -196,28 +197,32 @@ def test_each_pair_is_reported_as_it_is_measured() -> None:
 
 
 class StuckRuntime(FakeRuntime):
-    """A GPU fallen off the bus: a synchronize that never returns (until the test lets go)."""
+    """A GPU fallen off the bus: a synchronize that never returns (until the test lets go);
+    the wait for it runs out on ``clock``."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: FakeClock) -> None:
         super().__init__({(0, 1): [50.0], (1, 0): [40.0]}, set())
         self.release = threading.Event()
+        self.waits_on = clock
 
     def cudaEventSynchronize(self, event: int) -> tuple[Err]:
+        self.waits_on.stall()
         self.release.wait()
         return (Err.cudaSuccess,)
 
 
-def test_a_cuda_call_that_never_returns_is_given_up_at_the_timeout(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    runtime = StuckRuntime()
+def test_a_cuda_call_that_never_returns_is_given_up_at_the_timeout() -> None:
+    clock = FakeClock()
+    runtime = StuckRuntime(clock)
     try:
-        error = ended_within(20, lambda: measure_within(0.5, lambda: CudaBandwidth(
-            runtime, MiB).measure(GPUS, pairs=True, h2d=False, d2h=False, ring=False)),
-                             "the cuda probe")
+        error = ended_within(60, lambda: measure_within(0.5, lambda: CudaBandwidth(
+            runtime, MiB).measure(GPUS, pairs=True, h2d=False, d2h=False, ring=False),
+            clock=clock), "the cuda probe")
         assert isinstance(error, CudaHung)
         assert str(error).startswith("the measurement did not finish within 0.5 s: a CUDA call "
                                      "is stuck")
         assert "raise the p2p section's timeout" in str(error)
+        assert clock.waits == [0.5] and clock.now() == 1000.5  # the timeout on the clock
     finally:
         runtime.release.set()
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import ctypes
 import sys
 import threading
-import time
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuhost.gpu import nvml as nvml_module
 from pytest_gpuhost.gpu.nvml import (
+    NVML_TIMEOUT_S,
     FakeGpu,
     FakeNvml,
     NvmlHung,
@@ -28,6 +27,7 @@ from pytest_gpuhost.gpu.nvml import (
 from pytest_gpuhost.host import HostError, LocalHost
 from pytest_gpuhost.result import CheckResult, Outcome
 from pytest_gpuhost.spec.matchers import Range, Version
+from pytest_gpuhost.testing.clock import FakeClock
 from pytest_gpuhost.testing.fakehost import FakeHost
 
 from ..conftest import run_spec
@@ -235,13 +235,14 @@ def test_driver_not_loaded_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> No
         PynvmlNvml.open()
 
 
-def hanging_pynvml(call: str, release: threading.Event) -> types.ModuleType:
+def hanging_pynvml(call: str, release: threading.Event, clock: FakeClock) -> types.ModuleType:
     """The fake binding, with ``call`` blocking until ``release`` is set (a GPU fallen off
-    the bus holds NVML's calls in the kernel)."""
+    the bus holds NVML's calls in the kernel): the wait for it runs out on ``clock``."""
     module = fake_pynvml()
     function = module.__dict__[call]
 
     def blocked(*args: Any) -> Any:
+        clock.stall()
         release.wait()
         return function(*args)
 
@@ -259,57 +260,67 @@ def release() -> Iterator[threading.Event]:
 
 def test_an_nvml_call_that_hangs_is_given_up_on_and_later_calls_fail_at_once(
         monkeypatch: pytest.MonkeyPatch, release: threading.Event) -> None:
-    monkeypatch.setattr(nvml_module, "NVML_TIMEOUT_S", 0.3)
+    clock = FakeClock()
     monkeypatch.setitem(sys.modules, "pynvml",
-                        hanging_pynvml("nvmlDeviceGetPersistenceMode", release))
-    nvml = PynvmlNvml.open()
-    start = time.monotonic()
+                        hanging_pynvml("nvmlDeviceGetPersistenceMode", release, clock))
+    nvml = PynvmlNvml.open(clock=clock)
+    opened = clock.now()
     with pytest.raises(NvmlHung) as hung:
         nvml.persistence_mode(A)
-    assert 0.3 <= time.monotonic() - start < 1.0
+    assert clock.now() - opened == NVML_TIMEOUT_S  # it waited the time limit, no more
     assert str(hung.value) == (
-        "NVML nvmlDeviceGetPersistenceMode did not return within 0.3 s: a GPU may have fallen "
+        "NVML nvmlDeviceGetPersistenceMode did not return within 60 s: a GPU may have fallen "
         "off the bus or the driver is wedged (look for Xid 79 or \"fallen off the bus\" in the "
         "kernel log, or try nvidia-smi); NVML is given up on for the rest of this run")
-    start = time.monotonic()
+    waits = len(clock.waits)
     with pytest.raises(NvmlHung, match="nvmlDeviceGetPersistenceMode did not return"):
         nvml.driver_version()  # would answer, but NVML is given up on: at once
-    assert time.monotonic() - start < 0.1
+    assert len(clock.waits) == waits and clock.now() - opened == NVML_TIMEOUT_S
+
+
+def test_an_nvml_call_that_returns_in_time_waits_for_nothing_more(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
+    nvml = PynvmlNvml.open(clock=clock)
+    assert nvml.driver_version() == "580.95.05"
+    assert clock.now() == 1000.0  # no time passed on the clock: every call returned
+    assert clock.waits and set(clock.waits) == {NVML_TIMEOUT_S}  # each call was bounded
 
 
 def test_an_nvml_start_that_hangs_is_tried_once(monkeypatch: pytest.MonkeyPatch,
                                                 release: threading.Event) -> None:
-    monkeypatch.setattr(nvml_module, "NVML_TIMEOUT_S", 0.3)
-    module = hanging_pynvml("nvmlInit", release)
+    clock = FakeClock()
+    module = hanging_pynvml("nvmlInit", release, clock)
     monkeypatch.setitem(sys.modules, "pynvml", module)
     opened: list[int] = []
 
     def opening() -> PynvmlNvml:
         opened.append(1)
-        return PynvmlNvml.open()
+        return PynvmlNvml.open(clock=clock)
 
     source = NvmlSource(opening)
-    with pytest.raises(NvmlHung, match=r"NVML nvmlInit did not return within 0\.3 s"):
+    with pytest.raises(NvmlHung, match=r"NVML nvmlInit did not return within 60 s"):
         source.get()
-    start = time.monotonic()
-    with pytest.raises(NvmlHung, match=r"NVML nvmlInit did not return within 0\.3 s"):
+    waits = len(clock.waits)
+    with pytest.raises(NvmlHung, match=r"NVML nvmlInit did not return within 60 s"):
         source.get()
-    assert time.monotonic() - start < 0.1 and opened == [1]
+    assert opened == [1] and len(clock.waits) == waits  # at once: not tried, not waited for
     assert source.reads() == ()  # a prefetch asks too: nothing to read, no error there
 
 
 def test_a_hung_nvml_makes_its_checks_errors_and_the_run_goes_on(
         fake: FakeHost, monkeypatch: pytest.MonkeyPatch, release: threading.Event) -> None:
-    monkeypatch.setattr(nvml_module, "NVML_TIMEOUT_S", 0.3)
+    clock = FakeClock()
     monkeypatch.setitem(sys.modules, "pynvml",
-                        hanging_pynvml("nvmlSystemGetDriverVersion", release))
-    start = time.monotonic()
-    results = run_spec(SPEC, two_gpus(fake).root, nvml=NvmlSource(PynvmlNvml.open))
-    assert time.monotonic() - start < 0.3 + 1.0  # one time limit, not one per check
+                        hanging_pynvml("nvmlSystemGetDriverVersion", release, clock))
+    results = run_spec(SPEC, two_gpus(fake).root,
+                       nvml=NvmlSource(lambda: PynvmlNvml.open(clock=clock)))
+    assert clock.now() - 1000.0 == NVML_TIMEOUT_S  # one time limit, not one per check
     outcomes = {key: r.outcome.value for key, r in results.items()}
     assert outcomes.pop("gpus.nvml_inventory") == "passed"  # NVML listed both GPUs at its start
     assert outcomes == dict.fromkeys(outcomes, "error") and len(outcomes) == 6, outcomes
-    assert all("nvmlSystemGetDriverVersion did not return within 0.3 s" in results[key].message
+    assert all("nvmlSystemGetDriverVersion did not return within 60 s" in results[key].message
                for key in outcomes)
 
 

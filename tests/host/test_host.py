@@ -5,10 +5,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import signal
 import stat
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -179,6 +179,15 @@ def test_readlink_gives_the_stored_target_and_none_for_a_file(tmp_path: Path) ->
 
 
 # -- an agent over a command's pipes: the time limit ----------------------------------------------
+#
+# No test here reads the wall clock: a wait that the limit must end is for something that would
+# take far longer (a command of 600 s, a stub that never answers), and is bounded only by
+# ended_within's generous bound, which a hang alone passes. What is left of a limit is set
+# through ``spent`` (what an xdist worker is handed by its controller), so a loaded machine's
+# slow connect never eats into the part under test.
+
+HANG_BOUND = 60.0
+"""Seconds a test waits for what must end at once or at a short limit: only a hang passes it."""
 
 
 def _agent(root: Path, limit: float) -> AgentHost:
@@ -187,34 +196,40 @@ def _agent(root: Path, limit: float) -> AgentHost:
     return AgentHost(f"test://{root.name}", argv, str(root), time_limit=limit, name="n1")
 
 
-def test_a_target_that_hangs_in_a_command_is_lost_at_its_time_limit(fake: FakeHost) -> None:
-    fake.sysctl("vm.swappiness", 10).file("usr/bin/slow", "#!/bin/sh\nexec sleep 20\n",
-                                          mode=0o755)
-    host = _agent(fake.root, 1.5)
+def _left(host: AgentHost, seconds: float) -> None:
+    """Connect, then leave ``seconds`` of the host's time limit (the rest spent before)."""
     assert host.batch([Read("proc/sys/vm/swappiness")])[0].data() == b"10\n"
-    start = time.monotonic()
-    with doing("applying a fix of module[x]"), pytest.raises(TargetTimeout) as hung:
-        host.run(["slow"])
-    assert 0.5 < time.monotonic() - start < 1.5 + 0.5  # what was left of 1.5 s, no more
-    assert str(hung.value) == ("target n1 hung while applying a fix of module[x]: no answer "
-                               "within --gpuhost-target-timeout=1.5 s, so the run went on "
-                               "without it")
-    assert hung.value.step == "applying a fix of module[x]"
-    assert host.lost is hung.value
+    assert host.time_limit is not None
+    host.spent = host.time_limit - seconds
+
+
+def test_a_target_that_hangs_in_a_command_is_lost_at_its_time_limit(fake: FakeHost) -> None:
+    fake.sysctl("vm.swappiness", 10).file("usr/bin/slow", "#!/bin/sh\nexec sleep 600\n",
+                                          mode=0o755)
+    host = _agent(fake.root, 300.0)
+    _left(host, 1.5)
+    with doing("applying a fix of module[x]"):  # what was left of the limit, not a new one
+        hung = ended_within(HANG_BOUND, lambda: host.run(["slow"]), "the hung command")
+    assert isinstance(hung, TargetTimeout)
+    assert str(hung) == ("target n1 hung while applying a fix of module[x]: no answer "
+                         "within --gpuhost-target-timeout=300 s, so the run went on "
+                         "without it")
+    assert hung.step == "applying a fix of module[x]"
+    assert host.lost is hung and host.spent >= 300.0  # the wait ran to the limit
     with pytest.raises(TargetTimeout):  # at once, the same reason
         host.batch([Read("proc/sys/vm/swappiness")])
     host.close()
 
 
 def test_a_connection_that_never_answers_is_lost_at_the_limit(tmp_path: Path) -> None:
-    host = AgentHost("test://silent", [sys.executable, "-c", "import time; time.sleep(60)"],
+    host = AgentHost("test://silent", [sys.executable, "-c", "import time; time.sleep(600)"],
                      "/", time_limit=1.0, name="silent")
-    start = time.monotonic()
-    with doing("collecting facts"), pytest.raises(TargetTimeout, match=(
-            "target silent hung while connecting: no answer within "
-            "--gpuhost-target-timeout=1 s")):
-        host.identity()
-    assert time.monotonic() - start < 1.0 + 0.5
+    with doing("collecting facts"):
+        lost = ended_within(HANG_BOUND, host.identity, "a connection that never answers")
+    assert isinstance(lost, TargetTimeout)  # the limit ended it, not the connect timeout
+    assert str(lost).startswith("target silent hung while connecting: no answer within "
+                                "--gpuhost-target-timeout=1 s")
+    assert host.spent >= 1.0
     assert host._process is not None and host._process.poll() is not None  # killed
 
 
@@ -223,25 +238,22 @@ def test_a_target_that_stops_reading_is_lost_at_the_limit_however_big_the_reques
     """A frozen target (``lxc-freeze``, a vzdump backup in suspend mode, a SIGSTOP) stops
     reading its standard input: a request bigger than the pipe's buffer (a batch of thousands
     of sysctls, a file of megabytes) must not block the run in the write, past every time
-    limit. (One big write here: building a batch of 40,000 reads takes seconds on a loaded
-    machine, which a bound on the time would count.)"""
+    limit."""
     fake.sysctl("vm.swappiness", 10)
-    host = _agent(fake.root, 1.5)
-    assert host.batch([Read("proc/sys/vm/swappiness")])[0].data() == b"10\n"
+    host = _agent(fake.root, 300.0)
+    _left(host, 1.5)
     assert host._process is not None
     os.kill(host._process.pid, signal.SIGSTOP)
     big = b"1" * (4 << 20)  # more than the pipe's 64 KiB and ssh's 2 MiB window
-    start = time.monotonic()
     try:
-        lost = ended_within(10, lambda: host.write_bytes("proc/sys/vm/swappiness", big),
+        lost = ended_within(HANG_BOUND, lambda: host.write_bytes("proc/sys/vm/swappiness", big),
                             "the write to a stopped target")
     finally:
         with contextlib.suppress(ProcessLookupError):  # a blocked write ends now, if it did
             os.kill(host._process.pid, signal.SIGKILL)
-    assert time.monotonic() - start < 1.5 + 1.0
     assert isinstance(lost, TargetTimeout)
     assert str(lost) == ("target n1 hung while waiting for it: no answer within "
-                         "--gpuhost-target-timeout=1.5 s, so the run went on without it")
+                         "--gpuhost-target-timeout=300 s, so the run went on without it")
     assert host.lost is lost
     host.close()
 
@@ -256,12 +268,11 @@ def test_without_a_time_limit_a_stopped_reader_is_lost_at_the_operation_timeout(
     assert host._process is not None
     os.kill(host._process.pid, signal.SIGSTOP)
     big = b"1" * (4 << 20)
-    start = time.monotonic()
-    with pytest.raises(TargetLost, match=r"lost the connection to test://frozen: it stopped "
-                                         r"reading: \d+ of the \d+ bytes of 1 request\(s\) "
-                                         r"went in 1 s"):
-        host.write_bytes("proc/sys/vm/swappiness", big)
-    assert time.monotonic() - start < 1.0 + 1.0
+    lost = ended_within(HANG_BOUND, lambda: host.write_bytes("proc/sys/vm/swappiness", big),
+                        "the write to a stopped target")
+    assert isinstance(lost, TargetLost)
+    assert re.fullmatch(r"lost the connection to test://frozen: it stopped reading: \d+ of the "
+                        r"\d+ bytes of 1 request\(s\) went in 1 s", str(lost)), str(lost)
     assert host._process.poll() is not None  # killed, not left stopped
     host.close()
 
@@ -274,31 +285,39 @@ def test_a_lock_wait_past_the_time_limit_says_it_was_the_lock(fake: FakeHost) ->
     lock = fake.root / "var/lib/pytest-gpuhost/fix.lock"
     lock.parent.mkdir(parents=True)
     lock.touch()
-    host = _agent(fake.root, 1.0)
+    host = _agent(fake.root, 300.0)
+    _left(host, 1.0)
     with open(lock, "rb") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
-        start = time.monotonic()
-        with doing("applying a fix of sysctl[vm.swappiness]"), \
-                pytest.raises(TargetTimeout) as lost:
-            host.lock("var/lib/pytest-gpuhost/fix.lock", 30.0, "test")
-        assert time.monotonic() - start < 1.0 + 0.5
-    assert str(lost.value) == (
+        with doing("applying a fix of sysctl[vm.swappiness]"):
+            lost = ended_within(HANG_BOUND, lambda: host.lock(
+                "var/lib/pytest-gpuhost/fix.lock", 600.0, "test"), "the lock's wait")
+    assert isinstance(lost, TargetTimeout)
+    assert str(lost) == (
         "target n1 hung while applying a fix of sysctl[vm.swappiness]: no answer within "
-        "--gpuhost-target-timeout=1 s (it was waiting for the lock "
+        "--gpuhost-target-timeout=300 s (it was waiting for the lock "
         "var/lib/pytest-gpuhost/fix.lock, which another pytest-gpuhost run may hold, and "
-        "--gpuhost-lock-timeout=30 s is longer), so the run went on without it")
+        "--gpuhost-lock-timeout=600 s is longer), so the run went on without it")
     host.close()
 
 
 def test_the_time_limit_counts_every_wait_together(fake: FakeHost) -> None:
-    fake.sysctl("vm.swappiness", 10).file("usr/bin/nap", "#!/bin/sh\nexec sleep 0.4\n",
+    """Each wait on the target adds to ``spent`` (a nap cannot take less than it sleeps), and
+    the limit bounds the sum: with half a second of it left, a command that would take ten
+    minutes is cut off."""
+    fake.sysctl("vm.swappiness", 10).file("usr/bin/nap", "#!/bin/sh\nexec sleep 0.2\n",
                                           mode=0o755)
-    host = _agent(fake.root, 1.0)
+    fake.file("usr/bin/slow", "#!/bin/sh\nexec sleep 600\n", mode=0o755)
+    host = _agent(fake.root, 300.0)
+    host.identity()
+    before = host.spent
     host.run(["nap"])
-    host.run(["nap"])  # about 0.8 s spent: the next nap passes the limit
-    with pytest.raises(TargetTimeout, match="hung while waiting for it"):
-        host.run(["nap"])
-    assert 1.0 <= host.spent < 1.5
+    host.run(["nap"])
+    assert host.spent - before >= 0.4  # both naps counted
+    _left(host, 0.5)
+    hung = ended_within(HANG_BOUND, lambda: host.run(["slow"]), "a command past the limit")
+    assert isinstance(hung, TargetTimeout) and "hung while waiting for it" in str(hung)
+    assert host.spent >= 300.0
     host.close()
 
 
@@ -322,53 +341,55 @@ def test_an_answer_that_is_not_the_agents_loses_the_target(hello: str,
                                                            answer: str | None) -> None:
     """A target whose stream is not the agent's (a shell's startup file that prints, a
     wrapper, a corrupted stream) is lost with a message: the stream can no longer be trusted
-    to pair answers with requests, and nothing raised past the host stops the whole run."""
+    to pair answers with requests, and nothing raised past the host stops the whole run. At
+    once: the stub would wait ten minutes more."""
     if answer is None:
         code = ("import sys, time\nsys.stdin.buffer.readline()\n"
-                f"sys.stdout.write({hello!r}); sys.stdout.flush(); time.sleep(30)\n")
+                f"sys.stdout.write({hello!r}); sys.stdout.flush(); time.sleep(600)\n")
     else:
         code = HELLO + ("sys.stdin.buffer.readline()\n"
-                        f"sys.stdout.write({answer!r}); sys.stdout.flush(); time.sleep(30)\n")
+                        f"sys.stdout.write({answer!r}); sys.stdout.flush(); time.sleep(600)\n")
     host = AgentHost("test://garbled", [sys.executable, "-c", code], "/", name="garbled")
-    start = time.monotonic()
-    with pytest.raises(HostError, match="not the agent's answer") as lost:
-        host.batch([Read("proc/sys/vm/swappiness")])
-    assert host.lost is not None and str(host.lost) == str(lost.value)
-    assert "test://garbled" in str(lost.value)
+    lost = ended_within(HANG_BOUND, lambda: host.batch([Read("proc/sys/vm/swappiness")]),
+                        "reading a garbled answer")
+    assert isinstance(lost, HostError) and "not the agent's answer" in str(lost), lost
+    assert host.lost is not None and str(host.lost) == str(lost)
+    assert "test://garbled" in str(lost)
     with pytest.raises(HostError, match="not the agent's answer"):  # at once, the same reason
         host.batch([Read("proc/sys/vm/swappiness")])
     assert host._process is not None and host._process.poll() is not None  # ended, not left
-    assert time.monotonic() - start < 10  # rather than waiting for the stub's 30 s
     host.close()
 
 
-def test_an_answer_larger_than_any_the_agent_sends_loses_the_target_at_once() -> None:
+def test_an_answer_larger_than_any_the_agent_sends_loses_the_target_at_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """A length no answer has (a corrupted stream, or a number a shell startup file printed)
-    is refused when it is read, not buffered until the operation's time is up."""
+    is refused when it is read, not buffered until the operation's time is up (made longer
+    here than the test waits)."""
+    monkeypatch.setattr(remote, "OPERATION_TIMEOUT_S", 600.0)
     code = HELLO + ("import os\nsys.stdin.buffer.readline()\n"
                     "sys.stdout.write('%d\\n' % (1 << 40)); sys.stdout.flush()\n"
                     "chunk = b'A' * (1 << 16)\n"
                     "while True: os.write(1, chunk)\n")
     host = AgentHost("test://huge", [sys.executable, "-c", code], "/", name="huge")
-    start = time.monotonic()
-    with pytest.raises(HostError, match="not the agent's answer") as lost:
-        host.batch([Read("proc/sys/vm/swappiness")])
-    assert "1099511627776 bytes" in str(lost.value)
-    assert time.monotonic() - start < 20  # not the 60 s a read may take, buffering it all
+    lost = ended_within(HANG_BOUND, lambda: host.batch([Read("proc/sys/vm/swappiness")]),
+                        "reading an answer of a terabyte")
+    assert isinstance(lost, HostError) and "not the agent's answer" in str(lost), lost
+    assert "1099511627776 bytes" in str(lost)
     host.close()
 
 
-def test_a_kernel_log_of_64_mib_comes_back_well_within_a_reads_time(fake: FakeHost) -> None:
+def test_a_kernel_log_of_64_mib_comes_back_whole(fake: FakeHost) -> None:
     """The largest answer the agent sends (the kernel log, bounded at 64 MiB), taken in the
-    pipe's 64 KiB pieces: gathering them must not copy all that came before at every piece."""
+    pipe's 64 KiB pieces. (How fast is bench/'s to measure, not a test's.)"""
     record = "6,1,1,-;" + "x" * 120 + "\n"
     fake.file("dev/kmsg", record * (60 * 2**20 // len(record)))
-    host = _agent(fake.root, 60.0)
+    host = _agent(fake.root, 600.0)
     host.identity()
-    start = time.monotonic()
     [reply] = host.batch([Kmsg("dev/kmsg")])
-    assert reply.error is None and len(reply.value) == 60 * 2**20 // len(record)  # type: ignore[arg-type]
-    assert time.monotonic() - start < 15  # of the 60 s a read may take (20 s when quadratic)
+    records = reply.lines()
+    assert len(records) == 60 * 2**20 // len(record) and records[-1] == record.rstrip("\n")
+    assert host.traffic.bytes_received > 60 * 2**20  # one answer, base64 and all
     host.close()
 
 
@@ -382,6 +403,7 @@ def test_replies_survive_the_way_to_another_process(fake: FakeHost, host: LocalH
         Kmsg,
         Link,
         ListDir,
+        Request,
         Stat,
         Which,
         reply_from_wire,
@@ -392,15 +414,17 @@ def test_replies_survive_the_way_to_another_process(fake: FakeHost, host: LocalH
     fake.sysctl("vm.swappiness", 10).kmsg([(6, "hello")])
     fake.file("usr/bin/tool", "#!/bin/sh\n", mode=0o755)
     (fake.root / "link").symlink_to("proc/sys/vm/swappiness")
-    requests = [Read("proc/sys/vm/swappiness"), Read("missing"), Stat("proc/sys/vm"),
+    requests: list[Request] = [Read("proc/sys/vm/swappiness"), Read("missing"), Stat("proc/sys/vm"),
                 ListDir("proc/sys/vm"), Glob("proc/sys/vm/*"), Glob("proc/*", read=False),
                 Glob("*", links=True), Kmsg(), Link("link"), Link("proc"), Which("tool"),
                 Which("nothing")]
     replies = host.batch(requests)
     wired = json.loads(json.dumps(agent.encode(
-        [[request.wire(), reply_to_wire(reply)] for request, reply in
+        [[request.wire(), reply_to_wire(request, reply)] for request, reply in
          zip(requests, replies, strict=True)])))
-    back = [(request_from_wire(wire), answer) for wire, answer in agent.decode(wired)]
+    decoded = agent.decode(wired)
+    assert isinstance(decoded, list)
+    back = [(request_from_wire(wire), answer) for wire, answer in decoded]
     assert [request for request, _ in back] == requests
     for (request, answer), reply in zip(back, replies, strict=True):
         again = reply_from_wire(request, answer)
