@@ -19,23 +19,24 @@ ROOT = ""
 
 FLOORS: dict[str, int] = {
     # floor 0: the base, which imports no layer but the package root
-    ROOT: 0, "result": 0, "files": 0, "progress": 0, "bounded": 0, "long_lived": 0,
+    ROOT: 0, "result": 0, "files": 0, "progress": 0, "long_lived": 0,
     "host": 0, "linux": 0, "spec": 0, "specs": 0, "targets": 0,
-    # floor 1: GPUs, inventories, the fleet view, the gate's words, xdist's shared files
-    "gpu": 1, "inventory": 1, "gate": 1, "fleet": 1, "workers": 1,
-    # floor 2: the kinds, the reporters
-    "checks": 2, "reports": 2,
-    # floor 3: what acts on checks: capture, the fixer; the fake trees; an old import path
-    "capture": 3, "fix": 3, "testing": 3, "nvml": 3,
-    "fakehost": 4,
-    # floor 4: one check's run; the settings (they validate a capture's target)
-    "engine": 4, "settings": 4,
-    # floor 5: the session without pytest; the hooks' specifications
-    "session": 5, "hookspecs": 5,
-    # floor 6: the built-in kinds as a plugin registers them; pytest's items
-    "builtin": 6, "items": 6,
-    # floors 7, 8: pytest's glue
-    "hooks": 7, "plugin": 8,
+    # floor 1: waiting a bounded time (on the host's clock)
+    "bounded": 1,
+    # floor 2: GPUs, inventories, the fleet view, the gate's words, xdist's shared files
+    "gpu": 2, "inventory": 2, "gate": 2, "fleet": 2, "workers": 2,
+    # floor 3: the kinds, the reporters
+    "checks": 3, "reports": 3,
+    # floor 4: what acts on checks: capture, the fixer; the fake trees; an old import path
+    "capture": 4, "fix": 4, "testing": 4, "nvml": 4,
+    # floor 5: one check's run; the settings (they validate a capture's target)
+    "engine": 5, "settings": 5, "fakehost": 5,
+    # floor 6: the session without pytest; the hooks' specifications
+    "session": 6, "hookspecs": 6,
+    # floor 7: the built-in kinds as a plugin registers them; pytest's items
+    "builtin": 7, "items": 7,
+    # floors 8, 9: pytest's glue
+    "hooks": 8, "plugin": 9,
 }
 ALONE = {
     "host": "it is the only code that touches a machine, and knows no check",
@@ -159,8 +160,12 @@ def test_only_pytests_glue_imports_the_session_the_hooks_and_the_items() -> None
 
 
 KNOWN_CYCLES: dict[frozenset[str], str] = {
+    # an interface module that re-exports, at its end, the implementations built on it
     frozenset({"pytest_gpuhost.host", "pytest_gpuhost.host.cache", "pytest_gpuhost.host.local"}):
         "host/__init__.py re-exports CachedHost and LocalHost, which build on its names",
+    frozenset({"pytest_gpuhost.gpu.nvml", "pytest_gpuhost.gpu.nvmllib",
+               "pytest_gpuhost.gpu.nvmlrecorded"}):
+        "gpu/nvml.py re-exports PynvmlNvml and the fakes (a conftest's documented import path)",
 }
 
 
