@@ -305,6 +305,7 @@ def _result(
         details=dict(observed.details) if observed else {},
         subjects={**check.subjects, **_seen_subjects(before or observed)},
         hardware=check.hardware,
+        measured=check.measured,
     )
 
 

@@ -93,7 +93,7 @@ def error_record(check: Check, message: str, target: str | None = None) -> Check
                        expected=check.expect.describe(), observed=None, outcome=Outcome.ERROR,
                        message=message, location=check.options.where,
                        severity=check.options.severity, subjects=dict(check.subjects),
-                       hardware=check.hardware, target=target)
+                       hardware=check.hardware, target=target, measured=check.measured)
 
 
 class GpuhostItem(pytest.Item):

@@ -65,6 +65,9 @@ class CheckResult:
     """A failure points at the hardware rather than at a setting."""
     target: str | None = None
     """The target the check ran on (``pve``), in a run with remote or several targets."""
+    measured: bool = False
+    """``observed`` is a result (a bandwidth, kernel log records, error counters), not a
+    setting: the host's state leaves it out of its digest."""
 
     @property
     def spec_file(self) -> str:

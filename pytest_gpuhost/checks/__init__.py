@@ -143,6 +143,10 @@ class Check:
     slow: bool = False
     """Takes long (a bandwidth measurement): marked ``gpuhost_slow``, so a health check with a
     deadline can leave it out with ``-m "not gpuhost_slow"``."""
+    measured: bool = False
+    """Its value is a result (a bandwidth, records or counters since a point, use over a
+    window), not a setting: the host's state (``state.py``) lists it beside its digest, never
+    in it."""
 
     @property
     def id(self) -> str:
