@@ -43,7 +43,8 @@ class BenchmarkState:
     def pytest_benchmark_compare_machine_info(
             self, config: pytest.Config, benchmarksession: Any, machine_info: dict[str, Any],
             compared_benchmark: dict[str, Any]) -> Generator[None, Any, Any]:
-        saved = compared_benchmark.get("machine_info")
+        saved = compared_benchmark.get("machine_info") if isinstance(compared_benchmark, dict) \
+            else None
         theirs = saved.pop(FIELD, None) if isinstance(saved, dict) else None
         ours = machine_info.pop(FIELD, None)
         self.compared.append(theirs)
@@ -64,10 +65,19 @@ class BenchmarkState:
         if state is not None:
             machine_info[FIELD] = state
 
-    @pytest.hookimpl(trylast=True)  # after the run's summary and pytest-benchmark's table
-    def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
-        if not self.compared or hasattr(config, "workerinput"):
-            return
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config
+                                ) -> Generator[None, None, None]:
+        """After the run's summary and pytest-benchmark's table, even when that table ends in
+        a performance regression (--benchmark-compare-fail raises it): that is when the
+        reader most needs to know whether the host was the same."""
+        try:
+            yield
+        finally:
+            if self.compared and not hasattr(config, "workerinput"):
+                self._summary(terminalreporter, config)
+
+    def _summary(self, terminalreporter: Any, config: pytest.Config) -> None:
         now = finished_state(self.run) if self.run is not None else None
         terminalreporter.section(TITLE)
         for name, theirs in zip(_names(config, len(self.compared)), self.compared,

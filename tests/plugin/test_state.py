@@ -326,3 +326,35 @@ def test_the_bundled_spec_digest_is_its_files(pytester: pytest.Pytester,
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert state_of(pytester.path / "r.json")["spec"] == {
         "name": "blackwell8", "digest": hashlib.sha256(BLACKWELL8.read_bytes()).hexdigest()}
+
+
+TIMER = """
+import os
+
+_now = 0.0
+
+
+def tick():
+    '''A clock that advances TICK seconds a reading: a benchmark's time is set, not measured.'''
+    global _now
+    _now += float(os.environ["TICK"])
+    return _now
+"""
+
+
+def test_a_performance_regression_still_says_whether_the_host_changed(
+        pytester: pytest.Pytester, node: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile(test_bench=BENCH, faketimer=TIMER)
+    args = ("test_bench.py", "node.yaml", f"--gpuhost-root={node.root}",
+            "--benchmark-timer=faketimer.tick")
+    monkeypatch.setenv("TICK", "0.001")
+    assert pytester.runpytest_subprocess(*args, "--benchmark-autosave").ret == 0
+    node.sysctl("net.core.wmem_max", 33554432)
+    monkeypatch.setenv("TICK", "0.01")  # ten times slower
+    result = pytester.runpytest_subprocess(*args, "--benchmark-compare",
+                                           "--benchmark-compare-fail=min:5%")
+    assert "Performance has regressed" in output(result)
+    assert result.ret != pytest.ExitCode.OK  # pytest-benchmark's verdict, not ours
+    result.stdout.fnmatch_lines(["*= gpuhost: host state of the compared benchmark =*",
+                                 "0001_*.json: host state differs (* 1 check changed",
+                                 "  sysctl[net.core.wmem_max]: 16777216 -> 33554432"])
