@@ -73,6 +73,12 @@ def gated(item: pytest.Item, config: pytest.Config) -> bool:
     return bool(config.option.gpuhost_gate) or item.get_closest_marker("gpuhost") is not None
 
 
+def waits(item: pytest.Item, config: pytest.Config) -> bool:
+    """A test of the user's that runs after the host checks: gated, or asking for the host's
+    state (``gpuhost_state``), which it waits for as a gated test does."""
+    return not isinstance(item, GpuhostItem) and (gated(item, config) or requests_state(item))
+
+
 class GpuhostRun:
     """One pytest process's hooks of a gpuhost run."""
 
@@ -246,7 +252,7 @@ class GpuhostRun:
         """Checks that must see the others' effects (dmesg) run after every other check; when
         a test is gated or asks for the host's state (``gpuhost_state``), every host check
         runs before the session's other tests."""
-        if any(gated(item, config) or requests_state(item) for item in items):
+        if any(waits(item, config) for item in items):
             items.sort(key=lambda item: (0, item.check.order) if isinstance(item, GpuhostItem)
                        else (1, 0))
         else:
@@ -268,7 +274,8 @@ class GpuhostRun:
         for item in checks:
             item.waits_for = lower[item.target.name, item.check.order]
         self.host_checks = [(item.index, item.check.id) for item in checks]
-        self.wants_state = any(requests_state(item) for item in session.items)
+        self.wants_state = any(requests_state(item) for item in session.items
+                               if not isinstance(item, GpuhostItem))
         self.collected = dict.fromkeys(item.nodeid for item in checks)
         for target in self.session.targets.values():
             target.select(item.check for item in checks if item.target is target)
