@@ -26,6 +26,7 @@ from .reports.failure import format_failure
 from .reports.junit import junit_properties
 from .reports.terminal import TerminalSummary
 from .result import NOT_RUN, CheckResult, Outcome
+from .runstate import done_entry, requests_state, with_state
 from .session import Session
 from .settings import Settings, SettingsError, target_record
 from .spec import SpecError
@@ -71,6 +72,12 @@ def gated(item: pytest.Item, config: pytest.Config) -> bool:
     if isinstance(item, GpuhostItem):
         return False
     return bool(config.option.gpuhost_gate) or item.get_closest_marker("gpuhost") is not None
+
+
+def waits(item: pytest.Item, config: pytest.Config) -> bool:
+    """A test of the user's that runs after the host checks: gated, or asking for the host's
+    state (``gpuhost_state``), which it waits for as a gated test does."""
+    return not isinstance(item, GpuhostItem) and (gated(item, config) or requests_state(item))
 
 
 class GpuhostRun:
@@ -132,6 +139,9 @@ class GpuhostRun:
         self.collected: dict[str, None] = {}
         """nodeids of every selected check (on the controller, every worker's too)."""
         self.verdicts: dict[int, str] = {}
+        self.wants_state = False
+        """A test of the run asks for the host's state (``gpuhost_state``): under xdist each
+        check's done mark carries its entry of it."""
         self.problems: list[str] = []
         """Session-end work that failed (a report that could not be written): summary lines."""
         self.rolled_back = False
@@ -243,8 +253,9 @@ class GpuhostRun:
     def pytest_collection_modifyitems(self, config: pytest.Config,
                                       items: list[pytest.Item]) -> None:
         """Checks that must see the others' effects (dmesg) run after every other check; when
-        a test is gated, every host check runs before the session's other tests."""
-        if any(gated(item, config) for item in items):
+        a test is gated or asks for the host's state (``gpuhost_state``), every host check
+        runs before the session's other tests."""
+        if any(waits(item, config) for item in items):
             items.sort(key=lambda item: (0, item.check.order) if isinstance(item, GpuhostItem)
                        else (1, 0))
         else:
@@ -266,6 +277,8 @@ class GpuhostRun:
         for item in checks:
             item.waits_for = lower[item.target.name, item.check.order]
         self.host_checks = [(item.index, item.check.id) for item in checks]
+        self.wants_state = any(requests_state(item) for item in session.items
+                               if not isinstance(item, GpuhostItem))
         self.collected = dict.fromkeys(item.nodeid for item in checks)
         for target in self.session.targets.values():
             target.select(item.check for item in checks if item.target is target)
@@ -345,7 +358,7 @@ class GpuhostRun:
             verdict = verdict_text(item.check.id, item.result)
             self.verdicts[item.index] = verdict
             if self.log is not None:
-                self.log.mark(item.index, verdict)
+                self.log.mark(item.index, verdict, done_entry(item.result, self.wants_state))
             long_lived.made_one()
         return report
 
@@ -557,6 +570,7 @@ class GpuhostRun:
         if self.stopped is not None:
             _at_least(session, pytest.ExitCode.INTERRUPTED)
         records, info = self.records(), self.info()
+        info = with_state(self.config, self.settings, self.session, records, info)
         if len(records) > len(self.results):  # a check that never reported
             _at_least(session, pytest.ExitCode.TESTS_FAILED)
         for reporter in self.reporters():

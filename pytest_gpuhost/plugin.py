@@ -28,6 +28,8 @@ _OPTIONS = ("gpuhost_spec", "gpuhost_root", "fix", "gpuhost_report", "gpuhost_dr
             "gpuhost_capture_overwrite", "gpuhost_fleet_html", "fix_retry", "gpuhost_inventory",
             "gpuhost_limit", "gpuhost_targets_file", "gpuhost_target_timeout")
 _SPEC_SUFFIXES = (".yaml", ".yml")
+_BENCHMARK_FILES = ("benchmark_json", "benchmark_save", "benchmark_autosave", "benchmark_compare")
+"""pytest-benchmark's options that save or compare results: their files carry the state."""
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -210,6 +212,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
     if not _asked(config):
+        _benchmark_files(config, None)
         return
     if not config.option.gpuhost_npd or hasattr(config, "workerinput"):
         _configure_run(config)
@@ -258,6 +261,32 @@ def _configure_run(config: pytest.Config) -> None:
     else:
         _add_spec_args(config, settings.specs)
     run.start()
+    _benchmark_files(config, run)
+
+
+def _benchmark_files(config: pytest.Config, run: Any) -> None:
+    """Where pytest-benchmark saves or compares results, its files carry the host's state and
+    a comparison says what changed (``benchmark.py``); a run without host checks only
+    compares. Nothing of it loads without pytest-benchmark (or under -p no:benchmark)."""
+    option = config.option
+    if not getattr(option, "benchmark_compare", None) and (
+            run is None or not any(getattr(option, name, None) for name in _BENCHMARK_FILES)):
+        return
+    if config.pluginmanager.has_plugin("benchmark"):
+        from .benchmark import BenchmarkState
+
+        config.pluginmanager.register(BenchmarkState(run), "gpuhost-benchmark")
+
+
+@pytest.fixture(scope="session")
+def gpuhost_state(request: pytest.FixtureRequest) -> Any:
+    """The state the run's host checks verified (after any --fix): a read-only mapping with
+    ``digest``, ``spec`` and ``targets``, to keep beside a benchmark's result
+    (``gpuhost_state.as_dict()`` is plain JSON). A test that asks for it runs after the host
+    checks, as a gated test does, under xdist too; without a spec it is an error."""
+    from .runstate import fixture_state
+
+    return fixture_state(request.config.pluginmanager.get_plugin("gpuhost-run"))
 
 
 def _add_spec_args(config: pytest.Config, paths: Any) -> None:

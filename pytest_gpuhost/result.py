@@ -73,7 +73,9 @@ class CheckResult:
     """Where the setting lives: ``kernel``, ``namespace`` or ``userspace`` (see
     ``checks.SCOPES``); None only for a check that never reported."""
     measured: bool = False
-    """A measurement (p2p bandwidth), not a setting: drift between targets is not news."""
+    """``observed`` is a result (a bandwidth, kernel log records, error counters, use over a
+    window), not a setting: the host's state leaves it out of its digest, and the fleet's drift
+    leaves it out (no two runs read the same number)."""
 
     @property
     def spec_file(self) -> str:

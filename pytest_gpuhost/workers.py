@@ -57,6 +57,9 @@ class Progress:
     """Index -> the worker that started it."""
     down: dict[str, str] = field(default_factory=dict)
     """Worker -> why it went down."""
+    states: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """Index -> the check's entry of the host state (``state.Entry``), where a test of the run
+    asks for the state (``gpuhost_state``)."""
 
     def lost(self, indices: Iterable[int]) -> list[int]:
         """Once a worker went down: the checks not finished that no live worker is running
@@ -93,8 +96,11 @@ class DoneLog:
     def start(self, index: int) -> None:
         self._append({"start": index})
 
-    def mark(self, index: int, verdict: str) -> None:
-        self._append({"done": index, "verdict": verdict})
+    def mark(self, index: int, verdict: str, state: dict[str, Any] | None = None) -> None:
+        line: dict[str, Any] = {"done": index, "verdict": verdict}
+        if state is not None:
+            line["state"] = state
+        self._append(line)
 
     def read(self) -> Progress:
         """Read what every log gained since the last read, and which workers went down."""
@@ -112,6 +118,8 @@ class DoneLog:
                     self.progress.started[int(entry["start"])] = worker
                 else:
                     self.progress.done[int(entry["done"])] = str(entry["verdict"])
+                    if "state" in entry:
+                        self.progress.states[int(entry["done"])] = entry["state"]
         for path in self.directory.glob("down-*"):
             self.progress.down.setdefault(path.name[5:], path.read_text(errors="replace"))
         return self.progress

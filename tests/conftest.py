@@ -34,6 +34,7 @@ EXTRAS = (
     ("xdist", "xdist", ('"-n", "',)),
     ("allure", "allure", ("--alluredir",)),
     ("ansible", "ansible", ("read_inventory(", "--gpuhost-inventory")),
+    ("pytest_benchmark", "benchmark", ("--benchmark-",)),
 )
 """Tests of optional extras skip where the extra is not installed, naming it (issue 10): found by
 what the test runs, so a new test of -n or --alluredir is covered without a marker to forget."""

@@ -157,8 +157,9 @@ class Check:
     """Where its setting lives (one of ``SCOPES``); None: its kind's scope. A kind with checks
     of two scopes (sysctl: ``net.*`` keys of a network namespace) sets it per check."""
     measured: bool | None = None
-    """A measurement (a bandwidth), not a setting: no two runs read the same number, so the
-    fleet's drift leaves it out. None: as its kind says (``Kind.measured``)."""
+    """Its value is a result (a bandwidth, records or counters since a point, use over a
+    window), not a setting: the host's state (``state.py``) lists it beside its digest, never in
+    it, and the fleet's drift leaves it out. None: as its kind says (``Kind.measured``)."""
     section: str | None = field(default=None, compare=False)
     """The spec section it came from: set as its kind's checks are expanded (a kind need not);
     a check made outside a section (``persist``, ``rollback``) is its own section."""

@@ -409,7 +409,7 @@ class CpuidleKind:
             quiet = Exact(NO_GROWTH, Choice((NO_GROWTH,)))
             checks += [Check("cpuidle.residency", e.name, quiet, options,
                              ResidencyProbe(e.name, states, window, facts.sleep),
-                             order=RESIDENCY_ORDER) for e in section.states]
+                             order=RESIDENCY_ORDER, measured=True) for e in section.states]
         return checks
 
 

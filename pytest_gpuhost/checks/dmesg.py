@@ -267,4 +267,4 @@ class DmesgKind:
         after = facts.get(LAST_SEQ) if section.since == "session" else -1
         probe = DmesgProbe(section, after)
         return [Check("dmesg", None, NoRecords(section), section.options, probe, order=LAST,
-                      hardware=True, fresh=True)]
+                      hardware=True, fresh=True, measured=True)]

@@ -213,7 +213,7 @@ class P2pKind:
             expect = Floor(floor, label, section.warn_margin)
             checks.append(Check(kind, key, expect, section.options,
                                 RateProbe(shared, key or "", cls, floor, probe_reads(section)),
-                                order=ORDER, slow=True))
+                                order=ORDER, slow=True, measured=True))
 
         if not gpus or (len(gpus) == 1 and not (wanted["h2d"] or wanted["d2h"])):
             problem = ("no NVIDIA GPU under sys/bus/pci/devices" if not gpus else
@@ -221,7 +221,7 @@ class P2pKind:
                        "its host link to a floor")
             low = min(f for _, f in section.floors) if section.floors else section.concurrent
             checks.append(Check("p2p", None, Floor(low or 0.0, "p2p"), section.options,
-                                Unmeasurable(problem), order=ORDER, slow=True))
+                                Unmeasurable(problem), order=ORDER, slow=True, measured=True))
             return checks
         for name in ("h2d", "d2h"):
             floor = section.floor(name)
@@ -237,7 +237,7 @@ class P2pKind:
                 if lowest is not None:
                     checks.append(Check("p2p", f"{a}->{b}", Floor(lowest, "unclassified"),
                                         section.options, Unmeasurable(cls), order=ORDER,
-                                        slow=True))
+                                        slow=True, measured=True))
         if section.concurrent is not None:
             for i, a in enumerate(gpus):
                 b = gpus[(i + 1) % len(gpus)]

@@ -371,4 +371,5 @@ def expand_path_key(entry: PathEntry, facts: Facts) -> list[Check]:
     baselines = facts.get(AER_COUNTERS) if entry.since == "session" else {}
     return [Check(kind, gpu, entry.expect, entry.options,
                   AerProbe(gpu, entry.since, baselines.get(gpu, {})), order=AER_ORDER,
-                  subjects={"gpu": gpu}, hardware=True, fresh=True) for gpu in gpus]
+                  subjects={"gpu": gpu}, hardware=True, fresh=True, measured=True)
+            for gpu in gpus]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -86,6 +86,9 @@ class RunInfo:
     """Whether a JSON report is written (the terminal refers to it only then)."""
     targets: tuple[TargetInfo, ...] = ()
     """Every target of the run, in the order given; the fields above describe the first."""
+    state: Mapping[str, Any] | None = None
+    """The host state the run verified (``state.py``), where a report that shows it is
+    written; None without one (a rollback, no host check selected)."""
     finished_at: float = field(default_factory=time.time)
 
     @property

@@ -122,6 +122,8 @@ def environment(info: RunInfo) -> dict[str, str]:
         "gpu.count": str(len(info.gpus)),
         "spec": ", ".join(info.spec_names),
         "fix": str(info.fix).lower(),
+        **({"spec.digest": str(info.state["spec"]["digest"]),
+            "state.digest": str(info.state["digest"])} if info.state is not None else {}),
     }
 
 

@@ -37,6 +37,7 @@ def json_report(records: Sequence[CheckResult], info: RunInfo,
         "tool": f"pytest-gpuhost {__version__}",
         "checks": [record.as_dict() for record in records],
         "summary": summarize(records),
+        "state": dict(info.state) if info.state is not None else None,
     }
 
 

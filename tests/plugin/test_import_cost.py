@@ -20,16 +20,17 @@ LOADED = """
     import sys
 
     def pytest_unconfigure(config):
-        names = sorted(m for m in sys.modules
-                       if m.split(".")[0] in ("pytest_gpuhost", "yaml", "_yaml"))
+        names = sorted(m for m in sys.modules if m.split(".")[0] in {packages!r})
         with open("loaded.txt", "w") as out:
             out.write("\\n".join(names))
 """
 
 
-def loaded(pytester: pytest.Pytester, *args: str) -> list[str]:
-    """The pytest_gpuhost and YAML modules of a fresh pytest process at its end."""
-    pytester.makeconftest(textwrap.dedent(LOADED))
+def loaded(pytester: pytest.Pytester, *args: str,
+           packages: tuple[str, ...] = ("pytest_gpuhost", "yaml", "_yaml")) -> list[str]:
+    """The modules of ``packages`` (pytest_gpuhost's and YAML's) of a fresh pytest process at
+    its end."""
+    pytester.makeconftest(textwrap.dedent(LOADED).format(packages=packages))
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     return (pytester.path / "loaded.txt").read_text().split()
@@ -67,7 +68,8 @@ def test_a_verify_run_imports_the_kinds_of_its_spec_and_no_fix_or_unasked_report
     reports = [m for m in modules if m.startswith("pytest_gpuhost.reports.")]
     assert reports == ["pytest_gpuhost.reports.failure", "pytest_gpuhost.reports.junit",
                        "pytest_gpuhost.reports.terminal"]
-    absent = ("capture", "fleet", "workers", "host.remote", "gpu.bandwidth", "gpu.cudaprobe")
+    absent = ("capture", "fleet", "workers", "host.remote", "gpu.bandwidth", "gpu.cudaprobe",
+              "state", "benchmark")  # the host's state: for a report, the fixture, a benchmark
     assert not [m for m in modules if m.removeprefix("pytest_gpuhost.").startswith(absent)]
 
 
@@ -98,6 +100,41 @@ def test_a_fix_run_imports_the_fixer_and_its_journal(pytester: pytest.Pytester,
     assert {"pytest_gpuhost.fix.fixer", "pytest_gpuhost.fix.journal",
             "pytest_gpuhost.reports.jsonfile"} <= set(modules)
     assert Path(pytester.path / "out.json").exists()
+
+
+BENCHMARK = """
+def test_sum(benchmark):
+    benchmark.pedantic(sum, args=(range(10),), rounds=2, iterations=1)
+"""
+
+
+def test_pytest_benchmark_loads_the_state_only_where_it_saves_or_compares(
+        pytester: pytest.Pytester, fake: FakeHost) -> None:
+    fake.sysctl("vm.swappiness", 10)
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    pytester.makepyfile(test_bench=BENCHMARK)
+    ours = ("pytest_gpuhost.benchmark", "pytest_gpuhost.state")
+    run = ("test_bench.py", "spec.yaml", f"--gpuhost-root={fake.root}")
+    assert not set(ours) & set(loaded(pytester, *run))
+    assert set(ours) <= set(loaded(pytester, *run, "--benchmark-json=out.json"))
+    # A run without host checks that compares (nothing saved to compare with here)
+    assert "pytest_gpuhost.benchmark" in loaded(pytester, "test_bench.py", "--benchmark-compare")
+    assert not set(ours) & set(loaded(pytester, "test_bench.py", "--benchmark-json=out.json"))
+
+
+def test_without_pytest_benchmark_nothing_of_it_is_imported(pytester: pytest.Pytester,
+                                                            fake: FakeHost) -> None:
+    """-p no:benchmark: what a run has where pytest-benchmark is not installed. The fixture
+    still gives the state (the state's module loads for it, not the benchmark hooks)."""
+    fake.sysctl("vm.swappiness", 10)
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    pytester.makepyfile(test_state="def test_state(gpuhost_state):\n"
+                                   "    assert len(gpuhost_state['digest']) == 64\n")
+    modules = loaded(pytester, "test_state.py", "spec.yaml", f"--gpuhost-root={fake.root}",
+                     "-p", "no:benchmark", packages=("pytest_gpuhost", "pytest_benchmark"))
+    assert "pytest_gpuhost.state" in modules
+    assert not [m for m in modules if m.startswith(("pytest_benchmark",
+                                                    "pytest_gpuhost.benchmark"))]
 
 
 def test_a_run_gives_the_garbage_collector_back(pytester: pytest.Pytester,

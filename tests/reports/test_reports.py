@@ -262,8 +262,10 @@ def test_without_alluredir_nothing_of_allure_runs(pytester: pytest.Pytester,
             assert pytestconfig.pluginmanager.get_plugin("gpuhost-allure") is None
     """)
     before = {p.name for p in pytester.path.iterdir()}
+    # pytest-benchmark (a test dependency) makes its storage directory in every run it is in
     result = pytester.runpytest("test_probe.py", "--gpuhost-spec=s.yaml",
-                                f"--gpuhost-root={example_host}", "-p", "no:cacheprovider")
+                                f"--gpuhost-root={example_host}", "-p", "no:cacheprovider",
+                                "-p", "no:benchmark")
     result.assert_outcomes(passed=2)
     assert {p.name for p in pytester.path.iterdir()} == before
 

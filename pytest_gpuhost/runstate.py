@@ -1,0 +1,159 @@
+"""A run's host state for pytest's side: the ``gpuhost_state`` fixture, which waits for the host
+checks as a gated test does (under xdist, for every worker's), the state of a finished run for
+its reports, and JUnit's suite properties. The state itself is ``state.py``'s.
+
+The run (``hooks.GpuhostRun``) is handed in, never imported: what is needed of it is
+``StateRun``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import pytest
+
+from .reports import RunInfo
+from .result import CheckResult
+
+if TYPE_CHECKING:  # the state's module (hashlib, json) loads when a run uses the state
+    from .settings import Settings
+    from .state import HostState, SpecDigest
+
+STATE_FIXTURE = "gpuhost_state"
+NAMED = 5
+"""Checks named in an error of the fixture; the rest are counted."""
+
+
+class StateRun(Protocol):
+    """What the state needs of a run's hooks object."""
+
+    @property
+    def session(self) -> Any: ...
+
+    @property
+    def log(self) -> Any:
+        """An xdist worker's ``workers.DoneLog``; None without xdist."""
+
+    @property
+    def host_checks(self) -> list[tuple[int, str]]: ...
+
+    @property
+    def verdicts(self) -> dict[int, str]: ...
+
+    def records(self) -> list[CheckResult]: ...
+
+
+def requests_state(item: pytest.Item) -> bool:
+    """A test that uses the fixture (directly or through one of its own fixtures)."""
+    return STATE_FIXTURE in getattr(item, "fixturenames", ())
+
+
+def done_entry(record: CheckResult | None, wanted: bool) -> dict[str, Any] | None:
+    """What an xdist worker's done mark carries of a check for the state: its entry, where a
+    test of the run asks for the state (``wanted``), else nothing."""
+    if not wanted or record is None:
+        return None
+    from .state import Entry
+
+    return Entry.of(record).as_dict()
+
+
+def spec_digests(session: Any) -> list[SpecDigest]:
+    """Each spec's name and the digest of its file as it is now."""
+    from .state import spec_digest
+
+    digests = []
+    for spec in session.specs.values():
+        try:
+            content = spec.path.read_bytes()
+        except OSError as exc:  # gone since the run loaded it: no digest to vouch for it
+            content = f"unreadable: {exc}".encode()
+        digests.append(spec_digest(spec.name, content))
+    return digests
+
+
+def state_of(session: Any, records: Sequence[CheckResult]) -> dict[str, Any] | None:
+    """The state of a run's records: None without a spec (a rollback) or a host check."""
+    from .state import build, entries_of
+
+    entries = entries_of(records)
+    if not session.specs or not entries:
+        return None
+    return build(entries, spec_digests(session))
+
+
+def finished_state(run: StateRun) -> dict[str, Any] | None:
+    """The state once the host checks ran (on the controller: every worker's records)."""
+    return state_of(run.session, run.records())
+
+
+def _fail(message: str) -> None:
+    __tracebackhide__ = True
+    pytest.fail(f"{STATE_FIXTURE}: {message}", pytrace=False)
+
+
+def _named(ids: Sequence[str]) -> str:
+    more = f", and {len(ids) - NAMED} more" if len(ids) > NAMED else ""
+    return ", ".join(ids[:NAMED]) + more
+
+
+def fixture_state(run: StateRun | None) -> HostState:
+    """The fixture's value: the state once every selected host check finished, here or on
+    another xdist worker; an error (the test's, at set-up) when there is none to give."""
+    __tracebackhide__ = True
+    from .state import Entry, HostState, build, entries_of
+
+    if run is None or not run.session.specs:
+        _fail("no host was checked in this run: pass --gpuhost-spec=FILE (or set gpuhost_spec "
+              "in the ini file) so that the host checks run before this test")
+    assert run is not None
+    indices = [index for index, _ in run.host_checks]
+    if not indices:
+        _fail("no host check was selected, so no state vouches for this host; select the "
+              "spec's checks too (a -k or -m that leaves them out leaves the state out)")
+    names = dict(run.host_checks)
+    if run.log is None:
+        missing = [index for index in indices if index not in run.verdicts]
+        lost = ""
+        entries = entries_of(run.records()) if not missing else []
+    else:
+        missing = run.log.wait_for(indices)
+        down = run.log.progress.down
+        lost = f" ({'; '.join(down.values())})" if down else ""
+        states = run.log.progress.states
+        entries = [Entry.from_dict(states[i]) for i in indices if i in states]
+        missing += [i for i in indices if i not in missing and i not in states]
+    if missing:
+        _fail(f"{len(missing)} of {len(indices)} host checks did not finish{lost}: "
+              f"{_named([names.get(i, str(i)) for i in missing])}")
+    return HostState(build(entries, spec_digests(run.session)))
+
+
+def with_state(config: pytest.Config, settings: Settings, session: Any,
+               records: Sequence[CheckResult], info: RunInfo) -> RunInfo:
+    """The run's information with its state, for the reports that show it (JSON, Allure), and
+    JUnit's suite properties; the state is made only where one of them is written."""
+    if settings.report is None and settings.alluredir is None and \
+            not getattr(config.option, "xmlpath", None):
+        return info
+    state = state_of(session, records)
+    junit_suite_properties(config, state)
+    return dataclasses.replace(info, state=state)
+
+
+JUNIT_PROPERTIES = ("gpuhost.spec", "gpuhost.spec.digest", "gpuhost.state.digest")
+
+
+def junit_suite_properties(config: pytest.Config, state: dict[str, Any] | None) -> None:
+    """The spec and the state's digest as ``<property>`` elements of JUnit's ``<testsuite>``
+    (where the xunit2 schema allows properties; a test case's are not allowed there)."""
+    from _pytest.junitxml import xml_key  # what pytest's record_testsuite_property uses
+
+    xml = config.stash.get(xml_key, None)
+    if xml is None or state is None:
+        return
+    values = (state["spec"]["name"], state["spec"]["digest"], state["digest"])
+    for name, value in zip(JUNIT_PROPERTIES, values, strict=True):
+        xml.add_global_property(name, value)

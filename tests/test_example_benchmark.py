@@ -1,0 +1,49 @@
+"""examples/benchmark/ runs as its README says, on a copy of the bundled example host: --fix
+opens the gate, the micro-benchmark saves the host's state, the serving stand-in writes the
+state beside its result, and after a sysctl changed (still passing) the comparison and the diff
+name it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO
+
+EXAMPLE = REPO / "examples" / "benchmark"
+
+
+def test_the_benchmark_example_saves_compares_and_diffs(pytester: pytest.Pytester,
+                                                       example_host: Path) -> None:
+    for path in EXAMPLE.iterdir():
+        if path.is_file():
+            shutil.copy(path, pytester.path / path.name)
+    root = f"--gpuhost-root={example_host}"
+    first = pytester.runpytest_subprocess(".", root, "--fix", "--benchmark-autosave")
+    assert first.ret == pytest.ExitCode.OK, first.stdout.str()
+    outcomes = first.parseoutcomes()
+    assert (outcomes["fixed"], outcomes["passed"]) == (41, 70)  # 68 checks, 2 benchmarks
+    [saved] = (pytester.path / ".benchmarks").glob("*/0001_*.json")
+    benchmark_state = json.loads(saved.read_text())["machine_info"]["gpuhost"]
+    [written] = (pytester.path / "bench-results").glob("*/gpuhost-state.json")
+    assert json.loads(written.read_text()) == benchmark_state
+    assert json.loads((written.parent / "serving.jsonl").read_text())["completed"] == 200
+    assert benchmark_state["spec"]["name"] == "inference-node"
+    assert benchmark_state["targets"]["local"]["failing"] == []
+
+    (example_host / "proc/sys/net/core/rmem_max").write_text("33554432\n")  # still >= 16 MiB
+    second = pytester.runpytest_subprocess(".", root, "--benchmark-compare")
+    assert second.ret == pytest.ExitCode.OK, second.stdout.str()
+    second.stdout.fnmatch_lines(["0001_*.json: host state differs (* 1 check changed",
+                                 "  sysctl[net.core.rmem_max]: 16777216 -> 33554432"])
+    old, new = sorted((pytester.path / "bench-results").glob("*/gpuhost-state.json"),
+                      key=lambda path: path.stat().st_mtime_ns)
+    diff = subprocess.run([sys.executable, "-m", "pytest_gpuhost.state", "diff", str(old),
+                           str(new)], capture_output=True, text=True, timeout=60)
+    assert diff.returncode == 1, diff.stderr
+    assert "  sysctl[net.core.rmem_max]: 16777216 -> 33554432" in diff.stdout.splitlines()
