@@ -81,7 +81,7 @@ class SlurmCluster:
             raise RuntimeError(f"scontrol {shlex.join(args)} exited {done.returncode}: "
                                f"{done.stderr.strip()}")
 
-    def wait(self, predicate: str | None, *, what: str, deadline: float = 180.0,
+    def wait(self, predicate: str | None, *, what: str, deadline: float = 600.0,
              check: Callable[[str], bool] | None = None) -> str:
         """Poll until the node's state line is ``predicate`` (or ``check(line)`` holds). The
         deadline only catches a hang; nothing is judged by how long it took."""
@@ -219,7 +219,8 @@ PartitionName=gpu Nodes={node} Default=YES State=UP
     return cluster
 
 
-def _wait_for_path(path: Path, cluster: SlurmCluster, name: str, deadline: float = 60) -> None:
+def _wait_for_path(path: Path, cluster: SlurmCluster, name: str,
+                   deadline: float = 600) -> None:
     end = time.monotonic() + deadline
     while time.monotonic() < end:
         if path.exists():
