@@ -4,9 +4,11 @@ Debian's ``slurm-wlm`` daemons and ``munge``, as a site runs them, but private: 
 socket and log made here (munged is told its socket with ``--socket``, Slurm with
 ``AuthInfo=socket=``), ``slurm.conf`` with free ports of this machine, and the state, spool, pid
 and log files of slurmctld and slurmd here too. Nothing of this machine's own Slurm or munge
-(``/etc/slurm``, ``/etc/munge``, ``/run/munge``) is read or changed, and the daemons talk only to
-127.0.0.1. The one node's ``HealthCheckProgram`` is the caller's, run every
-``HealthCheckInterval`` seconds by slurmd, as on a cluster.
+(``/etc/slurm``, ``/etc/munge``, ``/run/munge``) is read or changed. slurmctld and slurmd listen
+on 127.0.0.1 alone (``CommunicationParameters=NoCtldInAddrAny,NoInAddrAny``: they bind the
+controller's and the node's address, not every address) and talk only to it. The one node's
+``HealthCheckProgram`` is the caller's, run every ``HealthCheckInterval`` seconds by slurmd, as
+on a cluster.
 
 slurmd runs a ``HealthCheckProgram`` with no environment but ``SLURMD_NODENAME`` (found by
 running one, slurm-wlm 22.05): a program that needs settings (``SLURM_CONF`` for sinfo and
@@ -198,6 +200,7 @@ SchedulerType=sched/builtin
 SelectType=select/linear
 SlurmdParameters=config_overrides
 ReturnToService=2
+CommunicationParameters=NoCtldInAddrAny,NoInAddrAny
 HealthCheckProgram={health_check}
 HealthCheckInterval={interval}
 HealthCheckNodeState=ANY
