@@ -51,7 +51,7 @@ CHROMIUM = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-bro
 DRAWN = """<script>window.addEventListener("load", () => {
   const cells = document.querySelectorAll("#matrix td.cell").length;
   const start = performance.now();
-  const kind = document.getElementById("f-kind");
+  const kind = document.getElementById("f-section");
   kind.value = kind.options[kind.options.length - 1].value;
   kind.dispatchEvent(new Event("change"));
   const outcome = document.getElementById("f-outcome");

@@ -29,7 +29,14 @@
 # HealthCheckProgram's status, and a Prolog's non-zero status requeues the job (and Slurm drains
 # the node itself, "Prolog error", if it is not drained yet).
 #
-# Settings (environment; defaults below):
+# Settings (environment; defaults below). slurmd runs a HealthCheckProgram with no environment
+# but SLURMD_NODENAME (slurm-wlm 22.05, tests/e2e/test_slurm_cluster.py), so sinfo and scontrol
+# read /etc/slurm/slurm.conf and every setting is its default. To change one, make the
+# HealthCheckProgram a wrapper that sets it (and PATH, where Slurm is not in /usr/bin):
+#     #!/bin/sh
+#     export GPUHOST_SPEC=/etc/gpuhost/a100.yaml
+#     exec /bin/sh /usr/local/sbin/gpuhost-healthcheck
+#
 #   GPUHOST_SPEC     the spec                               /etc/gpuhost/spec.yaml
 #   GPUHOST_PYTEST   the pytest with pytest-gpuhost         /opt/gpuhost/bin/pytest
 #   GPUHOST_PYTHON   its python (for the reason helper)     python3 beside GPUHOST_PYTEST

@@ -1,26 +1,38 @@
 "use strict";
 // The fleet page: everything comes from the JSON blob in #fleet-data; nothing is fetched.
+// Three levels, one select: all sections (the terminal matrix's columns), a section (its kinds,
+// or its checks when it has one kind), a kind (its checks).
 (function () {
   const data = JSON.parse(document.getElementById("fleet-data").textContent);
   const S = data.strings, OUT = data.outcomes, KINDS = data.kinds, CHECKS = data.checks;
+  const SECTIONS = data.sections, KIND_SECTION = data.kindSection;
   const STRIDE = 6; // check, outcome, observed, expected, message, evidence
   const PAGE = 100;
   const GOOD = new Set(["passed", "fixed", "skipped"]);
-  const rank = (o) => OUT.indexOf(o); // worst first
   const str = (i) => (i < 0 ? null : S[i]);
   const esc = (t) => String(t).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;",
     ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
-  const state = { kind: "", outcome: "", target: "", page: 0, driftAll: false, chosen: null };
+  const state = { view: "", outcome: "", target: "", page: 0, driftAll: false };
 
-  // Per target: the indices of its results of each kind, and the outcomes of each kind.
+  const kindsOfSection = SECTIONS.map(() => []);
+  for (const k of data.kindOrder) kindsOfSection[KIND_SECTION[k]].push(k);
+  // A kind's label inside its section: pcie.max_read_request -> max_read_request.
+  const kindLabel = (k) => {
+    const name = KINDS[k], prefix = SECTIONS[KIND_SECTION[k]] + ".";
+    return name.startsWith(prefix) ? name.slice(prefix.length) : name;
+  };
+
+  // Per target: the offsets of its results of each section and of each kind.
   const targets = data.targets.map(([name, reason, facts, results], index) => {
-    const byKind = new Map();
+    const bySection = new Map(), byKind = new Map();
     for (let r = 0; r < results.length; r += STRIDE) {
-      const kind = CHECKS[results[r]][2];
+      const kind = CHECKS[results[r]][2], section = KIND_SECTION[kind];
+      if (!bySection.has(section)) bySection.set(section, []);
+      bySection.get(section).push(r);
       if (!byKind.has(kind)) byKind.set(kind, []);
       byKind.get(kind).push(r);
     }
-    return { index, name, reason: str(reason), facts: str(facts), results, byKind };
+    return { index, name, reason: str(reason), facts: str(facts), results, bySection, byKind };
   });
   const checksOfKind = new Map();
   for (const t of targets) {
@@ -31,19 +43,32 @@
     }
   }
 
+  // The view: "" all sections, "sN" section N, "kN" kind N. A section of one kind is that kind.
+  function parseView(view) {
+    if (view === "") return { level: "all" };
+    const n = Number(view.slice(1));
+    if (view[0] === "k") return { level: "kind", kind: n };
+    const kinds = kindsOfSection[n];
+    return kinds.length === 1 ? { level: "kind", kind: kinds[0], section: n } : { level: "section", section: n };
+  }
+  function inView(kind) {
+    const v = parseView(state.view);
+    if (v.level === "all") return true;
+    if (v.level === "kind") return kind === v.kind;
+    return KIND_SECTION[kind] === v.section;
+  }
+
   function outcomeOf(t, r) { return OUT[t.results[r + 1]]; }
   function worst(t, rows) {
     let best = OUT.length;
     for (const r of rows) best = Math.min(best, t.results[r + 1]);
     return OUT[best] || "passed";
   }
-  function has(t, outcome, kind) {
-    const rows = kind === "" ? null : t.byKind.get(Number(kind)) || [];
-    if (rows === null) {
-      for (let r = 0; r < t.results.length; r += STRIDE) if (outcomeOf(t, r) === outcome) return true;
-      return false;
+  function has(t, outcome) {
+    for (let r = 0; r < t.results.length; r += STRIDE) {
+      if (outcomeOf(t, r) === outcome && inView(CHECKS[t.results[r]][2])) return true;
     }
-    return rows.some((r) => outcomeOf(t, r) === outcome);
+    return false;
   }
 
   function visibleTargets() {
@@ -51,37 +76,64 @@
     return targets.filter((t) => {
       if (needle && !t.name.toLowerCase().includes(needle)) return false;
       if (state.outcome === "no result") return t.reason !== null;
-      if (state.outcome) return t.reason === null && has(t, state.outcome, state.kind);
+      if (state.outcome) return t.reason === null && has(t, state.outcome);
       return true;
     });
   }
 
+  // A column: what it groups (a section, a kind or one check), its heading, and where a click
+  // on the heading leads.
   function columns() {
-    if (state.kind === "") return data.kindOrder.map((k) => ({ kind: k, label: KINDS[k] }));
-    const kind = Number(state.kind);
-    return [...(checksOfKind.get(kind) || [])].map((c) => ({ check: c, label: S[CHECKS[c][3]] }));
+    const v = parseView(state.view);
+    if (v.level === "all") {
+      return SECTIONS.map((name, s) => ({ section: s, label: name, title: name, drill: `s${s}` }));
+    }
+    if (v.level === "section") {
+      return kindsOfSection[v.section].map((k) => ({ kind: k, label: kindLabel(k), title: KINDS[k],
+        drill: `k${k}`, vertical: true }));
+    }
+    return [...(checksOfKind.get(v.kind) || [])].map((c) => ({ check: c, label: S[CHECKS[c][3]],
+      title: S[CHECKS[c][1]], vertical: true }));
   }
 
-  function kindCell(t, col) {
-    const rows = t.byKind.get(col.kind);
-    if (!rows) return '<td class="cell empty">-</td>';
+  function rowsOf(t, col) {
+    if (col.section !== undefined) return t.bySection.get(col.section) || [];
+    if (col.kind !== undefined) return t.byKind.get(col.kind) || [];
+    return (t.byKind.get(CHECKS[col.check][2]) || []).filter((r) => t.results[r] === col.check);
+  }
+
+  // What is wrong in a group of checks, for its tooltip: "pcie.aspm 8 failed; ...".
+  function problems(t, rows) {
+    const counts = new Map();
+    for (const r of rows) {
+      const o = outcomeOf(t, r);
+      if (GOOD.has(o)) continue;
+      const key = `${KINDS[CHECKS[t.results[r]][2]]} ${o}`;
+      counts.set(key, (counts.get(key) || 0) + 1);
+    }
+    return [...counts].map(([key, n]) => `${n} ${key}`).join("; ");
+  }
+
+  function cellOf(t, col) {
+    const rows = rowsOf(t, col);
+    if (!rows.length) return '<td class="cell empty">-</td>';
+    const where = col.section !== undefined ? `data-s="${col.section}"` :
+      col.kind !== undefined ? `data-k="${col.kind}"` : `data-c="${col.check}"`;
+    if (col.check !== undefined) {
+      const r = rows[0], o = outcomeOf(t, r), observed = str(t.results[r + 2]);
+      const dim = state.outcome && o !== state.outcome;
+      const text = observed === null ? "&mdash;" : esc(observed.length > 12 ? observed.slice(0, 11) + "…" : observed);
+      return `<td class="cell o-${o}${dim ? " dim" : ""}" data-t="${t.index}" ${where}` +
+        ` data-outcome="${o}" title="${esc(col.title)}: ${esc(o)}">${text}</td>`;
+    }
     const w = worst(t, rows);
     const bad = rows.filter((r) => !GOOD.has(outcomeOf(t, r))).length;
     const dim = state.outcome && !rows.some((r) => outcomeOf(t, r) === state.outcome);
     const text = bad ? `${bad}/${rows.length}` : String(rows.length);
-    return `<td class="cell o-${w}${dim ? " dim" : ""}" data-t="${t.index}" data-k="${col.kind}"` +
-      ` data-outcome="${w}" title="${esc(KINDS[col.kind])}: ${esc(w)}">${text}</td>`;
-  }
-
-  function checkCell(t, col) {
-    const rows = t.byKind.get(Number(state.kind)) || [];
-    const r = rows.find((x) => t.results[x] === col.check);
-    if (r === undefined) return '<td class="cell empty">-</td>';
-    const o = outcomeOf(t, r), observed = str(t.results[r + 2]);
-    const dim = state.outcome && o !== state.outcome;
-    const text = observed === null ? "&mdash;" : esc(observed.length > 12 ? observed.slice(0, 11) + "…" : observed);
-    return `<td class="cell o-${o}${dim ? " dim" : ""}" data-t="${t.index}" data-c="${col.check}"` +
-      ` data-outcome="${o}" title="${esc(S[CHECKS[col.check][1]])}: ${esc(o)}">${text}</td>`;
+    const title = bad ? `${col.title}: ${bad} of ${rows.length} not good: ${problems(t, rows)}` :
+      `${col.title}: ${rows.length} good`;
+    return `<td class="cell o-${w}${dim ? " dim" : ""}" data-t="${t.index}" ${where}` +
+      ` data-outcome="${w}" title="${esc(title)}">${text}</td>`;
   }
 
   function drawMatrix() {
@@ -90,7 +142,11 @@
     state.page = Math.min(state.page, pages - 1);
     const slice = shown.slice(state.page * PAGE, state.page * PAGE + PAGE);
     const parts = ['<thead><tr><th class="name">target</th>'];
-    for (const col of cols) parts.push(`<th title="${esc(col.label)}">${esc(col.label)}</th>`);
+    for (const col of cols) {
+      const cls = [col.vertical ? "v" : "", col.drill ? "drill" : ""].filter(Boolean).join(" ");
+      parts.push(`<th class="${cls}" title="${esc(col.title)}"` +
+        (col.drill ? ` data-drill="${col.drill}"` : "") + `><span>${esc(col.label)}</span></th>`);
+    }
     parts.push("</tr></thead><tbody>");
     for (const t of slice) {
       if (t.reason !== null) {
@@ -99,7 +155,7 @@
         continue;
       }
       parts.push(`<tr class="target" data-target="${esc(t.name)}"><td class="name" title="${esc(t.facts)}">${esc(t.name)}</td>`);
-      for (const col of cols) parts.push(col.check === undefined ? kindCell(t, col) : checkCell(t, col));
+      for (const col of cols) parts.push(cellOf(t, col));
       parts.push("</tr>");
     }
     parts.push("</tbody>");
@@ -124,18 +180,25 @@
 
   function showDetail(cell) {
     const t = targets[Number(cell.dataset.t)];
-    const rows = t.byKind.get(cell.dataset.k !== undefined ? Number(cell.dataset.k) : CHECKS[Number(cell.dataset.c)][2]) || [];
-    const chosen = cell.dataset.c !== undefined ? rows.filter((r) => t.results[r] === Number(cell.dataset.c)) : rows;
-    const title = cell.dataset.k !== undefined ? KINDS[Number(cell.dataset.k)] : S[CHECKS[Number(cell.dataset.c)][1]];
-    document.getElementById("detail").innerHTML = `<h3>${esc(t.name)}: ${esc(title)}</h3>` +
-      `<p class="facts">${esc(t.facts || "")}</p>` + chosen.map((r) => recordHtml(t, r)).join("");
+    const col = cell.dataset.s !== undefined ? { section: Number(cell.dataset.s), title: SECTIONS[Number(cell.dataset.s)] } :
+      cell.dataset.k !== undefined ? { kind: Number(cell.dataset.k), title: KINDS[Number(cell.dataset.k)] } :
+        { check: Number(cell.dataset.c), title: S[CHECKS[Number(cell.dataset.c)][1]] };
+    // the worst first, then in the spec's order
+    const rows = [...rowsOf(t, col)].sort((a, b) => t.results[a + 1] - t.results[b + 1] || a - b);
+    document.getElementById("detail-body").innerHTML = `<h3>${esc(t.name)}: ${esc(col.title)}</h3>` +
+      `<p class="facts">${esc(t.facts || "")}</p>` + rows.map((r) => recordHtml(t, r)).join("");
+    document.getElementById("detail").hidden = false;
     document.querySelectorAll("td.chosen").forEach((td) => td.classList.remove("chosen"));
     cell.classList.add("chosen");
   }
 
+  function closeDetail() {
+    document.getElementById("detail").hidden = true;
+    document.querySelectorAll("td.chosen").forEach((td) => td.classList.remove("chosen"));
+  }
+
   function drawDrift() {
-    const kind = state.kind === "" ? null : Number(state.kind);
-    const rows = data.drift.filter(([c]) => kind === null || CHECKS[c][2] === kind);
+    const rows = data.drift.filter(([c]) => inView(CHECKS[c][2]));
     const limit = state.driftAll ? rows.length : 200;
     const parts = ["<thead><tr><th>check</th><th>majority</th><th>minority (flagged)</th></tr></thead><tbody>"];
     for (const [c, groups] of rows.slice(0, limit)) {
@@ -151,6 +214,7 @@
     }
     parts.push("</tbody>");
     document.getElementById("drift").innerHTML = parts.join("");
+    document.getElementById("drift").hidden = !rows.length;
     document.getElementById("drift-summary").textContent = rows.length
       ? `${rows.length} check(s) whose observed value differs between targets: the majority's value first, the other targets flagged.`
       : "Every check holds one value on every target.";
@@ -159,20 +223,42 @@
 
   function draw() { drawMatrix(); drawDrift(); }
 
+  function setView(view) {
+    state.view = view;
+    state.page = 0;
+    document.getElementById("f-section").value = view;
+    closeDetail();
+    draw();
+  }
+
   function setup() {
-    const kindSelect = document.getElementById("f-kind");
-    for (const k of data.kindOrder) kindSelect.add(new Option(KINDS[k], String(k)));
+    const select = document.getElementById("f-section");
+    SECTIONS.forEach((name, s) => {
+      const kinds = kindsOfSection[s];
+      if (kinds.length === 1) {
+        select.add(new Option(name, `s${s}`));
+        return;
+      }
+      const group = document.createElement("optgroup");
+      group.label = name;
+      group.appendChild(new Option(`${name}: its ${kinds.length} kinds`, `s${s}`));
+      for (const k of kinds) group.appendChild(new Option(KINDS[k], `k${k}`));
+      select.appendChild(group);
+    });
     const outcomeSelect = document.getElementById("f-outcome");
     for (const o of OUT) outcomeSelect.add(new Option(o, o));
     outcomeSelect.add(new Option("no result", "no result"));
-    kindSelect.addEventListener("change", () => { state.kind = kindSelect.value; state.page = 0; draw(); });
+    select.addEventListener("change", () => setView(select.value));
     outcomeSelect.addEventListener("change", () => { state.outcome = outcomeSelect.value; state.page = 0; drawMatrix(); });
     const input = document.getElementById("f-target");
     input.addEventListener("input", () => { state.target = input.value; state.page = 0; drawMatrix(); });
     document.getElementById("prev").addEventListener("click", () => { state.page -= 1; drawMatrix(); });
     document.getElementById("next").addEventListener("click", () => { state.page += 1; drawMatrix(); });
     document.getElementById("drift-more").addEventListener("click", () => { state.driftAll = true; drawDrift(); });
+    document.getElementById("detail-close").addEventListener("click", closeDetail);
     document.getElementById("matrix").addEventListener("click", (event) => {
+      const heading = event.target.closest("th[data-drill]");
+      if (heading) { setView(heading.dataset.drill); return; }
       const cell = event.target.closest("td.cell");
       if (cell && cell.dataset.t !== undefined) showDetail(cell);
     });

@@ -1,9 +1,11 @@
 """The fleet as one self-contained HTML page: no network, no CDN, its CSS and script inline.
 
 The page holds the fleet as one JSON blob (every string once, each result a row of indices into
-it) and draws from it on demand: the matrix is targets by check kind, a page of rows at a time;
-choosing a kind shows that kind's checks as columns; a click on a cell shows its records'
-expected, observed, message and evidence; the drift table is below. A thousand targets of 150
+it) and draws from it on demand: the matrix is targets by section, the terminal matrix's columns
+in its order (``matrix.columns``), a page of rows at a time; choosing a section shows its kinds
+as columns (its checks, when it has one kind), choosing a kind its checks; a click on a cell
+opens a panel of its records' expected, observed, message and evidence; the drift table is
+below. A thousand targets of 150
 checks each make a page of a few MB that draws in well under a second (bench/fleet.py).
 """
 
@@ -19,7 +21,7 @@ from typing import Any
 from .. import __version__
 from . import OUTCOME_ORDER, FleetRow, Sections, check_key
 from .drift import Drift
-from .matrix import short_key
+from .matrix import columns, short_key
 
 HERE = Path(__file__).parent
 CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'"
@@ -64,12 +66,14 @@ def page_data(targets: Sequence[FleetRow], drifts: Sequence[Drift], title: str) 
     strings = _Strings()
     outcomes = list(OUTCOME_ORDER)
     outcome_index = {name: i for i, name in enumerate(outcomes)}
+    sections = Sections.of(targets)
+    section_names = columns(targets, sections)
+    """The terminal matrix's columns: the page and the terminal group alike, by construction."""
+    section_index = {name: i for i, name in enumerate(section_names)}
     checks: dict[tuple[str, str], int] = {}
     check_rows: list[list[int]] = []
     kinds: dict[str, int] = {}
-    section_of: dict[str, str] = {}
-    """Each kind's section, for the order of the kinds."""
-    sections = Sections.of(targets)
+    kind_section: list[int] = []
     rows = []
     for target in targets:
         results: list[int] = []
@@ -78,8 +82,10 @@ def page_data(targets: Sequence[FleetRow], drifts: Sequence[Drift], title: str) 
             index = checks.get(key)
             if index is None:
                 kind = str(record.get("kind", ""))
-                kind_index = kinds.setdefault(kind, len(kinds))
-                section_of.setdefault(kind, sections.section(record))
+                kind_index = kinds.get(kind)
+                if kind_index is None:
+                    kind_index = kinds[kind] = len(kinds)
+                    kind_section.append(section_index[sections.section(record)])
                 index = checks[key] = len(check_rows)
                 check_rows.append([strings(key[0]), strings(key[1]), kind_index,
                                    strings(short_key(record))])
@@ -87,7 +93,7 @@ def page_data(targets: Sequence[FleetRow], drifts: Sequence[Drift], title: str) 
                         strings(record.get("observed")), strings(record.get("expected")),
                         strings(record.get("message")), strings(_evidence(record))]
         rows.append([target.name, strings(target.reason), strings(_facts(target)), results])
-    order = sorted(kinds, key=lambda k: (sections.rank(section_of[k]), kinds[k]))
+    order = sorted(kinds, key=lambda k: (kind_section[kinds[k]], kinds[k]))
     target_index = {t.name: i for i, t in enumerate(targets)}
     drift_rows = [[checks[(d.spec, d.id)],
                    [[strings(g.value), [target_index[n] for n in g.targets], int(g.passes)]
@@ -95,7 +101,8 @@ def page_data(targets: Sequence[FleetRow], drifts: Sequence[Drift], title: str) 
                   for d in drifts if (d.spec, d.id) in checks]
     return {"title": title, "generated": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
             "tool": f"pytest-gpuhost {__version__}", "outcomes": outcomes,
-            "kinds": list(kinds), "kindOrder": [kinds[k] for k in order],
+            "sections": section_names, "kinds": list(kinds), "kindSection": kind_section,
+            "kindOrder": [kinds[k] for k in order],
             "checks": check_rows, "strings": strings.table, "targets": rows,
             "drift": drift_rows}
 
@@ -119,17 +126,19 @@ def render(targets: Sequence[FleetRow], drifts: Sequence[Drift], title: str) -> 
 <body>
 <header><h1>{html.escape(title)}</h1><p id="summary"></p></header>
 <section id="controls">
-  <label>kind <select id="f-kind"><option value="">all kinds</option></select></label>
+  <label>section <select id="f-section"><option value="">all sections</option></select></label>
   <label>outcome <select id="f-outcome"><option value="">any</option></select></label>
   <label>target <input id="f-target" type="search" placeholder="name contains"></label>
   <span id="pager"><button id="prev" type="button">&lsaquo; prev</button>
   <span id="rows"></span><button id="next" type="button">next &rsaquo;</button></span>
 </section>
 <div id="legend"></div>
+<p id="hint">Click a cell for its checks: expected, observed, message and evidence; a column's
+heading for its kinds or checks.</p>
 <main>
   <div id="matrix-wrap"><table id="matrix"></table></div>
-  <aside id="detail"><p class="hint">Click a cell for its checks: expected, observed and
-  evidence.</p></aside>
+  <aside id="detail" hidden><button id="detail-close" type="button" title="close">&times;</button>
+  <div id="detail-body"></div></aside>
 </main>
 <section id="drift-section"><h2>Drift</h2><p id="drift-summary"></p>
 <table id="drift"></table><button id="drift-more" type="button" hidden>show all</button>

@@ -18,10 +18,15 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuhost.fleet import read_reports
+from pytest_gpuhost.fleet import FleetRow, read_reports
 from pytest_gpuhost.fleet.drift import find_drift
+from pytest_gpuhost.fleet.matrix import matrix_lines
 from pytest_gpuhost.fleet.page import render
+from pytest_gpuhost.reports import RunInfo
+from pytest_gpuhost.reports.jsonfile import json_report
+from pytest_gpuhost.testing.fakehost import blackwell8_untuned
 
+from ..conftest import BLACKWELL8
 from ..fleet.test_view import fleet_reports  # noqa: F401  (the fixture)
 from .test_allure_browser import CHROMIUM
 from .test_allure_browser import chromium as allure_chromium
@@ -49,16 +54,20 @@ window.addEventListener("load", () => {
   out.node04 = cells("node04");
   out.drift = q("#drift tr.drift").map((tr) => tr.dataset.check);
   out.minority = q("#drift .minority").map((s) => s.textContent);
-  const kind = [...document.getElementById("f-kind").options]
+  q('#matrix th[data-drill]').find((th) => th.textContent === "pcie").click();
+  out.sectionHeader = q("#matrix thead th").map((th) => th.textContent);
+  out.sectionChoice = document.getElementById("f-section").value;
+  const kind = [...document.getElementById("f-section").options]
     .find((o) => o.text === "pcie.max_link_speed").value;
-  set("f-kind", kind, "change");
+  set("f-section", kind, "change");
   out.kindHeader = q("#matrix thead th").map((th) => th.textContent);
   out.kindNode03 = cells("node03");
   out.kindDrift = q("#drift tr.drift").map((tr) => tr.dataset.check);
   q('#matrix tr[data-target="node03"] td.cell')[4].click();
   out.detail = document.getElementById("detail").innerText;
   out.chosen = q("td.chosen").length;
-  set("f-kind", "", "change");
+  set("f-section", "", "change");
+  out.detailHidden = document.getElementById("detail").hidden;
   set("f-outcome", "failed", "change");
   out.failedRows = rows();
   out.failedNode04 = cells("node04");
@@ -70,6 +79,9 @@ window.addEventListener("load", () => {
   set("f-target", "", "input");
   q('#matrix tr[data-target="node04"] td.cell')[0].click();
   out.sysctlDetail = document.getElementById("detail").innerText;
+  document.getElementById("detail-close").click();
+  out.closed = [document.getElementById("detail").hidden, q("td.chosen").length];
+  q('#matrix tr[data-target="node04"] td.cell')[0].click();  // for the screenshot
   const pre = document.createElement("pre");
   pre.id = "driver-out";
   pre.textContent = JSON.stringify(out);
@@ -102,20 +114,22 @@ def page(fleet_reports: list[Path], tmp_path: Path) -> Path:  # noqa: F811
     return path
 
 
-def test_the_fleet_page_in_headless_chromium(page: Path, tmp_path: Path) -> None:
+def test_the_fleet_page_in_headless_chromium(page: Path, fleet_reports: list[Path],  # noqa: F811
+                                            tmp_path: Path) -> None:
     seen = driven(page)
     assert seen["summary"].startswith("6 targets: 3 healthy, 1 with problems, 2 no result; ")
-    assert seen["header"] == ["target", "sysctl", "gpu_count", "gpus.nvml_inventory",
-                              "gpus.driver_version", "pcie.max_link_speed",
-                              "pcie.max_read_request", "module"]
+    # The columns are the sections, as the terminal matrix has them (issue 24, 12)
+    terminal = matrix_lines(read_reports(fleet_reports))[3].split()
+    assert seen["header"] == terminal == ["target", "sysctl", "gpus", "pcie", "module"]
     assert seen["rows"] == ["node01", "node02", "node03", "node04", "node05", "node06"]
     assert len(seen["noresult"]) == 2 and "no such report" in seen["noresult"][0]
     assert "No route to host" in seen["noresult"][1]
-    assert seen["node01"] == [["passed", "2", False], ["passed", "1", False],
-                              ["passed", "1", False], ["passed", "1", False],
-                              ["passed", "8", False], ["passed", "8", False],
-                              ["passed", "2", False]]
+    assert seen["node01"] == [["passed", "2", False], ["passed", "3", False],
+                              ["passed", "16", False], ["passed", "2", False]]
     assert seen["node04"][0] == ["failed", "1/2", False]  # a colour per outcome: the worst
+    # A section's heading leads to its kinds, a kind to its checks.
+    assert seen["sectionHeader"] == ["target", "max_link_speed", "max_read_request"]
+    assert seen["sectionChoice"] == "s2"
     assert seen["drift"] == ["sysctl[vm.swappiness]", "gpus.driver_version",
                              "pcie.max_link_speed[0000:81:00.0]"]
     assert seen["minority"] == ["node04", "node03", "node03"]
@@ -130,6 +144,7 @@ def test_the_fleet_page_in_headless_chromium(page: Path, tmp_path: Path) -> None
                   "max_link_speed: 16.0 GT/s PCIe", "host node03", "passed"):
         assert shown in seen["detail"], shown
     assert seen["chosen"] == 1
+    assert seen["detailHidden"] is True  # another view closes the panel
     # The outcome filter keeps the targets with such a check and dims the other cells.
     assert seen["failedRows"] == ["node04"]
     assert seen["failedNode04"][0][2] is False and all(c[2] for c in seen["failedNode04"][1:])
@@ -138,8 +153,134 @@ def test_the_fleet_page_in_headless_chromium(page: Path, tmp_path: Path) -> None
     for shown in ("sysctl[vm.swappiness]", "expected\n10", "observed\n60", "failed",
                   "evidence\nproc/sys/vm/swappiness: 60"):
         assert shown in seen["sysctlDetail"], shown
+    assert seen["closed"] == [True, 0]
 
     shot = Path(os.environ.get("GPUHOST_FLEET_SCREENSHOT", str(tmp_path / "fleet.png")))
     copy = page.with_name("driven.html")
     chromium(f"--screenshot={shot}", copy.as_uri() + "#shot")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# -- the layout at the widths people use (issue 24, 12) ----------------------------------------
+
+LAYOUT = r"""
+<script>
+window.addEventListener("load", () => {
+  const q = (s) => [...document.querySelectorAll(s)];
+  const wrap = document.getElementById("matrix-wrap");
+  const detail = document.getElementById("detail");
+  // A heading is cut when its text reaches past its own box.
+  const cut = () => q("#matrix thead th").filter((th) => {
+    const box = th.getBoundingClientRect(), range = document.createRange();
+    range.selectNodeContents(th);
+    const text = range.getBoundingClientRect();
+    return text.left < box.left - 1 || text.right > box.right + 1 ||
+      text.top < box.top - 1 || text.bottom > box.bottom + 1;
+  }).map((th) => th.textContent);
+  const layout = () => {
+    const edge = wrap.getBoundingClientRect().right;
+    return {
+      header: q("#matrix thead th").map((th) => th.textContent),
+      offscreen: q("#matrix thead th").filter((th) => th.getBoundingClientRect().right > edge + 1)
+        .map((th) => th.textContent),
+      scroll: wrap.scrollWidth - wrap.clientWidth,
+      cut: cut(),
+      detail: Math.round(detail.getBoundingClientRect().width),
+      page: document.documentElement.clientWidth,
+      pageScroll: document.documentElement.scrollWidth - document.documentElement.clientWidth,
+    };
+  };
+  const out = {overview: layout()};
+  q("#matrix td.cell")[0].click();
+  out.chosen = layout();
+  out.chosenText = detail.innerText;
+  out.views = {};
+  const go = (value) => {
+    const select = document.getElementById("f-section");
+    select.value = value;
+    select.dispatchEvent(new Event("change"));
+  };
+  const drills = () => q("#matrix th[data-drill]").map((th) => [th.title, th.dataset.drill]);
+  for (const [section, value] of drills()) {
+    go(value);
+    out.views[section] = layout();
+    for (const [kind, inner] of drills()) {
+      go(inner);
+      out.views[kind] = layout();
+    }
+    go("");
+  }
+  const pre = document.createElement("pre");
+  pre.id = "driver-out";
+  pre.textContent = JSON.stringify(out);
+  pre.hidden = true;
+  document.body.appendChild(pre);
+  // what the screenshot shows: the overview with a failing cell's details open
+  q("#matrix td.cell")[0].click();
+});
+</script>
+"""
+
+
+def blackwell8_report(tmp_path: Path, name: str, *, fix: bool) -> Path:
+    """The JSON report of the bundled spec on a copy of the example host (every kind)."""
+    from ..capture.capturing import run
+
+    root = tmp_path / name
+    blackwell8_untuned(root, cpus=16)
+    done = run(root, tmp_path, [BLACKWELL8], fix=fix)
+    info = RunInfo(specs=(("blackwell8.yaml", "blackwell8"),), root=str(root), hostname=name,
+                   kernel="6.5.0-44-generic", driver="580.95.05",
+                   gpus=tuple(f"gpu{i}" for i in range(8)))
+    report = tmp_path / f"{name}.json"
+    report.write_text(json.dumps(json_report(done.records, info)))
+    return report
+
+
+@pytest.fixture(scope="module")
+def full_fleet(tmp_path_factory: pytest.TempPathFactory) -> list[FleetRow]:
+    """Three nodes of the bundled spec, every one of its kinds: untuned, fixed, unreachable."""
+    tmp_path = tmp_path_factory.mktemp("full-fleet")
+    reports = [blackwell8_report(tmp_path, "gpu-node-01", fix=False),
+               blackwell8_report(tmp_path, "gpu-node-02", fix=True), tmp_path / "gpu-node-03.json"]
+    return read_reports(reports)
+
+
+@pytest.mark.parametrize("width", [1280, 1920])
+def test_every_section_fits_at_common_widths_headings_whole_details_on_demand(
+        full_fleet: list[FleetRow], tmp_path: Path, width: int) -> None:
+    kinds = {str(r["kind"]) for t in full_fleet for r in t.records}
+    assert len(kinds) >= 30  # the page once showed 19 of 31 such kind columns at 1280 px
+    page = tmp_path / "fleet.html"
+    page.write_text(render(full_fleet, find_drift(full_fleet), "GPU fleet").replace(
+        "</body>", LAYOUT + "</body>"))
+    dom = allure_chromium("--dump-dom", page.as_uri(), budget_ms=5000, window=f"{width},900")
+    found = re.search(r'<pre id="driver-out"[^>]*>(.*?)</pre>', dom, re.S)
+    assert found, dom[-2000:]
+    seen: dict[str, Any] = json.loads(html.unescape(found.group(1)))
+
+    # the same columns as the terminal matrix, every one in view, none cut, no empty panel
+    overview = seen["overview"]
+    assert overview["header"] == matrix_lines(full_fleet)[3].split()
+    assert (overview["offscreen"], overview["scroll"], overview["cut"]) == ([], 0, [])
+    assert overview["detail"] == 0 and overview["pageScroll"] == 0
+    # a cell chosen: its details beside the matrix, which keeps every column in view
+    chosen = seen["chosen"]
+    assert (chosen["offscreen"], chosen["scroll"], chosen["cut"]) == ([], 0, [])
+    assert 0 < chosen["detail"] <= 0.35 * chosen["page"] and chosen["pageScroll"] == 0
+    assert "gpu-node-01: sysctl" in seen["chosenText"] and "expected" in seen["chosenText"]
+    # each section and each kind: every heading whole (many checks scroll sideways)
+    assert set(seen["views"]) >= {"sysctl", "pcie", "pcie.max_read_request", "p2p"}
+    for name, view in seen["views"].items():
+        assert view["cut"] == [], name
+        assert view["pageScroll"] == 0, name
+    assert seen["views"]["pcie"]["header"][1:] == [
+        "acs_redirect", "aspm", "link_width", "max_link_speed", "max_payload",
+        "max_read_request", "aer"]
+    assert seen["views"]["pcie"]["scroll"] == 0
+
+    keep = os.environ.get("GPUHOST_FLEET_SCREENSHOTS")
+    shot = Path(keep) / f"fleet-{width}.png" if keep else tmp_path / f"fleet-{width}.png"
+    allure_chromium(f"--screenshot={shot}", page.as_uri(), budget_ms=5000,
+                    window=f"{width},900")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
