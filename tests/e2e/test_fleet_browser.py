@@ -120,7 +120,7 @@ def test_the_fleet_page_in_headless_chromium(page: Path, fleet_reports: list[Pat
     assert seen["summary"].startswith("6 targets: 3 healthy, 1 with problems, 2 no result; ")
     # The columns are the sections, as the terminal matrix has them (issue 24, 12)
     terminal = matrix_lines(read_reports(fleet_reports))[3].split()
-    assert seen["header"] == terminal == ["target", "sysctl", "gpus", "pcie", "module"]
+    assert seen["header"] == terminal == ["target", "sysctl", "gpus", "pcie", "modules"]
     assert seen["rows"] == ["node01", "node02", "node03", "node04", "node05", "node06"]
     assert len(seen["noresult"]) == 2 and "no such report" in seen["noresult"][0]
     assert "No route to host" in seen["noresult"][1]
