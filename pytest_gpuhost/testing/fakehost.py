@@ -14,8 +14,8 @@ import stat
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from ..checks.p2p import RECORDED_DIR
 from ..checks.sysctl import sysctl_path
+from ..gpu.measure import RECORDED_DIR
 from ..gpu.nvml import RECORDED_NVML, FakeGpu, FakeNvml
 from ..linux.pciconfig import CAP_ID_EXP, CAP_POINTER, DEVCTL, SIZES, STATUS, STATUS_CAP_LIST
 from ..linux.pciext import EXT_ID_ACS, EXT_ID_AER
@@ -41,12 +41,17 @@ def config_space(
     port_type: int = 1,
     aspm: int = 0,
     ext_caps: Sequence[tuple[int, int, bytes]] = (),
+    trained: tuple[str, int] | None = None,
+    target_speed: str | None = None,
 ) -> bytes:
     """A config space with PM and MSI capabilities and, at ``exp_cap``, PCI Express: type 0
     (an endpoint; ``port_type`` 1, legacy endpoint) or, with ``bridge``, type 1 (port_type 4 a
-    root port, 5 a switch upstream port, 6 a downstream port). ``aspm`` is Link Control's ASPM
-    bits 1:0. ``ext_caps`` are (offset, id, body) extended capabilities chained from 0x100 in
-    the order given (see ``acs_body``)."""
+    root port, 5 a switch upstream port, 6 a downstream port). ``link_speed`` and
+    ``link_width`` are Link Capabilities; the link trained to them (Link Status) unless
+    ``trained`` says (speed, width) otherwise. ``target_speed``: Link Control 2's Target Link
+    Speed (a slot set to "Gen3" in the firmware). ``aspm`` is Link Control's ASPM bits 1:0.
+    ``ext_caps`` are (offset, id, body) extended capabilities chained from 0x100 in the order
+    given (see ``acs_body``)."""
     data = bytearray(size)
     data[0:2] = vendor.to_bytes(2, "little")
     data[2:4] = device.to_bytes(2, "little")
@@ -70,7 +75,11 @@ def config_space(
         lnkcap = speed | link_width << 4 | 0x3 << 10
         data[exp_cap + 0x0C:exp_cap + 0x10] = lnkcap.to_bytes(4, "little")
         data[exp_cap + 0x10:exp_cap + 0x12] = (0x0040 | aspm).to_bytes(2, "little")  # CommClk+
-        data[exp_cap + 0x12:exp_cap + 0x14] = (speed | link_width << 4).to_bytes(2, "little")
+        now_speed, now_width = (_SPEED_CODES[trained[0]], trained[1]) if trained else \
+            (speed, link_width)
+        data[exp_cap + 0x12:exp_cap + 0x14] = (now_speed | now_width << 4).to_bytes(2, "little")
+        if target_speed is not None:
+            data[exp_cap + 0x30:exp_cap + 0x32] = _SPEED_CODES[target_speed].to_bytes(2, "little")
     if bridge:
         data[0x0E] = 0x01  # header type 1: a PCI-to-PCI bridge
     for index, (offset, cap_id, body) in enumerate(ext_caps):
@@ -357,7 +366,8 @@ class FakeHost:
     def pci_device(self, address: str, *, vendor: int, device: int, class_code: int,
                    numa_node: int = 0, config: bytes | None = None,
                    link_width: int = 16, max_link_speed: str = "32.0 GT/s PCIe",
-                   parent: str | None = None, aer: bool = True) -> FakeHost:
+                   parent: str | None = None, aer: bool = True,
+                   max_link_width: int | None = None) -> FakeHost:
         """A PCI function laid out as sysfs lays it out: its directory in the device tree
         (``sys/devices/pci0000:00/[bridges/]ADDR``, below ``parent``, a bridge added before)
         and ``sys/bus/pci/devices/ADDR`` a relative link to it; with ``aer``, its AER counters."""
@@ -378,7 +388,7 @@ class FakeHost:
         self.file(f"{base}/class", f"0x{class_code:06x}\n")
         self.file(f"{base}/numa_node", f"{numa_node}\n")
         self.file(f"{base}/current_link_width", f"{link_width}\n")
-        self.file(f"{base}/max_link_width", f"{link_width}\n")
+        self.file(f"{base}/max_link_width", f"{max_link_width or link_width}\n")
         self.file(f"{base}/max_link_speed", f"{max_link_speed}\n")
         self.file(f"{base}/current_link_speed", "2.5 GT/s PCIe\n")  # an idle GPU
         if aer:
@@ -396,26 +406,37 @@ class FakeHost:
     def bridge(self, address: str, *, parent: str | None = None, port_type: int = 4,
                acs: int | None = ACS_KERNEL_DEFAULT, acs_offset: int = 0x148,
                vendor: int = 0x1022, device: int = 0x14AB, numa_node: int = 0,
-               aspm: int = 0) -> FakeHost:
+               aspm: int = 0, link_speed: str = "32.0", link_width: int = 16,
+               trained: tuple[str, int] | None = None, target_speed: str | None = None,
+               max_payload: int = 256) -> FakeHost:
         """A PCIe port: a root port (``port_type`` 4), a switch's upstream (5) or downstream (6)
-        port, with ACS Control ``acs`` at ``acs_offset`` (None: no ACS capability)."""
+        port, with ACS Control ``acs`` at ``acs_offset`` (None: no ACS capability), its link
+        capable of ``link_speed`` x ``link_width`` and trained as ``trained`` says (default:
+        to that), ``target_speed`` in Link Control 2 and ``aspm`` in Link Control."""
         config = config_space(vendor=vendor, device=device, class_code=0x060400, exp_cap=0x58,
                               bridge=True, port_type=port_type, aspm=aspm,
-                              ext_caps=bridge_caps(acs, acs_offset))
+                              ext_caps=bridge_caps(acs, acs_offset), link_speed=link_speed,
+                              link_width=link_width, trained=trained,
+                              target_speed=target_speed, max_payload=max_payload)
         return self.pci_device(address, vendor=vendor, device=device, class_code=0x060400,
                                numa_node=numa_node, config=config, parent=parent)
 
     def gpu(self, address: str, *, numa_node: int = 0, max_read_request: int = 512,
             max_payload: int = 256, exp_cap: int = 0x78, link_width: int = 16,
             max_link_speed: str = "32.0", device: int = 0x2BB5, audio: bool = True,
-            parent: str | None = None, aspm: int = 0, aer: bool = True) -> FakeHost:
-        """An NVIDIA GPU function and, like a workstation card, its HD audio function ``.1``."""
+            parent: str | None = None, aspm: int = 0, aer: bool = True,
+            trained: tuple[str, int] | None = None) -> FakeHost:
+        """An NVIDIA GPU function and, like a workstation card, its HD audio function ``.1``;
+        its link trained to ``trained`` (speed, width) where that is given (a card at x8 of
+        x16), else to what it can do."""
         config = config_space(vendor=0x10DE, device=device, class_code=0x030000,
                               exp_cap=exp_cap, max_read_request=max_read_request,
                               max_payload=max_payload, link_speed=max_link_speed,
-                              link_width=link_width, aspm=aspm)
+                              link_width=link_width, aspm=aspm, trained=trained)
+        width = trained[1] if trained else link_width
         self.pci_device(address, vendor=0x10DE, device=device, class_code=0x030000,
-                        numa_node=numa_node, config=config, link_width=link_width,
+                        numa_node=numa_node, config=config, link_width=width,
+                        max_link_width=link_width,
                         max_link_speed=f"{max_link_speed} GT/s PCIe", parent=parent, aer=aer)
         if audio:
             self.pci_device(address[:-1] + "1", vendor=0x10DE, device=0x22E8,
