@@ -221,3 +221,71 @@ def test_the_diagnosis_reads_in_the_run_s_one_batch(pytester: pytest.Pytester,
         calls.append(plugin.calls)
     assert calls[0] == calls[1]
     assert calls[1]["batch"] == 2 and sum(calls[1].values()) - calls[1]["batch"] <= 1
+
+
+def test_a_path_floor_holds_each_pair_to_a_share_of_its_path(tmp_path: Path) -> None:
+    """The rates are 40 + s + t GB/s (s, t the GPUs' positions). Gen5 x16 at MPS 256 carries
+    57.61 GB/s: 85% of it is 48.97; the switch's uplink at x8 carries 28.81 (85%: 24.49)."""
+    fake = build(tmp_path / "host", narrow=True)
+    results = run_spec("version: 1\np2p: {floors: {path: 0.85}}\n", fake.root)
+    assert len(results) == 12
+    pix = results[f"p2p[{A}->{B}]"]  # 41 GB/s inside the switch: the x8 uplink is not crossed
+    assert pix.outcome is Outcome.FAILED
+    assert pix.expected == ">= 48.97 GB/s (path: 85% of 57.61 GB/s, Gen5 x16 at MPS 256)"
+    assert pix.message.startswith("41.00 GB/s < floor 48.97 GB/s (path: 85% of 57.61 GB/s")
+    assert (pix.details["floor"], pix.details["limit_gbps"], pix.details["fraction"]) == (
+        48.97, 57.61, 0.712)
+    narrow = results[f"p2p[{A}->{D}]"]  # 43 GB/s over the x8 uplink: above 85% of 28.81
+    assert narrow.outcome is Outcome.PASSED and narrow.details["floor"] == 24.49
+    assert narrow.expected == ">= 24.49 GB/s (path: 85% of 28.81 GB/s, Gen5 x8 at MPS 256)"
+    assert [c["cause"] for c in narrow.details["explain"]] == ["link_downtrained",
+                                                               "cross_socket"]
+    capable = run_spec("version: 1\np2p: {floors: {path: 85%, of: capability}}\n", fake.root)
+    held = capable[f"p2p[{A}->{D}]"]  # as the hardware could train: x16, so 48.97
+    assert held.outcome is Outcome.FAILED and held.details["floor"] == 48.97
+    assert held.expected == ">= 48.97 GB/s (path: 85% of 57.61 GB/s, Gen5 x16 at MPS 256 as " \
+                            "capable)"
+    assert held.message.endswith("reseat the card and check the riser and slot (hardware: no "
+                                 "setting fixes it) (and 1 more: cross_socket)")
+
+
+def test_class_and_path_floors_combine_the_higher_wins(tmp_path: Path) -> None:
+    fake = build(tmp_path / "host", narrow=True)
+    results = run_spec("version: 1\np2p: {floors: {same_numa: 50, cross_numa: 20, path: 0.85}}"
+                       "\n", fake.root)
+    assert results[f"p2p[{A}->{B}]"].expected == ">= 50 GB/s (same_numa)"  # 50 > 48.97
+    assert results[f"p2p[{A}->{D}]"].expected.startswith(">= 24.49 GB/s (path:")  # > 20
+    assert results[f"p2p[{A}->{D}]"].details["class"] == "cross_numa"
+
+
+def test_a_path_floor_without_the_link_registers_is_an_error(tmp_path: Path) -> None:
+    fake = build(tmp_path / "host")
+    config = fake.root / fake.pci_dir(B) / "config"
+    config.write_bytes(config.read_bytes()[:64])  # as a user other than root reads it
+    results = run_spec("version: 1\np2p: {floors: {path: 0.85}}\n", fake.root)
+    broken = results[f"p2p[{A}->{B}]"]
+    assert broken.outcome is Outcome.ERROR
+    assert broken.message.startswith("the path floor needs the link registers of the path: "
+                                     f"sys/bus/pci/devices/{B}/config: config space is 64 "
+                                     "bytes")
+    assert results[f"p2p[{A}->{C}]"].outcome is Outcome.FAILED  # 42 < 48.97: B not on it
+    plain = run_spec(SPEC, fake.root)[f"p2p[{A}->{B}]"]  # no path floor: explained as far
+    assert plain.outcome is Outcome.PASSED                # as it can be, and says what not
+    assert plain.details["explain_notes"][0].startswith(f"sys/bus/pci/devices/{B}/config")
+
+
+@pytest.mark.parametrize(("floors", "message"), [
+    ("{path: 0}", "p2p floor path must be a share of the path's limit like 0.85"),
+    ("{path: 1.5}", "p2p floor path must be a share"),
+    ("{path: fast}", "p2p floor path must be a share"),
+    ("{path: 0.8, of: wishes}", "p2p floors of must be one of: negotiated, capability"),
+    ("{same_numa: 40, of: capability}", "p2p floors of: says what path: is a share of"),
+    ("{paths: 0.8}", "unknown floor 'paths' in p2p floors; expected one of: same_numa, "
+                     "cross_numa, h2d, d2h, path, of"),
+])
+def test_bad_path_floors_are_spec_errors(tmp_path: Path, floors: str, message: str) -> None:
+    from pytest_gpuhost.spec import SpecError
+
+    fake = build(tmp_path / "host")
+    with pytest.raises(SpecError, match=message.replace("(", r"\(")):
+        run_spec(f"version: 1\np2p: {{floors: {floors}}}\n", fake.root)
