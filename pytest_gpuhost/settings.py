@@ -80,6 +80,7 @@ class RawOptions:
     capture_from: str | None = None
     capture_overwrite: bool = False
     fleet_html: str | None = None
+    topology: bool = False
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,8 @@ class Settings:
     catalog: bool = False
     """--gpuhost-capture without a spec: the built-in catalog is the spec, observed only."""
     fleet_html: Path | None = None
+    topology: bool = False
+    """--gpuhost-topology: print each target's GPU topology (and put it in the JSON report)."""
 
     @property
     def remote(self) -> bool:
@@ -201,7 +204,7 @@ def _root(raw: RawOptions) -> Path:
 
 _NEEDS_SPEC = ("fix", "report", "root", "gate", "prom", "persist", "dry_run", "journal", "npd",
                "nfd", "targets", "ssh_config", "fleet_html", "fix_retry", "inventory", "limit",
-               "targets_file", "target_timeout")
+               "targets_file", "target_timeout", "topology")
 _FLAGS = {"fix": "--fix", "report": "--gpuhost-report", "root": "--gpuhost-root",
           "gate": "--gpuhost-gate", "prom": "--gpuhost-prom", "persist": "--fix-persist",
           "dry_run": "--gpuhost-dry-run", "journal": "--gpuhost-journal",
@@ -212,7 +215,7 @@ _FLAGS = {"fix": "--fix", "report": "--gpuhost-report", "root": "--gpuhost-root"
           "targets_file": "--gpuhost-targets-file",
           "target_timeout": "--gpuhost-target-timeout",
           "capture_from": "--gpuhost-capture-from",
-          "capture_overwrite": "--gpuhost-capture-overwrite"}
+          "capture_overwrite": "--gpuhost-capture-overwrite", "topology": "--gpuhost-topology"}
 _NOT_WITH_CATALOG = ("fix", "persist", "dry_run", "journal", "gate", "fix_retry")
 """What a catalog capture (no spec) cannot do: it observes, and has no values to fix to."""
 
@@ -447,4 +450,4 @@ def resolve(raw: RawOptions) -> Settings:
         capture=capture, capture_shown=raw.capture or "", capture_from=capture_from,
         capture_overwrite=raw.capture_overwrite, catalog=catalog,
         fleet_html=_output(raw, raw.fleet_html, "--gpuhost-fleet-html")
-        if not raw.worker else None)
+        if not raw.worker else None, topology=raw.topology and not raw.worker)

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..host import Host, Read, Reply, Request
+from ..linux.pciaddr import address_order
 from ..linux.pciconfig import BRIDGE_HEADER, ConfigError, header_type
 from ..linux.pciext import AcsControl, acs_control
 from ..linux.pcilink import IDLE_SPEED, Link, PortRegisters, port_registers
@@ -275,6 +277,53 @@ class PathFacts:
             return PairPath(HOST, gpu, None, (), (), {}, None,
                             (where or f"{gpu} is not a GPU here",))
         return self._path(HOST, gpu, None, ((), where.bridges), None, [], (HOST, "GPU"))
+
+
+    def topology(self) -> dict[str, Any]:
+        """The GPUs' topology for ``--gpuhost-topology`` and the JSON report: the GPU x GPU
+        matrix of classes, per GPU its NUMA node, link, MaxReadReq and IOMMU group type, per
+        bridge of the paths its kind, the GPUs below it and its ACS Control, and per ordered
+        pair what its path carries."""
+        addresses = sorted(self.gpus, key=address_order)
+        gpus = []
+        for gpu in addresses:
+            path = self.host_path(gpu)
+            port = self.ports.get(gpu)
+            own = next((link for link in path.links if link.lower == gpu), None)
+            registers = port.registers if port is not None else None
+            gpus.append({
+                "address": gpu, "numa_node": self.gpus[gpu].numa_node,
+                "link": own.current.describe() if own else None,
+                "capable": own.capable.describe() if own else None,
+                "idle": own.idle if own else None,
+                "max_read_request": registers.max_read_request if registers else None,
+                "max_payload": registers.max_payload if registers else None,
+                "iommu": self.iommu.get(gpu, (None, "off"))[1],
+                "problems": list(path.problems)})
+        pairs = {f"{a}->{b}": self.pair(a, b) for a in addresses for b in addresses if a != b}
+        below: dict[str, list[str]] = {}
+        for gpu in addresses:
+            where = self.places[gpu]
+            for bridge in where.bridges if isinstance(where, Placement) else ():
+                below.setdefault(bridge, []).append(gpu)
+        bridges = []
+        for bridge in sorted(below, key=address_order):
+            port = self.ports.get(bridge)
+            bridges.append({"address": bridge, "kind": port.kind if port else "bridge",
+                            "gpus": below[bridge],
+                            "acs": port.acs.describe() if port and port.acs else None,
+                            "redirect": bool(port and port.acs and port.acs.redirect),
+                            "problem": port.problem if port else None})
+        return {"gpus": gpus, "bridges": bridges,
+                "matrix": [["X" if a == b else pairs[f"{a}->{b}"].level for b in addresses]
+                           for a in addresses],
+                "pairs": {key: {"class": path.level, "limit_gbps": _rounded(path.limit()),
+                                "capable_gbps": _rounded(path.limit(capability=True))}
+                          for key, path in pairs.items()}}
+
+
+def _rounded(found: tuple[float, PathLink] | None) -> float | None:
+    return round(found[0], 2) if found is not None else None
 
 
 def read_path_facts(host: Host, gpus: Sequence[Gpu]) -> PathFacts:

@@ -3,7 +3,7 @@
 (function () {
   const data = JSON.parse(document.getElementById("fleet-data").textContent);
   const S = data.strings, OUT = data.outcomes, KINDS = data.kinds, CHECKS = data.checks;
-  const STRIDE = 6; // check, outcome, observed, expected, message, evidence
+  const STRIDE = 7; // check, outcome, observed, expected, message, evidence, top cause
   const PAGE = 100;
   const GOOD = new Set(["passed", "fixed", "skipped"]);
   const rank = (o) => OUT.indexOf(o); // worst first
@@ -62,6 +62,21 @@
     return [...(checksOfKind.get(kind) || [])].map((c) => ({ check: c, label: S[CHECKS[c][3]] }));
   }
 
+  // The cause most of these rows name first (the failing ones, else all): "acs_redirect (56 of 56)".
+  function topCause(t, rows) {
+    const failing = rows.filter((r) => !GOOD.has(outcomeOf(t, r)));
+    const counts = new Map();
+    for (const r of failing.length ? failing : rows) {
+      const cause = str(t.results[r + 6]);
+      if (cause === null) continue;
+      const name = cause.split(" ", 1)[0];
+      counts.set(name, (counts.get(name) || 0) + 1);
+    }
+    let best = null;
+    for (const [name, n] of counts) if (best === null || n > best[1]) best = [name, n];
+    return best === null ? "" : `; top cause: ${best[0]} (${best[1]} of ${rows.length})`;
+  }
+
   function kindCell(t, col) {
     const rows = t.byKind.get(col.kind);
     if (!rows) return '<td class="cell empty">-</td>';
@@ -70,18 +85,19 @@
     const dim = state.outcome && !rows.some((r) => outcomeOf(t, r) === state.outcome);
     const text = bad ? `${bad}/${rows.length}` : String(rows.length);
     return `<td class="cell o-${w}${dim ? " dim" : ""}" data-t="${t.index}" data-k="${col.kind}"` +
-      ` data-outcome="${w}" title="${esc(KINDS[col.kind])}: ${esc(w)}">${text}</td>`;
+      ` data-outcome="${w}" title="${esc(KINDS[col.kind])}: ${esc(w)}${esc(topCause(t, rows))}">${text}</td>`;
   }
 
   function checkCell(t, col) {
     const rows = t.byKind.get(Number(state.kind)) || [];
     const r = rows.find((x) => t.results[x] === col.check);
     if (r === undefined) return '<td class="cell empty">-</td>';
-    const o = outcomeOf(t, r), observed = str(t.results[r + 2]);
+    const o = outcomeOf(t, r), observed = str(t.results[r + 2]), cause = str(t.results[r + 6]);
     const dim = state.outcome && o !== state.outcome;
     const text = observed === null ? "&mdash;" : esc(observed.length > 12 ? observed.slice(0, 11) + "…" : observed);
     return `<td class="cell o-${o}${dim ? " dim" : ""}" data-t="${t.index}" data-c="${col.check}"` +
-      ` data-outcome="${o}" title="${esc(S[CHECKS[col.check][1]])}: ${esc(o)}">${text}</td>`;
+      ` data-outcome="${o}" title="${esc(S[CHECKS[col.check][1]])}: ${esc(o)}` +
+      `${cause === null ? "" : esc("; top cause: " + cause)}">${text}</td>`;
   }
 
   function drawMatrix() {
@@ -119,7 +135,8 @@
     };
     return `<div class="record" style="border-color: var(--${o})"><span class="rid">${esc(S[c[1]])}</span>` +
       `<span class="badge o-${o}">${o}</span><dl><dt>spec</dt><dd>${esc(S[c[0]])}</dd>` +
-      field("expected", 3) + field("observed", 2) + field("message", 4) + field("evidence", 5) + "</dl></div>";
+      field("expected", 3) + field("observed", 2) + field("message", 4) + field("cause", 6) +
+      field("evidence", 5) + "</dl></div>";
   }
 
   function showDetail(cell) {

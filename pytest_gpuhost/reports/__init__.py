@@ -86,6 +86,8 @@ class RunInfo:
     """Whether a JSON report is written (the terminal refers to it only then)."""
     targets: tuple[TargetInfo, ...] = ()
     """Every target of the run, in the order given; the fields above describe the first."""
+    topologies: tuple[tuple[str, dict[str, Any]], ...] = ()
+    """--gpuhost-topology: (target name, its GPUs' PCIe topology) for each target."""
     finished_at: float = field(default_factory=time.time)
 
     @property

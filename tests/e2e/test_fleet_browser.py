@@ -84,9 +84,9 @@ def chromium(*args: str) -> str:
     return allure_chromium(*args, budget_ms=5000, window="1500,1000")
 
 
-def driven(page: Path) -> dict[str, Any]:
+def driven(page: Path, driver: str = DRIVER) -> dict[str, Any]:
     copy = page.with_name("driven.html")
-    copy.write_text(page.read_text().replace("</body>", DRIVER + "</body>"))
+    copy.write_text(page.read_text().replace("</body>", driver + "</body>"))
     dom = chromium("--dump-dom", copy.as_uri())
     found = re.search(r'<pre id="driver-out"[^>]*>(.*?)</pre>', dom, re.S)
     assert found, dom[-2000:]
@@ -143,3 +143,38 @@ def test_the_fleet_page_in_headless_chromium(page: Path, tmp_path: Path) -> None
     copy = page.with_name("driven.html")
     chromium(f"--screenshot={shot}", copy.as_uri() + "#shot")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+TOOLTIPS = r"""
+<script>
+window.addEventListener("load", () => {
+  const q = (s) => [...document.querySelectorAll(s)];
+  const out = {};
+  out.kindTitles = q("#matrix td.cell").map((td) => td.title).filter((t) => t.startsWith("p2p"));
+  const kind = document.getElementById("f-kind");
+  kind.value = [...kind.options].find((o) => o.text === "p2p").value;
+  kind.dispatchEvent(new Event("change"));
+  out.pairTitle = q("#matrix td.cell")[0].title;
+  q("#matrix td.cell")[0].click();
+  out.detail = document.getElementById("detail").innerText;
+  const pre = document.createElement("pre");
+  pre.id = "driver-out";
+  pre.textContent = JSON.stringify(out);
+  pre.hidden = true;
+  document.body.appendChild(pre);
+});
+</script>
+"""
+
+
+def test_a_p2p_cells_tooltip_names_its_top_cause(pytester: pytest.Pytester,
+                                                 example_host: Path) -> None:
+    """The untuned example host: every pair fails, ACS redirect first."""
+    pytester.runpytest("--gpuhost-spec=blackwell8", f"--gpuhost-root={example_host}", "-k",
+                       "p2p", "--gpuhost-fleet-html=fleet.html", "-p", "no:cacheprovider")
+    seen = driven(pytester.path / "fleet.html", TOOLTIPS)
+    assert seen["kindTitles"] == ["p2p: failed; top cause: acs_redirect (56 of 56)"]
+    assert seen["pairTitle"] == (
+        "p2p[0000:01:00.0->0000:21:00.0]: failed; top cause: acs_redirect at 0000:20:01.1: "
+        "sends this pair through the root complex; --fix clears it")
+    assert "cause\nacs_redirect at 0000:20:01.1" in seen["detail"]
