@@ -143,11 +143,13 @@ class Explained:
         return top.words + more
 
     def details(self, gbps: float | None) -> dict[str, Any]:
-        found = self.path.limit()
+        found, capable = self.path.limit(), self.path.limit(capability=True)
         limit = round(found[0], 2) if found is not None else None
         fraction = round(gbps / found[0], 3) if found is not None and gbps else None
         details: dict[str, Any] = {"topology": self.path.level, "limit_gbps": limit,
                                    "fraction": fraction,
+                                   "capable_fraction": round(gbps / capable[0], 3)
+                                   if capable is not None and gbps else None,
                                    "explain": [c.as_dict() for c in self.causes],
                                    "path": self.path.as_dict()}
         if self.notes:
