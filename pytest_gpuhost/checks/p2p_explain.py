@@ -160,8 +160,9 @@ class Explained:
         found = self.path.limit()
         hops = [self.path.source, *(f"{b} ({role})" for b, role in self.path.bridges),
                 self.path.target]
-        limit = (f"; carries {found[0]:.2f} GB/s ({found[1].negotiated.describe()} at "
-                 f"{found[1].lower}, MPS {self.path.max_payload})" if found else "")
+        limit = (f"; carries {found[0]:.2f} GB/s (narrowest link: "
+                 f"{found[1].negotiated.describe()} at {found[1].lower}, MPS "
+                 f"{self.path.max_payload})" if found else "")
         shown = [Evidence(f"path ({self.path.level})", " > ".join(hops) + limit)]
         shown += [Evidence(f"explain: {c.cause}", f"{c.at}: {c.observed} (expected "
                                                   f"{c.expected}): {c.effect}")
@@ -321,7 +322,7 @@ class Explainer:
         remedy = ("--fix --fix-persist writes iommu=pt for the next boot" if self.tuning.iommu
                   else "boot with iommu=pt (iommu: {gpu_groups: identity} and --fix "
                        "--fix-persist write it), then reboot")
-        observed = ", ".join(t.rsplit(": ", 1)[1].rstrip(")") for t in translated)
+        observed = ", ".join(dict.fromkeys(t.rsplit(": ", 1)[1].rstrip(")") for t in translated))
         return [Cause("iommu_translated", ", ".join(translated), observed,
                       "identity (iommu=pt)", "adds an address translation to every DMA of "
                       "this copy", remedy, LOSS["iommu_translated"],

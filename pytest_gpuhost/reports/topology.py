@@ -127,5 +127,6 @@ class TopologyView:
         named = bool(info.targets)
         for name, topology in info.topologies:
             mine = [r for r in records if not named or r.target == name]
+            self.write_line("")
             for line in topology_lines(name if named else info.root, topology, mine):
                 self.write_line(line)
