@@ -48,6 +48,7 @@ LOSS = {"p2p_unsupported": 1.0, "acs_redirect": 0.38, "max_read_request": 0.12,
 """Estimated share of a pair's rate each cause costs (see the module's docstring)."""
 DEFAULT_MAX_READ_REQUEST = 4096
 TRANSLATED = ("DMA", "DMA-FQ")
+NO_REDIRECT = acs_names(0)
 NO_PEER = ("P2P access is not possible", "P2P is not available")
 """How a probe's reason for a pair without a rate begins when peer access was refused."""
 
@@ -195,13 +196,27 @@ class Explainer:
         self.gpus = tuple(gpus)
         self.nvml = nvml
         self.tuning = tuning
+        self._reads = path_reads(self.gpus)
+        self._addresses = {gpu.address for gpu in self.gpus}
+        self._facts: PathFacts | None = None
+        self._read_at: tuple[int, int] | None = None
+        """(the host, its cache's generation) the facts were read from: nothing changed since
+        means nothing to read (a run's cached host counts its changes)."""
 
     def reads(self) -> tuple[Request, ...]:
         """The paths' reads and a recorded NVML's files: with every other check's, one batch."""
-        return (*path_reads(self.gpus), *(RecordedNvml.reads if self.nvml else ()))
+        return (*self._reads, *(RecordedNvml.reads if self.nvml else ()))
+
+    def _path_facts(self, host: Host) -> PathFacts:
+        generation = getattr(host, "generation", None)
+        now = (id(host), generation) if isinstance(generation, int) else None
+        if self._facts is None or now is None or now != self._read_at:
+            self._facts = read_path_facts(host, self.gpus, self._facts, self._reads)
+            self._read_at = now
+        return self._facts
 
     def explain(self, host: Host, flow: Flow, problem: str | None = None) -> Explained:
-        facts = read_path_facts(host, self.gpus)
+        facts = self._path_facts(host)
         path = facts.pair(flow.source, flow.target) if flow.peer else \
             facts.host_path(flow.target if flow.kind == "h2d" else flow.source)
         notes = list(path.problems)
@@ -281,7 +296,7 @@ class Explainer:
             if port is None or port.acs is None or not port.acs.redirect:
                 continue
             found.append(Cause("acs_redirect", bridge, port.acs.describe(),
-                               acs_names(0), "sends this pair through the root complex",
+                               NO_REDIRECT, "sends this pair through the root complex",
                                remedy, LOSS["acs_redirect"],
                                f"ACS redirect on {bridge} ({role})"))
         return found
@@ -331,7 +346,7 @@ class Explainer:
     def _aspm(self, path: PairPath) -> list[Cause]:
         found = []
         for link in path.links:
-            gpu = any(g.address == link.lower for g in self.gpus)
+            gpu = link.lower in self._addresses
             remedy = ("--fix turns it off" if gpu and self.tuning.aspm else
                       "add pcie: {aspm: off} to the spec and --fix turns it off" if gpu else
                       "boot with pcie_aspm=off or disable ASPM in the firmware setup")
