@@ -113,6 +113,9 @@ def test_p2p_sample_cannot_access_peer_fails_the_pair(fake: FakeHost) -> None:
     staged = results["p2p[0000:1b:00.0->0000:89:00.0]"]
     assert staged.outcome is Outcome.FAILED and staged.observed is None
     assert "P2P access is not possible: device 0 CANNOT access peer device 2" in staged.message
+    refused = staged.details["explain"][0]  # named by the diagnosis too, first: the costliest
+    assert (refused["cause"], refused["at"]) == ("p2p_unsupported", "the probe")
+    assert refused["observed"].startswith("P2P access is not possible: device 0 CANNOT")
     assert results["p2p[0000:1b:00.0->0000:3d:00.0]"].message.startswith("24.97 GB/s < floor 45")
 
 
