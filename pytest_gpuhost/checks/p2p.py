@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from itertools import permutations
 from typing import Any
 
-from ..gpu.measure import RECORDED_DIR, Measurer, SharedMeasurement, cache_key, probe_reads
+from ..gpu.measure import Measurer, SharedMeasurement, cache_key, probe_reads
 from ..gpu.nvml import NvmlSource, NvmlUnavailable
 from ..host import Host, HostError, Request
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation, section
@@ -34,8 +34,6 @@ from ..spec.matchers import Floor
 from . import Check, Evidence, Fact, Facts, NoFix, Observation
 from .gpus import GPUS
 from .p2p_explain import Explainer, PathFloor, Tuning, flow_of
-
-__all__ = ["RECORDED_DIR", "Measurer"]  # where they were before gpu/measure.py held them
 
 ORDER = 5_000  # after the checks whose fixes change bandwidth (pcie), before dmesg
 PROBES = ("auto", "cuda", "nvbandwidth", "file:PATH")

@@ -289,3 +289,28 @@ def test_bad_path_floors_are_spec_errors(tmp_path: Path, floors: str, message: s
     fake = build(tmp_path / "host")
     with pytest.raises(SpecError, match=message.replace("(", r"\(")):
         run_spec(f"version: 1\np2p: {{floors: {floors}}}\n", fake.root)
+
+
+def test_a_concurrent_flow_is_explained_as_its_pair(tmp_path: Path) -> None:
+    """The ring's flows (probe cuda, measured here by a stand-in): ``ring:A->B`` is the pair
+    A->B, its path and causes."""
+    from pytest_gpuhost.checks.gpus import find_gpus
+    from pytest_gpuhost.checks.p2p import RateProbe
+    from pytest_gpuhost.checks.p2p_explain import Explainer, Tuning
+    from pytest_gpuhost.gpu.bandwidth import Measurements, Rate
+    from pytest_gpuhost.gpu.measure import SharedMeasurement
+    from pytest_gpuhost.host import LocalHost
+
+    fake = build(tmp_path / "host", **dict.fromkeys(INJECTED, True))
+    host = LocalHost(fake.root)
+    measured = SharedMeasurement("ring", lambda: Measurements("a stand-in", {
+        f"ring:{C}->{B}": Rate(30.0)}), None)
+    probe = RateProbe(measured, f"ring:{C}->{B}", "concurrent", 20.0, (),
+                      Explainer(find_gpus(host), None, Tuning()), None, "concurrent")
+    observed = probe.observe(host)
+    assert observed.value == "30.00"
+    assert sorted(c["cause"] for c in observed.details["explain"]) == \
+        expected((C, B), set(INJECTED))
+    assert observed.details["topology"] == "PHB" and observed.details["limit_gbps"] == 28.81
+    assert observed.culprits is not None and observed.culprits.startswith(
+        f"the link of {USP} to {RP0}, Gen5 x8 of Gen5 x16, leaves the path 28.81 of 57.61 GB/s")
