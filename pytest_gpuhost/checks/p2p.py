@@ -322,6 +322,8 @@ class RateProbe(NoFix):
         return (*path, *(() if self.measurement.done else self.probe_reads))
 
     def observe(self, host: Host) -> Observation:
+        if self.explainer is not None:
+            self.explainer.prepare(host)  # before a measurement's command, from the batch
         measured = self.measurement.get()
         details: dict[str, object] = {"class": self.cls, "floor": self.floor,
                                       "probe": measured.source}

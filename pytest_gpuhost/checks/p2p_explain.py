@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import permutations
 from typing import Any
 
 from ..gpu.nvml import NvmlSource, NvmlUnavailable, RecordedNvml
@@ -199,24 +200,34 @@ class Explainer:
         self._reads = path_reads(self.gpus)
         self._addresses = {gpu.address for gpu in self.gpus}
         self._facts: PathFacts | None = None
-        self._read_at: tuple[int, int] | None = None
-        """(the host, its cache's generation) the facts were read from: nothing changed since
-        means nothing to read (a run's cached host counts its changes)."""
+        self._status: dict[tuple[str, str], str] = {}
+        self._nvml_note: str | None = None
 
     def reads(self) -> tuple[Request, ...]:
-        """The paths' reads and a recorded NVML's files: with every other check's, one batch."""
+        """The paths' reads and a recorded NVML's files, until they were read: with every
+        other check's, one batch."""
+        if self._facts is not None:
+            return ()
         return (*self._reads, *(RecordedNvml.reads if self.nvml else ()))
 
-    def _path_facts(self, host: Host) -> PathFacts:
-        generation = getattr(host, "generation", None)
-        now = (id(host), generation) if isinstance(generation, int) else None
-        if self._facts is None or now is None or now != self._read_at:
-            self._facts = read_path_facts(host, self.gpus, self._facts, self._reads)
-            self._read_at = now
+    def prepare(self, host: Host) -> PathFacts:
+        """Read the paths and NVML's P2P status of every pair, once: before the measurement,
+        whose command makes a cached host forget the run's batch (another read of them would
+        be another round trip to a remote target). The p2p checks run after every fix and fix
+        nothing, so what the first of them reads holds for the others."""
+        if self._facts is None:
+            self._facts = read_path_facts(host, self.gpus, self._reads)
+            if self.nvml is not None:
+                try:
+                    nvml = self.nvml.get()
+                    self._status = {(a, b): nvml.p2p_read_status(a, b)
+                                    for a, b in permutations(self._addresses, 2)}
+                except (NvmlUnavailable, HostError) as exc:
+                    self._nvml_note = f"NVML's P2P status: {exc}"
         return self._facts
 
     def explain(self, host: Host, flow: Flow, problem: str | None = None) -> Explained:
-        facts = self._path_facts(host)
+        facts = self.prepare(host)
         path = facts.pair(flow.source, flow.target) if flow.peer else \
             facts.host_path(flow.target if flow.kind == "h2d" else flow.source)
         notes = list(path.problems)
@@ -246,17 +257,13 @@ class Explainer:
         found: list[Cause] = []
         remedy = ("enable P2P: the GPU model and driver must support it, and the platform's "
                   "firmware allow it (ACS, IOMMU, Above 4G Decoding)")
-        if self.nvml is not None:
-            try:
-                status = self.nvml.get().p2p_read_status(flow.source, flow.target)
-            except (NvmlUnavailable, HostError) as exc:
-                notes.append(f"NVML's P2P status: {exc}")
-            else:
-                if status != "ok":
-                    found.append(Cause("p2p_unsupported", f"{flow.source}->{flow.target}",
-                                       status, "ok", "leaves this pair no peer path", remedy,
-                                       LOSS["p2p_unsupported"],
-                                       f"NVML's P2P read status ({status})"))
+        if self._nvml_note is not None:
+            notes.append(self._nvml_note)
+        status = self._status.get((flow.source, flow.target), "ok")
+        if status != "ok":
+            found.append(Cause("p2p_unsupported", f"{flow.source}->{flow.target}", status, "ok",
+                               "leaves this pair no peer path", remedy, LOSS["p2p_unsupported"],
+                               f"NVML's P2P read status ({status})"))
         if problem and problem.startswith(NO_PEER):
             found.append(Cause("p2p_unsupported", "the probe", problem, "peer access enabled",
                                "leaves this pair no peer path", remedy,

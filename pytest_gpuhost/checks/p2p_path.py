@@ -202,10 +202,7 @@ class PathFacts:
     """The GPUs' paths on one host: placements, NUMA nodes, ports, IOMMU group types."""
 
     def __init__(self, gpus: Sequence[Gpu], ports: Mapping[str, Port],
-                 iommu: Mapping[str, tuple[str, str | None]],
-                 replies: Sequence[Reply] = ()) -> None:
-        self.replies = tuple(replies)
-        """What they were made of: the same replies read again make the same facts."""
+                 iommu: Mapping[str, tuple[str, str | None]]) -> None:
         self.gpus = {gpu.address: gpu for gpu in gpus}
         self.places = {gpu.address: _placement(gpu) for gpu in gpus}
         self.ports = dict(ports)
@@ -329,16 +326,12 @@ def _rounded(found: tuple[float, PathLink] | None) -> float | None:
     return round(found[0], 2) if found is not None else None
 
 
-def read_path_facts(host: Host, gpus: Sequence[Gpu], previous: PathFacts | None = None,
+def read_path_facts(host: Host, gpus: Sequence[Gpu],
                     requests: Sequence[Request] | None = None) -> PathFacts:
     """The paths of ``gpus``, read in one batch (served from a phase's batch where the checks
-    declared these reads); ``previous`` again where the host answers as it did for it (each
-    record of a run asks: decoded once, not once per pair)."""
+    declared these reads; ``requests``: ``path_reads(gpus)`` made already)."""
     requests = tuple(requests) if requests is not None else path_reads(gpus)
-    answered = host.batch(requests)
-    if previous is not None and previous.replies == tuple(answered):
-        return previous
-    replies = dict(zip(requests, answered, strict=True))
+    replies = dict(zip(requests, host.batch(requests), strict=True))
     ports = {}
     for request, reply in replies.items():
         if isinstance(request, Read) and request.path.endswith("/config"):
@@ -351,4 +344,4 @@ def read_path_facts(host: Host, gpus: Sequence[Gpu], previous: PathFacts | None 
             reply = replies[Read(group[1])]
             kind = reply.text().strip() if reply.error is None else None
             iommu[gpu.address] = (group[0], kind)
-    return PathFacts(gpus, ports, iommu, answered)
+    return PathFacts(gpus, ports, iommu)

@@ -202,9 +202,10 @@ def test_the_example_host_untuned_fixed_and_rebooted(pytester: pytest.Pytester,
 def test_the_diagnosis_reads_in_the_run_s_one_batch(pytester: pytest.Pytester,
                                                     tmp_path: Path) -> None:
     """Explaining every pair reads each GPU's and bridge's config space and IOMMU group type,
-    the same files the pcie and iommu checks read: fetched with every other observation, so a
-    spec with p2p asks the host no more often than the same spec without it (over ssh: no
-    round trip more), however many pairs there are."""
+    the same files the pcie and iommu checks read, and NVML's recorded facts: fetched with
+    every other observation, before nvbandwidth runs (a command makes the host's cache forget
+    what it read), so a spec with p2p asks the host no more often than the same spec without
+    it, but to run nvbandwidth (over ssh: no round trip more), however many pairs there are."""
     from ..run.test_batched_reads import Counting
 
     spec = ("version: 1\npcie: {max_read_request: 4096, acs_redirect: off, aspm: off}\n"
@@ -212,6 +213,8 @@ def test_the_diagnosis_reads_in_the_run_s_one_batch(pytester: pytest.Pytester,
     calls = []
     for name, text in (("without", spec), ("with", spec + SPEC.split("\n", 1)[1])):
         fake = build(tmp_path / name, **dict.fromkeys(INJECTED, True))
+        rates = {f"{a}->{b}": 40.0 for a, b in PAIRS}
+        fake.nvbandwidth(gpus=GPUS, p2p={512: rates, 4096: rates}, h2d={}, d2h={})
         (tmp_path / f"{name}.yaml").write_text(text)
         plugin = Counting()
         result = pytester.runpytest(f"--gpuhost-spec={tmp_path / name}.yaml",
@@ -219,8 +222,8 @@ def test_the_diagnosis_reads_in_the_run_s_one_batch(pytester: pytest.Pytester,
                                     plugins=[plugin])
         assert result.ret == 1  # the injected causes fail the pcie and iommu checks
         calls.append(plugin.calls)
-    assert calls[0] == calls[1]
-    assert calls[1]["batch"] == 2 and sum(calls[1].values()) - calls[1]["batch"] <= 1
+    assert calls[1].pop("run") == 1 and calls[1]["batch"] == 2  # nvbandwidth, once
+    assert calls[0] == calls[1] and sum(calls[1].values()) - calls[1]["batch"] <= 1
 
 
 def test_a_path_floor_holds_each_pair_to_a_share_of_its_path(tmp_path: Path) -> None:
