@@ -5,6 +5,7 @@ One result record comes out, whatever happens. A dry run stops after the plan.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -47,6 +48,8 @@ def run_check(
         if skip is not None:
             return _result(check, Outcome.SKIPPED, skip, None)
         observed = check.probe.observe(host)
+        if observed.expect is not None:  # the bar the observation found (a path floor)
+            check = dataclasses.replace(check, expect=observed.expect)
     except NotApplicable as exc:
         return _result(check, Outcome.SKIPPED, str(exc), None)
     except HostError as exc:

@@ -505,7 +505,10 @@ class GpuhostRun:
                                       fixrun.journal_used() else None),
             rollback=fixrun.rollback.shown if fixrun.rollback else None,
             json_report=settings.report is not None,
-            targets=targets if session.named else ())
+            targets=targets if session.named else (),
+            topologies=tuple((name, target.topology()) for name, target in
+                             session.targets.items() if target.unreachable is None)
+            if settings.topology else ())
 
     def reporters(self) -> list[Reporter]:
         settings = self.settings
@@ -610,6 +613,10 @@ class GpuhostRun:
         where = ", ".join(t.name for t in info.targets) if len(info.targets) > 1 else info.root
         terminalreporter.section(f"gpuhost: {subject} on {where}")
         TerminalSummary(terminalreporter.write_line).write(self.records(), info)
+        if info.topologies:
+            from .reports.topology import TopologyView
+
+            TopologyView(terminalreporter.write_line).write(self.records(), info)
         remote = [t for t in info.targets if t.journal and t.url != "local"]
         if info.journal is not None and not remote:
             terminalreporter.write_line(f"journal: {info.journal} "

@@ -26,7 +26,8 @@ _OPTIONS = ("gpuhost_spec", "gpuhost_root", "fix", "gpuhost_report", "gpuhost_dr
             "gpuhost_npd", "gpuhost_nfd", "gpuhost_target", "gpuhost_ssh_config",
             "gpuhost_rollback_after_reboot", "gpuhost_capture", "gpuhost_capture_from",
             "gpuhost_capture_overwrite", "gpuhost_fleet_html", "fix_retry", "gpuhost_inventory",
-            "gpuhost_limit", "gpuhost_targets_file", "gpuhost_target_timeout")
+            "gpuhost_limit", "gpuhost_targets_file", "gpuhost_target_timeout",
+            "gpuhost_topology")
 _SPEC_SUFFIXES = (".yaml", ".yml")
 _BENCHMARK_FILES = ("benchmark_json", "benchmark_save", "benchmark_autosave", "benchmark_compare")
 """pytest-benchmark's options that save or compare results: their files carry the state."""
@@ -123,6 +124,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gpuhost-fleet-html", default=None, metavar="FILE",
                     help="write the fleet view of this run's targets (matrix, details, drift) "
                          "as one self-contained HTML page")
+    group.addoption("--gpuhost-topology", action="store_true", default=False,
+                    help="print each target's GPU x GPU PCIe topology as nvidia-smi topo -m "
+                         "does (from sysfs: no driver needed), with links, MaxReadReq, the "
+                         "bridges' ACS and each measured pair's GB/s; the JSON report gets it")
     parser.addini("gpuhost_spec", "spec file(s) or bundled spec name(s) of the host's tuning",
                   type="args", default=[])
     parser.addini("gpuhost_targets", "targets, one per line (see --gpuhost-target)",
@@ -179,7 +184,7 @@ def _raw_options(config: pytest.Config) -> Any:
         nfd=option.gpuhost_nfd, capture=option.gpuhost_capture,
         capture_from=option.gpuhost_capture_from,
         capture_overwrite=option.gpuhost_capture_overwrite,
-        fleet_html=option.gpuhost_fleet_html,
+        fleet_html=option.gpuhost_fleet_html, topology=option.gpuhost_topology,
         alluredir=getattr(option, "allure_report_dir", None),
         numprocesses=getattr(option, "numprocesses", None),
         worker=hasattr(config, "workerinput"), targets=tuple(option.gpuhost_target),

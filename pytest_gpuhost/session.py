@@ -227,6 +227,7 @@ class Target:
         re-read after a fix is batched too, for the pending checks of the phase."""
         self._fresh = False
         self._host_facts: HostFacts | None = None
+        self._topology: dict[str, Any] | None = None
 
     # -- reads by phase ---------------------------------------------------------------------
 
@@ -361,6 +362,19 @@ class Target:
         self.host.clear()
         self._pending.clear()
         self._batched.clear()
+
+    def topology(self) -> dict[str, Any]:
+        """--gpuhost-topology: the GPUs' PCIe topology as the target holds it at the end, read
+        once (one batch; none where the p2p checks' reads are still cached)."""
+        if self._topology is None:
+            from .checks.p2p_path import read_path_facts
+
+            try:
+                gpus = self.facts.get(GPUS)
+                self._topology = read_path_facts(self.host, gpus).topology()
+            except HostError as exc:
+                self._topology = {"problem": str(exc)}
+        return self._topology
 
     def host_facts(self) -> HostFacts:
         """What the target says about itself, read with the collection's facts and kept: the

@@ -84,6 +84,7 @@ class RawOptions:
     fleet_html: str | None = None
     schemes: Schemes = field(default_factory=lambda: BUILTIN)
     """The target schemes the plugins registered (``builtin.target_schemes``)."""
+    topology: bool = False
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,8 @@ class Settings:
     catalog: bool = False
     """--gpuhost-capture without a spec: the built-in catalog is the spec, observed only."""
     fleet_html: Path | None = None
+    topology: bool = False
+    """--gpuhost-topology: print each target's GPU topology (and put it in the JSON report)."""
 
     @property
     def remote(self) -> bool:
@@ -205,7 +208,7 @@ def _root(raw: RawOptions) -> Path:
 
 _NEEDS_SPEC = ("fix", "report", "root", "gate", "prom", "persist", "dry_run", "journal", "npd",
                "nfd", "targets", "ssh_config", "fleet_html", "fix_retry", "inventory", "limit",
-               "targets_file", "target_timeout")
+               "targets_file", "target_timeout", "topology")
 _FLAGS = {"fix": "--fix", "report": "--gpuhost-report", "root": "--gpuhost-root",
           "gate": "--gpuhost-gate", "prom": "--gpuhost-prom", "persist": "--fix-persist",
           "dry_run": "--gpuhost-dry-run", "journal": "--gpuhost-journal",
@@ -216,7 +219,7 @@ _FLAGS = {"fix": "--fix", "report": "--gpuhost-report", "root": "--gpuhost-root"
           "targets_file": "--gpuhost-targets-file",
           "target_timeout": "--gpuhost-target-timeout",
           "capture_from": "--gpuhost-capture-from",
-          "capture_overwrite": "--gpuhost-capture-overwrite"}
+          "capture_overwrite": "--gpuhost-capture-overwrite", "topology": "--gpuhost-topology"}
 _NOT_WITH_CATALOG = ("fix", "persist", "dry_run", "journal", "gate", "fix_retry")
 """What a catalog capture (no spec) cannot do: it observes, and has no values to fix to."""
 
@@ -452,4 +455,4 @@ def resolve(raw: RawOptions) -> Settings:
         capture=capture, capture_shown=raw.capture or "", capture_from=capture_from,
         capture_overwrite=raw.capture_overwrite, catalog=catalog,
         fleet_html=_output(raw, raw.fleet_html, "--gpuhost-fleet-html")
-        if not raw.worker else None)
+        if not raw.worker else None, topology=raw.topology and not raw.worker)

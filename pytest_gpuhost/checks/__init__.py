@@ -87,7 +87,10 @@ class Observation:
     is ``reboot_required``."""
     culprits: str | None = None
     """What made a wrong value wrong, named in the failure's message (the line pytest's short
-    summary shows): dmesg's first offending records."""
+    summary shows): dmesg's first offending records, the top cause of a slow P2P pair."""
+    expect: Expectation | None = None
+    """What the value is held to when only the observation can say (a P2P pair's path floor,
+    a share of what its path was read to carry): it replaces the check's own expectation."""
 
 
 class NotApplicable(Exception):

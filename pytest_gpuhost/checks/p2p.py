@@ -1,4 +1,5 @@
-"""p2p: GPU-to-GPU bandwidth, measured once per session and held to a floor per topology class.
+"""p2p: GPU-to-GPU bandwidth, measured once per session, held to a floor per topology class or
+to a share of what its PCIe path can carry, and explained by the facts of that path.
 
 One check per ordered pair (``p2p[0000:01:00.0->0000:81:00.0]``), classed ``same_numa`` or
 ``cross_numa`` by the GPUs' sysfs ``numa_node`` (NVML's topology where sysfs says -1); ``h2d`` and
@@ -7,10 +8,13 @@ sends to its neighbour at once. The checks run after every other check but dmesg
 ``--fix`` a live probe sees the fixed MaxReadReq. Every p2p check is slow (marked
 ``gpuhost_slow``): a health check with a deadline leaves them out.
 
-Probes: ``cuda`` (ours, cuda-python), ``nvbandwidth`` (the binary, ``-j``), ``file:PATH`` (a saved
-output; a relative PATH is under the host root, an absolute one is read as is) and ``auto``: on
-``/``, cuda if cuda-python is installed, else nvbandwidth if found; on any other root (a fake
-tree) an ``nvbandwidth`` under the root, else a recorded output in ``var/lib/pytest-gpuhost/``.
+Every record names the facts of its path that limit it (``p2p_explain``: ACS redirect,
+MaxReadReq, a downtrained link, crossing sockets, IOMMU translation, ASPM, no P2P), read with
+every other observation in one batch (``p2p_path``), and gives what its path carries
+(``limit_gbps``) and the share of it measured (``fraction``). ``floors: {path: 0.85}`` holds each
+pair to that share of its path's limit as negotiated (``of: capability``: as the hardware could
+train); the class floor and the path floor combine, the higher wins. How the probe is chosen
+and run: ``gpu/measure.py``.
 """
 
 from __future__ import annotations
@@ -18,47 +22,29 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import permutations
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..gpu.bandwidth import (
-    D2H_TEST,
-    H2D_TEST,
-    P2P_TESTS,
-    Measurements,
-    ParseError,
-    parse_output,
-    to_measurements,
-)
-from ..gpu.cudaprobe import INSTALL_HINT as CUDA_INSTALL_HINT
-from ..gpu.cudaprobe import (
-    CudaBandwidth,
-    CudaError,
-    CudaUnavailable,
-    cuda_available,
-    load_runtime,
-    measure_within,
-)
-from ..gpu.measure import SharedMeasurement, cache_key
+from ..gpu.measure import Measurer, SharedMeasurement, cache_key, probe_reads
 from ..gpu.nvml import NvmlSource, NvmlUnavailable
-from ..host import CommandTimeout, Host, HostError, Read, Request, Which
-from ..progress import report_progress
-from ..spec import EntryOptions, Node, SpecContext, section
+from ..host import Host, HostError, Request
+from ..spec import EntryOptions, Node, SpecContext, parse_expectation, section
 from ..spec.matchers import Floor
 from . import USERSPACE, Check, Evidence, Fact, Facts, NoFix, Observation
 from .gpus import GPUS
+from .p2p_explain import Explainer, PathFloor, Tuning, flow_of
 
 if TYPE_CHECKING:  # capture's module loads when a capture asks
     from .capturing import Captured, Records
 
 ORDER = 5_000  # after the checks whose fixes change bandwidth (pcie), before dmesg
-RECORDED_DIR = "var/lib/pytest-gpuhost"
-RECORDED = ("nvbandwidth.json", "nvbandwidth.txt", "p2pBandwidthLatencyTest.txt")
 PROBES = ("auto", "cuda", "nvbandwidth", "file:PATH")
 CLASSES = ("same_numa", "cross_numa")
 FLOORS = (*CLASSES, "h2d", "d2h")
+PATH_KEYS = ("path", "of")
+"""``floors: {path: FRACTION, of: negotiated|capability}``: a share of the path's limit."""
+OF = ("negotiated", "capability")
 KEYS = ("probe", "size", "floors", "warn_margin", "concurrent", "timeout")
 MEASURE_TIMEOUT_S = 600.0
 """The longest a measurement may take (``timeout:`` in the section). Not a command's 120 s:
@@ -82,6 +68,9 @@ class P2pSection:
     concurrent: float | None
     options: EntryOptions
     timeout: float = MEASURE_TIMEOUT_S
+    path_floor: PathFloor | None = None
+    tuning: Tuning = field(default_factory=Tuning)
+    """The spec's pcie and iommu keys, for the words of a remedy."""
 
     def floor(self, name: str) -> float | None:
         return dict(self.floors).get(name)
@@ -111,21 +100,66 @@ def _size(node: Node) -> int:
     return int(match.group(1)) * _UNITS[match.group(2)]
 
 
-def _margin(node: Node) -> float:
+def _share(node: Node) -> float:
+    """A percentage (``85%``) or a fraction (``0.85``); -1 for anything else."""
     value = node.scalar() if not (node.is_mapping or node.is_sequence) else None
     if isinstance(value, str) and value.strip().endswith("%"):
         try:
-            fraction = float(value.strip()[:-1]) / 100
+            return float(value.strip()[:-1]) / 100
         except ValueError:
-            fraction = -1.0
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        fraction = float(value)
-    else:
-        fraction = -1.0
+            return -1.0
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return -1.0
+
+
+def _margin(node: Node) -> float:
+    fraction = _share(node)
     if not 0 <= fraction < 1:
         raise node.error(f"p2p warn_margin must be a percentage like 5% (or a fraction "
                          f"0 <= x < 1), got {node.kind_name()}")
     return fraction
+
+
+def _floors(node: Node) -> tuple[dict[str, float], PathFloor | None]:
+    """The GB/s floors by name, and ``path: FRACTION`` with ``of:`` beside them."""
+    floors: dict[str, float] = {}
+    fraction: float | None = None
+    of: Node | None = None
+    for name, floor in node.mapping("p2p floors"):
+        if name == "path":
+            fraction = _share(floor)
+            if not 0 < fraction <= 1:
+                raise floor.error(f"p2p floor path must be a share of the path's limit like 0.85 "
+                                  f"or 85% (0 < x <= 1), got {floor.kind_name()}")
+        elif name == "of":
+            of = floor
+            if floor.string("p2p floors of") not in OF:
+                raise floor.error(f"p2p floors of must be one of: {', '.join(OF)}")
+        elif name in FLOORS:
+            floors[name] = _number(floor, f"p2p floor {name}")
+        else:
+            raise floor.key_error(f"unknown floor {name!r} in p2p floors; expected one of: "
+                                  f"{', '.join((*FLOORS, *PATH_KEYS))}")
+    if of is not None and fraction is None:
+        raise of.error("p2p floors of: says what path: is a share of; add path: 0.85 beside it")
+    if fraction is None:
+        return floors, None
+    return floors, PathFloor(fraction, of is not None and of.string("of") == "capability")
+
+
+def _tuning(context: SpecContext) -> Tuning:
+    """What the spec's pcie and iommu sections hold the path to (for the remedies' words)."""
+    pcie, iommu = context.sections.get("pcie"), context.sections.get("iommu")
+    keys = dict(pcie.mapping("pcie")) if pcie is not None and pcie.is_mapping else {}
+    wanted = None
+    if "max_read_request" in keys:
+        from .pcie import KEYS as PCIE_KEYS
+
+        spec = PCIE_KEYS["max_read_request"]
+        wanted, _ = parse_expectation(keys["max_read_request"], context, spec.domain,
+                                      what="pcie max_read_request", matchers=spec.matchers)
+    return Tuning(wanted, "acs_redirect" in keys, "aspm" in keys, iommu is not None)
 
 
 def _probe(node: Node) -> tuple[str, str | None]:
@@ -158,6 +192,7 @@ class P2pKind:
         given = section(node, "p2p", KEYS, context)
         probe, path, size, margin = "auto", None, 256 * 2**20, 0.0
         floors: dict[str, float] = {}
+        path_floor: PathFloor | None = None
         concurrent: float | None = None
         timeout = MEASURE_TIMEOUT_S
         for key, value in given.values.items():
@@ -170,11 +205,7 @@ class P2pKind:
             elif key == "timeout":
                 timeout = _seconds(value)
             elif key == "floors":
-                for name, floor in value.mapping("p2p floors"):
-                    if name not in FLOORS:
-                        raise floor.key_error(f"unknown floor {name!r} in p2p floors; expected "
-                                              f"one of: {', '.join(FLOORS)}")
-                    floors[name] = _number(floor, f"p2p floor {name}")
+                floors, path_floor = _floors(value)
             elif key == "concurrent":
                 for name, floor in value.mapping("p2p concurrent"):
                     if name != "floor":
@@ -182,22 +213,22 @@ class P2pKind:
                     concurrent = _number(floor, "p2p concurrent floor")
                 if concurrent is None:
                     raise value.error("p2p concurrent needs a floor: {floor: GB/s}")
-        if not floors and concurrent is None:
-            raise node.error(f"p2p needs floors (one or more of {', '.join(FLOORS)}) or "
-                             "concurrent: {floor: GB/s}")
+        if not floors and path_floor is None and concurrent is None:
+            raise node.error(f"p2p needs floors (one or more of {', '.join(FLOORS)}, or path: "
+                             "a share of the path's limit) or concurrent: {floor: GB/s}")
         if concurrent is not None and probe in ("nvbandwidth", "file"):
             raise node.error("p2p concurrent needs probe: cuda (or auto): nvbandwidth and saved "
                              "outputs measure one pair at a time")
-        options = given.options
         return P2pSection(probe, path, size, tuple(sorted(floors.items())), margin, concurrent,
-                          options, timeout)
+                          given.options, timeout, path_floor, _tuning(context))
 
     def expand(self, section: P2pSection, facts: Facts) -> Sequence[Check]:
         found = facts.get(GPUS)
         gpus = tuple(g.address for g in found)
         numa = {g.address: g.numa_node for g in found}
         classes = {(a, b): classify(a, b, numa, facts.nvml) for a, b in permutations(gpus, 2)}
-        wanted = {"pairs": any(section.floor(c) is not None for c in classes.values()),
+        by_path = section.path_floor is not None
+        wanted = {"pairs": by_path or any(section.floor(c) is not None for c in classes.values()),
                   "h2d": section.floor("h2d") is not None,
                   "d2h": section.floor("d2h") is not None,
                   "ring": section.concurrent is not None and len(gpus) >= 2}
@@ -207,13 +238,16 @@ class P2pKind:
         key = cache_key([facts.host.describe(), section.probe, section.path, section.size,
                          gpus, wanted])
         shared = SharedMeasurement(key, measurer.measure, facts.shared_dir)
+        explainer = Explainer(found, facts.nvml, section.tuning)
         checks: list[Check] = []
 
-        def add(kind: str, key: str | None, floor: float, label: str, cls: str) -> None:
-            expect = Floor(floor, label, section.warn_margin)
-            checks.append(Check(kind, key, expect, section.options,
-                                RateProbe(shared, key or "", cls, floor, probe_reads(section)),
-                                order=ORDER, slow=True, measured=True))
+        def add(kind: str, key: str, floor: float | None, label: str, cls: str) -> None:
+            path = section.path_floor if kind == "p2p" else None
+            probe = RateProbe(shared, key, cls, floor, probe_reads(section), explainer, path,
+                              label, section.warn_margin)
+            checks.append(Check(kind, key, Floor(floor or 0.0, label, section.warn_margin),
+                                section.options, probe, order=ORDER, slow=True,
+                                measured=True))
 
         if not gpus or (len(gpus) == 1 and not (wanted["h2d"] or wanted["d2h"])):
             problem = ("no NVIDIA GPU under sys/bus/pci/devices" if not gpus else
@@ -228,34 +262,22 @@ class P2pKind:
             if floor is not None:
                 for gpu in gpus:
                     add(f"p2p.{name}", f"{name}[{gpu}]", floor, name, name)
+        lowest = min((f for c, f in section.floors if c in CLASSES), default=None)
         for (a, b), cls in classes.items():
             floor = section.floor(cls)
-            if floor is not None:
-                add("p2p", f"{a}->{b}", floor, cls, cls)
-            elif cls not in CLASSES:
-                lowest = min((f for c, f in section.floors if c in CLASSES), default=None)
-                if lowest is not None:
-                    checks.append(Check("p2p", f"{a}->{b}", Floor(lowest, "unclassified"),
-                                        section.options, Unmeasurable(cls), order=ORDER,
-                                        slow=True, measured=True))
+            if cls not in CLASSES and lowest is not None:  # a class floor it cannot be held to
+                checks.append(Check("p2p", f"{a}->{b}", Floor(lowest, "unclassified"),
+                                    section.options, Unmeasurable(cls), order=ORDER, slow=True,
+                                    measured=True))
+            elif floor is not None or by_path:
+                add("p2p", f"{a}->{b}", floor, cls if floor is not None else "path",
+                    cls if cls in CLASSES else "unclassified")
         if section.concurrent is not None:
             for i, a in enumerate(gpus):
                 b = gpus[(i + 1) % len(gpus)]
                 add("p2p.concurrent", f"ring:{a}->{b}", section.concurrent, "concurrent",
                     "concurrent")
         return [_rekey(c) for c in checks]
-
-
-def probe_reads(section: P2pSection) -> tuple[Request, ...]:
-    """The host reads of choosing the probe (``auto``) and of a saved output under the root."""
-    if section.probe == "file":
-        relative = section.path is not None and not Path(section.path).is_absolute()
-        return (Read(section.path),) if relative and section.path else ()
-    if section.probe == "nvbandwidth":
-        return (Which("nvbandwidth"),)
-    if section.probe == "auto":
-        return (Which("nvbandwidth"), *(Read(f"{RECORDED_DIR}/{name}") for name in RECORDED))
-    return ()
 
 
 def _rekey(check: Check) -> Check:
@@ -267,12 +289,6 @@ def _rekey(check: Check) -> Check:
         key = key[5:]
     subjects = {"gpus": key.replace("->", " ")} if key is not None else {}
     return dataclasses.replace(check, key=key, subjects=subjects)
-
-
-NVBANDWIDTH_ENV = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
-SLOW_HINT = ("links slower than expected make it slower (try a smaller size, or raise the p2p "
-             "section's timeout: SECONDS); if a GPU fell off the bus, the kernel log says so "
-             "(Xid 79)")
 
 
 def classify(a: str, b: str, numa: Mapping[str, int], nvml: NvmlSource) -> str:
@@ -306,14 +322,21 @@ class RateProbe(NoFix):
     measurement: SharedMeasurement
     key: str
     cls: str
-    floor: float
+    floor: float | None
     probe_reads: tuple[Request, ...] = ()
     """What choosing and running the probe reads (where nvbandwidth is, a recorded output)."""
+    explainer: Explainer | None = field(default=None, compare=False)
+    path_floor: PathFloor | None = None
+    label: str = ""
+    margin: float = 0.0
 
     def reads(self) -> Sequence[Request]:
-        return () if self.measurement.done else self.probe_reads
+        path = self.explainer.reads() if self.explainer is not None else ()
+        return (*path, *(() if self.measurement.done else self.probe_reads))
 
     def observe(self, host: Host) -> Observation:
+        if self.explainer is not None:
+            self.explainer.prepare(host)  # before a measurement's command, from the batch
         measured = self.measurement.get()
         details: dict[str, object] = {"class": self.cls, "floor": self.floor,
                                       "probe": measured.source}
@@ -324,100 +347,20 @@ class RateProbe(NoFix):
             return Observation(None, tuple(evidence), f"{measured.source} has no result for "
                                f"{self.key} (concurrent flows need probe: cuda)",
                                details=details)
+        explained = self.explainer.explain(host, flow_of(self.key), rate.problem) \
+            if self.explainer is not None else None
+        if explained is not None:
+            details.update(explained.details(rate.gbps))
+            evidence += explained.evidence()
         if rate.gbps is None:
             return Observation(None, tuple(evidence), rate.problem,
                                details={**details, "gbps": None})
+        expect = None
+        if self.path_floor is not None and explained is not None:
+            expect = explained.floor(self.floor, self.label, self.margin, self.path_floor)
+            details["floor"] = expect.floor
         shown = f"{rate.gbps:.2f}"
-        evidence.append(Evidence(self.key, f"{shown} GB/s"))
-        return Observation(shown, tuple(evidence), None, details={**details, "gbps": rate.gbps})
-
-
-class Measurer:
-    """Resolves the spec's probe on this host and takes every wanted measurement."""
-
-    def __init__(self, section: P2pSection, host: Host, gpus: tuple[str, ...],
-                 wanted: Mapping[str, bool]) -> None:
-        self.section = section
-        self.host = host
-        self.gpus = gpus
-        self.wanted = dict(wanted)
-
-    @property
-    def real(self) -> bool:
-        return self.host.local_machine()
-
-    def measure(self) -> Measurements:
-        probe = self.section.probe
-        if probe == "file":
-            assert self.section.path is not None
-            return self.from_file(self.section.path)
-        if probe == "cuda":
-            return self.cuda()
-        if probe == "nvbandwidth":
-            return self.nvbandwidth()
-        if self.real and cuda_available():
-            return self.cuda()
-        if self.host.which("nvbandwidth") is not None:
-            return self.nvbandwidth()
-        if not self.real:
-            for name in RECORDED:
-                if self.host.exists(f"{RECORDED_DIR}/{name}"):
-                    return self.from_file(f"{RECORDED_DIR}/{name}")
-            raise HostError(f"probe auto: the host root {self.host.describe()} is not this "
-                            "machine and has no nvbandwidth under it nor a recorded output in "
-                            f"{RECORDED_DIR}/ ({', '.join(RECORDED)})")
-        raise HostError(f"probe auto found no way to measure: {CUDA_INSTALL_HINT}, or put "
-                        "nvbandwidth on PATH")
-
-    def from_file(self, path: str) -> Measurements:
-        if Path(path).is_absolute():
-            try:
-                text = Path(path).read_text(encoding="utf-8", errors="replace")
-            except OSError as exc:
-                raise HostError(f"cannot read {path}: {exc.strerror}") from exc
-        else:
-            text = self.host.read_text(path)
-        try:
-            output = parse_output(text)
-        except ParseError as exc:
-            raise HostError(f"{path}: {exc}") from exc
-        measured = to_measurements(output, self.gpus, f"recorded in {path}")
-        stale = ("a saved output: it does not change with --fix; re-measure with probe cuda or "
-                 "nvbandwidth to see a fix's effect")
-        return Measurements(measured.source, measured.rates, (*measured.notes, stale))
-
-    def nvbandwidth(self) -> Measurements:
-        tests = ([P2P_TESTS[0]] if self.wanted["pairs"] else []) + \
-                ([H2D_TEST] if self.wanted["h2d"] else []) + \
-                ([D2H_TEST] if self.wanted["d2h"] else [])
-        argv = ["nvbandwidth", "-j", "-b", str(max(1, self.section.size // 2**20))]
-        for test in tests:
-            argv += ["-t", test]
-        # CUDA ordinal i = the i-th GPU in PCI order, our mapping when the output names no bus ids.
-        report_progress(f"running {' '.join(argv)} (every pair, serially; this takes a while)")
-        try:
-            done = self.host.run(argv, env=NVBANDWIDTH_ENV, timeout=self.section.timeout)
-        except CommandTimeout:
-            raise HostError(f"{' '.join(argv)} did not finish within {self.section.timeout:g} "
-                            f"s and was killed: {SLOW_HINT}") from None
-        if done.returncode != 0:
-            raise HostError(f"{done.shown} exited {done.returncode}: "
-                            f"{(done.stderr or done.stdout).strip()[-500:]}")
-        try:
-            output = parse_output(done.stdout)
-        except ParseError as exc:
-            raise HostError(f"{done.shown} printed no usable JSON: {exc}") from exc
-        return to_measurements(output, self.gpus, "ran " + done.shown)
-
-    def cuda(self) -> Measurements:
-        if not self.real:
-            raise HostError(f"probe cuda measures this machine, but the host root "
-                            f"{self.host.describe()} is not it")
-        try:
-            runtime = load_runtime()
-            probe = CudaBandwidth(runtime, self.section.size)
-            return measure_within(self.section.timeout, lambda: probe.measure(
-                self.gpus, pairs=self.wanted["pairs"], h2d=self.wanted["h2d"],
-                d2h=self.wanted["d2h"], ring=self.wanted["ring"]))
-        except (CudaUnavailable, CudaError) as exc:
-            raise HostError(f"probe cuda: {exc}") from exc
+        evidence.insert(1 + len(measured.notes), Evidence(self.key, f"{shown} GB/s"))
+        return Observation(shown, tuple(evidence), None, details={**details, "gbps": rate.gbps},
+                           culprits=explained.culprits() if explained is not None else None,
+                           expect=expect)

@@ -6,7 +6,7 @@
   const data = JSON.parse(document.getElementById("fleet-data").textContent);
   const S = data.strings, OUT = data.outcomes, KINDS = data.kinds, CHECKS = data.checks;
   const SECTIONS = data.sections, KIND_SECTION = data.kindSection;
-  const STRIDE = 6; // check, outcome, observed, expected, message, evidence
+  const STRIDE = 7; // check, outcome, observed, expected, message, evidence, top cause
   const PAGE = 100;
   const GOOD = new Set(["passed", "fixed", "skipped"]);
   const str = (i) => (i < 0 ? null : S[i]);
@@ -96,6 +96,21 @@
       title: S[CHECKS[c][1]], vertical: true }));
   }
 
+  // The cause most of these rows name first (the failing ones, else all): "acs_redirect (56 of 56)".
+  function topCause(t, rows) {
+    const failing = rows.filter((r) => !GOOD.has(outcomeOf(t, r)));
+    const counts = new Map();
+    for (const r of failing.length ? failing : rows) {
+      const cause = str(t.results[r + 6]);
+      if (cause === null) continue;
+      const name = cause.split(" ", 1)[0];
+      counts.set(name, (counts.get(name) || 0) + 1);
+    }
+    let best = null;
+    for (const [name, n] of counts) if (best === null || n > best[1]) best = [name, n];
+    return best === null ? "" : `; top cause: ${best[0]} (${best[1]} of ${rows.length})`;
+  }
+
   function rowsOf(t, col) {
     if (col.section !== undefined) return t.bySection.get(col.section) || [];
     if (col.kind !== undefined) return t.byKind.get(col.kind) || [];
@@ -121,17 +136,19 @@
       col.kind !== undefined ? `data-k="${col.kind}"` : `data-c="${col.check}"`;
     if (col.check !== undefined) {
       const r = rows[0], o = outcomeOf(t, r), observed = str(t.results[r + 2]);
+      const cause = str(t.results[r + 6]);
       const dim = state.outcome && o !== state.outcome;
       const text = observed === null ? "&mdash;" : esc(observed.length > 12 ? observed.slice(0, 11) + "…" : observed);
       return `<td class="cell o-${o}${dim ? " dim" : ""}" data-t="${t.index}" ${where}` +
-        ` data-outcome="${o}" title="${esc(col.title)}: ${esc(o)}">${text}</td>`;
+        ` data-outcome="${o}" title="${esc(col.title)}: ${esc(o)}` +
+        `${cause === null ? "" : esc("; top cause: " + cause)}">${text}</td>`;
     }
     const w = worst(t, rows);
     const bad = rows.filter((r) => !GOOD.has(outcomeOf(t, r))).length;
     const dim = state.outcome && !rows.some((r) => outcomeOf(t, r) === state.outcome);
     const text = bad ? `${bad}/${rows.length}` : String(rows.length);
-    const title = bad ? `${col.title}: ${bad} of ${rows.length} not good: ${problems(t, rows)}` :
-      `${col.title}: ${rows.length} good`;
+    const title = (bad ? `${col.title}: ${bad} of ${rows.length} not good: ${problems(t, rows)}` :
+      `${col.title}: ${rows.length} good`) + topCause(t, rows);
     return `<td class="cell o-${w}${dim ? " dim" : ""}" data-t="${t.index}" ${where}` +
       ` data-outcome="${w}" title="${esc(title)}">${text}</td>`;
   }
@@ -175,7 +192,8 @@
     };
     return `<div class="record" style="border-color: var(--${o})"><span class="rid">${esc(S[c[1]])}</span>` +
       `<span class="badge o-${o}">${o}</span><dl><dt>spec</dt><dd>${esc(S[c[0]])}</dd>` +
-      field("expected", 3) + field("observed", 2) + field("message", 4) + field("evidence", 5) + "</dl></div>";
+      field("expected", 3) + field("observed", 2) + field("message", 4) + field("cause", 6) +
+      field("evidence", 5) + "</dl></div>";
   }
 
   function showDetail(cell) {

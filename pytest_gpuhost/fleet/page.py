@@ -4,8 +4,8 @@ The page holds the fleet as one JSON blob (every string once, each result a row 
 it) and draws from it on demand: the matrix is targets by section, the terminal matrix's columns
 in its order (``matrix.columns``), a page of rows at a time; choosing a section shows its kinds
 as columns (its checks, when it has one kind), choosing a kind its checks; a click on a cell
-opens a panel of its records' expected, observed, message and evidence; the drift table is
-below. A thousand targets of 150
+opens a panel of its records' expected, observed, message and evidence; a cell's tooltip
+names the top cause its P2P pairs share; the drift table is below. A thousand targets of 150
 checks each make a page of a few MB that draws in well under a second (bench/fleet.py).
 """
 
@@ -53,6 +53,17 @@ def _evidence(record: Any) -> str:
                      if isinstance(e, dict))
 
 
+def _cause(record: Any) -> str | None:
+    """A P2P record's top cause (its ``explain``'s first entry), as the cell's tooltip says it."""
+    details = record.get("details")
+    causes = details.get("explain") if isinstance(details, dict) else None
+    if not isinstance(causes, list) or not causes or not isinstance(causes[0], dict):
+        return None
+    top = causes[0]
+    return (f"{top.get('cause')} at {top.get('at')}: {top.get('effect')}; "
+            f"{top.get('remedy')}")
+
+
 def _facts(target: FleetRow) -> str:
     facts = target.facts
     parts = [f"{name} {facts[name]}" for name in ("host", "kernel", "driver") if facts.get(name)]
@@ -91,7 +102,8 @@ def page_data(targets: Sequence[FleetRow], drifts: Sequence[Drift], title: str) 
                                    strings(short_key(record))])
             results += [index, outcome_index.get(str(record.get("outcome")), 0),
                         strings(record.get("observed")), strings(record.get("expected")),
-                        strings(record.get("message")), strings(_evidence(record))]
+                        strings(record.get("message")), strings(_evidence(record)),
+                        strings(_cause(record))]
         rows.append([target.name, strings(target.reason), strings(_facts(target)), results])
     order = sorted(kinds, key=lambda k: (kind_section[kinds[k]], kinds[k]))
     target_index = {t.name: i for i, t in enumerate(targets)}

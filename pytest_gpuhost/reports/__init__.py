@@ -89,6 +89,8 @@ class RunInfo:
     state: Mapping[str, Any] | None = None
     """The host state the run verified (``state.py``), where a report that shows it is
     written; None without one (a rollback, no host check selected)."""
+    topologies: tuple[tuple[str, dict[str, Any]], ...] = ()
+    """--gpuhost-topology: (target name, its GPUs' PCIe topology) for each target."""
     finished_at: float = field(default_factory=time.time)
 
     @property

@@ -20,6 +20,7 @@ from allure_commons.types import AttachmentType
 from ..files import write_output
 from ..result import CheckResult, Outcome
 from . import RunInfo
+from .topology import path_text
 
 dynamic: Any = allure.dynamic
 """allure's dynamic API is untyped."""
@@ -92,6 +93,9 @@ def describe(result: CheckResult, host_name: str) -> None:
                   name="expected vs observed", attachment_type=AttachmentType.TEXT)
     allure.attach(json.dumps(result.as_dict(), indent=2), name="gpuhost record",
                   attachment_type=AttachmentType.JSON)
+    path = path_text(result.details)
+    if path is not None:  # a P2P or host copy: its PCIe path and what limits it
+        allure.attach(path, name="PCIe path", attachment_type=AttachmentType.TEXT)
     if result.outcome is Outcome.SKIPPED:
         return
     fixing = result.action is not None

@@ -21,7 +21,7 @@ import os
 import re
 import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -225,6 +225,9 @@ class SpecContext:
 
     conditions: frozenset[str]
     spec_name: str = ""
+    sections: Mapping[str, Node] = field(default_factory=dict, compare=False)
+    """Every section of the spec by name, for a kind whose words depend on another's keys
+    (p2p names the pcie keys that fix what slows a pair); a kind parses only its own."""
 
     def parse_options(self, node: Node, pairs: Iterable[tuple[str, Node]]) -> EntryOptions:
         """Entry options from the option keys among ``pairs`` (other keys are the caller's)."""
@@ -536,7 +539,7 @@ def load_spec(
         name = name_node.string("name")
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
             raise name_node.error(f"name {name!r} must be letters, digits, '.', '_' or '-'")
-    context = SpecContext(frozenset(conditions), name)
+    context = SpecContext(frozenset(conditions), name, pairs)
     for key, node in pairs.items():
         if key not in parsers:
             known = ", ".join(parsers)

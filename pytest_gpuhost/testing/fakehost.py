@@ -16,8 +16,8 @@ import stat
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from ..checks.p2p import RECORDED_DIR
 from ..checks.sysctl import sysctl_path
+from ..gpu.measure import RECORDED_DIR
 from ..gpu.nvml import RECORDED_NVML, FakeNvml
 from .example import (
     ACS_FACTOR,
@@ -77,7 +77,8 @@ class FakeHost:
     def pci_device(self, address: str, *, vendor: int, device: int, class_code: int,
                    numa_node: int = 0, config: bytes | None = None,
                    link_width: int = 16, max_link_speed: str = "32.0 GT/s PCIe",
-                   parent: str | None = None, aer: bool = True) -> FakeHost:
+                   parent: str | None = None, aer: bool = True,
+                   max_link_width: int | None = None) -> FakeHost:
         """A PCI function laid out as sysfs lays it out: its directory in the device tree
         (``sys/devices/pci0000:00/[bridges/]ADDR``, below ``parent``, a bridge added before)
         and ``sys/bus/pci/devices/ADDR`` a relative link to it; with ``aer``, its AER counters."""
@@ -98,7 +99,7 @@ class FakeHost:
         self.file(f"{base}/class", f"0x{class_code:06x}\n")
         self.file(f"{base}/numa_node", f"{numa_node}\n")
         self.file(f"{base}/current_link_width", f"{link_width}\n")
-        self.file(f"{base}/max_link_width", f"{link_width}\n")
+        self.file(f"{base}/max_link_width", f"{max_link_width or link_width}\n")
         self.file(f"{base}/max_link_speed", f"{max_link_speed}\n")
         self.file(f"{base}/current_link_speed", "2.5 GT/s PCIe\n")  # an idle GPU
         if aer:
@@ -116,26 +117,37 @@ class FakeHost:
     def bridge(self, address: str, *, parent: str | None = None, port_type: int = 4,
                acs: int | None = ACS_KERNEL_DEFAULT, acs_offset: int = 0x148,
                vendor: int = 0x1022, device: int = 0x14AB, numa_node: int = 0,
-               aspm: int = 0) -> FakeHost:
+               aspm: int = 0, link_speed: str = "32.0", link_width: int = 16,
+               trained: tuple[str, int] | None = None, target_speed: str | None = None,
+               max_payload: int = 256) -> FakeHost:
         """A PCIe port: a root port (``port_type`` 4), a switch's upstream (5) or downstream (6)
-        port, with ACS Control ``acs`` at ``acs_offset`` (None: no ACS capability)."""
+        port, with ACS Control ``acs`` at ``acs_offset`` (None: no ACS capability), its link
+        capable of ``link_speed`` x ``link_width`` and trained as ``trained`` says (default:
+        to that), ``target_speed`` in Link Control 2 and ``aspm`` in Link Control."""
         config = config_space(vendor=vendor, device=device, class_code=0x060400, exp_cap=0x58,
                               bridge=True, port_type=port_type, aspm=aspm,
-                              ext_caps=bridge_caps(acs, acs_offset))
+                              ext_caps=bridge_caps(acs, acs_offset), link_speed=link_speed,
+                              link_width=link_width, trained=trained,
+                              target_speed=target_speed, max_payload=max_payload)
         return self.pci_device(address, vendor=vendor, device=device, class_code=0x060400,
                                numa_node=numa_node, config=config, parent=parent)
 
     def gpu(self, address: str, *, numa_node: int = 0, max_read_request: int = 512,
             max_payload: int = 256, exp_cap: int = 0x78, link_width: int = 16,
             max_link_speed: str = "32.0", device: int = 0x2BB5, audio: bool = True,
-            parent: str | None = None, aspm: int = 0, aer: bool = True) -> FakeHost:
-        """An NVIDIA GPU function and, like a workstation card, its HD audio function ``.1``."""
+            parent: str | None = None, aspm: int = 0, aer: bool = True,
+            trained: tuple[str, int] | None = None) -> FakeHost:
+        """An NVIDIA GPU function and, like a workstation card, its HD audio function ``.1``;
+        its link trained to ``trained`` (speed, width) where that is given (a card at x8 of
+        x16), else to what it can do."""
         config = config_space(vendor=0x10DE, device=device, class_code=0x030000,
                               exp_cap=exp_cap, max_read_request=max_read_request,
                               max_payload=max_payload, link_speed=max_link_speed,
-                              link_width=link_width, aspm=aspm)
+                              link_width=link_width, aspm=aspm, trained=trained)
+        width = trained[1] if trained else link_width
         self.pci_device(address, vendor=0x10DE, device=device, class_code=0x030000,
-                        numa_node=numa_node, config=config, link_width=link_width,
+                        numa_node=numa_node, config=config, link_width=width,
+                        max_link_width=link_width,
                         max_link_speed=f"{max_link_speed} GT/s PCIe", parent=parent, aer=aer)
         if audio:
             self.pci_device(address[:-1] + "1", vendor=0x10DE, device=0x22E8,

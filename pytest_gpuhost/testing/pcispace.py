@@ -30,12 +30,17 @@ def config_space(
     port_type: int = 1,
     aspm: int = 0,
     ext_caps: Sequence[tuple[int, int, bytes]] = (),
+    trained: tuple[str, int] | None = None,
+    target_speed: str | None = None,
 ) -> bytes:
     """A config space with PM and MSI capabilities and, at ``exp_cap``, PCI Express: type 0
     (an endpoint; ``port_type`` 1, legacy endpoint) or, with ``bridge``, type 1 (port_type 4 a
-    root port, 5 a switch upstream port, 6 a downstream port). ``aspm`` is Link Control's ASPM
-    bits 1:0. ``ext_caps`` are (offset, id, body) extended capabilities chained from 0x100 in
-    the order given (see ``acs_body``)."""
+    root port, 5 a switch upstream port, 6 a downstream port). ``link_speed`` and
+    ``link_width`` are Link Capabilities; the link trained to them (Link Status) unless
+    ``trained`` says (speed, width) otherwise. ``target_speed``: Link Control 2's Target Link
+    Speed (a slot set to "Gen3" in the firmware). ``aspm`` is Link Control's ASPM bits 1:0.
+    ``ext_caps`` are (offset, id, body) extended capabilities chained from 0x100 in the order
+    given (see ``acs_body``)."""
     data = bytearray(size)
     data[0:2] = vendor.to_bytes(2, "little")
     data[2:4] = device.to_bytes(2, "little")
@@ -59,7 +64,11 @@ def config_space(
         lnkcap = speed | link_width << 4 | 0x3 << 10
         data[exp_cap + 0x0C:exp_cap + 0x10] = lnkcap.to_bytes(4, "little")
         data[exp_cap + 0x10:exp_cap + 0x12] = (0x0040 | aspm).to_bytes(2, "little")  # CommClk+
-        data[exp_cap + 0x12:exp_cap + 0x14] = (speed | link_width << 4).to_bytes(2, "little")
+        now_speed, now_width = (_SPEED_CODES[trained[0]], trained[1]) if trained else \
+            (speed, link_width)
+        data[exp_cap + 0x12:exp_cap + 0x14] = (now_speed | now_width << 4).to_bytes(2, "little")
+        if target_speed is not None:
+            data[exp_cap + 0x30:exp_cap + 0x32] = _SPEED_CODES[target_speed].to_bytes(2, "little")
     if bridge:
         data[0x0E] = 0x01  # header type 1: a PCI-to-PCI bridge
     for index, (offset, cap_id, body) in enumerate(ext_caps):

@@ -280,6 +280,20 @@ def test_values_follow_the_rules_for_switches_buffers_links_and_p2p(tmp_path: Pa
            "nvbandwidth v0.8 reported N/A" in text
 
 
+def test_a_path_floor_is_90_percent_of_the_lowest_share_measured(tmp_path: Path) -> None:
+    """The untuned example: its pairs read 29.4% to 50.5% of the 57.61 GB/s Gen5 x16 carries."""
+    root = tmp_path / "host"
+    untuned(root)
+    for of, share in (("negotiated", 0.26), ("capability", 0.26)):
+        spec = tmp_path / f"{of}.yaml"
+        spec.write_text(f"version: 1\np2p: {{floors: {{path: 0.85, of: {of}}}}}\n")
+        text, verified = round_trip(root, tmp_path, [spec], name=f"{of}-captured.yaml")
+        assert verified.bad() == []
+        floors = _kept(text)["p2p"]["floors"]  # type: ignore[index]
+        assert floors == ({"path": share} if of == "negotiated" else
+                          {"path": share, "of": "capability"})
+
+
 def test_p2p_floors_are_90_percent_of_the_lowest_pair_rounded_down() -> None:
     assert p2p_floor(41.07) == 36  # 36.963
     assert p2p_floor(46.21) == 41  # 41.589

@@ -65,12 +65,19 @@ def test_one_check_per_ordered_pair_classed_by_numa_node(fake: FakeHost) -> None
     same = results[f"p2p[{G[0]}->{G[1]}]"]
     assert (same.outcome, same.observed, same.expected) == (Outcome.PASSED, "52.00",
                                                             ">= 45 GB/s (same_numa)")
-    assert same.details == {"class": "same_numa", "floor": 45.0, "gbps": 52.0,
-                            "probe": "nvbandwidth v0.8 (recorded in var/lib/pytest-gpuhost/"
-                                     "nvbandwidth.txt): device_to_device_memcpy_read_ce"}
+    assert {key: same.details[key] for key in ("class", "floor", "gbps", "probe")} == {
+        "class": "same_numa", "floor": 45.0, "gbps": 52.0,
+        "probe": "nvbandwidth v0.8 (recorded in var/lib/pytest-gpuhost/nvbandwidth.txt): "
+                 "device_to_device_memcpy_read_ce"}
+    # each GPU on a host bridge of its own (NODE), MaxReadReq 512: explained, and its limit
+    assert same.details["topology"] == "NODE" and same.details["limit_gbps"] == 57.61
+    assert [c["cause"] for c in same.details["explain"]] == ["max_read_request"]
     cross = results[f"p2p[{G[0]}->{G[3]}]"]
     assert cross.outcome is Outcome.FAILED
-    assert cross.message == "31.00 GB/s < floor 32 GB/s (cross_numa), 97% of it"
+    assert cross.message == ("31.00 GB/s < floor 32 GB/s (cross_numa), 97% of it: MaxReadReq 512 "
+                             "on 0000:a1:00.0 (the reading GPU) keeps fewer bytes in flight than "
+                             "4096 would; add pcie: {max_read_request: 4096} to the spec and "
+                             "--fix raises it (and 1 more: cross_socket)")
     assert results[f"p2p[{G[2]}->{G[3]}]"].message.startswith("44.90 GB/s < floor 45")
 
 
@@ -106,6 +113,9 @@ def test_p2p_sample_cannot_access_peer_fails_the_pair(fake: FakeHost) -> None:
     staged = results["p2p[0000:1b:00.0->0000:89:00.0]"]
     assert staged.outcome is Outcome.FAILED and staged.observed is None
     assert "P2P access is not possible: device 0 CANNOT access peer device 2" in staged.message
+    refused = staged.details["explain"][0]  # named by the diagnosis too, first: the costliest
+    assert (refused["cause"], refused["at"]) == ("p2p_unsupported", "the probe")
+    assert refused["observed"].startswith("P2P access is not possible: device 0 CANNOT")
     assert results["p2p[0000:1b:00.0->0000:3d:00.0]"].message.startswith("24.97 GB/s < floor 45")
 
 
@@ -153,7 +163,9 @@ def test_host_copies_have_one_check_per_gpu(fake: FakeHost) -> None:
     text = "version: 1\np2p: {probe: 'file:nvb.txt', floors: {h2d: 24.65, d2h: 20}}\n"
     results = run_spec(text, fake.root)
     assert list(results) == [f"p2p.h2d[{G[0]}]", f"p2p.d2h[{G[0]}]"]
-    assert results[f"p2p.h2d[{G[0]}]"].message == "24.61 GB/s < floor 24.65 GB/s (h2d), 100% of it"
+    assert results[f"p2p.h2d[{G[0]}]"].message.startswith(
+        "24.61 GB/s < floor 24.65 GB/s (h2d), 100% of it: MaxReadReq 512 on 0000:01:00.0 (the "
+        "GPU)")
     assert results[f"p2p.d2h[{G[0]}]"].outcome is Outcome.PASSED
 
 
@@ -343,11 +355,12 @@ class _BareMachine:
 
 def test_auto_without_any_probe_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     from pytest_gpuhost.checks import p2p
+    from pytest_gpuhost.gpu import measure
     from pytest_gpuhost.spec import EntryOptions
 
-    monkeypatch.setattr(p2p, "cuda_available", lambda: False)
+    monkeypatch.setattr(measure, "cuda_available", lambda: False)
     section = p2p.P2pSection("auto", None, 1, (), 0.0, None, EntryOptions("spec.yaml:2"))
-    measurer = p2p.Measurer(section, _BareMachine(), (), {})  # type: ignore[arg-type]
+    measurer = measure.Measurer(section, _BareMachine(), (), {})  # type: ignore[arg-type]
     with pytest.raises(HostError) as error:
         measurer.measure()
     assert str(error.value) == (

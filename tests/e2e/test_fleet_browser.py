@@ -96,9 +96,9 @@ def chromium(*args: str) -> str:
     return allure_chromium(*args, budget_ms=5000, window="1500,1000")
 
 
-def driven(page: Path) -> dict[str, Any]:
+def driven(page: Path, driver: str = DRIVER) -> dict[str, Any]:
     copy = page.with_name("driven.html")
-    copy.write_text(page.read_text().replace("</body>", DRIVER + "</body>"))
+    copy.write_text(page.read_text().replace("</body>", driver + "</body>"))
     dom = chromium("--dump-dom", copy.as_uri())
     found = re.search(r'<pre id="driver-out"[^>]*>(.*?)</pre>', dom, re.S)
     assert found, dom[-2000:]
@@ -284,3 +284,39 @@ def test_every_section_fits_at_common_widths_headings_whole_details_on_demand(
     allure_chromium(f"--screenshot={shot}", page.as_uri(), budget_ms=5000,
                     window=f"{width},900")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+TOOLTIPS = r"""
+<script>
+window.addEventListener("load", () => {
+  const q = (s) => [...document.querySelectorAll(s)];
+  const out = {};
+  out.sectionTitles = q("#matrix td.cell").map((td) => td.title).filter((t) => t.startsWith("p2p"));
+  const section = document.getElementById("f-section");
+  section.value = [...section.options].find((o) => o.text === "p2p").value;
+  section.dispatchEvent(new Event("change"));
+  out.pairTitle = q("#matrix td.cell")[0].title;
+  q("#matrix td.cell")[0].click();
+  out.detail = document.getElementById("detail").innerText;
+  const pre = document.createElement("pre");
+  pre.id = "driver-out";
+  pre.textContent = JSON.stringify(out);
+  pre.hidden = true;
+  document.body.appendChild(pre);
+});
+</script>
+"""
+
+
+def test_a_p2p_cells_tooltip_names_its_top_cause(pytester: pytest.Pytester,
+                                                 example_host: Path) -> None:
+    """The untuned example host: every pair fails, ACS redirect first."""
+    pytester.runpytest("--gpuhost-spec=blackwell8", f"--gpuhost-root={example_host}", "-k",
+                       "p2p", "--gpuhost-fleet-html=fleet.html", "-p", "no:cacheprovider")
+    seen = driven(pytester.path / "fleet.html", TOOLTIPS)
+    assert seen["sectionTitles"] == [
+        "p2p: 56 of 56 not good: 56 p2p failed; top cause: acs_redirect (56 of 56)"]
+    assert seen["pairTitle"] == (
+        "p2p[0000:01:00.0->0000:21:00.0]: failed; top cause: acs_redirect at 0000:20:01.1: "
+        "sends this pair through the root complex; --fix clears it")
+    assert "cause\nacs_redirect at 0000:20:01.1" in seen["detail"]

@@ -282,7 +282,7 @@ def test_the_page_data_holds_each_string_once(fleet_reports: list[Path]) -> None
     data = page_data(targets, find_drift(targets), "t")
     assert len(data["strings"]) == len(set(data["strings"]))
     assert [row[0] for row in data["targets"]] == [t.name for t in targets]
-    assert all(len(row[3]) == 6 * len(t.records) for row, t in zip(data["targets"], targets,
+    assert all(len(row[3]) == 7 * len(t.records) for row, t in zip(data["targets"], targets,
                                                                   strict=True))
     text = render(targets, find_drift(targets), "a </script> title")
     assert "a &lt;/script&gt; title" in text and text.count("</script>") == 2
@@ -297,7 +297,10 @@ def test_fleet_html_from_a_run(pytester: pytest.Pytester, example_host: Path) ->
     blob = text.split('<script type="application/json" id="fleet-data">', 1)[1]
     data = json.loads(blob.split("</script>", 1)[0].replace("<\\/", "</"))
     [row] = data["targets"]
-    assert row[1] == -1 and len(row[3]) == 6 * 198  # one target, every check, a result
+    assert row[1] == -1 and len(row[3]) == 7 * 198  # one target, every check, a result
+    causes = {data["strings"][row[3][i + 6]] for i in range(0, len(row[3]), 7)
+              if row[3][i + 6] >= 0}  # each P2P pair's top cause, for its cell's tooltip
+    assert causes and all(c.startswith("acs_redirect at 0000:") for c in causes)
     assert data["title"] == "pytest-gpuhost: blackwell8"
     usage = pytester.runpytest("--gpuhost-fleet-html=fleet.html")
     assert usage.ret == pytest.ExitCode.USAGE_ERROR

@@ -272,7 +272,7 @@ def assert_consistent(pytester: pytest.Pytester, run: Run, *, complete: bool = T
     strings, checks = data["strings"], data["checks"]
     shown: dict[tuple[str, str], str] = {}
     for name, _, _, results in data["targets"]:
-        for i in range(0, len(results), 6):
+        for i in range(0, len(results), 7):  # check, outcome, ..., a P2P record's top cause
             check = strings[checks[results[i]][1]]
             key = (name if len(data["targets"]) > 1 else "", check)
             assert key not in shown, f"{key} twice on the fleet page"
