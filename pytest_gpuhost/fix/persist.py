@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..checks import CannotFix, Check, Evidence, Observation, PersistLine
+from ..checks import CannotFix, Check, Evidence, NotApplicable, Observation, PersistLine
 from ..checks.bootconfig import GRUB, dropin_path, dropin_text, parse_boot_config, read_all
 from ..checks.changes import Plan, ReplaceFile
 from ..checks.modules import module_name_problem
@@ -312,8 +312,7 @@ def persistence_checks(spec: str, source: str, results: Sequence[CheckResult],
 
     boot = read_all(host) if host is not None else {}
     tools = command_paths(host) if host is not None else DEBIAN_TOOLS
-    options = EntryOptions(where=f"{_escaped(source)}:1",
-                           why="makes the runtime tuning survive a reboot")
+    options = _options(source)
     checks = []
     files = persistence_files(spec, source, results, read, boot, supplies, tools)
     for path, content in sorted(files.items()):
@@ -324,3 +323,70 @@ def persistence_checks(spec: str, source: str, results: Sequence[CheckResult],
             checks.append(Check("persist", path, expected_state(content), options,
                                 FileContentProbe(path, content)))
     return checks
+
+
+# -- the persistence files as checks of their own, known at collection ---------------------------
+
+ORDER = 20_000
+"""The rank of the ``persist`` checks: after every other check (dmesg's too), whose records
+they are made of."""
+EVERY = "(every --fix-persist file)"
+"""The one file a spec whose name cannot name files has (its check fails, saying why)."""
+_SUPPLIED = ("etc/tmpfiles.d/gpuhost-{spec}.conf", "etc/default/grub.d/90-gpuhost-{spec}.cfg")
+"""The files of the lines kinds supply (``PersistLine.target`` ``tmpfiles`` and ``cmdline``)."""
+FED_BY: Mapping[str, tuple[str, ...]] = {
+    "sysctl": (FILES[0][0],), "module loaded": (FILES[1][0],), "module absent": (FILES[2][0],),
+    "module": (FILES[1][0], FILES[2][0]),
+    "pcie.max_read_request": (FILES[3][0],), "cpuidle": (FILES[3][0],),
+    "cpufreq.governor": (_SUPPLIED[0],), "cpufreq.epp": (_SUPPLIED[0],),
+    "memory.transparent_hugepage": (_SUPPLIED[0],), "pcie.acs_redirect": (_SUPPLIED[1],),
+}
+"""The files a check's record may go into, by its kind (a module's by what it expects):
+whether it does is decided by the record at the end of the run (``persistence_files``)."""
+
+
+def candidate_files(spec: str, checks: Sequence[Check],
+                    supplies_lines: Callable[[Check], bool] = lambda check: False
+                    ) -> list[str]:
+    """Every file --fix-persist may write for ``checks`` (one target's), each a ``persist``
+    check collected with the others; ``supplies_lines``: whether a check's kind, not one of
+    ``FED_BY``, supplies lines of its own (they may go into either file of supplied lines)."""
+    patterns: set[str] = set()
+    for check in checks:
+        fed = FED_BY.get(f"{check.kind} {check.expect.describe()}") or FED_BY.get(check.kind)
+        patterns.update(fed or (_SUPPLIED if supplies_lines(check) else ()))
+    if not patterns:
+        return []
+    try:
+        _token(spec, "the spec name")
+    except Unsafe:
+        return [EVERY]
+    return sorted(pattern.format(spec=spec) for pattern in patterns)
+
+
+@dataclass(frozen=True)
+class NothingToPersist:
+    """A persistence file that none of the run's records goes into: skipped, saying so."""
+
+    path: str
+    fixable = False
+
+    def observe(self, host: Host) -> Observation:
+        raise NotApplicable(f"nothing of this run goes into {self.path}: none of the checks "
+                            "whose values it holds is right at the end of the run (each says "
+                            "why), or the host does not use it")
+
+    def plan(self, host: Host, value: str, observed: Observation) -> Plan:
+        raise CannotFix("nothing is written")
+
+
+def pending_check(path: str, source: str) -> Check:
+    """A persistence file's check as collected: what it holds is known once every other
+    check of its target has run (``persistence_checks``, at its turn)."""
+    return Check("persist", path, expected_state(""), _options(source), NothingToPersist(path),
+                 order=ORDER)
+
+
+def _options(source: str) -> EntryOptions:
+    return EntryOptions(where=f"{_escaped(source)}:1",
+                        why="makes the runtime tuning survive a reboot")
