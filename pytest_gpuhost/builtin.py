@@ -1,4 +1,4 @@
-"""The built-in check kinds and conditions, registered through the public hooks.
+"""The built-in check kinds, conditions, hosts and reports, registered through the public hooks.
 
 A kind's module is imported when a run first needs the kind (its section is in a spec, or a
 catalog capture asks every kind): a run pays for the kinds its spec uses, not for all eleven.
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from .checks.conditions import ConditionFn
     from .gpu.nvml import NvmlFactory
     from .host import Host
+    from .reports import Report
     from .result import CheckResult
     from .settings import Settings
     from .spec import Node, SpecContext
@@ -98,6 +99,13 @@ def pytest_gpuhost_conditions() -> Mapping[str, ConditionFn]:
     from .checks.conditions import BUILTIN_CONDITIONS
 
     return BUILTIN_CONDITIONS
+
+
+@hookimpl(tryfirst=True)
+def pytest_gpuhost_reports() -> Mapping[str, Report]:
+    from .reports import REPORTS
+
+    return REPORTS
 
 
 @hookimpl(trylast=True)
