@@ -16,13 +16,12 @@ FORBIDDEN = {
     "host": "everything else: it is the only code that touches a machine, and knows no check",
     "linux": "everything else: pure parsers of kernel formats",
     "spec": "everything else: YAML to a frozen model, no host, no pytest",
-    "checks": {"fix", "engine", "session", "hooks", "plugin", "items", "reports", "capture",
-               "fleet", "workers"},
-    "reports": {"host", "checks", "fix", "engine", "session", "hooks", "gpu"},
-    "fleet": {"host", "checks", "fix", "engine", "session", "hooks", "gpu", "spec"},
+    "checks": {"fix", "engine", "session", "plugin", "reports", "capture", "fleet"},
+    "reports": {"host", "checks", "fix", "engine", "session", "plugin", "gpu"},
+    "fleet": {"host", "checks", "fix", "engine", "session", "plugin", "gpu", "spec"},
 }
-GLUE = {"plugin", "hooks", "items"}
-"""pytest's glue: the only layers that import the session, the hooks or the items."""
+GLUE = {"plugin"}
+"""pytest's glue (``plugin/``): the only layer that imports the session."""
 
 
 def layer(module: str) -> str:
@@ -66,8 +65,9 @@ def test_a_layer_never_imports_what_sits_above_it(name: str) -> None:
         assert others & rule == set(), f"{name}/ imports {sorted(others & rule)}"
 
 
-def test_only_pytests_glue_imports_the_session_the_hooks_and_the_items() -> None:
-    importers = {name for name, targets in GRAPH.items()
-                 if targets & {"session", "hooks", "items"}}
-    assert importers <= GLUE | {""}, sorted(importers - GLUE)
+def test_only_pytests_glue_imports_the_session_and_nothing_imports_the_glue() -> None:
+    importers = {name for name, targets in GRAPH.items() if targets & {"session", "plugin"}}
+    # the package's __init__ registers the entry point when pytest_plugins names the package
+    assert importers <= GLUE | {"", "__init__"}, sorted(importers - GLUE)
+    assert GRAPH["__init__"] == {"plugin"}
     assert "checks" in GRAPH and "fix" in GRAPH["engine"]  # the graph is really read
