@@ -18,11 +18,12 @@ and ``gate`` (the pre-benchmark gate).
 from __future__ import annotations
 
 import sys
+from typing import Literal
 
 import pytest
 
 from .. import hookspecs, specs
-from ..options import OPTIONS, SPEC_SUFFIXES, TEXT, WORDS
+from ..options import FLAG, OPTIONAL, OPTIONS, SECONDS, SPEC_SUFFIXES, WORDS
 
 MARKERS = (
     "gpuhost: on a generated host check: its kind; on a test of yours: run it only after every "
@@ -30,8 +31,8 @@ MARKERS = (
     "gpuhost_slow: a host check that takes long (the p2p bandwidth checks); -m 'not "
     "gpuhost_slow' is the fast subset a scheduler's health check can afford",
 )
-_ACTIONS = {"flag": "store_true", WORDS: "append"}
-_TYPES = {"seconds": float}
+_ACTIONS = {FLAG: "store_true", WORDS: "append"}
+_TYPES = {SECONDS: float}
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -44,7 +45,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     bundled = ", ".join(specs.names())
     for option in OPTIONS:
         extra: dict[str, object] = {"metavar": option.metavar} if option.metavar else {}
-        if option.kind == "optional":
+        if option.kind == OPTIONAL:
             extra.update(nargs="?", const="")
         if option.kind in _ACTIONS:
             extra["action"] = _ACTIONS[option.kind]
@@ -53,11 +54,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         group.addoption(option.flag, default=option.default, help=option.help_text(bundled),
                         **extra)
     for option in OPTIONS:
-        if option.ini is not None:
-            kind = "linelist" if option.ini_list else "args" if option.kind == WORDS else "string"
-            parser.addini(option.ini, option.ini_help, type=kind,  # type: ignore[arg-type]
-                          default=[] if option.kind == WORDS else "")
-    assert all(option.kind in (TEXT, WORDS) for option in OPTIONS if option.ini)
+        if option.ini is None:
+            continue
+        kind: Literal["linelist", "args", "string"] = \
+            "linelist" if option.ini_list else "args" if option.kind == WORDS else "string"
+        parser.addini(option.ini, option.ini_help, type=kind,
+                      default=[] if option.kind == WORDS else "")
 
 
 def _asked(config: pytest.Config) -> bool:

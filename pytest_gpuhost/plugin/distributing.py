@@ -142,7 +142,7 @@ def make_target_scheduler(config: pytest.Config, log: Any) -> Any:
     ``--dist loadscope`` groups them. (``--dist loadgroup`` does not group on pytest 9.2.)"""
     from xdist.scheduler import LoadScopeScheduling
 
-    class TargetScheduling(LoadScopeScheduling):  # type: ignore[misc]
+    class TargetScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist is untyped
         def _split_scope(self, nodeid: str) -> str:
             target = target_of(nodeid)
             if target is not None:
