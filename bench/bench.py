@@ -1093,7 +1093,7 @@ class HostCalls:
 
 def host_calls(directory: Path, specs: Sequence[Path], root: Path) -> HostCalls:
     """Count the calls of a verify run in this process, through the pytest-free session driven
-    as plugin.py drives it (expand, select, run in rank order, finish) on a CountingHost."""
+    as the plugin drives it (expand, select, run in rank order, finish) on a CountingHost."""
     settings = resolve(RawOptions(invocation=directory, ini_base=directory,
                                   ini_name="the ini file", spec=tuple(map(str, specs)),
                                   root=str(root)))

@@ -704,7 +704,7 @@ def figure_calls(base: Path, link: Link | None) -> Figure:
          *commands],
         [*rows, "",
          "counted in this process through pytest_gpuhost.testing.counting.CountingHost around "
-         "the local host, in a session driven as plugin.py drives it (bench.host_calls: expand "
+         "the local host, in a session driven as the plugin drives it (bench.host_calls: expand "
          "every spec, select, run every check in rank order, finish); a verify run, no --fix",
          "collection: the facts of every kind in one batch; run: one batch of every observation "
          "of the checks that read the host as it stands, one live batch for the fresh ones "

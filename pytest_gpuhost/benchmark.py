@@ -12,13 +12,11 @@ is never touched: a host that changed but passes its spec is not a failure.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-from .runstate import StateRun, finished_state
 
 FIELD = "gpuhost"
 """The key of ``machine_info`` that holds the state."""
@@ -26,11 +24,12 @@ TITLE = "gpuhost: host state of the compared benchmark"
 
 
 class BenchmarkState:
-    """pytest-benchmark's hooks for a run (``run``: None in a run without host checks, which
+    """pytest-benchmark's hooks for a run (``state``: None in a run without host checks, which
     compares only)."""
 
-    def __init__(self, run: StateRun | None) -> None:
-        self.run = run
+    def __init__(self, state: Callable[[], dict[str, Any] | None] | None) -> None:
+        self.state = state
+        """The run's state once its host checks ran; None in a run without host checks."""
         self.started = False
         self.compared: list[Any] = []
         """The ``gpuhost`` field of each compared file (None: it has none), in the order
@@ -59,9 +58,9 @@ class BenchmarkState:
     def pytest_benchmark_update_machine_info(self, config: pytest.Config,
                                              machine_info: dict[str, Any]) -> None:
         """At save time (the session's end), the state; at configure time there is none yet."""
-        if self.run is None or not self.started:
+        if self.state is None or not self.started:
             return
-        state = finished_state(self.run)
+        state = self.state()
         if state is not None:
             machine_info[FIELD] = state
 
@@ -78,7 +77,7 @@ class BenchmarkState:
                 self._summary(terminalreporter, config)
 
     def _summary(self, terminalreporter: Any, config: pytest.Config) -> None:
-        now = finished_state(self.run) if self.run is not None else None
+        now = self.state() if self.state is not None else None
         terminalreporter.section(TITLE)
         for name, theirs in zip(_names(config, len(self.compared)), self.compared,
                                 strict=True):

@@ -1,5 +1,5 @@
-"""The built-in check kinds, conditions, target schemes and hosts, registered through the public
-hooks.
+"""The built-in check kinds, conditions, target schemes, hosts and reports, registered through
+the public hooks.
 
 A kind's module is imported when a run first needs the kind (its section is in a spec, or a
 catalog capture asks every kind): a run pays for the kinds its spec uses, not for all eleven.
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from .checks.conditions import ConditionFn
     from .gpu.nvml import NvmlFactory
     from .host import Host
+    from .reports import Report
     from .result import CheckResult
     from .settings import Settings
     from .spec import Node, SpecContext
@@ -74,6 +75,11 @@ class BuiltinKind:
         no records), else what the kind supplies, if it supplies any."""
         supply = getattr(self._kind, "persistence", None) if self._kind is not None else None
         return list(supply(results)) if supply is not None else []
+
+    def persists_to(self, check: Check) -> Sequence[str]:
+        from .checks import persists_to_of
+
+        return persists_to_of(self.kind)(check)
 
     @property
     def scope(self) -> str:
@@ -132,6 +138,13 @@ def target_schemes(pluginmanager: pluggy.PluginManager) -> dict[str, Scheme]:
         return scheme_registry(pluginmanager.hook.pytest_gpuhost_target_schemes())
     except TargetError as exc:
         raise SettingsError(str(exc)) from None
+
+
+@hookimpl(tryfirst=True)
+def pytest_gpuhost_reports() -> Mapping[str, Report]:
+    from .reports import REPORTS
+
+    return REPORTS
 
 
 @hookimpl(trylast=True)

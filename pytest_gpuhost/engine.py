@@ -42,7 +42,6 @@ def run_check(
 ) -> CheckResult:
     """Raises only LockUnavailable (the root's lock cannot be had); all else is a record.
     ``history``: the host's earlier fixes, whose failures are not retried (None: retry)."""
-    expected = check.expect.describe()
     try:
         skip = _skip_reason(check, host, conditions)
         if skip is not None:
@@ -66,20 +65,9 @@ def run_check(
         return pending
     if not options.fix:
         return _result(check, Outcome.FAILED, problem + _hint(check, host, observed), observed)
-    if not check.options.fix:
-        return _result(check, Outcome.FAILED, f"{problem}; not fixed: 'fix: false' in the spec",
-                       observed)
-    if not check.probe.fixable:
-        return _result(check, Outcome.FAILED, f"{problem} (a check-only kind: no fixer)",
-                       observed)
-    if check.expect.fix_value(observed.value) is None:
-        return _result(check, Outcome.FAILED, f"{problem}; not fixed: '{expected}' names no "
-                                              "single value to write", observed)
-    if is_boot_time(check.probe) and not options.persist:
-        return _result(check, Outcome.FAILED, f"{problem}; not fixed: a boot-time setting; "
-                                              "--fix --fix-persist writes it to the boot "
-                                              "configuration, then a reboot applies it",
-                       observed)
+    unfixed = _not_fixed(check, observed, options)
+    if unfixed is not None:
+        return _result(check, Outcome.FAILED, problem + unfixed, observed)
     if options.dry_run:
         return _plan_only(check, host, observed, problem, history, simulate=options.simulate)
     if fixer is None:
@@ -91,6 +79,20 @@ def run_check(
             return _fix(check, host, fixer, problem, history)
     except TargetLost as exc:  # the connection, lost taking the lock: that target only
         return _result(check, Outcome.ERROR, str(exc), observed)
+
+
+def _not_fixed(check: Check, observed: Observation, options: RunOptions) -> str | None:
+    """Why --fix leaves a failing check as it is (the end of its message), or None."""
+    if not check.options.fix:
+        return "; not fixed: 'fix: false' in the spec"
+    if not check.probe.fixable:
+        return " (a check-only kind: no fixer)"
+    if check.expect.fix_value(observed.value) is None:
+        return f"; not fixed: '{check.expect.describe()}' names no single value to write"
+    if is_boot_time(check.probe) and not options.persist:
+        return ("; not fixed: a boot-time setting; --fix --fix-persist writes it to the boot "
+                "configuration, then a reboot applies it")
+    return None
 
 
 def _plan(check: Check, host: Host, observed: Observation) -> Plan:

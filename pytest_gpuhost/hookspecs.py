@@ -4,8 +4,8 @@ provided.
 pytest only treats names that start with ``pytest_`` as hooks, hence the prefix.
 
 pytest-gpuhost's own kinds use these hooks too, so a third-party package (a pytest11 plugin)
-adds a kind, a condition, a target scheme or a kind of host exactly the way the built-in ones
-are added.
+adds a kind, a condition, a target scheme, a kind of host or a report exactly the way the
+built-in ones are added.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # imported by every pytest run: nothing heavy at import time
     from .checks.conditions import ConditionFn
     from .gpu.nvml import NvmlFactory
     from .host import Host
+    from .reports import Report
     from .settings import Settings
     from .targets import Scheme, TargetAddress
 
@@ -64,4 +65,12 @@ def pytest_gpuhost_nvml(host: Host) -> NvmlFactory | None:
     needs NVML; it raises ``NvmlUnavailable`` with the reason). The built-in implementation runs
     last: the real library on ``/``, a recorded snapshot in a fake tree. A conftest returns
     ``lambda: FakeNvml(...)`` to run the NVML checks against a fake."""
+    raise NotImplementedError
+
+
+@hookspec
+def pytest_gpuhost_reports() -> Mapping[str, Report]:
+    """Return reports the run can write, by name (``reports.Report``: the setting or option that
+    asks for one, and what makes its reporter). The built-in ones (``reports.REPORTS``) come
+    through this hook too; a name is claimed once."""
     raise NotImplementedError

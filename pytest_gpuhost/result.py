@@ -27,6 +27,9 @@ class Outcome(str, enum.Enum):
 
 
 OUTCOMES = tuple(o.value for o in Outcome)
+OPEN_OUTCOMES = (Outcome.PASSED, Outcome.FIXED, Outcome.SKIPPED)
+"""The outcomes of a host that is right (they open the pre-benchmark gate); anything else
+(failed, fix_failed, error, and any outcome added later) is not."""
 
 
 NOT_RUN = "not run: "

@@ -2,14 +2,14 @@
 checks as a gated test does (under xdist, for every worker's), the state of a finished run for
 its reports, and JUnit's suite properties. The state itself is ``state.py``'s.
 
-The run (``hooks.GpuhostRun``) is handed in, never imported: what is needed of it is
+The run (``plugin.start.Run``) is handed in, never imported: what is needed of it is
 ``StateRun``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
@@ -22,42 +22,40 @@ if TYPE_CHECKING:  # the state's module (hashlib, json) loads when a run uses th
     from .state import HostState, SpecDigest
 
 STATE_FIXTURE = "gpuhost_state"
+BENCHMARK_FILES = ("benchmark_json", "benchmark_save", "benchmark_autosave", "benchmark_compare")
+"""pytest-benchmark's options that save or compare results: their files carry the state."""
 NAMED = 5
 """Checks named in an error of the fixture; the rest are counted."""
 
 
+class StateLedger(Protocol):
+    """Where a process's checks say they finished (``plugin.ledger``): here, or on another
+    xdist worker."""
+
+    def wait_for(self, indices: Iterable[int]) -> list[int]: ...
+
+    def records_of(self, indices: Iterable[int]) -> dict[int, CheckResult]: ...
+
+    def lost(self, missing: Sequence[int]) -> str: ...
+
+
 class StateRun(Protocol):
-    """What the state needs of a run's hooks object."""
+    """What the fixture needs of a run (``plugin.start.Run``)."""
 
     @property
     def session(self) -> Any: ...
 
     @property
-    def log(self) -> Any:
-        """An xdist worker's ``workers.DoneLog``; None without xdist."""
+    def ledger(self) -> StateLedger: ...
 
     @property
-    def host_checks(self) -> list[tuple[int, str]]: ...
-
-    @property
-    def verdicts(self) -> dict[int, str]: ...
-
-    def records(self) -> list[CheckResult]: ...
+    def host_checks(self) -> list[tuple[int, str]]:
+        """(collection index, id) of every selected host check."""
 
 
 def requests_state(item: pytest.Item) -> bool:
     """A test that uses the fixture (directly or through one of its own fixtures)."""
     return STATE_FIXTURE in getattr(item, "fixturenames", ())
-
-
-def done_entry(record: CheckResult | None, wanted: bool) -> dict[str, Any] | None:
-    """What an xdist worker's done mark carries of a check for the state: its entry, where a
-    test of the run asks for the state (``wanted``), else nothing."""
-    if not wanted or record is None:
-        return None
-    from .state import Entry
-
-    return Entry.of(record).as_dict()
 
 
 def spec_digests(session: Any) -> list[SpecDigest]:
@@ -84,9 +82,11 @@ def state_of(session: Any, records: Sequence[CheckResult]) -> dict[str, Any] | N
     return build(entries, spec_digests(session))
 
 
-def finished_state(run: StateRun) -> dict[str, Any] | None:
-    """The state once the host checks ran (on the controller: every worker's records)."""
-    return state_of(run.session, run.records())
+def finished_state(session: Any, records: Callable[[], Sequence[CheckResult]]
+                   ) -> Callable[[], dict[str, Any] | None]:
+    """The state once the host checks ran, made when asked (on the controller: from every
+    worker's records)."""
+    return lambda: state_of(session, records())
 
 
 def _fail(message: str) -> None:
@@ -103,7 +103,7 @@ def fixture_state(run: StateRun | None) -> HostState:
     """The fixture's value: the state once every selected host check finished, here or on
     another xdist worker; an error (the test's, at set-up) when there is none to give."""
     __tracebackhide__ = True
-    from .state import Entry, HostState, build, entries_of
+    from .state import HostState, build, entries_of
 
     if run is None or not run.session.specs:
         _fail("no host was checked in this run: pass --gpuhost-spec=FILE (or set gpuhost_spec "
@@ -114,21 +114,30 @@ def fixture_state(run: StateRun | None) -> HostState:
         _fail("no host check was selected, so no state vouches for this host; select the "
               "spec's checks too (a -k or -m that leaves them out leaves the state out)")
     names = dict(run.host_checks)
-    if run.log is None:
-        missing = [index for index in indices if index not in run.verdicts]
-        lost = ""
-        entries = entries_of(run.records()) if not missing else []
-    else:
-        missing = run.log.wait_for(indices)
-        down = run.log.progress.down
-        lost = f" ({'; '.join(down.values())})" if down else ""
-        states = run.log.progress.states
-        entries = [Entry.from_dict(states[i]) for i in indices if i in states]
-        missing += [i for i in indices if i not in missing and i not in states]
+    missing = run.ledger.wait_for(indices)
+    records = run.ledger.records_of(indices)
+    missing += [i for i in indices if i not in missing and i not in records]
     if missing:
-        _fail(f"{len(missing)} of {len(indices)} host checks did not finish{lost}: "
-              f"{_named([names.get(i, str(i)) for i in missing])}")
+        _fail(f"{len(missing)} of {len(indices)} host checks did not finish"
+              f"{run.ledger.lost(missing)}: {_named([names.get(i, str(i)) for i in missing])}")
+    entries = entries_of([records[i] for i in indices])
     return HostState(build(entries, spec_digests(run.session)))
+
+
+def benchmark_files(config: pytest.Config,
+                    state: Callable[[], dict[str, Any] | None] | None) -> None:
+    """Where pytest-benchmark saves or compares results, its files carry the host's state and
+    a comparison says what changed (``benchmark.py``); a run without host checks (``state``
+    None) only compares. Nothing of it loads without pytest-benchmark (or under -p
+    no:benchmark)."""
+    option = config.option
+    if not getattr(option, "benchmark_compare", None) and (
+            state is None or not any(getattr(option, name, None) for name in BENCHMARK_FILES)):
+        return
+    if config.pluginmanager.has_plugin("benchmark"):
+        from .benchmark import BenchmarkState
+
+        config.pluginmanager.register(BenchmarkState(state), "gpuhost-benchmark")
 
 
 def with_state(config: pytest.Config, settings: Settings, session: Any,

@@ -1,21 +1,24 @@
 """The run's settings, resolved once from pytest's options and ini values into a frozen record.
 
-An option wins over its ini twin; every error names the source that was wrong
-(``--gpuhost-root=/x: no such directory`` or ``gpuhost_root in tox.ini=/x: ...``) and is a usage
-error (exit 4), raised before anything on a host is read or changed. No pytest here: the plugin
-hands in the raw values (``RawOptions``), so tests and benchmarks build settings directly.
+Each option is declared once, in ``options.OPTIONS``; this module resolves what the
+combinations mean. An option wins over its ini twin; every error names the source that was
+wrong (``--gpuhost-root=/x: no such directory`` or ``gpuhost_root in tox.ini=/x: ...``) and is
+a usage error (exit 4), raised before anything on a host is read or changed. No pytest here:
+the plugin hands in the raw values (``RawOptions``), so tests and benchmarks build settings
+directly.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from .files import OutputError, check_output
+from .options import BY_NAME, OPTIONS, SPEC_SUFFIXES, flag
+from .options import RawOptions as RawOptions
 from .targets import (
     BUILTIN,
     LOCAL,
@@ -27,68 +30,15 @@ from .targets import (
     parse_target_line,
 )
 
-SPEC_SUFFIXES = (".yaml", ".yml")
-
 
 class SettingsError(Exception):
     """A setting that cannot be used; the message names its source."""
 
 
 @dataclass(frozen=True)
-class RawOptions:
-    """What the command line and the ini file said, unresolved."""
-
-    invocation: Path
-    ini_base: Path
-    ini_name: str
-    """The ini file as errors name it (``tox.ini``), or ``the ini file``."""
-    spec: Sequence[str] = ()
-    ini_spec: Sequence[str] = ()
-    args: Sequence[str] = ()
-    root: str | None = None
-    ini_root: str = ""
-    fix: bool = False
-    dry_run: bool = False
-    persist: bool = False
-    fix_retry: bool = False
-    journal: str | None = None
-    rollback: str | None = None
-    lock_timeout: float = 120.0
-    gate: bool = False
-    report: str | None = None
-    prom: str | None = None
-    npd: bool = False
-    nfd: str | None = None
-    alluredir: str | None = None
-    numprocesses: object = None
-    worker: bool = False
-    targets: Sequence[str] = ()
-    ini_targets: Sequence[str] = ()
-    ssh_config: str | None = None
-    ini_ssh_config: str = ""
-    connect_timeout: float = 10.0
-    inventory: str | None = None
-    ini_inventory: str = ""
-    limit: str | None = None
-    targets_file: str | None = None
-    ini_targets_file: str = ""
-    target_timeout: float | None = None
-    resolved_targets: Sequence[Mapping[str, Any]] = ()
-    """On an xdist worker: the targets as its controller resolved them (``target_record``)."""
-    ssh_masters: str | None = None
-    """On an xdist worker: its controller's directory of ssh control sockets."""
-    after_reboot: bool = False
-    capture: str | None = None
-    capture_from: str | None = None
-    capture_overwrite: bool = False
-    fleet_html: str | None = None
-    schemes: Schemes = field(default_factory=lambda: BUILTIN)
-    """The target schemes the plugins registered (``builtin.target_schemes``)."""
-    topology: bool = False
-
-
-@dataclass(frozen=True)
 class Settings:
+    """The run's resolved settings (made only by ``resolve``: the defaults are the table's)."""
+
     invocation: Path
     specs: tuple[Path, ...]
     root: Path
@@ -110,29 +60,29 @@ class Settings:
     worker: bool
     distributing: bool
     """On an xdist controller that starts workers."""
-    targets: tuple[TargetAddress, ...] = (TargetAddress(LOCAL, LOCAL),)
+    targets: tuple[TargetAddress, ...]
     """The machines this run checks; without --gpuhost-target, this machine at the root."""
-    ssh_config: Path | None = None
-    connect_timeout: float = 10.0
-    target_timeout: float | None = None
+    ssh_config: Path | None
+    connect_timeout: float
+    target_timeout: float | None
     """--gpuhost-target-timeout: the seconds each process may spend on one remote target."""
-    ssh_masters: Path | None = None
+    ssh_masters: Path | None
     """Under xdist: the run's directory of ssh control sockets, one per ssh target (the
     controller's collection connection is the master its workers' sessions ride on)."""
-    after_reboot: bool = False
+    after_reboot: bool
     """--gpuhost-rollback-after-reboot: restore runtime changes a reboot has reset since."""
-    npd: bool = False
+    npd: bool
     """--gpuhost-npd, on the controller: answer as a node-problem-detector plugin."""
-    nfd: Path | None = None
-    capture: Path | None = None
+    nfd: Path | None
+    capture: Path | None
     """--gpuhost-capture: where the captured spec goes (on the controller)."""
-    capture_shown: str = ""
+    capture_shown: str
     """--gpuhost-capture as given, for messages and the header."""
-    capture_from: str | None = None
-    capture_overwrite: bool = False
-    catalog: bool = False
+    capture_from: str | None
+    capture_overwrite: bool
+    catalog: bool
     """--gpuhost-capture without a spec: the built-in catalog is the spec, observed only."""
-    fleet_html: Path | None = None
+    fleet_html: Path | None
     topology: bool = False
     """--gpuhost-topology: print each target's GPU topology (and put it in the JSON report)."""
 
@@ -154,6 +104,19 @@ class Settings:
             return str(path)
 
 
+def _chosen(raw: RawOptions, name: str, *, empty: bool = False) -> tuple[str, Path] | None:
+    """The option, else its ini twin: (its source and value as errors name them, the path it
+    names: relative to where pytest was invoked, or to the ini file); None when neither is
+    set (``empty``: an empty option counts as given)."""
+    value = raw.text(name)
+    if value is not None and (value or empty):
+        return f"{flag(name)}={value}", raw.invocation / value
+    ini = raw.ini_text(name)
+    if ini:
+        return f"{BY_NAME[name].ini} in {raw.ini_name}={ini}", raw.ini_base / ini
+    return None
+
+
 def _spec_path(base: Path, value: str, source: str) -> Path:
     """A spec file, or, for a bare name that is no file (``blackwell8``: no ``/``, no ``.yaml``
     suffix), the bundled spec of that name."""
@@ -172,10 +135,10 @@ def _spec_path(base: Path, value: str, source: str) -> Path:
 
 def _spec_paths(raw: RawOptions) -> tuple[Path, ...]:
     """Specs from --gpuhost-spec (else the ini), then .yaml files named as arguments."""
-    paths = [_spec_path(raw.invocation, p, "--gpuhost-spec") for p in raw.spec]
+    paths = [_spec_path(raw.invocation, p, "--gpuhost-spec") for p in raw.words("spec")]
     if not paths:
         paths = [_spec_path(raw.ini_base, p, f"gpuhost_spec in {raw.ini_name}")
-                 for p in raw.ini_spec]
+                 for p in raw.ini_words("spec")]
     from . import specs
 
     for arg in raw.args:  # a bundled spec's check by its id (blackwell8.yaml::dmesg) too
@@ -189,82 +152,68 @@ def _spec_paths(raw: RawOptions) -> tuple[Path, ...]:
 
 
 def _root(raw: RawOptions) -> Path:
-    if raw.root is not None:
-        source, value, root = "--gpuhost-root", raw.root, raw.invocation / raw.root
-    elif raw.ini_root:
-        source, value = f"gpuhost_root in {raw.ini_name}", raw.ini_root
-        root = raw.ini_base / value
-    else:
+    chosen = _chosen(raw, "root", empty=True)
+    if chosen is None:
         return Path("/")
+    source, root = chosen
     if not root.exists():
-        raise SettingsError(f"{source}={value}: no such directory; the host root must be an "
+        raise SettingsError(f"{source}: no such directory; the host root must be an "
                             "existing directory ('/' for this machine)")
     if not root.is_dir():
-        raise SettingsError(f"{source}={value}: not a directory; the host root is the "
-                            "directory a machine's /proc, /sys and /etc are under ('/' for "
-                            "this machine)")
+        raise SettingsError(f"{source}: not a directory; the host root is the directory a "
+                            "machine's /proc, /sys and /etc are under ('/' for this machine)")
     return root
 
 
-_NEEDS_SPEC = ("fix", "report", "root", "gate", "prom", "persist", "dry_run", "journal", "npd",
-               "nfd", "targets", "ssh_config", "fleet_html", "fix_retry", "inventory", "limit",
-               "targets_file", "target_timeout", "topology")
-_FLAGS = {"fix": "--fix", "report": "--gpuhost-report", "root": "--gpuhost-root",
-          "gate": "--gpuhost-gate", "prom": "--gpuhost-prom", "persist": "--fix-persist",
-          "dry_run": "--gpuhost-dry-run", "journal": "--gpuhost-journal",
-          "fix_retry": "--fix-retry",
-          "npd": "--gpuhost-npd", "nfd": "--gpuhost-nfd", "targets": "--gpuhost-target",
-          "ssh_config": "--gpuhost-ssh-config", "fleet_html": "--gpuhost-fleet-html",
-          "inventory": "--gpuhost-inventory", "limit": "--gpuhost-limit",
-          "targets_file": "--gpuhost-targets-file",
-          "target_timeout": "--gpuhost-target-timeout",
-          "capture_from": "--gpuhost-capture-from",
-          "capture_overwrite": "--gpuhost-capture-overwrite", "topology": "--gpuhost-topology"}
-_NOT_WITH_CATALOG = ("fix", "persist", "dry_run", "journal", "gate", "fix_retry")
-"""What a catalog capture (no spec) cannot do: it observes, and has no values to fix to."""
-
-
 def _usage(raw: RawOptions, has_specs: bool) -> None:
-    rollback = raw.rollback is not None
+    """What the options given mean together: a spec or a rollback, and what each needs."""
+    rollback = raw.value("rollback") is not None
     if not has_specs and not rollback:
-        for name in _NEEDS_SPEC:
-            if getattr(raw, name):
-                raise SettingsError(f"{_FLAGS[name]} needs a spec: pass --gpuhost-spec=FILE "
+        for option in sorted(OPTIONS, key=lambda option: option.name == "root"):  # root last
+            if option.needs_spec and raw.value(option.name):
+                raise SettingsError(f"{option.flag} needs a spec: pass --gpuhost-spec=FILE "
                                     "(or name a .yaml spec as an argument)")
         return
-    if raw.after_reboot and not rollback:
+    if raw.flag("after_reboot") and not rollback:
         raise SettingsError("--gpuhost-rollback-after-reboot only makes sense with "
                             "--gpuhost-rollback")
-    if rollback and has_specs:
-        raise SettingsError("--gpuhost-rollback restores a journal; run it without a spec")
     if rollback:
-        for name in ("persist", "journal"):
-            if getattr(raw, name):
-                raise SettingsError(f"{_FLAGS[name]} does not go with --gpuhost-rollback (a "
-                                    "rollback journals nothing and persists nothing)")
-        if raw.fix_retry:
-            raise SettingsError("--fix-retry does not go with --gpuhost-rollback (a rollback "
-                                "restores every change of its journal that is not back)")
-        if raw.numprocesses:
-            raise SettingsError("--gpuhost-rollback runs serially, newest change first: drop -n")
+        _rollback_usage(raw, has_specs)
         return
-    for name in ("dry_run", "persist", "journal", "fix_retry"):
-        if getattr(raw, name) and not raw.fix:
-            raise SettingsError(f"{_FLAGS[name]} only makes sense with --fix")
+    for option in OPTIONS:
+        if option.needs_fix and raw.value(option.name) and not raw.flag("fix"):
+            raise SettingsError(f"{option.flag} only makes sense with --fix")
 
 
-def _lock_timeout(value: float) -> float:
-    if not math.isfinite(value) or value < 0:
-        raise SettingsError(f"--gpuhost-lock-timeout={value:g}: expected a finite number of "
-                            "seconds, 0 or more")
+def _rollback_usage(raw: RawOptions, has_specs: bool) -> None:
+    if has_specs:
+        raise SettingsError("--gpuhost-rollback restores a journal; run it without a spec")
+    for name in ("persist", "journal"):
+        if raw.value(name):
+            raise SettingsError(f"{flag(name)} does not go with --gpuhost-rollback (a "
+                                "rollback journals nothing and persists nothing)")
+    if raw.flag("fix_retry"):
+        raise SettingsError("--fix-retry does not go with --gpuhost-rollback (a rollback "
+                            "restores every change of its journal that is not back)")
+    if raw.numprocesses:
+        raise SettingsError("--gpuhost-rollback runs serially, newest change first: drop -n")
+
+
+def _seconds(raw: RawOptions, name: str) -> float | None:
+    value = raw.seconds(name)
+    problem = BY_NAME[name].seconds_problem(value) if value is not None else None
+    if problem is not None:
+        raise SettingsError(f"{flag(name)}={value:g}: {problem}")
     return value
 
 
-def _output(raw: RawOptions, value: str | None, flag: str) -> Path | None:
-    if not value:
+def _output(raw: RawOptions, name: str) -> Path | None:
+    """A file the controller writes at the end (a report): checked now, None on a worker."""
+    value = raw.text(name)
+    if not value or raw.worker:
         return None
     try:
-        return check_output(raw.invocation / value, f"{flag}={value}")
+        return check_output(raw.invocation / value, f"{flag(name)}={value}")
     except OutputError as exc:
         raise SettingsError(str(exc)) from None
 
@@ -279,6 +228,10 @@ def _resolved(records: Sequence[Mapping[str, Any]]) -> tuple[TargetAddress, ...]
                  for record in records)
 
 
+TARGET_SOURCES = ("targets", "inventory", "targets_file")
+"""The options that name targets: given on the command line, they replace all their ini twins."""
+
+
 def _targets(raw: RawOptions) -> tuple[TargetAddress, ...]:
     """Every target the run names: --gpuhost-target, the hosts of --gpuhost-inventory (after
     --gpuhost-limit) and the lines of --gpuhost-targets-file, together; any of them on the
@@ -286,25 +239,24 @@ def _targets(raw: RawOptions) -> tuple[TargetAddress, ...]:
     xdist worker takes its controller's: the same targets, the inventory read once."""
     if raw.resolved_targets:
         return _resolved(raw.resolved_targets)
-    command_line = bool(raw.targets or raw.inventory or raw.targets_file)
-    if command_line:
-        urls, inventory, listed = raw.targets, raw.inventory, raw.targets_file
-        base, named = raw.invocation, {"targets": "--gpuhost-target",
-                                       "inventory": "--gpuhost-inventory",
-                                       "targets_file": "--gpuhost-targets-file"}
+    if any(raw.value(name) for name in TARGET_SOURCES):
+        urls, inventory, listed = raw.words("targets"), raw.text("inventory"), \
+            raw.text("targets_file")
+        base, named = raw.invocation, {name: flag(name) for name in TARGET_SOURCES}
     else:
-        urls, inventory, listed = raw.ini_targets, raw.ini_inventory, raw.ini_targets_file
-        base, named = raw.ini_base, {"targets": f"gpuhost_targets in {raw.ini_name}",
-                                     "inventory": f"gpuhost_inventory in {raw.ini_name}",
-                                     "targets_file": f"gpuhost_targets_file in {raw.ini_name}"}
-    if raw.limit is not None and not inventory:
-        raise SettingsError(f"--gpuhost-limit={raw.limit} selects hosts of an inventory: pass "
+        urls, inventory, listed = raw.ini_words("targets"), raw.ini_text("inventory"), \
+            raw.ini_text("targets_file")
+        base, named = raw.ini_base, {name: f"{BY_NAME[name].ini} in {raw.ini_name}"
+                                     for name in TARGET_SOURCES}
+    limit = raw.text("limit")
+    if limit is not None and not inventory:
+        raise SettingsError(f"--gpuhost-limit={limit} selects hosts of an inventory: pass "
                             "--gpuhost-inventory=FILE too")
     found: list[TargetAddress] = []
     for text in urls:
         if text.strip():
             try:
-                found.append(replace(parse_target(text, raw.schemes), source=named["targets"]))
+                found.append(replace(parse_target(text, _schemes(raw)), source=named["targets"]))
             except TargetError as exc:
                 raise SettingsError(f"{named['targets']}: {exc}") from None
     if inventory:
@@ -314,7 +266,7 @@ def _targets(raw: RawOptions) -> tuple[TargetAddress, ...]:
     if not found:
         return (TargetAddress(LOCAL, LOCAL),)
     try:
-        return tuple(name_targets(found, raw.schemes))
+        return tuple(name_targets(found, _schemes(raw)))
     except TargetError as exc:
         raise SettingsError(str(exc)) from None
 
@@ -322,15 +274,16 @@ def _targets(raw: RawOptions) -> tuple[TargetAddress, ...]:
 def _inventory_targets(raw: RawOptions, path: Path, source: str) -> list[TargetAddress]:
     from .inventory import InventoryError, read_inventory
 
-    if raw.limit is not None and not raw.limit.strip():
+    limit = raw.text("limit")
+    if limit is not None and not limit.strip():
         raise SettingsError("--gpuhost-limit is empty: expected an Ansible host pattern "
                             "(node01, gpu, 'gpu:!node02', 'node0*')")
     try:
-        hosts = read_inventory(path, raw.limit)
+        hosts = read_inventory(path, limit)
         return [host.target(source, raw.invocation) for host in hosts]
     except InventoryError as exc:
-        limit = f" --gpuhost-limit={raw.limit}" if raw.limit is not None else ""
-        raise SettingsError(f"{source}{limit}: {exc}") from None
+        given = f" --gpuhost-limit={limit}" if limit is not None else ""
+        raise SettingsError(f"{source}{given}: {exc}") from None
 
 
 def _listed_targets(path: Path, source: str, raw: RawOptions) -> list[TargetAddress]:
@@ -343,7 +296,7 @@ def _listed_targets(path: Path, source: str, raw: RawOptions) -> list[TargetAddr
     found = []
     for number, text in lines:
         try:
-            found.append(replace(parse_target_line(text, raw.schemes),
+            found.append(replace(parse_target_line(text, _schemes(raw)),
                                  source=f"{source}:{number}"))
         except TargetError as exc:
             raise SettingsError(f"{source}: {path}:{number}: {exc}") from None
@@ -351,56 +304,39 @@ def _listed_targets(path: Path, source: str, raw: RawOptions) -> list[TargetAddr
 
 
 def _ssh_config(raw: RawOptions) -> Path | None:
-    if raw.ssh_config:
-        source, path = f"--gpuhost-ssh-config={raw.ssh_config}", raw.invocation / raw.ssh_config
-    elif raw.ini_ssh_config:
-        source = f"gpuhost_ssh_config in {raw.ini_name}={raw.ini_ssh_config}"
-        path = raw.ini_base / raw.ini_ssh_config
-    else:
+    chosen = _chosen(raw, "ssh_config")
+    if chosen is None:
         return None
+    source, path = chosen
     if not path.is_file():
         raise SettingsError(f"{source}: no such file (an OpenSSH client configuration, given "
                             "to every ssh as -F FILE)")
     return path
 
 
-def _connect_timeout(value: float) -> float:
-    if not math.isfinite(value) or value <= 0:
-        raise SettingsError(f"--gpuhost-connect-timeout={value:g}: expected a number of "
-                            "seconds above 0")
-    return value
-
-
-def _target_timeout(value: float | None) -> float | None:
-    if value is not None and (not math.isfinite(value) or value <= 0):
-        raise SettingsError(f"--gpuhost-target-timeout={value:g}: expected a finite number "
-                            "of seconds above 0")
-    return value
-
 def _capture(raw: RawOptions, specs: tuple[Path, ...]) -> tuple[Path | None, bool]:
     """(where the captured spec goes, whether the catalog is the spec)."""
-    if not raw.capture:
+    capture = raw.text("capture")
+    if not capture:
         for name in ("capture_from", "capture_overwrite"):
-            if getattr(raw, name):
-                raise SettingsError(f"{_FLAGS[name]} goes with --gpuhost-capture=OUT.yaml")
+            if raw.value(name):
+                raise SettingsError(f"{flag(name)} goes with --gpuhost-capture=OUT.yaml")
         return None, False
-    if raw.rollback is not None:
+    if raw.value("rollback") is not None:
         raise SettingsError("--gpuhost-capture does not go with --gpuhost-rollback (a rollback "
                             "restores a journal; capture after it, in a run of its own)")
     catalog = not specs
-    if catalog:
-        for name in _NOT_WITH_CATALOG:
-            if getattr(raw, name):
-                raise SettingsError(f"{_FLAGS[name]} needs a spec: --gpuhost-capture without "
-                                    "one observes the built-in catalog and has no values to "
-                                    "hold the host to (pass --gpuhost-spec=FILE)")
+    for option in OPTIONS if catalog else ():
+        if not option.catalog and raw.value(option.name):
+            raise SettingsError(f"{option.flag} needs a spec: --gpuhost-capture without one "
+                                "observes the built-in catalog and has no values to hold the "
+                                "host to (pass --gpuhost-spec=FILE)")
     if raw.worker:
         return None, catalog
-    path = raw.invocation / raw.capture
-    if os.path.lexists(path) and not raw.capture_overwrite:
-        raise SettingsError(f"--gpuhost-capture={raw.capture}: the file exists; pass "
+    if os.path.lexists(raw.invocation / capture) and not raw.flag("capture_overwrite"):
+        raise SettingsError(f"--gpuhost-capture={capture}: the file exists; pass "
                             "--gpuhost-capture-overwrite to replace it, or name a new file")
-    return _output(raw, raw.capture, "--gpuhost-capture"), catalog
+    return _output(raw, "capture"), catalog
 
 
 def _capture_from(raw: RawOptions, targets: Sequence[TargetAddress]) -> str:
@@ -408,12 +344,25 @@ def _capture_from(raw: RawOptions, targets: Sequence[TargetAddress]) -> str:
     name or its URL as given), else the only target."""
     from .capture.writer import pick_target
 
-    chosen = raw.capture_from
+    chosen = raw.text("capture_from")
     by_url = {target.url: target.name for target in targets}
     try:
         return pick_target([target.name for target in targets], by_url.get(chosen or "", chosen))
     except ValueError as exc:
         raise SettingsError(str(exc)) from None
+
+
+def _journal(raw: RawOptions) -> Path | None:
+    given = raw.text("journal")
+    journal = raw.invocation / given if given else None
+    if journal is not None and not raw.worker and journal.exists():
+        raise SettingsError(f"--gpuhost-journal={given}: the file exists; a journal records "
+                            "one run: name a new file")
+    return journal
+
+
+def _schemes(raw: RawOptions) -> Schemes:
+    return raw.schemes if raw.schemes is not None else BUILTIN
 
 
 def resolve(raw: RawOptions) -> Settings:
@@ -425,34 +374,29 @@ def resolve(raw: RawOptions) -> Settings:
 
         specs = (CATALOG,)
     _usage(raw, bool(specs))
-    active = bool(specs) or raw.rollback is not None
-    root = _root(raw) if active else Path("/")
-    if raw.persist and len(specs) > 1:
+    rollback = raw.text("rollback")
+    active = bool(specs) or rollback is not None
+    if raw.flag("persist") and len(specs) > 1:
         raise SettingsError("--fix-persist names its files after the spec: run it with one spec "
                             "at a time")
     targets = _targets(raw)
-    capture_from = _capture_from(raw, targets) if capture is not None or catalog else None
-    journal = raw.invocation / raw.journal if raw.journal else None
-    if journal is not None and not raw.worker and journal.exists():
-        raise SettingsError(f"--gpuhost-journal={raw.journal}: the file exists; a journal "
-                            "records one run: name a new file")
+    lock_timeout = _seconds(raw, "lock_timeout")
+    connect_timeout = _seconds(raw, "connect_timeout")
+    assert lock_timeout is not None and connect_timeout is not None  # they have defaults
     return Settings(
-        invocation=raw.invocation, specs=specs, root=root,
-        fix=raw.fix or raw.rollback is not None, dry_run=raw.dry_run, persist=raw.persist,
-        fix_retry=raw.fix_retry,
-        journal=journal, rollback=raw.rollback, lock_timeout=_lock_timeout(raw.lock_timeout),
-        gate=raw.gate,
-        report=_output(raw, raw.report, "--gpuhost-report") if not raw.worker else None,
-        prom=_output(raw, raw.prom, "--gpuhost-prom") if not raw.worker else None,
+        invocation=raw.invocation, specs=specs, root=_root(raw) if active else Path("/"),
+        fix=raw.flag("fix") or rollback is not None, dry_run=raw.flag("dry_run"),
+        persist=raw.flag("persist"), fix_retry=raw.flag("fix_retry"), journal=_journal(raw),
+        rollback=rollback, lock_timeout=lock_timeout, gate=raw.flag("gate"),
+        report=_output(raw, "report"), prom=_output(raw, "prom"),
         alluredir=raw.invocation / raw.alluredir if raw.alluredir else None,
         worker=raw.worker, distributing=not raw.worker and bool(raw.numprocesses),
-        npd=raw.npd and not raw.worker,
-        nfd=_output(raw, raw.nfd, "--gpuhost-nfd") if not raw.worker else None,
         targets=targets, ssh_config=_ssh_config(raw),
+        connect_timeout=connect_timeout, target_timeout=_seconds(raw, "target_timeout"),
         ssh_masters=Path(raw.ssh_masters) if raw.ssh_masters else None,
-        connect_timeout=_connect_timeout(raw.connect_timeout),
-        target_timeout=_target_timeout(raw.target_timeout), after_reboot=raw.after_reboot,
-        capture=capture, capture_shown=raw.capture or "", capture_from=capture_from,
-        capture_overwrite=raw.capture_overwrite, catalog=catalog,
-        fleet_html=_output(raw, raw.fleet_html, "--gpuhost-fleet-html")
-        if not raw.worker else None, topology=raw.topology and not raw.worker)
+        after_reboot=raw.flag("after_reboot"), npd=raw.flag("npd") and not raw.worker,
+        nfd=_output(raw, "nfd"), capture=capture, capture_shown=raw.text("capture") or "",
+        capture_from=_capture_from(raw, targets) if capture is not None or catalog else None,
+        capture_overwrite=raw.flag("capture_overwrite"), catalog=catalog,
+        fleet_html=_output(raw, "fleet_html"),
+        topology=raw.flag("topology") and not raw.worker)

@@ -32,9 +32,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NoReturn
 
-from .gate import OPEN_OUTCOMES
 from .reports.terminal import SESSION_KINDS
-from .result import OUTCOMES, CheckResult
+from .result import OPEN_OUTCOMES, OUTCOMES, CheckResult
 
 VERSION = 1
 """The layout of a state; a reader refuses another."""

@@ -40,6 +40,15 @@ EXTRAS = (
 what the test runs, so a new test of -n or --alluredir is covered without a marker to forget."""
 
 
+@pytest.fixture(autouse=True)
+def _inner_runs_are_not_xdist_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under ``pytest -n N`` xdist tells its workers so in the environment, which every pytest
+    a test starts would inherit (pytest-benchmark then disables itself): a run a test makes is
+    its own session."""
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
+
+
 E2E = Path(__file__).resolve().parent / "e2e"
 """Tests that start real processes beside pytest (an sshd, xdist workers, Chromium): marked
 ``e2e``, so a quick loop can leave them out with ``-m "not e2e"``."""

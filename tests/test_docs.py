@@ -258,6 +258,18 @@ def test_what_fix_persist_writes_is_named_in_its_help_and_the_docs(
     assert {path for path in named if f"`{path}`" not in persistence} == set()
 
 
+def test_the_reference_table_of_options_is_the_one_the_options_table_makes() -> None:
+    """Each option is declared once, in pytest_gpuhost/options.py: the reference's table is
+    made from it (``python -m pytest_gpuhost.options``), and so is --help."""
+    from pytest_gpuhost.options import OPTIONS, docs_table
+
+    section = (REPO / "docs" / "reference.md").read_text().split("## Command line", 1)[1]
+    start = section.index("| option | ini | meaning |")
+    table = section[start:section.index("\n\n", start) + 1]
+    assert table == docs_table()
+    assert len(table.splitlines()) == 2 + len(OPTIONS) > 20
+
+
 def command_line_table() -> dict[str, tuple[str, str, str]]:
     """The reference's option table: each option's argument (`=FILE`), ini column and meaning."""
     section = (REPO / "docs" / "reference.md").read_text().split("## Command line", 1)[1]

@@ -21,22 +21,24 @@ FLOORS: dict[str, int] = {
     # floor 0: the base, which imports no layer but the package root
     ROOT: 0, "result": 0, "files": 0, "progress": 0, "long_lived": 0,
     "host": 0, "linux": 0, "spec": 0, "specs": 0, "targets": 0,
-    # floor 1: waiting a bounded time (on the host's clock)
-    "bounded": 1,
-    # floor 2: GPUs, inventories, the fleet view, the gate's words, xdist's shared files
-    "gpu": 2, "inventory": 2, "gate": 2, "fleet": 2, "workers": 2,
+    # floor 1: waiting a bounded time (on the host's clock); the table of options
+    "bounded": 1, "options": 1,
+    # floor 2: GPUs, inventories, the fleet view
+    "gpu": 2, "inventory": 2, "fleet": 2,
     # floor 3: the kinds, the reporters
     "checks": 3, "reports": 3,
-    # floor 4: what acts on checks: capture, the fixer; the fake trees; an old import path
-    "capture": 4, "fix": 4, "testing": 4, "nvml": 4,
-    # floor 5: one check's run; the settings (they validate a capture's target)
-    "engine": 5, "settings": 5, "fakehost": 5,
-    # floor 6: the session without pytest; the hooks' specifications
-    "session": 6, "hookspecs": 6,
-    # floor 7: the built-in kinds as a plugin registers them; pytest's items
-    "builtin": 7, "items": 7,
-    # floors 8, 9: pytest's glue
-    "hooks": 8, "plugin": 9,
+    # floor 4: what acts on checks: capture, the fixer; the host state; the fake trees; an old
+    # import path
+    "capture": 4, "fix": 4, "state": 4, "testing": 4, "nvml": 4,
+    # floor 5: one check's run; the settings (they validate a capture's target);
+    # pytest-benchmark's hooks; an old import path
+    "engine": 5, "settings": 5, "benchmark": 5, "fakehost": 5,
+    # floor 6: the session without pytest; the hooks' specifications; the state's pytest side
+    "session": 6, "hookspecs": 6, "runstate": 6,
+    # floor 7: the built-in kinds, schemes, hosts and reports as a plugin registers them
+    "builtin": 7,
+    # floor 8: pytest's glue
+    "plugin": 8,
 }
 ALONE = {
     "host": "it is the only code that touches a machine, and knows no check",
@@ -46,9 +48,9 @@ ALONE = {
 """Layers that import nothing of the package at all."""
 FORBIDDEN = {
     # lower layers that a layer still must not import
-    "checks": {"fleet", "workers", "gate", "inventory"},
-    "reports": {"host", "gpu", "workers", "inventory"},
-    "fleet": {"host", "gpu", "spec", "workers", "inventory"},
+    "checks": {"fleet", "inventory"},
+    "reports": {"host", "gpu", "inventory"},
+    "fleet": {"host", "gpu", "spec", "inventory"},
 }
 ROOT_SHIM = (ROOT, "plugin")
 """The package's ``__init__`` registers the plugin when ``-p pytest_gpuhost`` names the package
@@ -128,7 +130,7 @@ LAYERS = layer_graph()
 
 def test_the_graph_is_read() -> None:
     assert len(MODULES) > 50
-    assert "fix" in LAYERS["engine"] and "session" in LAYERS["hooks"]
+    assert "fix" in LAYERS["engine"] and "session" in LAYERS["plugin"]
     # each import form is seen: plain, relative, lazy (in a function), TYPE_CHECKING
     assert "pytest_gpuhost.plugin" in GRAPH["pytest_gpuhost"]  # lazy, relative
     assert "pytest_gpuhost.gpu.nvml" in GRAPH["pytest_gpuhost.checks"]  # TYPE_CHECKING
@@ -152,11 +154,9 @@ def test_a_layer_imports_only_what_sits_below_it(name: str) -> None:
     assert not banned, f"{name}/ imports {sorted(banned)}"
 
 
-def test_only_pytests_glue_imports_the_session_the_hooks_and_the_items() -> None:
-    glue = {"plugin", "hooks", "items"}
-    importers = {name for name, targets in LAYERS.items()
-                 if targets & {"session", "hooks", "items"}}
-    assert importers <= glue, sorted(importers - glue)
+def test_only_pytests_glue_imports_the_session() -> None:
+    importers = {name for name, targets in LAYERS.items() if "session" in targets}
+    assert importers == {"plugin"}, sorted(importers)
 
 
 KNOWN_CYCLES: dict[frozenset[str], str] = {

@@ -278,6 +278,9 @@ class Kind(Protocol):
       kind of the spec in one batch beforehand;
     - ``persistence(results) -> Sequence[PersistLine]``: the lines ``--fix-persist`` writes
       for its checks' values (absent: none);
+    - ``persists_to(check) -> Sequence[str]``: the persistence targets (``PERSIST_TARGETS``)
+      a check's lines may go to, known at collection so that each file --fix-persist may write
+      is an item of its own (absent: every target, for a kind with ``persistence``);
     - ``capture(section, records) -> Captured``: the section as the records say the host
       holds it, for ``--gpuhost-capture`` (``checks.capturing`` has the usual forms; absent:
       the captured spec says the kind has no capture)."""
@@ -295,6 +298,8 @@ Capturer = Callable[[Any, "Records"], "Captured"]
 """A kind's ``capture(section, records)``."""
 PersistenceSupply = Callable[[Sequence["CheckResult"]], Sequence[PersistLine]]
 """A kind's ``persistence(results)``."""
+PersistTargets = Callable[[Check], Sequence[str]]
+"""A kind's ``persists_to(check)``."""
 
 
 def scope_of(kind: object) -> str:
@@ -317,6 +322,17 @@ def persistence_of(kind: object) -> PersistenceSupply | None:
     """The kind's ``persistence``, or None where it has none."""
     found: PersistenceSupply | None = getattr(kind, "persistence", None)
     return found
+
+
+def persists_to_of(kind: object) -> PersistTargets:
+    """Where the kind's persistence lines for a check may go: its ``persists_to``, else every
+    target for a kind with ``persistence`` and none for a kind without."""
+    found: PersistTargets | None = getattr(kind, "persists_to", None)
+    if found is not None:
+        return found
+    if persistence_of(kind) is None:
+        return lambda check: ()
+    return lambda check: PERSIST_TARGETS
 
 
 def owned(kind: object, section: str, checks: Iterable[Check]) -> list[Check]:

@@ -255,6 +255,10 @@ class CpufreqKind:
         return _persistence(results)
 
     @staticmethod
+    def persists_to(check: Check) -> Sequence[str]:
+        return ("tmpfiles",) if check.kind in PERSISTED_FILES else ()
+
+    @staticmethod
     def capture(model: CpufreqSection, records: Records) -> Captured:
         return capture_cpufreq(model, records)
 
@@ -287,11 +291,15 @@ class CpufreqKind:
         return checks
 
 
+PERSISTED_FILES = {"cpufreq.governor": "scaling_governor",
+                   "cpufreq.epp": "energy_performance_preference"}
+"""The checks --fix-persist keeps (a tmpfiles.d line each), and the file each writes."""
+
+
 def _persistence(results: Sequence[CheckResult]) -> list[PersistLine]:
     """tmpfiles.d ``w`` lines that write the governor and EPP again at every boot (a glob over
     the policies, as systemd-tmpfiles allows for ``w``), for values right at the end of the run."""
-    files = {"cpufreq.governor": "scaling_governor",
-             "cpufreq.epp": "energy_performance_preference"}
+    files = PERSISTED_FILES
     return [PersistLine("tmpfiles", f"w /{CPUFREQ}/policy*/{files[r.kind]} - - - - {r.observed}")
             for r in results if r.kind in files and r.outcome in (Outcome.PASSED, Outcome.FIXED)
             and r.observed and " on cpus " not in r.observed]

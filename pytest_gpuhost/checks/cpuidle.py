@@ -326,6 +326,10 @@ class CpuidleKind:
     persistence = staticmethod(cpuidle_persistence)
 
     @staticmethod
+    def persists_to(check: Check) -> Sequence[str]:
+        return ("udev",) if check.kind == "cpuidle" else ()
+
+    @staticmethod
     def capture(model: CpuidleSection, records: Records) -> Captured:
         return capture_cpuidle(model, records)
 

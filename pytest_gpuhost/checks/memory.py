@@ -65,6 +65,10 @@ class MemoryKind:
         return _persistence(results)
 
     @staticmethod
+    def persists_to(check: Check) -> Sequence[str]:
+        return ("tmpfiles",) if check.kind == "memory.transparent_hugepage" else ()
+
+    @staticmethod
     def capture(model: Sequence[MemoryEntry], records: Records) -> Captured:
         from .capturing import Captured, Rule, capture_key, records_of
 

@@ -233,6 +233,16 @@ def _module_form(state: Mapping[str, Any], parameters: Mapping[str, str],
 class ModulesKind:
     section = "modules"
     persistence = staticmethod(modules_persistence)
+
+    @staticmethod
+    def persists_to(check: Check) -> Sequence[str]:
+        """A module expected loaded into modules-load.d, absent into modprobe.d (either,
+        for an expectation that allows both); its parameters stay where the spec put them."""
+        if check.kind != "module":
+            return ()
+        wanted = check.expect.describe()
+        return {LOADED: ("modules-load",), ABSENT: ("modprobe",)}.get(
+            wanted, ("modules-load", "modprobe"))
     capture = staticmethod(capture_modules)
 
     def parse(self, node: Node, context: SpecContext) -> ModulesSection:

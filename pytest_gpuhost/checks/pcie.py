@@ -225,6 +225,12 @@ class PcieKind:
 
         return [*mrrs_persistence(results), *acs_persistence(results)]
 
+    @staticmethod
+    def persists_to(check: Check) -> Sequence[str]:
+        """MaxReadReq into the udev rule, ACS redirect off into the kernel command line."""
+        return {"pcie.max_read_request": ("udev",), "pcie.acs_redirect": ("cmdline",)}.get(
+            check.kind, ())
+
     def parse(self, node: Node, context: SpecContext) -> tuple[PcieEntry | PathEntry, ...]:
         entries: list[PcieEntry | PathEntry] = []
         pairs = node.mapping("pcie")

@@ -236,6 +236,10 @@ class SysctlKind:
     capture = staticmethod(capture_sysctl)
     persistence = staticmethod(sysctl_persistence)
 
+    @staticmethod
+    def persists_to(check: Check) -> Sequence[str]:
+        return ("sysctl",)
+
     def parse(self, node: Node, context: SpecContext) -> tuple[SysctlEntry, ...]:
         entries = []
         pairs = node.mapping("sysctl")

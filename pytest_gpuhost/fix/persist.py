@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..checks import CONTROL, CannotFix, Check, Evidence, Observation, PersistLine
+from ..checks import CONTROL, CannotFix, Check, Evidence, NotApplicable, Observation, PersistLine
 from ..checks.bootconfig import GRUB, dropin_path, dropin_text, parse_boot_config, read_all
 from ..checks.changes import Plan, ReplaceFile
 from ..host import COMMAND_DIRS, FileInfo, Host, Stat
@@ -248,8 +248,7 @@ def persistence_checks(spec: str, source: str, results: Sequence[CheckResult],
     lines = lines_of(results, supplies)
     needed = commands_of(lines)
     tools = command_paths(host, needed) if host is not None and needed else None
-    options = EntryOptions(where=f"{_escaped(source)}:1",
-                           why="makes the runtime tuning survive a reboot")
+    options = _options(source)
     checks = []
     files = files_of(spec, source, lines, read, boot, tools)
     for path, content in sorted(files.items()):
@@ -260,3 +259,59 @@ def persistence_checks(spec: str, source: str, results: Sequence[CheckResult],
             checks.append(Check("persist", path, expected_state(content), options,
                                 FileContentProbe(path, content)))
     return checks
+
+
+# -- the persistence files as checks of their own, known at collection ---------------------------
+
+ORDER = 20_000
+"""The rank of the ``persist`` checks: after every other check (dmesg's too), whose records
+they are made of."""
+EVERY = "(every --fix-persist file)"
+"""The one file a spec whose name cannot name files has (its check fails, saying why)."""
+
+
+def candidate_files(spec: str, checks: Sequence[Check],
+                    targets_of: Callable[[Check], Sequence[str]]) -> list[str]:
+    """Every file --fix-persist may write for ``checks`` (one target's), each a ``persist``
+    check collected with the others: the files of the persistence targets each check's kind
+    says its lines may go to (``Kind.persists_to``); whether one does is decided by the
+    records at the end of the run (``persistence_checks``)."""
+    targets: set[str] = set()
+    for check in checks:
+        targets.update(targets_of(check))
+    if not targets:
+        return []
+    try:
+        _token(spec, "the spec name")
+    except Unsafe:
+        return [EVERY]
+    return sorted(dropin_path(spec) if target == "cmdline" else FILES[target][0].format(spec=spec)
+                  for target in targets if target == "cmdline" or target in FILES)
+
+
+@dataclass(frozen=True)
+class NothingToPersist:
+    """A persistence file that none of the run's records goes into: skipped, saying so."""
+
+    path: str
+    fixable = False
+
+    def observe(self, host: Host) -> Observation:
+        raise NotApplicable(f"nothing of this run goes into {self.path}: none of the checks "
+                            "whose values it holds is right at the end of the run (each says "
+                            "why), or the host does not use it")
+
+    def plan(self, host: Host, value: str, observed: Observation) -> Plan:
+        raise CannotFix("nothing is written")
+
+
+def pending_check(path: str, source: str) -> Check:
+    """A persistence file's check as collected: what it holds is known once every other
+    check of its target has run (``persistence_checks``, at its turn)."""
+    return Check("persist", path, expected_state(""), _options(source), NothingToPersist(path),
+                 order=ORDER)
+
+
+def _options(source: str) -> EntryOptions:
+    return EntryOptions(where=f"{_escaped(source)}:1",
+                        why="makes the runtime tuning survive a reboot")

@@ -1,9 +1,11 @@
 """Reporters: every report is fed from the ordered result records and the run's information,
 read once by the session; none reads a host or fixes anything.
 
-A reporter is anything with ``write(records, info)``; ``reporters(...)`` makes the ones the run
-asked for. The terminal summary, JSON, Prometheus and Allure's session files are reporters; the
-JUnit properties and the failure text are per record.
+A reporter is anything with ``write(records, info)``. The reports a run can write are named in
+``REPORTS`` (goss keeps its outputers in such a map): each is one module and one line there, made
+only when the run asks for it. Plugins add theirs through the ``pytest_gpuhost_reports`` hook.
+The terminal summary is the controller's own (``plugin/summary.py``); the JUnit properties and
+the failure text are per record.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ..result import CheckResult
 
@@ -101,3 +103,42 @@ class RunInfo:
 class Reporter(Protocol):
     def write(self, records: Sequence[CheckResult], info: RunInfo) -> None:
         """Write the report; raise ``files.OutputError`` when it cannot be written."""
+
+
+class Report(NamedTuple):
+    """A report the run can write: what asks for it, and what makes its reporter."""
+
+    asked: str
+    """The setting that asks for it (``Settings.report``), or a plugin's own option by its
+    name in ``config.option``: the report is made when it is set."""
+    factory: str
+    """``module:name`` of what makes the reporter, imported only when the report is asked
+    for: called with the value that asked (a path), or (``run``) with it and the run."""
+    run: bool = False
+
+
+REPORTS: dict[str, Report] = {
+    "json": Report("report", "pytest_gpuhost.reports.jsonfile:JsonReport"),
+    "prometheus": Report("prom", "pytest_gpuhost.reports.prometheus:PrometheusTextfile"),
+    "nfd": Report("nfd", "pytest_gpuhost.reports.nfd:NfdFeatureFile"),
+    "allure": Report("alluredir", "pytest_gpuhost.reports.allure:AllureSessionFiles"),
+    "fleet-html": Report("fleet_html", "pytest_gpuhost.reports.fleethtml:FleetHtml"),
+    "capture": Report("capture", "pytest_gpuhost.session:capture_report", run=True),
+}
+"""Every built-in report by name, in the order they are written."""
+
+
+class ReportRun(Protocol):
+    """What a report's factory may read of the run that asks for it (``run=True``)."""
+
+    @property
+    def settings(self) -> Any:
+        """The run's ``settings.Settings`` (a layer above the reports: not imported here)."""
+
+    @property
+    def command(self) -> str:
+        """The command line, as a report that records it says it."""
+
+    @property
+    def session(self) -> Any:
+        """The pytest-free session (a capture reads what its target says of itself)."""

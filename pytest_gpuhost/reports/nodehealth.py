@@ -15,8 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..gate import OPEN_OUTCOMES
-from ..result import NOT_RUN, CheckResult
+from ..result import NOT_RUN, OPEN_OUTCOMES, CheckResult
 
 GOOD_OUTCOMES = frozenset(outcome.value for outcome in OPEN_OUTCOMES)
 """passed, fixed, skipped; any other outcome (and a check that left no record) is a failure."""

@@ -12,8 +12,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ..files import write_output
-from ..gate import OPEN_OUTCOMES
-from ..result import OUTCOMES, CheckResult
+from ..result import OPEN_OUTCOMES, OUTCOMES, CheckResult
 from . import RunInfo
 
 _NUMBER = re.compile(r"-?\d+(\.\d+)?")

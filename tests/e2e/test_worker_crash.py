@@ -67,7 +67,7 @@ def test_a_dead_worker_ends_the_waits_and_its_check_is_an_error(
 
 
 def test_the_log_of_a_worker_says_what_it_started(tmp_path: Path) -> None:
-    from pytest_gpuhost.workers import DoneLog
+    from pytest_gpuhost.plugin.workers import DoneLog
 
     gw0, gw1 = DoneLog(tmp_path, "gw0"), DoneLog(tmp_path, "gw1")
     gw0.start(0)

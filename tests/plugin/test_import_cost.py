@@ -45,9 +45,11 @@ def test_a_run_that_asks_nothing_of_gpuhost_imports_its_entry_point_only(
         def test_trivial(n):
             assert n >= 0
     """)
-    # specs: a directory listing (no YAML) for --gpuhost-spec's help, which names them
+    # specs: a directory listing (no YAML) for --gpuhost-spec's help, which names them;
+    # options: the table every option is declared in (no import of its own)
     assert loaded(pytester) == ["pytest_gpuhost", "pytest_gpuhost.hookspecs",
-                                "pytest_gpuhost.plugin", "pytest_gpuhost.specs"]
+                                "pytest_gpuhost.options", "pytest_gpuhost.plugin",
+                                "pytest_gpuhost.specs"]
 
 
 def test_a_verify_run_imports_the_kinds_of_its_spec_and_no_fix_or_unasked_report(
@@ -68,8 +70,9 @@ def test_a_verify_run_imports_the_kinds_of_its_spec_and_no_fix_or_unasked_report
     reports = [m for m in modules if m.startswith("pytest_gpuhost.reports.")]
     assert reports == ["pytest_gpuhost.reports.failure", "pytest_gpuhost.reports.junit",
                        "pytest_gpuhost.reports.terminal"]
-    absent = ("capture", "fleet", "workers", "host.remote", "gpu.bandwidth", "gpu.cudaprobe",
-              "state", "benchmark")  # the host's state: for a report, the fixture, a benchmark
+    absent = ("capture", "fleet", "plugin.worker", "plugin.distributing", "host.remote",
+              "gpu.bandwidth", "gpu.cudaprobe", "state", "benchmark")
+    # plugin.worker: plugin.workers too; the host's state: for a report, the fixture, a benchmark
     assert not [m for m in modules if m.removeprefix("pytest_gpuhost.").startswith(absent)]
 
 

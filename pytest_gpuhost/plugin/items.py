@@ -1,5 +1,7 @@
 """pytest's view of the checks: a spec file (or, under --gpuhost-rollback, a journal) is a file
-collector whose items are the checks; an item runs its check through the session."""
+collector whose items are the checks; an item runs its check through the session. Under
+--fix-persist each target's persistence files are items too (``PersistFile``), ranked after
+every other check of the target: each learns what it holds from their records at its turn."""
 
 from __future__ import annotations
 
@@ -9,32 +11,34 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
-from . import long_lived
-from .checks import KERNEL, Check
-from .fix.locking import LockUnavailable
-from .host import TargetLost
-from .progress import progress_to
-from .reports.failure import format_failure
-from .result import CheckResult, Outcome
+from .. import long_lived
+from ..checks import KERNEL, Check
+from ..fix.locking import LockUnavailable
+from ..host import HostError, TargetLost
+from ..progress import progress_to
+from ..reports.failure import format_failure
+from ..result import CheckResult, Outcome
 
 if TYPE_CHECKING:
-    from .session import Session, Target
-    from .workers import DoneLog
+    from ..session import Session, Target
+    from .ledger import Ledger
 
 
 class RunState(Protocol):
-    """What the items need of the run's hooks object (``hooks.GpuhostRun``)."""
+    """What the items need of the run (``start.Run``)."""
 
     session: Session
-    log: DoneLog | None
-
-    def unfinished_message(self, check_id: str, missing: Sequence[int]) -> str: ...
+    ledger: Ledger
+    names: dict[int, str]
+    """Collection index -> id of every selected check."""
 
     def stop(self, item: GpuhostItem, reason: str) -> None: ...
 
+    def persistence(self, target: Target, records: Sequence[CheckResult]) -> dict[str, Check]: ...
+
 
 RUN = pytest.StashKey[RunState]()
-"""Where ``plugin.pytest_configure`` keeps the active run."""
+"""Where ``start.start_run`` keeps the active run."""
 
 GPUHOST_MARK = pytest.mark.gpuhost
 """Built once: looking a marker up by name costs more than the rest of an item's set-up."""
@@ -52,10 +56,14 @@ class SpecFile(pytest.File):
         session = run_of(self.config).session
         spec = session.specs[self.path.resolve()]
         for target in session.targets.values():
-            for check in session.expand(spec, target):
+            checks = session.expand(spec, target)
+            for check in checks:
                 name = f"{check.id}@{target.name}" if session.named else check.id
                 yield GpuhostItem.from_parent(self, name=name, check=check, target=target)
                 long_lived.made_one()
+            for check in session.persistence_files(checks) if session.persisting else ():
+                name = f"{check.id}@{target.name}" if session.named else check.id
+                yield PersistFile.from_parent(self, name=name, check=check, target=target)
 
 
 class JournalFile(pytest.File):
@@ -113,15 +121,15 @@ class GpuhostItem(pytest.Item):
     def runtest(self) -> None:
         __tracebackhide__ = True
         run = run_of(self.config)
-        if run.log is not None:
-            run.log.start(self.index)
-            if self.waits_for:
-                missing = run.log.wait_for(self.waits_for)
-                if missing:
-                    self.result = error_record(self.check,
-                                               run.unfinished_message(self.check.id, missing),
-                                               self._target_name(run))
-                    raise CheckError(self.result)
+        run.ledger.started(self.index)
+        if self.waits_for:
+            missing = run.ledger.wait_for(self.waits_for)
+            if missing:
+                self.result = error_record(
+                    self.check, run.ledger.unfinished(self.check.id, missing, run.names),
+                    self._target_name(run))
+                raise CheckError(self.result)
+        self.prepare(run)
         try:
             with progress_to(self._progress_sink()):
                 self.result = run.session.run(self.check, self.target)
@@ -143,6 +151,9 @@ class GpuhostItem(pytest.Item):
             raise CheckError(self.result)
         if self.result.outcome not in PASSING:
             raise CheckFailed(self.result)
+
+    def prepare(self, run: RunState) -> None:
+        """What a check must know before it runs, beyond what collection gave it: nothing."""
 
     def _target_name(self, run: RunState) -> str | None:
         return self.target.name if run.session.named else None
@@ -170,3 +181,17 @@ class GpuhostItem(pytest.Item):
         line = int(self.check.options.where.rsplit(":", 1)[-1]) - 1
         return self.path, line, f"gpuhost check {self.check.id}"
 
+
+
+class PersistFile(GpuhostItem):
+    """A --fix-persist file of one target: collected with the other checks, ranked after them
+    all (its ``waits_for``), it learns at its turn what it must hold, from their records."""
+
+    def prepare(self, run: RunState) -> None:
+        records = run.ledger.records_of(self.waits_for)
+        try:
+            checks = run.persistence(self.target, [records[i] for i in sorted(records)])
+        except HostError as exc:  # the target cannot be read: the file's check says why
+            self.result = error_record(self.check, str(exc), self._target_name(run))
+            raise CheckError(self.result) from None
+        self.check = checks.get(str(self.check.key), self.check)

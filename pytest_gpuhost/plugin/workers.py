@@ -1,4 +1,5 @@
 """Ordering across pytest-xdist workers: checks that must run after all others wait for them.
+No pytest here: the controller's side is ``distributing.py``, the workers' ``worker.py``.
 
 Without xdist, collection order is run order. With ``-n N`` each worker runs its own share, so the
 controller hands every worker one shared directory (through ``workerinput``). Each worker appends
@@ -21,17 +22,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import pytest
-
-from .files import write_atomically
 
 WORKERINPUT_KEY = "gpuhost_shared_dir"
 TARGETS_KEY = "gpuhost_targets"
@@ -57,9 +52,9 @@ class Progress:
     """Index -> the worker that started it."""
     down: dict[str, str] = field(default_factory=dict)
     """Worker -> why it went down."""
-    states: dict[int, dict[str, Any]] = field(default_factory=dict)
-    """Index -> the check's entry of the host state (``state.Entry``), where a test of the run
-    asks for the state (``gpuhost_state``)."""
+    records: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """Index -> the record of each finished check, where the workers share them (a
+    persistence file is made of its target's records, run on any worker)."""
 
     def lost(self, indices: Iterable[int]) -> list[int]:
         """Once a worker went down: the checks not finished that no live worker is running
@@ -96,10 +91,10 @@ class DoneLog:
     def start(self, index: int) -> None:
         self._append({"start": index})
 
-    def mark(self, index: int, verdict: str, state: dict[str, Any] | None = None) -> None:
+    def mark(self, index: int, verdict: str, record: dict[str, Any] | None = None) -> None:
         line: dict[str, Any] = {"done": index, "verdict": verdict}
-        if state is not None:
-            line["state"] = state
+        if record is not None:
+            line["record"] = record
         self._append(line)
 
     def read(self) -> Progress:
@@ -118,8 +113,8 @@ class DoneLog:
                     self.progress.started[int(entry["start"])] = worker
                 else:
                     self.progress.done[int(entry["done"])] = str(entry["verdict"])
-                    if "state" in entry:
-                        self.progress.states[int(entry["done"])] = entry["state"]
+                    if "record" in entry:
+                        self.progress.records[int(entry["done"])] = entry["record"]
         for path in self.directory.glob("down-*"):
             self.progress.down.setdefault(path.name[5:], path.read_text(errors="replace"))
         return self.progress
@@ -138,88 +133,3 @@ class DoneLog:
             wanted = missing
             time.sleep(pause)
             pause = min(pause * 2, longest)
-
-
-class SharedDirectory:
-    """Controller side: make the directory, pass it and ``extra`` values such as the run's
-    journal to every worker, and record each worker that goes down."""
-
-    def __init__(self, extra: dict[str, object] | None = None) -> None:
-        self.path = Path(tempfile.mkdtemp(prefix="pytest-gpuhost-"))
-        self.extra = dict(extra or {})
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_configure_node(self, node: Any) -> None:
-        node.workerinput[WORKERINPUT_KEY] = str(self.path)
-        node.workerinput.update(self.extra)
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_testnodedown(self, node: Any, error: object | None) -> None:
-        if error is not None:
-            worker = node.gateway.id
-            write_atomically(self.path / f"down-{worker}", f"worker {worker} crashed: {error}")
-
-    def ssh_masters(self) -> Path | None:
-        """Where the run's ssh targets keep their master connections (None: too long a path
-        for a socket); the workers are told."""
-        from .host.remote import masters_directory
-
-        directory = masters_directory(self.path)
-        if directory is not None:
-            self.extra[SSH_MASTERS_KEY] = str(directory)
-        return directory
-
-    def pytest_unconfigure(self) -> None:
-        from .host.remote import end_masters
-
-        end_masters(self.path / "ssh")
-        shutil.rmtree(self.path, ignore_errors=True)
-
-    def share_collection(self, collected: dict[str, object]) -> None:
-        """Hand the workers what the controller collected (before they start)."""
-        write_atomically(self.path / COLLECTED, json.dumps(collected, separators=(",", ":")),
-                         mode=0o600)
-
-
-def shared_collection(log: DoneLog | None) -> dict[str, object] | None:
-    """On a worker: what the controller collected of the remote targets, if it did."""
-    if log is None:
-        return None
-    try:
-        data = json.loads((log.directory / COLLECTED).read_text())
-    except FileNotFoundError:
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def worker_log(config: pytest.Config) -> DoneLog | None:
-    """On an xdist worker started by a gpuhost controller, its log; else None."""
-    workerinput = getattr(config, "workerinput", None)
-    if not workerinput or WORKERINPUT_KEY not in workerinput:
-        return None
-    return DoneLog(Path(workerinput[WORKERINPUT_KEY]), str(workerinput.get("workerid", "gw")))
-
-
-def target_of(nodeid: str) -> str | None:
-    """The target an id names (``spec.yaml::sysctl[vm.swappiness]@pve`` -> ``pve``)."""
-    name = nodeid.rsplit("::", 1)[-1]
-    head, at, target = name.rpartition("@")
-    if not at or not head or "]" in target or "[" in target:
-        return None
-    return target
-
-
-def make_target_scheduler(config: pytest.Config, log: Any) -> Any:
-    """xdist's scope scheduling with every check of one target in one scope: one worker runs
-    them all, in order, over one connection; other tests are grouped by module as
-    ``--dist loadscope`` groups them. (``--dist loadgroup`` does not group on pytest 9.2.)"""
-    from xdist.scheduler import LoadScopeScheduling
-
-    class TargetScheduling(LoadScopeScheduling):  # type: ignore[misc]
-        def _split_scope(self, nodeid: str) -> str:
-            target = target_of(nodeid)
-            if target is not None:
-                return f"gpuhost target {target}"
-            return str(super()._split_scope(nodeid))
-
-    return TargetScheduling(config, log)

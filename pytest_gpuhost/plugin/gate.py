@@ -11,10 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .result import CheckResult, Outcome
+from ..result import OPEN_OUTCOMES, CheckResult
 
-OPEN_OUTCOMES = (Outcome.PASSED, Outcome.FIXED, Outcome.SKIPPED)
-"""Anything else (failed, fix_failed, error, and any outcome added later) closes the gate."""
+__all__ = ["OPEN_OUTCOMES", "GateVerdict", "judge", "opens_gate", "verdict_text"]
 
 
 def opens_gate(result: CheckResult | None) -> bool:

@@ -1,0 +1,152 @@
+"""pytest-gpuhost's entry point: its options, and starting a gpuhost run.
+
+Every pytest run in an environment where the plugin is installed imports this module, so it
+imports nothing of its own until a run asks for gpuhost work (a spec, a rollback, or one of its
+options): then ``start.start_run`` registers the run's plugins, each only in the role it has
+(the checks where they run, the records where they are kept). A run without any pays for this
+module, the options table and the hook specifications only.
+
+The package, by role (as pytest-xdist splits its own): ``start`` (settings, the session, which
+plugin goes where), ``checks`` (collecting and running the checks: a run without xdist and each
+xdist worker), ``items`` (pytest's items of a spec, a journal and its persistence files),
+``controller`` (the records, the end of the run, the reports: a run without xdist and the xdist
+controller) over ``book`` (the record book, no pytest), ``summary`` (the terminal summary),
+``distributing`` and ``worker`` (the two sides of an xdist run), ``workers`` (the log they share)
+and ``gate`` (the pre-benchmark gate).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Literal
+
+import pytest
+
+from .. import hookspecs, specs
+from ..options import FLAG, OPTIONAL, OPTIONS, SECONDS, SPEC_SUFFIXES, WORDS
+
+MARKERS = (
+    "gpuhost: on a generated host check: its kind; on a test of yours: run it only after every "
+    "host check passed (--gpuhost-gate does this for every test)",
+    "gpuhost_slow: a host check that takes long (the p2p bandwidth checks); -m 'not "
+    "gpuhost_slow' is the fast subset a scheduler's health check can afford",
+)
+_ACTIONS = {FLAG: "store_true", WORDS: "append"}
+_TYPES = {SECONDS: float}
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Every option of ``options.OPTIONS``, and its ini twin."""
+    group = parser.getgroup("gpuhost", "GPU host tuning checks (pytest-gpuhost)")
+    bundled = ", ".join(specs.names())
+    for option in OPTIONS:
+        extra: dict[str, object] = {"metavar": option.metavar} if option.metavar else {}
+        if option.kind == OPTIONAL:
+            extra.update(nargs="?", const="")
+        if option.kind in _ACTIONS:
+            extra["action"] = _ACTIONS[option.kind]
+        if option.kind in _TYPES:
+            extra["type"] = _TYPES[option.kind]
+        group.addoption(option.flag, default=option.default, help=option.help_text(bundled),
+                        **extra)
+    for option in OPTIONS:
+        if option.ini is None:
+            continue
+        kind: Literal["linelist", "args", "string"] = \
+            "linelist" if option.ini_list else "args" if option.kind == WORDS else "string"
+        parser.addini(option.ini, option.ini_help, type=kind,
+                      default=[] if option.kind == WORDS else "")
+
+
+def _asked(config: pytest.Config) -> bool:
+    """Whether anything of gpuhost was asked for: an option, an ini value, a .yaml argument."""
+    option = config.option
+    if any(each.given(getattr(option, each.dest, each.default)) for each in OPTIONS):
+        return True
+    if any(config.getini(each.ini) for each in OPTIONS if each.ini is not None):
+        return True
+    return any(arg.split("::", 1)[0].endswith(SPEC_SUFFIXES) for arg in config.args)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """--gpuhost-npd: NPD reads standard output as the condition's message, so the terminal
+    reporter (made at configure, from sys.stdout) writes to stderr; the real stdout is kept for
+    the one line."""
+    if config.option.gpuhost_npd and not hasattr(config, "workerinput"):
+        from ..reports.npd import STDOUT
+
+        config.stash[STDOUT] = sys.stdout
+        sys.stdout = sys.stderr
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for marker in MARKERS:
+        config.addinivalue_line("markers", marker)
+    if not _asked(config):
+        if getattr(config.option, "benchmark_compare", None):
+            from ..runstate import benchmark_files
+
+            benchmark_files(config, None)  # compares only, saying the host was not checked
+        return
+    from .start import start_run
+
+    if not config.option.gpuhost_npd or hasattr(config, "workerinput"):
+        start_run(config)
+        return
+    from ..reports.npd import STDOUT, cannot_run
+
+    try:
+        start_run(config)
+    except Exception as exc:  # a bad spec or root, a held lock, a bug: NPD's "unknown"
+        message = exc.msg if isinstance(exc, pytest.exit.Exception) else str(exc)
+        reply = cannot_run(message or type(exc).__name__)
+        print(reply.message, file=config.stash[STDOUT], flush=True)
+        pytest.exit(message, returncode=reply.status)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if config.option.gpuhost_npd and not hasattr(config, "workerinput"):
+        from ..reports.npd import STDOUT
+
+        stdout = config.stash.get(STDOUT, None)
+        if stdout is not None and sys.stdout is sys.stderr:
+            sys.stdout = stdout
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked gpuhost in a run without gpuhost checks: each fails at its setup, saying
+    what to pass. Looked for once here rather than in a setup hook of every test of every run."""
+    if config.pluginmanager.get_plugin("gpuhost-checks") is not None:
+        return  # the run's own hooks gate them
+    marked = {item.nodeid for item in items
+              if "gpuhost" in item.keywords and item.get_closest_marker("gpuhost") is not None}
+    if marked and not config.pluginmanager.has_plugin("gpuhost-unmet"):
+        config.pluginmanager.register(_NoSpec(marked), "gpuhost-unmet")
+
+
+class _NoSpec:
+    def __init__(self, nodeids: set[str]) -> None:
+        self.nodeids = nodeids
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        __tracebackhide__ = True
+        if item.nodeid in self.nodeids:
+            pytest.fail(f"{item.nodeid} is marked gpuhost (it needs the host checks to pass) "
+                        "but no gpuhost spec was given: pass --gpuhost-spec=FILE", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def gpuhost_state(request: pytest.FixtureRequest) -> Any:
+    """The state the run's host checks verified (after any --fix): a read-only mapping with
+    ``digest``, ``spec`` and ``targets``, to keep beside a benchmark's result
+    (``gpuhost_state.as_dict()`` is plain JSON). A test that asks for it runs after the host
+    checks, as a gated test does, under xdist too; without a spec it is an error."""
+    from ..runstate import fixture_state
+
+    return fixture_state(request.config.pluginmanager.get_plugin("gpuhost-run"))

@@ -1,0 +1,173 @@
+"""The hooks of a process that runs checks (a run without xdist, or an xdist worker): collect
+the specs into items, order them, gate the user's tests, and attach each check's record to its
+reports. Registered only there (``start.py``): an xdist controller collects and runs nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Generator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from .. import long_lived
+from ..reports.junit import junit_properties
+from ..result import CheckResult, Outcome
+from ..runstate import requests_state
+from .gate import OPEN_OUTCOMES, judge, verdict_text
+from .items import GpuhostItem, JournalFile, SpecFile, error_record
+from .start import REPORT_ATTR
+
+if TYPE_CHECKING:
+    from .start import Run
+
+PHASES = {"setup": "at setup", "call": "while it ran", "teardown": "at teardown"}
+
+
+def gated(item: pytest.Item, config: pytest.Config) -> bool:
+    """A test of the user's that must wait for the host checks to pass."""
+    if isinstance(item, GpuhostItem):
+        return False
+    return bool(config.option.gpuhost_gate) or item.get_closest_marker("gpuhost") is not None
+
+
+def waits(item: pytest.Item, config: pytest.Config) -> bool:
+    """A test of the user's that runs after the host checks: gated, or asking for the host's
+    state (``gpuhost_state``), which it waits for as a gated test does."""
+    return not isinstance(item, GpuhostItem) and (gated(item, config) or requests_state(item))
+
+
+class CheckHooks:
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.session = run.session
+
+    # -- collection -------------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection(self, session: pytest.Session) -> None:
+        """Connect to the remote targets together before the specs expand on them one by one
+        (a worker started from the controller's collection has nothing left to read)."""
+        self.session.collect_remote_facts()
+
+    def pytest_collect_file(self, file_path: Path, parent: pytest.Collector
+                            ) -> pytest.File | None:
+        resolved = file_path.resolve()
+        if resolved in self.session.specs:
+            return SpecFile.from_parent(parent, path=file_path,
+                                        nodeid=self.run.spec_nodeid(file_path))
+        anchor = self.session.rollback_file
+        if self.session.rollback is not None and anchor is not None and \
+                resolved == anchor.resolve():
+            return JournalFile.from_parent(parent, path=file_path,
+                                           nodeid=self.run.spec_nodeid(file_path))
+        return None
+
+    def pytest_collection_modifyitems(self, config: pytest.Config,
+                                      items: list[pytest.Item]) -> None:
+        """Checks that must see the others' effects (dmesg, the persistence files) run after
+        every other check; when a test is gated or asks for the host's state
+        (``gpuhost_state``), every host check runs before the session's other tests."""
+        if any(waits(item, config) for item in items):
+            items.sort(key=lambda item: (0, item.check.order) if isinstance(item, GpuhostItem)
+                       else (1, 0))
+        else:
+            items.sort(key=lambda item: item.check.order if isinstance(item, GpuhostItem)
+                       else 0)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Number the selected checks; a last-ranked check waits for every lower-ranked one."""
+        checks = [item for item in session.items if isinstance(item, GpuhostItem)]
+        for index, item in enumerate(checks):
+            item.index = index
+        # Per target and rank, not per item: O(checks x ranks). dmesg and p2p order within
+        # their own target; the gate waits for every target's checks.
+        lower: dict[tuple[str, int], list[int]] = {}
+        for name in {item.target.name for item in checks}:
+            own = [other for other in checks if other.target.name == name]
+            for rank in sorted({item.check.order for item in own}):
+                lower[name, rank] = [other.index for other in own if other.check.order < rank]
+        for item in checks:
+            item.waits_for = lower[item.target.name, item.check.order]
+        self.run.names.update((item.index, item.check.id) for item in checks)
+        self.run.host_checks[:] = [(item.index, item.check.id) for item in checks
+                                   if item.check.kind != "persist"]
+        if any(requests_state(item) for item in session.items
+               if not isinstance(item, GpuhostItem)):
+            self.run.ledger.share_records()  # the state is made of every worker's records
+        for target in self.session.targets.values():
+            target.select(item.check for item in checks if item.target is target)
+        long_lived.freeze()  # the items and their checks live to the end of the session
+
+    # -- running ----------------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        """A gated test runs only when every host check passed, was fixed or did not apply;
+        else it is an error (before any of its fixtures run) naming what closed the gate."""
+        __tracebackhide__ = True
+        if not gated(item, item.config):
+            return
+        ledger = self.run.ledger
+        indices = [index for index, _ in self.run.host_checks]
+        missing = ledger.wait_for(indices)
+        gate = judge(self.run.host_checks, ledger.verdicts_of(indices))
+        if not gate.open:
+            pytest.fail(gate.message() + ledger.lost(missing), pytrace=False)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]
+                                  ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        if not isinstance(item, GpuhostItem):
+            return report
+        made = around_the_check(item, call, report, named=self.session.named)
+        if made is not None:  # skipped or broken by pytest or a plugin, not by the check
+            item.result = made
+        if (call.when == "call" or made is not None) and item.result is not None:
+            # The record itself, not a copy: a run holds each record once (the item's and the
+            # report's are one object). It becomes a dict only to cross to xdist's controller.
+            payload: dict[str, object] = {"index": item.index, "result": item.result}
+            if self.session.named:  # what the target said of itself and what reaching it cost
+                payload["target"] = item.target.info().as_dict()
+            setattr(report, REPORT_ATTR, payload)
+        if call.when == "teardown":
+            if item.result is not None:
+                # JUnit reads a test's properties from its teardown report: made here, from
+                # the record as it ends, so they say what every other report says (an error
+                # at set-up or teardown, a lost lock), never the check's own run before it.
+                report.user_properties = [*report.user_properties,
+                                          *junit_properties(item.result)]
+            self.run.ledger.finished(item.index, verdict_text(item.check.id, item.result),
+                                     item.result)
+            long_lived.made_one()
+        return report
+
+
+def around_the_check(item: GpuhostItem, call: pytest.CallInfo[None],
+                     report: pytest.TestReport, *, named: bool) -> CheckResult | None:
+    """The record of what pytest or another plugin did to a check outside its own run: a skip
+    mark (skipped at setup), an error at setup (the check never ran) or one at teardown after
+    the check passed (pytest counts an error and exits 1, so no report may say it passed).
+    None when the check's own record stands."""
+    excinfo = call.excinfo
+    if excinfo is None or call.when not in PHASES or not (report.failed or report.skipped):
+        return None
+    result = item.result
+    if result is None:
+        target = item.target.name if named else None
+        if report.skipped:
+            reason = getattr(excinfo.value, "msg", None) or excinfo.exconly()
+            return dataclasses.replace(error_record(item.check, str(reason), target),
+                                       outcome=Outcome.SKIPPED)
+        return error_record(item.check, f"error {PHASES[call.when]}: {excinfo.exconly()}",
+                            target)
+    if call.when == "teardown" and report.failed and result.outcome in OPEN_OUTCOMES:
+        said = f": {result.message}" if result.message else ""
+        return dataclasses.replace(
+            result, outcome=Outcome.ERROR,
+            message=f"error at teardown: {excinfo.exconly()} (the check itself "
+                    f"{result.outcome.value}{said})")
+    return None

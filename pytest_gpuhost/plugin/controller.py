@@ -1,0 +1,184 @@
+"""The controller of a gpuhost run (a run without xdist, or xdist's controller; never a
+worker): every check's report into the record book, pytest's word for the outcomes that are
+not its own, and the end of the run: a rollback closed, the exit status, the reports.
+
+A new step at the session's end goes into ``pytest_sessionfinish``, in the order it must run
+(before the reports, which show what it did).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import pytest
+
+from ..files import OutputError
+from ..reports import Reporter, RunInfo, TargetInfo
+from ..result import CheckResult, Outcome
+from ..runstate import with_state
+from .book import RecordBook
+from .items import GpuhostItem
+from .start import REPORT_ATTR
+
+if TYPE_CHECKING:
+    from .start import Run
+    from .workers import Progress
+
+STATUSES = {
+    Outcome.FIXED.value: ("fixed", "+", "FIXED"),
+    Outcome.FIX_FAILED.value: ("failed", "F", "FIX_FAILED"),
+    Outcome.ERROR.value: ("error", "E", "ERROR"),
+    Outcome.WOULD_FIX.value: ("would_fix", "W", "WOULD_FIX"),
+    Outcome.REBOOT_REQUIRED.value: ("reboot_required", "R", "REBOOT_REQUIRED"),
+}
+"""pytest's (category, letter, word) for the outcomes that are not its own."""
+PHASES = {"setup": "at setup", "call": "while it ran", "teardown": "at teardown"}
+
+
+class Controller:
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.book = RecordBook()
+        self.progress: Callable[[], Progress | None] = lambda: None
+        """The xdist workers' logs (``distributing.py``), which tell why a check never
+        reported; nothing without xdist."""
+        self.rolled_back = False
+        self.close_failed = False
+        self.stopped_early: str | None = None
+        """pytest's own reason to stop (-x, --maxfail, an interrupt)."""
+
+    # -- the checks' reports ----------------------------------------------------------------
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Without xdist: the checks collected here (xdist's workers tell theirs)."""
+        self.book.expect(item.nodeid for item in session.items if isinstance(item, GpuhostItem))
+
+    def pytest_report_teststatus(self, report: pytest.TestReport | pytest.CollectReport,
+                                 config: pytest.Config) -> tuple[str, str, str] | None:
+        payload = getattr(report, REPORT_ATTR, None)  # read, not rebuilt: called thrice a test
+        return STATUSES.get(payload["result"].outcome.value) if payload else None
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        payload = getattr(report, REPORT_ATTR, None)
+        if payload is None:
+            if report.failed:
+                self.book.incident(report.nodeid, incident(report))
+            return
+        target = TargetInfo.from_dict(payload["target"]) if "target" in payload else None
+        worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "")
+        self.book.add(report.nodeid, payload["index"], payload["result"], target,
+                      worker or "local")
+
+    # -- the end ----------------------------------------------------------------------------
+
+    def records(self) -> list[CheckResult]:
+        """Every check's record in collection order (``RecordBook.records``)."""
+        if self.run.config.option.collectonly:
+            return self.book.ordered()
+        stopped = self.run.stopped or self.stopped_early
+        return self.book.records(stopped, None if stopped else self.progress())
+
+    def info(self) -> RunInfo:
+        session, settings = self.run.session, self.run.settings
+        own = {name: target.info() for name, target in session.targets.items()}
+        targets = self.book.targets(own, add_own=settings.distributing)
+        first = targets[0]
+        fixrun = session.target.fixrun
+        return RunInfo(
+            specs=tuple((settings.display(spec.path), spec.name)
+                        for spec in session.specs.values()),
+            root=session.target.host.describe(), hostname=first.hostname, kernel=first.kernel,
+            driver=first.driver, gpus=first.gpus, gpu_models=first.gpu_models,
+            fix=settings.fix, dry_run=settings.dry_run,
+            journal=first.journal or (fixrun.journal_path.shown if fixrun.journal_path and
+                                      fixrun.journal_used() else None),
+            rollback=fixrun.rollback.shown if fixrun.rollback else None,
+            json_report=settings.report is not None,
+            targets=targets if session.named else (),
+            topologies=tuple((name, target.topology()) for name, target in
+                             session.targets.items() if target.unreachable is None)
+            if settings.topology else ())
+
+    def reporters(self) -> list[Reporter]:
+        """The reports the run asks for, by name (``reports.REPORTS`` and every plugin's)."""
+        chosen = []
+        for report in self.run.reports.values():
+            asked = self.asked(report.asked)
+            if asked not in (None, False, "", ()):
+                module, _, factory = report.factory.partition(":")
+                make = getattr(importlib.import_module(module), factory)
+                made = make(asked, self.run) if report.run else make(asked)
+                if made is not None:  # None: nothing of this run to write
+                    chosen.append(made)
+        return chosen
+
+    def asked(self, name: str) -> object:
+        """What asks for a report: a setting, else a plugin's own option."""
+        if hasattr(self.run.settings, name):
+            return getattr(self.run.settings, name)
+        return self.run.config.getoption(name, None)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """The end of the run, before the terminal summary is printed: a rollback closed, the
+        exit status, then the reports (NPD's answer last: its status replaces pytest's)."""
+        reason = session.shouldstop or session.shouldfail
+        self.stopped_early = str(reason) if reason else None
+        if not reason and session.exitstatus == pytest.ExitCode.INTERRUPTED:
+            self.stopped_early = "interrupted"  # Ctrl-C, or a plugin's pytest.exit()
+        if self.run.session.rollback is not None and not self.run.settings.dry_run:
+            self._close_rollback(session)
+        if self.run.stopped is not None:
+            at_least(session, pytest.ExitCode.INTERRUPTED)
+        records, info = self.records(), self.info()
+        info = with_state(self.run.config, self.run.settings, self.run.session, records, info)
+        if len(records) > len(self.book.results):  # a check that never reported
+            at_least(session, pytest.ExitCode.TESTS_FAILED)
+        for reporter in self.reporters():
+            try:
+                reporter.write(records, info)
+            except OutputError as exc:
+                self.run.problems.append(str(exc))
+                at_least(session, pytest.ExitCode.TESTS_FAILED)
+        if self.run.settings.npd:
+            from ..reports import npd
+
+            session.exitstatus = npd.answer_run(records, int(session.exitstatus),
+                                                self.run.config.stash.get(npd.STDOUT, None),
+                                                stopped_early=self.stopped_early is not None)
+
+    def _close_rollback(self, session: pytest.Session) -> None:
+        from ..fix.journal import JournalError
+
+        try:
+            self.rolled_back = self.run.session.close_rollback(self.book.ordered())
+        except (JournalError, OSError) as exc:  # read-only, or its directory is gone
+            self.run.problems.append(
+                f"rollback: the changes are restored, but {exc}: a later default rollback "
+                "will offer this journal again (each change then passes as restored)")
+            self.close_failed = True
+            at_least(session, pytest.ExitCode.TESTS_FAILED)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self) -> None:
+        self.book.clear()
+
+
+def at_least(session: pytest.Session, code: pytest.ExitCode) -> None:
+    """Raise the exit status to ``code`` unless it already says worse (2 beats 1)."""
+    current = int(session.exitstatus)
+    if current in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED) or (
+            current == pytest.ExitCode.TESTS_FAILED and code == pytest.ExitCode.INTERRUPTED):
+        session.exitstatus = code
+
+
+def incident(report: pytest.TestReport) -> str:
+    """One line of what a report without a record says (xdist's 'worker crashed while
+    running ...')."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = str(crash.message if crash is not None else report.longrepr or "").strip()
+    line = text.splitlines()[0] if text else "no details"
+    return f"error {PHASES[report.when]}: {line}" if report.when in PHASES else line
+

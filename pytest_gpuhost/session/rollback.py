@@ -1,0 +1,102 @@
+"""Opening a rollback: the journal to roll back on the target, its checks (newest change
+first), the file pytest collects them from, and the fixer that restores them."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..checks import Check
+from ..fix.run import make_fixer
+from ..fix.state import JOURNAL_DIR, StateFile, StateStore
+from ..host import HostError
+from ..settings import Settings, SettingsError
+from .target import LOCAL, Target
+
+
+@dataclass(frozen=True)
+class OpenRollback:
+    checks: list[Check]
+    anchor: Path
+    """The file pytest collects the rollback's checks from (``_anchor``)."""
+    copied: Path | None
+    """The directory of the journal's copy made for the run, removed at its end."""
+
+
+def open_rollback(settings: Settings, target: Target) -> OpenRollback:
+    """Read the journal to roll back and refuse one that is not this target's (or was written
+    before its last reboot, unless --gpuhost-rollback-after-reboot); outside a dry run, the
+    target's fixer restores the changes under the root's run lock, journaling nothing."""
+    from ..fix.journal import JournalError, read_journal
+    from ..fix.rollback import refuse_foreign, rollback_checks
+
+    journal = _rollback_journal(settings, target)
+    try:
+        contents = read_journal(journal)
+        if not contents.entries:
+            raise JournalError(f"{journal}: the journal records no change to roll back")
+        refuse_foreign(contents, target.host.identity(), after_reboot=settings.after_reboot)
+        checks = rollback_checks(contents, _shown(settings, journal), target.nvml)
+    except JournalError as exc:
+        raise SettingsError(str(exc)) from None
+    target.fixrun.rollback = contents
+    anchor, copied = _anchor(journal)
+    if not settings.dry_run:
+        target.fixrun.fixer = make_fixer(
+            target.host, None, "rollback", worker=False, distributing=False,
+            lock_timeout=settings.lock_timeout, nvml=target.nvml)
+    return OpenRollback(checks, anchor, copied)
+
+
+def _rollback_journal(settings: Settings, target: Target) -> StateFile:
+    """The journal to roll back: the one named (a file of this machine for the local
+    target; a name in the target's journal directory, or a path under its root, for a
+    remote one), else the newest on the target with something to undo."""
+    from ..fix.journal import JournalError, latest_journal
+
+    option = settings.rollback
+    store = StateStore.of(target.host)
+    try:
+        if option and target.url == LOCAL:
+            journal: StateFile | None = StateFile.local(settings.invocation / option)
+        elif option:
+            path = option.lstrip("/") if "/" in option else f"{JOURNAL_DIR}/{option}"
+            journal = store.file(path)
+        else:
+            journal = latest_journal(store)
+    except (JournalError, HostError) as exc:
+        raise SettingsError(str(exc)) from None
+    if journal is None:
+        raise SettingsError(f"no journal to roll back under {store.journal_dir} (every one "
+                            "there is rolled back already); pass --gpuhost-rollback=FILE")
+    try:
+        found = journal.exists()
+    except HostError as exc:
+        raise SettingsError(f"--gpuhost-rollback: {exc}") from None
+    if not found:
+        raise SettingsError(f"--gpuhost-rollback={option}: no such journal ({journal})")
+    return journal
+
+
+def _local_path(journal: StateFile) -> Path | None:
+    """The journal as a file of this machine, when it is one."""
+    return journal.host.local_path(journal.path)
+
+
+def _shown(settings: Settings, journal: StateFile) -> str:
+    local = _local_path(journal)
+    return settings.display(local) if local is not None else journal.shown
+
+
+def _anchor(journal: StateFile) -> tuple[Path, Path | None]:
+    """The file pytest collects the rollback's checks from: the journal itself on this
+    machine, else a copy of it made for the run (the target's journal is what is read and
+    closed), with the directory made for it."""
+    local = _local_path(journal)
+    if local is not None:
+        return local, None
+    directory = Path(tempfile.mkdtemp(prefix="pytest-gpuhost-rollback-"))
+    copy = directory / journal.path.rsplit("/", 1)[-1]
+    copy.write_bytes(journal.read())
+    return copy, directory

@@ -1,0 +1,362 @@
+"""One machine of a run, as the session drives it: its host behind the phase cache, its facts,
+its fixer and journal, reads batched by phase, and what it says of itself for the reports.
+
+A target that cannot be reached stays a target: its host is then an ``UnreachableHost`` whose
+every read fails with the reason, so its checks are errors that say why and the others run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..checks import Check, Fact, Facts
+from ..checks.conditions import ConditionFn
+from ..checks.gpus import GPUS
+from ..engine import RunOptions, error_result, run_check
+from ..fix.run import FixRun
+from ..gpu.nvml import NvmlFactory, NvmlSource, NvmlUnavailable, RecordedNvml
+from ..host import (
+    BatchReads,
+    CachedHost,
+    Closable,
+    Connection,
+    Host,
+    HostError,
+    HostIdentity,
+    Read,
+    Reply,
+    Request,
+    TargetLost,
+    doing,
+    raised,
+    reply_from_wire,
+    reply_to_wire,
+    request_from_wire,
+)
+from ..host.agent import decode, encode
+from ..reports import TargetInfo
+from ..result import CheckResult
+from ..settings import Settings
+
+LOCAL = "local"
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What reports say about the machine: as the host itself reports it."""
+
+    hostname: str | None
+    kernel: str | None
+    driver: str | None
+    """The NVIDIA kernel module's version (sysfs), else the version line of proc/driver."""
+    gpus: tuple[str, ...]
+    gpu_models: tuple[str, ...]
+
+
+def _first_line(reply: Reply) -> str | None:
+    if reply.error is not None:
+        return None
+    text = reply.text().strip()
+    return text.splitlines()[0] if text else None
+
+
+def _driver_line(line: str | None) -> str | None:
+    """``NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release ...`` ->
+    ``580.95.05``; a bare version stays as it is."""
+    if line is None:
+        return None
+    words = [w for w in line.replace("  ", " ").split() if w[:1].isdigit() and "." in w]
+    return words[0] if words else line
+
+
+HOST_FACTS_READS: tuple[Request, ...] = (
+    Read("proc/sys/kernel/hostname"), Read("proc/sys/kernel/osrelease"),
+    Read("sys/module/nvidia/version"), Read("proc/driver/nvidia/version"),
+    *RecordedNvml.reads,  # a fake root's NVML: opening it then costs no round trip
+)
+
+
+def _parse_host_facts(replies: Sequence[Reply]) -> tuple[str | None, ...]:
+    hostname, kernel, module, proc = (_first_line(r) for r in replies[:4])
+    return hostname, kernel, module or _driver_line(proc)
+
+
+HOST_FACTS = Fact("host facts", HOST_FACTS_READS, _parse_host_facts)
+
+
+class _RememberedConditions(Mapping[str, ConditionFn]):
+    """Each ``when:`` condition asked once per target: the answer does not change mid-run."""
+
+    def __init__(self, conditions: Mapping[str, ConditionFn]) -> None:
+        self._conditions = conditions
+        self._answers: dict[str, tuple[bool, str]] = {}
+
+    def __getitem__(self, name: str) -> ConditionFn:
+        condition = self._conditions[name]
+
+        def remembered(host: Host) -> tuple[bool, str]:
+            if name not in self._answers:
+                self._answers[name] = condition(host)
+            return self._answers[name]
+
+        return remembered
+
+    def __iter__(self) -> Any:
+        return iter(self._conditions)
+
+    def __len__(self) -> int:
+        return len(self._conditions)
+
+    def requests(self, name: str) -> Sequence[Request]:
+        return tuple(getattr(self._conditions.get(name), "requests", ()))
+
+
+class UnreachableHost(BatchReads):
+    """What a target that cannot be reached answers: every read an error naming it and the
+    connection's own words, so its checks are errors with that reason and the others run."""
+
+    def __init__(self, url: str, reason: HostError) -> None:
+        self.url = url
+        self.reason = reason
+        self._lost = TargetLost(str(reason), reason.errno)
+
+    def describe(self) -> str:
+        return self.url
+
+    def local_machine(self) -> bool:
+        return False
+
+    def privileged(self) -> bool:
+        return False
+
+    def identity(self) -> HostIdentity:
+        raise raised(self.reason)
+
+    def invalidate(self) -> None:
+        """Nothing to forget."""
+
+    def local_path(self, path: str) -> Path | None:
+        return None
+
+    def batch(self, requests: Sequence[Request]) -> list[Reply]:
+        return [Reply(error=self._lost) for _ in requests]
+
+    def _refuse(self, *args: object, **kwargs: object) -> Any:
+        raise raised(self.reason)
+
+    def unlock(self, handle: int) -> None:
+        """A lost connection released its locks with it."""
+
+    write_text = write_bytes = replace_file = remove = which = run = _refuse
+    create_file = append_file = lock = _refuse
+
+
+class Target:
+    """One machine of the run: its host (with the phase cache), facts, fixer and journal."""
+
+    def __init__(self, name: str, host: Host, settings: Settings,
+                 conditions: Mapping[str, ConditionFn], nvml_for: Callable[[Host], NvmlFactory],
+                 shared_dir: Path | None, *, url: str = LOCAL) -> None:
+        self.name = name
+        self.url = url
+        self.unreachable: str | None = None
+        """Why the target could not be reached (its checks are errors saying so)."""
+        self.connection = host
+        self.remote = host if isinstance(host, Connection) else None
+        """The connection's own members (``host.Connection``), where the host has one."""
+        self.host = CachedHost(host)
+        self.conditions = _RememberedConditions(conditions)
+        self.nvml = NvmlSource(nvml_for(self.host))  # through the cache: recorded facts too
+        self.facts = Facts(self.host, nvml=self.nvml, shared_dir=shared_dir)
+        self.fixrun = FixRun(None, None, persist=settings.persist)
+        self._pending: dict[int, Check] = {}
+        self._batched: set[int] = set()
+        """The checks whose reads the last batch fetched (ids), while nothing has changed."""
+        self._generation = -1
+        self._phase_start = True
+        """The next batch is a phase's first: every pending check of the phase."""
+        self.round_trips = self.remote is not None
+        """Whether a read costs a round trip (a remote target's agent counts them): then every
+        re-read after a fix is batched too, for the pending checks of the phase."""
+        self._fresh = False
+        self._host_facts: HostFacts | None = None
+        self._topology: dict[str, Any] | None = None
+
+    # -- reads by phase ---------------------------------------------------------------------
+
+    def select(self, checks: Iterable[Check]) -> None:
+        """The checks this process will run, whose observations are read together."""
+        self._pending = {id(check): check for check in checks}
+
+    def _reads(self, check: Check) -> list[Request]:
+        reads = list(getattr(check.probe, "reads", tuple)())
+        if check.options.when is not None:
+            reads += self.conditions.requests(check.options.when.name)
+        return reads
+
+    def prefetch(self, check: Check) -> None:
+        """Before ``check`` runs: read what it and every other pending check of its phase will
+        read, in one batch, unless that is still cached. The phases: every check that reads
+        the host as it stands, then the fresh ones (dmesg, AER), which start from live reads
+        so they see what the checks before them caused. A change made through the host (a
+        fix, a command) makes the next read live anyway: on a remote target in one batch for
+        the phase's pending checks again (one round trip), on this machine only what the
+        check reads (re-reading every pending check's files after each fix read the example
+        host's files 17,000 times in a --fix of 198 checks)."""
+        if check.fresh and not self._fresh:
+            self._fresh = True
+            self._phase_start = True
+            self.host.invalidate()
+        if id(check) in self._batched and self.host.generation == self._generation:
+            return  # read by this phase's batch, and nothing changed since
+        reads = self._reads(check)
+        if all(self.host.cached(r) for r in reads):
+            return
+        if not (self._phase_start or self.round_trips):
+            self.host.prefetch(reads)
+            return
+        group = [c for c in self._pending.values() if c.fresh == check.fresh]
+        self.host.prefetch(r for c in [check, *group] for r in self._reads(c))
+        self._batched = {id(c) for c in group}
+        self._generation = self.host.generation
+        self._phase_start = False
+
+    def run(self, check: Check, options: RunOptions, *, named: bool = False) -> CheckResult:
+        lost = self.remote.lost if self.remote is not None else None
+        if lost is not None and self.unreachable is None:
+            self._unreachable(lost)  # lost mid-run: what was read before it is not used
+        self._pending.pop(id(check), None)
+        if self.unreachable is not None:
+            # nothing of it was read: a check whose expansion saw no GPUs must not say '0 GPUs'
+            result = error_result(check, self.unreachable)
+        else:
+            with doing("reading the observations"), contextlib.suppress(HostError):
+                self.prefetch(check)  # when it fails, the check's own read says why
+            with doing(f"checking {check.id}"):
+                result = run_check(check, self.host, self.conditions, options,
+                                   self.fixrun.fixer, self.fixrun.history)
+        return dataclasses.replace(result, target=self.name) if named else result
+
+    def lose(self, reason: HostError) -> None:
+        """The target cannot be reached: every read from now on fails with ``reason``."""
+        self._unreachable(reason)
+        self.fixrun.fixer = None
+
+    def _unreachable(self, reason: HostError) -> None:
+        self.unreachable = str(reason)
+        self.host.host = UnreachableHost(self.url, reason)
+        self.host.invalidate()
+
+    def export(self) -> dict[str, object]:
+        """What collection read of the target (JSON-ready), for another process to ``seed``."""
+        replies = [] if self.unreachable else [
+            [request.wire(), reply_to_wire(request, reply)] for request, reply in
+            self.host.replies().items()]
+        return {"lost": self.unreachable,
+                "spent": self.remote.spent if self.remote is not None else 0.0,
+                "replies": encode(replies)}
+
+    def seed(self, collected: Mapping[str, object]) -> None:
+        """Start from what another process of the run read (``export``): the same facts, the
+        same lost target, and the time it already spent on the target."""
+        if collected.get("lost"):
+            self.lose(HostError(str(collected["lost"])))
+            return
+        wired = decode(collected.get("replies") or [])
+        assert isinstance(wired, list)
+        replies: dict[Request, Reply] = {}
+        for wire, answer in wired:
+            request = request_from_wire(wire)
+            replies[request] = reply_from_wire(request, answer)
+        self.host.seed(replies)
+        spent = collected.get("spent")
+        if isinstance(spent, (int, float)) and self.remote is not None:
+            self.remote.spent += spent
+
+    def collect_facts(self, facts: Sequence[Fact[Any]], shared_dir: Path | None) -> None:
+        """Read the facts a spec's expansion needs in one batch; a target that cannot be
+        reached is lost (its checks are errors that say why)."""
+        with doing("collecting facts"):
+            try:
+                self.facts.prime(facts)
+            except HostError as exc:
+                self.lose(exc)
+                self.facts = Facts(self.host, nvml=self.nvml, shared_dir=shared_dir)
+                self.facts.prime(facts)
+            self.host_facts()  # from the batch just read: what reports say of the target
+
+    def info(self) -> TargetInfo:
+        """The target as it reported itself, and its connection's cost so far. Never makes a
+        connection for it: a remote target not reached yet is only its name and URL."""
+        traffic = self.remote.traffic if self.remote is not None else None
+        cost: dict[str, Any] = traffic.as_dict() if traffic is not None else {}
+        known = self.facts.known(HOST_FACTS) or self.connection.local_machine() or \
+            traffic is None
+        facts = self.host_facts() if known and self.unreachable is None else \
+            HostFacts(None, None, None, (), ())
+        journal = self.fixrun.journal_path
+        lost = self.remote.lost if self.remote is not None else None  # at its last check too
+        unreachable = self.unreachable or (str(lost) if lost is not None else None)
+        return TargetInfo(self.name, self.url, facts.hostname, facts.kernel, facts.driver,
+                          facts.gpus, facts.gpu_models, unreachable,
+                          journal.shown if journal and self.fixrun.journal_used() else None,
+                          **cost)
+
+    def disconnect(self) -> None:
+        """End a remote target's connection for now (the next read connects again)."""
+        if isinstance(self.connection, Closable) and not self.connection.local_machine():
+            self.connection.close()
+
+    def close(self) -> None:
+        if self.fixrun.fixer is not None:
+            self.fixrun.fixer.close()
+        if isinstance(self.connection, Closable):
+            self.connection.close()
+        self.host.clear()
+        self._pending.clear()
+        self._batched.clear()
+
+    def topology(self) -> dict[str, Any]:
+        """--gpuhost-topology: the GPUs' PCIe topology as the target holds it at the end, read
+        once (one batch; none where the p2p checks' reads are still cached)."""
+        if self._topology is None:
+            from ..checks.p2p_path import read_path_facts
+
+            try:
+                gpus = self.facts.get(GPUS)
+                self._topology = read_path_facts(self.host, gpus).topology()
+            except HostError as exc:
+                self._topology = {"problem": str(exc)}
+        return self._topology
+
+    def host_facts(self) -> HostFacts:
+        """What the target says about itself, read with the collection's facts and kept: the
+        reports use it at the end without reading the host again."""
+        if self._host_facts is None:
+            self._host_facts = self._read_host_facts()
+        return self._host_facts
+
+    def _read_host_facts(self) -> HostFacts:
+        try:
+            hostname, kernel, driver = self.facts.get(HOST_FACTS)
+        except HostError:
+            return HostFacts(None, None, None, (), ())
+        try:
+            gpus = self.facts.get(GPUS)
+        except HostError:  # the GPU checks say why; the report lists no GPU
+            gpus = ()
+        if driver is None:
+            try:
+                driver = self.nvml.get().driver_version()
+            except (NvmlUnavailable, Exception):  # a report never fails for want of a driver
+                driver = None
+        models = sorted({f"NVIDIA 10de:{gpu.device_id.removeprefix('0x')}" for gpu in gpus})
+        return HostFacts(hostname, kernel, driver, tuple(g.address for g in gpus),
+                         tuple(models))
+
+
