@@ -23,7 +23,7 @@ from .items import RUN as RUN
 from .items import GpuhostItem, JournalFile, SpecFile, error_record
 from .reports import Reporter, RunInfo, TargetInfo
 from .reports.failure import format_failure
-from .reports.junit import junit_properties
+from .reports.junit import add_junit_facts, junit_family
 from .reports.terminal import TerminalSummary
 from .result import NOT_RUN, CheckResult, Outcome
 from .session import Session
@@ -122,6 +122,7 @@ class GpuhostRun:
             collected = shared_collection(self.log)
         if collected is not None:
             self.session.seed(collected)
+        self.junit_family = junit_family(config)
         self.results: dict[str, tuple[int, CheckResult]] = {}
         """nodeid -> (collection index, record), gathered from local or xdist worker reports."""
         self.host_checks: list[tuple[int, str]] = []
@@ -337,8 +338,7 @@ class GpuhostRun:
                 # JUnit reads a test's properties from its teardown report: made here, from
                 # the record as it ends, so they say what every other report says (an error
                 # at set-up or teardown, a lost lock), never the check's own run before it.
-                report.user_properties = [*report.user_properties,
-                                          *junit_properties(item.result)]
+                add_junit_facts(report, item.result, self.junit_family)
             verdict = verdict_text(item.check.id, item.result)
             self.verdicts[item.index] = verdict
             if self.log is not None:
@@ -581,6 +581,11 @@ class GpuhostRun:
             report = _persist_report(f"{base}::{name}", self.settings.display(spec.path),
                                      record, len(self.collected) + offset)
             self.config.hook.pytest_runtest_logreport(report=report)
+            # its teardown, where JUnit reads a test case's facts and closes it
+            ending = pytest.TestReport(report.nodeid, report.location, report.keywords,
+                                       "passed", None, "teardown")
+            add_junit_facts(ending, record, self.junit_family)
+            self.config.hook.pytest_runtest_logreport(report=ending)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.is_worker:
@@ -654,8 +659,7 @@ def _persist_report(nodeid: str, path: str, record: CheckResult, index: int
         longrepr = (path, 0, f"Skipped: {record.message}")
     report = pytest.TestReport(
         nodeid=nodeid, location=(path, 0, nodeid.split("::", 1)[-1]), keywords={"gpuhost": 1},
-        outcome=outcome, longrepr=longrepr, when="call",
-        user_properties=junit_properties(record))
+        outcome=outcome, longrepr=longrepr, when="call")
     setattr(report, REPORT_ATTR, {"index": index, "result": record})
     return report
 

@@ -14,7 +14,7 @@ from pytest_gpuhost.reports.prometheus import escape_label, textfile
 from pytest_gpuhost.result import OUTCOMES, CheckResult, Outcome
 from pytest_gpuhost.testing.fakehost import FakeHost
 
-from ..conftest import BLACKWELL8
+from ..conftest import BLACKWELL8, EXAMPLE_HOST, assert_valid_junit
 
 pytest_plugins = ["pytester"]
 
@@ -24,14 +24,17 @@ def spec(pytester: pytest.Pytester) -> Path:
     return Path(shutil.copy(BLACKWELL8, pytester.path / "blackwell8.yaml"))
 
 
-def test_junit_properties_per_check(pytester: pytest.Pytester, spec: Path,
-                                    example_host: Path) -> None:
+def test_junit_properties_per_check_under_xunit1(pytester: pytest.Pytester, spec: Path,
+                                                example_host: Path) -> None:
+    """junit_family=xunit1 (or legacy): each check's facts as <property>s of its test case,
+    the persistence files' too (issue 24: they had none)."""
     result = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}",
-                                "--fix", "--junitxml=junit.xml")
+                                "--fix", "--fix-persist", "--junitxml=junit.xml",
+                                "-o", "junit_family=xunit1")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     cases = {case.get("name"): case for case in ET.parse(pytester.path / "junit.xml").iter(
         "testcase")}
-    assert len(cases) == 198
+    assert len(cases) == 198 + 6
 
     def props(name: str) -> dict[str, str]:
         return {p.get("name", ""): p.get("value", "") for p in cases[name].iter("property")}
@@ -44,14 +47,65 @@ def test_junit_properties_per_check(pytester: pytest.Pytester, spec: Path,
     assert props("gpu_count") == {"kind": "gpu_count", "expected": "8", "observed": "8",
                                   "outcome": "passed", "severity": "normal"}
     assert cases["module[nvidia_peermem]"].find("failure") is not None
+    assert props("persist[etc/sysctl.d/90-gpuhost-blackwell8.conf]") == {
+        "kind": "persist", "key": "etc/sysctl.d/90-gpuhost-blackwell8.conf",
+        "expected": "current", "observed": "current", "outcome": "fixed", "before": "absent",
+        "after": "current", "severity": "normal"}
+    assert all(props(name)["kind"] == "persist" for name in cases
+               if str(name).startswith("persist["))
 
 
-def test_junit_properties_under_xdist(pytester: pytest.Pytester, spec: Path,
-                                      example_host: Path) -> None:
+def test_junit_is_valid_xunit2_by_default(pytester: pytest.Pytester, spec: Path,
+                                          example_host: Path) -> None:
+    """Issue 24: pytest's default junit_family is xunit2, whose schema (Jenkins' xUnit
+    plugin's junit-10.xsd) has no <properties> in a test case; the plugin skipped the file.
+    Now no test case carries them, the file validates, and with junit_logging=system-out the
+    facts are in each test case's <system-out>."""
+    pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}", "--fix",
+                       "--fix-persist", "--junitxml=plain.xml")
+    assert_valid_junit(pytester.path / "plain.xml")
+    plain = ET.parse(pytester.path / "plain.xml")
+    assert len(list(plain.iter("testcase"))) == 198 + 6
+    assert not list(plain.iter("properties"))
+    shutil.rmtree(example_host)
+    shutil.copytree(EXAMPLE_HOST, example_host,
+                    symlinks=True)
+    pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}", "--fix",
+                       "--junitxml=out.xml", "-o", "junit_logging=system-out")
+    assert_valid_junit(pytester.path / "out.xml")
+    cases = {case.get("name"): case for case in ET.parse(pytester.path / "out.xml").iter(
+        "testcase")}
+    [out] = cases["sysctl[vm.swappiness]"].iter("system-out")
+    assert [line for line in str(out.text).splitlines() if line.startswith("gpuhost.")] == [
+        "gpuhost.kind: sysctl", "gpuhost.key: vm.swappiness", "gpuhost.expected: 10",
+        "gpuhost.observed: 10", "gpuhost.outcome: fixed", "gpuhost.before: 60",
+        "gpuhost.after: 10", "gpuhost.severity: normal"]
+
+
+def test_a_keyboard_interrupt_in_a_test_makes_pytests_own_nameless_testcase(
+        pytester: pytest.Pytester) -> None:
+    """Why ``assert_valid_junit(..., interrupted=True)`` leaves out one element: pytest itself,
+    without this plugin, writes the test a KeyboardInterrupt cut short as a test case with no
+    name, which junit-10.xsd refuses."""
+    pytester.makepyfile(test_k="def test_a():\n    pass\n\n"
+                               "def test_b():\n    raise KeyboardInterrupt\n")
+    pytester.runpytest_subprocess("-p", "no:gpuhost", "--junitxml=k.xml")
+    cases = [case.attrib for case in ET.parse(pytester.path / "k.xml").iter("testcase")]
+    assert cases[-1].keys() == {"time"}
+    with pytest.raises(AssertionError, match="missing required attribute 'name'"):
+        assert_valid_junit(pytester.path / "k.xml")
+    assert_valid_junit(pytester.path / "k.xml", interrupted=True)
+
+
+def test_junit_facts_under_xdist(pytester: pytest.Pytester, spec: Path,
+                                 example_host: Path) -> None:
     pytester.runpytest_subprocess(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}",
-                                  "-n", "2", "--junitxml=junit.xml", "-p", "no:cacheprovider")
-    outcomes = [p.get("value") for p in ET.parse(pytester.path / "junit.xml").iter("property")
-                if p.get("name") == "outcome"]
+                                  "-n", "2", "--junitxml=junit.xml", "-p", "no:cacheprovider",
+                                  "-o", "junit_logging=system-out")
+    assert_valid_junit(pytester.path / "junit.xml")
+    outcomes = [line.split(": ", 1)[1] for out in
+                ET.parse(pytester.path / "junit.xml").iter("system-out")
+                for line in str(out.text).splitlines() if line.startswith("gpuhost.outcome: ")]
     assert sorted(outcomes) == sorted(["passed"] * 81 + ["failed"] * 115 + ["skipped"] * 2)
 
 
