@@ -26,7 +26,8 @@ _OPTIONS = ("gpuhost_spec", "gpuhost_root", "fix", "gpuhost_report", "gpuhost_dr
             "gpuhost_npd", "gpuhost_nfd", "gpuhost_target", "gpuhost_ssh_config",
             "gpuhost_rollback_after_reboot", "gpuhost_capture", "gpuhost_capture_from",
             "gpuhost_capture_overwrite", "gpuhost_fleet_html", "fix_retry", "gpuhost_inventory",
-            "gpuhost_limit", "gpuhost_targets_file", "gpuhost_target_timeout")
+            "gpuhost_limit", "gpuhost_targets_file", "gpuhost_target_timeout",
+            "gpuhost_accept_new_host_keys")
 _SPEC_SUFFIXES = (".yaml", ".yml")
 
 
@@ -83,8 +84,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "failed) or 2 (could not run), one line on stdout; pytest's output "
                          "goes to stderr")
     group.addoption("--gpuhost-nfd", default=None, metavar="FILE",
-                    help="write a Node Feature Discovery feature file (gpuhost.tuned, "
-                         "gpuhost.failed), atomically")
+                    help="write a Node Feature Discovery feature file "
+                         "(feature.node.kubernetes.io/gpuhost.tuned, .../gpuhost.failed), "
+                         "atomically")
+    group.addoption("--gpuhost-nfd-expiry", type=float, default=3600.0, metavar="SECONDS",
+                    help="with --gpuhost-nfd: how long the labels stand once written (NFD's "
+                         "# +expiry-time), so they lapse when the checks stop running "
+                         "(default 3600)")
     group.addoption("--gpuhost-target", action="append", default=[], metavar="TARGET",
                     help="a machine to check: local (this one, at --gpuhost-root), "
                          "ssh://[USER@]HOST[:PORT][/ROOT], lxc://CTID[/ROOT] or "
@@ -93,6 +99,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gpuhost-ssh-config", default=None, metavar="FILE",
                     help="OpenSSH client configuration given to every ssh as -F FILE. "
                          "ini: gpuhost_ssh_config")
+    group.addoption("--gpuhost-accept-new-host-keys", action="store_true", default=False,
+                    help="let --fix and --gpuhost-rollback reach an ssh target whose host key "
+                         "known_hosts lacks where the ssh configuration or the inventory says "
+                         "StrictHostKeyChecking accept-new or no (refused by default: root "
+                         "writes there). ini: gpuhost_accept_new_host_keys")
     group.addoption("--gpuhost-inventory", default=None, metavar="FILE",
                     help="check every host of an Ansible inventory (INI, YAML, a directory) "
                          "over ssh, named by its inventory name; needs pytest-gpuhost[ansible]. "
@@ -132,6 +143,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("gpuhost_targets_file", "file of targets, one a line (see "
                   "--gpuhost-targets-file)", type="string", default="")
     parser.addini("gpuhost_root", "host root (default /)", type="string", default="")
+    parser.addini("gpuhost_accept_new_host_keys", "see --gpuhost-accept-new-host-keys",
+                  type="bool", default=False)
 
 
 
@@ -141,7 +154,7 @@ def _asked(config: pytest.Config) -> bool:
     if any(getattr(option, name, None) not in (None, False, [], "") for name in _OPTIONS):
         return True
     if option.gpuhost_rollback is not None or option.gpuhost_lock_timeout != 120.0 or \
-            option.gpuhost_connect_timeout != 10.0:
+            option.gpuhost_connect_timeout != 10.0 or option.gpuhost_nfd_expiry != 3600.0:
         return True
     if any(config.getini(name) for name in ("gpuhost_spec", "gpuhost_root", "gpuhost_targets",
                                             "gpuhost_ssh_config", "gpuhost_inventory",
@@ -189,7 +202,10 @@ def _raw_options(config: pytest.Config) -> Any:
         limit=option.gpuhost_limit, targets_file=option.gpuhost_targets_file,
         ini_targets_file=str(config.getini("gpuhost_targets_file") or ""),
         target_timeout=option.gpuhost_target_timeout,
-        after_reboot=option.gpuhost_rollback_after_reboot, **shared)
+        after_reboot=option.gpuhost_rollback_after_reboot,
+        accept_new_host_keys=option.gpuhost_accept_new_host_keys,
+        ini_accept_new_host_keys=bool(config.getini("gpuhost_accept_new_host_keys")),
+        nfd_expiry=option.gpuhost_nfd_expiry, **shared)
 
 
 @pytest.hookimpl(tryfirst=True)

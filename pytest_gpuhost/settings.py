@@ -80,6 +80,9 @@ class RawOptions:
     capture_from: str | None = None
     capture_overwrite: bool = False
     fleet_html: str | None = None
+    accept_new_host_keys: bool = False
+    ini_accept_new_host_keys: bool = False
+    nfd_expiry: float = 3600.0
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,11 @@ class Settings:
     catalog: bool = False
     """--gpuhost-capture without a spec: the built-in catalog is the spec, observed only."""
     fleet_html: Path | None = None
+    accept_new_host_keys: bool = False
+    """--gpuhost-accept-new-host-keys: a --fix or rollback obeys the ssh configuration's (or
+    the inventory's) StrictHostKeyChecking instead of refusing host keys known_hosts lacks."""
+    nfd_expiry: float = 3600.0
+    """--gpuhost-nfd-expiry: the seconds the NFD labels stand after the run (# +expiry-time)."""
 
     @property
     def remote(self) -> bool:
@@ -319,7 +327,7 @@ def _inventory_targets(raw: RawOptions, path: Path, source: str) -> list[TargetA
         raise SettingsError("--gpuhost-limit is empty: expected an Ansible host pattern "
                             "(node01, gpu, 'gpu:!node02', 'node0*')")
     try:
-        hosts = read_inventory(path, raw.limit)
+        hosts = read_inventory(path, raw.limit, host_errors=True)
         return [host.target(source, raw.invocation) for host in hosts]
     except InventoryError as exc:
         limit = f" --gpuhost-limit={raw.limit}" if raw.limit is not None else ""
@@ -360,6 +368,13 @@ def _connect_timeout(value: float) -> float:
     if not math.isfinite(value) or value <= 0:
         raise SettingsError(f"--gpuhost-connect-timeout={value:g}: expected a number of "
                             "seconds above 0")
+    return value
+
+
+def _nfd_expiry(value: float) -> float:
+    if not math.isfinite(value) or value <= 0:
+        raise SettingsError(f"--gpuhost-nfd-expiry={value:g}: expected a finite number of "
+                            "seconds above 0 (how long the labels stand after a run)")
     return value
 
 
@@ -447,4 +462,6 @@ def resolve(raw: RawOptions) -> Settings:
         capture=capture, capture_shown=raw.capture or "", capture_from=capture_from,
         capture_overwrite=raw.capture_overwrite, catalog=catalog,
         fleet_html=_output(raw, raw.fleet_html, "--gpuhost-fleet-html")
-        if not raw.worker else None)
+        if not raw.worker else None,
+        accept_new_host_keys=raw.accept_new_host_keys or raw.ini_accept_new_host_keys,
+        nfd_expiry=_nfd_expiry(raw.nfd_expiry))
