@@ -505,7 +505,7 @@ class GpuhostRun:
         if settings.nfd is not None:
             from .reports.nfd import NfdFeatureFile
 
-            chosen.append(NfdFeatureFile(settings.nfd))
+            chosen.append(NfdFeatureFile(settings.nfd, settings.nfd_expiry))
         if settings.alluredir is not None:
             from .reports.allure import AllureSessionFiles
 
