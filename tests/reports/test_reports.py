@@ -475,3 +475,30 @@ def test_an_interrupted_run_says_its_checks_did_not_run(
         outcome, message = outcomes[check]
         assert outcome == "error" and message.startswith("not run: the run was interrupted")
     assert npd_ret == 2
+
+
+def test_a_bundled_specs_series_keep_their_identity_wherever_it_is_installed(
+        pytester: pytest.Pytester, example_host: Path) -> None:
+    """Issue 24: spec_file was the bundled spec's absolute install path, so rebuilding the venv
+    changed every series; now it is the stable name the check ids use."""
+    pytester.runpytest("--gpuhost-spec=blackwell8", f"--gpuhost-root={example_host}",
+                       "--gpuhost-prom=out.prom")
+    metrics = parse_exposition((pytester.path / "out.prom").read_text())
+    files = {labels["spec_file"] for samples in metrics.values() for labels, _ in samples}
+    assert files == {"blackwell8.yaml"}
+    assert str(BLACKWELL8.parent) not in (pytester.path / "out.prom").read_text()
+
+
+def test_a_bundled_spec_beside_a_copy_of_it_keeps_its_path() -> None:
+    """Run beside a copy at the top of the rootdir (shown as blackwell8.yaml), the bundled one
+    is shown by its path, as its ids are: two specs are never one series."""
+    bundled, copy = str(BLACKWELL8), "blackwell8.yaml"
+    records = [CheckResult("gpu_count", "gpu_count", None, "8", "8", Outcome.PASSED, "",
+                           location=f"{where}:3") for where in (bundled, copy)]
+    metrics = parse_exposition(textfile(records, specs=[bundled, copy], timestamp=1.0))
+    assert sorted(labels["spec_file"] for labels, _ in metrics["gpuhost_check_ok"]) == sorted(
+        [bundled, copy])
+    alone = parse_exposition(textfile(records[:1], specs=[bundled], timestamp=1.0))
+    assert [labels["spec_file"] for labels, _ in alone["gpuhost_check_ok"]] == [copy]
+    empty = parse_exposition(textfile([], specs=[bundled], timestamp=1.0))
+    assert {labels["spec_file"] for labels, _ in empty["gpuhost_checks"]} == {copy}
