@@ -269,3 +269,14 @@ def test_a_local_host_without_gpuhost_root_is_at_the_runs_root(pytester: pytest.
                                 f"--gpuhost-root={run_root.root}", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.assert_outcomes(passed=1)
+
+
+def test_an_undefined_vault_named_variable_fails_its_host_only(tmp_path: Path) -> None:
+    """A variable called vault_* that nothing defines (the vault file left out of the
+    inventory) is an undefined variable like any other, not an inventory-wide vault error."""
+    path = tmp_path / "hosts.ini"
+    path.write_text('[gpu]\nn1 ansible_user="{{ vault_ssh_user }}"\nn2\n')
+    hosts = read_inventory(path, host_errors=True)
+    assert hosts[0].error is not None and "vault_ssh_user" in hosts[0].error
+    assert "encrypted with Ansible Vault" not in hosts[0].error
+    assert hosts[1].error is None
