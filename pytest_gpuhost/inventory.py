@@ -11,7 +11,8 @@ As Ansible's own commands do: vault secrets come from ``ANSIBLE_VAULT_PASSWORD_F
 (``vault_identity_list``), so an encrypted ``group_vars/all/vault.yml`` reads as it does for
 ``ansible-inventory``; ``ansible_connection=local`` is this machine and
 ``ansible_python_interpreter`` the python the agent runs under; and a host whose variables
-cannot be used fails alone (``host_errors``), as Ansible fails that host and runs the rest.
+Ansible cannot template fails alone (``host_errors``), as Ansible fails that host and runs the
+rest.
 Whatever ansible-core raises becomes one line (``InventoryError``), never a traceback.
 """
 
@@ -63,6 +64,11 @@ class InventoryError(Exception):
     """An inventory or targets file that cannot be used as it is; the message says why."""
 
 
+class HostVariableError(InventoryError):
+    """A host variable Ansible could not template (an undefined variable): Ansible fails that
+    host and runs the others."""
+
+
 @dataclass(frozen=True)
 class InventoryHost:
     """One host of an inventory, as ssh would reach it."""
@@ -84,7 +90,7 @@ class InventoryHost:
     python: str | None = None
     """``ansible_python_interpreter``: the python the agent runs under (None: ``python3``)."""
     error: str | None = None
-    """Why this host cannot be used (an undefined variable, a bad port): with
+    """Why this host cannot be used (a variable Ansible could not template): with
     ``read_inventory(..., host_errors=True)`` such a host is still listed, and its checks are
     errors saying this, while the other hosts run."""
 
@@ -121,11 +127,12 @@ def read_inventory(path: Path, limit: str | None = None, *,
     Ansible's configuration enables), selected by ``limit`` (``gpu``, ``node01``, ``gpu:!login``,
     ``gpu:&rack1``, ``node0*``, ``~node0[12]``), sorted by name.
 
-    A host whose variables cannot be used (an undefined variable in a template, a port that is
-    no number) is an InventoryError, or, with ``host_errors``, a host whose ``error`` says why,
-    the others as they are (Ansible fails that host and runs the rest). An inventory that
-    cannot be read at all (a vault without its secret, a file Ansible cannot parse) is always
-    an InventoryError, in one line.
+    A host variable Ansible cannot template (an undefined variable) is an InventoryError, or,
+    with ``host_errors``, a host whose ``error`` says why, the others as they are (Ansible fails
+    that host and runs the rest). A value pytest-gpuhost cannot use (a port that is no number,
+    a connection that is neither ssh nor local) and an inventory that cannot be read at all (a
+    vault without its secret, a file Ansible cannot parse) are always an InventoryError, in one
+    line.
 
     Read in a daemon thread, waited for INVENTORY_TIMEOUT_S: an inventory script that never
     answers is an error then, not a run that never starts (the script is left to itself)."""
@@ -290,7 +297,7 @@ def _read_with(path: Path, limit: str | None, host_errors: bool, loader: Any,
         try:
             found.append(_host(name, _Resolver(templar(loader=loader, variables=values),
                                                values, name, path)))
-        except InventoryError as exc:
+        except HostVariableError as exc:
             if not host_errors:
                 raise
             found.append(InventoryHost(name, name, error=f"{exc} (Ansible would fail this "
@@ -392,8 +399,8 @@ class _Resolver:
         except AnsibleError as exc:  # an undefined variable, a template that does not parse
             if _about_the_vault(exc):  # an inline !vault value without its secret: all hosts
                 raise
-            raise InventoryError(f"{self.source}: host {self.host}: {name}: "
-                                 f"{_one_line(exc)}") from None
+            raise HostVariableError(f"{self.source}: host {self.host}: {name}: "
+                                    f"{_one_line(exc)}") from None
 
 
 def _host(name: str, variables: _Resolver) -> InventoryHost:
