@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .checks import kind_name as kind_name
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from .result import CheckResult
     from .settings import Settings
     from .spec import Node, SpecContext
+    from .targets import TargetAddress
 
 BUILTIN_KINDS = (
     ("sysctl", "sysctl", "SysctlKind"),
@@ -154,12 +156,14 @@ def pytest_gpuhost_make_host(settings: Settings, target: TargetAddress) -> Host 
     from .host import LocalHost
 
     if target.local:
-        return LocalHost(settings.root)
+        # an inventory's ansible_connection=local host at its gpuhost_root, else the run's root
+        given = bool(target.source) and target.root != "/"
+        return LocalHost(Path(target.root) if given else settings.root)
     if target.scheme not in ("ssh", "lxc"):
         return None
     from .host.remote import AgentHost, agent_command, lxc_argv, ssh_argv
 
-    inner = agent_command(target.root)
+    inner = agent_command(target.root, target.python)
     if target.container is not None:
         inner = lxc_argv(target.container, inner)
     argv = inner
@@ -170,9 +174,31 @@ def pytest_gpuhost_make_host(settings: Settings, target: TargetAddress) -> Host 
         argv = ssh_argv(target.host, port=target.port, user=target.user,
                         config=settings.ssh_config, connect_timeout=settings.connect_timeout,
                         inner=inner, identity_file=target.identity_file, extra=target.ssh_args,
-                        master=master)
+                        master=master, strict_host_keys=strict_host_keys(settings))
     return AgentHost(target.url, argv, target.root, connect_timeout=settings.connect_timeout,
-                     time_limit=settings.target_timeout, name=target.name)
+                     time_limit=settings.target_timeout, name=target.name,
+                     refused_key_hint=refused_key_hint(settings, target))
+
+
+def strict_host_keys(settings: Settings) -> bool:
+    """A run that changes a target (--fix, a rollback) reaches it only with a host key its
+    known_hosts already holds, unless --gpuhost-accept-new-host-keys says otherwise."""
+    return settings.fix and not settings.accept_new_host_keys
+
+
+def refused_key_hint(settings: Settings, target: TargetAddress) -> str:
+    """What to do when ssh refuses the target's host key in a run that changes it."""
+    if not strict_host_keys(settings):
+        return ""
+    what = "--gpuhost-rollback" if settings.rollback is not None else "--fix"
+    port = f"-p {target.port} " if target.port else ""
+    return (f" ({what} changes the target as root, so it takes only a host key known_hosts "
+            "already holds, whatever StrictHostKeyChecking the ssh configuration or the "
+            "inventory sets: check the key's fingerprint (ssh-keyscan "
+            f"{port}{target.host} | ssh-keygen -lf -, against ssh-keygen -lf "
+            "/etc/ssh/ssh_host_ed25519_key.pub run there) and add it to known_hosts; "
+            "--gpuhost-accept-new-host-keys lets the configuration's StrictHostKeyChecking "
+            "(accept-new, no) decide instead)")
 
 
 @hookimpl(trylast=True)

@@ -5,6 +5,15 @@ through ansible-core's own API (``InventoryManager`` and ``DataLoader``; variabl
 ``VariableManager``, so group_vars/host_vars beside it and children groups count as they do for
 Ansible, and a ``limit`` selects hosts as ``ansible --limit`` does). ansible-core is an extra
 (``pip install 'pytest-gpuhost[ansible]'``), imported only here, only when an inventory is read.
+
+As Ansible's own commands do: vault secrets come from ``ANSIBLE_VAULT_PASSWORD_FILE`` (or
+``vault_password_file`` in ansible.cfg) and the vault ids of ``ANSIBLE_VAULT_IDENTITY_LIST``
+(``vault_identity_list``), so an encrypted ``group_vars/all/vault.yml`` reads as it does for
+``ansible-inventory``; ``ansible_connection=local`` is this machine and
+``ansible_python_interpreter`` the python the agent runs under; and a host whose variables
+Ansible cannot template fails alone (``host_errors``), as Ansible fails that host and runs the
+rest.
+Whatever ansible-core raises becomes one line (``InventoryError``), never a traceback.
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .bounded import StillRunning, within
-from .targets import TargetAddress, valid_host, valid_name
+from .targets import LOCAL, TargetAddress, valid_host, valid_name
 
 MISSING_EXTRA = ("reading an Ansible inventory needs ansible-core, which is not installed: "
                  "pip install 'pytest-gpuhost[ansible]' (from a checkout: pip install "
@@ -34,6 +43,16 @@ SSH_FLAGS = "46AaCfGgKkMNnqsTtVvXxYy"
 """ssh(1)'s options that take a value, and those that do not."""
 ROOT_VARS = ("gpuhost_root",)
 """pytest-gpuhost's own host variable: the host root on that machine (default ``/``)."""
+CONNECTION_VARS = ("ansible_connection",)
+SSH_CONNECTIONS = ("ssh", "smart", "paramiko", "paramiko_ssh")
+"""ansible_connection values that reach the host over ssh (``ansible.builtin.`` or not)."""
+PYTHON_VARS = ("ansible_python_interpreter",)
+DISCOVERED_PYTHON = ("auto", "auto_silent", "auto_legacy", "auto_legacy_silent")
+"""ansible_python_interpreter values that ask Ansible to find a python: the agent then runs
+under ``python3``, the target's default."""
+PROMPTS = ("prompt", "prompt_ask_vault_pass")
+VAULT_HINT = ("set ANSIBLE_VAULT_PASSWORD_FILE=FILE (or vault_password_file in ansible.cfg, or "
+              "vault ids in ANSIBLE_VAULT_IDENTITY_LIST), as ansible-inventory needs")
 _COMMENT = re.compile(r"(?:^|\s)#.*")
 INVENTORY_TIMEOUT_S = 120.0
 """The longest Ansible may take to read an inventory. Its script plugin (on by default: an
@@ -43,6 +62,11 @@ or a cloud API may wait as long on the network."""
 
 class InventoryError(Exception):
     """An inventory or targets file that cannot be used as it is; the message says why."""
+
+
+class HostVariableError(InventoryError):
+    """A host variable Ansible could not template (an undefined variable): Ansible fails that
+    host and runs the others."""
 
 
 @dataclass(frozen=True)
@@ -61,13 +85,28 @@ class InventoryHost:
     """``ansible_ssh_common_args`` then ``ansible_ssh_extra_args``, split as a shell would."""
     root: str = "/"
     """``gpuhost_root``: the host root there (``/``; another tree for tests and images)."""
+    local: bool = False
+    """``ansible_connection=local``: this machine, not an ssh destination."""
+    python: str | None = None
+    """``ansible_python_interpreter``: the python the agent runs under (None: ``python3``)."""
+    error: str | None = None
+    """Why this host cannot be used (a variable Ansible could not template): with
+    ``read_inventory(..., host_errors=True)`` such a host is still listed, and its checks are
+    errors saying this, while the other hosts run."""
 
     def target(self, source: str, base: Path) -> TargetAddress:
-        """The host as an ssh target named by its inventory name (``...@node01``). A relative
-        key file is relative to ``base`` (where pytest runs), as it is to where Ansible runs."""
+        """The host as an ssh target named by its inventory name (``...@node01``), or, for
+        ``ansible_connection=local``, this machine at its ``gpuhost_root`` (else at the run's
+        root). A relative key file is relative to ``base`` (where pytest runs), as it is to
+        where Ansible runs."""
         if not valid_name(self.name):
             raise InventoryError(f"host {self.name!r}: a target's name is letters, digits, '.', "
                                  "'_', ':' or '-' (it ends every check's id)")
+        if self.error is not None:
+            return TargetAddress(f"ssh://{self.name}/?name={self.name}", "ssh", host=self.name,
+                                 name=self.name, source=source, error=self.error)
+        if self.local:
+            return TargetAddress(LOCAL, LOCAL, root=self.root, name=self.name, source=source)
         if not valid_host(self.address):
             raise InventoryError(f"host {self.name}: ansible_host={self.address!r} is not a "
                                  "host name or address")
@@ -78,14 +117,22 @@ class InventoryHost:
         url = (f"ssh://{f'{self.user}@' if self.user else ''}{host}"
                f"{f':{self.port}' if self.port else ''}{self.root}?name={self.name}")
         return TargetAddress(url, "ssh", host=self.address, user=self.user, port=self.port,
-                      root=self.root, name=self.name, identity_file=key,
-                      ssh_args=self.ssh_args, source=source)
+                             root=self.root, name=self.name, identity_file=key,
+                             ssh_args=self.ssh_args, source=source, python=self.python)
 
 
-def read_inventory(path: Path, limit: str | None = None) -> list[InventoryHost]:
+def read_inventory(path: Path, limit: str | None = None, *,
+                   host_errors: bool = False) -> list[InventoryHost]:
     """The hosts of the inventory at ``path`` (INI, YAML, a directory, or any inventory plugin
     Ansible's configuration enables), selected by ``limit`` (``gpu``, ``node01``, ``gpu:!login``,
     ``gpu:&rack1``, ``node0*``, ``~node0[12]``), sorted by name.
+
+    A host variable Ansible cannot template (an undefined variable) is an InventoryError, or,
+    with ``host_errors``, a host whose ``error`` says why, the others as they are (Ansible fails
+    that host and runs the rest). A value pytest-gpuhost cannot use (a port that is no number,
+    a connection that is neither ssh nor local) and an inventory that cannot be read at all (a
+    vault without its secret, a file Ansible cannot parse) are always an InventoryError, in one
+    line.
 
     Read in a daemon thread, waited for INVENTORY_TIMEOUT_S: an inventory script that never
     answers is an error then, not a run that never starts (the script is left to itself)."""
@@ -93,7 +140,7 @@ def read_inventory(path: Path, limit: str | None = None) -> list[InventoryHost]:
         raise InventoryError(f"{path}: no such inventory file")
     path = path.absolute()  # Ansible's INI plugin refuses a relative source
     try:
-        return within(INVENTORY_TIMEOUT_S, lambda: _read_inventory(path, limit),
+        return within(INVENTORY_TIMEOUT_S, lambda: _read_inventory(path, limit, host_errors),
                       name="inventory")
     except StillRunning:
         raise InventoryError(f"{path}: Ansible did not finish reading the inventory within "
@@ -103,9 +150,132 @@ def read_inventory(path: Path, limit: str | None = None) -> list[InventoryHost]:
                              "to a static inventory") from None
 
 
-def _read_inventory(path: Path, limit: str | None) -> list[InventoryHost]:
+def _read_inventory(path: Path, limit: str | None, host_errors: bool) -> list[InventoryHost]:
     data_loader, inventory_manager, variable_manager, templar = _ansible()
     loader = data_loader()
+    labels: list[str] = []
+    try:
+        labels = _vault_secrets(loader)
+        return _read_with(path, limit, host_errors, loader, inventory_manager,
+                          variable_manager, templar)
+    except InventoryError:
+        raise
+    except Exception as exc:  # whatever ansible-core raises: one line, never a traceback
+        raise InventoryError(f"{path}: {_one_line(exc, labels)}") from None
+
+
+def _one_line(exc: BaseException, labels: Sequence[str] = ()) -> str:
+    """What Ansible said, on one line, after the file it was about where it knows it, with
+    what to do where it is about the vault (``labels``: the vault ids that were given)."""
+    text = " ".join(str(getattr(exc, "message", None) or exc or type(exc).__name__).split())
+    where = _origin(exc)
+    if where and where not in text:
+        text = f"{where}: {text}"
+    if not _about_the_vault(exc):
+        return text
+    if labels:
+        return (f"{text} (encrypted with Ansible Vault; the vault ids given, "
+                f"{', '.join(labels)}, do not decrypt it: check the password file, or add the "
+                "vault id it was encrypted with to ANSIBLE_VAULT_IDENTITY_LIST)")
+    return f"{text} (encrypted with Ansible Vault: {VAULT_HINT})"
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    found: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and all(current is not seen for seen in found):
+        found.append(current)
+        current = current.__cause__ or current.__context__
+    return found
+
+
+def _origin(exc: BaseException) -> str | None:
+    """``FILE[:LINE[:COL]]`` of what an exception of the chain was about, where Ansible
+    tagged it (2.19's Origin tag; earlier versions' ``ansible_pos``)."""
+    for each in _chain(exc):
+        obj = getattr(each, "obj", None)
+        if obj is None:
+            continue
+        if isinstance(getattr(obj, "path", None), str) and hasattr(obj, "line_num"):
+            return str(obj)  # 2.19's YAML errors hold the Origin itself
+        try:
+            from ansible._internal._datatag._tags import Origin  # 2.19+; not a public API
+
+            origin = Origin.get_tag(obj)
+        except Exception:  # another version: its own attribute, or nothing
+            origin = None
+        if origin is not None and getattr(origin, "path", None):
+            return str(origin)
+        position = getattr(obj, "ansible_pos", None)
+        if isinstance(position, tuple) and position and position[0]:
+            return ":".join(str(part) for part in position)
+    return None
+
+
+VAULT_ERRORS = ("AnsibleVaultError", "UndecryptableVaultError", "AnsibleVaultPasswordError")
+"""ansible-core's exceptions for what could not be decrypted (by class name: they moved
+between versions). An undefined ``vault_*`` variable is none of them: it fails its host."""
+
+
+def _about_the_vault(exc: BaseException) -> bool:
+    return any(type(each).__name__ in VAULT_ERRORS or "decrypt" in str(each).lower()
+               for each in _chain(exc))
+
+
+def _vault_secrets(loader: Any) -> list[str]:
+    """The vault secrets Ansible's commands load without a prompt: the vault ids of
+    DEFAULT_VAULT_IDENTITY_LIST, then DEFAULT_VAULT_PASSWORD_FILE (what ``--vault-id`` and
+    ``--vault-password-file`` add to on the command line), each a file or a script. A prompt
+    cannot be answered in a pytest run: it is an error saying so. Read from the environment at
+    each call (a run's ANSIBLE_VAULT_PASSWORD_FILE), the configuration file as Ansible found it.
+    The labels of the secrets loaded."""
+    from ansible import constants
+    from ansible.parsing.vault import get_file_vault_secret
+
+    def setting(name: str) -> Any:
+        return constants.config.get_config_value(name)
+
+    default_id = str(setting("DEFAULT_VAULT_IDENTITY") or "default")
+    slugs = [str(slug) for slug in setting("DEFAULT_VAULT_IDENTITY_LIST") or ()]
+    password_file = setting("DEFAULT_VAULT_PASSWORD_FILE")
+    if password_file:
+        slugs.append(f"{default_id}@{password_file}")
+    secrets: list[tuple[str, Any]] = []
+    failures: list[str] = []
+    for slug in slugs:
+        label, at, source = slug.partition("@")
+        label, source = (label, source) if at else (default_id, slug)
+        if source in PROMPTS:
+            raise InventoryError(f"vault id {slug!r} asks for its password at a prompt, which a "
+                                 "pytest run cannot answer: give it in a file (ANSIBLE_VAULT_"
+                                 "PASSWORD_FILE=FILE, or vault ids LABEL@FILE)")
+        try:
+            secret = get_file_vault_secret(filename=source, vault_id=label, loader=loader)
+            secret.load()
+        except Exception as exc:  # Ansible warns and tries the next, as here
+            failures.append(f"vault id {label}@{source}: "
+                            + " ".join(str(getattr(exc, "message", None) or exc).split()))
+            continue
+        secrets.append((label, secret))
+    if failures and not secrets:
+        raise InventoryError("; ".join(failures))
+    loader.set_vault_secrets(secrets)
+    labels = [label for label, _ in secrets]
+    try:  # ansible-core 2.19 decrypts inline !vault values through a process-wide context
+        from ansible.parsing.vault import VaultSecretsContext
+    except ImportError:
+        return labels
+    current = VaultSecretsContext.current(optional=True)
+    if current is None:
+        VaultSecretsContext.initialize(VaultSecretsContext(secrets))
+    else:  # a second inventory in this process: its secrets, as a new command would have
+        current.secrets = secrets
+    return labels
+
+
+def _read_with(path: Path, limit: str | None, host_errors: bool, loader: Any,
+               inventory_manager: Any, variable_manager: Any, templar: Any
+               ) -> list[InventoryHost]:
     inventory = inventory_manager(loader=loader, sources=[str(path)], parse=False)
     with _AnsibleSays() as said:  # what it would print, it says through our messages
         if not inventory.parse_source(str(path)):
@@ -124,8 +294,15 @@ def _read_inventory(path: Path, limit: str | None) -> list[InventoryHost]:
     for host in hosts:
         values = variables.get_vars(host=host, include_hostvars=False)
         name = str(host.name)  # a plain str: Ansible 2.19 tags what it parsed (its origin)
-        found.append(_host(name, _Resolver(templar(loader=loader, variables=values),
-                                           values, name, path)))
+        try:
+            found.append(_host(name, _Resolver(templar(loader=loader, variables=values),
+                                               values, name, path)))
+        except HostVariableError as exc:
+            if not host_errors:
+                raise
+            found.append(InventoryHost(name, name, error=f"{exc} (Ansible would fail this "
+                                                         "host and run the others; so does "
+                                                         "this run)"))
     return sorted(found, key=lambda h: h.name)
 
 
@@ -220,7 +397,10 @@ class _Resolver:
         try:
             return str(self.templar.template(self.values[name]))
         except AnsibleError as exc:  # an undefined variable, a template that does not parse
-            raise InventoryError(f"{self.source}: host {self.host}: {name}: {exc}") from None
+            if _about_the_vault(exc):  # an inline !vault value without its secret: all hosts
+                raise
+            raise HostVariableError(f"{self.source}: host {self.host}: {name}: "
+                                    f"{_one_line(exc)}") from None
 
 
 def _host(name: str, variables: _Resolver) -> InventoryHost:
@@ -247,11 +427,29 @@ def _host(name: str, variables: _Resolver) -> InventoryHost:
     if not root.startswith("/") or "\0" in root:
         raise InventoryError(f"{variables.source}: host {name}: gpuhost_root must be an absolute "
                              f"path, got {root!r}")
-    return InventoryHost(name=name, address=variables.last(HOST_VARS) or name,
+    connection = (variables.last(CONNECTION_VARS) or "ssh").removeprefix("ansible.builtin.")
+    if connection not in (*SSH_CONNECTIONS, "local"):
+        raise InventoryError(f"{variables.source}: host {name}: ansible_connection="
+                             f"{connection}: pytest-gpuhost reaches a host over ssh, or with "
+                             "local this machine; give the host ssh access (or check its "
+                             "containers through ssh://HOST?lxc=CTID)")
+    python = variables.last(PYTHON_VARS)
+    if python is not None and (python in DISCOVERED_PYTHON or not python):
+        python = None
+    if python is not None and (python.startswith("-") or
+                               (not python.startswith("/") and "/" in python) or
+                               any(c.isspace() or c == "\0" for c in python)):
+        raise InventoryError(f"{variables.source}: host {name}: ansible_python_interpreter "
+                             f"must be a command or an absolute path, got {python!r}")
+    address = variables.last(HOST_VARS) or name
+    if connection != "local" and not valid_host(address):
+        raise InventoryError(f"{variables.source}: host {name}: ansible_host={address!r} is not "
+                             "a host name or address")
+    return InventoryHost(name=name, address=address,
                          port=int(port) if port is not None else None,
                          user=variables.last(USER_VARS),
                          identity_file=variables.last(KEY_VARS), ssh_args=tuple(args),
-                         root=root)
+                         root=root, local=connection == "local", python=python)
 
 
 def _not_options(words: Sequence[str]) -> str | None:

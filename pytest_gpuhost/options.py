@@ -196,10 +196,20 @@ OPTIONS: tuple[Option, ...] = (
            doc="node-problem-detector custom-plugin mode: exit 0/1/2 and one line on stdout "
                "([schedulers](schedulers.md#node-problem-detector))."),
     Option("nfd", "--gpuhost-nfd", TEXT, metavar="FILE",
-           help="write a Node Feature Discovery feature file (gpuhost.tuned, gpuhost.failed), "
-                "atomically",
-           doc="a Node Feature Discovery feature file (`gpuhost.tuned`, `gpuhost.failed`), "
-               "atomically, mode 0644."),
+           help="write a Node Feature Discovery feature file "
+                "(feature.node.kubernetes.io/gpuhost.tuned, .../gpuhost.failed), atomically",
+           doc="a Node Feature Discovery feature file "
+               "(`feature.node.kubernetes.io/gpuhost.tuned`, `.../gpuhost.failed`, after NFD's "
+               "`# +expiry-time=`), atomically, mode 0644 ([schedulers](schedulers.md"
+               "#node-feature-discovery))."),
+    Option("nfd_expiry", "--gpuhost-nfd-expiry", SECONDS, metavar="SECONDS", default=3600.0,
+           above_zero=True,
+           help="with --gpuhost-nfd: how long the labels stand once written (NFD's "
+                "# +expiry-time), so they lapse when the checks stop running (default "
+                "{default:g})",
+           doc="with `--gpuhost-nfd`: how long the labels stand after the run (default "
+               "{default:g}; a finite number above 0), so they lapse when the checks stop "
+               "running."),
     Option("targets", "--gpuhost-target", WORDS, metavar="TARGET", ini="gpuhost_targets",
            ini_list=True, ini_help="targets, one per line (see --gpuhost-target)",
            help="a machine to check: local (this one, at --gpuhost-root), "
@@ -212,6 +222,14 @@ OPTIONS: tuple[Option, ...] = (
            ini="gpuhost_ssh_config", ini_help="OpenSSH client configuration for the ssh targets",
            help="OpenSSH client configuration given to every ssh as -F FILE.",
            doc="an OpenSSH client configuration given to every ssh as `-F FILE`."),
+    Option("accept_new_host_keys", "--gpuhost-accept-new-host-keys", FLAG, needs_spec=False,
+           ini="gpuhost_accept_new_host_keys", ini_help="see --gpuhost-accept-new-host-keys",
+           help="let --fix and --gpuhost-rollback reach an ssh target whose host key known_hosts "
+                "lacks where the ssh configuration or the inventory says StrictHostKeyChecking "
+                "accept-new or no (refused by default: root writes there).",
+           doc="let `--fix` and `--gpuhost-rollback` obey the ssh configuration's or an "
+               "inventory's `StrictHostKeyChecking` (`accept-new`, `no`); by default they reach "
+               "only a target whose host key `known_hosts` holds ([host keys](remote.md))."),
     Option("connect_timeout", "--gpuhost-connect-timeout", SECONDS, metavar="SECONDS",
            default=10.0, needs_spec=False, above_zero=True,
            help="how long connecting to a target may take (default {default:g})",
@@ -327,6 +345,9 @@ class RawOptions:
     def seconds(self, name: str) -> float | None:
         value = self.value(name)
         return None if value is None else float(str(value))
+
+    def ini_flag(self, name: str) -> bool:
+        return bool(self._ini.get(name))
 
     def ini_text(self, name: str) -> str:
         return str(self._ini.get(name) or "")

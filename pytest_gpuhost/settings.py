@@ -85,6 +85,11 @@ class Settings:
     fleet_html: Path | None
     topology: bool = False
     """--gpuhost-topology: print each target's GPU topology (and put it in the JSON report)."""
+    accept_new_host_keys: bool = False
+    """--gpuhost-accept-new-host-keys: a --fix or rollback obeys the ssh configuration's (or
+    the inventory's) StrictHostKeyChecking instead of refusing host keys known_hosts lacks."""
+    nfd_expiry: float = 3600.0
+    """--gpuhost-nfd-expiry: the seconds the NFD labels stand after the run (# +expiry-time)."""
 
     @property
     def remote(self) -> bool:
@@ -279,7 +284,7 @@ def _inventory_targets(raw: RawOptions, path: Path, source: str) -> list[TargetA
         raise SettingsError("--gpuhost-limit is empty: expected an Ansible host pattern "
                             "(node01, gpu, 'gpu:!node02', 'node0*')")
     try:
-        hosts = read_inventory(path, limit)
+        hosts = read_inventory(path, limit, host_errors=True)
         return [host.target(source, raw.invocation) for host in hosts]
     except InventoryError as exc:
         given = f" --gpuhost-limit={limit}" if limit is not None else ""
@@ -382,7 +387,9 @@ def resolve(raw: RawOptions) -> Settings:
     targets = _targets(raw)
     lock_timeout = _seconds(raw, "lock_timeout")
     connect_timeout = _seconds(raw, "connect_timeout")
-    assert lock_timeout is not None and connect_timeout is not None  # they have defaults
+    nfd_expiry = _seconds(raw, "nfd_expiry")
+    # they have defaults
+    assert lock_timeout is not None and connect_timeout is not None and nfd_expiry is not None
     return Settings(
         invocation=raw.invocation, specs=specs, root=_root(raw) if active else Path("/"),
         fix=raw.flag("fix") or rollback is not None, dry_run=raw.flag("dry_run"),
@@ -399,4 +406,7 @@ def resolve(raw: RawOptions) -> Settings:
         capture_from=_capture_from(raw, targets) if capture is not None or catalog else None,
         capture_overwrite=raw.flag("capture_overwrite"), catalog=catalog,
         fleet_html=_output(raw, "fleet_html"),
-        topology=raw.flag("topology") and not raw.worker)
+        topology=raw.flag("topology") and not raw.worker,
+        accept_new_host_keys=raw.flag("accept_new_host_keys") or
+        raw.ini_flag("accept_new_host_keys"),
+        nfd_expiry=nfd_expiry)

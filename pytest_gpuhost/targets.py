@@ -61,6 +61,12 @@ class TargetAddress:
     """More ssh arguments, before the run's own (an inventory's ``ansible_ssh_common_args``)."""
     source: str = ""
     """Where the target was given (``--gpuhost-inventory=hosts.ini``), for messages."""
+    python: str | None = None
+    """The python the agent runs under there (an inventory's ``ansible_python_interpreter``);
+    None: ``python3``."""
+    error: str | None = None
+    """Why this target cannot be used (an inventory host whose variables Ansible could not
+    resolve): its checks are errors saying so, and the other targets run."""
 
     @property
     def local(self) -> bool:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextvars
+import functools
 import importlib.util
 import inspect
 import shutil
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,6 +29,62 @@ REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_HOST = REPO / "examples" / "hosts" / "blackwell8-untuned"
 BLACKWELL8 = REPO / "pytest_gpuhost" / "specs" / "blackwell8.yaml"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def shared_directories() -> list[Path]:
+    """Where ``../shared`` (the project's reference data, kept beside the repository, as CI
+    clones it) may be: beside this checkout, or, for a git worktree, beside its main checkout
+    (``.git`` is then a file naming the worktree's git directory, whose ``commondir`` leads
+    to the main one)."""
+    found = [REPO.parent / "shared"]
+    git = REPO / ".git"
+    if git.is_file() and git.read_text().startswith("gitdir:"):
+        own = Path(git.read_text().split(":", 1)[1].strip())
+        own = own if own.is_absolute() else (REPO / own)
+        common = own / "commondir"
+        if common.is_file():
+            main_git = (own / common.read_text().strip()).resolve()
+            found.append(main_git.parent.parent / "shared")
+    return found
+
+
+JUNIT_XSD = Path("data") / "schemas" / "junit-10.xsd"
+"""The xunit2 schema of Jenkins' xUnit plugin, under ../shared (its SOURCE.md says where from)."""
+
+
+@functools.cache
+def _junit_schema() -> Any:
+    import xmlschema
+
+    for directory in shared_directories():
+        if (directory / JUNIT_XSD).is_file():
+            return xmlschema.XMLSchema(str(directory / JUNIT_XSD))
+    places = ", ".join(str(d / JUNIT_XSD) for d in shared_directories())
+    pytest.fail(f"the xunit2 schema is not there ({places}): the tests read it from "
+                "../shared/data/schemas/junit-10.xsd beside the checkout", pytrace=False)
+
+
+def assert_valid_junit(path: Path, *, interrupted: bool = False) -> None:
+    """``path`` is valid under Jenkins' xUnit plugin's xunit2 schema (``junit-10.xsd``),
+    which skips a file that is not. Every xunit2 JUnit file a test writes goes through this;
+    ``junit_family=xunit1`` files carry pytest's own ``file``/``line`` attributes, which that
+    schema does not know: they are for consumers that read properties, and tests read those.
+
+    ``interrupted``: the run was cut short by a KeyboardInterrupt inside a test, for which
+    pytest itself writes a ``<testcase time="..."/>`` without a name (any test, without this
+    plugin: tests/reports/test_reports.py shows it); that one element is left out, the rest
+    must be valid."""
+    import xml.etree.ElementTree as ET
+
+    tree = ET.parse(path)
+    if interrupted:
+        for suite in tree.iter("testsuite"):
+            for case in list(suite.iter("testcase")):
+                if set(case.attrib) == {"time"} and not len(case):
+                    suite.remove(case)
+    errors = list(_junit_schema().iter_errors(tree))
+    assert not errors, (f"{path} is not valid xunit2 (junit-10.xsd): {len(errors)} error(s), "
+                        "the first: " + "; ".join(f"{e.path}: {e.reason}" for e in errors[:3]))
 
 
 EXTRAS = (

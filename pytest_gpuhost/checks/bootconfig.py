@@ -126,17 +126,21 @@ def dropin_text(current: str | None, spec: str, words: Sequence[str]) -> str:
     return render_dropin(_header(spec), merge_words(existing, words))
 
 
-def plan_dropin(host: Host, spec: str, words: Sequence[str]) -> Plan:
-    """Add ``words`` to the next boot's command line through our grub.d drop-in."""
+def plan_dropin(host: Host, spec: str, words: Sequence[str], *,
+                by_hand: str | None = None) -> Plan:
+    """Add ``words`` to the next boot's command line through our grub.d drop-in (``by_hand``:
+    what an administrator adds to a file pytest-gpuhost does not edit, where that is not the
+    words as they are: an item of an existing list)."""
     boot = read_boot_config(host)
     shown = " ".join(words)
+    instead = by_hand or f"add {shown!r}"
     if boot.loader == SYSTEMD_BOOT:
         raise CannotFix(f"this host boots with {KERNEL_CMDLINE} (systemd-boot or "
                         f"proxmox-boot-tool), the administrator's own file, which pytest-gpuhost "
-                        f"does not edit: add {shown!r} to it and {boot.apply}")
+                        f"does not edit: {instead} there and {boot.apply}")
     if boot.loader == UNKNOWN:
-        raise CannotFix(f"no boot configuration found ({GRUB_DEFAULT}, {KERNEL_CMDLINE}): add "
-                        f"{shown!r} to the kernel command line of the boot loader")
+        raise CannotFix(f"no boot configuration found ({GRUB_DEFAULT}, {KERNEL_CMDLINE}): "
+                        f"{instead} in the kernel command line of the boot loader")
     bad = [w for w in words if unsafe_word(w)]
     if bad:
         raise CannotFix(f"{bad[0]!r} holds characters a shell acts on, and a grub.d drop-in is "

@@ -2,9 +2,12 @@
 
 ``release`` reads proc/sys/kernel/osrelease and compares it as a version (``6.8.0-49-generic``
 is 6.8.0.49): check only, a kernel is upgraded by the package manager. ``cmdline`` reads
-proc/cmdline: ``has: [iommu=pt]`` and ``lacks: [pci=pcie_bus_perf]``. A parameter takes effect
-at boot, so a wrong one is ``reboot_required`` when the boot configuration already sets it right
-(``bootconfig``), and --fix --fix-persist adds a missing one to our grub.d drop-in.
+proc/cmdline: ``has: [iommu=pt]`` and ``lacks: [pci=pcie_bus_perf]``, each judged as the
+parameter's reader reads the line (``linux.cmdline.READERS``: ``modprobe.blacklist=a,b`` lists
+both, ``iommu=pt iommu=1`` is passthrough). A parameter takes effect at boot, so a wrong one is
+``reboot_required`` when the boot configuration already sets it right (``bootconfig``, read
+the same way), and --fix --fix-persist adds a missing one to our grub.d drop-in (a listed
+parameter's missing items, joined into the drop-in's own list).
 """
 
 from __future__ import annotations
@@ -73,8 +76,8 @@ class CmdlineExpectation:
         ok = self.parameter.present(words) if self.has else not self.parameter.mentioned(words)
         if ok:
             return Verdict(True)
-        return Verdict(False, f"the command line has {observed!r}, not {self.parameter.word!r}"
-                       if self.has else f"the command line has {observed!r}")
+        return Verdict(False, self.parameter.why_not(words) if self.has
+                       else f"the command line has {observed!r}")
 
     def fix_value(self, observed: str | None) -> str | None:
         return self.parameter.word
@@ -108,7 +111,8 @@ class CmdlineProbe:
             where = observed.next_boot.where if observed.next_boot else "the boot configuration"
             raise CannotFix(f"remove {self.parameter.word!r} from {where} yourself: a drop-in "
                             "can add parameters, not take the administrator's away")
-        return plan_dropin(host, self.spec, [self.parameter.word])
+        word, by_hand = self.parameter.to_add(read_boot_config(host).words)
+        return plan_dropin(host, self.spec, [word], by_hand=by_hand)
 
 
 @dataclass(frozen=True)

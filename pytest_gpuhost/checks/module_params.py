@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ..host import Glob, Host, HostError, Read, Reply, Request, Stat
 from ..linux.cmdline import split_words
 from ..spec import EntryOptions
-from ..spec.matchers import Expectation
+from ..spec.matchers import Auto, Expectation
 from . import CannotFix, Evidence, NextBoot, Observation
 from .changes import Plan, ReplaceFile
 
@@ -45,14 +45,11 @@ def _modprobe_files(replies: Sequence[Reply]) -> list[tuple[str, str]]:
 
 def parse_options(files: Sequence[tuple[str, str]], cmdline: str = ""
                   ) -> dict[tuple[str, str], tuple[str, str]]:
-    """(module, parameter) -> (value, ``file:line``) of the last ``options`` line that sets it;
-    the kernel command line's ``module.param=value`` comes first, as modprobe adds it first."""
+    """(module, parameter) -> (value, ``file:line``) of what sets it last, as the module gets
+    it: kmod reads the modprobe.d files, then the kernel command line's ``module.param=value``
+    (libkmod's kmod_config_new parses the command line after the files), and passes the
+    options in that order, so the kernel keeps the command line's: it wins."""
     found: dict[tuple[str, str], tuple[str, str]] = {}
-    for word in split_words(cmdline):
-        name, _, value = word.partition("=")
-        module, dot, parameter = name.partition(".")
-        if dot and parameter and "=" in word:
-            found[(canonical(module), parameter)] = (value, "proc/cmdline")
     for path, text in files:
         for number, line in enumerate(text.splitlines(), 1):
             fields = line.split("#", 1)[0].split()
@@ -62,6 +59,11 @@ def parse_options(files: Sequence[tuple[str, str]], cmdline: str = ""
                 parameter, _, value = option.partition("=")
                 found[(canonical(fields[1]), parameter)] = (value.strip('"'),
                                                             f"{path}:{number}")
+    for word in split_words(cmdline):
+        name, _, value = word.partition("=")
+        module, dot, parameter = name.partition(".")
+        if dot and parameter and "=" in word:
+            found[(canonical(module), parameter)] = (value, "proc/cmdline")
     return found
 
 
@@ -122,6 +124,12 @@ class ModuleParameterProbe:
         return Observation(value, (Evidence(self.path, value), *evidence), next_boot=next_boot)
 
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
+        boot = observed.next_boot
+        if boot is not None and boot.where == "proc/cmdline":
+            module = canonical(self.module)
+            raise CannotFix(f"the kernel command line sets {module}.{self.parameter}="
+                            f"{boot.value}, which kmod applies after modprobe.d (the command "
+                            "line wins): change it in the boot configuration")
         path = options_dropin(self.spec)
         current = host.read_text(path) if host.exists(path) else None
         text = render_options(self.spec, current, canonical(self.module), self.parameter, value)
@@ -137,3 +145,28 @@ class ParameterEntry:
     parameter: str
     expect: Expectation
     options: EntryOptions
+
+
+KERNEL_TRUE = frozenset({"1", "y", "yes", "on", "true"})
+KERNEL_FALSE = frozenset({"0", "n", "no", "off", "false"})
+"""How the kernel's bool parameters take a value (kstrtobool, any case), which they show as
+``Y``/``N`` whatever was written: ``modeset=1`` reads back ``Y``."""
+
+
+def kernel_bool(text: str) -> bool | None:
+    word = text.strip().lower()
+    return True if word in KERNEL_TRUE else False if word in KERNEL_FALSE else None
+
+
+class ParameterValue(Auto):
+    """A module parameter's value: integers as integers, text as text, and two ways of
+    writing a bool as the kernel parses them: a spec's ``1``, ``on`` or ``y`` is the ``Y``
+    sysfs shows (``10`` is no bool: an integer)."""
+
+    name = "module parameter"
+
+    def equal(self, observed: str, expected: str) -> bool:
+        seen, wanted = kernel_bool(observed), kernel_bool(expected)
+        if seen is not None and wanted is not None:
+            return seen == wanted
+        return super().equal(observed, expected)

@@ -14,10 +14,15 @@ from typing import TYPE_CHECKING, Any
 from ..host import Host, HostError, Read, Reply, Request, Stat
 from ..result import CheckResult, Outcome
 from ..spec import OPTION_KEYS, EntryOptions, Node, SpecContext, parse_expectation
-from ..spec.matchers import Auto, Choice, Exact, Expectation
+from ..spec.matchers import Choice, Exact, Expectation
 from . import CannotFix, Check, Evidence, Fact, Facts, Observation, PersistLine, right_now
 from .changes import Command, Plan
-from .module_params import PARAMETER_ORDER, ModuleParameterProbe, ParameterEntry
+from .module_params import (
+    PARAMETER_ORDER,
+    ModuleParameterProbe,
+    ParameterEntry,
+    ParameterValue,
+)
 from .module_params import canonical as canonical  # re-exported
 
 if TYPE_CHECKING:  # capture's helpers load when a capture asks
@@ -297,7 +302,8 @@ class ModulesKind:
             if not text or any(c.isspace() for c in text):
                 raise value.error(f"module {name} parameter {parameter}: a value without "
                                   f"whitespace, got {text!r}")
-            found.append(ParameterEntry(canonical(name), parameter, Exact(text, Auto()),
+            found.append(ParameterEntry(canonical(name), parameter,
+                                        Exact(text, ParameterValue()),
                                         EntryOptions(value.where, options.why, options.fix,
                                                      options.when, options.severity)))
         if not found:

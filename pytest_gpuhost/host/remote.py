@@ -54,6 +54,9 @@ from .agent import decode, encode
 
 AGENT_SOURCE = Path(__file__).with_name("agent.py")
 MINIMUM_PYTHON = (3, 8)
+HOST_KEY_REFUSED = "Host key verification failed"
+"""What ssh says when it refuses a target's host key (unknown under strict checking, or
+changed)."""
 MAX_MESSAGE = 256 * 2**20
 """The largest answer taken from the target: more than any batch of bounded reads (a kernel
 log's 64 MiB of records the largest), so a length beyond it is a stream gone wrong."""
@@ -96,8 +99,10 @@ class AgentHost(BatchReads):
 
     def __init__(self, url: str, argv: Sequence[str], root: str, *,
                  connect_timeout: float = 10.0, time_limit: float | None = None,
-                 name: str | None = None) -> None:
+                 name: str | None = None, refused_key_hint: str = "") -> None:
         self.url = url
+        self.refused_key_hint = refused_key_hint
+        """Said after ssh's own words when it refuses the target's host key (what to do)."""
         self.argv = list(argv)
         self.root = root
         self.connect_timeout = connect_timeout
@@ -154,6 +159,8 @@ class AgentHost(BatchReads):
             hint = " (a shell startup file there that prints on a non-interactive login, such " \
                 "as an echo in ~/.bashrc, comes before the agent: make it print only in an " \
                 "interactive shell)" if exc.errno == errno.EPROTO else ""
+            if HOST_KEY_REFUSED in str(exc):
+                hint = self.refused_key_hint
             self._lost = TargetLost(f"cannot reach {self.url}: {exc}{hint}", exc.errno)
             self._close_process(kill=exc.errno in (errno.EPROTO, errno.ETIMEDOUT))
             raise self._lost from None
@@ -454,9 +461,10 @@ def _garbled(data: bytes, why: str = "") -> HostError:
                      f"{data[:200]!r}{why}", errno.EPROTO)
 
 
-def agent_command(root: str) -> list[str]:
-    """The target's command line: python3 running the bootstrap, the root as its argument."""
-    return ["python3", "-c", BOOTSTRAP, root]
+def agent_command(root: str, python: str | None = None) -> list[str]:
+    """The target's command line: ``python`` (an inventory's ansible_python_interpreter;
+    default python3) running the bootstrap, the root as its argument."""
+    return [python or "python3", "-c", BOOTSTRAP, root]
 
 
 MASTER_PERSIST_S = 60
@@ -468,20 +476,28 @@ MAX_SOCKET_PATH = 80
 
 def ssh_argv(destination: str, *, port: int | None, user: str | None, config: Path | None,
              connect_timeout: float, inner: Sequence[str], identity_file: str | None = None,
-             extra: Sequence[str] = (), master: Path | None = None) -> list[str]:
+             extra: Sequence[str] = (), master: Path | None = None,
+             strict_host_keys: bool = False) -> list[str]:
     """ssh running ``inner`` on ``destination`` (the remote side gets one shell-quoted line).
     ``extra`` (a host's own ssh arguments, an inventory's ``ansible_ssh_common_args``) comes
     before the run's options: ssh keeps the first value it is given of an option, so a host's
     ``-o ConnectTimeout=5`` wins over --gpuhost-connect-timeout, as the configuration file's
     values give way to both. Only ``BatchMode=yes`` comes before it: no host may make the run
-    wait on a prompt (a password, a passphrase, an unknown host key). ``master``: a control
-    socket for this target alone, shared by the processes of one run (OpenSSH's
-    ControlMaster): the first makes the connection, the others open sessions over it without
-    a new key exchange and login."""
+    wait on a prompt (a password, a passphrase, an unknown host key), and, with
+    ``strict_host_keys`` (a --fix or a rollback, unless --gpuhost-accept-new-host-keys),
+    ``StrictHostKeyChecking=yes``: a host key known_hosts does not hold is refused whatever
+    the configuration or the host's own arguments say (``accept-new``, ``no``), so root never
+    writes to a machine whose key nobody checked. ``master``: a control socket for this
+    target alone, shared by the processes of one run (OpenSSH's ControlMaster): the first
+    makes the connection, the others open sessions over it without a new key exchange and
+    login."""
     argv = ["ssh"]
     if config is not None:
         argv += ["-F", str(config)]
-    argv += ["-o", "BatchMode=yes", *extra]
+    argv += ["-o", "BatchMode=yes"]
+    if strict_host_keys:
+        argv += ["-o", "StrictHostKeyChecking=yes"]
+    argv += [*extra]
     if identity_file is not None:
         argv += ["-i", identity_file]
     argv += ["-o", f"ConnectTimeout={max(1, round(connect_timeout))}",

@@ -56,10 +56,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     for option in OPTIONS:
         if option.ini is None:
             continue
-        kind: Literal["linelist", "args", "string"] = \
-            "linelist" if option.ini_list else "args" if option.kind == WORDS else "string"
+        kind: Literal["linelist", "args", "string", "bool"] = \
+            "linelist" if option.ini_list else "args" if option.kind == WORDS else \
+            "bool" if option.kind == FLAG else "string"
         parser.addini(option.ini, option.ini_help, type=kind,
-                      default=[] if option.kind == WORDS else "")
+                      default=[] if option.kind == WORDS else False if option.kind == FLAG
+                      else "")
 
 
 def _asked(config: pytest.Config) -> bool:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from .. import long_lived
-from ..reports.junit import junit_properties
+from ..reports.junit import add_junit_facts, junit_family
 from ..result import CheckResult, Outcome
 from ..runstate import requests_state
 from .gate import OPEN_OUTCOMES, judge, verdict_text
@@ -43,6 +43,7 @@ class CheckHooks:
     def __init__(self, run: Run) -> None:
         self.run = run
         self.session = run.session
+        self.junit_family = junit_family(run.config)
 
     # -- collection -------------------------------------------------------------------------
 
@@ -138,8 +139,7 @@ class CheckHooks:
                 # JUnit reads a test's properties from its teardown report: made here, from
                 # the record as it ends, so they say what every other report says (an error
                 # at set-up or teardown, a lost lock), never the check's own run before it.
-                report.user_properties = [*report.user_properties,
-                                          *junit_properties(item.result)]
+                add_junit_facts(report, item.result, self.junit_family)
             self.run.ledger.finished(item.index, verdict_text(item.check.id, item.result),
                                      item.result)
             long_lived.made_one()

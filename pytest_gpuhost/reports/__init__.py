@@ -120,7 +120,7 @@ class Report(NamedTuple):
 REPORTS: dict[str, Report] = {
     "json": Report("report", "pytest_gpuhost.reports.jsonfile:JsonReport"),
     "prometheus": Report("prom", "pytest_gpuhost.reports.prometheus:PrometheusTextfile"),
-    "nfd": Report("nfd", "pytest_gpuhost.reports.nfd:NfdFeatureFile"),
+    "nfd": Report("nfd", "pytest_gpuhost.reports.nfd:nfd_feature_file", run=True),
     "allure": Report("alluredir", "pytest_gpuhost.reports.allure:AllureSessionFiles"),
     "fleet-html": Report("fleet_html", "pytest_gpuhost.reports.fleethtml:FleetHtml"),
     "capture": Report("capture", "pytest_gpuhost.session:capture_report", run=True),

@@ -1,9 +1,17 @@
 """Allure evidence: each check as one Allure test with labels, steps and attachments, and the
-run's environment.properties and categories.json.
+run's environment.properties and its categories.
 
 Registered only when allure-pytest is active (``--alluredir``), so without it nothing of Allure
 runs. Fed from the result record after the check ran, as every other reporter is: the phases of
 a fix (observe, apply, read back, assert) become steps rebuilt from what the record holds.
+
+Each test carries the label ``gpuhost_outcome`` (the record's outcome: pytest's statuses
+cannot tell ``fixed`` from ``passed``, nor ``would_fix`` or ``reboot_required`` from
+``failed``) and, for those four, a tag of the same name. Categories come in two forms, for the
+two generations of Allure: ``categories.json`` in the results (read by Allure 2 and by Allure
+3's classic/allure2 plugins only) and ``allurerc.json``, an Allure 3 configuration holding the
+same categories matched on that label (Allure 3 reads categories from its configuration, not
+from the results: ``allure generate --config DIR/allurerc.json DIR``).
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ dynamic: Any = allure.dynamic
 """allure's dynamic API is untyped."""
 
 _ANY = r"[\s\S]*"
+ALLURE3_CONFIG = "allurerc.json"
 CATEGORIES = [
     {"name": "Fix failed", "matchedStatuses": ["failed"],
      "traceRegex": f"{_ANY}  FIX_FAILED {_ANY}",
@@ -36,12 +45,47 @@ CATEGORIES = [
     {"name": "Reboot required", "matchedStatuses": ["failed"],
      "traceRegex": f"{_ANY}  REBOOT_REQUIRED {_ANY}",
      "description": "set right in the boot configuration, not yet running: reboot (or reload)"},
+    {"name": "Would fix", "matchedStatuses": ["failed"],
+     "traceRegex": f"{_ANY}  WOULD_FIX {_ANY}",
+     "description": "--fix --gpuhost-dry-run: failing, and the plan says what --fix would change"},
     {"name": "Mis-tuned", "matchedStatuses": ["failed"], "traceRegex": f"{_ANY}  FAILED {_ANY}",
      "description": "a setting differs from the spec (run with --fix)"},
     {"name": "Not applicable", "matchedStatuses": ["skipped"],
      "messageRegex": f"{_ANY}when: {_ANY}",
      "description": "the entry's when: condition is false on this host"},
 ]
+"""Allure 2's categories.json: matched in order, each regex on the whole message or trace."""
+OUTCOME_LABEL = "gpuhost_outcome"
+TAGGED = (Outcome.FIXED, Outcome.FIX_FAILED, Outcome.WOULD_FIX, Outcome.REBOOT_REQUIRED)
+"""The outcomes pytest's statuses hide (fixed looks passed; the others look failed): tagged."""
+
+
+def _outcome_is(*outcomes: Outcome) -> dict[str, str]:
+    return {OUTCOME_LABEL: "^(" + "|".join(o.value for o in outcomes) + ")$"}
+
+
+ALLURE3_CATEGORIES = [
+    {"id": "gpuhost-fix-failed", "name": "Fix failed",
+     "matchers": {"statuses": ["failed", "broken"], "labels": _outcome_is(Outcome.FIX_FAILED)}},
+    {"id": "gpuhost-hardware", "name": "Hardware fault",
+     "matchers": {"statuses": ["failed", "broken"],
+                  "trace": r"  (FAILED|ERROR) [^\n]* \[hardware\]"}},
+    {"id": "gpuhost-reboot-required", "name": "Reboot required",
+     "matchers": {"statuses": ["failed"], "labels": _outcome_is(Outcome.REBOOT_REQUIRED)}},
+    {"id": "gpuhost-would-fix", "name": "Would fix",
+     "matchers": {"statuses": ["failed"], "labels": _outcome_is(Outcome.WOULD_FIX)}},
+    {"id": "gpuhost-mis-tuned", "name": "Mis-tuned",
+     "matchers": {"statuses": ["failed"], "labels": _outcome_is(Outcome.FAILED)}},
+    {"id": "gpuhost-unreadable", "name": "Host not read",
+     "matchers": {"statuses": ["broken"], "labels": _outcome_is(Outcome.ERROR)}},
+    {"id": "gpuhost-not-applicable", "name": "Not applicable",
+     "matchers": {"statuses": ["skipped"], "message": "when: "}},
+    {"id": "gpuhost-fixed", "name": "Fixed by --fix",
+     "matchers": {"statuses": ["passed"], "labels": _outcome_is(Outcome.FIXED)}},
+]
+"""Allure 3's categories (its configuration's ``categories``): matched in order, a test by its
+``gpuhost_outcome`` label, a regex anywhere in the message or trace; passed tests too (the
+fixed ones)."""
 
 
 def _text(lines: Sequence[str]) -> str:
@@ -70,6 +114,9 @@ def describe(result: CheckResult, host_name: str) -> None:
     dynamic.feature(result.kind)
     dynamic.story(result.key if result.key is not None else result.kind)
     dynamic.severity(result.severity)
+    dynamic.label(OUTCOME_LABEL, result.outcome.value)
+    if result.outcome in TAGGED:
+        dynamic.tag(result.outcome.value)
     if result.why:
         dynamic.description(result.why)
     # Identity parameters stay in the history id (one history per check and host); the value
@@ -96,6 +143,10 @@ def describe(result: CheckResult, host_name: str) -> None:
     path = path_text(result.details)
     if path is not None:  # a P2P or host copy: its PCIe path and what limits it
         allure.attach(path, name="PCIe path", attachment_type=AttachmentType.TEXT)
+    for change in result.plan:  # a file a fix wrote (or would write): what it holds
+        if isinstance(change.get("new"), str) and change.get("path"):
+            allure.attach(str(change["new"]), name=f"{change['path']} (written)",
+                          attachment_type=AttachmentType.TEXT)
     if result.outcome is Outcome.SKIPPED:
         return
     fixing = result.action is not None
@@ -144,8 +195,17 @@ def properties_text(values: Mapping[str, str]) -> str:
                    for k, v in values.items())
 
 
+def allure3_config(info: RunInfo) -> dict[str, object]:
+    """An Allure 3 configuration (``allure generate --config``): the report's name and the
+    categories."""
+    where = info.hostname or info.root
+    return {"name": f"pytest-gpuhost: {', '.join(info.spec_names)} on {where}",
+            "categories": {"rules": ALLURE3_CATEGORIES}}
+
+
 class AllureSessionFiles:
-    """environment.properties and categories.json, written once by the controller."""
+    """environment.properties, categories.json (Allure 2) and allurerc.json (Allure 3),
+    written once by the controller."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
@@ -155,6 +215,8 @@ class AllureSessionFiles:
         write_output(self.directory / "environment.properties",
                      properties_text(environment(info)))
         write_output(self.directory / "categories.json", json.dumps(CATEGORIES, indent=2) + "\n")
+        write_output(self.directory / ALLURE3_CONFIG,
+                     json.dumps(allure3_config(info), indent=2) + "\n")
 
 
 class AllureEvidence:

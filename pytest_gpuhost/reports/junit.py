@@ -1,8 +1,29 @@
-"""What a JUnit consumer sees of a check: <property> elements of its test case."""
+"""What a JUnit consumer sees of a check.
+
+pytest writes xunit2 by default (``junit_family``), the format of Jenkins' xUnit plugin, whose
+schema (``junit-10.xsd``) has no ``<properties>`` in a ``<testcase>``: the plugin skips a file
+that holds them, and pytest's own ``record_property`` warns against them there. So a check's
+facts go where each family has room for them:
+
+- ``xunit1`` and ``legacy``: ``<property>`` elements of its test case (``kind``, ``key``,
+  ``expected``, ``observed``, ``outcome``, ``before``/``after``, ``severity``, ``target``);
+- ``xunit2``: the same facts as lines of the test case's captured output, which pytest writes
+  to its ``<system-out>`` when ``junit_logging`` is ``system-out``, ``out-err`` or ``all``
+  (with the default ``no``, a failing check's facts are in its ``<failure>`` text).
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..result import CheckResult
+
+PROPERTY_FAMILIES = ("xunit1", "legacy")
+"""The junit_family values whose test cases may carry <properties>."""
+FACTS_SECTION = "Captured stdout gpuhost"
+"""The report section that holds a check's facts under xunit2 (pytest's JUnit writes every
+``Captured stdout`` section into <system-out>; the terminal shows only those of the phase that
+failed, and this one belongs to no phase)."""
 
 
 def junit_properties(result: CheckResult) -> list[tuple[str, str]]:
@@ -12,3 +33,25 @@ def junit_properties(result: CheckResult) -> list[tuple[str, str]]:
               ("before", result.before), ("after", result.after),
               ("severity", result.severity), ("target", result.target)]
     return [(name, value) for name, value in values if value is not None]
+
+
+def facts_text(result: CheckResult) -> str:
+    """The same facts as ``name: value`` lines, for <system-out>."""
+    return "".join(f"gpuhost.{name}: {value}\n" for name, value in junit_properties(result))
+
+
+def junit_family(config: Any) -> str:
+    """The run's ``junit_family`` (``xunit2`` where pytest's JUnit plugin is not loaded)."""
+    try:
+        return str(config.getini("junit_family") or "xunit2")
+    except ValueError:  # -p no:junitxml: the ini value is not even declared
+        return "xunit2"
+
+
+def add_junit_facts(report: Any, result: CheckResult, family: str) -> None:
+    """Put a check's facts on the report JUnit reads its test case from (its teardown
+    report): properties under xunit1/legacy, a captured-output section under xunit2."""
+    if family in PROPERTY_FAMILIES:
+        report.user_properties = [*report.user_properties, *junit_properties(result)]
+    else:
+        report.sections = [*report.sections, (FACTS_SECTION, facts_text(result))]

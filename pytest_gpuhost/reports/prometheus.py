@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..files import write_output
 from ..result import OPEN_OUTCOMES, OUTCOMES, CheckResult
+from ..specs import bundled_name
 from . import RunInfo
 
 _NUMBER = re.compile(r"-?\d+(\.\d+)?")
@@ -37,16 +38,29 @@ def _target(record: CheckResult) -> str:
     return record.target or "local"
 
 
+def _stable_names(files: Iterable[str]) -> dict[str, str]:
+    """Each bundled spec's file as shown -> its name (``blackwell8.yaml``), unless another spec
+    of the run is shown by that name (a copy at the top of the rootdir: then the bundled one
+    keeps its path, as its ids do)."""
+    shown = set(files)
+    names = {each: bundled_name(Path(each)) for each in shown}
+    return {each: name for each, name in names.items()
+            if name is not None and name not in shown}
+
+
 def textfile(results: Sequence[CheckResult], *, specs: Sequence[str], timestamp: float) -> str:
     """The exposition-format text: per check, whether it is good, its outcome and, where the
     observed value is a number, that number; then counts per outcome and the run's time.
 
     ``spec`` is the name of the file each check came from (``blackwell8``) and ``spec_file`` the
     file as shown (``specs/blackwell8.yaml``), so two specs of one name in two folders, or one
-    key in two specs, never make one series twice."""
+    key in two specs, never make one series twice. A bundled spec's file is its name
+    (``blackwell8.yaml``), as in its checks' ids: where the package is installed (a venv,
+    rebuilt) is no part of a series' identity."""
+    stable = _stable_names([r.spec_file for r in results] or list(specs))
 
     def file_labels(spec_file: str) -> tuple[tuple[str, str], ...]:
-        return (("spec", Path(spec_file).stem), ("spec_file", spec_file))
+        return (("spec", Path(spec_file).stem), ("spec_file", stable.get(spec_file, spec_file)))
 
     def check_labels(r: CheckResult, *extra: tuple[str, str]) -> str:
         target = (("target", r.target),) if r.target is not None else ()

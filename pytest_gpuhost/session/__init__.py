@@ -105,6 +105,8 @@ class Session:
             host = self.make_host(url, self.settings)
             target = Target(url.name, host, self.settings, self.conditions, self.nvml_for,
                             self.shared_dir, url=url.url)
+            if url.error is not None:  # an inventory host Ansible could not resolve
+                target.lose(HostError(url.error))
             self.targets[url.name] = target
         if self.settings.capture is not None:
             self.capture_target()  # an unknown --gpuhost-capture-from: before anything runs

@@ -632,3 +632,30 @@ def test_hung_targets_cost_one_time_limit_together_and_xdist_waits_no_longer(
         assert len(counts) == len(hung), (xdist, counts)  # one connection each, workers none
         assert max(counts) == len(hung), (xdist, counts)  # all three waited at once
     assert alive(tmp_path / "stalled") == []
+
+
+def test_the_agent_runs_under_the_hosts_ansible_python_interpreter(
+        pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path) -> None:
+    """Issue 24: RHEL 8's python3 is 3.6, below the agent's floor; Ansible works there with
+    ansible_python_interpreter=/usr/bin/python3.9, and so does the run now. The interpreter
+    here is a wrapper that leaves a mark, then runs this python."""
+    roots = fleet(tmp_path, {"rhel8": 10, "other": 10})
+    wrapper = tmp_path / "bin" / "python3.9"
+    wrapper.parent.mkdir()
+    mark = tmp_path / "ran-under-the-interpreter"
+    wrapper.write_text(f"#!/bin/sh\necho \"$@\" > '{mark}'\nexec '{sys.executable}' \"$@\"\n")
+    wrapper.chmod(0o755)
+    pytester.makefile(".ini", hosts=ini_inventory(
+        sshd, roots, groups={"gpu": ["rhel8", "other"]},
+        extra={"rhel8": f"ansible_python_interpreter={wrapper}",
+               "other": "ansible_python_interpreter=/nonexistent/python3.9"}))
+    spec = pytester.makefile(".yaml", spec=SPEC)
+    result = pytester.runpytest(f"--gpuhost-spec={spec}", "--gpuhost-inventory=hosts.ini",
+                                f"--gpuhost-ssh-config={keyless_config(sshd, tmp_path)}",
+                                "--gpuhost-report=r.json", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    data = report(pytester)
+    assert by_target(data)["rhel8"] == {"sysctl[vm.swappiness]": "passed",
+                                        "sysctl[vm.dirty_ratio]": "passed"}
+    assert mark.read_text().split()[-1] == str(roots["rhel8"])  # the agent's root argument
+    assert all("/nonexistent/python3.9" in m for m in messages(data, "other"))

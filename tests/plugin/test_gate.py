@@ -12,7 +12,7 @@ import yaml
 
 from pytest_gpuhost.testing.fakehost import FakeHost
 
-from ..conftest import BLACKWELL8, counts
+from ..conftest import BLACKWELL8, assert_valid_junit, counts
 
 pytest_plugins = ["pytester"]
 
@@ -96,7 +96,7 @@ def test_reboot_required_is_its_own_status_and_closes_the_gate(
     result = pytester.runpytest("test_bench.py", "--gpuhost-spec=boot.yaml",
                                 f"--gpuhost-root={fake.root}", "--gpuhost-gate", "-v",
                                 "--gpuhost-report=out.json", "--gpuhost-prom=out.prom",
-                                "--junitxml=junit.xml")
+                                "--junitxml=junit.xml", "-o", "junit_logging=system-out")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert counts(result) == {"reboot_required": 1, "errors": 2}
     result.stdout.fnmatch_lines([
@@ -115,6 +115,7 @@ def test_reboot_required_is_its_own_status_and_closes_the_gate(
     quiet = pytester.runpytest("--gpuhost-spec=boot.yaml", f"--gpuhost-root={fake.root}")
     progress = next(line for line in quiet.stdout.lines if line.startswith("boot.yaml "))
     assert progress.startswith("boot.yaml R")  # its own letter
+    assert_valid_junit(pytester.path / "junit.xml")
     data = json.loads((pytester.path / "out.json").read_text())
     assert data["summary"]["reboot_required"] == 1
     assert data["checks"][0]["outcome"] == "reboot_required"
@@ -122,8 +123,7 @@ def test_reboot_required_is_its_own_status_and_closes_the_gate(
     labels = 'spec="boot",spec_file="boot.yaml",kind="kernel.cmdline",key="iommu=pt"'
     assert f"gpuhost_check_ok{{{labels}}} 0" in prom
     assert f'gpuhost_check_outcome{{{labels},outcome="reboot_required"}} 1' in prom
-    assert '<property name="outcome" value="reboot_required"' in (
-        pytester.path / "junit.xml").read_text()
+    assert "gpuhost.outcome: reboot_required" in (pytester.path / "junit.xml").read_text()
 
 
 def test_the_marker_gates_one_test(pytester: pytest.Pytester, example_host: Path) -> None:

@@ -24,7 +24,7 @@ from pytest_gpuhost.result import OUTCOMES
 from pytest_gpuhost.testing.fakehost import FakeHost
 from pytest_gpuhost.testing.sshd import SshServer
 
-from ..conftest import NEEDS_OPENSSH, crash_worker_at
+from ..conftest import NEEDS_OPENSSH, assert_valid_junit, crash_worker_at
 from ..e2e.test_ssh import ssh_args
 from .test_reports import parse_exposition
 
@@ -93,7 +93,8 @@ ODD_KIND = textwrap.dedent("""\
 
 SPEC = ("version: 1\nsysctl:\n  vm.dirty_ratio: 20\n  vm.swappiness: 10\n"
         "modules:\n  nvidia: loaded\nodd: {}\ndmesg: {}\n")
-ALL_REPORTS = ("--gpuhost-report=out.json", "--junitxml=junit.xml", "--gpuhost-prom=out.prom",
+ALL_REPORTS = ("--gpuhost-report=out.json", "--junitxml=junit.xml", "-o",
+               "junit_logging=system-out", "--gpuhost-prom=out.prom",
                "--alluredir=allure", "--gpuhost-nfd=out.nfd", "--gpuhost-fleet-html=fleet.html",
                "--gpuhost-npd", "-p", "no:cacheprovider", "-rA")
 ALLURE_STATUS = {"passed": "passed", "fixed": "passed", "failed": "failed",
@@ -138,13 +139,26 @@ def outcomes(run: Run) -> dict[tuple[str, str], str]:
     return {key: record["outcome"] for key, record in run.records.items()}
 
 
-def junit_cases(pytester: pytest.Pytester) -> dict[tuple[str, str], ET.Element]:
+def junit_facts(case: ET.Element) -> dict[str, str]:
+    """A test case's gpuhost facts: its <property>s (xunit1), else the ``gpuhost.NAME: VALUE``
+    lines of its <system-out> (xunit2 with junit_logging=system-out)."""
+    props = {str(p.get("name")): str(p.get("value")) for p in case.iter("property")}
+    if props:
+        return props
+    out = "".join(element.text or "" for element in case.iter("system-out"))
+    return {name.removeprefix("gpuhost."): value for name, _, value in
+            (line.partition(": ") for line in out.splitlines()) if name.startswith("gpuhost.")}
+
+
+def junit_cases(pytester: pytest.Pytester, *, interrupted: bool = False
+                ) -> dict[tuple[str, str], ET.Element]:
+    assert_valid_junit(pytester.path / "junit.xml", interrupted=interrupted)
     cases: dict[tuple[str, str], ET.Element] = {}
     for case in ET.parse(pytester.path / "junit.xml").iter("testcase"):
         name = case.get("name", "")
         if not name:  # pytest's own for the test a KeyboardInterrupt cut short: no report
             continue
-        props = {p.get("name"): p.get("value") for p in case.iter("property")}
+        props = junit_facts(case)
         target = props.get("target") or ""
         check = name
         if target:  # pytest 9.2 reads the id's params to its last "]": "sysctl[x]@a" is
@@ -196,14 +210,15 @@ def assert_consistent(pytester: pytest.Pytester, run: Run, *, complete: bool = T
             wanted[pytest_names[outcome]] += 1
         assert line == {k: v for k, v in wanted.items() if v}, line
 
-    # JUnit: one testcase per record with its outcome property (an error is a <failure>)
-    cases = junit_cases(pytester)
+    # JUnit (valid xunit2): one testcase per record with its outcome in its <system-out>
+    # (an error is a <failure>)
+    cases = junit_cases(pytester, interrupted=cut_short is not None)
     if complete:
         assert set(cases) == set(expected)
     else:
         assert set(cases) <= set(expected)
     for key, case in cases.items():
-        props = {p.get("name"): p.get("value") for p in case.iter("property")}
+        props = junit_facts(case)
         failure = case.find("error")
         if not props and failure is not None and "crashed while running" in str(
                 failure.get("message")):  # xdist's report of the crash: no teardown, no record
@@ -406,3 +421,4 @@ def test_a_report_that_cannot_be_written_leaves_the_others_written(
     for other, path in OUTPUTS.items():
         if other != option:
             assert (pytester.path / path).is_file(), f"{other} was not written"
+    assert_valid_junit(pytester.path / "junit.xml")

@@ -3,6 +3,7 @@ short, safe lines they print."""
 
 from __future__ import annotations
 
+import datetime
 import re
 import shutil
 import stat
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gpuhost.reports import npd
-from pytest_gpuhost.reports.nfd import feature_text
+from pytest_gpuhost.reports.nfd import expiry_time, feature_text
 from pytest_gpuhost.reports.nodehealth import (
     Health,
     clean,
@@ -247,10 +248,44 @@ def test_npd_internal_error_in_a_kind_is_unknown(pytester: pytest.Pytester,
 
 def test_nfd_feature_text() -> None:
     assert feature_text(Health(3, ("x",)), subject="s on h") == (
-        "# pytest-gpuhost: s on h: 1 of 3 checks not ok\ngpuhost.tuned=false\ngpuhost.failed=1\n")
+        "# pytest-gpuhost: s on h: 1 of 3 checks not ok\n"
+        "feature.node.kubernetes.io/gpuhost.tuned=false\n"
+        "feature.node.kubernetes.io/gpuhost.failed=1\n")
     assert feature_text(Health(3, ()), subject='bad"\n# +expiry-time=0').splitlines()[:2] == [
-        "# pytest-gpuhost: bad # +expiry-time=0: 0 of 3 checks not ok", "gpuhost.tuned=true"]
+        "# pytest-gpuhost: bad # +expiry-time=0: 0 of 3 checks not ok",
+        "feature.node.kubernetes.io/gpuhost.tuned=true"]
     assert "gpuhost.tuned=false" in feature_text(Health(0, ()), subject="s")
+    assert feature_text(Health(1, ()), subject="s", expires="2026-12-03T08:00:00Z"
+                        ).splitlines()[1] == "# +expiry-time=2026-12-03T08:00:00Z"
+    assert expiry_time(0.0, 3600.0) == "1970-01-01T01:00:00Z"
+    assert expiry_time(1796284799.9, 0.5) == "2026-12-03T08:00:00Z"
+
+
+def nfd_worker_labels(text: str, now: datetime.datetime) -> dict[str, str]:
+    """The labels nfd-worker's local source makes of a feature file (its parseFeatureFile, in
+    source/local/local.go of node-feature-discovery v0.17+: directives ``# +key=value``, an
+    expiry time that drops every later line once past, ``name`` alone meaning true), then
+    what nfd-master labels with them: a name without a namespace gets
+    feature.node.kubernetes.io/ only while auto-prefixing lasts (not under its
+    DisableAutoPrefix gate), so such a name is returned bare here."""
+    expiry = now
+    labels: dict[str, str] = {}
+    for raw in text.split("\n"):
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            if line.startswith("# +"):
+                key, _, value = line[3:].partition("=")
+                assert key in ("expiry-time", "no-label", "no-feature"), line
+                if key == "expiry-time":
+                    expiry = datetime.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+            continue
+        if expiry < now:
+            continue
+        name, sep, value = line.partition("=")
+        labels[name] = value if sep else "true"
+    return labels
 
 
 def nfd_lines(path: Path) -> list[str]:
@@ -259,17 +294,43 @@ def nfd_lines(path: Path) -> list[str]:
 
 def test_nfd_file_of_a_failing_and_a_healthy_run(pytester: pytest.Pytester, spec: Path,
                                                  good_root: Path) -> None:
+    """Issue 24: the labels carry NFD's namespace (nfd-master's DisableAutoPrefix gate leaves
+    an unprefixed name bare, and nodeSelectors on feature.node.kubernetes.io/gpuhost.tuned
+    stop matching) and lapse an hour after the run (--gpuhost-nfd-expiry), so a removed
+    DaemonSet does not leave tuned=true forever."""
     features = pytester.path / "features.d"
     features.mkdir()
     pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={EXAMPLE_HOST}",
                        "--gpuhost-nfd=features.d/gpuhost")
-    assert nfd_lines(features / "gpuhost") == ["gpuhost.tuned=false", "gpuhost.failed=115"]
+    assert nfd_lines(features / "gpuhost") == ["feature.node.kubernetes.io/gpuhost.tuned=false",
+                                               "feature.node.kubernetes.io/gpuhost.failed=115"]
     assert stat.S_IMODE((features / "gpuhost").stat().st_mode) == 0o644
     result = pytester.runpytest("--gpuhost-spec=good.yaml", f"--gpuhost-root={good_root}",
-                                "--gpuhost-nfd=features.d/gpuhost")
+                                "--gpuhost-nfd=features.d/gpuhost", "--gpuhost-nfd-expiry=600")
     assert result.ret == 0
-    assert nfd_lines(features / "gpuhost") == ["gpuhost.tuned=true", "gpuhost.failed=0"]
+    text = (features / "gpuhost").read_text()
+    assert nfd_lines(features / "gpuhost") == ["feature.node.kubernetes.io/gpuhost.tuned=true",
+                                               "feature.node.kubernetes.io/gpuhost.failed=0"]
     assert [p.name for p in features.iterdir()] == ["gpuhost"]  # no temporary file left
+    written = datetime.datetime.fromtimestamp((features / "gpuhost").stat().st_mtime,
+                                              tz=datetime.timezone.utc)
+    [directive] = [line for line in text.splitlines() if line.startswith("# +")]
+    expires = datetime.datetime.fromisoformat(directive.split("=", 1)[1].replace("Z", "+00:00"))
+    assert written - datetime.timedelta(seconds=1) < expires <= written + datetime.timedelta(
+        seconds=600)  # made from the run's end, before the file was written
+    assert nfd_worker_labels(text, now=written) == {
+        "feature.node.kubernetes.io/gpuhost.tuned": "true",
+        "feature.node.kubernetes.io/gpuhost.failed": "0"}  # namespaced: no prefix to add
+    assert nfd_worker_labels(text, now=expires + datetime.timedelta(seconds=1)) == {}
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf"])
+def test_nfd_expiry_must_be_a_time(pytester: pytest.Pytester, spec: Path, value: str) -> None:
+    result = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={EXAMPLE_HOST}",
+                                "--gpuhost-nfd=out", f"--gpuhost-nfd-expiry={value}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*--gpuhost-nfd-expiry={value}: expected a finite number of "
+                                 "seconds above 0*"])
 
 
 def test_nfd_needs_a_spec(pytester: pytest.Pytester) -> None:

@@ -14,7 +14,7 @@ from pytest_gpuhost.reports.prometheus import escape_label, textfile
 from pytest_gpuhost.result import OUTCOMES, CheckResult, Outcome
 from pytest_gpuhost.testing.fakehost import FakeHost
 
-from ..conftest import BLACKWELL8
+from ..conftest import BLACKWELL8, EXAMPLE_HOST, assert_valid_junit
 
 pytest_plugins = ["pytester"]
 
@@ -24,14 +24,17 @@ def spec(pytester: pytest.Pytester) -> Path:
     return Path(shutil.copy(BLACKWELL8, pytester.path / "blackwell8.yaml"))
 
 
-def test_junit_properties_per_check(pytester: pytest.Pytester, spec: Path,
-                                    example_host: Path) -> None:
+def test_junit_properties_per_check_under_xunit1(pytester: pytest.Pytester, spec: Path,
+                                                example_host: Path) -> None:
+    """junit_family=xunit1 (or legacy): each check's facts as <property>s of its test case,
+    the persistence files' too (issue 24: they had none)."""
     result = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}",
-                                "--fix", "--junitxml=junit.xml")
+                                "--fix", "--fix-persist", "--junitxml=junit.xml",
+                                "-o", "junit_family=xunit1")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     cases = {case.get("name"): case for case in ET.parse(pytester.path / "junit.xml").iter(
         "testcase")}
-    assert len(cases) == 198
+    assert len(cases) == 198 + 6
 
     def props(name: str) -> dict[str, str]:
         return {p.get("name", ""): p.get("value", "") for p in cases[name].iter("property")}
@@ -44,14 +47,65 @@ def test_junit_properties_per_check(pytester: pytest.Pytester, spec: Path,
     assert props("gpu_count") == {"kind": "gpu_count", "expected": "8", "observed": "8",
                                   "outcome": "passed", "severity": "normal"}
     assert cases["module[nvidia_peermem]"].find("failure") is not None
+    assert props("persist[etc/sysctl.d/90-gpuhost-blackwell8.conf]") == {
+        "kind": "persist", "key": "etc/sysctl.d/90-gpuhost-blackwell8.conf",
+        "expected": "current", "observed": "current", "outcome": "fixed", "before": "absent",
+        "after": "current", "severity": "normal"}
+    assert all(props(name)["kind"] == "persist" for name in cases
+               if str(name).startswith("persist["))
 
 
-def test_junit_properties_under_xdist(pytester: pytest.Pytester, spec: Path,
-                                      example_host: Path) -> None:
+def test_junit_is_valid_xunit2_by_default(pytester: pytest.Pytester, spec: Path,
+                                          example_host: Path) -> None:
+    """Issue 24: pytest's default junit_family is xunit2, whose schema (Jenkins' xUnit
+    plugin's junit-10.xsd) has no <properties> in a test case; the plugin skipped the file.
+    Now no test case carries them, the file validates, and with junit_logging=system-out the
+    facts are in each test case's <system-out>."""
+    pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}", "--fix",
+                       "--fix-persist", "--junitxml=plain.xml")
+    assert_valid_junit(pytester.path / "plain.xml")
+    plain = ET.parse(pytester.path / "plain.xml")
+    assert len(list(plain.iter("testcase"))) == 198 + 6
+    assert not list(plain.iter("properties"))
+    shutil.rmtree(example_host)
+    shutil.copytree(EXAMPLE_HOST, example_host,
+                    symlinks=True)
+    pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}", "--fix",
+                       "--junitxml=out.xml", "-o", "junit_logging=system-out")
+    assert_valid_junit(pytester.path / "out.xml")
+    cases = {case.get("name"): case for case in ET.parse(pytester.path / "out.xml").iter(
+        "testcase")}
+    [out] = cases["sysctl[vm.swappiness]"].iter("system-out")
+    assert [line for line in str(out.text).splitlines() if line.startswith("gpuhost.")] == [
+        "gpuhost.kind: sysctl", "gpuhost.key: vm.swappiness", "gpuhost.expected: 10",
+        "gpuhost.observed: 10", "gpuhost.outcome: fixed", "gpuhost.before: 60",
+        "gpuhost.after: 10", "gpuhost.severity: normal"]
+
+
+def test_a_keyboard_interrupt_in_a_test_makes_pytests_own_nameless_testcase(
+        pytester: pytest.Pytester) -> None:
+    """Why ``assert_valid_junit(..., interrupted=True)`` leaves out one element: pytest itself,
+    without this plugin, writes the test a KeyboardInterrupt cut short as a test case with no
+    name, which junit-10.xsd refuses."""
+    pytester.makepyfile(test_k="def test_a():\n    pass\n\n"
+                               "def test_b():\n    raise KeyboardInterrupt\n")
+    pytester.runpytest_subprocess("-p", "no:gpuhost", "--junitxml=k.xml")
+    cases = [case.attrib for case in ET.parse(pytester.path / "k.xml").iter("testcase")]
+    assert cases[-1].keys() == {"time"}
+    with pytest.raises(AssertionError, match="missing required attribute 'name'"):
+        assert_valid_junit(pytester.path / "k.xml")
+    assert_valid_junit(pytester.path / "k.xml", interrupted=True)
+
+
+def test_junit_facts_under_xdist(pytester: pytest.Pytester, spec: Path,
+                                 example_host: Path) -> None:
     pytester.runpytest_subprocess(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}",
-                                  "-n", "2", "--junitxml=junit.xml", "-p", "no:cacheprovider")
-    outcomes = [p.get("value") for p in ET.parse(pytester.path / "junit.xml").iter("property")
-                if p.get("name") == "outcome"]
+                                  "-n", "2", "--junitxml=junit.xml", "-p", "no:cacheprovider",
+                                  "-o", "junit_logging=system-out")
+    assert_valid_junit(pytester.path / "junit.xml")
+    outcomes = [line.split(": ", 1)[1] for out in
+                ET.parse(pytester.path / "junit.xml").iter("system-out")
+                for line in str(out.text).splitlines() if line.startswith("gpuhost.outcome: ")]
     assert sorted(outcomes) == sorted(["passed"] * 81 + ["failed"] * 115 + ["skipped"] * 2)
 
 
@@ -130,6 +184,11 @@ def labels_of(result: dict[str, object]) -> dict[str, str]:
     return {label["name"]: label["value"] for label in result["labels"]}  # type: ignore[attr-defined]
 
 
+def tags_of(result: dict[str, object]) -> list[str]:
+    return [label["value"] for label in result["labels"]  # type: ignore[attr-defined]
+            if label["name"] == "tag"]
+
+
 def attachment(directory: Path, item: dict[str, object], name: str) -> str:
     [found] = [a for a in item["attachments"] if a["name"] == name]  # type: ignore[attr-defined]
     return (directory / found["source"]).read_text()
@@ -180,7 +239,18 @@ def test_allure_results_of_a_fix_run(pytester: pytest.Pytester, spec: Path,
     assert re.search(r"^kernel=\S+$", env, re.M)
     categories = json.loads((out / "categories.json").read_text())
     assert [c["name"] for c in categories] == ["Fix failed", "Hardware fault",
-                                               "Reboot required", "Mis-tuned", "Not applicable"]
+                                               "Reboot required", "Would fix", "Mis-tuned",
+                                               "Not applicable"]
+    # issue 24: a fixed check is passed to pytest, so to Allure: its label and tag tell it apart
+    assert labels_of(swap)["gpuhost_outcome"] == "fixed"
+    assert set(tags_of(swap)) == {"fixed", "gpuhost"}  # allure-pytest tags each marker too
+    gpus = tests["gpu_count"]
+    assert labels_of(gpus)["gpuhost_outcome"] == "passed" and tags_of(gpus) == ["gpuhost"]
+    assert set(tags_of(peermem)) == {"fix_failed", "gpuhost"}
+    config = json.loads((out / "allurerc.json").read_text())  # Allure 3's categories
+    assert [c["name"] for c in config["categories"]["rules"]] == [
+        "Fix failed", "Hardware fault", "Reboot required", "Would fix", "Mis-tuned",
+        "Host not read", "Not applicable", "Fixed by --fix"]
 
 
 def category_of(categories: list[dict[str, object]], status: str, message: str,
@@ -228,6 +298,71 @@ def test_categories_sort_the_checks(pytester: pytest.Pytester, spec: Path,
     details = skipped["statusDetails"]
     assert category_of(categories, "skipped", details["message"], details.get("trace", "")) \
         == "Not applicable"  # type: ignore[index]
+
+
+def test_would_fix_category(pytester: pytest.Pytester, example_host: Path) -> None:
+    """Issue 24: a dry run's would_fix had no category of its own (it fell into Mis-tuned)."""
+    pytester.makefile(".yaml", s="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    pytester.runpytest("--gpuhost-spec=s.yaml", f"--gpuhost-root={example_host}", "--fix",
+                       "--gpuhost-dry-run", "--alluredir=out")
+    [test] = allure_results(pytester.path / "out").values()
+    categories = json.loads((pytester.path / "out/categories.json").read_text())
+    details = test["statusDetails"]
+    assert category_of(categories, "failed", details["message"], details["trace"]) == \
+        "Would fix"  # type: ignore[index]
+    assert labels_of(test)["gpuhost_outcome"] == "would_fix"
+    assert set(tags_of(test)) == {"would_fix", "gpuhost"}
+
+
+PERSIST_CONFTEST = """\
+from pytest_gpuhost.reports.allure import AllureEvidence
+from pytest_gpuhost.result import CheckResult, Outcome
+
+RECORD = CheckResult(
+    id="persist[etc/sysctl.d/90-gpuhost-s.conf]", kind="persist",
+    key="etc/sysctl.d/90-gpuhost-s.conf", expected="current", observed="current",
+    outcome=Outcome.FIXED, message="absent -> current", before="absent", after="current",
+    why="makes the runtime tuning survive a reboot", location="s.yaml:1",
+    action="create etc/sysctl.d/90-gpuhost-s.conf",
+    evidence=({"source": "before: etc/sysctl.d/90-gpuhost-s.conf", "raw": "absent"},
+              {"source": "etc/sysctl.d/90-gpuhost-s.conf", "raw": "sha256:0011, 2 lines"}),
+    plan=({"change": "create etc/sysctl.d/90-gpuhost-s.conf (2 lines)", "type": "replace_file",
+           "path": "etc/sysctl.d/90-gpuhost-s.conf", "old": None,
+           "new": "# Written by pytest-gpuhost\\nvm.swappiness = 10\\n"},))
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(AllureEvidence(lambda: "gpu-node-07"), "gpuhost-allure")
+"""
+
+
+def test_a_persistence_record_as_an_allure_test(pytester: pytest.Pytester) -> None:
+    """The reporter's side of issue 24's missing --fix-persist records: a test whose record is
+    a persistence file's gets its labels, the fixed tag, the steps of the write and the file
+    it wrote (the records become pytest items of their own in the plugin's glue)."""
+    pytester.makeconftest(PERSIST_CONFTEST)
+    pytester.makepyfile(test_p="def test_persist(request):\n    from conftest import RECORD\n"
+                               "    request.node.result = RECORD\n")
+    result = pytester.runpytest("--alluredir=out", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.OK
+    [test] = allure_results(pytester.path / "out").values()
+    labels = labels_of(test)
+    assert (labels["feature"], labels["story"]) == ("persist", "etc/sysctl.d/90-gpuhost-s.conf")
+    assert labels["gpuhost_outcome"] == "fixed" and tags_of(test) == ["fixed"]
+    assert [s["name"] for s in test["steps"]] == [  # type: ignore[attr-defined]
+        "observe: absent", "apply: create etc/sysctl.d/90-gpuhost-s.conf",
+        "read back: current", "assert: current is current"]
+    assert attachment(pytester.path / "out", test, "etc/sysctl.d/90-gpuhost-s.conf (written)") \
+        == "# Written by pytest-gpuhost\nvm.swappiness = 10\n"
+
+
+def test_the_persistence_records_are_in_allure(pytester: pytest.Pytester, spec: Path,
+                                               example_host: Path) -> None:
+    pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}", "--fix",
+                       "--fix-persist", "--alluredir=out")
+    persisted = [name for name in allure_results(pytester.path / "out")
+                 if name.startswith("persist[")]
+    assert len(persisted) == 6
 
 
 def test_mis_tuned_category(pytester: pytest.Pytester, example_host: Path) -> None:
@@ -423,3 +558,30 @@ def test_an_interrupted_run_says_its_checks_did_not_run(
         outcome, message = outcomes[check]
         assert outcome == "error" and message.startswith("not run: the run was interrupted")
     assert npd_ret == 2
+
+
+def test_a_bundled_specs_series_keep_their_identity_wherever_it_is_installed(
+        pytester: pytest.Pytester, example_host: Path) -> None:
+    """Issue 24: spec_file was the bundled spec's absolute install path, so rebuilding the venv
+    changed every series; now it is the stable name the check ids use."""
+    pytester.runpytest("--gpuhost-spec=blackwell8", f"--gpuhost-root={example_host}",
+                       "--gpuhost-prom=out.prom")
+    metrics = parse_exposition((pytester.path / "out.prom").read_text())
+    files = {labels["spec_file"] for samples in metrics.values() for labels, _ in samples}
+    assert files == {"blackwell8.yaml"}
+    assert str(BLACKWELL8.parent) not in (pytester.path / "out.prom").read_text()
+
+
+def test_a_bundled_spec_beside_a_copy_of_it_keeps_its_path() -> None:
+    """Run beside a copy at the top of the rootdir (shown as blackwell8.yaml), the bundled one
+    is shown by its path, as its ids are: two specs are never one series."""
+    bundled, copy = str(BLACKWELL8), "blackwell8.yaml"
+    records = [CheckResult("gpu_count", "gpu_count", None, "8", "8", Outcome.PASSED, "",
+                           location=f"{where}:3") for where in (bundled, copy)]
+    metrics = parse_exposition(textfile(records, specs=[bundled, copy], timestamp=1.0))
+    assert sorted(labels["spec_file"] for labels, _ in metrics["gpuhost_check_ok"]) == sorted(
+        [bundled, copy])
+    alone = parse_exposition(textfile(records[:1], specs=[bundled], timestamp=1.0))
+    assert [labels["spec_file"] for labels, _ in alone["gpuhost_check_ok"]] == [copy]
+    empty = parse_exposition(textfile([], specs=[bundled], timestamp=1.0))
+    assert {labels["spec_file"] for labels, _ in empty["gpuhost_checks"]} == {copy}

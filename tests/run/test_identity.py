@@ -11,7 +11,7 @@ import pytest
 
 from pytest_gpuhost.testing.fakehost import FakeHost
 
-from ..conftest import BLACKWELL8
+from ..conftest import BLACKWELL8, assert_valid_junit
 
 
 def _report(pytester: pytest.Pytester, name: str = "out.json") -> dict[str, object]:
@@ -67,6 +67,7 @@ def test_a_spec_outside_the_rootdir_still_names_itself(pytester: pytest.Pytester
     result.stdout.fnmatch_lines([f"{spec}::sysctl[[]vm.swappiness] PASSED*"])
     [case] = ET.parse(pytester.path / "junit.xml").iter("testcase")
     assert case.get("classname")
+    assert_valid_junit(pytester.path / "junit.xml")
 
 
 def test_without_a_json_report_the_summary_does_not_point_at_one(
@@ -136,3 +137,4 @@ def test_persistence_files_count_in_pytests_own_line_and_junit(
     assert len(cases) == total
     assert sum(1 for case in cases if case.get("name", "").startswith("persist[")) == 6
     assert len(_report(pytester)["checks"]) == total  # type: ignore[arg-type]
+    assert_valid_junit(pytester.path / "junit.xml")

@@ -13,7 +13,7 @@ import pytest
 
 from pytest_gpuhost import specs
 
-from ..conftest import BLACKWELL8, REPO, crash_worker_at
+from ..conftest import BLACKWELL8, REPO, assert_valid_junit, crash_worker_at
 
 pytest_plugins = ["pytester"]
 
@@ -85,6 +85,7 @@ def test_a_bundled_spec_s_check_is_selected_and_deselected_by_its_id(
                                  "*1 failed, 1 passed*"])
     junit = (pytester.path / "j.xml").read_text()
     assert junit.count('classname="blackwell8.yaml"') == 2, junit
+    assert_valid_junit(pytester.path / "j.xml")
     rest = pytester.runpytest(*spec, "--deselect", "blackwell8.yaml::dmesg", "--co", "-q")
     rest.stdout.fnmatch_lines(["197/198 tests collected (1 deselected)*"])
 
