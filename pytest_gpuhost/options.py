@@ -203,7 +203,7 @@ OPTIONS: tuple[Option, ...] = (
                "`# +expiry-time=`), atomically, mode 0644 ([schedulers](schedulers.md"
                "#node-feature-discovery))."),
     Option("nfd_expiry", "--gpuhost-nfd-expiry", SECONDS, metavar="SECONDS", default=3600.0,
-           above_zero=True,
+           above_zero=True, needs_spec=False,
            help="with --gpuhost-nfd: how long the labels stand once written (NFD's "
                 "# +expiry-time), so they lapse when the checks stop running (default "
                 "{default:g})",

@@ -40,6 +40,7 @@ def test_the_documented_kind_goes_through_every_path(pytester: pytest.Pytester,
 
     fixed = pytester.runpytest("spec.yaml", root, "--fix", "--fix-persist",
                                "--gpuhost-report=r.json", "--junitxml=junit.xml",
+                               "-o", "junit_family=xunit1",
                                "--gpuhost-prom=gpuhost.prom", "--alluredir=allure",
                                "--gpuhost-fleet-html=fleet.html")
     assert fixed.ret == pytest.ExitCode.OK

@@ -201,7 +201,7 @@ def test_connection_and_interpreter(tmp_path: Path) -> None:
     settings = resolve(RawOptions(invocation=tmp_path, ini_base=tmp_path, ini_name="x",
                                   spec=("s.yaml",), targets=(rhel8.url,)))
     settings = dataclasses.replace(settings, targets=(rhel8,))
-    host = pytest_gpuhost_make_host(url=rhel8.url, settings=settings)
+    host = pytest_gpuhost_make_host(settings=settings, target=rhel8)
     assert isinstance(host, AgentHost)
     command = host.argv[-1]  # the one line ssh runs there
     assert command.startswith("/usr/bin/python3.9 -c "), command

@@ -17,7 +17,7 @@ def test_every_option_reaches_pytest_with_the_tables_default_and_ini_twin(
     for option in OPTIONS:
         assert config.getoption(option.dest) == option.default, option.flag
         if option.ini is not None:
-            assert config.getini(option.ini) in ([], ""), option.ini
+            assert config.getini(option.ini) in ([], "", False), option.ini
     assert len({option.dest for option in OPTIONS}) == len(OPTIONS) == len(BY_NAME)
 
 

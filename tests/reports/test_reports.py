@@ -66,7 +66,7 @@ def test_junit_is_valid_xunit2_by_default(pytester: pytest.Pytester, spec: Path,
     assert_valid_junit(pytester.path / "plain.xml")
     plain = ET.parse(pytester.path / "plain.xml")
     assert len(list(plain.iter("testcase"))) == 198 + 6
-    assert not list(plain.iter("properties"))
+    assert not [case for case in plain.iter("testcase") if case.find("properties") is not None]
     shutil.rmtree(example_host)
     shutil.copytree(EXAMPLE_HOST, example_host,
                     symlinks=True)
