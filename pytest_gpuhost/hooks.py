@@ -114,6 +114,8 @@ class GpuhostRun:
                 self.shared.pytest_unconfigure()
             if isinstance(exc, SpecError):
                 raise pytest.UsageError(f"bad gpuhost spec: {exc}") from None
+            if isinstance(exc, LockUnavailable):  # a rollback waits for every other run
+                pytest.exit(f"--gpuhost-rollback: {exc}", returncode=pytest.ExitCode.INTERRUPTED)
             raise
         collected = None
         if self.log is not None:  # a worker: what its controller collected, if it shared it
@@ -544,7 +546,7 @@ class GpuhostRun:
             from .fix.journal import JournalError
 
             try:
-                self.rolled_back = self.session.close_rollback(self.ordered())
+                self.rolled_back = self.session.close_rollback(self.records())
             except (JournalError, OSError) as exc:  # read-only, or its directory is gone
                 self.problems.append(
                     f"rollback: the changes are restored, but {exc}: a later default rollback "

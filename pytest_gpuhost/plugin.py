@@ -233,7 +233,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def _configure_run(config: pytest.Config) -> None:
-    from . import long_lived
+    from . import interrupts, long_lived
 
     with long_lived.paused():
         from .hooks import GpuhostRun
@@ -244,6 +244,7 @@ def _configure_run(config: pytest.Config) -> None:
             settings = resolve(_raw_options(config))
             if not settings.active:
                 return
+            config.add_cleanup(interrupts.install())  # SIGTERM, SIGHUP: as SIGINT does
             run = GpuhostRun(config, settings)
         except SettingsError as exc:
             raise pytest.UsageError(str(exc)) from None

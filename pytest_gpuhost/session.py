@@ -23,7 +23,7 @@ from .checks import Check, Fact, Facts, Kind, NoFix, Observation
 from .checks.conditions import ConditionFn
 from .checks.gpus import GPUS
 from .engine import RunOptions, error_result, run_check
-from .fix.run import FixRun, close_rollback, default_journal, make_fixer
+from .fix.run import FixRun, close_rollback, default_journal, make_fixer, rollback_fixer
 from .fix.state import JOURNAL_DIR, StateFile, StateStore
 from .gpu.nvml import NvmlFactory, NvmlSource, NvmlUnavailable, RecordedNvml
 from .host import (
@@ -498,28 +498,41 @@ class Session:
         return journal
 
     def _open_rollback(self, target: Target) -> None:
-        from .fix.journal import JournalError, read_journal
-        from .fix.rollback import refuse_foreign, rollback_checks
-
+        """The rollback's journal and checks, read under the target's locks (raises
+        LockUnavailable while another run, or a command one started, holds them)."""
         settings = self.settings
         if len(self.targets) > 1:
             raise SettingsError("--gpuhost-rollback restores one target's journal: name one "
                                 "--gpuhost-target")
+        if not settings.dry_run:  # under the target's locks before anything is read or judged
+            try:
+                target.fixrun.fixer = rollback_fixer(
+                    target.host, lock_timeout=settings.lock_timeout, nvml=target.nvml)
+            except HostError as exc:  # the target cannot be reached
+                raise SettingsError(f"--gpuhost-rollback: {exc}") from None
+        try:
+            self._read_rollback(target)
+        except BaseException:
+            if target.fixrun.fixer is not None:  # the locks go with the run that failed
+                target.fixrun.fixer.close()
+            raise
+
+    def _read_rollback(self, target: Target) -> None:
+        from .fix.journal import JournalError, read_journal
+        from .fix.rollback import refuse_foreign, rollback_checks
+
         journal = self._rollback_journal(target)
         try:
             contents = read_journal(journal)
             if not contents.entries:
                 raise JournalError(f"{journal}: the journal records no change to roll back")
-            refuse_foreign(contents, target.host.identity(), after_reboot=settings.after_reboot)
+            refuse_foreign(contents, target.host.identity(),
+                           after_reboot=self.settings.after_reboot)
             self.rollback_checks = rollback_checks(contents, self._shown(journal), target.nvml)
         except JournalError as exc:
             raise SettingsError(str(exc)) from None
         target.fixrun.rollback = contents
         self.rollback_file = self._anchor(journal)
-        if not settings.dry_run:  # restored under the root's run lock, journaling nothing
-            target.fixrun.fixer = make_fixer(
-                target.host, None, "rollback", worker=False, distributing=False,
-                lock_timeout=settings.lock_timeout, nvml=target.nvml)
 
     def _shown(self, journal: StateFile) -> str:
         local = self._local_path(journal)

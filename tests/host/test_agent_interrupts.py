@@ -1,0 +1,142 @@
+"""Issue 25, item 2, at the agent: a command keeps the target's lock until it has ended, and
+whatever ends the agent's wait (its connection closing, a cancel, the agent killed) ends the
+command's whole process group first. The agent runs here over pipes, as ssh runs it there."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from pytest_gpuhost.host import HostError, Read
+from pytest_gpuhost.host.remote import AgentHost, agent_command
+from pytest_gpuhost.testing.fakehost import FakeHost
+
+from ..blocking import LIMIT_S, Blocked, gone, until
+
+LOCK = "var/lib/pytest-gpuhost/run.lock"
+
+
+@pytest.fixture
+def blocked(fake: FakeHost) -> Blocked:
+    made = Blocked(fake)
+    yield made  # type: ignore[misc]
+    made.cleanup()
+
+
+def agent(root: Path) -> AgentHost:
+    return AgentHost(f"test://{root.name}", [sys.executable, *agent_command(str(root))[1:]],
+                     str(root), name="t1")
+
+
+def in_thread(call: object) -> tuple[threading.Thread, list[object]]:
+    """``call()`` in a daemon thread; what it returned or raised lands in the list."""
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())  # type: ignore[operator]
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def held(path: Path) -> bool:
+    """Whether another process holds the flock on ``path``."""
+    with open(path, "rb") as file:
+        try:
+            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(file, fcntl.LOCK_UN)
+        return False
+
+
+def opened(pid: int, path: Path) -> bool:
+    """Whether process ``pid`` has ``path`` open."""
+    fds = Path(f"/proc/{pid}/fd")
+    with contextlib.suppress(OSError):
+        return any(os.readlink(fds / fd) == str(path) for fd in os.listdir(fds))
+    return False
+
+
+def test_a_command_keeps_the_lock_it_started_under_after_its_agent_is_killed(
+        fake: FakeHost, blocked: Blocked) -> None:
+    host = agent(fake.root)
+    host.lock(LOCK, 5.0, "test")
+    thread, outcome = in_thread(lambda: host.run(["modprobe", "--", "nvidia"]))
+    modprobe = blocked.started()
+    assert host._process is not None
+    os.kill(host._process.pid, signal.SIGKILL)  # the agent, killed outright (the OOM killer)
+    thread.join(LIMIT_S)
+    assert isinstance(outcome[0], HostError)  # the target is lost
+    assert not gone(modprobe)
+    assert held(fake.root / LOCK)  # by the modprobe: a rollback must wait for it
+    blocked.release()
+    until(lambda: gone(modprobe) and gone(blocked.child()), "the modprobe ending")
+    assert blocked.loaded()
+    until(lambda: not held(fake.root / LOCK), "the lock going with the command")
+    host.close()
+
+
+def test_an_agent_whose_input_closes_ends_its_command_before_it_exits(
+        fake: FakeHost, blocked: Blocked) -> None:
+    host = agent(fake.root)
+    host.lock(LOCK, 5.0, "test")
+    thread, _ = in_thread(lambda: host.run(["modprobe", "--", "nvidia"]))
+    modprobe = blocked.started()
+    process = host._process
+    assert process is not None and process.stdin is not None
+    process.stdin.close()  # what the agent sees when the controller or its ssh dies
+    process.wait(LIMIT_S)
+    assert gone(modprobe)  # reaped by the agent before it exited
+    until(lambda: gone(blocked.child()), "the modprobe's child ending with its group")
+    assert not held(fake.root / LOCK)
+    blocked.release()
+    assert not blocked.loaded()
+    thread.join(LIMIT_S)
+    host.close()
+
+
+def test_a_lock_wait_ends_when_the_agent_s_input_closes(fake: FakeHost) -> None:
+    fake.file(LOCK, "")
+    host = agent(fake.root)
+    host.identity()  # connected
+    with open(fake.root / LOCK, "rb") as other:
+        fcntl.flock(other, fcntl.LOCK_EX)  # another run holds it
+        thread, _ = in_thread(lambda: host.lock(LOCK, 3600.0, "test"))
+        process = host._process
+        assert process is not None and process.stdin is not None
+        until(lambda: opened(process.pid, fake.root / LOCK), "the agent waiting for the lock")
+        with contextlib.suppress(OSError):
+            process.stdin.close()
+        process.wait(LIMIT_S)  # not the hour it would have waited for the lock
+    thread.join(LIMIT_S)
+    host.close()
+
+
+def test_an_interrupt_cancels_the_command_and_keeps_the_connection(
+        fake: FakeHost, blocked: Blocked) -> None:
+    fake.sysctl("vm.swappiness", 10)
+    host = agent(fake.root)
+    main = threading.get_ident()
+    threading.Thread(target=lambda: (blocked.started(), signal.pthread_kill(main, signal.SIGINT)),
+                     daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        host.run(["modprobe", "--", "nvidia"])
+    modprobe = int((fake.root / "modprobe.pid").read_text())
+    until(lambda: gone(modprobe) and gone(blocked.child()), "the cancelled modprobe ending")
+    assert host.lost is None  # the agent answered the cancel: the connection goes on
+    assert host.batch([Read("proc/sys/vm/swappiness")])[0].data() == b"10\n"
+    blocked.release()
+    assert not blocked.loaded()
+    host.close()
