@@ -491,7 +491,8 @@ class GpuhostRun:
                                       fixrun.journal_used() else None),
             rollback=fixrun.rollback.shown if fixrun.rollback else None,
             json_report=settings.report is not None,
-            targets=targets if session.named else ())
+            targets=targets if session.named else (),
+            stopped=self.stopped or self.stopped_early)
 
     def reporters(self) -> list[Reporter]:
         settings = self.settings
@@ -531,6 +532,8 @@ class GpuhostRun:
         self.stopped_early = str(reason) if reason else None
         if not reason and session.exitstatus == pytest.ExitCode.INTERRUPTED:
             self.stopped_early = "interrupted"  # Ctrl-C, or a plugin's pytest.exit()
+        if not reason and session.exitstatus == pytest.ExitCode.INTERNAL_ERROR:
+            self.stopped_early = "an internal error: see INTERNALERROR in the run's output"
         if self.session.target.fixrun.persist:
             try:
                 extra = self.session.finish(self.ordered())

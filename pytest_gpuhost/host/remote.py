@@ -126,7 +126,9 @@ class AgentHost(Pipes, BatchReads):
         self.traffic.connections += 1
         problem = hello_problem(hello)
         if problem is not None or not isinstance(hello, dict) or hello["hello"] is None:
-            reason = problem or (hello.get("error") if isinstance(hello, dict) else hello)
+            reason = f"the target sent something that is not the agent's answer: {problem}" \
+                if problem is not None else (hello.get("error") if isinstance(hello, dict)
+                                             else hello)
             self._lost = TargetLost(f"cannot use {self.url}: {reason}", errno.EPROTO)
             self._close_process(kill=problem is not None)
             raise self._lost

@@ -86,6 +86,9 @@ class RunInfo:
     """Whether a JSON report is written (the terminal refers to it only then)."""
     targets: tuple[TargetInfo, ...] = ()
     """Every target of the run, in the order given; the fields above describe the first."""
+    stopped: str | None = None
+    """Why the run ended before its checks did (an interrupt, a lock it could not have, an
+    internal error); None when it ran to its end."""
     finished_at: float = field(default_factory=time.time)
 
     @property

@@ -140,3 +140,34 @@ def test_an_interrupt_cancels_the_command_and_keeps_the_connection(
     blocked.release()
     assert not blocked.loaded()
     host.close()
+
+
+FLOOD = """\
+import os, sys
+chunk = b"x" * (1 << 20)
+for _ in range(64):  # 64 MiB to stderr without a newline, then the agent serves
+    os.write(2, chunk)
+os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
+"""
+
+
+def test_stderr_without_a_newline_is_kept_to_its_last_few_kib(fake: FakeHost,
+                                                              tmp_path: Path) -> None:
+    """Issue 25, item 4: a target writing megabytes to stderr without a newline grew the
+    controller without bound (a line was read whole before being kept)."""
+    from pytest_gpuhost.host.pipes import STDERR_KEPT
+
+    fake.sysctl("vm.swappiness", 10)
+    flood = tmp_path / "flood.py"
+    flood.write_text(FLOOD)
+    argv = [sys.executable, str(flood), *agent_command(str(fake.root))[1:]]
+    host = AgentHost("test://flood", argv, str(fake.root), name="flood")
+    assert host.batch([Read("proc/sys/vm/swappiness")])[0].data() == b"10\n"
+    assert host._drainer is not None
+    process = host._process
+    assert process is not None
+    host.close()  # the agent exits; the drain reads to the end of its stderr
+    host._drainer.join(LIMIT_S)
+    assert not host._drainer.is_alive()
+    assert len(host._stderr) <= STDERR_KEPT
+    assert bytes(host._stderr).endswith(b"x" * 100)
