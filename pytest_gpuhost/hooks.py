@@ -567,6 +567,10 @@ class GpuhostRun:
             except OutputError as exc:
                 self.problems.append(str(exc))
                 _at_least(session, pytest.ExitCode.TESTS_FAILED)
+            except Exception as exc:  # a writer's bug never takes the other reports down
+                self.problems.append(f"{type(reporter).__name__}: not written: "
+                                     f"{type(exc).__name__}: {exc}")
+                _at_least(session, pytest.ExitCode.TESTS_FAILED)
         if self.settings.npd:  # last: NPD's exit status replaces pytest's
             from .reports import npd
 

@@ -43,3 +43,44 @@ def test_a_run_to_its_end_is_complete(pytester: pytest.Pytester, fake: FakeHost)
     assert result.ret == pytest.ExitCode.OK
     report = json.loads((pytester.path / "r.json").read_text())
     assert (report["complete"], report["stopped"]) == (True, None)
+
+
+def test_a_5000_digit_value_leaves_every_report_written(pytester: pytest.Pytester,
+                                                       fake: FakeHost) -> None:
+    """Item 5: Python's 4300-digit int() limit crashed the Prometheus writer at session end,
+    and with it JUnit's file and --gpuhost-npd's line."""
+    fake.sysctls({"vm.swappiness": "1" * 5000, "vm.dirty_ratio": 5})
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n"
+                                    "  vm.dirty_ratio: 5\n")
+    result = pytester.runpytest_subprocess(
+        "spec.yaml", f"--gpuhost-root={fake.root}", "--gpuhost-prom=out.prom",
+        "--junitxml=j.xml", "--gpuhost-report=r.json", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    prom = (pytester.path / "out.prom").read_text()
+    assert 'gpuhost_check_observed{spec="spec",spec_file="spec.yaml",kind="sysctl",' \
+           'key="vm.dirty_ratio"} 5' in prom
+    assert f'value="{"1" * 5000}"' in prom  # a number too long for a sample is a value
+    assert (pytester.path / "j.xml").exists() and (pytester.path / "r.json").exists()
+    npd = pytester.runpytest_subprocess("spec.yaml", f"--gpuhost-root={fake.root}",
+                                        "--gpuhost-npd", "-p", "no:cacheprovider")
+    assert npd.ret == 1
+    assert npd.stdout.lines == ["gpuhost: 1 failed: sysctl[vm.swappiness]"]
+
+
+def test_a_report_writer_that_breaks_takes_no_other_report_down(
+        pytester: pytest.Pytester, fake: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_gpuhost.reports.prometheus import PrometheusTextfile
+
+    def broken(self: object, records: object, info: object) -> None:
+        raise RuntimeError("a writer's bug")
+
+    monkeypatch.setattr(PrometheusTextfile, "write", broken)
+    fake.sysctl("vm.swappiness", 10)
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    result = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}",
+                                "--gpuhost-prom=out.prom", "--gpuhost-report=r.json",
+                                "--junitxml=j.xml")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["PrometheusTextfile: not written: RuntimeError: a writer's bug"])
+    assert (pytester.path / "r.json").exists() and (pytester.path / "j.xml").exists()
+    assert not (pytester.path / "out.prom").exists()
