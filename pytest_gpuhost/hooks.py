@@ -21,6 +21,7 @@ from .fix.run import JOURNAL_KEY
 from .gate import OPEN_OUTCOMES, judge, verdict_text
 from .items import RUN as RUN
 from .items import GpuhostItem, JournalFile, SpecFile, error_record
+from .printable import printable
 from .reports import Reporter, RunInfo, TargetInfo
 from .reports.failure import format_failure
 from .reports.junit import junit_properties
@@ -620,7 +621,7 @@ class GpuhostRun:
                 f"rollback: {rollback.shown} is {'closed' if done else 'still open'}"
                 + ("" if done else " (some changes are not back: run it again once fixed)"))
         for problem in self.problems:
-            terminalreporter.write_line(problem, red=True)
+            terminalreporter.write_line(printable(problem), red=True)
 
     def _naming(self, name: str, url: str) -> str:
         """The options that name one target again: an inventory's host by the inventory (its

@@ -84,3 +84,41 @@ def test_a_report_writer_that_breaks_takes_no_other_report_down(
     result.stdout.fnmatch_lines(["PrometheusTextfile: not written: RuntimeError: a writer's bug"])
     assert (pytester.path / "r.json").exists() and (pytester.path / "j.xml").exists()
     assert not (pytester.path / "out.prom").exists()
+
+
+TERMINAL_ATTACK = "\x1b]0;pwned\x07\x1b[2J\rok"
+
+
+def test_host_values_reach_the_terminal_escaped(pytester: pytest.Pytester,
+                                                fake: FakeHost) -> None:
+    """Item 10: an observed value that sets the terminal's title, clears the screen and
+    overwrites the line is shown as its escapes, in pytest's failure text, its short summary
+    and the gpuhost summary, with and without --fix."""
+    fake.sysctl("kernel.domainname", TERMINAL_ATTACK)
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  kernel.domainname: "
+                                    "{value: lab, fix: false}\n")
+    for extra in ([], ["--fix"]):
+        result = pytester.runpytest_subprocess("spec.yaml", f"--gpuhost-root={fake.root}",
+                                               "--color=no", "-p", "no:cacheprovider", *extra)
+        out = result.stdout.str() + result.stderr.str()
+        assert result.ret == pytest.ExitCode.TESTS_FAILED, out
+        for raw in ("\x1b", "\x07", "\r"):
+            assert raw not in out
+        assert out.count("\\x1b]0;pwned\\x07\\x1b[2J\\rok") >= 2, out
+
+
+def test_the_fleet_cli_prints_host_values_escaped(pytester: pytest.Pytester) -> None:
+    import subprocess
+    import sys
+
+    for name, value in (("node01", "lab"), ("node02", TERMINAL_ATTACK)):
+        (pytester.path / f"{name}.json").write_text(json.dumps({"host": name, "checks": [
+            {"id": "sysctl[kernel.domainname]", "kind": "sysctl", "key": "kernel.domainname",
+             "expected": "lab", "observed": value, "location": "spec.yaml:3",
+             "outcome": "passed" if value == "lab" else "failed"}]}))
+    done = subprocess.run([sys.executable, "-m", "pytest_gpuhost.fleet", "node01.json",
+                           "node02.json", "--drift-limit=0"], cwd=pytester.path,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 1
+    assert "\x1b" not in done.stdout and "\r" not in done.stdout
+    assert "\\x1b]0;pwned" in done.stdout, done.stdout
