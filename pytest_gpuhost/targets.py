@@ -25,12 +25,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 
 LOCAL = "local"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*\Z")
 _HOST = re.compile(r"[A-Za-z0-9_.:\[\]-]+\Z")
 _CONTAINER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+_UNNAMED = re.compile(r"[^A-Za-z0-9._:-]")
 
 
 class TargetError(ValueError):
@@ -76,22 +77,28 @@ def valid_host(text: str) -> bool:
 
 
 def parse_target(text: str) -> TargetAddress:
-    """One target URL; TargetError saying what is wrong and what was expected."""
+    """One target URL; TargetError saying what is wrong and what was expected (never another
+    exception, whatever the text: a URL that does not parse, an option where a host belongs)."""
     raw = text.strip()
     if raw == LOCAL:
         return TargetAddress(LOCAL, LOCAL)
-    parts = urlsplit(raw)
+    try:
+        parts = urlsplit(raw)
+        password = parts.password
+    except ValueError as exc:  # an unclosed '[', a bracketed host that is no IPv6 address
+        raise TargetError(f"{raw!r} is not a URL ({exc}): expected local, "
+                          "ssh://[USER@]HOST[:PORT][/ROOT] or lxc://CTID[/ROOT]") from None
+    if password is not None:
+        shown = raw.replace(f":{parts.password}@", ":***@", 1)
+        raise TargetError(f"{shown!r}: a target URL takes no password (ssh runs with "
+                          "BatchMode=yes: keys, an agent and your ssh configuration); it would "
+                          "only be written into the reports: remove it")
     if parts.scheme not in ("ssh", "lxc"):
         raise TargetError(f"{raw!r} is not a target: expected local, ssh://[USER@]HOST[:PORT]"
                           "[/ROOT], lxc://CTID[/ROOT] or ssh://USER@HOST?lxc=CTID")
     if parts.fragment:
         raise TargetError(f"{raw!r}: a target has no #fragment; name it with ?name=NAME")
-    query = {key: values[-1] for key, values in parse_qs(parts.query, strict_parsing=False,
-                                                         keep_blank_values=True).items()}
-    unknown = sorted(set(query) - {"name", "lxc"})
-    if unknown:
-        raise TargetError(f"{raw!r}: unknown parameter(s) {', '.join(unknown)}; a target "
-                          "takes name= and, for ssh, lxc=")
+    query = _query(raw, parts.query)
     root = unquote(parts.path) or "/"
     if "\0" in root or not root.startswith("/"):
         raise TargetError(f"{raw!r}: the root must be an absolute path")
@@ -100,20 +107,42 @@ def parse_target(text: str) -> TargetAddress:
         raise TargetError(f"{raw!r}: name={name!r} must be letters, digits, '.', '_', ':' or "
                           "'-'")
     if parts.scheme == "lxc":
-        container = unquote(parts.netloc)
-        if not _CONTAINER.match(container):
-            raise TargetError(f"{raw!r}: lxc://CTID needs a container id or name")
-        if "lxc" in query:
-            raise TargetError(f"{raw!r}: lxc= belongs to ssh:// targets")
-        return TargetAddress(raw, "lxc", container=container, root=root, name=name or "")
+        return _lxc_target(raw, parts.netloc, query, root, name or "")
+    return _ssh_target(raw, parts, query, root, name or "")
+
+
+def _query(raw: str, text: str) -> dict[str, str]:
+    query = {key: values[-1] for key, values in parse_qs(text, strict_parsing=False,
+                                                         keep_blank_values=True).items()}
+    unknown = sorted(set(query) - {"name", "lxc"})
+    if unknown:
+        raise TargetError(f"{raw!r}: unknown parameter(s) {', '.join(unknown)}; a target "
+                          "takes name= and, for ssh, lxc=")
+    return query
+
+
+def _lxc_target(raw: str, netloc: str, query: dict[str, str], root: str,
+                name: str) -> TargetAddress:
+    container = unquote(netloc)
+    if not _CONTAINER.match(container):
+        raise TargetError(f"{raw!r}: lxc://CTID needs a container id or name")
+    if "lxc" in query:
+        raise TargetError(f"{raw!r}: lxc= belongs to ssh:// targets")
+    return TargetAddress(raw, "lxc", container=container, root=root, name=name)
+
+
+def _ssh_target(raw: str, parts: SplitResult, query: dict[str, str], root: str,
+                name: str) -> TargetAddress:
     host = parts.hostname
-    if not host or not _HOST.match(host) or host.startswith("-"):
+    if not host or not valid_host(host):
         raise TargetError(f"{raw!r}: ssh:// needs a host name or address (and no option-like "
                           "name)")
     try:
         port = parts.port
     except ValueError:
-        raise TargetError(f"{raw!r}: the port must be a number from 1 to 65535") from None
+        port = 0
+    if port is not None and not 0 < port < 65536:
+        raise TargetError(f"{raw!r}: the port must be a number from 1 to 65535")
     user = unquote(parts.username) if parts.username else None
     if user is not None and (not user or user.startswith("-") or not _NAME.match(user)):
         raise TargetError(f"{raw!r}: {user!r} is not a user name")
@@ -121,7 +150,7 @@ def parse_target(text: str) -> TargetAddress:
     if inside is not None and not _CONTAINER.match(inside):
         raise TargetError(f"{raw!r}: lxc={inside!r} is not a container id or name")
     return TargetAddress(raw, "ssh", host=host, user=user, port=port, root=root,
-                  container=inside, name=name or "")
+                         container=inside, name=name)
 
 
 def parse_target_line(text: str) -> TargetAddress:
@@ -163,7 +192,8 @@ def _refuse_duplicates(targets: Sequence[TargetAddress]) -> None:
 
 
 def _candidates(target: TargetAddress) -> list[str]:
-    """Names from short to unique: host, host:port, host:port/root (containers: lxc-CTID)."""
+    """Names from short to unique: host, host:port, host:port/root (containers: lxc-CTID),
+    each kept to the characters a name may hold (``_name``)."""
     if target.local:
         return [LOCAL]
     base = target.host or ""
@@ -172,22 +202,28 @@ def _candidates(target: TargetAddress) -> list[str]:
     with_port = f"{base}:{target.port}" if target.port else base
     rooted = with_port if target.root == "/" else \
         f"{with_port}:{target.root.strip('/').replace('/', '.')}"
-    return [base, with_port, rooted, target.url]
+    return [_name(base), _name(with_port), _name(rooted), _name(target.url)]
+
+
+def _name(text: str) -> str:
+    """``text`` as a target's name: each character a name may not hold (a root's newline,
+    ``<``, a space; a URL's ``/``) written ``_``, so that a derived name keeps the rule an
+    explicit ``?name=`` is held to (it ends every check's id and is shown everywhere)."""
+    name = _UNNAMED.sub("_", text)
+    return name if _NAME.match(name) else f"t{name}"
 
 
 def name_targets(targets: Sequence[TargetAddress]) -> list[TargetAddress]:
     """Each target with a name no other has; explicit names (``?name=``, an inventory's) win
     and must be unique; the same target twice is refused (see the module's docstring)."""
     _refuse_duplicates(targets)
-    named: list[TargetAddress] = []
     for level in range(4):
         names = [t.name or _candidates(t)[level] for t in targets]
         if len(set(names)) == len(names):
-            named = [replace(t, name=n) for t, n in zip(targets, names, strict=True)]
-            break
-    if not named:
-        named = [replace(t, name=t.name or t.url) for t in targets]
-    return named
+            return [replace(t, name=n) for t, n in zip(targets, names, strict=True)]
+    # roots that differ only in characters a name cannot hold: numbered in the order given
+    return [replace(t, name=t.name or f"{_candidates(t)[2]}-{number}")
+            for number, t in enumerate(targets, 1)]
 
 
 def parse_targets(texts: Sequence[str]) -> list[TargetAddress]:

@@ -171,3 +171,25 @@ def test_stderr_without_a_newline_is_kept_to_its_last_few_kib(fake: FakeHost,
     assert not host._drainer.is_alive()
     assert len(host._stderr) <= STDERR_KEPT
     assert bytes(host._stderr).endswith(b"x" * 100)
+
+
+def test_the_read_limit_names_the_step_it_cut_short(fake: FakeHost,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 25, item 12: the 60 s limit of a read said "waiting for 1 request(s)"."""
+    from pytest_gpuhost.host import TargetLost, doing, remote
+
+    monkeypatch.setattr(remote, "OPERATION_TIMEOUT_S", 1.0)
+    fake.sysctl("vm.swappiness", 10)
+    host = agent(fake.root)
+    host.identity()
+    assert host._process is not None
+    os.kill(host._process.pid, signal.SIGSTOP)  # a frozen target: it answers nothing
+    try:
+        with doing("collecting facts"), pytest.raises(TargetLost) as lost:
+            host.batch([Read("proc/sys/vm/swappiness")])
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(host._process.pid, signal.SIGKILL)
+    assert str(lost.value) == ("lost the connection to test://host: no answer within 1 s while "
+                               "collecting facts (waiting for the answer to 1 request(s))")
+    host.close()
