@@ -19,6 +19,9 @@ from . import yamltext
 from .sections import CAPTURERS, Captured
 
 OVERWRITE_OPTION = "--gpuhost-capture-overwrite"
+MAX_ENTRY_CHARS = 64 * 1024
+"""The longest entry a capture writes (a spec may hold 4 MiB in all): a host's huge value (a
+1.5 MB sysctl) is left out with a comment, and everything else is still captured."""
 LOCAL = "local"
 
 
@@ -94,6 +97,12 @@ def capture_text(specs: Sequence[tuple[str, Spec]], records: Sequence[CheckResul
                 continue
             captured = capturer(model, by_kind)
             for key, value in captured.entries.items():
+                size = len(yamltext.flow(value))
+                if size > MAX_ENTRY_CHARS:  # a spec is a short file: the rest still captured
+                    merged.leave_out(key, f"its value is {size} characters of YAML, more "
+                                     f"than the {MAX_ENTRY_CHARS} a captured entry holds: write "
+                                     "it by hand if it must be checked")
+                    continue
                 merged.entries.setdefault(key, value)
             merged.notes += captured.notes
     top = {"version": SPEC_VERSION, "name": name}
