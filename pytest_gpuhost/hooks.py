@@ -174,6 +174,10 @@ class GpuhostRun:
                     fixer.run_lock.acquire(settings.lock_timeout)
                 except LockUnavailable as exc:
                     pytest.exit(str(exc), returncode=pytest.ExitCode.INTERRUPTED)
+        if not self.is_worker:  # the checks' failures written in one pass, folded
+            from .failure_summary import register
+
+            register(config, REPORT_ATTR)
         if settings.alluredir is not None:
             from .reports.allure import AllureEvidence
 

@@ -193,3 +193,37 @@ def test_the_read_limit_names_the_step_it_cut_short(fake: FakeHost,
     assert str(lost.value) == ("lost the connection to test://host: no answer within 1 s while "
                                "collecting facts (waiting for the answer to 1 request(s))")
     host.close()
+
+
+class Jumps:
+    """A monotonic clock that moves ``step`` seconds at every reading: the agent's deadlines
+    pass without the test waiting for them."""
+
+    def __init__(self, step: float) -> None:
+        self.now = 0.0
+        self.step = step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def test_the_agent_s_deadlines_read_its_injected_clock(fake: FakeHost) -> None:
+    """Issue 21: the agent takes a monotonic clock, so its limits are tested without waiting
+    for them: a command past its timeout is killed with its group, a lock wait past its own
+    ends naming the holder."""
+    from pytest_gpuhost.host.agent import OpError, Root
+
+    fake.file("usr/bin/forever", "#!/bin/sh\nsleep 600 &\necho $! > \"$GPUHOST_ROOT/bg.pid\"\n"
+              "exec sleep 600\n", mode=0o755)
+    fake.file(LOCK, "pytest-gpuhost lock: pid 1 on elsewhere\n")
+    root = Root(str(fake.root), clock=Jumps(50.0))
+    with pytest.raises(OpError) as late:
+        root.run(["forever"], timeout=120.0)
+    assert "forever did not finish in 120 s; its process group was killed" in str(late.value)
+    until(lambda: gone(int((fake.root / "bg.pid").read_text())), "the command's group ending")
+    with open(fake.root / LOCK, "rb") as other:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        with pytest.raises(OpError, match="held by pid 1 on elsewhere"):
+            root.lock(LOCK, 3600.0, "test")
+    root.close()

@@ -1,6 +1,7 @@
 """Issue 25: a run's reports survive what a run or a host throws at them: a run that crashed is
 never reported as clean (item 3), a report writer that fails takes no other report down with it
-(item 5)."""
+(item 5), host values reach the terminal escaped (item 10), and many failing checks cost time
+and output in proportion (item 8)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import json
 import pytest
 
 from pytest_gpuhost.testing.fakehost import FakeHost
+
+from ..conftest import counts
 
 CRASHING = """\
 def pytest_runtest_logfinish(nodeid, location):
@@ -122,3 +125,44 @@ def test_the_fleet_cli_prints_host_values_escaped(pytester: pytest.Pytester) -> 
     assert done.returncode == 1
     assert "\x1b" not in done.stdout and "\r" not in done.stdout
     assert "\\x1b]0;pwned" in done.stdout, done.stdout
+
+
+def many_failing(fake: FakeHost, pytester: pytest.Pytester, count: int) -> None:
+    keys = [f"bench.f{i:03d}" for i in range(count)]
+    for key in keys:
+        fake.file(f"proc/sys/{key.replace('.', '/')}", "0\n")
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n" +
+                      "".join(f"  {key}: 1\n" for key in keys))
+
+
+def test_failing_checks_are_written_once_each_and_folded_past_20(
+        pytester: pytest.Pytester, fake: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Item 8: pytest's failure section looked through every report of the run for each
+    failure (quadratic: 5,000 failing sysctls took 45 s); the checks' failures are written in
+    one pass, the first 20 in full, and every one keeps its line in the short summary.
+    bench/failures.py measures the time; here, that pytest's per-failure scan is never run."""
+    from _pytest.terminal import TerminalReporter
+
+    scans: list[str] = []
+    monkeypatch.setattr(TerminalReporter, "_handle_teardown_sections",
+                        lambda self, nodeid: scans.append(nodeid))
+    many_failing(fake, pytester, 25)
+    result = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    out = result.stdout.str()
+    assert scans == []
+    assert "FAILURES of gpuhost checks (25)" in out and "= FAILURES =" not in out
+    assert out.count("_ gpuhost check sysctl[bench.f") == 20
+    assert "... and 5 more failing checks, folded: each has its line in the short test " \
+           "summary below" in out
+    assert len([line for line in result.stdout.lines if line.startswith("FAILED spec.yaml::")]) \
+        == 25
+    assert counts(result) == {"failed": 25}
+
+
+@pytest.mark.parametrize(("flags", "shown"), [(["-vv"], 25), (["--tb=no"], 0)])
+def test_every_failure_with_vv_and_none_with_tb_no(pytester: pytest.Pytester, fake: FakeHost,
+                                                  flags: list[str], shown: int) -> None:
+    many_failing(fake, pytester, 25)
+    result = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}", *flags)
+    assert result.stdout.str().count("_ gpuhost check sysctl[bench.f") == shown
