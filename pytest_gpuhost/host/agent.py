@@ -849,15 +849,25 @@ class Root:
             del buffer[:-OUTPUT_LIMIT]
 
     def _end(self, process: subprocess.Popen[bytes]) -> None:
-        """Kill the command and every child it started (its own session), then reap it, for
-        at most REAP_S s: one still in the kernel then (a module's init) stays in
+        """Kill the command and every child it started (its own session), then reap it and
+        wait for its outputs to close (every process of the group that held them has ended),
+        for at most REAP_S s: one still in the kernel then (a module's init) stays in
         ``_running``, and keeps the lock it inherited."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
+        deadline = self.clock() + REAP_S
         try:
             process.wait(REAP_S)
         except subprocess.TimeoutExpired:
             self._running.append(process)
+        with selectors.DefaultSelector() as selector:
+            for stream in (process.stdout, process.stderr):
+                if stream is not None:
+                    selector.register(stream.fileno(), selectors.EVENT_READ)
+            while selector.get_map() and self.clock() < deadline:
+                for key, _ in selector.select(max(0.0, min(deadline - self.clock(), 1.0))):
+                    if not os.read(key.fd, 1 << 16):
+                        selector.unregister(key.fd)
         for stream in (process.stdout, process.stderr):
             if stream is not None:
                 stream.close()
