@@ -405,7 +405,7 @@ class _Resolver:
 
 def _host(name: str, variables: _Resolver) -> InventoryHost:
     port = variables.last(PORT_VARS)
-    if port is not None and not (port.isdigit() and 0 < int(port) < 65536):
+    if port is not None and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
         raise InventoryError(f"{variables.source}: host {name}: ansible_port must be a port "
                              f"number (1-65535), got {port!r}")
     args: list[str] = []
@@ -419,8 +419,7 @@ def _host(name: str, variables: _Resolver) -> InventoryHost:
                                      f"{text!r}") from None
             stray = _not_options(words)
             if stray is not None:
-                raise InventoryError(f"{variables.source}: host {name}: {var}: {stray!r} is not "
-                                     f"an ssh option (ssh would read it as the host to reach): "
+                raise InventoryError(f"{variables.source}: host {name}: {var}: {stray}: "
                                      f"{text!r}")
             args += words
     root = variables.last(ROOT_VARS) or "/"
@@ -453,7 +452,9 @@ def _host(name: str, variables: _Resolver) -> InventoryHost:
 
 
 def _not_options(words: Sequence[str]) -> str | None:
-    """The first word that is neither an ssh option nor an option's value."""
+    """What is wrong with words given as ssh options: the first that is neither an option nor
+    an option's value, or a last option that takes a value and has none (ssh would take the
+    tool's own next option, ``-o``, as its value and the one after as the host)."""
     expects_value = False
     for word in words:
         if expects_value:
@@ -465,9 +466,13 @@ def _not_options(words: Sequence[str]) -> str | None:
                     expects_value = index == len(letters) - 1  # -oX=1 carries its own value
                     break
                 if letter not in SSH_FLAGS:
-                    return word
+                    return f"{word!r} is not an ssh option (ssh would read it as the host to " \
+                           "reach)"
         else:
-            return word
+            return f"{word!r} is not an ssh option (ssh would read it as the host to reach)"
+    if expects_value:
+        return (f"{words[-1]!r} takes a value and none follows it (ssh would take the next of "
+                "pytest-gpuhost's own options as its value): give it one")
     return None
 
 

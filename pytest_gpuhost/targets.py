@@ -38,6 +38,7 @@ _HOST = re.compile(r"[A-Za-z0-9_.:\[\]-]+\Z")
 _CONTAINER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 _SCHEME = re.compile(r"[a-z][a-z0-9+.-]*\Z")
 """A scheme's name: lowercase, as ``urlsplit`` gives it (a URL's own may be any case)."""
+_UNNAMED = re.compile(r"[^A-Za-z0-9._:-]")
 
 
 class TargetError(ValueError):
@@ -154,7 +155,9 @@ def _parse_ssh(url: TargetUrl) -> TargetAddress:
     try:
         port = parts.port
     except ValueError:
-        raise TargetError(f"{raw!r}: the port must be a number from 1 to 65535") from None
+        port = 0
+    if port is not None and not 0 < port < 65536:
+        raise TargetError(f"{raw!r}: the port must be a number from 1 to 65535")
     user = unquote(parts.username) if parts.username else None
     if user is not None and (not user or user.startswith("-") or not _NAME.match(user)):
         raise TargetError(f"{raw!r}: {user!r} is not a user name")
@@ -209,8 +212,18 @@ def _forms(schemes: Schemes) -> str:
 
 
 def _url(raw: str, scheme: Scheme) -> TargetUrl:
-    """What every scheme's URL must be (see ``TargetUrl``)."""
-    parts = urlsplit(raw)
+    """What every scheme's URL must be (see ``TargetUrl``); never another exception than
+    TargetError, whatever the text (a URL that does not parse, a password)."""
+    try:
+        parts = urlsplit(raw)
+        password = parts.password
+    except ValueError as exc:  # an unclosed '[', a bracketed host that is no IPv6 address
+        raise TargetError(f"{raw!r} is not a URL ({exc}): expected {scheme.forms[0]}") from None
+    if password is not None:
+        shown = raw.replace(f":{password}@", ":***@", 1)
+        raise TargetError(f"{shown!r}: a target URL takes no password (ssh runs with "
+                          "BatchMode=yes: keys, an agent and your ssh configuration); it would "
+                          "only be written into the reports: remove it")
     if scheme.bare:
         return TargetUrl(raw, parts, {}, "/", "")
     if parts.fragment:
@@ -283,7 +296,7 @@ def _refuse_duplicates(targets: Sequence[TargetAddress], schemes: Schemes) -> No
 
 def _candidates(target: TargetAddress, schemes: Schemes) -> list[str]:
     """Names from short to unique: the scheme's base name (the host; ``lxc-CTID``), with the
-    port, with the root, the URL."""
+    port, with the root, the URL; each kept to the characters a name may hold (``_name``)."""
     if target.local:
         return [LOCAL]
     scheme = schemes.get(target.scheme)
@@ -291,7 +304,15 @@ def _candidates(target: TargetAddress, schemes: Schemes) -> list[str]:
     with_port = f"{base}:{target.port}" if target.port else base
     rooted = with_port if target.root == "/" else \
         f"{with_port}:{target.root.strip('/').replace('/', '.')}"
-    return [base, with_port, rooted, target.url]
+    return [_name(base), _name(with_port), _name(rooted), _name(target.url)]
+
+
+def _name(text: str) -> str:
+    """``text`` as a target's name: each character a name may not hold (a root's newline,
+    ``<``, a space; a URL's ``/``) written ``_``, so that a derived name keeps the rule an
+    explicit ``?name=`` is held to (it ends every check's id and is shown everywhere)."""
+    name = _UNNAMED.sub("_", text)
+    return name if _NAME.match(name) else f"t{name}"
 
 
 def name_targets(targets: Sequence[TargetAddress],
@@ -299,15 +320,13 @@ def name_targets(targets: Sequence[TargetAddress],
     """Each target with a name no other has; explicit names (``?name=``, an inventory's) win
     and must be unique; the same target twice is refused (see the module's docstring)."""
     _refuse_duplicates(targets, schemes)
-    named: list[TargetAddress] = []
     for level in range(4):
         names = [t.name or _candidates(t, schemes)[level] for t in targets]
         if len(set(names)) == len(names):
-            named = [replace(t, name=n) for t, n in zip(targets, names, strict=True)]
-            break
-    if not named:
-        named = [replace(t, name=t.name or t.url) for t in targets]
-    return named
+            return [replace(t, name=n) for t, n in zip(targets, names, strict=True)]
+    # roots that differ only in characters a name cannot hold: numbered in the order given
+    return [replace(t, name=t.name or f"{_candidates(t, schemes)[2]}-{number}")
+            for number, t in enumerate(targets, 1)]
 
 
 def parse_targets(texts: Sequence[str], schemes: Schemes = BUILTIN) -> list[TargetAddress]:

@@ -19,7 +19,7 @@ ROOT = ""
 
 FLOORS: dict[str, int] = {
     # floor 0: the base, which imports no layer but the package root
-    ROOT: 0, "result": 0, "files": 0, "progress": 0, "long_lived": 0,
+    ROOT: 0, "result": 0, "files": 0, "progress": 0, "long_lived": 0, "printable": 0,
     "host": 0, "linux": 0, "spec": 0, "specs": 0, "targets": 0,
     # floor 1: waiting a bounded time (on the host's clock); the table of options
     "bounded": 1, "options": 1,

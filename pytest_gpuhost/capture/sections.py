@@ -14,6 +14,11 @@ from ..checks import capturer_of, kind_name
 from ..checks.capturing import Captured
 from ..result import CheckResult
 from ..spec import Spec
+from .yamltext import flow
+
+MAX_ENTRY_CHARS = 64 * 1024
+"""The longest entry a capture writes (a spec may hold 4 MiB in all): a host's huge value (a
+1.5 MB sysctl) is left out with a comment, and everything else is still captured."""
 
 
 def capture_sections(specs: Sequence[tuple[str, Spec]], records: Sequence[CheckResult],
@@ -36,6 +41,12 @@ def capture_sections(specs: Sequence[tuple[str, Spec]], records: Sequence[CheckR
                 continue
             captured = capture(model, by_kind)
             for key, value in captured.entries.items():
+                size = len(flow(value))
+                if size > MAX_ENTRY_CHARS:  # a spec is a short file: the rest still captured
+                    merged.leave_out(key, f"its value is {size} characters of YAML, more "
+                                     f"than the {MAX_ENTRY_CHARS} a captured entry holds: write "
+                                     "it by hand if it must be checked")
+                    continue
                 merged.entries.setdefault(key, value)
             merged.notes += captured.notes
     return sections

@@ -3,7 +3,10 @@ style (``key: {value: 0, why: "..."}``), comments where something was left out.
 
 Words (``madvise``, ``acpi-cpufreq``) and canonical decimal integers are written bare; every
 other string is double-quoted (JSON's escapes are YAML's), so ``off``, ``Y``, ``0x2`` or ``1.10``
-stay strings.
+stay strings. A host's value can hold any character: those YAML refuses in a file (DEL, the C1
+controls, U+FFFE, a lone surrogate) and those it takes for line breaks and folds inside quotes
+(U+0085, U+2028, U+2029) are written as escapes, so the value reads back as it was; in a comment
+they are written as their escapes' text.
 """
 
 from __future__ import annotations
@@ -22,6 +25,19 @@ INDENT = "  "
 WIDTH = 80
 
 
+_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff\ufffe\uffff]")
+"""What JSON leaves as it is but YAML refuses or folds (JSON escapes what is below 0x20)."""
+
+
+def _escaped(found: re.Match[str]) -> str:
+    return f"\\u{ord(found.group()):04x}"
+
+
+def quoted(text: str) -> str:
+    """``text`` double-quoted, every character escaped that YAML would refuse or fold."""
+    return _UNSAFE.sub(_escaped, json.dumps(text, ensure_ascii=False))
+
+
 def scalar(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -32,12 +48,11 @@ def scalar(value: Any) -> str:
     text = str(value)
     if _INTEGER.match(text) or (_WORD.match(text) and text.lower() not in RESERVED):
         return text
-    return json.dumps(text, ensure_ascii=False)
+    return quoted(text)
 
 
 def key(name: str) -> str:
-    return name if _PLAIN_KEY.match(name) and name.lower() not in RESERVED \
-        else json.dumps(name, ensure_ascii=False)
+    return name if _PLAIN_KEY.match(name) and name.lower() not in RESERVED else quoted(name)
 
 
 def flow(value: Any) -> str:
@@ -76,8 +91,9 @@ def block(value: Mapping[str, Any], depth: int) -> list[str]:
 
 
 def comment(text: str) -> str:
-    """One comment line: a newline or carriage return inside would end the comment."""
-    return "# " + " ".join(text.split())
+    """One comment line: a newline or carriage return inside would end the comment, and a
+    character YAML refuses would make the file unloadable (written as its escape's text)."""
+    return "# " + _UNSAFE.sub(_escaped, " ".join(text.split()))
 
 
 def spec_text(header: Sequence[str], top: Mapping[str, Any],

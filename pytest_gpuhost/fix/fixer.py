@@ -108,8 +108,12 @@ class Fixer:
     def __init__(self, host: Host, journal: Journal | None, *, run_lock: RootLock | None,
                  apply_lock: RootLock | None, lock_timeout: float,
                  nvml: NvmlSource | None = None,
-                 command_timeout: float = COMMAND_TIMEOUT_S) -> None:
+                 command_timeout: float = COMMAND_TIMEOUT_S,
+                 held: Sequence[RootLock] = ()) -> None:
         self.host = host
+        self.held = tuple(held)
+        """Locks taken before the run judged anything (a rollback's apply lock), released at
+        ``close`` with the run lock."""
         self.command_timeout = command_timeout
         """How long a command (modprobe) may run before its process group is killed."""
         self.nvml = nvml
@@ -157,11 +161,34 @@ class Fixer:
                     *((later, f"not made: {change.describe()} before it was refused ({exc})",
                        False, None) for later in entries[index + 1:])])
                 raise
+            except BaseException as exc:  # an interrupt: Ctrl-C, SIGTERM or SIGHUP
+                self._interrupted(made, entry, change, entries[index + 1:], exc)
+                raise
             made.append((entry, change))
             if output:
                 outputs.append(output)
         self._journal_outcomes(self._made(made))
         return Applied(plan.summary, "\n".join(outputs))
+
+    def _interrupted(self, made: Sequence[tuple[str | None, Change]], entry: str | None,
+                     change: Change, later: Sequence[str | None], exc: BaseException) -> None:
+        """The run was interrupted while ``change`` was being made: its command's process group
+        was killed (a remote one by its agent), but what it did first is unknown, so it is
+        journaled ``unknown`` (and the journal left open); the changes made before it are
+        ``applied`` without a read-back (a rollback then restores only over the value the
+        fix wrote), those after it not made. Lines that cannot be written stay pending,
+        which a rollback treats the same."""
+        why = str(exc) or type(exc).__name__
+        self._journal_outcomes([
+            *((done, None, False, None) for done, _ in made),
+            (entry, f"the run was interrupted ({why}) during {change.describe()}; what it "
+                    "did is unknown: see what the host holds now, or undo it with "
+                    "--gpuhost-rollback", True, None),
+            *((rest, f"not made: the run was interrupted ({why}) before it", False, None)
+              for rest in later)])
+        with contextlib.suppress(OSError, HostError):
+            if self.journal is not None:
+                self.journal.sync()
 
     def _made(self, made: Sequence[tuple[str | None, Change]]
               ) -> list[tuple[str | None, str | None, bool, bytes | None]]:
@@ -287,5 +314,7 @@ class Fixer:
         except HostError:  # the lines are written; a host gone now only leaves them unsynced
             pass
         finally:
+            for lock in self.held:
+                lock.release()
             if self.run_lock is not None:
                 self.run_lock.release()

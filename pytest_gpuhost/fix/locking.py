@@ -62,7 +62,9 @@ class RootLock:
                 holder = str(exc).removeprefix("held by ")
                 raise LockTimeout(
                     f"another pytest-gpuhost run holds the {self.purpose} lock {self.location} "
-                    f"(waited {timeout:g} s): {holder}") from None
+                    f"(waited {timeout:g} s): {holder} (a command a run started, such as a "
+                    "modprobe, keeps it until that command ends, even after the run is gone)"
+                ) from None
             hint = " (--fix needs root)" if exc.errno in (errno.EACCES, errno.EPERM) else ""
             raise LockUnavailable(f"cannot take the {self.purpose} lock {self.location}: "
                                   f"{exc}{hint}") from exc

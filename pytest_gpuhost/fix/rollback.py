@@ -4,7 +4,9 @@ Each journaled change becomes a ``rollback`` check whose expected value is the o
 passes when the host already holds it (the change never happened, or was undone), and its fix
 writes the original back. A change whose outcome line is missing (the run crashed) or whose
 command timed out (``unknown``) is restored the same way: restoring an original is safe whether
-or not the change was made.
+or not the change was made, once nothing can still be making it: the rollback holds the target's
+run and apply locks before it reads or judges anything (``fix.run.rollback_fixer``), and a
+command a run started holds them until it has ended, even after its run was killed.
 
 A journal is rolled back only on the host it changed (``refuse_foreign``): the same root (its
 real path) and, on the real root ``/``, the same machine (machine-id; the hostname where there
@@ -70,18 +72,8 @@ def refuse_foreign(journal: JournalContents, here: HostIdentity, *,
     docstring); the message says whose journal it is, what this host is, and what to pass."""
     made, path = journal.identity, journal.shown
     if made is None:
-        local = journal.local
-        home = journal_home(local) if local is not None else None
-        if home is not None and os.path.realpath(home) == here.root:
-            return
-        where = (f"it lies under the root {home}: pass --gpuhost-root={home}" if home is not None
-                 else f"it does not lie in a ROOT/{JOURNAL_DIR} directory, so the host it "
-                      f"changed cannot be told: move it into the journal directory of the root "
-                      f"it changed and pass that --gpuhost-root")
-        raise JournalError(f"{path}: a journal without the identity of the host it changed "
-                           f"(written before pytest-gpuhost recorded it) is rolled back only on "
-                           f"the root whose journal directory holds it; this host is "
-                           f"{_who(here)}, and {where}")
+        _refuse_unidentified(journal, here)
+        return
     mine = f"{path}: the journal of {_who(made)}; this host is {_who(here)}"
     if made.root != here.root:
         raise JournalError(f"{mine}: it is rolled back only there: pass --gpuhost-root="
@@ -93,10 +85,34 @@ def refuse_foreign(journal: JournalContents, here: HostIdentity, *,
     elif made.hostname != here.hostname:
         raise JournalError(f"{mine}: another machine (no machine-id to compare, and the "
                            "hostnames differ); run the rollback on the machine that wrote it")
+    if not after_reboot:
+        _refuse_rebooted(journal, made, here, mine)
+
+
+def _refuse_unidentified(journal: JournalContents, here: HostIdentity) -> None:
+    """A journal older than the identity header: only on the root whose journal directory
+    holds it."""
+    local = journal.local
+    home = journal_home(local) if local is not None else None
+    if home is not None and os.path.realpath(home) == here.root:
+        return
+    where = (f"it lies under the root {home}: pass --gpuhost-root={home}" if home is not None
+             else f"it does not lie in a ROOT/{JOURNAL_DIR} directory, so the host it "
+                  f"changed cannot be told: move it into the journal directory of the root "
+                  f"it changed and pass that --gpuhost-root")
+    raise JournalError(f"{journal.shown}: a journal without the identity of the host it changed "
+                       f"(written before pytest-gpuhost recorded it) is rolled back only on "
+                       f"the root whose journal directory holds it; this host is "
+                       f"{_who(here)}, and {where}")
+
+
+def _refuse_rebooted(journal: JournalContents, made: HostIdentity, here: HostIdentity,
+                     mine: str) -> None:
+    """Runtime changes of a boot before this one: the reboot reset them."""
     runtime = [e for e in journal.entries
                if e.state != FAILED and not isinstance(e.change, ReplaceFile)]
     rebooted = made.boot_id and here.boot_id and made.boot_id != here.boot_id
-    if rebooted and runtime and not after_reboot:
+    if rebooted and runtime:
         raise JournalError(
             f"{mine}: the host has rebooted since (boot id {made.boot_id} then, {here.boot_id} "
             f"now). The reboot reset its {len(runtime)} runtime change(s) (sysctls, config "

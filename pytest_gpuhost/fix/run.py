@@ -63,6 +63,31 @@ def make_fixer(host: Host, journal: StateFile | None, spec: str, *, worker: bool
                  lock_timeout=lock_timeout, nvml=nvml)
 
 
+def rollback_fixer(host: Host, *, lock_timeout: float, nvml: NvmlSource | None) -> Fixer:
+    """A rollback's fixer, holding the target's run lock and then its apply lock before the
+    rollback chooses, reads or judges anything (raises LockUnavailable, naming the holder).
+
+    While another run holds them its changes are still being made; and a command a run
+    started holds them until it has ended, even after the run itself was killed (it inherits
+    them: ``agent.Root.run``). A change judged meanwhile would pass as "never made" and the
+    journal be closed, then the change land: so nothing is judged until both are had. The
+    rollback journals nothing, and holds both to its end."""
+    from .fixer import Fixer
+    from .locking import RootLock
+
+    store = StateStore.of(host)
+    run_lock = RootLock(store.file(f"{STATE_DIR}/run.lock"), "run")
+    apply_lock = RootLock(store.file(f"{STATE_DIR}/apply.lock"), "apply")
+    run_lock.acquire(lock_timeout)
+    try:
+        apply_lock.acquire(lock_timeout)
+    except BaseException:
+        run_lock.release()
+        raise
+    return Fixer(host, None, run_lock=run_lock, apply_lock=None, lock_timeout=lock_timeout,
+                 nvml=nvml, held=(apply_lock,))
+
+
 def default_journal(host: Host, option: Path | None, spec: str,
                     workerinput: Mapping[str, object] | None) -> StateFile:
     """The run's journal: the one the controller chose (an xdist worker), the file named by
@@ -75,11 +100,13 @@ def default_journal(host: Host, option: Path | None, spec: str,
 
 
 def close_rollback(journal: JournalContents, results: Sequence[CheckResult]) -> bool:
-    """Mark the journal rolled back when every change is back to its original."""
+    """Mark the journal rolled back when every change is back to its original: each has a
+    record (one per change), and each passed or was fixed."""
     from .journal import Journal
 
-    if any(r.outcome not in (Outcome.FIXED, Outcome.PASSED) for r in results):
-        return False
+    if len(results) < len(journal.entries) or any(
+            r.outcome not in (Outcome.FIXED, Outcome.PASSED) for r in results):
+        return False  # a change not back, or one never judged (an interrupted run)
     restored = sum(r.outcome is Outcome.FIXED for r in results)
     Journal(journal.location, "rollback").close_rollback(restored, failed=0)
     return True

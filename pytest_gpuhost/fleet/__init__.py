@@ -142,6 +142,25 @@ def _no_result(records: Sequence[Record]) -> str | None:
     return None
 
 
+_TEXT_FIELDS = ("id", "kind", "outcome")
+_OPTIONAL_FIELDS = ("key", "expected", "observed", "message", "location", "target")
+
+
+def _record_problem(record: Record) -> str | None:
+    """What makes a record unusable by the fleet view (an ``outcome`` that is a mapping, a
+    list where a value belongs, ``evidence`` that is no list); None when it is usable."""
+    for name in _TEXT_FIELDS:
+        if name in record and not isinstance(record[name], str):
+            return f"{name} is {type(record[name]).__name__} {str(record[name])[:60]}"
+    for name in _OPTIONAL_FIELDS:
+        if record.get(name) is not None and not isinstance(record[name], str):
+            return f"{name} is {type(record[name]).__name__} {str(record[name])[:60]}"
+    evidence = record.get("evidence")
+    if evidence is not None and not isinstance(evidence, list):
+        return f"evidence is {type(evidence).__name__}, not a list"
+    return None
+
+
 def targets_of_report(data: Mapping[str, Any], source: str) -> list[FleetRow]:
     """The rows of one JSON report: one per target it names (``targets``, and each record's
     ``target``), or, for a report of one machine without them, one named by its ``host``."""
@@ -150,6 +169,11 @@ def targets_of_report(data: Mapping[str, Any], source: str) -> list[FleetRow]:
         return [FleetRow(Path(source).stem, source, reason=f"{source}: not a pytest-gpuhost "
                        "report (no 'checks' list)")]
     records = [c for c in checks if isinstance(c, Mapping)]
+    for number, record in enumerate(records, 1):
+        problem = _record_problem(record)
+        if problem is not None:
+            return [FleetRow(Path(source).stem, source, reason=f"{source}: check {number} is "
+                             f"not a pytest-gpuhost record: {problem}")]
     listed = data.get("targets")
     entries: dict[str, Mapping[str, Any]] = {}
     for item in listed if isinstance(listed, list) else ():

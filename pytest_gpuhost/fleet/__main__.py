@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..files import OutputError, check_output, write_output
+from ..printable import printable
 from . import read_reports
 from .drift import find_drift
 from .matrix import drift_lines, matrix_lines
@@ -41,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     gc.freeze()  # what was read lives until exit: the collector need not scan it again
     drifts = find_drift(targets)
     for line in [*matrix_lines(targets), "", *drift_lines(drifts, args.drift_limit)]:
-        print(line)
+        print(printable(line))
     if html is not None:
         try:
             write_output(html, render(targets, drifts, args.title))

@@ -119,10 +119,19 @@ def page_data(targets: Sequence[FleetRow], drifts: Sequence[Drift], title: str) 
             "drift": drift_rows}
 
 
+def _embedded(text: str) -> str:
+    """JSON that is safe inside a ``<script>`` element: every ``<`` (and ``>``, ``&``) as a
+    JSON escape. Escaping only ``</`` was not enough: a host value ``<!--<script>`` puts the
+    HTML parser in the script element's "double escaped" state, where the element's own
+    ``</script>`` no longer ends it, and the page's script never runs. The characters occur
+    only inside JSON strings, where the escapes read back as the same text."""
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
 def render(targets: Sequence[FleetRow], drifts: Sequence[Drift], title: str) -> str:
     """The whole page."""
-    blob = json.dumps(page_data(targets, drifts, title), separators=(",", ":"),
-                      ensure_ascii=False).replace("</", "<\\/")
+    blob = _embedded(json.dumps(page_data(targets, drifts, title), separators=(",", ":"),
+                                ensure_ascii=False))
     style = (HERE / "page.css").read_text(encoding="utf-8")
     script = (HERE / "page.js").read_text(encoding="utf-8")
     return f"""<!DOCTYPE html>

@@ -1,5 +1,7 @@
 """The host agent: every operation pytest-gpuhost makes on a machine, contained in its host root.
 
+(One file over 400 lines on purpose: it is sent to a target as one source over stdin.)
+
 This one file is the whole of what touches a machine. ``LocalHost`` calls it in-process; a remote
 host sends this file's source over its one connection and runs it there with ``python3``
 (``serve``), so a remote target gets exactly the same containment and limits as a local one.
@@ -32,12 +34,14 @@ import fcntl
 import fnmatch
 import json
 import os
+import selectors
 import signal
 import socket
 import stat
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 PROTOCOL = 1
@@ -48,6 +52,12 @@ KMSG_LIMIT = 64 * 2**20
 COMMAND_DIRS = ("usr/sbin", "usr/bin", "sbin", "bin")
 COMMAND_TIMEOUT_S = 120.0
 OUTPUT_LIMIT = 16 * 2**20
+REAP_S = 5.0
+"""How long a killed command's group is waited for before it is left to end by itself."""
+LOCK_POLL_S = 0.05
+"""How often a lock held by another process is tried again."""
+EXIT_POLL_S = 0.05
+"""How often a command that closed its outputs is looked at until it has ended."""
 MAX_LINKS = 40
 KMSG_DEVICE = (1, 11)
 LOCK_MARK = b"pytest-gpuhost lock:"
@@ -122,8 +132,16 @@ def _libc_openat2() -> object | None:
 class Root:
     """A host root: resolves relative paths inside it and opens them."""
 
-    def __init__(self, path: str, *, prefer_openat2: bool = True) -> None:
+    def __init__(self, path: str, *, prefer_openat2: bool = True,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.path = os.path.abspath(path)
+        self.clock = clock
+        """Monotonic seconds: the deadlines of commands and lock waits (injected in tests)."""
+        self.watch: Channel | None = None
+        """The connection a served agent watches while a command runs or a lock is waited
+        for: it closing, or a cancel on it, stops the wait (``Channel.stop``)."""
+        self._running: list[subprocess.Popen[bytes]] = []
+        """Commands killed that had not ended when their reaping gave up: their locks stay."""
         self.real = os.path.realpath(self.path) == "/"
         self.fd = os.open(self.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         self._locks: dict[int, str] = {}
@@ -235,13 +253,7 @@ class Root:
                     raise
                 if stat.S_ISLNK(info.st_mode) and (follow_last or not last):
                     links += 1
-                    if links > MAX_LINKS:
-                        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))
-                    target = os.readlink(part, dir_fd=stack[-1])
-                    if target.startswith("/"):
-                        while len(stack) > 1:
-                            os.close(stack.pop())
-                    parts = [p for p in target.split("/") if p not in ("", ".")] + parts
+                    parts = self._follow(stack, part, links) + parts
                     if not parts:  # a link to the root itself
                         return self._root_as_parent(stack)
                     continue
@@ -253,6 +265,18 @@ class Root:
         finally:
             for fd in stack[1:]:
                 os.close(fd)
+
+    @staticmethod
+    def _follow(stack: list[int], name: str, links: int) -> list[str]:
+        """The components of the link ``name`` in the directory on top of ``stack``; an
+        absolute target starts again at the root (``stack`` is cut back to it)."""
+        if links > MAX_LINKS:
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))
+        target = os.readlink(name, dir_fd=stack[-1])
+        if target.startswith("/"):
+            while len(stack) > 1:
+                os.close(stack.pop())
+        return [p for p in target.split("/") if p not in ("", ".")]
 
     def _root_as_parent(self, stack: list[int]) -> tuple[int, str]:
         """A path that resolves to a directory itself: (that directory, ``.``)."""
@@ -333,46 +357,38 @@ class Root:
         check_relative(pattern)
         paths = [""]
         for part in [p for p in pattern.split("/") if p not in ("", ".")]:
-            following = []
-            for base in paths:
-                if not any(char in part for char in "*?["):
-                    following.append(f"{base}/{part}" if base else part)
-                    continue
-                try:
-                    names = self._listdir(base or ".")
-                except OpError as exc:
-                    if exc.errno in _MISSING:
-                        continue
-                    raise
-                hidden = part.startswith(".")
-                following += [f"{base}/{n}" if base else n for n in names
-                              if fnmatch.fnmatchcase(n, part) and (hidden or n[0] != ".")]
-            paths = following
-        matches: list[list[object]] = []
-        for path in sorted(paths):
+            paths = [path for base in paths for path in self._step(base, part)]
+        matches = (self._match(path, read, limit, links) for path in sorted(paths))
+        return [match for match in matches if match is not None]
+
+    def _step(self, base: str, part: str) -> list[str]:
+        """The paths under ``base`` that one component of a glob pattern names."""
+        if not any(char in part for char in "*?["):
+            return [f"{base}/{part}" if base else part]
+        try:
+            names = self._listdir(base or ".")
+        except OpError as exc:
+            if exc.errno in _MISSING:
+                return []
+            raise
+        hidden = part.startswith(".")
+        return [f"{base}/{n}" if base else n for n in names
+                if fnmatch.fnmatchcase(n, part) and (hidden or n[0] != ".")]
+
+    def _match(self, path: str, read: bool, limit: int, links: bool) -> list[object] | None:
+        """One glob match as ``glob`` returns it, or None for a path that is gone."""
+        try:
             if links:
-                try:
-                    target = self.readlink(path)
-                except OpError as exc:
-                    matches.append([path, exc])
-                    continue
-                if target is not None or self._lexists(path):
-                    matches.append([path, target])
-                continue
+                target = self.readlink(path)
+                return [path, target] if target is not None or self._lexists(path) else None
             if not read:
-                try:
-                    self.stat(path)
-                except OpError:
-                    continue
-                matches.append([path, None])
-                continue
-            try:
-                matches.append([path, self.read(path, limit)])
-            except OpError as exc:
-                if exc.errno in _MISSING:
-                    continue
-                matches.append([path, exc])
-        return matches
+                self.stat(path)
+                return [path, None]
+            return [path, self.read(path, limit)]
+        except OpError as exc:
+            if links:
+                return [path, exc]
+            return None if not read or exc.errno in _MISSING else [path, exc]
 
     def kmsg(self, rel: str, limit: int = KMSG_LIMIT) -> list[str]:
         """The kernel log's records: read(2) per record from the device until EAGAIN, or the
@@ -636,7 +652,35 @@ class Root:
     def lock(self, rel: str, timeout: float, holder: str) -> int:
         """Take the flock on a lock file (made here if missing, never through a link, never
         a file that is not one of ours), waiting up to ``timeout`` s; the kernel drops it when
-        this process ends. Returns a handle for ``unlock``."""
+        this process ends and every command it started while holding it has ended (they
+        inherit it: see ``run``). Returns a handle for ``unlock``."""
+        fd = self._lock_file(rel)
+        try:
+            seen = os.pread(fd, 256, 0)
+            if seen and not seen.startswith(LOCK_MARK):
+                raise OpError(f"{self.shown(rel)} holds something else than a pytest-gpuhost "
+                              "lock: left as it is (remove it if it is stale)", errno.EINVAL)
+            deadline = self.clock() + timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if self.clock() >= deadline:
+                        held = os.pread(fd, 512, 0).decode("utf-8", "replace").strip()
+                        raise OpError(f"held by {held[len(LOCK_MARK):].strip() or 'unknown'}",
+                                      errno.EWOULDBLOCK) from None
+                    self._pause(LOCK_POLL_S)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, LOCK_MARK + b" " + holder.encode("utf-8", "replace")[:400] + b"\n", 0)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._locks[fd] = rel
+        return fd
+
+    def _lock_file(self, rel: str) -> int:
+        """The lock file open for reading and writing, made if missing, and ours."""
         try:
             self._make_dirs(rel.rstrip("/").rpartition("/")[0])
             parent, name = self.parent(rel)
@@ -651,35 +695,36 @@ class Root:
             os.close(parent)
         try:
             self._own(fd, rel)
-            seen = os.pread(fd, 256, 0)
-            if seen and not seen.startswith(LOCK_MARK):
-                raise OpError(f"{self.shown(rel)} holds something else than a pytest-gpuhost "
-                              "lock: left as it is (remove it if it is stale)", errno.EINVAL)
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        held = os.pread(fd, 512, 0).decode("utf-8", "replace").strip()
-                        raise OpError(f"held by {held[len(LOCK_MARK):].strip() or 'unknown'}",
-                                      errno.EWOULDBLOCK) from None
-                    time.sleep(0.05)
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, LOCK_MARK + b" " + holder.encode("utf-8", "replace")[:400] + b"\n", 0)
         except BaseException:
             os.close(fd)
             raise
-        self._locks[fd] = rel
         return fd
 
+    def _pause(self, seconds: float) -> None:
+        """Wait ``seconds`` (a lock's next try), or less when ``watch`` says the run is over:
+        then OpError EINTR, so that a controller gone or interrupted never leaves this agent
+        waiting for a lock it would then hold."""
+        if self.watch is None:
+            time.sleep(seconds)
+            return
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.watch.fileno(), selectors.EVENT_READ)
+            if selector.select(seconds):
+                why = self.watch.stop()
+                if why is not None:
+                    raise OpError(f"stopped waiting for the lock: {why}", errno.EINTR)
+
     def unlock(self, handle: int) -> None:
+        """Let the lock go. While a command started under it may still run (one killed that
+        did not end in time), the lock and its holder's line stay: that command keeps it
+        until it ends (it inherited the lock), and a rollback must wait for that."""
         if self._locks.pop(handle, None) is None:
             return
+        self._running = [process for process in self._running if process.poll() is None]
         try:
-            os.ftruncate(handle, 0)
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            if not self._running:
+                os.ftruncate(handle, 0)
+                fcntl.flock(handle, fcntl.LOCK_UN)
         finally:
             os.close(handle)
 
@@ -689,16 +734,9 @@ class Root:
         if not isinstance(name, str) or not name or "/" in name or "\0" in name:
             raise OpError(f"command {name!r} must be a bare name", errno.EINVAL)
         for directory in COMMAND_DIRS:
-            try:
-                fd = self.open(f"{directory}/{name}", os.O_PATH)
-            except OSError:
-                continue
-            try:
-                info = os.fstat(fd)
-                if stat.S_ISREG(info.st_mode) and info.st_mode & 0o111:
-                    return self.real_path(fd)
-            finally:
-                os.close(fd)
+            found = self._executable(f"{directory}/{name}")
+            if found is not None:
+                return found
         if self.real:
             for directory in os.environ.get("PATH", "").split(os.pathsep):
                 candidate = os.path.join(directory, name)
@@ -706,8 +744,30 @@ class Root:
                     return candidate
         return None
 
+    def _executable(self, rel: str) -> str | None:
+        """The real path of an executable file at ``rel`` inside the root, or None."""
+        try:
+            fd = self.open(rel, os.O_PATH)
+        except OSError:
+            return None
+        try:
+            info = os.fstat(fd)
+            if stat.S_ISREG(info.st_mode) and info.st_mode & 0o111:
+                return self.real_path(fd)
+            return None
+        finally:
+            os.close(fd)
+
     def run(self, argv: list[str], env: dict[str, str] | None = None,
             timeout: float = COMMAND_TIMEOUT_S) -> dict[str, object]:
+        """Run a command in its own session, its output bounded, within ``timeout`` s.
+
+        The command inherits the locks this process holds (``pass_fds``): the kernel keeps
+        the run lock held until the command has ended, even if this process is killed first
+        (SIGKILL, the OOM killer), so a rollback never judges a change a command may still
+        be making. Whatever ends the wait (the timeout, the connection closing or a cancel
+        seen through ``watch``, a signal turned into an exception) kills the command's whole
+        process group first, and the change stays unknown."""
         if not argv or not all(isinstance(arg, str) and "\0" not in arg for arg in argv):
             raise OpError(f"not a command line: {argv!r}", errno.EINVAL)
         executable = self.which(argv[0])
@@ -720,22 +780,97 @@ class Root:
         try:
             process = subprocess.Popen(
                 [executable, *argv[1:]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, env=environment, cwd=self.path, start_new_session=True)
+                stderr=subprocess.PIPE, env=environment, cwd=self.path, start_new_session=True,
+                pass_fds=tuple(self._locks))
         except OSError as exc:
             raise OpError(f"cannot run {executable}: {exc.strerror}", exc.errno) from None
+        shown = " ".join(argv)
         try:
-            stdout, stderr = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill_group(process)
-            raise OpError(f"{' '.join(argv)} did not finish in {timeout:g} s; its process group "
-                          "was killed, and whether it made its change is unknown",
+            stdout, stderr = self._outputs(process, self.clock() + timeout)
+        except _Late:
+            self._end(process)
+            raise OpError(f"{shown} did not finish in {timeout:g} s; its process group was "
+                          "killed, and whether it made its change is unknown",
                           errno.ETIMEDOUT) from None
+        except _Stopped as stop:
+            self._end(process)
+            raise OpError(f"{shown} was stopped ({stop}); its process group was killed, and "
+                          "whether it made its change is unknown", errno.EINTR) from None
         except BaseException:
-            _kill_group(process)
+            self._end(process)
             raise
         return {"returncode": process.returncode,
-                "stdout": stdout[-OUTPUT_LIMIT:].decode("utf-8", errors="replace"),
-                "stderr": stderr[-OUTPUT_LIMIT:].decode("utf-8", errors="replace")}
+                "stdout": stdout.decode("utf-8", errors="replace"),
+                "stderr": stderr.decode("utf-8", errors="replace")}
+
+    def _outputs(self, process: subprocess.Popen[bytes], deadline: float
+                 ) -> tuple[bytes, bytes]:
+        """The command's stdout and stderr (the last OUTPUT_LIMIT bytes of each) once it has
+        ended; ``_Late`` past ``deadline``, ``_Stopped`` when ``watch`` says to stop."""
+        assert process.stdout is not None and process.stderr is not None
+        kept = {process.stdout.fileno(): bytearray(), process.stderr.fileno(): bytearray()}
+        with selectors.DefaultSelector() as selector:
+            for fd in kept:
+                selector.register(fd, selectors.EVENT_READ)
+            if self.watch is not None:
+                selector.register(self.watch.fileno(), selectors.EVENT_READ, _WATCH)
+            while True:
+                pipes = any(fd in selector.get_map() for fd in kept)
+                if not pipes and process.poll() is not None:
+                    break
+                left = deadline - self.clock()
+                if left <= 0:
+                    raise _Late
+                if not pipes:  # its outputs closed; it has not ended (yet)
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        process.wait(min(left, EXIT_POLL_S))
+                for key, _ in selector.select(min(left, 1.0) if pipes else 0):
+                    self._take(key, selector, kept)
+        return (bytes(kept[process.stdout.fileno()][-OUTPUT_LIMIT:]),
+                bytes(kept[process.stderr.fileno()][-OUTPUT_LIMIT:]))
+
+    def _take(self, key: selectors.SelectorKey, selector: selectors.BaseSelector,
+              kept: dict[int, bytearray]) -> None:
+        """What one ready descriptor of a running command holds: output, kept bounded; or,
+        on the watched connection, a reason to stop (``_Stopped``)."""
+        if key.data is _WATCH:
+            assert self.watch is not None
+            why = self.watch.stop()
+            if why is not None:
+                raise _Stopped(why)
+            return
+        chunk = os.read(key.fd, 1 << 16)
+        if not chunk:
+            selector.unregister(key.fd)
+            return
+        buffer = kept[key.fd]
+        buffer += chunk
+        if len(buffer) > 2 * OUTPUT_LIMIT:
+            del buffer[:-OUTPUT_LIMIT]
+
+    def _end(self, process: subprocess.Popen[bytes]) -> None:
+        """Kill the command and every child it started (its own session), then reap it and
+        wait for its outputs to close (every process of the group that held them has ended),
+        for at most REAP_S s: one still in the kernel then (a module's init) stays in
+        ``_running``, and keeps the lock it inherited."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        deadline = self.clock() + REAP_S
+        try:
+            process.wait(REAP_S)
+        except subprocess.TimeoutExpired:
+            self._running.append(process)
+        with selectors.DefaultSelector() as selector:
+            for stream in (process.stdout, process.stderr):
+                if stream is not None:
+                    selector.register(stream.fileno(), selectors.EVENT_READ)
+            while selector.get_map() and self.clock() < deadline:
+                for key, _ in selector.select(max(0.0, min(deadline - self.clock(), 1.0))):
+                    if not os.read(key.fd, 1 << 16):
+                        selector.unregister(key.fd)
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
 
     def identity(self) -> dict[str, object]:
         info: dict[str, object] = {"root": os.path.realpath(self.path)}
@@ -751,75 +886,132 @@ class Root:
         return info
 
 
-def _kill_group(process: subprocess.Popen) -> None:  # type: ignore[type-arg]
-    """Kill the command and every child it started (its own session), then reap it."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
-    with contextlib.suppress(Exception):  # reaping is best effort once the group is dead
-        process.communicate(timeout=5)
+_WATCH = object()
+"""The selector's mark on the watched connection's descriptor."""
+
+
+class _Late(Exception):
+    """A command ran past its timeout."""
+
+
+class _Stopped(Exception):
+    """The watched connection said to stop a command (it closed, or a cancel came)."""
+
+
+class Ended(BaseException):
+    """SIGTERM or SIGHUP to the agent: raised where it is, as SIGINT raises KeyboardInterrupt,
+    so a running command's group is killed before the agent exits (and lets its locks go)."""
+
+
+def _ended(signum: int, frame: object) -> None:
+    raise Ended(signal.Signals(signum).name)
 
 
 # -- requests -----------------------------------------------------------------------------------
 
 
+def _text(request: dict[str, Any], key: str) -> str:
+    value = request.get(key)
+    if not isinstance(value, str):
+        raise OpError(f"a {request.get('op')} request needs {key!r} as a string, not "
+                      f"{type(value).__name__}", errno.EINVAL)
+    return value
+
+
+def _whole(request: dict[str, Any], key: str, default: int) -> int:
+    value = request.get(key) or default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise OpError(f"a {request.get('op')} request needs {key!r} as an integer, not "
+                      f"{type(value).__name__}", errno.EINVAL)
+    return value
+
+
+def _seconds(request: dict[str, Any], key: str, default: float) -> float:
+    value = request.get(key) or default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise OpError(f"a {request.get('op')} request needs {key!r} as a number, not "
+                      f"{type(value).__name__}", errno.EINVAL)
+    return float(value)
+
+
+def _data(request: dict[str, Any]) -> bytes:
+    value = request.get("data")
+    if not isinstance(value, bytes):
+        raise OpError(f"a {request.get('op')} request needs its data as bytes",
+                      errno.EINVAL)
+    return value
+
+
+def _run(root: Root, request: dict[str, Any]) -> object:
+    argv, env = request.get("argv"), request.get("env") or {}
+    if not isinstance(argv, list) or not all(isinstance(arg, str) for arg in argv):
+        raise OpError("a run request needs its argv as a list of strings", errno.EINVAL)
+    if not isinstance(env, dict) or not all(isinstance(key, str) and isinstance(value, str)
+                                            for key, value in env.items()):
+        raise OpError("a run request needs its env as a mapping of strings", errno.EINVAL)
+    return root.run(argv, env, _seconds(request, "timeout", COMMAND_TIMEOUT_S))
+
+
+def _write(root: Root, request: dict[str, Any]) -> object:
+    root.write(_text(request, "path"), _data(request), _whole(request, "offset", 0),
+               truncate=bool(request.get("truncate")))
+    return None
+
+
+def _replace(root: Root, request: dict[str, Any]) -> object:
+    root.replace(_text(request, "path"), _data(request), _whole(request, "mode", 0o644))
+    return None
+
+
+def _create(root: Root, request: dict[str, Any]) -> object:
+    root.create(_text(request, "path"), _data(request), _whole(request, "mode", 0o600))
+    return None
+
+
+def _append(root: Root, request: dict[str, Any]) -> object:
+    root.append(_text(request, "path"), _data(request), sync=request.get("sync", True) is not False)
+    return None
+
+
+def _remove(root: Root, request: dict[str, Any]) -> object:
+    root.remove(_text(request, "path"))
+    return None
+
+
+def _unlock(root: Root, request: dict[str, Any]) -> object:
+    root.unlock(_whole(request, "handle", -1))
+    return None
+
+
+OPERATIONS: dict[str, Callable[[Root, dict[str, Any]], object]] = {
+    "read": lambda root, r: root.read(_text(r, "path"), _whole(r, "limit", DEFAULT_LIMIT)),
+    "stat": lambda root, r: root.stat(_text(r, "path")),
+    "list": lambda root, r: root.listdir(_text(r, "path")),
+    "glob": lambda root, r: root.glob(_text(r, "pattern"), read=bool(r.get("read")),
+                                      limit=_whole(r, "limit", DEFAULT_LIMIT),
+                                      links=bool(r.get("links"))),
+    "kmsg": lambda root, r: root.kmsg(_text(r, "path"), _whole(r, "limit", KMSG_LIMIT)),
+    "readlink": lambda root, r: root.readlink(_text(r, "path")),
+    "which": lambda root, r: root.which(_text(r, "name")),
+    "identity": lambda root, r: root.identity(),
+    "lock": lambda root, r: root.lock(_text(r, "path"), _seconds(r, "timeout", 0.0),
+                                      str(r.get("holder") or "")),
+    "run": _run, "write": _write, "replace": _replace, "create": _create, "append": _append,
+    "remove": _remove, "unlock": _unlock,
+}
+"""Each operation a request may name, and what carries it out."""
+
+
 def execute(root: Root, request: dict[str, Any]) -> object:
-    """One request: ``{"op": ..., ...}`` -> its value; raises OpError."""
-    op = request.get("op")
-    if op == "read":
-        return root.read(str(request["path"]), int(request.get("limit") or DEFAULT_LIMIT))
-    if op == "stat":
-        return root.stat(str(request["path"]))
-    if op == "list":
-        return root.listdir(str(request["path"]))
-    if op == "glob":
-        return root.glob(str(request["pattern"]), read=bool(request.get("read")),
-                         limit=int(request.get("limit") or DEFAULT_LIMIT),
-                         links=bool(request.get("links")))
-    if op == "kmsg":
-        return root.kmsg(str(request["path"]), int(request.get("limit") or KMSG_LIMIT))
-    if op == "write":
-        data = request["data"]
-        assert isinstance(data, bytes)
-        root.write(str(request["path"]), data, int(request.get("offset") or 0),
-                   truncate=bool(request.get("truncate")))
-        return None
-    if op == "replace":
-        data = request["data"]
-        assert isinstance(data, bytes)
-        root.replace(str(request["path"]), data, int(request.get("mode") or 0o644))
-        return None
-    if op == "remove":
-        root.remove(str(request["path"]))
-        return None
-    if op == "readlink":
-        return root.readlink(str(request["path"]))
-    if op == "which":
-        return root.which(str(request["name"]))
-    if op == "run":
-        argv = request["argv"]
-        env = request.get("env")
-        assert isinstance(argv, list)
-        return root.run([str(a) for a in argv], dict(env) if isinstance(env, dict) else None,
-                        float(request.get("timeout") or COMMAND_TIMEOUT_S))
-    if op == "identity":
-        return root.identity()
-    if op == "create":
-        data = request["data"]
-        assert isinstance(data, bytes)
-        root.create(str(request["path"]), data, int(request.get("mode") or 0o600))
-        return None
-    if op == "append":
-        data = request["data"]
-        assert isinstance(data, bytes)
-        root.append(str(request["path"]), data, sync=request.get("sync", True) is not False)
-        return None
-    if op == "lock":
-        return root.lock(str(request["path"]), float(request.get("timeout") or 0),
-                         str(request.get("holder") or ""))
-    if op == "unlock":
-        root.unlock(int(request["handle"]))
-        return None
-    raise OpError(f"unknown operation {op!r}", errno.EINVAL)
+    """One request: ``{"op": ..., ...}`` -> its value; raises OpError (a request that is not
+    one of the table's, or whose fields have the wrong types, included)."""
+    if not isinstance(request, dict):
+        raise OpError(f"a request must be a mapping, not {type(request).__name__}",
+                      errno.EINVAL)
+    operation = OPERATIONS.get(request.get("op"))  # type: ignore[arg-type]
+    if operation is None:
+        raise OpError(f"unknown operation {request.get('op')!r}", errno.EINVAL)
+    return operation(root, request)
 
 
 def batch(root: Root, requests: list[dict[str, Any]]) -> list[dict[str, object]]:
@@ -862,42 +1054,111 @@ def decode(value: object) -> object:
     return value
 
 
-def _send(out: object, message: object) -> None:
-    data = json.dumps(message, separators=(",", ":")).encode()
-    out.write(b"%d\n" % len(data) + data)  # type: ignore[attr-defined]
-    out.flush()  # type: ignore[attr-defined]
+class Channel:
+    """The agent's end of its connection: a length line, then that many bytes of JSON, each
+    way. Input is read through a buffer of its own, so that while a command runs the agent
+    still sees the connection close or a ``{"cancel": ...}`` arrive (``stop``)."""
 
+    HEADER_LIMIT = 32
 
-def _receive(source: object) -> object:
-    header = source.readline()  # type: ignore[attr-defined]
-    if not header:
+    def __init__(self, source: int, out: Any) -> None:
+        self.source = source
+        self.out = out
+        self.buffer = bytearray()
+        self.closed = False
+
+    def fileno(self) -> int:
+        return self.source
+
+    def send(self, message: object) -> None:
+        data = json.dumps(message, separators=(",", ":")).encode()
+        self.out.write(b"%d\n" % len(data) + data)
+        self.out.flush()
+
+    def _fill(self) -> None:
+        chunk = os.read(self.source, 1 << 20)
+        if chunk:
+            self.buffer += chunk
+        else:
+            self.closed = True
+
+    def _head(self, *, take: bool) -> tuple[bool, object]:
+        """(True, the message) when a whole one is at the head of the buffer (taken off it
+        with ``take``); ValueError for a stream that is not this protocol."""
+        newline = self.buffer.find(b"\n")
+        if newline < 0:
+            if len(self.buffer) > self.HEADER_LIMIT:
+                raise ValueError("not a length line")
+            return False, None
+        size = int(self.buffer[:newline])
+        end = newline + 1 + size
+        if size < 0 or len(self.buffer) < end:
+            return False, None
+        message = json.loads(bytes(self.buffer[newline + 1:end]))
+        if take:
+            del self.buffer[:end]
+        return True, message
+
+    def receive(self) -> object | None:
+        """The next message; None once the connection has closed."""
+        while True:
+            whole, message = self._head(take=True)
+            if whole:
+                return message
+            if self.closed:
+                return None
+            self._fill()
+
+    def stop(self) -> str | None:
+        """Why a running command must end, from what has arrived (called when input is
+        ready): the connection closed (the controller or its ssh is gone), or the controller
+        asked to cancel; None: go on (a message that is not a cancel waits its turn)."""
+        if not self.closed:
+            self._fill()
+        if self.closed:
+            return "the connection to the controller closed"
+        whole, message = self._head(take=False)
+        if whole and isinstance(message, dict) and "cancel" in message:
+            self._head(take=True)
+            return f"the controller cancelled it: {message['cancel']}"
         return None
-    size = int(header)
-    data = source.read(size)  # type: ignore[attr-defined]
-    if len(data) != size:
-        return None
-    return json.loads(data)
 
 
 def serve(root_path: str) -> int:
-    """Answer batches on stdin/stdout until stdin closes: a length line, then that many bytes
-    of JSON, each way. The first message says who and where this is."""
-    source, out = sys.stdin.buffer, sys.stdout.buffer
+    """Answer batches on stdin/stdout until stdin closes. The first message says who and
+    where this is. SIGTERM and SIGHUP end the agent as its input closing does: a command it
+    runs is killed (its whole group) first."""
+    channel = Channel(sys.stdin.fileno(), sys.stdout.buffer)
     try:
         root = Root(root_path)
     except OSError as exc:
-        _send(out, {"hello": None, "error": f"the host root {root_path} cannot be opened: "
-                                            f"{exc.strerror}", "errno": exc.errno})
+        channel.send({"hello": None, "error": f"the host root {root_path} cannot be opened: "
+                                              f"{exc.strerror}", "errno": exc.errno})
         return 1
-    _send(out, {"hello": {"protocol": PROTOCOL, "python": list(sys.version_info[:3]),
-                          "euid": os.geteuid(), "identity": root.identity()}})
+    root.watch = channel
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _ended)
+    try:
+        channel.send({"hello": {"protocol": PROTOCOL, "python": list(sys.version_info[:3]),
+                                "euid": os.geteuid(), "identity": root.identity()}})
+        return _answer(root, channel)
+    except (Ended, KeyboardInterrupt, OSError, ValueError):  # told to end, the connection
+        # gone, or a stream that is not this protocol
+        return 1
+
+
+def _answer(root: Root, channel: Channel) -> int:
     while True:
-        message = _receive(source)
+        message = channel.receive()
         if message is None:
             return 0
+        if isinstance(message, dict) and "cancel" in message:
+            continue  # for a command that had ended before the cancel came
         requests = decode(message)
-        assert isinstance(requests, list)
-        _send(out, encode(batch(root, requests)))
+        if not isinstance(requests, list):
+            channel.send({"error": "not a batch of requests"})
+            continue
+        channel.send(encode(batch(root, requests)))
 
 
 if __name__ == "__main__":

@@ -15,22 +15,19 @@ ssh is run with the user's configuration (``-F FILE`` when given: Host aliases, 
 identities, ControlMaster all apply), ``BatchMode=yes`` (never a prompt: a host key that the
 configuration does not accept, a password, a passphrase end the connection with ssh's message)
 and keep-alives, so a dead peer is noticed.
+
+An interrupt (Ctrl-C, or SIGTERM and SIGHUP, which the run turns into one) while the target works
+on a request sends the agent a cancel: a command it runs is killed with its whole process group,
+and the connection stays usable for the journal's last lines; a target that does not answer the
+cancel in CANCEL_WAIT_S is cut off, and its agent, seeing its input close, does the same.
 """
 
 from __future__ import annotations
 
-import collections
-import contextlib
 import errno
 import json
-import os
-import selectors
-import shlex
-import subprocess
-import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from . import (
@@ -51,19 +48,26 @@ from . import (
     reply_from_wire,
 )
 from .agent import decode, encode
+from .answers import HEADER_LIMIT as HEADER_LIMIT
+from .answers import MAX_MESSAGE as MAX_MESSAGE
+from .answers import batch_problem, hello_problem
+from .pipes import MINIMUM_PYTHON as MINIMUM_PYTHON
+from .pipes import STDERR_KEPT as STDERR_KEPT
+from .pipes import Pipes
+from .pipes import Traffic as Traffic
+from .ssh import end_masters as end_masters
+from .ssh import lxc_argv as lxc_argv
+from .ssh import masters_directory as masters_directory
+from .ssh import ssh_argv as ssh_argv
 
 AGENT_SOURCE = Path(__file__).with_name("agent.py")
-MINIMUM_PYTHON = (3, 8)
 HOST_KEY_REFUSED = "Host key verification failed"
 """What ssh says when it refuses a target's host key (unknown under strict checking, or
 changed)."""
-MAX_MESSAGE = 256 * 2**20
-"""The largest answer taken from the target: more than any batch of bounded reads (a kernel
-log's 64 MiB of records the largest), so a length beyond it is a stream gone wrong."""
-HEADER_LIMIT = 32
-"""A length line is a number of at most this many bytes."""
 OPERATION_TIMEOUT_S = 60.0
 """The longest a read, write or listing may take on the target before the host is lost."""
+CANCEL_WAIT_S = 10.0
+"""How long an interrupted run waits for the agent to stop what it was doing and answer."""
 BOOTSTRAP = (
     "import sys\n"
     f"if sys.version_info < {MINIMUM_PYTHON}: sys.exit('pytest-gpuhost needs python3 "
@@ -76,45 +80,18 @@ BOOTSTRAP = (
 root as its argument; the agent then serves on the same pipes. Nothing is written there."""
 
 
-@dataclass
-class Traffic:
-    """What a connection cost: the JSON report records it per target."""
-
-    round_trips: int = 0
-    bytes_sent: int = 0
-    bytes_received: int = 0
-    connect_seconds: float | None = None
-    connections: int = 0
-
-    def as_dict(self) -> dict[str, object]:
-        return {"round_trips": self.round_trips, "connections": self.connections,
-                "bytes_sent": self.bytes_sent,
-                "bytes_received": self.bytes_received,
-                "connect_seconds": round(self.connect_seconds, 4)
-                if self.connect_seconds is not None else None}
-
-
-class AgentHost(BatchReads):
+class AgentHost(Pipes, BatchReads):
     """A machine whose agent answers on the pipes of ``argv`` (ssh, lxc-attach)."""
 
     def __init__(self, url: str, argv: Sequence[str], root: str, *,
                  connect_timeout: float = 10.0, time_limit: float | None = None,
                  name: str | None = None, refused_key_hint: str = "") -> None:
+        super().__init__(list(argv), name or url, time_limit)
         self.url = url
         self.refused_key_hint = refused_key_hint
         """Said after ssh's own words when it refuses the target's host key (what to do)."""
-        self.argv = list(argv)
         self.root = root
         self.connect_timeout = connect_timeout
-        self.time_limit = time_limit
-        """Seconds this process may wait on the target in all (None: no limit)."""
-        self.spent = 0.0
-        """Seconds waited on it so far."""
-        self.name = name or url
-        self.traffic = Traffic()
-        self._process: subprocess.Popen[bytes] | None = None
-        self._stderr: collections.deque[str] = collections.deque(maxlen=20)
-        self._buffer = bytearray()  # appended to in place: a long answer is copied once
         self._hello: dict[str, object] = {}
         self._lost: HostError | None = None
 
@@ -136,180 +113,60 @@ class AgentHost(BatchReads):
     def _start(self) -> None:
         start = time.monotonic()
         try:
-            process = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                       stderr=subprocess.PIPE, start_new_session=True)
+            self._spawn()
         except OSError as exc:
             self._lost = TargetLost(f"cannot reach {self.url}: cannot run {self.argv[0]}: "
                                    f"{exc.strerror}", exc.errno)
             raise self._lost from None
-        self._process = process
-        assert process.stdin is not None
-        os.set_blocking(process.stdin.fileno(), False)  # writes wait in _send_raw, bounded
-        threading.Thread(target=self._drain_stderr, args=(process,), daemon=True).start()
         source = AGENT_SOURCE.read_bytes()
         try:
             self._send_raw(b"%d\n" % len(source) + source, self.connect_timeout + 5.0,
                            "the agent's source")
             hello = self._wait(self.connect_timeout + 5.0, "the agent to start")
-        except TargetTimeout as exc:
-            self._lost = exc
-            self._close_process(kill=True)
+        except BaseException as exc:
+            self._lose_start(exc)
             raise
-        except HostError as exc:
-            hint = " (a shell startup file there that prints on a non-interactive login, such " \
-                "as an echo in ~/.bashrc, comes before the agent: make it print only in an " \
-                "interactive shell)" if exc.errno == errno.EPROTO else ""
-            if HOST_KEY_REFUSED in str(exc):
-                hint = self.refused_key_hint
-            self._lost = TargetLost(f"cannot reach {self.url}: {exc}{hint}", exc.errno)
-            self._close_process(kill=exc.errno in (errno.EPROTO, errno.ETIMEDOUT))
-            raise self._lost from None
         self.traffic.connect_seconds = (self.traffic.connect_seconds or 0.0) + \
             time.monotonic() - start
         self.traffic.connections += 1
-        if not isinstance(hello, dict) or not isinstance(hello.get("hello"), dict):
-            reason = hello.get("error") if isinstance(hello, dict) else hello
-            self._lost = TargetLost(f"cannot use {self.url}: {reason}")
-            self._close_process()
+        problem = hello_problem(hello)
+        if problem is not None or not isinstance(hello, dict) or hello["hello"] is None:
+            reason = f"the target sent something that is not the agent's answer: {problem}" \
+                if problem is not None else (hello.get("error") if isinstance(hello, dict)
+                                             else hello)
+            self._lost = TargetLost(f"cannot use {self.url}: {reason}", errno.EPROTO)
+            self._close_process(kill=problem is not None)
             raise self._lost
         self._hello = hello["hello"]
 
-    def _drain_stderr(self, process: subprocess.Popen[bytes]) -> None:
-        assert process.stderr is not None
-        for line in process.stderr:
-            self._stderr.append(line.decode("utf-8", "replace").rstrip())
-
-    def _said(self) -> str:
-        """What ssh (or python3 there) last said, for a message."""
-        if self._process is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._process.wait(timeout=0.5)  # let the last words reach the drain thread
-        time.sleep(0.05)
-        lines = [line for line in self._stderr if line.strip()]
-        return " / ".join(lines[-3:])
-
-    @contextlib.contextmanager
-    def _waiting(self, timeout: float) -> Iterator[tuple[float, bool]]:
-        """One wait on the target (a send, an answer): its deadline, ``timeout`` seconds from
-        now or what is left of the time limit if that is sooner (``bounded``: the limit is
-        what ends it), and its time counted in the limit whatever happens."""
-        start = time.monotonic()
-        left = None if self.time_limit is None else self.time_limit - self.spent
-        if left is not None and left <= 0:
-            raise self._hung()
-        allowed = timeout if left is None else min(timeout, left)
-        try:
-            yield start + allowed, allowed < timeout
-        finally:
-            self.spent += time.monotonic() - start
-
-    def _send_raw(self, data: bytes, timeout: float, sending: str) -> None:
-        """Write ``data`` within ``timeout`` seconds and within what is left of the time limit.
-
-        A target that stops reading (a frozen container: ``lxc-freeze``, a backup in suspend
-        mode, a stopped agent) fills the pipe, and ssh's channel window after it; a blocking
-        write of a bigger message would then wait past every limit. The pipe is non-blocking
-        and each write waits for room only until the deadline."""
-        assert self._process is not None and self._process.stdin is not None
-        fd = self._process.stdin.fileno()
-        rest = memoryview(data)
-        with self._waiting(timeout) as (deadline, bounded), \
-                selectors.DefaultSelector() as selector:
-            selector.register(fd, selectors.EVENT_WRITE)
-            while rest:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    if bounded:
-                        raise self._hung()
-                    raise HostError(f"it stopped reading: {len(data) - len(rest)} of the "
-                                    f"{len(data)} bytes of {sending} went in {timeout:g} s",
-                                    errno.ETIMEDOUT)
-                if not selector.select(min(remaining, 1.0)):
-                    continue
-                try:
-                    rest = rest[os.write(fd, rest):]
-                except BlockingIOError:
-                    continue
-                except OSError:  # EPIPE: the connection is gone
-                    raise self._gone("the connection closed") from None
-        self.traffic.bytes_sent += len(data)
-
-    def _gone(self, what: str) -> HostError:
-        said = self._said()  # waits a moment for the exit status and the last words
-        code = self._process.poll() if self._process is not None else None
-        if ("python3" in said and ("not found" in said or "No such" in said)) or (
-                code == 127 and not said):  # a 127 that names another command is about that
-            reason = f"python3 is not installed there (pytest-gpuhost needs python3 " \
-                     f"{'.'.join(map(str, MINIMUM_PYTHON))}+ on the target): {said}"
-        else:
-            reason = said or (f"{self.argv[0]} exited {code}" if code is not None else what)
-        return HostError(reason, errno.ECONNRESET)
-
-    def _wait(self, timeout: float, waiting_for: str, why: str | None = None) -> object:
-        """One message within ``timeout`` seconds and within what is left of the time limit
-        (``why`` the target may take long, said if it takes too long)."""
-        with self._waiting(timeout) as (deadline, bounded):
-            try:
-                return self._receive(deadline, waiting_for)
-            except HostError as exc:
-                if bounded and exc.errno == errno.ETIMEDOUT:
-                    raise self._hung(why) from None
-                raise
-
-    def _hung(self, why: str | None = None) -> TargetTimeout:
-        step = current_step() or "waiting for it"
-        return TargetTimeout(f"target {self.name} hung while {step}: no answer within "
-                             f"--gpuhost-target-timeout={self.time_limit:g} s"
-                             f"{f' ({why})' if why else ''}, so the run went on without it", step)
-
-    def _receive(self, deadline: float, waiting_for: str) -> object:
-        """One message: a length line, then that many bytes of JSON."""
-        assert self._process is not None and self._process.stdout is not None
-        stdout = self._process.stdout
-        fd = stdout.fileno()
-        with selectors.DefaultSelector() as selector:
-            selector.register(fd, selectors.EVENT_READ)
-            while True:
-                newline = self._buffer.find(b"\n")
-                if newline >= 0:
-                    header = bytes(self._buffer[:newline])
-                    try:
-                        size = int(header)
-                    except ValueError:
-                        size = -1
-                    if size < 0:
-                        raise _garbled(header)
-                    if size > MAX_MESSAGE:
-                        raise _garbled(header, f" (an answer of {size} bytes, more than the "
-                                               f"{MAX_MESSAGE} any answer of the agent's has)")
-                    if len(self._buffer) >= newline + 1 + size:
-                        payload = bytes(self._buffer[newline + 1:newline + 1 + size])
-                        del self._buffer[:newline + 1 + size]
-                        self.traffic.bytes_received += newline + 1 + size
-                        try:
-                            return json.loads(payload)
-                        except ValueError:  # not JSON (UnicodeDecodeError is one too)
-                            raise _garbled(payload) from None
-                elif len(self._buffer) > HEADER_LIMIT:
-                    raise _garbled(bytes(self._buffer))
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise HostError(f"no answer in time while waiting for {waiting_for}",
-                                    errno.ETIMEDOUT)
-                if not selector.select(min(remaining, 1.0)):
-                    continue
-                chunk = os.read(fd, 1 << 20)
-                if not chunk:
-                    raise self._gone("the connection closed")
-                self._buffer += chunk
+    def _lose_start(self, exc: BaseException) -> None:
+        """The connection could not be made: the target is lost, saying why."""
+        if isinstance(exc, TargetTimeout):
+            self._lost = exc
+        elif isinstance(exc, HostError):
+            hint = " (a shell startup file there that prints on a non-interactive login, " \
+                "such as an echo in ~/.bashrc, comes before the agent: make it print only in " \
+                "an interactive shell)" if exc.errno == errno.EPROTO else ""
+            if HOST_KEY_REFUSED in str(exc):
+                hint = self.refused_key_hint
+            self._lost = TargetLost(f"cannot reach {self.url}: {exc}{hint}", exc.errno)
+        else:  # an interrupt while connecting
+            self._lost = TargetLost(f"cannot reach {self.url}: the run was interrupted while "
+                                   "connecting", errno.EINTR)
+        killed = not isinstance(exc, HostError) or isinstance(exc, TargetTimeout) or \
+            exc.errno in (errno.EPROTO, errno.ETIMEDOUT)
+        self._close_process(kill=killed)
+        if isinstance(exc, HostError) and not isinstance(exc, TargetTimeout):
+            raise self._lost from None
 
     def _exchange(self, requests: list[dict[str, object]], timeout: float,
                   why: str | None = None) -> list[object]:
         self._connect()
         data = json.dumps(encode(requests), separators=(",", ":")).encode()
+        count = f"{len(requests)} request(s)"
         try:
-            self._send_raw(b"%d\n" % len(data) + data, timeout, f"{len(requests)} request(s)")
-            answer = self._wait(timeout, f"{len(requests)} request(s)", why)
+            self._send_raw(b"%d\n" % len(data) + data, timeout, count)
+            answer = self._wait(timeout, f"the answer to {count}", why)
         except TargetTimeout as exc:
             self._lost = exc
             self._close_process(kill=True)
@@ -318,20 +175,44 @@ class AgentHost(BatchReads):
             self._lost = TargetLost(f"lost the connection to {self.url}: {exc}", exc.errno)
             self._close_process(kill=exc.errno in (errno.EPROTO, errno.ETIMEDOUT))
             raise self._lost from None
+        except BaseException as exc:  # an interrupt: stop the target's work, then go on
+            self._cancel(str(exc) or type(exc).__name__)
+            raise
         self.traffic.round_trips += 1
         try:
             decoded = decode(answer)
-        except ValueError:  # a {"b64": ...} that is not base64
+        except (ValueError, RecursionError):  # a {"b64": ...} that is not base64; too deep
             decoded = None
-        if not isinstance(decoded, list) or len(decoded) != len(requests) or not all(
-                isinstance(item, dict) and ("value" in item or "error" in item)
-                for item in decoded):
+        problem = batch_problem(requests, decoded)
+        if problem is not None:
             # the next answer could be this one's: nothing more is read from this stream
-            self._lost = TargetLost(f"lost the connection to {self.url}: "
-                                   f"{_garbled(json.dumps(answer).encode())}", errno.EPROTO)
+            self._lost = TargetLost(f"lost the connection to {self.url}: the target sent "
+                                   f"something that is not the agent's answer: {problem}",
+                                   errno.EPROTO)
             self._close_process(kill=True)
             raise self._lost
-        return decoded
+        return decoded  # type: ignore[return-value]
+
+    def _cancel(self, why: str) -> None:
+        """The run was interrupted while the target worked on a request: ask the agent to
+        stop it (a command is killed there with its process group) and take its answer, so
+        the connection stays usable; a target that does not answer within CANCEL_WAIT_S, a
+        message cut in the middle or a second interrupt cut the connection instead (the
+        agent, seeing its input close, stops the same way)."""
+        if self._process is None:
+            return
+        try:
+            if self._partial:
+                raise HostError("a request went out only in part")
+            cancel = json.dumps({"cancel": f"the run was interrupted ({why})"}).encode()
+            self._send_raw(b"%d\n" % len(cancel) + cancel, CANCEL_WAIT_S, "a cancel")
+            self._receive(time.monotonic() + CANCEL_WAIT_S, CANCEL_WAIT_S,
+                          "the interrupted request's answer")
+        except BaseException:  # whatever it was, the connection is cut
+            self._lost = TargetLost(f"lost the connection to {self.url}: the run was "
+                                   f"interrupted ({why}) while {current_step() or 'using it'}",
+                                   errno.EINTR)
+            self._close_process(kill=True)
 
     def _op(self, request: dict[str, object], timeout: float | None = None,
             why: str | None = None) -> object:
@@ -344,33 +225,13 @@ class AgentHost(BatchReads):
             raise HostError(str(answer["error"]), int(code) if isinstance(code, int) else None)
         return answer.get("value")
 
-    def _close_process(self, *, kill: bool = False) -> None:
-        """Close the agent's input and let it exit (``kill``: at once, a hung target)."""
-        process = self._process
-        if process is None:
-            return
-        if kill:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, 9)
-        for stream in (process.stdin,):
-            try:
-                if stream is not None:
-                    stream.close()
-            except OSError:
-                pass
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, 9)
-            process.wait()
-
     def close(self) -> None:
         """End the session: the agent sees its input close and exits, leaving nothing (its
         locks drop with it). The next call connects again."""
         self._close_process()
         self._process = None
         self._buffer = bytearray()
+        self._partial = False
 
     # -- Host -------------------------------------------------------------------------------
 
@@ -454,94 +315,7 @@ class AgentHost(BatchReads):
                              str(done["stderr"]))
 
 
-def _garbled(data: bytes, why: str = "") -> HostError:
-    """What the target said instead of the agent's answer: a shell's startup file that
-    prints, a wrapper's banner, a corrupted stream."""
-    return HostError(f"the target sent something that is not the agent's answer: "
-                     f"{data[:200]!r}{why}", errno.EPROTO)
-
-
 def agent_command(root: str, python: str | None = None) -> list[str]:
     """The target's command line: ``python`` (an inventory's ansible_python_interpreter;
     default python3) running the bootstrap, the root as its argument."""
     return [python or "python3", "-c", BOOTSTRAP, root]
-
-
-MASTER_PERSIST_S = 60
-"""How long a shared master connection waits idle for the next session before it ends."""
-MAX_SOCKET_PATH = 80
-"""A control socket's path, with the 17 characters ssh adds while making it, stays within the
-108 bytes of a Unix socket's name."""
-
-
-def ssh_argv(destination: str, *, port: int | None, user: str | None, config: Path | None,
-             connect_timeout: float, inner: Sequence[str], identity_file: str | None = None,
-             extra: Sequence[str] = (), master: Path | None = None,
-             strict_host_keys: bool = False) -> list[str]:
-    """ssh running ``inner`` on ``destination`` (the remote side gets one shell-quoted line).
-    ``extra`` (a host's own ssh arguments, an inventory's ``ansible_ssh_common_args``) comes
-    before the run's options: ssh keeps the first value it is given of an option, so a host's
-    ``-o ConnectTimeout=5`` wins over --gpuhost-connect-timeout, as the configuration file's
-    values give way to both. Only ``BatchMode=yes`` comes before it: no host may make the run
-    wait on a prompt (a password, a passphrase, an unknown host key), and, with
-    ``strict_host_keys`` (a --fix or a rollback, unless --gpuhost-accept-new-host-keys),
-    ``StrictHostKeyChecking=yes``: a host key known_hosts does not hold is refused whatever
-    the configuration or the host's own arguments say (``accept-new``, ``no``), so root never
-    writes to a machine whose key nobody checked. ``master``: a control socket for this
-    target alone, shared by the processes of one run (OpenSSH's ControlMaster): the first
-    makes the connection, the others open sessions over it without a new key exchange and
-    login."""
-    argv = ["ssh"]
-    if config is not None:
-        argv += ["-F", str(config)]
-    argv += ["-o", "BatchMode=yes"]
-    if strict_host_keys:
-        argv += ["-o", "StrictHostKeyChecking=yes"]
-    argv += [*extra]
-    if identity_file is not None:
-        argv += ["-i", identity_file]
-    argv += ["-o", f"ConnectTimeout={max(1, round(connect_timeout))}",
-             "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3", "-T", "-e", "none"]
-    if master is not None:
-        argv += ["-o", "ControlMaster=auto", "-o", f"ControlPath={master}",
-                 "-o", f"ControlPersist={MASTER_PERSIST_S}"]
-    if port is not None:
-        argv += ["-p", str(port)]
-    if user is not None:
-        argv += ["-l", user]
-    return [*argv, "--", destination, shlex.join(inner)]
-
-
-def masters_directory(parent: Path) -> Path | None:
-    """A directory for the control sockets of a run's ssh targets, or None where its path is
-    too long for them (then every process makes its own connections)."""
-    directory = parent / "ssh"
-    if len(str(directory)) + 6 > MAX_SOCKET_PATH:
-        return None
-    directory.mkdir(mode=0o700, exist_ok=True)
-    return directory
-
-
-def end_masters(directory: Path, timeout: float = 5.0) -> None:
-    """Ask every master connection with a socket in ``directory`` to exit (``ssh -O exit``),
-    all at once; one that does not answer within ``timeout`` ends by itself when idle."""
-    asked = []
-    for socket_path in sorted(directory.iterdir()) if directory.is_dir() else []:
-        if socket_path.is_socket():
-            with contextlib.suppress(OSError):
-                asked.append(subprocess.Popen(
-                    ["ssh", "-F", "/dev/null", "-o", f"ControlPath={socket_path}", "-O", "exit",
-                     "gpuhost-master"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL))
-    deadline = time.monotonic() + timeout
-    for process in asked:
-        try:
-            process.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def lxc_argv(container: str, inner: Sequence[str]) -> list[str]:
-    """``lxc-attach -n CTID -- ...``: what Proxmox's ``pct exec`` runs."""
-    return ["lxc-attach", "-n", container, "--", *inner]

@@ -97,6 +97,7 @@ class Controller:
             rollback=fixrun.rollback.shown if fixrun.rollback else None,
             json_report=settings.report is not None,
             targets=targets if session.named else (),
+            stopped=self.run.stopped or self.stopped_early,
             topologies=tuple((name, target.topology()) for name, target in
                              session.targets.items() if target.unreachable is None)
             if settings.topology else ())
@@ -128,6 +129,8 @@ class Controller:
         self.stopped_early = str(reason) if reason else None
         if not reason and session.exitstatus == pytest.ExitCode.INTERRUPTED:
             self.stopped_early = "interrupted"  # Ctrl-C, or a plugin's pytest.exit()
+        if not reason and session.exitstatus == pytest.ExitCode.INTERNAL_ERROR:
+            self.stopped_early = "an internal error: see INTERNALERROR in the run's output"
         if self.run.session.rollback is not None and not self.run.settings.dry_run:
             self._close_rollback(session)
         if self.run.stopped is not None:
@@ -142,6 +145,10 @@ class Controller:
             except OutputError as exc:
                 self.run.problems.append(str(exc))
                 at_least(session, pytest.ExitCode.TESTS_FAILED)
+            except Exception as exc:  # a writer's bug never takes the other reports down
+                self.run.problems.append(f"{type(reporter).__name__}: not written: "
+                                         f"{type(exc).__name__}: {exc}")
+                at_least(session, pytest.ExitCode.TESTS_FAILED)
         if self.run.settings.npd:
             from ..reports import npd
 
@@ -153,7 +160,7 @@ class Controller:
         from ..fix.journal import JournalError
 
         try:
-            self.rolled_back = self.run.session.close_rollback(self.book.ordered())
+            self.rolled_back = self.run.session.close_rollback(self.records())
         except (JournalError, OSError) as exc:  # read-only, or its directory is gone
             self.run.problems.append(
                 f"rollback: the changes are restored, but {exc}: a later default rollback "

@@ -92,6 +92,9 @@ class Distributing:
         if journal is not None:
             self.shared.extra[JOURNAL_KEY] = str(journal)
         self.run.config.pluginmanager.register(self.shared, "gpuhost-shared-dir")
+        from .dead_workers import DeadWorkerSends
+
+        self.run.config.pluginmanager.register(DeadWorkerSends(), "gpuhost-dead-worker-sends")
         fixer = fixrun.fixer if fixrun is not None else None
         if fixer is not None and fixer.run_lock is not None:
             try:  # before any worker starts: the workers' fixes run under this run's lock

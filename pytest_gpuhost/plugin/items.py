@@ -15,6 +15,7 @@ from .. import long_lived
 from ..checks import KERNEL, Check
 from ..fix.locking import LockUnavailable
 from ..host import HostError, TargetLost
+from ..printable import printable
 from ..progress import progress_to
 from ..reports.failure import format_failure
 from ..result import CheckResult, Outcome
@@ -146,7 +147,8 @@ class GpuhostItem(pytest.Item):
             raise CheckError(self.result) from None
         if self.result.outcome is Outcome.SKIPPED:
             # Reported at the spec's line, as a skip mark's would be (not in pytest's runner).
-            raise pytest.skip.Exception(self.result.message, _use_item_location=True)
+            raise pytest.skip.Exception(printable(self.result.message),
+                                        _use_item_location=True)
         if self.result.outcome is Outcome.ERROR:
             raise CheckError(self.result)
         if self.result.outcome not in PASSING:
@@ -167,7 +169,7 @@ class GpuhostItem(pytest.Item):
 
         def show(text: str) -> None:
             with capture.global_and_fixture_disabled():
-                reporter.write_line(f"  {self.check.id}: {text}")
+                reporter.write_line(printable(f"  {self.check.id}: {text}"))
 
         return show
 

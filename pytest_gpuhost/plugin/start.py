@@ -25,12 +25,14 @@ import pytest
 
 from .. import builtin, long_lived, specs
 from ..builtin import kind_name
+from ..fix.locking import LockUnavailable
 from ..options import OPTIONS, RawOptions
 from ..result import CheckResult
 from ..runstate import benchmark_files, finished_state
 from ..session import Session
 from ..settings import Settings, SettingsError, resolve, target_record
 from ..spec import SpecError
+from . import interrupts
 from .items import RUN, GpuhostItem
 from .ledger import Ledger
 
@@ -211,6 +213,7 @@ def start_run(config: pytest.Config) -> None:
             settings = resolve(raw_options(config))
             if not settings.active:
                 return
+            config.add_cleanup(interrupts.install())  # SIGTERM, SIGHUP: as SIGINT does
             run = _make_run(config, settings)
         except SettingsError as exc:
             raise pytest.UsageError(str(exc)) from None
@@ -264,6 +267,8 @@ def _make_run(config: pytest.Config, settings: Settings) -> Run:
             shared.pytest_unconfigure()
         if isinstance(exc, SpecError):
             raise pytest.UsageError(f"bad gpuhost spec: {exc}") from None
+        if isinstance(exc, LockUnavailable):  # a rollback waits for every other run
+            pytest.exit(f"--gpuhost-rollback: {exc}", returncode=pytest.ExitCode.INTERRUPTED)
         raise
     if log is None:
         return Run(config, settings, session, Ledger(), reports, shared)
@@ -294,6 +299,9 @@ def _register(config: pytest.Config, run: Run) -> None:
 
         controller = Controller(run)
         manager.register(controller, "gpuhost-controller")
+        from .failures import register as fold_failures
+
+        fold_failures(config, REPORT_ATTR)  # the checks' failures written in one pass, folded
         benchmark_files(config, finished_state(run.session, controller.records))
         manager.register(Summary(controller), "gpuhost-summary")
         if settings.distributing:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..printable import printable
 from ..reports.terminal import TerminalSummary
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ class Summary:
             write(f"rollback: {rollback.shown} is {'closed' if done else 'still open'}"
                   + ("" if done else " (some changes are not back: run it again once fixed)"))
         for problem in self.run.problems:
-            write(problem, red=True)
+            write(printable(problem), red=True)
 
     def _naming(self, name: str, url: str) -> str:
         """The options that name one target again: an inventory's host by the inventory (its

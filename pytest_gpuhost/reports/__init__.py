@@ -93,6 +93,9 @@ class RunInfo:
     written; None without one (a rollback, no host check selected)."""
     topologies: tuple[tuple[str, dict[str, Any]], ...] = ()
     """--gpuhost-topology: (target name, its GPUs' PCIe topology) for each target."""
+    stopped: str | None = None
+    """Why the run ended before its checks did (an interrupt, a lock it could not have, an
+    internal error); None when it ran to its end."""
     finished_at: float = field(default_factory=time.time)
 
     @property

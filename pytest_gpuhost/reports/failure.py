@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from ..printable import printable
 from ..result import CheckResult, Outcome
 
 
 def format_failure(result: CheckResult) -> str:
     """The reason on the first line (pytest's short summary shows it), then expected against
-    observed, why it matters, what a fix did and what was read."""
+    observed, why it matters, what a fix did and what was read; host values escaped
+    (``printable``)."""
     lines = [result.message or result.outcome.value,
              f"  {result.outcome.value.upper()} {result.id} at {result.location}"
              + (f" on {result.target}" if result.target else "")
@@ -34,4 +36,4 @@ def format_failure(result: CheckResult) -> str:
         row("warning", warning)
     for evidence in result.evidence:
         row("read", f"{evidence['source']}: {evidence['raw']}")
-    return "\n".join(lines)
+    return printable("\n".join(lines))

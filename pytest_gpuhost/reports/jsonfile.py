@@ -26,6 +26,8 @@ def json_report(records: Sequence[CheckResult], info: RunInfo,
         "dry_run": info.dry_run,
         "journal": info.journal,
         "rollback": info.rollback,
+        "complete": info.stopped is None,
+        "stopped": info.stopped,
         **(extra or {}),
         "host": info.hostname,  # null: the host said nothing of itself (a fake root, lost)
         "controller": socket.gethostname(),

@@ -16,7 +16,9 @@ from ..result import OPEN_OUTCOMES, OUTCOMES, CheckResult
 from ..specs import bundled_name
 from . import RunInfo
 
-_NUMBER = re.compile(r"-?\d+(\.\d+)?")
+_NUMBER = re.compile(r"-?\d{1,20}(\.\d{1,20})?")
+"""An observed value shown as a sample: what a float64 sample can hold (a u64 has 20 digits);
+a longer run of digits (a 5000-digit sysctl value) is a value of ``gpuhost_observed_info``."""
 
 
 def escape_label(value: str) -> str:

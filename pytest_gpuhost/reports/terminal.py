@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from ..printable import printable
 from ..result import OUTCOMES, CheckResult, Outcome, summarize
 from . import RunInfo
 
@@ -154,8 +155,9 @@ class TerminalSummary:
         self.write_line = write_line
 
     def write(self, records: Sequence[CheckResult], info: RunInfo) -> None:
+        """Each line with its host values escaped (``printable``)."""
         for line in summary_lines(records, info):
-            self.write_line(line)
+            self.write_line(printable(line))
 
 
 def _sections(records: Sequence[CheckResult]) -> str:

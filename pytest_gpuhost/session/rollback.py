@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..checks import Check
-from ..fix.run import make_fixer
+from ..fix.run import rollback_fixer
 from ..fix.state import JOURNAL_DIR, StateFile, StateStore
 from ..host import HostError
 from ..settings import Settings, SettingsError
@@ -27,7 +27,24 @@ class OpenRollback:
 def open_rollback(settings: Settings, target: Target) -> OpenRollback:
     """Read the journal to roll back and refuse one that is not this target's (or was written
     before its last reboot, unless --gpuhost-rollback-after-reboot); outside a dry run, the
-    target's fixer restores the changes under the root's run lock, journaling nothing."""
+    target's fixer restores the changes, journaling nothing. Everything is read under the
+    target's locks, taken first (raises LockUnavailable while another run, or a command one
+    started, holds them): a change whose command may still run is never judged."""
+    if not settings.dry_run:  # under the target's locks before anything is read or judged
+        try:
+            target.fixrun.fixer = rollback_fixer(
+                target.host, lock_timeout=settings.lock_timeout, nvml=target.nvml)
+        except HostError as exc:  # the target cannot be reached
+            raise SettingsError(f"--gpuhost-rollback: {exc}") from None
+    try:
+        return _read_rollback(settings, target)
+    except BaseException:
+        if target.fixrun.fixer is not None:  # the locks go with the run that failed
+            target.fixrun.fixer.close()
+        raise
+
+
+def _read_rollback(settings: Settings, target: Target) -> OpenRollback:
     from ..fix.journal import JournalError, read_journal
     from ..fix.rollback import refuse_foreign, rollback_checks
 
@@ -42,10 +59,6 @@ def open_rollback(settings: Settings, target: Target) -> OpenRollback:
         raise SettingsError(str(exc)) from None
     target.fixrun.rollback = contents
     anchor, copied = _anchor(journal)
-    if not settings.dry_run:
-        target.fixrun.fixer = make_fixer(
-            target.host, None, "rollback", worker=False, distributing=False,
-            lock_timeout=settings.lock_timeout, nvml=target.nvml)
     return OpenRollback(checks, anchor, copied)
 
 

@@ -241,7 +241,11 @@ def test_an_inventory_host_as_a_target(tmp_path: Path) -> None:
     ("n1 gpuhost_root=relative/tree", r"host n1: gpuhost_root must be an absolute path"),
     ("n1 ansible_ssh_common_args='node02'", r"'node02' is not an ssh option \(ssh would read "
                                             r"it as the host to reach\)"),
-    ("n1 ansible_ssh_common_args='-o'", None),  # a dangling -o: ssh itself says so
+    ("n1 ansible_ssh_common_args='-o'", r"'-o' takes a value and none follows it"),
+    ("n1 ansible_ssh_common_args='-4 -E'", r"'-E' takes a value and none follows it \(ssh "
+                                           r"would take the next of pytest-gpuhost's own "
+                                           r"options as its value\)"),
+    ("n1 ansible_port='²'", r"ansible_port must be a port number \(1-65535\), got '²'"),
     ("n1 ansible_ssh_extra_args='-- x'", r"'--' is not an ssh option"),
     ("n1 ansible_ssh_common_args='-Z'", r"'-Z' is not an ssh option"),
     ("n1 ansible_ssh_common_args='-4v -p2200 -oBatchMode=yes -J b'", None),

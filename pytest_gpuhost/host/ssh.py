@@ -1,0 +1,91 @@
+"""The command lines that reach a target: OpenSSH (with a master connection shared by the
+processes of one run) and ``lxc-attach``. Pure but for ``masters_directory`` and ``end_masters``,
+which make and end the run's control sockets."""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+MASTER_PERSIST_S = 60
+"""How long a shared master connection waits idle for the next session before it ends."""
+MAX_SOCKET_PATH = 80
+"""A control socket's path, with the 17 characters ssh adds while making it, stays within the
+108 bytes of a Unix socket's name."""
+
+
+def ssh_argv(destination: str, *, port: int | None, user: str | None, config: Path | None,
+             connect_timeout: float, inner: Sequence[str], identity_file: str | None = None,
+             extra: Sequence[str] = (), master: Path | None = None,
+             strict_host_keys: bool = False) -> list[str]:
+    """ssh running ``inner`` on ``destination`` (the remote side gets one shell-quoted line).
+    ``extra`` (a host's own ssh arguments, an inventory's ``ansible_ssh_common_args``) comes
+    before the run's options: ssh keeps the first value it is given of an option, so a host's
+    ``-o ConnectTimeout=5`` wins over --gpuhost-connect-timeout, as the configuration file's
+    values give way to both. Only ``BatchMode=yes`` comes before it: no host may make the run
+    wait on a prompt (a password, a passphrase, an unknown host key), and, with
+    ``strict_host_keys`` (a --fix or a rollback, unless --gpuhost-accept-new-host-keys),
+    ``StrictHostKeyChecking=yes``: a host key known_hosts does not hold is refused whatever
+    the configuration or the host's own arguments say (``accept-new``, ``no``), so root never
+    writes to a machine whose key nobody checked. ``master``: a control socket for this
+    target alone, shared by the processes of one run (OpenSSH's ControlMaster): the first
+    makes the connection, the others open sessions over it without a new key exchange and
+    login."""
+    argv = ["ssh"]
+    if config is not None:
+        argv += ["-F", str(config)]
+    argv += ["-o", "BatchMode=yes"]
+    if strict_host_keys:
+        argv += ["-o", "StrictHostKeyChecking=yes"]
+    argv += [*extra]
+    if identity_file is not None:
+        argv += ["-i", identity_file]
+    argv += ["-o", f"ConnectTimeout={max(1, round(connect_timeout))}",
+             "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3", "-T", "-e", "none"]
+    if master is not None:
+        argv += ["-o", "ControlMaster=auto", "-o", f"ControlPath={master}",
+                 "-o", f"ControlPersist={MASTER_PERSIST_S}"]
+    if port is not None:
+        argv += ["-p", str(port)]
+    if user is not None:
+        argv += ["-l", user]
+    return [*argv, "--", destination, shlex.join(inner)]
+
+
+def masters_directory(parent: Path) -> Path | None:
+    """A directory for the control sockets of a run's ssh targets, or None where its path is
+    too long for them (then every process makes its own connections)."""
+    directory = parent / "ssh"
+    if len(str(directory)) + 6 > MAX_SOCKET_PATH:
+        return None
+    directory.mkdir(mode=0o700, exist_ok=True)
+    return directory
+
+
+def end_masters(directory: Path, timeout: float = 5.0) -> None:
+    """Ask every master connection with a socket in ``directory`` to exit (``ssh -O exit``),
+    all at once; one that does not answer within ``timeout`` ends by itself when idle."""
+    asked = []
+    for socket_path in sorted(directory.iterdir()) if directory.is_dir() else []:
+        if socket_path.is_socket():
+            with contextlib.suppress(OSError):
+                asked.append(subprocess.Popen(
+                    ["ssh", "-F", "/dev/null", "-o", f"ControlPath={socket_path}", "-O", "exit",
+                     "gpuhost-master"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL))
+    deadline = time.monotonic() + timeout
+    for process in asked:
+        try:
+            process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def lxc_argv(container: str, inner: Sequence[str]) -> list[str]:
+    """``lxc-attach -n CTID -- ...``: what Proxmox's ``pct exec`` runs."""
+    return ["lxc-attach", "-n", container, "--", *inner]

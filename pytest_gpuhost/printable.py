@@ -1,0 +1,30 @@
+"""Host values as an operator's terminal shows them: data, never instructions to the terminal.
+
+A value read from a host (an ``observed`` sysctl, a USB product string in the kernel log, a
+tool's stderr) can hold control characters: ``ESC ] 0 ; ... BEL`` sets the terminal's title,
+``ESC [ 2 J`` clears the screen, a carriage return overwrites the line before it, bidirectional
+overrides reorder what is read. ``printable`` writes each such character as its escape
+(``\\x1b``, ``\\u202e``), as ``repr`` would, and keeps the text's own newlines and tabs. Bytes
+that were not UTF-8 (surrogate escapes) are written as escapes too: a terminal's encoder would
+refuse them.
+"""
+
+from __future__ import annotations
+
+import re
+
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029"
+                     "\u202a-\u202e\u2066-\u2069\ufeff\ufff9-\ufffb\ud800-\udfff]")
+
+
+def _escape(found: re.Match[str]) -> str:
+    code = ord(found.group())
+    if code == 0x0D:
+        return "\\r"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """``text`` with every control, line-separator, bidi and surrogate character escaped;
+    newlines and tabs kept."""
+    return _UNSAFE.sub(_escape, text)

@@ -1,0 +1,114 @@
+"""Issue 25, items 3 and 4, over a real OpenSSH server: one target that answers something other
+than the agent's answer (JSON of the wrong types, an array nested 200,000 deep, a hello of the
+wrong shape) or writes megabytes to stderr without a newline is that target's trouble alone: it
+is lost saying so, and every other target runs and is reported."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_gpuhost.testing.fakehost import FakeHost
+from pytest_gpuhost.testing.sshd import SshServer
+
+from ..conftest import NEEDS_OPENSSH, RELAY_HELLO, stand_in_ssh
+
+pytestmark = NEEDS_OPENSSH
+
+RELAY_FIRST = """\
+header = sys.stdin.buffer.readline()
+child.stdin.write(header + sys.stdin.buffer.read(int(header)))
+child.stdin.flush()
+size = child.stdout.readline()
+answer = child.stdout.read(int(size))
+"""
+"""The first batch after the hello goes to the agent; ``answer`` is what it said."""
+
+SEVENS = RELAY_HELLO + RELAY_FIRST + """\
+import json
+def sevens(value):
+    if isinstance(value, list):
+        return 7
+    if isinstance(value, dict):
+        return {key: sevens(item) for key, item in value.items()}
+    return value
+data = json.dumps([sevens(reply) for reply in json.loads(answer)]).encode()
+sys.stdout.buffer.write(b"%d\\n" % len(data) + data)
+sys.stdout.buffer.flush()
+time.sleep(60)
+"""
+"""The agent's first answer with every list in it replaced by 7."""
+
+DEEP = RELAY_HELLO + RELAY_FIRST + """\
+data = b"[" * 200000 + b"]" * 200000
+sys.stdout.buffer.write(b"%d\\n" % len(data) + data)
+sys.stdout.buffer.flush()
+time.sleep(60)
+"""
+
+BAD_HELLO = """\
+header = sys.stdin.buffer.readline()
+sys.stdin.buffer.read(int(header))
+data = b'{"hello": {"euid": "root", "identity": [1, 2]}}'
+sys.stdout.buffer.write(b"%d\\n" % len(data) + data)
+sys.stdout.buffer.flush()
+time.sleep(60)
+"""
+
+STDERR_FLOOD = """\
+chunk = b"x" * (1 << 20)
+for _ in range(64):  # 64 MiB, no newline, then the connection ends
+    sys.stderr.buffer.write(chunk)
+sys.stderr.buffer.flush()
+sys.exit(255)
+"""
+
+
+def two_targets(pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path,
+                *extra: str) -> tuple[pytest.RunResult, dict[str, dict[str, object]]]:
+    good = FakeHost(tmp_path / "good").sysctl("vm.swappiness", 10)
+    hostile = FakeHost(tmp_path / "hostile").sysctl("vm.swappiness", 10)
+    spec = pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    result = pytester.runpytest_subprocess(
+        f"--gpuhost-spec={spec}", f"--gpuhost-target={sshd.url(good.root)}?name=good",
+        f"--gpuhost-target={sshd.url(hostile.root)}?name=hostile",
+        f"--gpuhost-ssh-config={sshd.client_config}", "-p", "no:cacheprovider",
+        "--gpuhost-report=r.json", *extra, timeout=300)
+    report = json.loads((pytester.path / "r.json").read_text())
+    return result, {str(check["target"]): check for check in report["checks"]}
+
+
+@pytest.mark.parametrize(("body", "words"), [
+    (SEVENS, "not the agent's answer: a glob value of the wrong shape: 7"),
+    (DEEP, "not the agent's answer: b'[[[[[["),
+    (BAD_HELLO, "not the agent's answer: a hello of the wrong shape"),
+], ids=["lists-replaced-by-7", "200000-deep", "hello"])
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_a_target_s_malformed_answer_loses_it_alone(
+        pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, body: str, words: str, xdist: list[str]) -> None:
+    stand_in_ssh(tmp_path / "bin", monkeypatch, "hostile", body)
+    result, by_target = two_targets(pytester, sshd, tmp_path, *xdist)
+    out = result.stdout.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, out
+    assert "INTERNALERROR" not in out + result.stderr.str()
+    assert by_target["good"]["outcome"] == "passed"
+    assert by_target["hostile"]["outcome"] == "error"
+    assert words in str(by_target["hostile"]["message"])
+
+
+def test_megabytes_of_stderr_without_a_newline_are_cut_to_their_end(
+        pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The target writes 64 MiB to stderr as one line, then the connection ends: the message
+    says the end of it, and what the controller kept of it is bounded (a unit test of the
+    pipes measures the bound itself)."""
+    stand_in_ssh(tmp_path / "bin", monkeypatch, "hostile", STDERR_FLOOD)
+    result, by_target = two_targets(pytester, sshd, tmp_path)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    assert by_target["good"]["outcome"] == "passed"
+    message = str(by_target["hostile"]["message"])
+    assert by_target["hostile"]["outcome"] == "error"
+    assert "xxxxxxxx" in message and len(message) < 2000
