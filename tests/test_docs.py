@@ -132,13 +132,14 @@ def block_with(document: Path, text: str) -> str:
 
 def sample_patterns(sample: str, root: Path) -> list[str]:
     """fnmatch patterns for a sample's lines, in order: a '...' line is a gap, a '...' in a line
-    and what varies between runs match anything, a '=== ... ===' rule any width."""
+    and what varies between runs match anything, a '=== ... ===' or '___ ... ___' rule any
+    width."""
     patterns = []
     for line in sample.replace(DEMO_ROOT, str(root)).splitlines():
         if line.strip() == "...":
             continue
-        rule = line.startswith("=")
-        line = line.strip("= ") if rule else line
+        rule = line.startswith(("===", "___"))
+        line = line.strip("=_ ") if rule else line
         pieces = VARIABLE.split(line)
         variable = VARIABLE.findall(line)
         pattern = escape(pieces[0])

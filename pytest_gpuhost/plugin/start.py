@@ -299,11 +299,13 @@ def _register(config: pytest.Config, run: Run) -> None:
 
         controller = Controller(run)
         manager.register(controller, "gpuhost-controller")
-        from .failures import register as fold_failures
-
-        fold_failures(config, REPORT_ATTR)  # the checks' failures written in one pass, folded
         benchmark_files(config, finished_state(run.session, controller.records))
         manager.register(Summary(controller), "gpuhost-summary")
+        from .failures import register as fold_failures
+
+        # the checks' failures in one pass, folded; registered after the summary, so written
+        # before it, where pytest writes its own FAILURES
+        fold_failures(config, REPORT_ATTR)
         if settings.distributing:
             from .distributing import Distributing
 
