@@ -472,6 +472,9 @@ RUN_BOUND = 240
 LIMIT = 10
 """--gpuhost-target-timeout in these runs: long enough for a healthy target to connect and do
 all its work on a loaded machine, far shorter than what the hung ones would wait."""
+PATIENT_SSH = "--gpuhost-connect-timeout=600"
+"""ssh's own ConnectTimeout (default 10 s, as LIMIT) far past the target's limit in the runs
+whose proxy hangs while connecting: the limit, never a race with ssh's timer, ends the wait."""
 
 SLOW_MODPROBE = """\
 #!/bin/sh
@@ -518,7 +521,8 @@ def test_a_target_that_hangs_connecting_ends_at_the_time_limit(
     result = pytester.runpytest_subprocess(
         f"--gpuhost-spec={spec}", "--gpuhost-inventory=hosts.ini",
         f"--gpuhost-ssh-config={keyless_config(sshd, tmp_path)}",
-        f"--gpuhost-target-timeout={LIMIT}", "--gpuhost-report=r.json", "-p", "no:cacheprovider",
+        f"--gpuhost-target-timeout={LIMIT}", PATIENT_SSH, "--gpuhost-report=r.json", "-p",
+        "no:cacheprovider",
         timeout=RUN_BOUND)
     data = report(pytester)
     assert by_target(data) == {
@@ -616,7 +620,7 @@ def test_hung_targets_cost_one_time_limit_together_and_xdist_waits_no_longer(
     for xdist in ([], ["-n", "2"]):
         (tmp_path / "together").unlink(missing_ok=True)
         pytester.runpytest_subprocess(f"--gpuhost-spec={spec}", "--gpuhost-inventory=hosts.ini",
-                                      config, f"--gpuhost-target-timeout={LIMIT}",
+                                      config, f"--gpuhost-target-timeout={LIMIT}", PATIENT_SSH,
                                       "--gpuhost-report=r.json", "-p", "no:cacheprovider",
                                       *xdist, timeout=RUN_BOUND)
         data = report(pytester)
