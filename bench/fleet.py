@@ -65,12 +65,11 @@ DRAWN = """<script>window.addEventListener("load", () => {
 
 def template(workdir: Path, checks: int) -> dict[str, Any]:
     """One real report of the example host: its first ``checks`` records, dmesg kept last."""
-    sys.path.insert(0, str(REPO / "tests" / "capture"))
-    from capturing import run
+    from tests.runner import run_spec
 
     root = workdir / "host"
     blackwell8_untuned(root, cpus=16)
-    done = run(root, workdir, [BLACKWELL8])
+    done = run_spec([BLACKWELL8], root, workdir=workdir)
     records = [r for r in done.records if r.kind != "dmesg"][:checks - 1]
     records += [r for r in done.records if r.kind == "dmesg"]
     info = RunInfo(specs=(("specs/blackwell8.yaml", "blackwell8"),), root="/",

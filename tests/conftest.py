@@ -14,16 +14,11 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuhost import builtin
-from pytest_gpuhost.checks import Facts
-from pytest_gpuhost.engine import RunOptions, run_check
-from pytest_gpuhost.fix.fixer import Fixer
-from pytest_gpuhost.gpu.nvml import NvmlSource
 from pytest_gpuhost.host import LocalHost
-from pytest_gpuhost.result import CheckResult
-from pytest_gpuhost.spec import load_spec
 from pytest_gpuhost.testing.fakehost import FakeHost
 from pytest_gpuhost.testing.sshd import SshServer, find_sshd, start_sshd
+
+from .runner import Runner
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_HOST = REPO / "examples" / "hosts" / "blackwell8-untuned"
@@ -165,24 +160,10 @@ def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def run_spec(spec_text: str, root: Path, *, fix: bool = False,
-             nvml: NvmlSource | None = None) -> dict[str, CheckResult]:
-    """Expand a spec on the host at ``root`` and run every check without pytest's glue
-    (``nvml``: an injected NVML; by default the root's, recorded or real)."""
-    import textwrap
-
-    spec_path = root.parent / "spec.yaml"
-    spec_path.write_text(textwrap.dedent(spec_text))
-    kinds = {kind.section: kind for kind in builtin.pytest_gpuhost_check_kinds()}
-    conditions = dict(builtin.pytest_gpuhost_conditions())
-    spec = load_spec(spec_path, kinds, conditions)
-    host = LocalHost(root)
-    facts = Facts(host, nvml=nvml)
-    checks = [check for section, model in spec.sections.items()
-              for check in kinds[section].expand(model, facts)]
-    fixer = Fixer(host, None, run_lock=None, apply_lock=None, lock_timeout=0, nvml=facts.nvml)
-    return {check.id: run_check(check, host, conditions, RunOptions(fix=fix), fixer)
-            for check in checks}
+@pytest.fixture
+def runner(fake: FakeHost) -> Runner:
+    """``run_spec`` and ``open_run`` (``tests/runner.py``) on the test's fake host."""
+    return Runner(fake.root)
 
 
 NEEDS_OPENSSH = pytest.mark.skipif(find_sshd() is None or shutil.which("ssh") is None,

@@ -37,7 +37,8 @@ from pytest_gpuhost.testing.fakehost import (
 
 from ..checks.test_path_and_boot import switch_host
 from ..conftest import BLACKWELL8, counts
-from .capturing import CONDITIONS, KINDS, round_trip, run
+from ..runner import CONDITIONS, KINDS, run_spec
+from .capturing import round_trip
 
 pytest_plugins = ["pytester"]
 
@@ -52,7 +53,7 @@ def untuned(root: Path) -> None:
 def fixed(root: Path) -> None:
     """The example box after --fix --fix-persist (boot-time values reboot_required)."""
     blackwell8_untuned(root, cpus=8)
-    done = run(root, root.parent, [BLACKWELL8], fix=True, persist=True)
+    done = run_spec([BLACKWELL8], root, fix=True, persist=True)
     assert sum(r.outcome is Outcome.FIXED for r in done.records) > 30
 
 
@@ -322,7 +323,7 @@ def test_the_header_says_host_kernel_driver_gpus_date_and_command(tmp_path: Path
     text, _ = round_trip(root, tmp_path, [BLACKWELL8])
     header = text.split("version: 1", 1)[0]
     for shown in ("host: gpu-node-07", "kernel: 6.5.0-44-generic", "driver: 580.95.05",
-                  "GPUs: 8 x NVIDIA 10de:2bb5", "command: pytest (tests/capture/capturing.py)",
+                  "GPUs: 8 x NVIDIA 10de:2bb5", "command: pytest (tests/runner.py)",
                   "what target local held then"):
         assert shown in header
     assert re.search(r"on \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", header)
@@ -375,7 +376,7 @@ def test_dmesg_patterns_allow_the_records_they_came_from(tmp_path: Path) -> None
     root = tmp_path / "host"
     noisy_log(root)
     text, verified = round_trip(root, tmp_path)
-    assert verified.of("dmesg").outcome is Outcome.PASSED
+    assert verified["dmesg"].outcome is Outcome.PASSED
     allow = _kept(text)["dmesg"]["allow"]  # type: ignore[index]
     assert len(allow) == len(NOISE) + 1  # each kind of record once; the vxlan one too
     for pattern, record in zip(allow, [*NOISE, "vxlan: non-ECT from 10.233.64.17 with TOS=0x2"],
@@ -444,7 +445,7 @@ def test_a_run_that_checked_nothing_writes_nothing(pytester: pytest.Pytester,
 def test_a_file_that_appears_during_the_run_is_not_replaced(tmp_path: Path) -> None:
     root = tmp_path / "host"
     many(root)
-    settings_run = run(root, tmp_path, [BLACKWELL8])  # warm: same tree, no capture
+    settings_run = run_spec([BLACKWELL8], root, workdir=tmp_path)  # warm: same tree, no capture
     assert settings_run.records
     target = tmp_path / "late.yaml"
 
@@ -458,7 +459,7 @@ def test_a_file_that_appears_during_the_run_is_not_replaced(tmp_path: Path) -> N
         patch.setattr(os, "link", late_link)
         with pytest.raises(Exception, match="the file appeared during the run; nothing was "
                                             "written"):
-            run(root, tmp_path, [BLACKWELL8], capture="late.yaml")
+            run_spec([BLACKWELL8], root, workdir=tmp_path, capture="late.yaml")
     assert target.read_text() == "written meanwhile\n"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".late")] == []
 
@@ -478,7 +479,7 @@ def test_overwrite_writes_a_fifo_in_place_and_never_replaces_it_with_a_file(
     reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
     reader.start()
     try:
-        run(root, tmp_path, [BLACKWELL8], capture="pipe.yaml", overwrite=True)
+        run_spec([BLACKWELL8], root, workdir=tmp_path, capture="pipe.yaml", overwrite=True)
     finally:
         if reader.is_alive():  # unblock the reader whatever happened
             with open(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK), "wb"):
@@ -581,15 +582,15 @@ def test_a_catalog_run_judges_nothing_and_fixes_nothing(tmp_path: Path) -> None:
     root = tmp_path / "host"
     untuned(root)
     before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
-    done = run(root, tmp_path, capture="all.yaml")
+    done = run_spec((), root, workdir=tmp_path, capture="all.yaml")
     assert {r.outcome for r in done.records} == {Outcome.PASSED, Outcome.SKIPPED}
-    assert done.of("sysctl[vm.swappiness]").observed == "60"
-    assert done.of("sysctl[vm.swappiness]").expected == "any value (capture)"
-    missing = done.of("sysctl[vm.zone_reclaim_mode]")
+    assert done["sysctl[vm.swappiness]"].observed == "60"
+    assert done["sysctl[vm.swappiness]"].expected == "any value (capture)"
+    missing = done["sysctl[vm.zone_reclaim_mode]"]
     assert missing.outcome is Outcome.SKIPPED and "does not exist" in missing.message
     assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
     with pytest.raises(SettingsError, match="--fix needs a spec"):
-        run(root, tmp_path, capture="again.yaml", fix=True)
+        run_spec((), root, workdir=tmp_path, capture="again.yaml", fix=True)
 
 
 class LabKind:

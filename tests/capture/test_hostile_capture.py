@@ -38,7 +38,7 @@ def test_a_capture_of_hostile_values_loads_and_passes_on_its_host(tmp_path: Path
                     "dmesg: {}\n")
     text, verified = round_trip(root, tmp_path, [spec])
     assert verified.bad() == [], text
-    assert verified.of("dmesg").outcome.value == "passed"
+    assert verified["dmesg"].outcome.value == "passed"
 
 
 def test_huge_values_are_left_out_with_a_comment_and_the_rest_captured(tmp_path: Path) -> None:

@@ -9,22 +9,13 @@ lscpu_grub_cmdline_*): a BOOT_IMAGE line and Debian's etc/default/grub."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from pytest_gpuhost import builtin
-from pytest_gpuhost.checks import Facts
-from pytest_gpuhost.engine import RunOptions, run_check
-from pytest_gpuhost.fix.fixer import Fixer
-from pytest_gpuhost.host import LocalHost
 from pytest_gpuhost.linux.cmdline import Parameter, merge_words, split_words
-from pytest_gpuhost.result import CheckResult, Outcome
-from pytest_gpuhost.spec import load_spec
+from pytest_gpuhost.result import Outcome
 from pytest_gpuhost.testing.fakehost import FakeHost
 
-KINDS = {kind.section: kind for kind in builtin.pytest_gpuhost_check_kinds()}
-CONDITIONS = dict(builtin.pytest_gpuhost_conditions())
+from ..runner import run_spec
 
 GPU_NODE = ("BOOT_IMAGE=/boot/vmlinuz-6.8.0-49-generic root=UUID=0f3c2d1e-5a6b-4c7d-8e9f-"
             "a0b1c2d3e4f5 ro quiet splash modprobe.blacklist=nouveau,nvidiafb "
@@ -36,19 +27,6 @@ GPU_NODE = ("BOOT_IMAGE=/boot/vmlinuz-6.8.0-49-generic root=UUID=0f3c2d1e-5a6b-4
 """A GPU node's /proc/cmdline: a blacklist as one comma list, dracut's pre-loads as two,
 iommu= twice, both framebuffers in one video=."""
 
-
-def run(spec_text: str, root: Path, *, fix: bool = False,
-        persist: bool = False) -> dict[str, CheckResult]:
-    spec_path = root.parent / "spec.yaml"
-    spec_path.write_text(spec_text)
-    spec = load_spec(spec_path, KINDS, CONDITIONS)
-    host = LocalHost(root)
-    facts = Facts(host)
-    checks = [c for section, model in spec.sections.items()
-              for c in KINDS[section].expand(model, facts)]
-    fixer = Fixer(host, None, run_lock=None, apply_lock=None, lock_timeout=0, nvml=facts.nvml)
-    return {c.id: run_check(c, host, CONDITIONS, RunOptions(fix=fix, persist=persist), fixer)
-            for c in checks}
 
 
 def spec(*has: str, lacks: tuple[str, ...] = ()) -> str:
@@ -132,7 +110,7 @@ def test_a_failure_never_asks_for_a_second_list(fake: FakeHost) -> None:
     fake.cmdline(GPU_NODE).grub(linux_default="quiet splash modprobe.blacklist=nouveau,nvidiafb")
     text = spec("modprobe.blacklist=nouveau", "modprobe.blacklist=nvidia_drm",
                 "modprobe.blacklist=nvidia_modeset")
-    results = run(text, fake.root)
+    results = run_spec(text, fake.root)
     kept = results["kernel.cmdline[modprobe.blacklist=nouveau]"]
     assert kept.outcome is Outcome.PASSED, kept.message
     drm = results["kernel.cmdline[modprobe.blacklist=nvidia_drm]"]
@@ -143,7 +121,7 @@ def test_a_failure_never_asks_for_a_second_list(fake: FakeHost) -> None:
                                   "its modprobe.blacklist=")
     assert "add a second" not in drm.message and "modprobe.blacklist=nvidia_drm'" not in \
         drm.message
-    results = run(text, fake.root, fix=True, persist=True)
+    results = run_spec(text, fake.root, fix=True, persist=True)
     for word in ("nvidia_drm", "nvidia_modeset"):
         record = results[f"kernel.cmdline[modprobe.blacklist={word}]"]
         assert record.outcome is Outcome.REBOOT_REQUIRED, record.message
@@ -157,14 +135,14 @@ def test_systemd_boot_is_told_to_extend_its_list(fake: FakeHost) -> None:
     fake.cmdline("root=/dev/sda1 ro modprobe.blacklist=nouveau")
     fake.file("etc/kernel/cmdline", "root=/dev/sda1 ro modprobe.blacklist=nouveau\n")
     fake.file("etc/kernel/proxmox-boot-uuids", "1234-ABCD\n")
-    [record] = run(spec("modprobe.blacklist=nvidiafb"), fake.root, fix=True,
+    [record] = run_spec(spec("modprobe.blacklist=nvidiafb"), fake.root, fix=True,
                    persist=True).values()
     assert record.outcome is Outcome.FAILED
     assert "does not edit: add nvidiafb to its modprobe.blacklist= list there and run " \
            "`proxmox-boot-tool refresh`, then reboot" in record.message
     (fake.root / "etc/kernel/cmdline").write_text(
         "root=/dev/sda1 ro modprobe.blacklist=nouveau,nvidiafb\n")
-    [record] = run(spec("modprobe.blacklist=nvidiafb"), fake.root).values()
+    [record] = run_spec(spec("modprobe.blacklist=nvidiafb"), fake.root).values()
     assert record.outcome is Outcome.REBOOT_REQUIRED  # the next boot's list has it
 
 
@@ -183,7 +161,7 @@ def test_reboot_required_reads_the_next_boot_the_same_way(fake: FakeHost, runnin
         fake.grub(linux_default=boot)
     word = {"iommu": "iommu=pt", "rd.driver.pre": "rd.driver.pre=nvidia",
             "video": "video=efifb:off"}[(boot or running).split()[-1].split("=")[0]]
-    [record] = run(spec(word), fake.root).values()
+    [record] = run_spec(spec(word), fake.root).values()
     assert record.outcome is outcome, record.message
 
 
@@ -220,7 +198,7 @@ def modeset(value: str) -> str:
 def test_a_bool_parameter_compares_as_the_kernel_parses_it(
         fake: FakeHost, spec_value: str, shown: str, outcome: Outcome) -> None:
     fake.module("nvidia_drm").module_parameters("nvidia_drm", {"modeset": shown})
-    [_, record] = run(modeset(spec_value), fake.root).values()
+    [_, record] = run_spec(modeset(spec_value), fake.root).values()
     assert record.outcome is outcome, record.message
 
 
@@ -228,10 +206,10 @@ def test_a_bool_set_in_modprobe_d_is_reboot_required_until_it_reads_back_y(
         fake: FakeHost) -> None:
     fake.module("nvidia_drm").module_parameters("nvidia_drm", {"modeset": "N"})
     fake.file("etc/modprobe.d/nvidia-drm.conf", "options nvidia_drm modeset=1\n")
-    [_, record] = run(modeset("1"), fake.root).values()
+    [_, record] = run_spec(modeset("1"), fake.root).values()
     assert record.outcome is Outcome.REBOOT_REQUIRED
     fake.module_parameters("nvidia_drm", {"modeset": "Y"})  # after the reload
-    [_, record] = run(modeset("1"), fake.root).values()
+    [_, record] = run_spec(modeset("1"), fake.root).values()
     assert record.outcome is Outcome.PASSED
 
 
@@ -239,7 +217,7 @@ def test_integers_stay_integers(fake: FakeHost) -> None:
     fake.module("nvidia").module_parameters("nvidia", {"NVreg_EnableGpuFirmware": "1"})
     text = ("version: 1\nname: t\nmodules:\n  nvidia:\n    state: loaded\n"
             "    parameters: {NVreg_EnableGpuFirmware: '10'}\n")
-    [_, record] = run(text, fake.root).values()
+    [_, record] = run_spec(text, fake.root).values()
     assert record.outcome is Outcome.FAILED  # 10 is no bool, and not 1
 
 
@@ -250,13 +228,14 @@ def test_the_command_line_wins_over_modprobe_d(fake: FakeHost) -> None:
     fake.module("nvidia_drm").module_parameters("nvidia_drm", {"modeset": "N"})
     fake.file("etc/modprobe.d/nvidia-drm.conf", "options nvidia_drm modeset=1\n")
     fake.cmdline("BOOT_IMAGE=/vmlinuz ro quiet nvidia-drm.modeset=0")
-    [_, record] = run(modeset("1"), fake.root, fix=True, persist=True).values()
+    [_, record, _modules_load_d] = run_spec(modeset("1"), fake.root, fix=True,
+                                            persist=True).values()
     assert record.outcome is Outcome.FAILED
     assert "the kernel command line sets nvidia_drm.modeset=0, which kmod applies after " \
            "modprobe.d (the command line wins)" in record.message
     assert not (fake.root / "etc/modprobe.d/gpuhost-t-options.conf").exists()
     fake.cmdline("BOOT_IMAGE=/vmlinuz ro quiet nvidia-drm.modeset=1")
     fake.file("etc/modprobe.d/nvidia-drm.conf", "options nvidia_drm modeset=0\n")
-    [_, record] = run(modeset("1"), fake.root).values()
+    [_, record] = run_spec(modeset("1"), fake.root).values()
     assert record.outcome is Outcome.REBOOT_REQUIRED
     assert "proc/cmdline sets '1'" in record.message

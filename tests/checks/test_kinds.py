@@ -16,7 +16,7 @@ from pytest_gpuhost.linux.pciconfig import device_control
 from pytest_gpuhost.result import Outcome
 from pytest_gpuhost.testing.fakehost import FakeHost, config_space
 
-from ..conftest import run_spec
+from ..runner import open_run, run_spec
 
 
 def outcomes(results: dict[str, object]) -> dict[str, str]:
@@ -417,24 +417,14 @@ def test_dmesg_judges_levels_and_allows_noise(fake: FakeHost) -> None:
     assert "crit   pcieport" in shown[1]
 
 
-def test_dmesg_since_session_ignores_records_before_collection(tmp_path: Path) -> None:
-    from pytest_gpuhost.checks import Facts
-    from pytest_gpuhost.checks.dmesg import DmesgKind
-    from pytest_gpuhost.engine import RunOptions, run_check
-    from pytest_gpuhost.spec import Node, SpecContext
-
-    fake = FakeHost(tmp_path / "host")
+def test_dmesg_since_session_ignores_records_before_collection(fake: FakeHost) -> None:
     fake.kmsg([(3, "old error from before the session")])
-    import yaml
-
-    node = Node(yaml.compose("{since: session}"), "spec.yaml")
-    kind = DmesgKind()
-    section = kind.parse(node, SpecContext(frozenset()))
-    host = LocalHost(fake.root)
-    [check] = kind.expand(section, Facts(host))
-    assert run_check(check, host, {}, RunOptions()).outcome is Outcome.PASSED
-    fake.kmsg([(3, "new error during the session")])
-    result = run_check(check, host, {}, RunOptions())
+    spec = "version: 1\ndmesg: {since: session}\n"
+    assert run_spec(spec, fake.root)["dmesg"].outcome is Outcome.PASSED
+    with open_run(spec, fake.root) as running:
+        fake.kmsg([(3, "new error during the session")])  # after collection
+        [check] = running.checks
+        result = running.run(check)
     assert result.outcome is Outcome.FAILED
     assert result.evidence[1]["raw"].endswith("new error during the session")
 

@@ -18,8 +18,8 @@ from pytest_gpuhost.result import CheckResult, Outcome
 from pytest_gpuhost.spec import SpecError
 from pytest_gpuhost.testing.fakehost import FakeHost, nvbandwidth_text
 
-from ..conftest import FIXTURES, run_spec
-from ..gpu.test_nvml import run
+from ..conftest import FIXTURES
+from ..runner import run_spec
 
 pytest_plugins = ["pytester"]
 
@@ -125,10 +125,10 @@ def test_unknown_numa_node_uses_nvml_topology(fake: FakeHost) -> None:
     nvml = FakeNvml(devices={a: FakeGpu() for a in G},
                     topologies={f"{a}->{b}": "NODE" if (a in G[:2]) == (b in G[:2]) else "SYS"
                                 for a in G for b in G if a < b})
-    results = run(spec(), fake.root, nvml)
+    results = run_spec(spec(), fake.root, nvml=nvml)
     assert results[f"p2p[{G[0]}->{G[1]}]"].details["class"] == "same_numa"
     assert results[f"p2p[{G[0]}->{G[2]}]"].details["class"] == "cross_numa"
-    unclassed = run(spec(), fake.root, None)[f"p2p[{G[0]}->{G[1]}]"]
+    unclassed = run_spec(spec(), fake.root)[f"p2p[{G[0]}->{G[1]}]"]
     assert unclassed.outcome is Outcome.FAILED
     assert unclassed.message.startswith("cannot class the pair: sysfs numa_node is -1 and -1, "
                                         "and NVML unavailable")
@@ -142,7 +142,8 @@ class BrokenTopologyNvml(FakeNvml):
 def test_an_nvml_error_while_classing_fails_the_pairs_with_the_reason(fake: FakeHost) -> None:
     four_gpus(fake, numa=(-1, -1, -1, -1))
     record(fake, ROWS)
-    results = run(spec(), fake.root, BrokenTopologyNvml(devices={a: FakeGpu() for a in G}))
+    results = run_spec(spec(), fake.root,
+                       nvml=BrokenTopologyNvml(devices={a: FakeGpu() for a in G}))
     assert len(results) == 12
     unclassed = results[f"p2p[{G[0]}->{G[1]}]"]
     assert unclassed.outcome is Outcome.FAILED

@@ -14,7 +14,8 @@ from pytest_gpuhost.gpu.nvml import FakeGpu, FakeNvml
 from pytest_gpuhost.result import CheckResult, Outcome
 from pytest_gpuhost.testing.fakehost import ACS_KERNEL_DEFAULT, FakeHost, nvbandwidth_text
 
-from ..conftest import BLACKWELL8, run_spec
+from ..conftest import BLACKWELL8
+from ..runner import run_spec
 
 pytest_plugins = ["pytester"]
 

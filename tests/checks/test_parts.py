@@ -24,8 +24,8 @@ from pytest_gpuhost.spec import EntryOptions
 from pytest_gpuhost.spec.matchers import Auto, Exact
 from pytest_gpuhost.testing.fakehost import blackwell8_untuned
 
-from ..capture.capturing import KINDS, run
 from ..conftest import BLACKWELL8
+from ..runner import KINDS, run_spec
 
 
 @pytest.mark.parametrize(("key", "scope"), [
@@ -59,7 +59,7 @@ def test_every_record_names_its_section_and_scope_and_whether_it_was_measured(
         tmp_path: Path) -> None:
     root = tmp_path / "host"
     blackwell8_untuned(root, cpus=4)
-    records = run(root, tmp_path, [BLACKWELL8]).records
+    records = run_spec([BLACKWELL8], root, workdir=tmp_path).records
     sections = {r.section for r in records}
     assert sections == {"sysctl", "kernel", "cpufreq", "memory", "iommu", "gpus", "pcie",
                         "cpuidle", "modules", "p2p", "dmesg"}
@@ -89,7 +89,7 @@ def test_a_check_of_another_scope_than_its_kinds_says_so(tmp_path: Path) -> None
     spec = tmp_path / "net.yaml"
     spec.write_text("version: 1\nsysctl:\n  net.ipv4.tcp_rmem: '4096 131072 6291456'\n"
                     "  net.core.rmem_max: {min: 1}\ngpus:\n  driver_match: true\n")
-    records = {r.id: r for r in run(root, tmp_path, [spec]).records}
+    records = {r.id: r for r in run_spec([spec], root, workdir=tmp_path).records}
     assert records["sysctl[net.ipv4.tcp_rmem]"].scope == NAMESPACE
     assert records["sysctl[net.core.rmem_max]"].scope == KERNEL
     assert records["gpus.driver_match"].scope == USERSPACE  # the library of this root

@@ -9,20 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpuhost import builtin
-from pytest_gpuhost.checks import Facts
 from pytest_gpuhost.checks.changes import ReplaceFile
-from pytest_gpuhost.engine import RunOptions, run_check
-from pytest_gpuhost.fix.fixer import Fixer
-from pytest_gpuhost.fix.journal import Journal, read_journal
-from pytest_gpuhost.fix.rollback import rollback_checks
-from pytest_gpuhost.gpu.nvml import FakeGpu, FakeNvml, NvmlSource
+from pytest_gpuhost.gpu.nvml import FakeGpu, FakeNvml
 from pytest_gpuhost.host import LocalHost
 from pytest_gpuhost.linux.cmdline import Parameter, grub_variables, grub_words, split_words
 from pytest_gpuhost.linux.pciconfig import ConfigError
 from pytest_gpuhost.linux.pciext import acs_control, extended_capabilities
 from pytest_gpuhost.linux.pcitopo import TopologyError, bridge_path, resolve_link
-from pytest_gpuhost.result import CheckResult, Outcome
+from pytest_gpuhost.result import Outcome
 from pytest_gpuhost.spec import SpecError, load_spec
 from pytest_gpuhost.testing.fakehost import (
     ACS_KERNEL_DEFAULT,
@@ -31,28 +25,7 @@ from pytest_gpuhost.testing.fakehost import (
     config_space,
 )
 
-KINDS = {kind.section: kind for kind in builtin.pytest_gpuhost_check_kinds()}
-CONDITIONS = dict(builtin.pytest_gpuhost_conditions())
-
-
-def run(spec_text: str, root: Path, *, fix: bool = False, persist: bool = False,
-        nvml: FakeNvml | None = None, journal: Path | None = None,
-        sleep: object = None) -> dict[str, CheckResult]:
-    spec_path = root.parent / "spec.yaml"
-    spec_path.write_text(spec_text)
-    spec = load_spec(spec_path, KINDS, CONDITIONS)
-    host = LocalHost(root)
-    source = NvmlSource(lambda: nvml) if nvml is not None else None
-    facts = Facts(host, nvml=source)
-    if sleep is not None:
-        facts.sleep = sleep  # type: ignore[assignment]
-    checks = [c for section, model in spec.sections.items()
-              for c in KINDS[section].expand(model, facts)]
-    checks.sort(key=lambda c: c.order)
-    fixer = Fixer(host, Journal(journal, "t") if journal else None, run_lock=None,
-                  apply_lock=None, lock_timeout=0, nvml=facts.nvml)
-    options = RunOptions(fix=fix, persist=persist)
-    return {c.id: run_check(c, host, CONDITIONS, options, fixer) for c in checks}
+from ..runner import CONDITIONS, KINDS, open_run, run_spec
 
 
 def switch_host(fake: FakeHost) -> FakeHost:
@@ -146,7 +119,7 @@ ACS_SPEC = "version: 1\nname: t\npcie:\n  acs_redirect: 'off'\n"
 
 
 def test_acs_one_check_per_bridge_on_a_gpu_path(fake: FakeHost) -> None:
-    results = run(ACS_SPEC, switch_host(fake).root)
+    results = run_spec(ACS_SPEC, switch_host(fake).root)
     assert {k: (r.outcome.value, r.observed) for k, r in results.items()} == {
         "pcie.acs_redirect[0000:40:01.1]": ("failed", "on: ACSCtl 0x001d: ReqRedir+ "
                                                       "CmpltRedir+ EgressCtrl-"),
@@ -168,7 +141,7 @@ def test_acs_fix_clears_only_rr_cr_ec_on_path_bridges_and_rollback_restores(
               for a in ("0000:40:01.1", "0000:42:08.0", "0000:80:03.1")}
     before = {a: p.read_bytes() for a, p in config.items()}
     journal = tmp_path / "j.jsonl"
-    results = run(ACS_SPEC, fake.root, fix=True, journal=journal)
+    results = run_spec(ACS_SPEC, fake.root, fix=True, journal=journal)
     assert results["pcie.acs_redirect[0000:42:08.0]"].outcome is Outcome.FIXED
     after = {a: p.read_bytes() for a, p in config.items()}
     assert after["0000:80:03.1"] == before["0000:80:03.1"]  # canary: byte for byte
@@ -176,10 +149,8 @@ def test_acs_fix_clears_only_rr_cr_ec_on_path_bridges_and_rollback_restores(
     assert changed == [0x226]  # ACS Control's low byte, nothing else
     assert after["0000:42:08.0"][0x226] == 0x3D & ~0x2C  # SrcValid+ UpstreamFwd+ kept
     assert after["0000:40:01.1"][0x14E] == 0x11
-    host = LocalHost(fake.root)
-    checks = rollback_checks(read_journal(journal), "j", NvmlSource(lambda: FakeNvml()))
-    for check in checks:
-        assert run_check(check, host, {}, RunOptions(fix=True)).outcome is Outcome.FIXED
+    restored = run_spec(None, fake.root, rollback=journal)
+    assert restored and all(r.outcome is Outcome.FIXED for r in restored.values()), restored
     assert {a: p.read_bytes() for a, p in config.items()} == before
 
 
@@ -196,7 +167,7 @@ def test_an_endpoint_in_a_gpus_sysfs_path_is_no_bridge_to_write_acs_on(fake: Fak
     fake.bridge("0000:01:06.0", parent="0000:00:0e.0", acs=ACS_KERNEL_DEFAULT)
     fake.gpu("0000:02:00.0", parent="0000:01:06.0")
     before = (fake.root / "sys/bus/pci/devices/0000:00:0e.0/config").read_bytes()
-    results = run(ACS_SPEC, fake.root, fix=True)
+    results = run_spec(ACS_SPEC, fake.root, fix=True)
     endpoint = results["pcie.acs_redirect[0000:00:0e.0]"]
     assert endpoint.outcome is Outcome.SKIPPED
     assert endpoint.message.startswith("0000:00:0e.0 is no PCI bridge (header type 0): ")
@@ -209,37 +180,36 @@ def test_aspm_reads_link_control_and_fixes_through_link_files(fake: FakeHost) ->
     link = fake.root / fake.pci_dir("0000:01:00.0") / "link"
     fake.file(f"{fake.pci_dir('0000:01:00.0')}/link/l1_aspm", "1\n")
     spec = "version: 1\npcie:\n  aspm: 'off'\n"
-    [result] = run(spec, fake.root).values()
+    [result] = run_spec(spec, fake.root).values()
     assert (result.outcome, result.observed) == (Outcome.FAILED, "L1")
-    [fixed] = run(spec, fake.root, fix=True).values()
+    [fixed] = run_spec(spec, fake.root, fix=True).values()
     assert fixed.outcome is Outcome.FIX_FAILED  # the fake has no kernel to clear LnkCtl
     assert (link / "l1_aspm").read_text() == "0\n"
 
 
 def test_aspm_without_link_files_is_not_fixable(fake: FakeHost) -> None:
     fake.gpu("0000:01:00.0", aspm=3)
-    [result] = run("version: 1\npcie:\n  aspm: 'off'\n", fake.root).values()
+    [result] = run_spec("version: 1\npcie:\n  aspm: 'off'\n", fake.root).values()
     assert "pcie_aspm=off" in result.message
 
 
-def test_aer_since_session_and_since_boot(fake: FakeHost, tmp_path: Path) -> None:
+def test_aer_since_session_and_since_boot(fake: FakeHost) -> None:
     fake.gpu("0000:01:00.0")
     fake.aer_counts("0000:01:00.0", "aer_dev_correctable", {"RxErr": 2})
-    host = LocalHost(fake.root)
     for since, outcome in (("session", Outcome.PASSED), ("boot", Outcome.FAILED)):
-        spec_path = tmp_path / f"{since}.yaml"
-        spec_path.write_text(f"version: 1\npcie:\n  aer: {{since: {since}}}\n")
-        spec = load_spec(spec_path, KINDS, CONDITIONS)
-        [check] = KINDS["pcie"].expand(spec.sections["pcie"], Facts(host))
-        assert run_check(check, host, {}, RunOptions()).outcome is outcome
-    fake.aer_counts("0000:01:00.0", "aer_dev_fatal", {"CmpltTO": 1})  # during the run
-    result = run_check(check, host, {}, RunOptions())
+        [result] = run_spec(f"version: 1\npcie:\n  aer: {{since: {since}}}\n",
+                            fake.root).values()
+        assert result.outcome is outcome
+    with open_run("version: 1\npcie:\n  aer: {since: boot}\n", fake.root) as running:
+        fake.aer_counts("0000:01:00.0", "aer_dev_fatal", {"CmpltTO": 1})  # during the run
+        [check] = running.checks
+        result = running.run(check)
     assert result.observed == "correctable +2, fatal +1"
 
 
 def test_no_aer_files_is_skipped_not_failed(fake: FakeHost) -> None:
     fake.gpu("0000:01:00.0", aer=False)
-    [result] = run("version: 1\npcie:\n  aer: {since: boot}\n", fake.root).values()
+    [result] = run_spec("version: 1\npcie:\n  aer: {since: boot}\n", fake.root).values()
     assert result.outcome is Outcome.SKIPPED and "no aer_dev_*" in result.message
 
 
@@ -251,19 +221,19 @@ CMDLINE = ("version: 1\nname: t\nkernel:\n  release: {min: '6.8'}\n"
 
 def test_kernel_release_compares_as_versions(fake: FakeHost) -> None:
     fake.cmdline("ro quiet")
-    results = run(CMDLINE, fake.root)
+    results = run_spec(CMDLINE, fake.root)
     assert results["kernel.release"].outcome is Outcome.PASSED  # 6.8.0-49-generic
     (fake.root / "proc/sys/kernel/osrelease").write_text("6.5.0-44-generic\n")
-    assert run(CMDLINE, fake.root)["kernel.release"].outcome is Outcome.FAILED
+    assert run_spec(CMDLINE, fake.root)["kernel.release"].outcome is Outcome.FAILED
 
 
 def test_cmdline_fix_persist_writes_a_dropin_then_reboot_required(fake: FakeHost) -> None:
     fake.cmdline("BOOT_IMAGE=/vmlinuz ro quiet pci=pcie_bus_perf").grub()
     grub = (fake.root / "etc/default/grub").read_text()
-    results = run(CMDLINE, fake.root, fix=True)
+    results = run_spec(CMDLINE, fake.root, fix=True)
     assert results["kernel.cmdline[iommu=pt]"].outcome is Outcome.FAILED
     assert "--fix --fix-persist" in results["kernel.cmdline[iommu=pt]"].message
-    results = run(CMDLINE, fake.root, fix=True, persist=True)
+    results = run_spec(CMDLINE, fake.root, fix=True, persist=True)
     has = results["kernel.cmdline[iommu=pt]"]
     assert has.outcome is Outcome.REBOOT_REQUIRED
     assert "run `update-grub`, then reboot" in has.message
@@ -273,20 +243,20 @@ def test_cmdline_fix_persist_writes_a_dropin_then_reboot_required(fake: FakeHost
     # running, but the boot configuration no longer has it: the next boot drops it
     assert lacks.outcome is Outcome.REBOOT_REQUIRED
     assert (fake.root / "etc/default/grub").read_text() == grub  # the user's file untouched
-    again = run(CMDLINE, fake.root)
+    again = run_spec(CMDLINE, fake.root)
     assert again["kernel.cmdline[iommu=pt]"].outcome is Outcome.REBOOT_REQUIRED
 
 
 def test_systemd_boot_cmdline_is_the_administrators_file(fake: FakeHost) -> None:
     fake.cmdline("root=/dev/sda1 ro").file("etc/kernel/cmdline", "root=/dev/sda1 ro\n")
     fake.file("etc/kernel/proxmox-boot-uuids", "1234-ABCD\n")
-    results = run(CMDLINE, fake.root, fix=True, persist=True)
+    results = run_spec(CMDLINE, fake.root, fix=True, persist=True)
     result = results["kernel.cmdline[iommu=pt]"]
     assert result.outcome is Outcome.FAILED
     assert "does not edit" in result.message and "proxmox-boot-tool refresh" in result.message
     assert (fake.root / "etc/kernel/cmdline").read_text() == "root=/dev/sda1 ro\n"
     (fake.root / "etc/kernel/cmdline").write_text("root=/dev/sda1 ro iommu=pt\n")
-    result = run(CMDLINE, fake.root)["kernel.cmdline[iommu=pt]"]
+    result = run_spec(CMDLINE, fake.root)["kernel.cmdline[iommu=pt]"]
     assert result.outcome is Outcome.REBOOT_REQUIRED
     assert "etc/kernel/cmdline sets 'iommu=pt'" in result.message
 
@@ -300,10 +270,10 @@ CPUFREQ = ("version: 1\nname: t\ncpufreq:\n  driver: amd-pstate-epp\n  governor:
 def test_cpufreq_on_an_amd_pstate_epp_machine(fake: FakeHost) -> None:
     fake.cpufreq("amd-pstate-epp", policies=4, governor="powersave", epp="balance_performance",
                  boost="policy", boost_on=False)
-    results = run(CPUFREQ, fake.root)
+    results = run_spec(CPUFREQ, fake.root)
     assert results["cpufreq.driver"].outcome is Outcome.PASSED
     assert results["cpufreq.epp"].observed == "balance_performance"
-    fixed = run(CPUFREQ, fake.root, fix=True)
+    fixed = run_spec(CPUFREQ, fake.root, fix=True)
     assert {k: r.outcome for k, r in fixed.items()} == {
         "cpufreq.boost": Outcome.FIXED, "cpufreq.driver": Outcome.PASSED,
         "cpufreq.epp": Outcome.FIXED, "cpufreq.governor": Outcome.FIXED}
@@ -314,7 +284,7 @@ def test_cpufreq_on_an_amd_pstate_epp_machine(fake: FakeHost) -> None:
 def test_cpufreq_on_acpi_cpufreq_epp_is_skipped_and_driver_is_boot_time(fake: FakeHost) -> None:
     fake.cpufreq("acpi-cpufreq", policies=2, governor="schedutil").grub()
     fake.cmdline("ro quiet")
-    results = run(CPUFREQ, fake.root, fix=True, persist=True)
+    results = run_spec(CPUFREQ, fake.root, fix=True, persist=True)
     assert results["cpufreq.epp"].outcome is Outcome.SKIPPED
     assert "energy_performance_preference" in results["cpufreq.epp"].message
     driver = results["cpufreq.driver"]
@@ -325,7 +295,7 @@ def test_cpufreq_on_acpi_cpufreq_epp_is_skipped_and_driver_is_boot_time(fake: Fa
 def test_cpufreq_on_intel_pstate_boost_is_no_turbo(fake: FakeHost) -> None:
     fake.cpufreq("intel_pstate", policies=2, governor="powersave", epp="balance_power",
                  boost="intel", boost_on=False)
-    results = run("version: 1\ncpufreq:\n  boost: 1\n  governor: powersave\n", fake.root,
+    results = run_spec("version: 1\ncpufreq:\n  boost: 1\n  governor: powersave\n", fake.root,
                   fix=True)
     assert results["cpufreq.boost"].outcome is Outcome.FIXED
     assert (fake.root / "sys/devices/system/cpu/intel_pstate/no_turbo").read_text() == "0\n"
@@ -334,7 +304,7 @@ def test_cpufreq_on_intel_pstate_boost_is_no_turbo(fake: FakeHost) -> None:
 def test_cpufreq_mixed_policies_name_the_cpus(fake: FakeHost) -> None:
     fake.cpufreq("acpi-cpufreq", policies=4, governor="performance")
     fake.file("sys/devices/system/cpu/cpufreq/policy2/scaling_governor", "powersave\n")
-    [result] = run("version: 1\ncpufreq:\n  governor: performance\n", fake.root).values()
+    [result] = run_spec("version: 1\ncpufreq:\n  governor: performance\n", fake.root).values()
     assert result.observed == "powersave on cpus 2; performance on cpus 0-1,3"
 
 
@@ -346,7 +316,7 @@ def test_cpufreq_a_policys_unreadable_value_is_an_error_not_a_policy_left_out(
     governor = fake.root / "sys/devices/system/cpu/cpufreq/policy2/scaling_governor"
     governor.unlink()
     governor.mkdir()  # read: an error that is not "missing"
-    [result] = run("version: 1\ncpufreq:\n  governor: performance\n", fake.root).values()
+    [result] = run_spec("version: 1\ncpufreq:\n  governor: performance\n", fake.root).values()
     assert result.outcome is Outcome.ERROR
     assert "policy2/scaling_governor" in result.message
 
@@ -357,7 +327,7 @@ def test_cpufreq_policies_that_cannot_be_listed_are_an_error_not_a_vm_without_cp
     cpufreq = fake.root / "sys/devices/system/cpu/cpufreq"
     cpufreq.rename(fake.root / "sys/devices/system/cpu/elsewhere")
     cpufreq.symlink_to("cpufreq")  # ELOOP, where a confined container gets EACCES
-    [result] = run("version: 1\ncpufreq:\n  governor: performance\n", fake.root,
+    [result] = run_spec("version: 1\ncpufreq:\n  governor: performance\n", fake.root,
                    fix=True).values()
     assert result.outcome is Outcome.ERROR
     assert "cannot list" in result.message and "cpufreq" in result.message
@@ -367,7 +337,7 @@ def test_cpufreq_policies_that_cannot_be_listed_are_an_error_not_a_vm_without_cp
 
 
 def test_cpufreq_on_a_vm_without_cpufreq_is_skipped(fake: FakeHost) -> None:
-    results = run(CPUFREQ, fake.root)
+    results = run_spec(CPUFREQ, fake.root)
     assert {r.outcome for r in results.values()} == {Outcome.SKIPPED}
 
 
@@ -376,9 +346,9 @@ def test_cpufreq_on_a_vm_without_cpufreq_is_skipped(fake: FakeHost) -> None:
 
 def test_transparent_hugepage_fix_and_missing(fake: FakeHost) -> None:
     spec = "version: 1\nmemory:\n  transparent_hugepage: madvise\n"
-    assert run(spec, fake.root)["memory.transparent_hugepage"].outcome is Outcome.SKIPPED
+    assert run_spec(spec, fake.root)["memory.transparent_hugepage"].outcome is Outcome.SKIPPED
     fake.transparent_hugepage("always")
-    [result] = run(spec, fake.root, fix=True).values()
+    [result] = run_spec(spec, fake.root, fix=True).values()
     assert (result.outcome, result.before, result.after) == (Outcome.FIXED, "always", "madvise")
 
 
@@ -386,14 +356,14 @@ def test_iommu_groups_follow_the_links_and_reboot_required(fake: FakeHost) -> No
     fake.gpu("0000:01:00.0").gpu("0000:81:00.0")
     fake.iommu_groups({"0000:01:00.0": "identity", "0000:81:00.0": "DMA-FQ"})
     fake.grub(linux_default="quiet iommu=pt").cmdline("ro quiet")
-    results = run("version: 1\niommu:\n  gpu_groups: identity\n", fake.root)
+    results = run_spec("version: 1\niommu:\n  gpu_groups: identity\n", fake.root)
     assert results["iommu.gpu_groups[0000:01:00.0]"].outcome is Outcome.PASSED
     assert results["iommu.gpu_groups[0000:81:00.0]"].outcome is Outcome.REBOOT_REQUIRED
 
 
 def test_iommu_off_is_skipped(fake: FakeHost) -> None:
     fake.gpu("0000:01:00.0")
-    [result] = run("version: 1\niommu:\n  gpu_groups: identity\n", fake.root).values()
+    [result] = run_spec("version: 1\niommu:\n  gpu_groups: identity\n", fake.root).values()
     assert result.outcome is Outcome.SKIPPED
 
 
@@ -403,17 +373,17 @@ MODULE = ("version: 1\nname: t\nmodules:\n  nvidia_uvm:\n    state: loaded\n"
 
 def test_module_parameter_from_sysfs_and_modprobe_d(fake: FakeHost) -> None:
     fake.module("nvidia_uvm").module_parameters("nvidia_uvm", {"uvm_disable_hmm": "N"})
-    results = run(MODULE, fake.root)
+    results = run_spec(MODULE, fake.root)
     assert results["module.parameter[nvidia_uvm.uvm_disable_hmm]"].outcome is Outcome.FAILED
     fake.file("etc/modprobe.d/nvidia.conf", "options nvidia_uvm uvm_disable_hmm=Y\n")
-    result = run(MODULE, fake.root)["module.parameter[nvidia_uvm.uvm_disable_hmm]"]
+    result = run_spec(MODULE, fake.root)["module.parameter[nvidia_uvm.uvm_disable_hmm]"]
     assert result.outcome is Outcome.REBOOT_REQUIRED
     assert "etc/modprobe.d/nvidia.conf:1 sets 'Y'" in result.message
 
 
 def test_module_parameter_fix_persist_writes_options(fake: FakeHost) -> None:
     fake.module("nvidia_uvm").module_parameters("nvidia_uvm", {"uvm_disable_hmm": "N"})
-    result = run(MODULE, fake.root, fix=True, persist=True)[
+    result = run_spec(MODULE, fake.root, fix=True, persist=True)[
         "module.parameter[nvidia_uvm.uvm_disable_hmm]"]
     assert result.outcome is Outcome.REBOOT_REQUIRED
     assert (fake.root / "etc/modprobe.d/gpuhost-t-options.conf").read_text().endswith(
@@ -432,7 +402,7 @@ def test_nvml_extras(fake: FakeHost) -> None:
                                             "570.124.06  Release Build\n")
     nvml = FakeNvml(driver="570.124.06", devices={"0000:01:00.0": FakeGpu(
         power_limit=450_000, ecc_current=False, ecc_pending=True, bar1_total=256 * 2**20)})
-    results = run(NVML, fake.root, nvml=nvml)
+    results = run_spec(NVML, fake.root, nvml=nvml)
     assert {k: (r.outcome.value, r.observed) for k, r in results.items()} == {
         "gpus.nvml_inventory": ("passed", "0000:01:00.0"),
         "gpus.bar1[0000:01:00.0]": ("failed", "256 MiB"),
@@ -441,11 +411,11 @@ def test_nvml_extras(fake: FakeHost) -> None:
         "gpus.kernel_module[0000:01:00.0]": ("failed", "proprietary"),
         "gpus.power_limit[0000:01:00.0]": ("failed", "450"),
     }
-    fixed = run(NVML, fake.root, nvml=nvml, fix=True)
+    fixed = run_spec(NVML, fake.root, nvml=nvml, fix=True)
     assert fixed["gpus.power_limit[0000:01:00.0]"].outcome is Outcome.FIXED
     assert nvml.devices["0000:01:00.0"].power_limit == 600_000
     nvml.library = "13.580.95.05"
-    assert run(NVML, fake.root, nvml=nvml)["gpus.driver_match"].observed == (
+    assert run_spec(NVML, fake.root, nvml=nvml)["gpus.driver_match"].observed == (
         "library 580.95.05, kernel module 570.124.06")
 
 
@@ -453,7 +423,7 @@ def test_power_limit_outside_the_constraints_is_not_fixable(fake: FakeHost) -> N
     fake.gpu("0000:01:00.0")
     nvml = FakeNvml(devices={"0000:01:00.0": FakeGpu(power_limit=300_000,
                                                       power_limit_range=(150_000, 450_000))})
-    [_, result] = run("version: 1\ngpus:\n  power_limit: {min: 600}\n", fake.root, nvml=nvml,
+    [_, result] = run_spec("version: 1\ngpus:\n  power_limit: {min: 600}\n", fake.root, nvml=nvml,
                       fix=True).values()
     assert result.outcome is Outcome.FAILED and "outside what this GPU allows" in result.message
 
@@ -461,7 +431,7 @@ def test_power_limit_outside_the_constraints_is_not_fixable(fake: FakeHost) -> N
 def test_ecc_fix_sets_the_pending_mode(fake: FakeHost) -> None:
     fake.gpu("0000:01:00.0")
     nvml = FakeNvml(devices={"0000:01:00.0": FakeGpu(ecc_current=False, ecc_pending=False)})
-    [_, result] = run("version: 1\ngpus:\n  ecc: enabled\n", fake.root, nvml=nvml, fix=True,
+    [_, result] = run_spec("version: 1\ngpus:\n  ecc: enabled\n", fake.root, nvml=nvml, fix=True,
                       persist=True).values()
     assert result.outcome is Outcome.REBOOT_REQUIRED
     assert nvml.devices["0000:01:00.0"].ecc_pending is True
@@ -474,7 +444,7 @@ RESIDENCY = "version: 1\ncpuidle:\n  disabled: [C2]\n  residency: {window: 10ms}
 
 def test_residency_sees_a_disabled_state_entered_during_the_window(fake: FakeHost) -> None:
     fake.cpus(4, disabled=["C2"])
-    quiet = run(RESIDENCY, fake.root, sleep=lambda s: None)
+    quiet = run_spec(RESIDENCY, fake.root, sleep=lambda s: None)
     assert quiet["cpuidle.residency[C2]"].outcome is Outcome.PASSED
     windows: list[float] = []
 
@@ -482,8 +452,8 @@ def test_residency_sees_a_disabled_state_entered_during_the_window(fake: FakeHos
         windows.append(seconds)
         fake.idle_counters("C2", usage=7, time_us=5200, cpus=[1, 3])
 
-    results = run(RESIDENCY, fake.root, sleep=firmware_reenables)
-    assert windows == [0.01]  # sampled just now (no phase cache): the whole window
+    results = run_spec(RESIDENCY, fake.root, sleep=firmware_reenables)
+    assert windows == [0.01]  # the run's clock stood still since the batch: the whole window
     result = results["cpuidle.residency[C2]"]
     assert (result.outcome, result.observed) == (Outcome.FAILED, "entered on cpus 1,3")
     assert "usage +14, time +10400 us" in result.evidence[0]["raw"]
@@ -502,7 +472,7 @@ def test_residency_watches_only_the_cpus_where_the_state_is_disabled(fake: FakeH
     def everyone_enters(seconds: float) -> None:
         fake.idle_counters("C2", usage=3, time_us=900, cpus=[0, 1, 3])
 
-    result = run(RESIDENCY, fake.root, sleep=everyone_enters)["cpuidle.residency[C2]"]
+    result = run_spec(RESIDENCY, fake.root, sleep=everyone_enters)["cpuidle.residency[C2]"]
     assert (result.outcome, result.observed) == (Outcome.FAILED, "entered on cpus 3")
     assert "the 2 of 4 CPUs where it is disabled sampled" in result.evidence[0]["raw"]
     for cpu in (2, 3):
@@ -510,7 +480,7 @@ def test_residency_watches_only_the_cpus_where_the_state_is_disabled(fake: FakeH
                      fake.root.glob(f"sys/devices/system/cpu/cpu{cpu}/cpuidle/state*/name")
                      if p.read_text().strip() == "C2"]
         disable.write_text("0\n")
-    nowhere = run(RESIDENCY, fake.root, sleep=everyone_enters)["cpuidle.residency[C2]"]
+    nowhere = run_spec(RESIDENCY, fake.root, sleep=everyone_enters)["cpuidle.residency[C2]"]
     assert nowhere.outcome is Outcome.SKIPPED
     assert "C2 is not disabled on any online CPU" in nowhere.message
 
@@ -518,7 +488,7 @@ def test_residency_watches_only_the_cpus_where_the_state_is_disabled(fake: FakeH
 def test_acs_redirect_with_no_bridge_above_the_gpus_is_one_skipped_record(fake: FakeHost) -> None:
     """A section that would expand to nothing says so instead of passing silently."""
     fake.gpu("0000:01:00.0").gpu("0000:02:00.0")  # on the root bus, as in a VM
-    results = run("version: 1\npcie:\n  acs_redirect: off\n", fake.root, fix=True)
+    results = run_spec("version: 1\npcie:\n  acs_redirect: off\n", fake.root, fix=True)
     [result] = results.values()
     assert (result.id, result.outcome) == ("pcie.acs_redirect", Outcome.SKIPPED)
     assert "no PCI bridge between any of the 2 GPU(s) and the root bus" in result.message
@@ -526,12 +496,12 @@ def test_acs_redirect_with_no_bridge_above_the_gpus_is_one_skipped_record(fake: 
 
 def test_cpuidle_names_with_spaces_but_nothing_that_leaves_the_root(fake: FakeHost) -> None:
     fake.cpus(2, states=("snooze", "Shared Cede"))
-    [result] = run("version: 1\ncpuidle:\n  disabled: ['Shared Cede']\n", fake.root,
+    [result] = run_spec("version: 1\ncpuidle:\n  disabled: ['Shared Cede']\n", fake.root,
                    fix=True).values()
     assert (result.id, result.outcome) == ("cpuidle[Shared Cede]", Outcome.FIXED)
     for bad in ("../x", "C2; rm", " C2", "a'b"):
         with pytest.raises(SpecError, match=r"spec\.yaml:3"):
-            run(f"version: 1\ncpuidle:\n  disabled: [\"{bad}\"]\n", fake.root)
+            run_spec(f"version: 1\ncpuidle:\n  disabled: [\"{bad}\"]\n", fake.root)
 
 
 # --- spec errors ---------------------------------------------------------------------------------
@@ -622,23 +592,19 @@ def test_the_drop_in_sourced_by_a_shell_gives_the_words_and_runs_nothing(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["90-gpuhost-t.cfg", "host"]
 
 
-def test_a_boot_setting_written_meanwhile_is_reboot_required_not_refixed(fake: FakeHost,
-                                                                        tmp_path: Path) -> None:
+def test_a_boot_setting_written_meanwhile_is_reboot_required_not_refixed(fake: FakeHost) -> None:
     """Under xdist another worker's fix may write the drop-in between this check's observe and
     its fix: re-observed under the lock, it is reboot_required, and nothing is written again."""
     fake.cpufreq("acpi-cpufreq", policies=1).grub().cmdline("ro")
-    spec_path = tmp_path / "spec.yaml"
-    spec_path.write_text("version: 1\nname: t\ncpufreq:\n  driver: amd-pstate-epp\n")
-    spec = load_spec(spec_path, KINDS, CONDITIONS)
-    host = LocalHost(fake.root)
-    [check] = KINDS["cpufreq"].expand(spec.sections["cpufreq"], Facts(host))
 
-    class Racing(Fixer):
-        def locked(self):  # type: ignore[no-untyped-def]
+    class Racing(LocalHost):
+        """The other worker writes the drop-in while this run waits for the lock."""
+
+        def lock(self, path: str, timeout: float, holder: str) -> int:
             fake.file("etc/default/grub.d/90-gpuhost-t.cfg", 'GRUB_CMDLINE_LINUX_DEFAULT='
                       '"$GRUB_CMDLINE_LINUX_DEFAULT amd_pstate=active"\n')
-            return super().locked()
+            return super().lock(path, timeout, holder)
 
-    fixer = Racing(host, None, run_lock=None, apply_lock=None, lock_timeout=0)
-    result = run_check(check, host, {}, RunOptions(fix=True, persist=True), fixer)
+    [result] = run_spec("version: 1\nname: t\ncpufreq:\n  driver: amd-pstate-epp\n", fake.root,
+                        fix=True, persist=True, host=Racing).values()
     assert result.outcome is Outcome.REBOOT_REQUIRED and result.action is None

@@ -224,11 +224,11 @@ window.addEventListener("load", () => {
 
 def blackwell8_report(tmp_path: Path, name: str, *, fix: bool) -> Path:
     """The JSON report of the bundled spec on a copy of the example host (every kind)."""
-    from ..capture.capturing import run
+    from ..runner import run_spec
 
     root = tmp_path / name
     blackwell8_untuned(root, cpus=16)
-    done = run(root, tmp_path, [BLACKWELL8], fix=fix)
+    done = run_spec([BLACKWELL8], root, workdir=tmp_path, fix=fix)
     info = RunInfo(specs=(("blackwell8.yaml", "blackwell8"),), root=str(root), hostname=name,
                    kernel="6.5.0-44-generic", driver="580.95.05",
                    gpus=tuple(f"gpu{i}" for i in range(8)))

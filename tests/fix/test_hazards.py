@@ -15,7 +15,7 @@ import pytest
 
 from pytest_gpuhost.checks import Check
 from pytest_gpuhost.checks.changes import ReplaceFile, WriteBytes, WriteText
-from pytest_gpuhost.checks.cpuidle import IdleStateProbe, find_idle_states, parse_cpu_list
+from pytest_gpuhost.checks.cpuidle import parse_cpu_list
 from pytest_gpuhost.checks.modules import ModuleProbe, ModuleState
 from pytest_gpuhost.checks.sysctl import SysctlProbe
 from pytest_gpuhost.engine import RunOptions, run_check
@@ -34,10 +34,11 @@ from pytest_gpuhost.gpu.nvml import NvmlSource
 from pytest_gpuhost.host import HostError, HostIdentity, LocalHost
 from pytest_gpuhost.result import Outcome
 from pytest_gpuhost.spec import EntryOptions
-from pytest_gpuhost.spec.matchers import Auto, Choice, Exact
+from pytest_gpuhost.spec.matchers import Auto, Exact
 from pytest_gpuhost.testing.fakehost import FakeHost, config_space
 
-from ..conftest import counts, run_spec, snapshot
+from ..conftest import counts, snapshot
+from ..runner import run_spec
 
 STATE = "var/lib/pytest-gpuhost"
 
@@ -905,9 +906,7 @@ def test_several_writes_of_which_some_did_not_hold_are_not_called_clamped(
     assert result["cpuidle[C2]"].outcome is Outcome.FIXED  # the plain tree takes both writes
     fake.file("sys/devices/system/cpu/cpu0/cpuidle/state2/disable", "0\n")
     fake.file("sys/devices/system/cpu/cpu1/cpuidle/state2/disable", "0\n")
-    check = Check("cpuidle", "C2", Exact("disabled", Choice(("disabled",))),
-                  EntryOptions(where="spec.yaml:2"),
-                  IdleStateProbe("C2", find_idle_states(LocalHost(fake.root))))
-    partial = run_check(check, HalfIgnoring(fake.root), {}, RunOptions(fix=True))
+    partial = run_spec("version: 1\ncpuidle: {disabled: [C2]}\n", fake.root, fix=True,
+                       host=HalfIgnoring)["cpuidle[C2]"]
     assert partial.outcome is Outcome.FIX_FAILED
     assert partial.message.endswith("(some of the 2 writes did not hold)")

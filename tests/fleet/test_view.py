@@ -22,9 +22,9 @@ from pytest_gpuhost.reports.prometheus import textfile
 from pytest_gpuhost.result import CheckResult, Outcome
 from pytest_gpuhost.testing.fakehost import blackwell8_untuned
 
-from ..capture.capturing import run
 from ..conftest import BLACKWELL8, REPO
 from ..reports.test_reports import parse_exposition
+from ..runner import run_spec
 
 pytest_plugins = ["pytester"]
 
@@ -70,7 +70,7 @@ def node(tmp_path: Path, name: str, *, gen4: bool = False, driver: str | None = 
     root = tuned_node(tmp_path, name, gen4=gen4, driver=driver, swappiness=swappiness)
     spec = tmp_path / "fleet.yaml"
     spec.write_text(FLEET_SPEC)
-    done = run(root, tmp_path, [Path("fleet.yaml")])
+    done = run_spec([Path("fleet.yaml")], root, workdir=tmp_path)
     info = RunInfo(specs=(("fleet.yaml", "fleet"),), root=str(root), hostname=name,
                    kernel="6.5.0-44-generic", driver=driver or "580.95.05",
                    gpus=tuple(f"gpu{i}" for i in range(8)))

@@ -8,7 +8,6 @@ import sys
 import threading
 import types
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,12 +24,12 @@ from pytest_gpuhost.gpu.nvml import (
     default_factory,
 )
 from pytest_gpuhost.host import HostError, LocalHost
-from pytest_gpuhost.result import CheckResult, Outcome
+from pytest_gpuhost.result import Outcome
 from pytest_gpuhost.spec.matchers import Range, Version
 from pytest_gpuhost.testing.clock import FakeClock
 from pytest_gpuhost.testing.fakehost import FakeHost
 
-from ..conftest import run_spec
+from ..runner import run_spec
 
 pytest_plugins = ["pytester"]
 
@@ -64,12 +63,6 @@ def two_gpus(fake: FakeHost) -> FakeHost:
     return fake.gpu(A, numa_node=0).gpu(B, numa_node=1)
 
 
-def run(spec_text: str, root: Path, nvml: FakeNvml | None, *, fix: bool = False
-        ) -> dict[str, CheckResult]:
-    source = NvmlSource(lambda: nvml) if nvml is not None else None
-    return run_spec(spec_text, root, fix=fix, nvml=source)
-
-
 def fake_nvml(**overrides: Any) -> FakeNvml:
     values: dict[str, Any] = {"driver": "580.95.05",
                               "devices": {A: FakeGpu(True, 5), B: FakeGpu(True, 5)}}
@@ -78,7 +71,7 @@ def fake_nvml(**overrides: Any) -> FakeNvml:
 
 
 def test_nvml_checks_pass_on_a_good_host(fake: FakeHost) -> None:
-    results = run(SPEC, two_gpus(fake).root, fake_nvml())
+    results = run_spec(SPEC, two_gpus(fake).root, nvml=fake_nvml())
     assert {i: r.outcome for i, r in results.items()} == {
         "gpus.nvml_inventory": Outcome.PASSED, "gpus.driver_version": Outcome.PASSED,
         f"gpus.max_link_generation[{A}]": Outcome.PASSED,
@@ -91,7 +84,7 @@ def test_nvml_checks_pass_on_a_good_host(fake: FakeHost) -> None:
 def test_each_nvml_fact_fails_with_what_nvml_said(fake: FakeHost) -> None:
     nvml = fake_nvml(driver="575.57.08", devices={A: FakeGpu(False, 5), B: FakeGpu(True, 4)},
                      p2p={f"{A}->{B}": "the chipset does not support P2P"})
-    results = run(SPEC, two_gpus(fake).root, nvml)
+    results = run_spec(SPEC, two_gpus(fake).root, nvml=nvml)
     assert results["gpus.driver_version"].message == "575.57.08 < min 580.0"
     assert results[f"gpus.persistence_mode[{A}]"].message == \
         "'disabled' != 'enabled' (fixable: run with --fix)"
@@ -104,7 +97,7 @@ def test_each_nvml_fact_fails_with_what_nvml_said(fake: FakeHost) -> None:
 
 def test_persistence_mode_is_fixed_through_nvml(fake: FakeHost) -> None:
     nvml = fake_nvml(devices={A: FakeGpu(False, 5), B: FakeGpu(True, 5)})
-    result = run(SPEC, two_gpus(fake).root, nvml, fix=True)[f"gpus.persistence_mode[{A}]"]
+    result = run_spec(SPEC, two_gpus(fake).root, nvml=nvml, fix=True)[f"gpus.persistence_mode[{A}]"]
     assert (result.outcome, result.before, result.after) == (Outcome.FIXED, "disabled", "enabled")
     assert nvml.set_calls == [(A, True)]
     assert result.action == f"NVML nvmlDeviceSetPersistenceMode({A}, enabled)"
@@ -112,14 +105,14 @@ def test_persistence_mode_is_fixed_through_nvml(fake: FakeHost) -> None:
 
 def test_persistence_fix_without_root_says_so(fake: FakeHost) -> None:
     nvml = fake_nvml(devices={A: FakeGpu(False, 5), B: FakeGpu(True, 5)}, setter_needs_root=True)
-    result = run(SPEC, two_gpus(fake).root, nvml, fix=True)[f"gpus.persistence_mode[{A}]"]
+    result = run_spec(SPEC, two_gpus(fake).root, nvml=nvml, fix=True)[f"gpus.persistence_mode[{A}]"]
     assert result.outcome is Outcome.FIX_FAILED
     assert "needs root" in result.message
 
 
 def test_nvml_and_sysfs_disagree_names_both_lists(fake: FakeHost) -> None:
     nvml = fake_nvml(devices={A: FakeGpu(True, 5), "0000:c1:00.0": FakeGpu(True, 5)})
-    results = run(SPEC, two_gpus(fake).root, nvml)
+    results = run_spec(SPEC, two_gpus(fake).root, nvml=nvml)
     message = results["gpus.nvml_inventory"].message
     assert message == (f"NVML and sysfs disagree (missing from NVML: {B}; not in sysfs: "
                        f"0000:c1:00.0): NVML sees 2 [{A}, 0000:c1:00.0], sysfs lists 2 [{A}, {B}]")
@@ -127,7 +120,7 @@ def test_nvml_and_sysfs_disagree_names_both_lists(fake: FakeHost) -> None:
 
 
 def test_without_nvml_the_checks_skip_with_the_reason(fake: FakeHost) -> None:
-    results = run(SPEC, two_gpus(fake).root, None)  # a fake root with no recorded NVML
+    results = run_spec(SPEC, two_gpus(fake).root)  # a fake root with no recorded NVML
     assert {r.outcome for r in results.values()} == {Outcome.SKIPPED}
     assert "NVML unavailable: the host root" in results["gpus.driver_version"].message
     assert "has no recorded var/lib/pytest-gpuhost/nvml" in results["gpus.driver_version"].message
@@ -139,7 +132,7 @@ def test_recorded_nvml_in_a_fake_tree_is_read_and_written(fake: FakeHost) -> Non
     recorded = default_factory(LocalHost(fake.root))()
     assert isinstance(recorded, RecordedNvml)
     assert recorded.gpus() == [A, B] and recorded.topology(B, A) == "SYS"
-    results = run(SPEC, fake.root, None, fix=True)
+    results = run_spec(SPEC, fake.root, fix=True)
     assert results[f"gpus.persistence_mode[{A}]"].outcome is Outcome.FIXED
     assert (fake.root / f"var/lib/pytest-gpuhost/nvml/{A}/persistence_mode").read_text() == \
         "Enabled\n"
@@ -223,8 +216,7 @@ def test_a_binding_failure_fails_the_check_with_the_reason(fake: FakeHost,
     module = fake_pynvml()
     module.__dict__["nvmlDeviceGetP2PStatus"] = lambda a, b, cap: p2p_status(a, b, (cap,))
     monkeypatch.setitem(sys.modules, "pynvml", module)
-    source = NvmlSource(PynvmlNvml.open)
-    result = run_spec(SPEC, two_gpus(fake).root, nvml=source)["gpus.p2p_status"]
+    result = run_spec(SPEC, two_gpus(fake).root, open_nvml=PynvmlNvml.open)["gpus.p2p_status"]
     assert result.outcome is Outcome.ERROR
     assert "nvmlDeviceGetP2PStatus failed in nvidia-ml-py: ArgumentError" in result.message
 
@@ -315,7 +307,7 @@ def test_a_hung_nvml_makes_its_checks_errors_and_the_run_goes_on(
     monkeypatch.setitem(sys.modules, "pynvml",
                         hanging_pynvml("nvmlSystemGetDriverVersion", release, clock))
     results = run_spec(SPEC, two_gpus(fake).root,
-                       nvml=NvmlSource(lambda: PynvmlNvml.open(clock=clock)))
+                       open_nvml=lambda: PynvmlNvml.open(clock=clock))
     assert clock.now() - 1000.0 == NVML_TIMEOUT_S  # one time limit, not one per check
     outcomes = {key: r.outcome.value for key, r in results.items()}
     assert outcomes.pop("gpus.nvml_inventory") == "passed"  # NVML listed both GPUs at its start

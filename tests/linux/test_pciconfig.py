@@ -17,7 +17,8 @@ from pytest_gpuhost.linux.pciconfig import (
 from pytest_gpuhost.result import Outcome
 from pytest_gpuhost.testing.fakehost import FakeHost
 
-from ..conftest import FIXTURES, run_spec
+from ..conftest import FIXTURES
+from ..runner import run_spec
 
 
 @pytest.fixture(scope="module")
@@ -347,19 +348,9 @@ def test_a_value_that_reads_back_different_is_fix_failed_not_fixed(fake: FakeHos
         def write_bytes(self, path: str, data: bytes, offset: int = 0) -> None:
             return None
 
-    from pytest_gpuhost import builtin
-    from pytest_gpuhost.checks import Facts
-    from pytest_gpuhost.engine import RunOptions, run_check
-    from pytest_gpuhost.spec import load_spec
-
     _gpu_with_devctl(fake, 0x2937)
-    spec_path = fake.root.parent / "spec.yaml"
-    spec_path.write_text(MRRS_SPEC.format(size=4096))
-    kinds = {kind.section: kind for kind in builtin.pytest_gpuhost_check_kinds()}
-    spec = load_spec(spec_path, kinds, {})
-    host = Dropping(fake.root)
-    [check] = kinds["pcie"].expand(spec.sections["pcie"], Facts(host))
-    result = run_check(check, host, {}, RunOptions(fix=True))
+    [result] = run_spec(MRRS_SPEC.format(size=4096), fake.root, fix=True,
+                        host=Dropping).values()
     assert result.outcome is Outcome.FIX_FAILED
     assert "read back '512'" in result.message and "ignored the write" in result.message
 
@@ -373,35 +364,18 @@ def test_the_acs_fix_clears_rr_cr_ec_and_nothing_else(fake: FakeHost, control: i
     """Whatever else ACS Control holds (SV, TB, UF, DT, the Enhanced bits 11:8, the reserved
     15:12), the fix clears 0x2c alone, in the register's two bytes of the whole config space,
     and rollback puts every byte back."""
-    from pytest_gpuhost.fix.journal import Journal, read_journal
-    from pytest_gpuhost.fix.rollback import rollback_checks
-    from pytest_gpuhost.gpu.nvml import FakeNvml, NvmlSource
-    from pytest_gpuhost.host import LocalHost
-
     fake.bridge("0000:40:01.1", acs=control, acs_offset=0x2A0)
     fake.gpu("0000:41:00.0", parent="0000:40:01.1")
     config = fake.root / "sys/bus/pci/devices/0000:40:01.1/config"
     before = config.read_bytes()
     journal = fake.root.parent / "j.jsonl"
-    host = LocalHost(fake.root)
-    spec_path = fake.root.parent / "spec.yaml"
-    spec_path.write_text(ACS_SPEC)
-    from pytest_gpuhost import builtin
-    from pytest_gpuhost.checks import Facts
-    from pytest_gpuhost.engine import RunOptions, run_check
-    from pytest_gpuhost.fix.fixer import Fixer
-    from pytest_gpuhost.spec import load_spec
-
-    kinds = {kind.section: kind for kind in builtin.pytest_gpuhost_check_kinds()}
-    [check] = kinds["pcie"].expand(load_spec(spec_path, kinds, {}).sections["pcie"],
-                                   Facts(host))
-    fixer = Fixer(host, Journal(journal, "t"), run_lock=None, apply_lock=None, lock_timeout=0)
-    assert run_check(check, host, {}, RunOptions(fix=True), fixer).outcome is Outcome.FIXED
+    [fixed] = run_spec(ACS_SPEC, fake.root, fix=True, journal=journal).values()
+    assert fixed.outcome is Outcome.FIXED
     after = config.read_bytes()
     assert {i for i in range(4096) if before[i] != after[i]} <= {0x2A6, 0x2A7}
     assert int.from_bytes(after[0x2A6:0x2A8], "little") == control & ~0x2C
-    [undo] = rollback_checks(read_journal(journal), "j", NvmlSource(lambda: FakeNvml()))
-    assert run_check(undo, host, {}, RunOptions(fix=True)).outcome is Outcome.FIXED
+    [undo] = run_spec(None, fake.root, rollback=journal).values()
+    assert undo.outcome is Outcome.FIXED
     assert config.read_bytes() == before
 
 
