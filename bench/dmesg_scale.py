@@ -30,7 +30,7 @@ def measure(records: int, root: Path) -> float:
 
     kind = DmesgKind()
     section = kind.parse(Node(yaml.compose(ALLOW), "bench"), SpecContext(frozenset()))
-    probe = kind.expand(section, None)[0].probe  # type: ignore[arg-type]
+    probe = kind.expand(section, None)[0].probe
     start = time.perf_counter()
     observed = probe.observe(LocalHost(root))
     elapsed = time.perf_counter() - start

@@ -112,10 +112,10 @@ _RESOLVE_NO_MAGICLINKS = 0x02
 _RESOLVE_IN_ROOT = 0x10
 _OPENAT2_TRIES = 8
 """openat2 calls a lookup gets while it keeps answering EAGAIN, before the walk takes over."""
-_openat2_state: list[object] = []  # [libc] once probed and usable, [None] when not
+_openat2_state: list[ctypes.CDLL | None] = []  # [libc] once probed and usable, [None] when not
 
 
-def _libc_openat2() -> object | None:
+def _libc_openat2() -> ctypes.CDLL | None:
     if not _openat2_state:
         libc = None
         if sys.platform.startswith("linux"):
@@ -192,9 +192,11 @@ class Root:
         openat2(2) advises, then walked (starting containers mount all the time on a busy
         node; an EAGAIN taken for an unreadable file left a GPU out of the inventory)."""
         libc = _libc_openat2()
+        if libc is None:
+            return None
         how = _OpenHow(flags, mode, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
         for _ in range(_OPENAT2_TRIES):
-            fd = libc.syscall(_SYS_OPENAT2, self.fd, os.fsencode(rel), ctypes.byref(how),  # type: ignore[attr-defined]
+            fd = libc.syscall(_SYS_OPENAT2, self.fd, os.fsencode(rel), ctypes.byref(how),
                               ctypes.sizeof(how))
             if fd >= 0:
                 return int(fd)
@@ -211,9 +213,10 @@ class Root:
     def _probe_openat2(self) -> bool:
         """Whether openat2 works at all (EPERM can also be the file's own answer)."""
         libc = _libc_openat2()
+        if libc is None:
+            return False
         how = _OpenHow(os.O_PATH | os.O_CLOEXEC, 0, _RESOLVE_IN_ROOT)
-        fd = libc.syscall(_SYS_OPENAT2, self.fd, b".", ctypes.byref(how),  # type: ignore[attr-defined]
-                          ctypes.sizeof(how))
+        fd = libc.syscall(_SYS_OPENAT2, self.fd, b".", ctypes.byref(how), ctypes.sizeof(how))
         if fd >= 0:
             os.close(fd)
             return True
@@ -1008,7 +1011,8 @@ def execute(root: Root, request: dict[str, Any]) -> object:
     if not isinstance(request, dict):
         raise OpError(f"a request must be a mapping, not {type(request).__name__}",
                       errno.EINVAL)
-    operation = OPERATIONS.get(request.get("op"))  # type: ignore[arg-type]
+    op = request.get("op")
+    operation = OPERATIONS.get(op) if isinstance(op, str) else None
     if operation is None:
         raise OpError(f"unknown operation {request.get('op')!r}", errno.EINVAL)
     return operation(root, request)

@@ -222,11 +222,11 @@ def test_the_example_host_after_fix_round_trips_through_pytest(
     assert verify.ret == pytest.ExitCode.OK, verify.stdout.str()[-3000:]
     assert counts(verify) == {"passed": 197}
     spec = _kept(golden.read_text())
-    assert spec["modules"]["nvidia_peermem"] == {  # type: ignore[index]
+    assert spec["modules"]["nvidia_peermem"] == {
         "state": "absent", "when": "infiniband",
         "why": "GPUDirect RDMA between the GPUs and the InfiniBand NICs"}
-    assert spec["pcie"]["acs_redirect"]["value"] == "off"  # type: ignore[index]
-    assert spec["p2p"]["floors"] == {"same_numa": 47, "cross_numa": 36}  # type: ignore[index]
+    assert spec["pcie"]["acs_redirect"]["value"] == "off"
+    assert spec["p2p"]["floors"] == {"same_numa": 47, "cross_numa": 36}
 
 
 def test_a_catalog_capture_under_xdist_is_written_by_the_controller(
@@ -264,11 +264,11 @@ def test_values_follow_the_rules_for_switches_buffers_links_and_p2p(tmp_path: Pa
                              "net.ipv4.tcp_rmem": "4096 87380 67108864",  # no order: exact
                              "vm.swappiness": {"value": 1, "why": "keep weights in RAM"}}
     gpus = got["gpus"]
-    assert gpus["power_limit"] == {"min": 450}  # type: ignore[index]
-    assert gpus["bar1"] == {"min": "96 GiB"}  # type: ignore[index]
-    assert gpus["count"] == 4  # type: ignore[index]
-    assert gpus["max_link_generation"] == {"one_of": [5, 4]}  # type: ignore[index]
-    assert "persistence_mode" not in gpus  # type: ignore[operator]
+    assert gpus["power_limit"] == {"min": 450}
+    assert gpus["bar1"] == {"min": "96 GiB"}
+    assert gpus["count"] == 4
+    assert gpus["max_link_generation"] == {"one_of": [5, 4]}
+    assert "persistence_mode" not in gpus
     assert "gpus.persistence_mode: the values differ (enabled, disabled)" in text
     assert got["pcie"] == {"link_width": {"one_of": [16, 8]},  # as trained, GPU by GPU
                            "max_link_speed": {"one_of": ["32.0 GT/s", "16.0 GT/s"]},
@@ -276,7 +276,7 @@ def test_values_follow_the_rules_for_switches_buffers_links_and_p2p(tmp_path: Pa
     assert got["modules"] == {"nouveau": "absent", "nvidia": "loaded", "nvidia_drm": "absent"}
     # 90% of the slowest same-socket pair (40.7 GB/s), rounded down; the pair with peer access
     # off cannot pass any floor, so its class is left out, saying which pair.
-    assert got["p2p"]["floors"] == {"same_numa": 36}  # type: ignore[index]
+    assert got["p2p"]["floors"] == {"same_numa": 36}
     assert "# left out: p2p floor cross_numa: 0000:01:00.0->0000:a1:00.0: nothing was read: " \
            "nvbandwidth v0.8 reported N/A" in text
 
@@ -290,7 +290,7 @@ def test_a_path_floor_is_90_percent_of_the_lowest_share_measured(tmp_path: Path)
         spec.write_text(f"version: 1\np2p: {{floors: {{path: 0.85, of: {of}}}}}\n")
         text, verified = round_trip(root, tmp_path, [spec], name=f"{of}-captured.yaml")
         assert verified.bad() == []
-        floors = _kept(text)["p2p"]["floors"]  # type: ignore[index]
+        floors = _kept(text)["p2p"]["floors"]
         assert floors == ({"path": share} if of == "negotiated" else
                           {"path": share, "of": "capability"})
 
@@ -308,10 +308,10 @@ def test_whys_come_from_the_spec_and_the_catalog(tmp_path: Path) -> None:
     text, _ = round_trip(root, tmp_path)
     catalog = _kept(CATALOG.read_text())
     got = _kept(text)
-    for key, entry in got["sysctl"].items():  # type: ignore[attr-defined]
-        assert entry["why"] == catalog["sysctl"][key]["why"]  # type: ignore[index]
+    for key, entry in got["sysctl"].items():
+        assert entry["why"] == catalog["sysctl"][key]["why"]
     text, _ = round_trip(root, tmp_path, [BLACKWELL8], name="spec.yaml")
-    assert _kept(text)["iommu"]["gpu_groups"] == {  # type: ignore[index]
+    assert _kept(text)["iommu"]["gpu_groups"] == {
         "value": "DMA-FQ",
         "why": "DMA translation of every P2P and host copy costs bandwidth (iommu=pt)"}
 
@@ -335,7 +335,7 @@ def test_cmdline_parameters_are_captured_as_present_or_absent(tmp_path: Path) ->
     intel(root)
     text, verified = round_trip(root, tmp_path)
     assert verified.bad() == []
-    cmdline = _kept(text)["kernel"]["cmdline"]  # type: ignore[index]
+    cmdline = _kept(text)["kernel"]["cmdline"]
     assert cmdline["has"] == ["intel_iommu=on", "iommu=pt"]
     assert cmdline["lacks"] == ["amd_pstate=active", "pci=pcie_bus_perf", "pcie_aspm=off"]
 
@@ -347,10 +347,10 @@ def test_what_cannot_pass_as_it_is_is_left_out_with_the_reason(tmp_path: Path) -
     text, verified = round_trip(root, tmp_path)
     assert verified.bad() == []
     got = _kept(text)
-    assert "acs_redirect" not in got["pcie"]  # type: ignore[operator]
+    assert "acs_redirect" not in got["pcie"]
     assert re.search(r"# left out: pcie\.acs_redirect: on: .* at 0000:\w\w:\w\w\.\w", text)
     assert "cpufreq.governor: the policies differ: powersave on cpus 2; performance" in text
-    assert "governor" not in got["cpufreq"]  # type: ignore[operator]
+    assert "governor" not in got["cpufreq"]
 
 
 def test_module_states_parameters_and_builtins(tmp_path: Path) -> None:
@@ -360,13 +360,13 @@ def test_module_states_parameters_and_builtins(tmp_path: Path) -> None:
     text, verified = round_trip(root, tmp_path)
     assert verified.bad() == []
     got = _kept(text)["modules"]
-    assert got["nvidia_uvm"] == {  # type: ignore[index]
+    assert got["nvidia_uvm"] == {
         "state": "loaded", "parameters": {"uvm_disable_hmm": "Y"},
-        "why": _kept(CATALOG.read_text())["modules"]["nvidia_uvm"]["why"]}  # type: ignore[index]
-    assert got["nouveau"]["state"] == "absent"  # type: ignore[index]
+        "why": _kept(CATALOG.read_text())["modules"]["nvidia_uvm"]["why"]}
+    assert got["nouveau"]["state"] == "absent"
     assert "module.parameter[nvidia_uvm.uvm_disable_hmm]" not in text
     text, _ = round_trip(tmp_path / "other", tmp_path, name="other.yaml")
-    assert _kept(text)["modules"]["nvidia"]["state"] == "loaded"  # type: ignore[index]
+    assert _kept(text)["modules"]["nvidia"]["state"] == "loaded"
 
 
 # -- dmesg patterns -------------------------------------------------------------------------
@@ -377,7 +377,7 @@ def test_dmesg_patterns_allow_the_records_they_came_from(tmp_path: Path) -> None
     noisy_log(root)
     text, verified = round_trip(root, tmp_path)
     assert verified["dmesg"].outcome is Outcome.PASSED
-    allow = _kept(text)["dmesg"]["allow"]  # type: ignore[index]
+    allow = _kept(text)["dmesg"]["allow"]
     assert len(allow) == len(NOISE) + 1  # each kind of record once; the vxlan one too
     for pattern, record in zip(allow, [*NOISE, "vxlan: non-ECT from 10.233.64.17 with TOS=0x2"],
                                strict=True):
@@ -553,11 +553,11 @@ def test_the_catalog_names_every_key_the_kinds_know_each_with_a_why() -> None:
                 "memory": set(memory.KEYS), "iommu": {"gpu_groups"},
                 "gpus": {"count", *nvml.KEYS}, "pcie": {*pcie.KEYS, *pcie.PATH_KEYS}}
     for section, keys in expected.items():
-        assert set(catalog[section]) == keys, section  # type: ignore[arg-type]
-    assert set(catalog["p2p"]["floors"]) == set(FLOORS)  # type: ignore[index]
-    assert "concurrent" in catalog["p2p"]  # type: ignore[operator]
-    assert "residency" in catalog["cpuidle"]  # type: ignore[operator]
-    assert {"parameters", "state"} <= set(catalog["modules"]["nvidia_uvm"])  # type: ignore[index]
+        assert set(catalog[section]) == keys, section
+    assert set(catalog["p2p"]["floors"]) == set(FLOORS)
+    assert "concurrent" in catalog["p2p"]
+    assert "residency" in catalog["cpuidle"]
+    assert {"parameters", "state"} <= set(catalog["modules"]["nvidia_uvm"])
 
     def whys(node: object, where: str) -> None:
         if isinstance(node, dict) and ("value" in node or "min" in node or "max" in node
@@ -574,8 +574,8 @@ def test_the_catalog_names_every_key_the_kinds_know_each_with_a_why() -> None:
                     "cpuidle", "modules"):
         whys(catalog[section], section)
     for section in ("p2p", "dmesg"):
-        assert catalog[section]["why"]  # type: ignore[index]
-    assert catalog["kernel"]["cmdline"]["why"]  # type: ignore[index]
+        assert catalog[section]["why"]
+    assert catalog["kernel"]["cmdline"]["why"]
 
 
 def test_a_catalog_run_judges_nothing_and_fixes_nothing(tmp_path: Path) -> None:
@@ -624,4 +624,4 @@ def test_acs_redirect_on_stays_out_and_bridges_without_acs_pass(tmp_path: Path) 
     fake.gpu("0000:41:00.0", parent="0000:40:01.1")
     text, verified = round_trip(root, tmp_path)
     assert verified.bad() == []
-    assert _kept(text)["pcie"]["acs_redirect"]["value"] == "off"  # type: ignore[index]
+    assert _kept(text)["pcie"]["acs_redirect"]["value"] == "off"

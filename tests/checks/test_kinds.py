@@ -4,23 +4,25 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
-from pytest_gpuhost.checks.cpuidle import fold_cpu_list, parse_cpu_list
-from pytest_gpuhost.checks.gpus import find_gpus, normalize_address
+from pytest_gpuhost.checks.gpus import find_gpus
 from pytest_gpuhost.host import HostError, LocalHost
+from pytest_gpuhost.linux.cpulist import fold_cpu_list, parse_cpu_list
 from pytest_gpuhost.linux.kmsg import parse_records
+from pytest_gpuhost.linux.pciaddr import normalize_address
 from pytest_gpuhost.linux.pciconfig import device_control
-from pytest_gpuhost.result import Outcome
+from pytest_gpuhost.result import CheckResult, Outcome
 from pytest_gpuhost.testing.fakehost import FakeHost, config_space
 
 from ..runner import open_run, run_spec
 
 
-def outcomes(results: dict[str, object]) -> dict[str, str]:
-    return {key: result.outcome.value for key, result in results.items()}  # type: ignore[attr-defined]
+def outcomes(results: Mapping[str, CheckResult]) -> dict[str, str]:
+    return {key: result.outcome.value for key, result in results.items()}
 
 
 # --- sysctl -------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -13,13 +14,13 @@ import pytest
 from pytest_gpuhost.gpu.bandwidth import Measurements, Rate
 from pytest_gpuhost.gpu.measure import MeasurementFailed, SharedMeasurement
 from pytest_gpuhost.gpu.nvml import FakeGpu, FakeNvml
-from pytest_gpuhost.host import HostError
+from pytest_gpuhost.host import CommandResult, HostError, LocalHost
 from pytest_gpuhost.result import CheckResult, Outcome
 from pytest_gpuhost.spec import SpecError
 from pytest_gpuhost.testing.fakehost import FakeHost, nvbandwidth_text
 
 from ..conftest import FIXTURES
-from ..runner import run_spec
+from ..runner import Run, run_spec
 
 pytest_plugins = ["pytester"]
 
@@ -294,7 +295,7 @@ def test_nvbandwidth_past_the_p2p_timeout_is_killed_and_says_how_to_allow_more(
 
     four_gpus(fake)
     fake.file("usr/bin/nvbandwidth", "#!/bin/sh\nsleep 60\n", mode=0o755)
-    results: list[dict[str, object]] = []
+    results: list[Run] = []
     thread = threading.Thread(target=lambda: results.append(
         run_spec(spec("nvbandwidth", inside="  timeout: 1\n"), fake.root)), daemon=True)
     thread.start()
@@ -312,7 +313,6 @@ def test_nvbandwidth_runs_under_the_measurement_timeout(fake: FakeHost,
     """Not the 120 s of a command: 56 pairs of 8 GPUs at 4 GB/s (links trained down) take
     about 180 s."""
     from pytest_gpuhost.checks.p2p import MEASURE_TIMEOUT_S
-    from pytest_gpuhost.host import LocalHost
 
     four_gpus(fake)
     fake.file("usr/bin/nvbandwidth", f"#!/bin/sh\ncat '{fake.root}/nvbandwidth.json'\n",
@@ -321,10 +321,10 @@ def test_nvbandwidth_runs_under_the_measurement_timeout(fake: FakeHost,
     timeouts: list[float] = []
     real_run = LocalHost.run
 
-    def run(self: LocalHost, argv: list[str], env: object = None, *,
-            timeout: float = 120.0) -> object:
+    def run(self: LocalHost, argv: list[str], env: Mapping[str, str] | None = None, *,
+            timeout: float = 120.0) -> CommandResult:
         timeouts.append(timeout)
-        return real_run(self, argv, env, timeout=timeout)  # type: ignore[arg-type]
+        return real_run(self, argv, env, timeout=timeout)
 
     monkeypatch.setattr(LocalHost, "run", run)
     assert run_spec(spec("nvbandwidth"), fake.root)[f"p2p[{G[0]}->{G[1]}]"].observed == "52.00"
@@ -344,8 +344,9 @@ def test_p2p_runs_after_the_pcie_fixes_and_before_dmesg(pytester: pytest.Pyteste
     assert kinds[-1] == "dmesg"
 
 
-class _BareMachine:
-    """This machine, with neither cuda-python nor nvbandwidth."""
+class _BareMachine(LocalHost):
+    """This machine (as a root of its own says it is), with neither cuda-python nor
+    nvbandwidth."""
 
     def local_machine(self) -> bool:
         return True
@@ -354,14 +355,15 @@ class _BareMachine:
         return None
 
 
-def test_auto_without_any_probe_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_without_any_probe_says_what_to_install(monkeypatch: pytest.MonkeyPatch,
+                                                     tmp_path: Path) -> None:
     from pytest_gpuhost.checks import p2p
     from pytest_gpuhost.gpu import measure
     from pytest_gpuhost.spec import EntryOptions
 
     monkeypatch.setattr(measure, "cuda_available", lambda: False)
     section = p2p.P2pSection("auto", None, 1, (), 0.0, None, EntryOptions("spec.yaml:2"))
-    measurer = measure.Measurer(section, _BareMachine(), (), {})  # type: ignore[arg-type]
+    measurer = measure.Measurer(section, _BareMachine(tmp_path), (), {})
     with pytest.raises(HostError) as error:
         measurer.measure()
     assert str(error.value) == (

@@ -5,8 +5,9 @@ others none. Then the example host, untuned, fixed, and after the reboot that ap
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,7 +76,7 @@ def expected(pair: tuple[str, str], flags: set[str]) -> list[str]:
     return sorted(causes)
 
 
-def explained(results: dict[str, CheckResult]) -> dict[tuple[str, str], list[str]]:
+def explained(results: Mapping[str, CheckResult]) -> dict[tuple[str, str], list[str]]:
     return {(s, t): sorted(c["cause"] for c in results[f"p2p[{s}->{t}]"].details["explain"])
             for s, t in PAIRS}
 
@@ -94,9 +95,9 @@ def test_where_each_cause_is_and_what_was_read(tmp_path: Path) -> None:
     fake = build(tmp_path / "host", **dict.fromkeys(INJECTED, True))
     results = run_spec(SPEC, fake.root)
 
-    def cause(pair: tuple[str, str], name: str) -> dict[str, object]:
-        [found] = [c for c in results[f"p2p[{pair[0]}->{pair[1]}]"].details["explain"]
-                   if c["cause"] == name]
+    def cause(pair: tuple[str, str], name: str) -> dict[str, Any]:
+        causes: list[dict[str, Any]] = results[f"p2p[{pair[0]}->{pair[1]}]"].details["explain"]
+        [found] = [c for c in causes if c["cause"] == name]
         return found
 
     acs = cause((A, C), "acs_redirect")
@@ -169,12 +170,13 @@ def test_the_example_host_untuned_fixed_and_rebooted(pytester: pytest.Pytester,
     passes naming neither, still naming the IOMMU (iommu=pt needs the reboot --fix-persist
     prepares); after that reboot the same-socket pairs name nothing and the cross-socket
     pairs crossing sockets only."""
-    def pairs(name: str) -> dict[str, dict[str, object]]:
+    def pairs(name: str) -> dict[str, Any]:
+        """The report's p2p records by pair (JSON: its shape is what the test asserts)."""
         report = json.loads((pytester.path / name).read_text())
         return {c["key"]: c for c in report["checks"] if c["kind"] == "p2p"}
 
-    def causes(check: dict[str, object]) -> set[str]:
-        return {c["cause"] for c in check["details"]["explain"]}  # type: ignore[index]
+    def causes(check: Any) -> set[str]:
+        return {c["cause"] for c in check["details"]["explain"]}
 
     common = [f"--gpuhost-spec={BLACKWELL8}", f"--gpuhost-root={example_host}",
               "-p", "no:cacheprovider"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,8 @@ def topo_matrix(text: str) -> list[list[str]]:
 
 def matrix_of(root: Path) -> list[list[str]]:
     host = LocalHost(root)
-    return read_path_facts(host, find_gpus(host)).topology()["matrix"]
+    matrix: list[list[str]] = read_path_facts(host, find_gpus(host)).topology()["matrix"]
+    return matrix
 
 
 def switch_4gpu(fake: FakeHost) -> None:
@@ -82,8 +84,8 @@ def two_levels(fake: FakeHost) -> None:
     (two_levels, "nvidia_smi_topo_m_2level_8gpu.txt"),
 ])
 def test_classes_match_nvidia_smi_topo_m_of_the_same_layout(
-        fake: FakeHost, layout: object, fixture: str) -> None:
-    layout(fake)  # type: ignore[operator]
+        fake: FakeHost, layout: Callable[[FakeHost], object], fixture: str) -> None:
+    layout(fake)
     expected = topo_matrix((FIXTURES / fixture).read_text())
     assert len(expected) in (4, 8) and all(len(row) == len(expected) for row in expected)
     assert matrix_of(fake.root) == expected

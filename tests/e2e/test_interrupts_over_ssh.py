@@ -28,7 +28,7 @@ SIGNALS = [signal.SIGTERM, signal.SIGHUP, signal.SIGINT]
 @pytest.fixture
 def blocked(fake: FakeHost) -> Blocked:
     made = Blocked(fake)
-    yield made  # type: ignore[misc]
+    yield made
     made.cleanup()
 
 

@@ -117,7 +117,7 @@ def test_every_inventory_host_is_an_ssh_target_reached_with_its_key(
         "node02": {"sysctl[vm.swappiness]": "failed", "sysctl[vm.dirty_ratio]": "passed"},
         "node03": {"sysctl[vm.swappiness]": "passed", "sysctl[vm.dirty_ratio]": "passed"},
     }
-    targets = {t["name"]: t for t in data["targets"]}  # type: ignore[attr-defined]
+    targets = {t["name"]: t for t in data["targets"]}
     assert sorted(targets) == ["node01", "node02", "node03"]
     assert targets["node02"]["url"] == (f"ssh://{sshd.user}@127.0.0.1:{sshd.port}"
                                         f"{roots['node02']}?name=node02")
@@ -226,7 +226,7 @@ def test_xdist_runs_each_inventory_host_on_one_worker(
                                       "sysctl[vm.dirty_ratio]": "passed",
                                       "dmesg": "passed"} for name in names}
     result.assert_outcomes(passed=12)
-    for target in data["targets"]:  # type: ignore[attr-defined]
+    for target in data["targets"]:
         # collected once by the controller for both workers, then run by one worker
         assert (target["connections"], target["round_trips"]) == (2, 3), target
 
@@ -280,7 +280,7 @@ def test_xdist_workers_ride_the_controllers_connections(
         f"--gpuhost-ssh-config={keyless_config(sshd, tmp_path)}", "--gpuhost-report=r.json",
         "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-    sessions = {t["name"]: t["connections"] for t in report(pytester)["targets"]}  # type: ignore[attr-defined]
+    sessions = {t["name"]: t["connections"] for t in report(pytester)["targets"]}
     assert sessions == dict.fromkeys(names, 2)  # the controller's and the worker's
     opened = [line.split() for line in log.read_text().splitlines()]
     assert sorted(name for name, _ in opened) == names  # over one TCP connection each
@@ -533,7 +533,7 @@ def test_a_target_that_hangs_connecting_ends_at_the_time_limit(
     assert messages(data, "node02") == [
         "target node02 hung while connecting: no answer within "
         f"--gpuhost-target-timeout={LIMIT} s, so the run went on without it"] * 2
-    [info] = [t for t in data["targets"] if t["name"] == "node02"]  # type: ignore[attr-defined]
+    [info] = [t for t in data["targets"] if t["name"] == "node02"]
     assert "hung while connecting" in info["unreachable"]
     assert (tmp_path / "stalled").exists() and alive(tmp_path / "stalled") == []
     assert result.ret == pytest.ExitCode.TESTS_FAILED

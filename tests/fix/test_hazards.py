@@ -168,7 +168,7 @@ def _identity(root: str = "/", machine: str | None = "m1", boot: str | None = "b
 def _contents(identity: HostIdentity | None, *changes: object,
               path: Path = Path("/var/lib/pytest-gpuhost/journal/x.jsonl")) -> JournalContents:
     entries = tuple(JournalEntry(f"1-{n}", "t", "s", "c", "sysctl", None, change, "applied", n)
-                    for n, change in enumerate(changes, 1))  # type: ignore[arg-type]
+                    for n, change in enumerate(changes, 1))
     return JournalContents(path, entries, False, 0, identity)
 
 
@@ -484,7 +484,7 @@ def test_a_journal_field_of_the_wrong_type_is_a_usage_error(
     _, journal = fix_run(pytester, fake.root, "version: 1\nsysctl: {vm.swappiness: 10}\n")
     records = lines(journal)
     number = next(n for n, r in enumerate(records, 1) if r["event"] == "change")
-    edit(records[number - 1])  # type: ignore[operator]
+    edit(records[number - 1])
     journal.write_text("".join(json.dumps(r) + "\n" for r in records))
     before = snapshot(fake.root)
     result = rollback_run(pytester, fake.root, journal)
@@ -832,7 +832,7 @@ def test_a_spec_path_with_a_newline_stays_in_the_header_comment(pytester: pytest
 def test_a_hostile_value_is_refused_not_persisted(
         pytester: pytest.Pytester, fake: FakeHost, canary: Path, spec: str,
         setup: object, refused: str, words: str) -> None:
-    setup(fake)  # type: ignore[operator]
+    setup(fake)
     (pytester.path / "spec.yaml").write_text(f"version: 1\n{spec}\n")
     result = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}", "--fix",
                                 "--fix-persist", "--gpuhost-report=r.json")

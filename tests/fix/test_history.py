@@ -116,7 +116,7 @@ def test_a_dry_run_says_fix_would_not_retry_it(pytester: pytest.Pytester, spec: 
 def journal_with(root: Path, name: str, change: object, outcome: str | None,
                  boot_id: str | None = None) -> None:
     journal = Journal(root / JOURNAL_DIR / name, "spec", HostIdentity(str(root), boot_id=boot_id))
-    entry = journal.record(PEERMEM, "module", "nvidia_peermem", change)  # type: ignore[arg-type]
+    entry = journal.record(PEERMEM, "module", "nvidia_peermem", change)
     if outcome == "failed":
         journal.outcome(entry, ERROR)
     elif outcome == "unknown":

@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -24,9 +25,9 @@ LOCK = "var/lib/pytest-gpuhost/run.lock"
 
 
 @pytest.fixture
-def blocked(fake: FakeHost) -> Blocked:
+def blocked(fake: FakeHost) -> Iterator[Blocked]:
     made = Blocked(fake)
-    yield made  # type: ignore[misc]
+    yield made
     made.cleanup()
 
 
@@ -35,13 +36,13 @@ def agent(root: Path) -> AgentHost:
                      str(root), name="t1")
 
 
-def in_thread(call: object) -> tuple[threading.Thread, list[object]]:
+def in_thread(call: Callable[[], object]) -> tuple[threading.Thread, list[object]]:
     """``call()`` in a daemon thread; what it returned or raised lands in the list."""
     outcome: list[object] = []
 
     def run() -> None:
         try:
-            outcome.append(call())  # type: ignore[operator]
+            outcome.append(call())
         except BaseException as exc:
             outcome.append(exc)
 
@@ -129,8 +130,12 @@ def test_an_interrupt_cancels_the_command_and_keeps_the_connection(
     fake.sysctl("vm.swappiness", 10)
     host = agent(fake.root)
     main = threading.get_ident()
-    threading.Thread(target=lambda: (blocked.started(), signal.pthread_kill(main, signal.SIGINT)),
-                     daemon=True).start()
+
+    def interrupt() -> None:
+        blocked.started()
+        signal.pthread_kill(main, signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
         host.run(["modprobe", "--", "nvidia"])
     modprobe = int((fake.root / "modprobe.pid").read_text())

@@ -10,7 +10,8 @@ from pytest_gpuhost.host.answers import batch_problem, hello_problem, take_messa
 
 
 def test_the_agent_s_own_answers_pass() -> None:
-    requests = [Read("a").wire(), Stat("b").wire(), Glob("c/*").wire(), {"op": "run"},
+    requests: list[dict[str, object]] = [
+        Read("a").wire(), Stat("b").wire(), Glob("c/*").wire(), {"op": "run"},
                 {"op": "lock"}, {"op": "write"}]
     replies = [{"value": b"10\n"},
                {"value": {"type": "file", "size": 3, "mode": 0o644, "rdev": [0, 0]}},

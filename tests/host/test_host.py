@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import os
 import re
@@ -458,20 +459,19 @@ class RacedLibc:
     """openat2 answering EAGAIN ``times`` times (a rename or mount raced its `..`), then as the
     kernel does; the rest of libc as it is."""
 
-    def __init__(self, libc: object, times: int) -> None:
+    def __init__(self, libc: ctypes.CDLL, times: int) -> None:
         self.libc = libc
         self.times = times
         self.calls = 0
 
     def syscall(self, number: int, *args: object) -> int:
-        import ctypes
         import errno
 
         self.calls += 1
         if self.calls <= self.times:
             ctypes.set_errno(errno.EAGAIN)
             return -1
-        result: int = self.libc.syscall(number, *args)  # type: ignore[attr-defined]
+        result: int = self.libc.syscall(number, *args)
         return result
 
 
@@ -485,7 +485,9 @@ def test_a_lookup_raced_by_a_mount_is_retried_then_walked(
     host = LocalHost(fake.root)
     if not host._root._openat2:
         pytest.skip("no openat2 here: the walk is all there is")
-    raced = RacedLibc(agent._libc_openat2(), times)
+    libc = agent._libc_openat2()
+    assert libc is not None  # openat2 is used here
+    raced = RacedLibc(libc, times)
     monkeypatch.setattr(agent, "_openat2_state", [raced])
     assert host.read_text("sys/bus/pci/devices/0000:01:00.0/vendor").strip() == "0x10de"
     assert raced.calls == min(times + 1, agent._OPENAT2_TRIES)

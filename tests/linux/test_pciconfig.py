@@ -326,7 +326,7 @@ def test_a_devctl_changed_between_the_plan_and_the_write_is_not_overwritten(
     planned = MaxReadRequestProbe.plan
 
     def plan_then_the_driver_writes(self: MaxReadRequestProbe, *args: object) -> object:
-        plan = planned(self, *args)  # type: ignore[arg-type]
+        plan = planned(self, *args)
         data = bytearray(config.read_bytes())
         data[0x80] |= 0x08
         config.write_bytes(bytes(data))

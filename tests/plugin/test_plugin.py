@@ -53,7 +53,7 @@ def report(path: Path) -> dict[str, object]:
 
 
 def by_id(data: dict[str, object]) -> dict[str, dict[str, object]]:
-    return {c["id"]: c for c in data["checks"]}  # type: ignore[attr-defined, index]
+    return {c["id"]: c for c in data["checks"]}
 
 
 def test_verify_the_untuned_example_host(pytester: pytest.Pytester, spec: Path,
@@ -120,14 +120,14 @@ def test_verify_the_untuned_example_host(pytester: pytest.Pytester, spec: Path,
     pair = by_id(data)["p2p[0000:01:00.0->0000:81:00.0]"]
     assert (pair["kind"], pair["key"], pair["observed"], pair["outcome"]) == (
         "p2p", "0000:01:00.0->0000:81:00.0", "17.12", "failed")  # 27.62 GB/s x ACS redirect
-    assert pair["details"]["gbps"] == 17.12  # type: ignore[index]
-    assert pair["details"]["class"] == "cross_numa"  # type: ignore[index]
-    assert pair["details"]["floor"] == 32.0  # type: ignore[index]
+    assert pair["details"]["gbps"] == 17.12
+    assert pair["details"]["class"] == "cross_numa"
+    assert pair["details"]["floor"] == 32.0
     acs = by_id(data)["pcie.acs_redirect[0000:00:01.1]"]
     assert (acs["kind"], acs["key"], acs["outcome"]) == ("pcie.acs_redirect", "0000:00:01.1",
                                                          "failed")
     assert acs["observed"] == "on: ACSCtl 0x001d: ReqRedir+ CmpltRedir+ EgressCtrl-"
-    assert acs["details"]["gpus"] == ["0000:01:00.0"]  # type: ignore[index]
+    assert acs["details"]["gpus"] == ["0000:01:00.0"]
     assert "(fixable: run with --fix)" in str(acs["message"])
     driver = by_id(data)["cpufreq.driver"]
     assert "a boot-time setting: --fix --fix-persist writes it" in str(driver["message"])
@@ -326,7 +326,7 @@ def test_xdist_collects_identically_and_reports_once(pytester: pytest.Pytester, 
     assert list(by_id(one)) == list(by_id(two))  # same checks, same order
     assert {i: c["outcome"] for i, c in by_id(two).items()} == outcome
     assert outcome["dmesg"] == "failed"  # it waited for the failed peermem load on the other worker
-    assert one["summary"]["fixed"] == two["summary"]["fixed"] == 45  # type: ignore[index]
+    assert one["summary"]["fixed"] == two["summary"]["fixed"] == 45
 
 
 THIRD_PARTY = """

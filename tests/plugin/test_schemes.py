@@ -184,7 +184,7 @@ def test_the_documented_docker_plugin_checks_fixes_and_rolls_back_its_containers
         ("docker-gone", "sysctl[vm.dirty_ratio]"): "error"}
     assert {c["message"] for c in checks if c["target"] == "docker-gone"} == {
         "cannot reach docker://gone: Error response from daemon: No such container: gone"}
-    targets_info = {t["name"]: t for t in data["targets"]}  # type: ignore[attr-defined]
+    targets_info = {t["name"]: t for t in data["targets"]}
     assert targets_info["docker-gpubox"]["url"] == "docker://gpubox"
     assert targets_info["docker-gpubox"]["round_trips"] >= 1  # a Connection: its cost reported
     assert "No such container: gone" in targets_info["docker-gone"]["unreachable"]

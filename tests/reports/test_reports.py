@@ -7,6 +7,7 @@ import re
 import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,7 +33,7 @@ def test_junit_properties_per_check_under_xunit1(pytester: pytest.Pytester, spec
                                 "--fix", "--fix-persist", "--junitxml=junit.xml",
                                 "-o", "junit_family=xunit1")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    cases = {case.get("name"): case for case in ET.parse(pytester.path / "junit.xml").iter(
+    cases = {case.get("name", ""): case for case in ET.parse(pytester.path / "junit.xml").iter(
         "testcase")}
     assert len(cases) == 198 + 6
 
@@ -175,23 +176,24 @@ def test_prometheus_label_values_are_escaped() -> None:
     assert len(metrics["gpuhost_check_outcome"]) == len(OUTCOMES)
 
 
-def allure_results(directory: Path) -> dict[str, dict[str, object]]:
+def allure_results(directory: Path) -> dict[str, Any]:
+    """Each Allure result file by its test's name (JSON: its shape is what the tests assert)."""
     results = [json.loads(p.read_text()) for p in directory.glob("*-result.json")]
     return {r["name"]: r for r in results}
 
 
-def labels_of(result: dict[str, object]) -> dict[str, str]:
-    return {label["name"]: label["value"] for label in result["labels"]}  # type: ignore[attr-defined]
+def labels_of(result: Any) -> dict[str, str]:
+    return {label["name"]: label["value"] for label in result["labels"]}
 
 
-def tags_of(result: dict[str, object]) -> list[str]:
-    return [label["value"] for label in result["labels"]  # type: ignore[attr-defined]
+def tags_of(result: Any) -> list[str]:
+    return [label["value"] for label in result["labels"]
             if label["name"] == "tag"]
 
 
-def attachment(directory: Path, item: dict[str, object], name: str) -> str:
-    [found] = [a for a in item["attachments"] if a["name"] == name]  # type: ignore[attr-defined]
-    return (directory / found["source"]).read_text()
+def attachment(directory: Path, item: Any, name: str) -> str:
+    [found] = [a for a in item["attachments"] if a["name"] == name]
+    return (directory / str(found["source"])).read_text()
 
 
 def test_allure_results_of_a_fix_run(pytester: pytest.Pytester, spec: Path,
@@ -213,10 +215,10 @@ def test_allure_results_of_a_fix_run(pytester: pytest.Pytester, spec: Path,
     assert labels_of(swap)["severity"] == "normal"
     assert swap["description"] == ("keep model weights and KV-cache host buffers in RAM "
                                    "rather than swap")
-    params = {p["name"]: p for p in swap["parameters"]}  # type: ignore[attr-defined]
+    params = {p["name"]: p for p in swap["parameters"]}
     assert params["observed"]["value"] == "'10'" and params["observed"]["excluded"] is True
     assert "excluded" not in params["host"] and params["key"]["value"] == "'vm.swappiness'"
-    assert [s["name"] for s in swap["steps"]] == [  # type: ignore[attr-defined]
+    assert [s["name"] for s in swap["steps"]] == [
         "observe: 60", "apply: write '10' to proc/sys/vm/swappiness", "read back: 10",
         "assert: 10 is 10"]
     assert attachment(out, swap, "what was read") == (
@@ -224,11 +226,11 @@ def test_allure_results_of_a_fix_run(pytester: pytest.Pytester, spec: Path,
     assert "expected: 10\nobserved: 10\nbefore:   60\nafter:    10\n" in attachment(
         out, swap, "expected vs observed")
     mrrs = tests["pcie.max_read_request[0000:81:00.0]"]
-    gpu = {p["name"]: p["value"] for p in mrrs["parameters"]}["gpu"]  # type: ignore[attr-defined]
+    gpu = {p["name"]: p["value"] for p in mrrs["parameters"]}["gpu"]
     assert gpu == "'0000:81:00.0'"
     peermem = tests["module[nvidia_peermem]"]
     assert peermem["status"] == "failed"
-    steps = {s["name"]: s for s in peermem["steps"]}  # type: ignore[attr-defined]
+    steps = {s["name"]: s for s in peermem["steps"]}
     assert steps["apply: modprobe -- nvidia_peermem"]["status"] == "failed"
     assert "Invalid argument" in attachment(out, steps["apply: modprobe -- nvidia_peermem"],
                                             "command and output")
@@ -253,16 +255,16 @@ def test_allure_results_of_a_fix_run(pytester: pytest.Pytester, spec: Path,
         "Host not read", "Not applicable", "Fixed by --fix"]
 
 
-def category_of(categories: list[dict[str, object]], status: str, message: str,
+def category_of(categories: list[dict[str, Any]], status: str, message: str,
                 trace: str) -> str | None:
     for category in categories:
-        if status not in category["matchedStatuses"]:  # type: ignore[operator]
+        if status not in category["matchedStatuses"]:
             continue
         if "messageRegex" in category and not re.fullmatch(
-                category["messageRegex"], message):  # type: ignore[arg-type]
+                category["messageRegex"], message):
             continue
         if "traceRegex" in category and not re.fullmatch(
-                category["traceRegex"], trace):  # type: ignore[arg-type]
+                category["traceRegex"], trace):
             continue
         return str(category["name"])
     return None
@@ -277,7 +279,7 @@ def test_categories_sort_the_checks(pytester: pytest.Pytester, spec: Path,
     found = {}
     for name, test in allure_results(out).items():
         details = test.get("statusDetails") or {}
-        found[name] = category_of(categories, str(test["status"]),  # type: ignore[union-attr]
+        found[name] = category_of(categories, str(test["status"]),
                                   details.get("message", ""), details.get("trace", ""))
     assert found["module[nvidia_peermem]"] == "Fix failed"
     assert found["dmesg"] == "Hardware fault"
@@ -297,7 +299,7 @@ def test_categories_sort_the_checks(pytester: pytest.Pytester, spec: Path,
     skipped = allure_results(out)["module[nvidia_peermem]"]
     details = skipped["statusDetails"]
     assert category_of(categories, "skipped", details["message"], details.get("trace", "")) \
-        == "Not applicable"  # type: ignore[index]
+        == "Not applicable"
 
 
 def test_would_fix_category(pytester: pytest.Pytester, example_host: Path) -> None:
@@ -309,7 +311,7 @@ def test_would_fix_category(pytester: pytest.Pytester, example_host: Path) -> No
     categories = json.loads((pytester.path / "out/categories.json").read_text())
     details = test["statusDetails"]
     assert category_of(categories, "failed", details["message"], details["trace"]) == \
-        "Would fix"  # type: ignore[index]
+        "Would fix"
     assert labels_of(test)["gpuhost_outcome"] == "would_fix"
     assert set(tags_of(test)) == {"would_fix", "gpuhost"}
 
@@ -349,7 +351,7 @@ def test_a_persistence_record_as_an_allure_test(pytester: pytest.Pytester) -> No
     labels = labels_of(test)
     assert (labels["feature"], labels["story"]) == ("persist", "etc/sysctl.d/90-gpuhost-s.conf")
     assert labels["gpuhost_outcome"] == "fixed" and tags_of(test) == ["fixed"]
-    assert [s["name"] for s in test["steps"]] == [  # type: ignore[attr-defined]
+    assert [s["name"] for s in test["steps"]] == [
         "observe: absent", "apply: create etc/sysctl.d/90-gpuhost-s.conf",
         "read back: current", "assert: current is current"]
     assert attachment(pytester.path / "out", test, "etc/sysctl.d/90-gpuhost-s.conf (written)") \
@@ -374,7 +376,7 @@ def test_mis_tuned_category(pytester: pytest.Pytester, example_host: Path) -> No
     details = test["statusDetails"]
     assert test["status"] == "failed"
     assert category_of(categories, "failed", details["message"], details["trace"]) == \
-        "Mis-tuned"  # type: ignore[index]
+        "Mis-tuned"
 
 
 def test_allure_under_xdist_writes_the_session_files_once(pytester: pytest.Pytester, spec: Path,
@@ -452,8 +454,8 @@ AROUND_IDS = ["sysctl[vm.dirty_ratio]", "sysctl[vm.swappiness]", "module[nvidia]
 
 
 def run_around(pytester: pytest.Pytester, fake: FakeHost, monkeypatch: pytest.MonkeyPatch,
-               env: dict[str, str], *args: str) -> tuple[pytest.RunResult, dict[str, object],
-                                                         int, list[str]]:
+               env: dict[str, str], *args: str) -> tuple[pytest.RunResult, Any, int,
+                                                         list[str]]:
     """A passing spec with a conftest that skips, breaks set-up or teardown of, or interrupts
     a check named in ``env``: pytest's run, the JSON report, and NPD's answer to the same run."""
     fake.sysctl("vm.dirty_ratio", 20).sysctl("vm.swappiness", 10).module("nvidia")
@@ -470,8 +472,8 @@ def run_around(pytester: pytest.Pytester, fake: FakeHost, monkeypatch: pytest.Mo
     return result, report, npd.ret, npd.outlines
 
 
-def outcomes_of(report: dict[str, object]) -> dict[str, tuple[str, str]]:
-    return {c["id"]: (c["outcome"], c["message"]) for c in report["checks"]}  # type: ignore
+def outcomes_of(report: Any) -> dict[str, tuple[str, str]]:
+    return {c["id"]: (c["outcome"], c["message"]) for c in report["checks"]}
 
 
 def prom_outcomes(pytester: pytest.Pytester) -> dict[str, str]:
@@ -494,8 +496,8 @@ def test_a_check_skipped_by_a_skip_mark_is_skipped_in_every_report(
     result.assert_outcomes(passed=3, skipped=1)
     assert result.ret == pytest.ExitCode.OK
     assert outcomes_of(report)["dmesg"] == ("skipped", "kmsg is noisy on this cluster")
-    assert report["summary"]["skipped"] == 1 and report["summary"]["error"] == 0  # type: ignore
-    assert [c["id"] for c in report["checks"]] == AROUND_IDS  # type: ignore[index]
+    assert report["summary"]["skipped"] == 1 and report["summary"]["error"] == 0
+    assert [c["id"] for c in report["checks"]] == AROUND_IDS
     assert prom_outcomes(pytester)["dmesg"] == "skipped"
     assert (npd_ret, npd_out) == (0, ["gpuhost: 4 checks ok"])
 
@@ -512,9 +514,9 @@ def test_a_check_whose_setup_fails_is_an_error_saying_so(
     outcome, message = outcomes_of(report)["sysctl[vm.swappiness]"]
     assert outcome == "error"
     assert "setup broke for sysctl[vm.swappiness]" in message and "xdist" not in message
-    [record] = [c for c in report["checks"] if c["id"] == "sysctl[vm.swappiness]"]  # type: ignore
+    [record] = [c for c in report["checks"] if c["id"] == "sysctl[vm.swappiness]"]
     assert record["expected"] == "10" and record["location"] == "spec.yaml:4"
-    assert [c["id"] for c in report["checks"]] == AROUND_IDS  # type: ignore[index]
+    assert [c["id"] for c in report["checks"]] == AROUND_IDS
     assert npd_ret == 1
 
 
@@ -540,7 +542,7 @@ def test_a_check_whose_teardown_fails_is_not_reported_as_passed(
     outcome, message = outcomes_of(report)["sysctl[vm.swappiness]"]
     assert outcome == "error"
     assert "teardown broke for sysctl[vm.swappiness]" in message and "passed" in message
-    assert report["summary"]["error"] >= 1  # type: ignore[index]
+    assert report["summary"]["error"] >= 1
     assert prom_outcomes(pytester)["vm.swappiness"] == "error"
     assert npd_ret == 1 and npd_out[0].startswith("gpuhost: ")
 

@@ -48,7 +48,7 @@ class CountingWrites(LocalHost):
 def sysctl_check(key: str, value: str, **options: object) -> Check:
     path = "proc/sys/" + key.replace(".", "/")
     return Check("sysctl", key, Exact(value, Auto()),
-                 EntryOptions(where="spec.yaml:3", **options),  # type: ignore[arg-type]
+                 EntryOptions(where="spec.yaml:3", **options),
                  SysctlProbe(path))
 
 
@@ -143,7 +143,7 @@ def test_a_failed_read_back_records_no_after(fake: FakeHost) -> None:
             Vanishing.calls += 1
             if Vanishing.calls > 2:  # before, again under the lock, then the read-back
                 raise HostError("cannot read proc/sys/vm/swappiness: Input/output error")
-            return super().observe(host)  # type: ignore[arg-type]
+            return super().observe(host)
 
     check = Check("sysctl", "vm.swappiness", Exact("10", Auto()), EntryOptions(where="s:1"),
                   Vanishing("proc/sys/vm/swappiness"))

@@ -136,5 +136,5 @@ def test_persistence_files_count_in_pytests_own_line_and_junit(
     cases = list(ET.parse(pytester.path / "junit.xml").iter("testcase"))
     assert len(cases) == total
     assert sum(1 for case in cases if case.get("name", "").startswith("persist[")) == 6
-    assert len(_report(pytester)["checks"]) == total  # type: ignore[arg-type]
+    assert len(_report(pytester)["checks"]) == total
     assert_valid_junit(pytester.path / "junit.xml")

@@ -29,7 +29,7 @@ def test_bundled_spec_is_valid() -> None:
     assert spec.name == "blackwell8"
     assert list(spec.sections) == ["sysctl", "kernel", "cpufreq", "memory", "gpus", "pcie",
                                    "iommu", "cpuidle", "modules", "p2p", "dmesg"]
-    sysctls = {entry.key: entry for entry in spec.sections["sysctl"]}  # type: ignore[attr-defined]
+    sysctls = {entry.key: entry for entry in spec.sections["sysctl"]}
     assert sysctls["kernel.numa_balancing"].expect == Exact("0", sysctls[
         "kernel.numa_balancing"].expect.domain)
     assert all(entry.options.why for entry in sysctls.values())
@@ -46,7 +46,7 @@ def test_every_form_of_expectation(tmp_path: Path) -> None:
           kernel.core_pattern: {match: '\\|/usr/share/apport/.*', fix: false}
           net.ipv4.tcp_rmem: "4096 87380 16777216"
     """)
-    entries = {e.key: e for e in spec.sections["sysctl"]}  # type: ignore[attr-defined]
+    entries = {e.key: e for e in spec.sections["sysctl"]}
     assert spec.name == "spec"
     assert isinstance(entries["kernel.numa_balancing"].expect, Exact)
     assert isinstance(entries["net.core.rmem_max"].expect, Range)
@@ -55,7 +55,7 @@ def test_every_form_of_expectation(tmp_path: Path) -> None:
     assert isinstance(entries["kernel.core_pattern"].expect, Match)
     assert entries["kernel.core_pattern"].options.fix is False
     assert entries["net.ipv4.tcp_rmem"].expect.describe() == "4096 87380 16777216"
-    assert [e.key for e in spec.sections["sysctl"]] == sorted(entries)  # type: ignore[attr-defined]
+    assert [e.key for e in spec.sections["sysctl"]] == sorted(entries)
     assert entries["net.core.rmem_max"].options.where == "spec.yaml:4"
 
 
@@ -66,7 +66,7 @@ def test_when_conditions(tmp_path: Path) -> None:
           nvidia_peermem: {state: loaded, when: infiniband}
           nouveau: {state: absent, when: not container}
     """)
-    entries = {e.name: e for e in spec.sections["modules"].modules}  # type: ignore[attr-defined]
+    entries = {e.name: e for e in spec.sections["modules"].modules}
     assert str(entries["nvidia_peermem"].options.when) == "infiniband"
     assert str(entries["nouveau"].options.when) == "not container"
 
@@ -81,11 +81,11 @@ def test_severity_per_entry_defaults_to_normal(tmp_path: Path) -> None:
           disabled: [{name: C2, severity: minor}]
         dmesg: {severity: critical}
     """)
-    modules = {e.name: e for e in spec.sections["modules"].modules}  # type: ignore[attr-defined]
+    modules = {e.name: e for e in spec.sections["modules"].modules}
     assert modules["nvidia"].options.severity == "blocker"
     assert modules["nouveau"].options.severity == "normal"
-    assert spec.sections["cpuidle"].states[0].options.severity == "minor"  # type: ignore[index]
-    assert spec.sections["dmesg"].options.severity == "critical"  # type: ignore[attr-defined]
+    assert spec.sections["cpuidle"].states[0].options.severity == "minor"
+    assert spec.sections["dmesg"].options.severity == "critical"
 
 
 BAD_SPECS = [
@@ -228,7 +228,7 @@ def test_every_section_takes_the_entry_options(tmp_path: Path, section: str) -> 
     name = section.split(":", 1)[0]
     text = section + "  severity: critical\n  why: it matters\n  fix: false\n"
     spec = load(tmp_path, f"version: 1\n{text}")
-    options = spec.sections[name].options  # type: ignore[attr-defined]
+    options = spec.sections[name].options
     assert (options.severity, options.why, options.fix) == ("critical", "it matters", False)
 
 
