@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from ..result import CheckResult, Outcome
 from ..spec import EntryOptions
 from ..spec.matchers import Auto, Domain, Exact, Expectation, Match, OneOf, Range
@@ -97,8 +99,7 @@ def when_false(records: Sequence[CheckResult], options: EntryOptions) -> bool:
         r.outcome is Outcome.SKIPPED and r.message.startswith("when:") for r in records)
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(msgspec.Struct, frozen=True):
     """How one key's values are captured."""
 
     floor: bool = False

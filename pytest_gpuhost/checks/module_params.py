@@ -7,7 +7,8 @@ at the next load of the module, so the check is boot-time (``reboot_required`` u
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from ..host import Glob, Host, HostError, Read, Reply, Request, Stat
 from ..linux.cmdline import split_words
@@ -91,8 +92,7 @@ def render_options(spec: str, current: str | None, module: str, parameter: str,
         for name, values in sorted(settings.items()))
 
 
-@dataclass(frozen=True)
-class ModuleParameterProbe:
+class ModuleParameterProbe(msgspec.Struct, frozen=True):
     module: str
     parameter: str
     spec: str
@@ -139,8 +139,7 @@ class ModuleParameterProbe:
                     (ReplaceFile(path, current, text),))
 
 
-@dataclass(frozen=True)
-class ParameterEntry:
+class ParameterEntry(msgspec.Struct, frozen=True):
     module: str
     parameter: str
     expect: Expectation

@@ -27,6 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from ..linux.pciaddr import normalize_address
 
 P2P_TESTS = ("device_to_device_memcpy_read_ce", "device_to_device_memcpy_write_ce")
@@ -40,8 +42,7 @@ class ParseError(ValueError):
     """An output that is not in the format it claims to be."""
 
 
-@dataclass(frozen=True)
-class Rate:
+class Rate(msgspec.Struct, frozen=True):
     gbps: float | None
     problem: str | None = None
 
@@ -54,8 +55,7 @@ class Rate:
         return cls(float(gbps) if gbps is not None else None, data.get("problem"))
 
 
-@dataclass(frozen=True)
-class Measurements:
+class Measurements(msgspec.Struct, frozen=True):
     source: str
     """How they were obtained, for the evidence: ``nvbandwidth v0.8 text (FILE)``."""
     rates: Mapping[str, Rate]

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from ..checks import (
     Check,
     Fact,
@@ -53,8 +55,7 @@ PARALLEL_CONNECTIONS = 10
 which starts refusing unauthenticated connections beyond 10 (many targets behind one bastion)."""
 
 
-@dataclass(frozen=True)
-class Unexpanded:
+class Unexpanded(msgspec.Struct, frozen=True):
     """The expectation of a section that could not be expanded: it never passes."""
 
     section: str
@@ -69,8 +70,7 @@ class Unexpanded:
         return None
 
 
-@dataclass(frozen=True)
-class Unexpandable(NoFix):
+class Unexpandable(NoFix, msgspec.Struct, frozen=True):
     """A section whose facts could not be read: its one check is an error with the reason."""
 
     error: HostError
