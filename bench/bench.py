@@ -128,10 +128,12 @@ class Marks:
         end of the session (the reports written): a run without pytest's start-up and exit."""
         return [m["finished"] - m["configured"] for m in self.runs[-repeat:]]
 
-    def split(self, walls: Sequence[float]) -> dict[str, list[float]]:
-        """Seconds of each phase of the measured runs, whose wall times are ``walls``."""
+    def split(self, walls: Sequence[float], *, cpu: bool = False) -> dict[str, list[float]]:
+        """Seconds of each phase of the measured runs, whose wall times are ``walls``; with
+        ``cpu``, CPU seconds of each phase of runs whose CPU times are ``walls``."""
         seconds: dict[str, list[float]] = {phase: [] for phase in PHASES}
-        for marks, wall in zip(self.runs[-len(walls):], walls, strict=True):
+        for run, wall in zip(self.runs[-len(walls):], walls, strict=True):
+            marks = run["cpu"] if cpu else run
             bounds = [marks[k] for k in ("started", "configured", "collected", "ran",
                                          "finished")] + [marks["started"] + wall]
             for phase, (a, b) in zip(PHASES, itertools.pairwise(bounds), strict=True):
@@ -538,12 +540,19 @@ def figure_floor(base: Path, repeat: int, warmup: int) -> Figure:
     gap = {phase: med(split["gpuhost"][phase]) - med(split["reads only"][phase])
            for phase in PHASES}
     gaps = ", ".join(f"{phase} {1000 * gap[phase]:+.0f} ms" for phase in PHASES)
+    cpu_split = {name: marks[name].split(times.cpu[name], cpu=True) for name in marks}
+    cpu_gap = {phase: med(cpu_split["gpuhost"][phase]) - med(cpu_split["reads only"][phase])
+               for phase in PHASES}
+    cpu_gaps = ", ".join(f"{phase} {1000 * cpu_gap[phase]:+.0f} ms" for phase in PHASES)
+    startup = ", ".join(f"{name} {1000 * med(cpu_split[name]['start-up']):.0f} ms"
+                        for name in marks)
     return Figure(
         "1c", f"overhead over pytest's floor: {spec.checks} checks (128 CPUs x 4 C-states, "
         "8 GPUs, 300 sysctls) vs as many trivial parametrized tests without the plugin",
         "gpuhost / plain <= 1.15 (serial), the start-up phase at most 25 ms over the lower "
         "bound's", f"{result_text(times, 'gpuhost', 'plain')}; start-up "
-        f"{1000 * gap['start-up']:+.0f} ms over the lower bound",
+        f"{1000 * gap['start-up']:+.0f} ms over the lower bound (CPU "
+        f"{1000 * cpu_gap['start-up']:+.0f} ms)",
         ratio.median <= 1.15 and gap["start-up"] <= 0.025,
         [gpuhost.shown(base), lower.shown(base), plain.shown(base)],
         [line, medians(times),
@@ -555,7 +564,9 @@ def figure_floor(base: Path, repeat: int, warmup: int) -> Figure:
          "string): what the plugin costs beyond it is its own machinery, not the reading its "
          "checks need",
          "gpuhost against the lower bound, by phase (bench/timeline.py medians, the phases "
-         f"of bench/ssh.py): {gaps}"])
+         f"of bench/ssh.py): {gaps}",
+         f"the same in CPU time (time.process_time() at each mark): {cpu_gaps}; the start-up "
+         f"phase's CPU time of each run (medians): {startup}"])
 
 
 def xdist_cases(spec: SpecCase) -> list[Case]:
@@ -976,8 +987,9 @@ def figure_npd(base: Path, repeat: int, warmup: int) -> Figure:
     wall = [m.wall for m in runs["npd"]]
     one_cpu = [m.cpu for m in runs["one"]]
     one_rss = [m.peak_rss_kib * 1024 / 1e6 for m in runs["one"]]
-    split = marks.split(wall)
-    phases = ", ".join(f"{phase} {1000 * med(split[phase]):.0f} ms" for phase in PHASES)
+    split, cpu_split = marks.split(wall), marks.split(cpu, cpu=True)
+    phases = ", ".join(f"{phase} {1000 * med(split[phase]):.0f} ms / "
+                       f"{1000 * med(cpu_split[phase]):.0f} ms" for phase in PHASES)
     labels = [line for line in (directory / "features").read_text().splitlines()
               if not line.startswith("#")]
     return Figure(
@@ -993,7 +1005,7 @@ def figure_npd(base: Path, repeat: int, warmup: int) -> Figure:
          f"pytest with one trivial test, the same plugins off: CPU {med(one_cpu):.3f} s "
          f"({min(one_cpu):.3f}-{max(one_cpu):.3f}), peak RSS {med(one_rss):.1f} MB: what "
          "any pytest run costs here before a check",
-         f"where the npd run's wall time goes (bench/timeline.py, medians): {phases}",
+         f"where the npd run's time goes (bench/timeline.py, medians, wall / CPU): {phases}",
          "the other pytest plugins installed in the bench's environment are off "
          f"(`{' '.join(alone)}`), as in examples/k8s/Dockerfile's image, which installs "
          "pytest-gpuhost alone; `-p timeline` notes the phases (a few hooks)",
