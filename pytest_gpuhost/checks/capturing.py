@@ -14,7 +14,6 @@ reason.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -28,12 +27,11 @@ OBSERVED = frozenset({Outcome.PASSED, Outcome.FAILED, Outcome.FIXED, Outcome.FIX
 """Outcomes whose record holds the value the host has now (after a fix, the read-back)."""
 
 
-@dataclass
-class Captured:
+class Captured(msgspec.Struct):
     """One section as captured: its entries (None: none could be kept) and what was left out."""
 
-    entries: dict[str, Any] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
+    entries: dict[str, Any] = msgspec.field(default_factory=dict)
+    notes: list[str] = msgspec.field(default_factory=list)
 
     def leave_out(self, what: str, why: str) -> None:
         self.notes.append(f"{what}: {' '.join(why.split())[:160]}")

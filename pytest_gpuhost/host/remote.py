@@ -30,8 +30,9 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from . import (
     COMMAND_TIMEOUT_S,
@@ -76,8 +77,7 @@ BOOTSTRAP = (
 root as its argument; the agent then serves on the same pipes. Nothing is written there."""
 
 
-@dataclass
-class Traffic:
+class Traffic(msgspec.Struct):
     """What a connection cost: the JSON report records it per target."""
 
     round_trips: int = 0
