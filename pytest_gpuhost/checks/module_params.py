@@ -11,7 +11,6 @@ from collections.abc import Sequence
 import msgspec
 
 from ..host import Glob, Host, HostError, Read, Reply, Request, Stat
-from ..linux.cmdline import split_words
 from ..spec import EntryOptions
 from ..spec.matchers import Auto, Expectation
 from . import CannotFix, Evidence, NextBoot, Observation
@@ -50,6 +49,8 @@ def parse_options(files: Sequence[tuple[str, str]], cmdline: str = ""
     it: kmod reads the modprobe.d files, then the kernel command line's ``module.param=value``
     (libkmod's kmod_config_new parses the command line after the files), and passes the
     options in that order, so the kernel keeps the command line's: it wins."""
+    from ..linux.cmdline import split_words  # the command line's readers: parameters only
+
     found: dict[tuple[str, str], tuple[str, str]] = {}
     for path, text in files:
         for number, line in enumerate(text.splitlines(), 1):

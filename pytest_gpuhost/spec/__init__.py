@@ -16,6 +16,7 @@ writes; writing the keys out is explicit, and the error says so.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import stat
@@ -54,8 +55,6 @@ class SpecError(Exception):
 
 
 def _closest(word: str, choices: Iterable[str]) -> str:
-    import difflib  # a spec with a typo only
-
     found = difflib.get_close_matches(word, list(choices), n=1)
     return f" (did you mean {found[0]!r}?)" if found else ""
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import pytest_gpuhost.specs as pytest_gpuhost_specs
 from pytest_gpuhost.testing.fakehost import FakeHost
 
 pytest_plugins = ["pytester"]
@@ -27,12 +28,13 @@ LOADED = """
 
 
 def loaded(pytester: pytest.Pytester, *args: str,
-           packages: tuple[str, ...] = ("pytest_gpuhost", "yaml", "_yaml")) -> list[str]:
+           packages: tuple[str, ...] = ("pytest_gpuhost", "yaml", "_yaml"),
+           ret: int = pytest.ExitCode.OK) -> list[str]:
     """The modules of ``packages`` (pytest_gpuhost's and YAML's) of a fresh pytest process at
     its end."""
     pytester.makeconftest(textwrap.dedent(LOADED).format(packages=packages))
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
-    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert result.ret == ret, result.stdout.str()
     return (pytester.path / "loaded.txt").read_text().split()
 
 
@@ -71,8 +73,25 @@ def test_a_verify_run_imports_the_kinds_of_its_spec_and_no_fix_or_unasked_report
     assert reports == ["pytest_gpuhost.reports.failure", "pytest_gpuhost.reports.junit",
                        "pytest_gpuhost.reports.terminal"]
     absent = ("capture", "fleet", "plugin.worker", "plugin.distributing", "host.remote",
-              "gpu.bandwidth", "gpu.cudaprobe", "state", "benchmark")
-    # plugin.worker: plugin.workers too; the host's state: for a report, the fixture, a benchmark
+              "gpu.bandwidth", "gpu.cudaprobe", "gpu.measure", "gpu.nvmllib", "bounded",
+              "linux.cmdline", "state", "benchmark")
+    # plugin.worker: plugin.workers too; the host's state: for a report, the fixture, a
+    # benchmark; gpu.nvmllib: nvidia-ml-py's wrapper, for the root / only; linux.cmdline: the
+    # kernel command line's readers, for the kinds that read it
+    assert not [m for m in modules if m.removeprefix("pytest_gpuhost.").startswith(absent)]
+
+
+def test_a_node_problem_detector_run_measures_nothing_and_opens_no_library(
+        pytester: pytest.Pytester, example_host: Path) -> None:
+    """What NPD runs every interval (examples/k8s/gpuhost-monitor.json) on the example host:
+    the p2p checks are left out (``-m "not gpuhost_slow"``), so neither the bandwidth parsers
+    nor the CUDA probe load, and a fake root's recorded NVML needs no nvidia-ml-py wrapper."""
+    spec = Path(pytest_gpuhost_specs.__file__).parent / "blackwell8.yaml"
+    modules = loaded(pytester, "-m", "not gpuhost_slow", "--gpuhost-npd", f"--gpuhost-spec={spec}",
+                     f"--gpuhost-root={example_host}", ret=1)
+    assert "pytest_gpuhost.gpu.measure" in modules  # p2p's checks are expanded, then left out
+    absent = ("gpu.bandwidth", "gpu.cudaprobe", "gpu.nvmllib", "bounded", "host.remote",
+              "capture", "fleet", "fix.fixer", "fix.journal", "plugin.worker", "state")
     assert not [m for m in modules if m.removeprefix("pytest_gpuhost.").startswith(absent)]
 
 
