@@ -179,6 +179,25 @@ def measure(case: Case) -> Measured:
     return Measured(elapsed, usage.ru_utime + usage.ru_stime, usage.ru_maxrss)
 
 
+def instructions(case: Case, *, start_up: bool = False) -> int | None:
+    """Instructions a run executes (valgrind's cachegrind, its ``I refs``: the largest count
+    of its processes, a run may start git or a tool), or None without valgrind. A count, not
+    a time: other work on the machine does not change it. With ``start_up``, the process ends
+    once every plugin is configured (bench/stopconfigured.py): its start-up alone."""
+    if shutil.which("valgrind") is None:
+        return None
+    argv = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+            *case.argv, *(("-p", "stopconfigured") if start_up else ())]
+    env = {**clean_env(), **dict(case.env)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
+    if case.prepare is not None:
+        case.prepare()
+    done = subprocess.run(argv, cwd=case.cwd, env=env, capture_output=True, text=True,
+                          check=False)
+    counts = [int(n.replace(",", "")) for n in re.findall(r"I\s+refs:\s+([\d,]+)", done.stderr)]
+    return max(counts) if counts else None
+
+
 @dataclass
 class Timings:
     """Per case name: the wall and CPU seconds of each measured round."""
@@ -533,6 +552,7 @@ def figure_floor(base: Path, repeat: int, warmup: int) -> Figure:
                   ("FLOORPLUG_PATHS", "opened.txt"), ("FLOORPLUG_ITEMS", str(spec.checks)))
     plain = timed("plain", (*off, *NO_PLUGIN, "test_plain.py"))
     times = alternate([gpuhost, lower, plain], repeat, warmup)
+    counted = {case.name: instructions(case, start_up=True) for case in (gpuhost, lower)}
     ratio, line = both(times, "gpuhost", "plain")
     _, lower_line = both(times, "reads only", "plain")
     extra = med(times.wall["gpuhost"]) - med(times.wall["plain"])
@@ -566,7 +586,19 @@ def figure_floor(base: Path, repeat: int, warmup: int) -> Figure:
          "gpuhost against the lower bound, by phase (bench/timeline.py medians, the phases "
          f"of bench/ssh.py): {gaps}",
          f"the same in CPU time (time.process_time() at each mark): {cpu_gaps}; the start-up "
-         f"phase's CPU time of each run (medians): {startup}"])
+         f"phase's CPU time of each run (medians): {startup}",
+         start_up_instructions(counted, "gpuhost", "reads only")])
+
+
+def start_up_instructions(counted: dict[str, int | None], ours: str, lower: str) -> str:
+    """The start-up's instructions of two runs (``instructions``), and what ours adds."""
+    if counted[ours] is None or counted[lower] is None:
+        return "instructions of the start-up: not counted (no valgrind here)"
+    mine, bound = counted[ours] or 0, counted[lower] or 0
+    return (f"instructions of the start-up up to the end of pytest_configure (valgrind "
+            f"--tool=cachegrind, I refs; a count the machine's load does not change): {ours} "
+            f"{mine / 1e6:.0f} M, {lower} {bound / 1e6:.0f} M, {(mine - bound) / 1e6:+.0f} M "
+            f"({100 * (mine - bound) / bound:+.1f}% of the lower bound's start-up)")
 
 
 def xdist_cases(spec: SpecCase) -> list[Case]:
@@ -982,6 +1014,7 @@ def figure_npd(base: Path, repeat: int, warmup: int) -> Figure:
             runs[key].append(measure(case))
         progress(f"  round {round_ + 1}/{repeat}: npd {runs['npd'][-1].cpu:.3f} s CPU, "
                  f"{runs['npd'][-1].peak_rss_kib / 1000:.1f} MB")
+    counted = {"npd": instructions(npd), "one": instructions(one)}
     cpu = [m.cpu for m in runs["npd"]]
     rss = [m.peak_rss_kib * 1024 / 1e6 for m in runs["npd"]]
     wall = [m.wall for m in runs["npd"]]
@@ -1009,7 +1042,12 @@ def figure_npd(base: Path, repeat: int, warmup: int) -> Figure:
          "the other pytest plugins installed in the bench's environment are off "
          f"(`{' '.join(alone)}`), as in examples/k8s/Dockerfile's image, which installs "
          "pytest-gpuhost alone; `-p timeline` notes the phases (a few hooks)",
-         f"the labels of NFD's features file the run wrote: {', '.join(labels)}"])
+         f"the labels of NFD's features file the run wrote: {', '.join(labels)}",
+         "instructions of the whole run (valgrind --tool=cachegrind, I refs; a count the "
+         "machine's load does not change): " + (
+             f"npd {(counted['npd'] or 0) / 1e6:.0f} M, pytest with one trivial test "
+             f"{(counted['one'] or 0) / 1e6:.0f} M"
+             if counted["npd"] and counted["one"] else "not counted (no valgrind here)")])
 
 
 def sampled_window(report: dict[str, Any]) -> float:
