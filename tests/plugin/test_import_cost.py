@@ -124,6 +124,44 @@ def test_a_fix_run_imports_the_fixer_and_its_journal(pytester: pytest.Pytester,
     assert Path(pytester.path / "out.json").exists()
 
 
+PER_PROCESS = """
+    import os, sys
+
+    def pytest_unconfigure(config):
+        who = os.environ.get("PYTEST_XDIST_WORKER", "controller")
+        with open(f"loaded-{who}.txt", "w") as out:
+            out.write("\\n".join(sorted(m for m in sys.modules
+                                        if m.startswith("pytest_gpuhost"))))
+"""
+
+
+def test_with_xdist_each_process_imports_its_role_only(pytester: pytest.Pytester,
+                                                       fake: FakeHost) -> None:
+    """The controller collects nothing and runs no check; a worker writes no summary; neither
+    loads ssh's code for a local target (figure (1d): what each process imports, it pays)."""
+    for n in range(4):
+        fake.sysctl(f"kernel.k{n}", n)
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n" + "".join(
+        f"  kernel.k{n}: {n}\n" for n in range(4)))
+    pytester.makeconftest(textwrap.dedent(PER_PROCESS))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "spec.yaml",
+                                           f"--gpuhost-root={fake.root}")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    modules = {who: set((pytester.path / f"loaded-{who}.txt").read_text().split())
+               for who in ("controller", "gw0", "gw1")}
+    ours = "pytest_gpuhost."
+    controller_only = {ours + m for m in ("plugin.controller", "plugin.summary",
+                                          "plugin.distributing", "reports.terminal")}
+    worker_only = {ours + m for m in ("plugin.worker", "plugin.checks", "plugin.gate")}
+    assert controller_only <= modules["controller"]
+    assert not worker_only & modules["controller"]
+    for worker in ("gw0", "gw1"):
+        assert worker_only <= modules[worker]
+        assert not controller_only & modules[worker]
+    assert not {m for found in modules.values() for m in found
+                if m.startswith((ours + "host.remote", ours + "gpu.nvmllib"))}
+
+
 BENCHMARK = """
 def test_sum(benchmark):
     benchmark.pedantic(sum, args=(range(10),), rounds=2, iterations=1)
