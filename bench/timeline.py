@@ -2,8 +2,10 @@
 
     GPUHOST_BENCH_TIMELINE=marks.json PYTHONPATH=bench python -m pytest -p timeline ...
 
-Writes ``{"started": t, "configured": t, "collected": t, "ran": t, "finished": t}``
-(``time.time()``) to the file named by GPUHOST_BENCH_TIMELINE at the end of the run: the process
+Writes ``{"started": t, "configured": t, "collected": t, "ran": t, "finished": t, "cpu": {...}}``
+(``time.time()``; under ``cpu`` the same marks in CPU seconds of the process,
+``time.process_time()``, from 0 at its start: a split that other work on a shared machine
+disturbs less) to the file named by GPUHOST_BENCH_TIMELINE at the end of the run: the process
 started (from /proc, to 10 ms), every plugin is configured (gpuhost's session made, its spec
 loaded), the checks are collected (gpuhost: the connection and the facts' batch), the last
 check ran, the session's reports are written. What follows (unconfigure, where gpuhost closes
@@ -32,16 +34,22 @@ def process_start() -> float:
 
 
 MARKS: dict[str, float] = {"started": process_start()}
+CPU: dict[str, float] = {"started": 0.0}
+
+
+def mark(name: str) -> None:
+    MARKS[name] = time.time()
+    CPU[name] = time.process_time()
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
-    MARKS["configured"] = time.time()
+    mark("configured")
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
-    MARKS["collected"] = time.time()
+    mark("collected")
 
 
 @pytest.hookimpl(wrapper=True)
@@ -49,12 +57,12 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, objec
     try:
         return (yield)
     finally:
-        MARKS["ran"] = time.time()
+        mark("ran")
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    MARKS["finished"] = time.time()
+    mark("finished")
 
 
 @pytest.hookimpl(trylast=True)
@@ -62,4 +70,4 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     path = os.environ.get("GPUHOST_BENCH_TIMELINE")
     if path:
         with open(path, "w", encoding="utf-8") as file:
-            json.dump(MARKS, file)
+            json.dump({**MARKS, "cpu": CPU}, file)

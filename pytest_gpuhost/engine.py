@@ -5,10 +5,10 @@ One result record comes out, whatever happens. A dry run stops after the plan.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from .checks import KERNEL, CannotFix, Check, NotApplicable, Observation, is_boot_time
 from .checks.changes import Plan, ReplaceFile, WriteBytes, WriteText, to_dict
@@ -21,8 +21,7 @@ if TYPE_CHECKING:  # the fixer (journal, locks, NVML settings) is imported by a 
     from .fix.history import FixHistory
 
 
-@dataclass(frozen=True)
-class RunOptions:
+class RunOptions(msgspec.Struct, frozen=True):
     fix: bool = False
     dry_run: bool = False
     persist: bool = False
@@ -48,7 +47,7 @@ def run_check(
             return _result(check, Outcome.SKIPPED, skip, None)
         observed = check.probe.observe(host)
         if observed.expect is not None:  # the bar the observation found (a path floor)
-            check = dataclasses.replace(check, expect=observed.expect)
+            check = msgspec.structs.replace(check, expect=observed.expect)
     except NotApplicable as exc:
         return _result(check, Outcome.SKIPPED, str(exc), None)
     except HostError as exc:

@@ -21,9 +21,10 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from .bounded import StillRunning, within
 from .targets import LOCAL, TargetAddress, valid_host, valid_name
@@ -69,8 +70,7 @@ class HostVariableError(InventoryError):
     host and runs the others."""
 
 
-@dataclass(frozen=True)
-class InventoryHost:
+class InventoryHost(msgspec.Struct, frozen=True):
     """One host of an inventory, as ssh would reach it."""
 
     name: str
@@ -375,8 +375,7 @@ def _ansible() -> tuple[Any, Any, Any, Any]:
     return DataLoader, InventoryManager, VariableManager, Templar
 
 
-@dataclass(frozen=True)
-class _Resolver:
+class _Resolver(msgspec.Struct, frozen=True):
     """A host's variables, templated as Ansible would (``{{ inventory_hostname }}.lab``)."""
 
     templar: Any

@@ -8,10 +8,10 @@ The run (``plugin.start.Run``) is handed in, never imported: what is needed of i
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+import msgspec
 import pytest
 
 from .reports import RunInfo
@@ -149,7 +149,7 @@ def with_state(config: pytest.Config, settings: Settings, session: Any,
         return info
     state = state_of(session, records)
     junit_suite_properties(config, state)
-    return dataclasses.replace(info, state=state)
+    return msgspec.structs.replace(info, state=state)
 
 
 JUNIT_PROPERTIES = ("gpuhost.spec", "gpuhost.spec.digest", "gpuhost.state.digest")

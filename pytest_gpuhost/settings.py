@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+import msgspec
+from msgspec.structs import replace
 
 from .files import OutputError, check_output
 from .options import BY_NAME, OPTIONS, SPEC_SUFFIXES, flag
@@ -35,8 +37,7 @@ class SettingsError(Exception):
     """A setting that cannot be used; the message names its source."""
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(msgspec.Struct, frozen=True):
     """The run's resolved settings (made only by ``resolve``: the defaults are the table's)."""
 
     invocation: Path
@@ -225,7 +226,7 @@ def _output(raw: RawOptions, name: str) -> Path | None:
 
 def target_record(target: TargetAddress) -> dict[str, object]:
     """A target as JSON, for the workers of an xdist run (``RawOptions.resolved_targets``)."""
-    return {field: getattr(target, field) for field in TargetAddress.__dataclass_fields__}
+    return msgspec.structs.asdict(target)
 
 
 def _resolved(records: Sequence[Mapping[str, Any]]) -> tuple[TargetAddress, ...]:

@@ -27,10 +27,11 @@ import os
 import stat
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NoReturn
+
+import msgspec
 
 from .reports.terminal import SESSION_KINDS
 from .result import OPEN_OUTCOMES, OUTCOMES, CheckResult
@@ -50,8 +51,7 @@ MAX_FILE_BYTES = 512 * 1024 * 1024
 """A report or benchmark file larger than this is refused, not read."""
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(msgspec.Struct, frozen=True):
     """One check as a state holds it (and as an xdist worker's done log carries it)."""
 
     id: str
@@ -100,8 +100,7 @@ def run_digest(targets: Mapping[str, str]) -> str:
     return sha256(canonical(dict(targets)))
 
 
-@dataclass(frozen=True)
-class SpecDigest:
+class SpecDigest(msgspec.Struct, frozen=True):
     name: str
     digest: str
     """sha256 of the spec file's bytes."""
@@ -207,8 +206,7 @@ def short(digest: object) -> str:
     return shown(digest)[:SHORT]
 
 
-@dataclass(frozen=True)
-class Change:
+class Change(msgspec.Struct, frozen=True):
     name: str
     """The check's id, with ``@target`` when the states have several targets."""
     old: object

@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
 from types import MappingProxyType
 from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
+
+import msgspec
+from msgspec.structs import replace
 
 LOCAL = "local"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*\Z")
@@ -45,8 +47,7 @@ class TargetError(ValueError):
     """A target that cannot be used; the message says what was expected."""
 
 
-@dataclass(frozen=True)
-class TargetAddress:
+class TargetAddress(msgspec.Struct, frozen=True):
     url: str
     scheme: str
     """``local``, ``ssh``, ``lxc`` or a plugin's (``Scheme.name``)."""
@@ -92,8 +93,7 @@ def valid_host(text: str) -> bool:
 # -- schemes ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class TargetUrl:
+class TargetUrl(msgspec.Struct, frozen=True):
     """A target URL as every scheme's parser gets it, once what all schemes share is checked:
     no ``#fragment``, only known ``?parameters``, an absolute root, a valid ``name=``."""
 
@@ -106,8 +106,7 @@ class TargetUrl:
     """``?name=NAME``, or "" to name the target after its host."""
 
 
-@dataclass(frozen=True)
-class Scheme:
+class Scheme(msgspec.Struct, frozen=True):
     """A kind of target, found by its URL's scheme: how its URLs look and parse, and how its
     targets are named by default. A plugin registers one with ``pytest_gpuhost_target_schemes``
     and makes its hosts with ``pytest_gpuhost_make_host``, as the built-in ones are."""

@@ -9,10 +9,10 @@ from it, and in which form, follows each catalog entry (``min:`` entries become 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from ..checks import Check, NoFix, NotApplicable, Observation, Probe
 from ..host import Host, Request
@@ -21,8 +21,7 @@ from ..spec.matchers import Verdict
 CATALOG = Path(__file__).with_name("catalog.yaml")
 
 
-@dataclass(frozen=True)
-class AnyValue:
+class AnyValue(msgspec.Struct, frozen=True):
     """A catalog check's expectation: any value the host holds passes."""
 
     def describe(self) -> str:
@@ -35,8 +34,7 @@ class AnyValue:
         return None
 
 
-@dataclass(frozen=True)
-class ObserveOnly(NoFix):
+class ObserveOnly(NoFix, msgspec.Struct, frozen=True):
     """A probe's observation alone: nothing to read is a skip with the probe's reason."""
 
     probe: Probe
@@ -53,4 +51,4 @@ class ObserveOnly(NoFix):
 
 def observe_only(check: Check) -> Check:
     """``check`` as the catalog runs it: observed, never judged against the catalog's value."""
-    return dataclasses.replace(check, expect=AnyValue(), probe=ObserveOnly(check.probe))
+    return msgspec.structs.replace(check, expect=AnyValue(), probe=ObserveOnly(check.probe))

@@ -7,9 +7,10 @@ import re
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from .. import __version__
 from ..files import OutputError, write_atomically, write_output
@@ -46,8 +47,7 @@ def spec_name(path: Path) -> str:
     return stem or "captured"
 
 
-@dataclass(frozen=True)
-class Source:
+class Source(msgspec.Struct, frozen=True):
     """Where the capture comes from: the target and what its host says of itself."""
 
     target: str

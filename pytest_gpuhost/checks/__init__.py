@@ -10,12 +10,12 @@ Built-in kinds register through the ``pytest_gpuhost_check_kinds`` hook like thi
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast, runtime_checkable
+
+import msgspec
 
 from ..host import Host, HostError, Reply, Request, raised
 from ..spec import EntryOptions, Node, SpecContext
@@ -44,8 +44,7 @@ of it (the ``net.*`` sysctls of its network namespace that the kernel keeps per 
 the benchmark sees)."""
 
 
-@dataclass(frozen=True)
-class Evidence:
+class Evidence(msgspec.Struct, frozen=True):
     """One thing that was read or run: where, and the raw value it gave."""
 
     source: str
@@ -55,8 +54,7 @@ class Evidence:
         return {"source": self.source, "raw": self.raw}
 
 
-@dataclass(frozen=True)
-class NextBoot:
+class NextBoot(msgspec.Struct, frozen=True):
     """What the boot configuration gives a boot-time value on the next boot."""
 
     value: str
@@ -66,8 +64,7 @@ class NextBoot:
     """What makes it take effect: ``run `update-grub`, then reboot``."""
 
 
-@dataclass(frozen=True)
-class Observation:
+class Observation(msgspec.Struct, frozen=True):
     """What a probe saw. ``value`` is the raw string (None when there is nothing to read);
     ``problem`` explains a None value or a partial reading."""
 
@@ -76,9 +73,9 @@ class Observation:
     problem: str | None = None
     persisted: tuple[str, str] | None = None
     """(value, where) when boot-time configuration sets this value too (sysctl.d)."""
-    details: Mapping[str, Any] = field(default_factory=dict)
+    details: Mapping[str, Any] = msgspec.field(default_factory=dict)
     """Kind-specific facts carried into the result record (p2p: gbps, class, floor)."""
-    subjects: Mapping[str, str] = field(default_factory=dict)
+    subjects: Mapping[str, str] = msgspec.field(default_factory=dict)
     """What the observation was about beyond the check's own subjects: the CPUs a C-state is
     still enabled on (``{"cpus": "0-3,8"}``); reports show these instead of parsing text."""
     next_boot: NextBoot | None = None
@@ -128,24 +125,28 @@ def is_boot_time(probe: Probe) -> bool:
 class NoFix:
     """Mixin for probes of values that are checked only."""
 
+    __slots__ = ()  # a probe that is a msgspec.Struct keeps no __dict__
     fixable = False
 
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
         raise CannotFix("this check has no fixer")
 
 
-@dataclass(frozen=True)
-class Check:
-    """One test: a kind, a key (None for host-wide checks), what to expect, and how to look."""
+class Check(msgspec.Struct, frozen=True):
+    """One test: a kind, a key (None for host-wide checks), what to expect, and how to look.
+
+    A value: two checks are equal when every field is (the probe and the subjects too). Its
+    hash is its id's and order's (equal checks hash alike), so a check can key a dict or sit
+    in a set although its ``subjects`` is a mapping."""
 
     kind: str
     key: str | None
     expect: Expectation
     options: EntryOptions
-    probe: Probe = field(compare=False)
+    probe: Probe
     order: int = 0
     """Sort rank among kinds; checks that must see the others' effects (dmesg) rank last."""
-    subjects: Mapping[str, str] = field(default_factory=dict, compare=False)
+    subjects: Mapping[str, str] = msgspec.field(default_factory=dict)
     """What the check is about, for reports: ``{"gpu": "0000:81:00.0"}``, a bridge, a pair."""
     hardware: bool = False
     """A failure points at the hardware (a missing GPU, a degraded link, kernel errors), not
@@ -163,7 +164,7 @@ class Check:
     """Its value is a result (a bandwidth, records or counters since a point, use over a
     window), not a setting: the host's state (``state.py``) lists it beside its digest, never in
     it, and the fleet's drift leaves it out. None: as its kind says (``Kind.measured``)."""
-    section: str | None = field(default=None, compare=False)
+    section: str | None = None
     """The spec section it came from: set as its kind's checks are expanded (a kind need not);
     a check made outside a section (``persist``, ``rollback``) is its own section."""
 
@@ -171,6 +172,9 @@ class Check:
         if self.scope is not None and self.scope not in SCOPES:
             raise ValueError(f"check {self.id}: scope {self.scope!r} is not one of "
                              f"{', '.join(SCOPES)}")
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.key, self.order))
 
     @property
     def id(self) -> str:
@@ -182,8 +186,7 @@ class Check:
         return self.section if self.section is not None else self.kind
 
 
-@dataclass(frozen=True)
-class Fact(Generic[T]):
+class Fact(msgspec.Struct, Generic[T], frozen=True):
     """A host fact read once per session (the GPU list, the CPU list, cpuidle names): the
     requests it reads, all in one batch, and how to make the fact of their replies. A kind
     names the facts it needs (``Kind.facts``), so the session reads those of every kind in
@@ -191,7 +194,8 @@ class Fact(Generic[T]):
 
     name: str
     requests: tuple[Request, ...]
-    parse: Callable[[Sequence[Reply]], T] = field(compare=False)
+    parse: Callable[[Sequence[Reply]], T]
+    """Compared and hashed by identity like any function: facts are module constants."""
 
     def read(self, host: Host) -> T:
         return self.parse(host.batch(self.requests))
@@ -342,7 +346,7 @@ def owned(kind: object, section: str, checks: Iterable[Check]) -> list[Check]:
     measured = bool(getattr(kind, "measured", False))
     return [check if check.section == section and check.scope is not None
             and check.measured is not None else
-            dataclasses.replace(check, section=section, scope=check.scope or scope,
+            msgspec.structs.replace(check, section=section, scope=check.scope or scope,
                                 measured=measured if check.measured is None else check.measured)
             for check in checks]
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+
+import msgspec
 
 from ..host import Glob, Host, Read, Request
 from ..linux.cmdline import (
@@ -40,13 +41,12 @@ def dropin_path(spec: str) -> str:
     return f"{GRUB_DROPINS}/90-gpuhost-{spec}.cfg"
 
 
-@dataclass(frozen=True)
-class BootCommandLine:
+class BootCommandLine(msgspec.Struct, frozen=True):
     """What the next boot's command line will be, and where each word comes from."""
 
     loader: str
     words: tuple[str, ...]
-    origin: dict[str, str] = field(default_factory=dict)
+    origin: dict[str, str] = msgspec.field(default_factory=dict)
     """word -> ``file:line`` of the assignment that brought it in."""
     apply: str = ""
     """What makes a change to it take effect."""

@@ -14,8 +14,9 @@ reason.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from ..result import CheckResult, Outcome
 from ..spec import EntryOptions
@@ -26,12 +27,11 @@ OBSERVED = frozenset({Outcome.PASSED, Outcome.FAILED, Outcome.FIXED, Outcome.FIX
 """Outcomes whose record holds the value the host has now (after a fix, the read-back)."""
 
 
-@dataclass
-class Captured:
+class Captured(msgspec.Struct):
     """One section as captured: its entries (None: none could be kept) and what was left out."""
 
-    entries: dict[str, Any] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
+    entries: dict[str, Any] = msgspec.field(default_factory=dict)
+    notes: list[str] = msgspec.field(default_factory=list)
 
     def leave_out(self, what: str, why: str) -> None:
         self.notes.append(f"{what}: {' '.join(why.split())[:160]}")
@@ -97,8 +97,7 @@ def when_false(records: Sequence[CheckResult], options: EntryOptions) -> bool:
         r.outcome is Outcome.SKIPPED and r.message.startswith("when:") for r in records)
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(msgspec.Struct, frozen=True):
     """How one key's values are captured."""
 
     floor: bool = False

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import base64
 import binascii
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from ..host import UnsafePath, checked_relative
 
@@ -35,8 +36,7 @@ def is_text(raw: bytes) -> bool:
     return True
 
 
-@dataclass(frozen=True)
-class WriteText:
+class WriteText(msgspec.Struct, frozen=True):
     """Replace the whole value of a text file (a sysctl, a cpuidle ``disable`` file).
 
     ``old``/``new`` are the text as shown; a value that is not UTF-8 (a hostname written by
@@ -71,8 +71,7 @@ class WriteText:
         return WriteText(self.path, self.new, self.old, self.new_raw, self.old_raw)
 
 
-@dataclass(frozen=True)
-class WriteBytes:
+class WriteBytes(msgspec.Struct, frozen=True):
     """Write bytes in place at an offset (config space); ``old``/``new`` are hex strings.
 
     ``never_set`` is the change's own knowledge of the register: bits no restore of it may
@@ -91,8 +90,7 @@ class WriteBytes:
         return WriteBytes(self.path, self.offset, self.new, self.old, self.never_set)
 
 
-@dataclass(frozen=True)
-class Command:
+class Command(msgspec.Struct, frozen=True):
     """Run a command under the root (modprobe); ``undo_argv`` reverses it."""
 
     argv: tuple[str, ...]
@@ -107,8 +105,7 @@ class Command:
         return Command(self.undo_argv, self.argv, self.new, self.old)
 
 
-@dataclass(frozen=True)
-class ReplaceFile:
+class ReplaceFile(msgspec.Struct, frozen=True):
     """Create or replace a whole file atomically (persistence); ``old`` None: it did not exist."""
 
     path: str
@@ -125,8 +122,7 @@ class ReplaceFile:
         return ReplaceFile(self.path, self.new, self.old)
 
 
-@dataclass(frozen=True)
-class NvmlSetting:
+class NvmlSetting(msgspec.Struct, frozen=True):
     """A GPU setting made through NVML (persistence mode), for the GPU at ``address``."""
 
     address: str
@@ -148,8 +144,7 @@ _TYPES: dict[str, type[Change]] = {
 }
 
 
-@dataclass(frozen=True)
-class Plan:
+class Plan(msgspec.Struct, frozen=True):
     """What a fix will do: one line for a person, and the changes it is made of."""
 
     summary: str
@@ -163,7 +158,7 @@ def to_dict(change: Change) -> dict[str, Any]:
     """The change as JSON data; exact bytes that are not UTF-8 go beside the text as
     ``old_base64``/``new_base64`` (a reader that predates them still gets the text)."""
     name = next(key for key, cls in _TYPES.items() if isinstance(change, cls))
-    data: dict[str, Any] = {"type": name, **change.__dict__}
+    data: dict[str, Any] = {"type": name, **msgspec.structs.asdict(change)}
     for key in ("argv", "undo_argv"):
         if key in data:
             data[key] = list(data[key])

@@ -8,7 +8,8 @@ ones) has what it reads fetched in the same batch as the checks' observations.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from ..host import Host, HostError, ListDir, Read, Request, Stat
 
@@ -19,8 +20,7 @@ _CONTAINER_MARKERS = (".dockerenv", "run/.containerenv")
 _CONTAINER_CGROUPS = ("docker", "kubepods", "containerd", "libpod", "lxc")
 
 
-@dataclass(frozen=True)
-class HostCondition:
+class HostCondition(msgspec.Struct, frozen=True):
     """A condition together with the host reads it makes."""
 
     test: ConditionFn

@@ -11,8 +11,9 @@ acpi-cpufreq without EPP) makes the check skipped, not failed.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from ..host import Glob, Host, Read, Reply, Request, raised, unreadable
 from ..linux.cmdline import Parameter
@@ -52,8 +53,7 @@ _FROM_PARAMETER = {("amd_pstate", "active"): "amd-pstate-epp",
                    ("intel_pstate", "disable"): "acpi-cpufreq"}
 
 
-@dataclass(frozen=True)
-class PolicyValue:
+class PolicyValue(msgspec.Struct, frozen=True):
     policy: str
     path: str
     cpus: tuple[int, ...]
@@ -125,8 +125,7 @@ def _writes(values: Sequence[PolicyValue], value: str) -> tuple[WriteText, ...]:
                  if v.value != value)
 
 
-@dataclass(frozen=True)
-class DriverProbe:
+class DriverProbe(msgspec.Struct, frozen=True):
     spec: str
     fixable = True
     boot_time = True
@@ -156,8 +155,7 @@ class DriverProbe:
         return plan_dropin(host, self.spec, [word])
 
 
-@dataclass(frozen=True)
-class PolicyAttributeProbe:
+class PolicyAttributeProbe(msgspec.Struct, frozen=True):
     """governor or epp: one sysfs file per policy, written where it differs."""
 
     attribute: str
@@ -186,8 +184,7 @@ class PolicyAttributeProbe:
         return Plan(f"write {value!r} to cpufreq {self.attribute} on cpus {cpus}", changes)
 
 
-@dataclass(frozen=True)
-class BoostProbe:
+class BoostProbe(msgspec.Struct, frozen=True):
     """Per-policy boost (6.11 on), else the global switch, else intel_pstate's no_turbo."""
 
     fixable = True
@@ -233,15 +230,13 @@ DOMAINS: dict[str, tuple[Domain, tuple[str, ...]]] = {
 }
 
 
-@dataclass(frozen=True)
-class CpufreqEntry:
+class CpufreqEntry(msgspec.Struct, frozen=True):
     key: str
     expect: Expectation
     options: EntryOptions
 
 
-@dataclass(frozen=True)
-class CpufreqSection:
+class CpufreqSection(msgspec.Struct, frozen=True):
     entries: tuple[CpufreqEntry, ...]
     spec: str
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from ..host import (
     Glob,
@@ -38,8 +39,7 @@ DRIVER = f"{CPU}/cpuidle/current_driver"
 DISABLED = "disabled"
 
 
-@dataclass(frozen=True)
-class IdleStates:
+class IdleStates(msgspec.Struct, frozen=True):
     """Where each named state's ``disable`` file is, per online CPU; read once per session."""
 
     driver: str
@@ -99,8 +99,7 @@ def find_idle_states(host: Host) -> IdleStates:
     return IDLE_STATES.read(host)
 
 
-@dataclass(frozen=True)
-class StateEntry:
+class StateEntry(msgspec.Struct, frozen=True):
     name: str
     options: EntryOptions
 
@@ -134,8 +133,7 @@ def read_counters(host: Host, paths: Sequence[tuple[int, str]]) -> dict[int, tup
     return counters
 
 
-@dataclass(frozen=True)
-class ResidencyProbe(NoFix):
+class ResidencyProbe(NoFix, msgspec.Struct, frozen=True):
     """A disabled state must not be entered: its ``usage`` and ``time`` counters, sampled on
     every online CPU at the start and end of the window, must not grow (growth means firmware
     or another tool re-enabled it)."""
@@ -143,7 +141,7 @@ class ResidencyProbe(NoFix):
     name: str
     states: IdleStates
     window: float
-    sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
+    sleep: Callable[[float], None] = time.sleep
 
     def reads(self) -> Sequence[Request]:
         """The first sample: read with the phase's batch, so the window runs while the other
@@ -212,8 +210,7 @@ def _live(host: Host, reads: Sequence[Request]) -> None:
         host.forget(reads)
 
 
-@dataclass(frozen=True)
-class IdleStateProbe:
+class IdleStateProbe(msgspec.Struct, frozen=True):
     name: str
     states: IdleStates
     fixable = True
@@ -417,7 +414,6 @@ class CpuidleKind:
         return checks
 
 
-@dataclass(frozen=True)
-class CpuidleSection:
+class CpuidleSection(msgspec.Struct, frozen=True):
     states: tuple[StateEntry, ...]
     residency: tuple[float, EntryOptions] | None = None

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from ..host import Host, Kmsg, Reply, Request
 from ..linux.kmsg import LEVELS, Record, iter_records, level_number
@@ -38,16 +39,14 @@ to allow them by pattern; past that many, ``offending_cut`` says how many more t
 LAST = 10_000  # order rank: after every other kind
 
 
-@dataclass(frozen=True)
-class DmesgSection:
+class DmesgSection(msgspec.Struct, frozen=True):
     levels: tuple[int, ...]
     since: str
     allow: tuple[re.Pattern[str], ...]
     options: EntryOptions
 
 
-@dataclass(frozen=True)
-class NoRecords:
+class NoRecords(msgspec.Struct, frozen=True):
     """The dmesg expectation: zero offending records."""
 
     section: DmesgSection
@@ -86,8 +85,7 @@ def last_seq(host: Host) -> int:
     return LAST_SEQ.read(host)
 
 
-@dataclass(frozen=True)
-class DmesgProbe(NoFix):
+class DmesgProbe(NoFix, msgspec.Struct, frozen=True):
     section: DmesgSection
     after_seq: int
 

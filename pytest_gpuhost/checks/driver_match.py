@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from ..gpu.nvml import NvmlSource, NvmlUnavailable
 from ..host import Glob, Host, Read, Request
@@ -29,8 +30,7 @@ def module_version(text: str) -> tuple[str, str]:
     return flavour, match.group(1) if match else "unknown"
 
 
-@dataclass(frozen=True)
-class DriverMatchProbe(NoFix):
+class DriverMatchProbe(NoFix, msgspec.Struct, frozen=True):
     """The NVML library in use (a container's) must be the kernel module's version: a
     container image with another driver's user space fails at nvmlInit or later."""
 

@@ -7,8 +7,9 @@ audio function ``.1`` of a workstation card and NVSwitch bridges are not.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from ..host import Glob, Host, HostError, Reply, Request, TargetLost, unreadable
 from ..linux.pciaddr import address_order, normalize_address
@@ -25,15 +26,13 @@ NVIDIA = 0x10DE
 GPU_CLASSES = (0x0300, 0x0302)
 
 
-@dataclass(frozen=True)
-class MissingGpus(NoFix):
+class MissingGpus(NoFix, msgspec.Struct, frozen=True):
     def observe(self, host: Host) -> Observation:
         return Observation(None, problem="no NVIDIA GPU (vendor 0x10de, class 0x0300/0x0302) "
                                          "under sys/bus/pci/devices")
 
 
-@dataclass(frozen=True)
-class Gpu:
+class Gpu(msgspec.Struct, frozen=True):
     address: str
     device_id: str
     numa_node: int = -1
@@ -149,15 +148,13 @@ def find_gpus(host: Host) -> tuple[Gpu, ...]:
     return GPUS.read(host)
 
 
-@dataclass(frozen=True)
-class GpusSection:
+class GpusSection(msgspec.Struct, frozen=True):
     count: tuple[Expectation, EntryOptions] | None
     nvml: tuple[NvmlEntry, ...] = ()
     where: str = ""
 
 
-@dataclass(frozen=True)
-class GpuCountProbe(NoFix):
+class GpuCountProbe(NoFix, msgspec.Struct, frozen=True):
     def reads(self) -> Sequence[Request]:
         return GPUS.requests
 

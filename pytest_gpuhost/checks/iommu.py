@@ -10,8 +10,9 @@ one is ``reboot_required`` when the boot configuration already says ``iommu=pt``
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from ..host import Host, Read, Request
 from ..linux.cmdline import Parameter
@@ -43,8 +44,7 @@ def group_paths(gpu: Gpu) -> tuple[str, str]:
     return group, f"{group}/type"
 
 
-@dataclass(frozen=True)
-class GroupTypeProbe:
+class GroupTypeProbe(msgspec.Struct, frozen=True):
     gpu: Gpu
     spec: str
     fixable = True
@@ -77,8 +77,7 @@ class GroupTypeProbe:
         return plan_dropin(host, self.spec, [PASSTHROUGH[0]])
 
 
-@dataclass(frozen=True)
-class IommuSection:
+class IommuSection(msgspec.Struct, frozen=True):
     expect: Expectation
     options: EntryOptions
     spec: str

@@ -13,8 +13,9 @@ parameter's missing items, joined into the drop-in's own list).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from ..host import Host, Read, Request
 from ..linux.cmdline import Parameter, split_words, unsafe_word
@@ -48,8 +49,7 @@ class KernelRelease(Version):
             return False
 
 
-@dataclass(frozen=True)
-class ReleaseProbe(NoFix):
+class ReleaseProbe(NoFix, msgspec.Struct, frozen=True):
     def reads(self) -> Sequence[Request]:
         return (Read(OSRELEASE),)
 
@@ -58,8 +58,7 @@ class ReleaseProbe(NoFix):
         return Observation(release, (Evidence(OSRELEASE, release),))
 
 
-@dataclass(frozen=True)
-class CmdlineExpectation:
+class CmdlineExpectation(msgspec.Struct, frozen=True):
     """``has iommu=pt`` or ``lacks pci=pcie_bus_perf``, judged on what a command line says
     about the parameter's key (``iommu=pt``, ``iommu=on iommu=pt``, ``no iommu``)."""
 
@@ -83,8 +82,7 @@ class CmdlineExpectation:
         return self.parameter.word
 
 
-@dataclass(frozen=True)
-class CmdlineProbe:
+class CmdlineProbe(msgspec.Struct, frozen=True):
     parameter: Parameter
     has: bool
     spec: str
@@ -115,15 +113,13 @@ class CmdlineProbe:
         return plan_dropin(host, self.spec, [word], by_hand=by_hand)
 
 
-@dataclass(frozen=True)
-class CmdlineEntry:
+class CmdlineEntry(msgspec.Struct, frozen=True):
     parameter: Parameter
     has: bool
     options: EntryOptions
 
 
-@dataclass(frozen=True)
-class KernelSection:
+class KernelSection(msgspec.Struct, frozen=True):
     release: tuple[Expectation, EntryOptions] | None
     cmdline: tuple[CmdlineEntry, ...]
     spec: str

@@ -7,8 +7,9 @@ every boot. A kernel built without THP has no file: the check is skipped.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from ..host import Host, Read, Request
 from ..linux.sysfs import bracketed
@@ -26,8 +27,7 @@ THP_MODES = ("always", "madvise", "never")
 KEYS = ("transparent_hugepage",)
 
 
-@dataclass(frozen=True)
-class ThpProbe:
+class ThpProbe(msgspec.Struct, frozen=True):
     fixable = True
 
     def reads(self) -> Sequence[Request]:
@@ -49,8 +49,7 @@ class ThpProbe:
         return Plan(f"write {value!r} to {THP}", (WriteText(THP, raw + "\n", value + "\n"),))
 
 
-@dataclass(frozen=True)
-class MemoryEntry:
+class MemoryEntry(msgspec.Struct, frozen=True):
     key: str
     expect: Expectation
     options: EntryOptions

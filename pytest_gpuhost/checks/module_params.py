@@ -7,10 +7,10 @@ at the next load of the module, so the check is boot-time (``reboot_required`` u
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from ..host import Glob, Host, HostError, Read, Reply, Request, Stat
-from ..linux.cmdline import split_words
 from ..spec import EntryOptions
 from ..spec.matchers import Auto, Expectation
 from . import CannotFix, Evidence, NextBoot, Observation
@@ -49,6 +49,8 @@ def parse_options(files: Sequence[tuple[str, str]], cmdline: str = ""
     it: kmod reads the modprobe.d files, then the kernel command line's ``module.param=value``
     (libkmod's kmod_config_new parses the command line after the files), and passes the
     options in that order, so the kernel keeps the command line's: it wins."""
+    from ..linux.cmdline import split_words  # the command line's readers: parameters only
+
     found: dict[tuple[str, str], tuple[str, str]] = {}
     for path, text in files:
         for number, line in enumerate(text.splitlines(), 1):
@@ -91,8 +93,7 @@ def render_options(spec: str, current: str | None, module: str, parameter: str,
         for name, values in sorted(settings.items()))
 
 
-@dataclass(frozen=True)
-class ModuleParameterProbe:
+class ModuleParameterProbe(msgspec.Struct, frozen=True):
     module: str
     parameter: str
     spec: str
@@ -139,8 +140,7 @@ class ModuleParameterProbe:
                     (ReplaceFile(path, current, text),))
 
 
-@dataclass(frozen=True)
-class ParameterEntry:
+class ParameterEntry(msgspec.Struct, frozen=True):
     module: str
     parameter: str
     expect: Expectation

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from ..host import Host, HostError, Read, Reply, Request, Stat
 from ..result import CheckResult, Outcome
@@ -87,8 +88,7 @@ def _builtin_list(host: Host, release: str | None) -> tuple[str, str | None]:
     return path, host.read_text(path) if host.exists(path) else None
 
 
-@dataclass(frozen=True)
-class ModuleProbe:
+class ModuleProbe(msgspec.Struct, frozen=True):
     name: str
     release: str | None = None
     """The kernel release read at collection (None: read it when observing)."""
@@ -140,15 +140,13 @@ class ModuleProbe:
         return Plan(" ".join(argv), (Command(argv, undo, observed.value or ABSENT, value),))
 
 
-@dataclass(frozen=True)
-class ModuleEntry:
+class ModuleEntry(msgspec.Struct, frozen=True):
     name: str
     expect: Expectation
     options: EntryOptions
 
 
-@dataclass(frozen=True)
-class ModulesSection:
+class ModulesSection(msgspec.Struct, frozen=True):
     modules: tuple[ModuleEntry, ...]
     parameters: tuple[ParameterEntry, ...]
     spec: str

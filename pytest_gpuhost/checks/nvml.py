@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from itertools import permutations
+
+import msgspec
 
 from ..gpu.nvml import PERSISTENCE as PERSISTENCE  # re-exported: defined once, in ..nvml
 from ..gpu.nvml import Nvml, NvmlSource, NvmlUnavailable, persistence_text
@@ -90,8 +91,7 @@ def show_bytes(size: int) -> str:
     return f"{size / 2**30:g} GiB" if size >= 2**30 else f"{size / 2**20:g} MiB"
 
 
-@dataclass(frozen=True)
-class NvmlKey:
+class NvmlKey(msgspec.Struct, frozen=True):
     domain: Domain
     matchers: tuple[str, ...]
     per_gpu: bool
@@ -141,14 +141,14 @@ def _per_gpu(source: NvmlSource, address: str, call: str,
 class NvmlReads:
     """The host reads of an NVML probe: a recorded snapshot's files (none for the real one)."""
 
+    __slots__ = ()  # a mixin of msgspec.Structs: no __dict__
     nvml: NvmlSource
 
     def reads(self) -> Sequence[Request]:
         return self.nvml.reads()
 
 
-@dataclass(frozen=True)
-class DriverVersionProbe(NvmlReads, NoFix):
+class DriverVersionProbe(NvmlReads, NoFix, msgspec.Struct, frozen=True):
     nvml: NvmlSource
 
     def observe(self, host: Host) -> Observation:
@@ -156,8 +156,7 @@ class DriverVersionProbe(NvmlReads, NoFix):
         return Observation(version, (Evidence("NVML nvmlSystemGetDriverVersion", version),))
 
 
-@dataclass(frozen=True)
-class PersistenceModeProbe(NvmlReads):
+class PersistenceModeProbe(NvmlReads, msgspec.Struct, frozen=True):
     nvml: NvmlSource
     address: str
     fixable = True
@@ -171,8 +170,7 @@ class PersistenceModeProbe(NvmlReads):
         return Plan(f"NVML nvmlDeviceSetPersistenceMode({self.address}, {value})", (change,))
 
 
-@dataclass(frozen=True)
-class PowerLimitProbe(NvmlReads):
+class PowerLimitProbe(NvmlReads, msgspec.Struct, frozen=True):
     """The enforced limit, in W; a fix sets the management limit through NVML."""
 
     nvml: NvmlSource
@@ -194,8 +192,7 @@ class PowerLimitProbe(NvmlReads):
                     (change,))
 
 
-@dataclass(frozen=True)
-class EccProbe(NvmlReads):
+class EccProbe(NvmlReads, msgspec.Struct, frozen=True):
     """The current ECC mode; the pending one is what the next GPU reset or boot brings, so a
     wrong current mode with the right pending one is reboot_required. A fix sets the pending
     mode through NVML (under --fix --fix-persist)."""
@@ -223,8 +220,7 @@ class EccProbe(NvmlReads):
                     "next GPU reset or boot)", (change,))
 
 
-@dataclass(frozen=True)
-class Bar1Probe(NvmlReads, NoFix):
+class Bar1Probe(NvmlReads, NoFix, msgspec.Struct, frozen=True):
     nvml: NvmlSource
     address: str
 
@@ -233,8 +229,7 @@ class Bar1Probe(NvmlReads, NoFix):
                         lambda nvml: show_bytes(nvml.bar1_total(self.address)))
 
 
-@dataclass(frozen=True)
-class KernelModuleProbe(NoFix):
+class KernelModuleProbe(NoFix, msgspec.Struct, frozen=True):
     """Which NVIDIA kernel module is loaded: proc/driver/nvidia/version names the open one."""
 
     address: str
@@ -252,8 +247,7 @@ class KernelModuleProbe(NoFix):
                                               if text.strip() else "(empty)"),))
 
 
-@dataclass(frozen=True)
-class MaxLinkGenerationProbe(NvmlReads, NoFix):
+class MaxLinkGenerationProbe(NvmlReads, NoFix, msgspec.Struct, frozen=True):
     nvml: NvmlSource
     address: str
 
@@ -262,8 +256,7 @@ class MaxLinkGenerationProbe(NvmlReads, NoFix):
                         lambda nvml: str(nvml.max_link_generation(self.address)))
 
 
-@dataclass(frozen=True)
-class P2pStatusProbe(NvmlReads, NoFix):
+class P2pStatusProbe(NvmlReads, NoFix, msgspec.Struct, frozen=True):
     """nvmlDeviceGetP2PStatus(read) for every ordered pair of GPUs: ``ok`` or the bad pairs."""
 
     nvml: NvmlSource
@@ -288,8 +281,7 @@ class P2pStatusProbe(NvmlReads, NoFix):
         return Observation(f"{len(bad)} of {pairs} pairs not ok: {shown}{more}", evidence)
 
 
-@dataclass(frozen=True)
-class SameGpus:
+class SameGpus(msgspec.Struct, frozen=True):
     """NVML must list exactly the GPUs sysfs lists."""
 
     sysfs: tuple[str, ...]
@@ -316,8 +308,7 @@ class SameGpus:
         return None
 
 
-@dataclass(frozen=True)
-class InventoryProbe(NvmlReads, NoFix):
+class InventoryProbe(NvmlReads, NoFix, msgspec.Struct, frozen=True):
     nvml: NvmlSource
 
     def observe(self, host: Host) -> Observation:
@@ -326,8 +317,7 @@ class InventoryProbe(NvmlReads, NoFix):
         return Observation(listed, (Evidence("NVML nvmlDeviceGetPciInfo", listed),))
 
 
-@dataclass(frozen=True)
-class NvmlEntry:
+class NvmlEntry(msgspec.Struct, frozen=True):
     key: str
     expect: Expectation
     options: EntryOptions

@@ -19,12 +19,12 @@ and run: ``gpu/measure.py``.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from itertools import permutations
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from ..gpu.measure import Measurer, SharedMeasurement, cache_key, probe_reads
 from ..gpu.nvml import NvmlSource, NvmlUnavailable
@@ -58,8 +58,7 @@ _UNITS = {None: 1, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30,
           "KB": 10**3, "MB": 10**6, "GB": 10**9}
 
 
-@dataclass(frozen=True)
-class P2pSection:
+class P2pSection(msgspec.Struct, frozen=True):
     probe: str
     path: str | None
     size: int
@@ -69,7 +68,7 @@ class P2pSection:
     options: EntryOptions
     timeout: float = MEASURE_TIMEOUT_S
     path_floor: PathFloor | None = None
-    tuning: Tuning = field(default_factory=Tuning)
+    tuning: Tuning = msgspec.field(default_factory=Tuning)
     """The spec's pcie and iommu keys, for the words of a remedy."""
 
     def floor(self, name: str) -> float | None:
@@ -288,7 +287,7 @@ def _rekey(check: Check) -> Check:
     elif key is not None and key.startswith("ring:"):
         key = key[5:]
     subjects = {"gpus": key.replace("->", " ")} if key is not None else {}
-    return dataclasses.replace(check, key=key, subjects=subjects)
+    return msgspec.structs.replace(check, key=key, subjects=subjects)
 
 
 def classify(a: str, b: str, numa: Mapping[str, int], nvml: NvmlSource) -> str:
@@ -309,23 +308,21 @@ def classify(a: str, b: str, numa: Mapping[str, int], nvml: NvmlSource) -> str:
     return (f"cannot class the pair: sysfs numa_node is {one} and {other}, and {why}")
 
 
-@dataclass(frozen=True)
-class Unmeasurable(NoFix):
+class Unmeasurable(NoFix, msgspec.Struct, frozen=True):
     problem: str
 
     def observe(self, host: Host) -> Observation:
         return Observation(None, problem=self.problem)
 
 
-@dataclass(frozen=True)
-class RateProbe(NoFix):
+class RateProbe(NoFix, msgspec.Struct, frozen=True):
     measurement: SharedMeasurement
     key: str
     cls: str
     floor: float | None
     probe_reads: tuple[Request, ...] = ()
     """What choosing and running the probe reads (where nvbandwidth is, a recorded output)."""
-    explainer: Explainer | None = field(default=None, compare=False)
+    explainer: Explainer | None = None
     path_floor: PathFloor | None = None
     label: str = ""
     margin: float = 0.0

@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from itertools import permutations
 from typing import Any
+
+import msgspec
 
 from ..gpu.nvml import NvmlSource, NvmlUnavailable, RecordedNvml
 from ..host import Host, HostError, Request
@@ -54,8 +55,7 @@ NO_PEER = ("P2P access is not possible", "P2P is not available")
 """How a probe's reason for a pair without a rate begins when peer access was refused."""
 
 
-@dataclass(frozen=True)
-class Tuning:
+class Tuning(msgspec.Struct, frozen=True):
     """What the spec holds a path's settings to elsewhere: the words of a remedy say whether
     ``--fix`` already covers it."""
 
@@ -65,16 +65,14 @@ class Tuning:
     iommu: bool = False
 
 
-@dataclass(frozen=True)
-class PathFloor:
+class PathFloor(msgspec.Struct, frozen=True):
     """``floors: {path: FRACTION, of: negotiated|capability}``."""
 
     fraction: float
     capability: bool = False
 
 
-@dataclass(frozen=True)
-class Flow:
+class Flow(msgspec.Struct, frozen=True):
     """What a record measured: ``pair`` or ``ring`` (GPU to GPU), ``h2d``, ``d2h``."""
 
     kind: str
@@ -105,8 +103,7 @@ def flow_of(key: str) -> Flow:
     return Flow("ring" if ring else "pair", source, target)
 
 
-@dataclass(frozen=True)
-class Cause:
+class Cause(msgspec.Struct, frozen=True):
     cause: str
     at: str
     observed: str
@@ -129,8 +126,7 @@ class Cause:
                 "loss": round(self.loss, 3)}
 
 
-@dataclass(frozen=True)
-class Explained:
+class Explained(msgspec.Struct, frozen=True):
     path: PairPath
     causes: tuple[Cause, ...]
     notes: tuple[str, ...] = ()

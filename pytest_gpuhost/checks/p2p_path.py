@@ -11,8 +11,9 @@ builds from them.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from ..host import Host, Read, Reply, Request
 from ..linux.pciaddr import address_order
@@ -65,8 +66,7 @@ def path_reads(gpus: Sequence[Gpu]) -> tuple[Request, ...]:
     return tuple(reads)
 
 
-@dataclass(frozen=True)
-class Port:
+class Port(msgspec.Struct, frozen=True):
     """One PCI function on a GPU's path, as its config space reads."""
 
     address: str
@@ -102,8 +102,7 @@ def decode_port(address: str, reply: Reply) -> Port:
     return Port(address, registers, acs, bridge)
 
 
-@dataclass(frozen=True)
-class PathLink:
+class PathLink(msgspec.Struct, frozen=True):
     """One link of a path: between ``lower`` (a GPU, a switch's upstream port) and the port
     right above it."""
 
@@ -141,8 +140,7 @@ class PathLink:
 ASPM_NAMES = {1: "L0s", 2: "L1", 3: "L0s L1"}
 
 
-@dataclass(frozen=True)
-class PairPath:
+class PairPath(msgspec.Struct, frozen=True):
     """The path from ``source`` to ``target`` (``HOST`` for host memory) and its facts."""
 
     source: str

@@ -7,8 +7,9 @@ An idle GPU drops its link to 2.5 GT/s, so speed is checked as ``max_link_speed`
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from ..host import Host, HostError, Read, Request
 from ..linux.pciaddr import normalize_address
@@ -58,8 +59,7 @@ def _devctl_evidence(path: str, devctl: DeviceControl) -> Evidence:
                     f"MaxPayload {devctl.max_payload}, MaxReadReq {devctl.max_read_request}")
 
 
-@dataclass(frozen=True)
-class MaxReadRequestProbe:
+class MaxReadRequestProbe(msgspec.Struct, frozen=True):
     gpu: Gpu
     fixable = True
 
@@ -84,8 +84,7 @@ class MaxReadRequestProbe:
                     f"@0x{wanted.offset:02x} (bits 14:12 only)", (change,))
 
 
-@dataclass(frozen=True)
-class MaxPayloadProbe(NoFix):
+class MaxPayloadProbe(NoFix, msgspec.Struct, frozen=True):
     gpu: Gpu
 
     def reads(self) -> Sequence[Request]:
@@ -102,8 +101,7 @@ for a link that is down. The kernel prints Link Status bits 9:4 as they read; a 
 does not answer reads them all ones, 63, which would pass any ``min``."""
 
 
-@dataclass(frozen=True)
-class SysfsAttributeProbe(NoFix):
+class SysfsAttributeProbe(NoFix, msgspec.Struct, frozen=True):
     gpu: Gpu
     attribute: str
 
@@ -123,8 +121,7 @@ class SysfsAttributeProbe(NoFix):
         return Observation(value, (Evidence(path, value),))
 
 
-@dataclass(frozen=True)
-class PcieKey:
+class PcieKey(msgspec.Struct, frozen=True):
     domain: Domain
     matchers: tuple[str, ...]
 
@@ -142,8 +139,7 @@ HARDWARE_KEYS = ("link_width", "max_link_speed")
 """A narrow or slow link is the slot, riser or card: no setting fixes it."""
 
 
-@dataclass(frozen=True)
-class PcieEntry:
+class PcieEntry(msgspec.Struct, frozen=True):
     key: str
     expect: Expectation
     options: EntryOptions

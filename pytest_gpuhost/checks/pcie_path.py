@@ -18,8 +18,9 @@ after the checks whose fixes and measurements could cause errors.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from ..host import Glob, Host, HostError, Read, Reply, Request
 from ..linux.pciaddr import address_order
@@ -99,8 +100,7 @@ def _acs(host: Host, path: str, bridge: str) -> AcsControl | None:
         raise HostError(f"{path}: {exc}") from exc
 
 
-@dataclass(frozen=True)
-class AcsRedirectProbe:
+class AcsRedirectProbe(msgspec.Struct, frozen=True):
     bridge: str
     gpus: tuple[str, ...]
     fixable = True
@@ -144,8 +144,7 @@ def acs_persistence(results: Sequence[CheckResult]) -> list[PersistLine]:
         else []
 
 
-@dataclass(frozen=True)
-class AspmProbe:
+class AspmProbe(msgspec.Struct, frozen=True):
     address: str
     fixable = True
 
@@ -224,11 +223,10 @@ AER_COUNTERS = Fact("AER counters", tuple(Glob(f"{PCI_DEVICES}/*/{name}") for na
 """Every device's AER totals when the session began, in one batch (``since: session``)."""
 
 
-@dataclass(frozen=True)
-class AerProbe(NoFix):
+class AerProbe(NoFix, msgspec.Struct, frozen=True):
     address: str
     since: str
-    baseline: dict[str, int] = field(compare=False, default_factory=dict)
+    baseline: dict[str, int] = msgspec.field(default_factory=dict)
     """The totals read when the session began (``since: session``)."""
 
     def reads(self) -> Sequence[Request]:
@@ -250,8 +248,7 @@ class AerProbe(NoFix):
         return Observation(value, tuple(evidence))
 
 
-@dataclass(frozen=True)
-class PathEntry:
+class PathEntry(msgspec.Struct, frozen=True):
     key: str
     expect: Expectation
     options: EntryOptions
@@ -328,8 +325,7 @@ def _path_form(item: PathEntry, since: str) -> Any:
     return entry({"value": OFF}, item.options)
 
 
-@dataclass(frozen=True)
-class Unreadable(NoFix):
+class Unreadable(NoFix, msgspec.Struct, frozen=True):
     """The GPUs' paths could not be read: the check reports why."""
 
     reason: str
@@ -338,8 +334,7 @@ class Unreadable(NoFix):
         raise HostError(self.reason)
 
 
-@dataclass(frozen=True)
-class NoBridges(NoFix):
+class NoBridges(NoFix, msgspec.Struct, frozen=True):
     """GPUs with no PCI bridge above them (on the root bus, as in many VMs): nothing to check."""
 
     gpus: int

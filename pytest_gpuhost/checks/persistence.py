@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import msgspec
 
 if TYPE_CHECKING:
     from ..result import CheckResult
@@ -21,8 +22,7 @@ CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
 its own (``kernel.core_pattern = |sh``)."""
 
 
-@dataclass(frozen=True)
-class BootCommand:
+class BootCommand(msgspec.Struct, frozen=True):
     """A command a persistence line runs at boot: udev runs a program by its absolute path, and
     one that is not there fails at boot, unseen."""
 
@@ -34,8 +34,7 @@ class BootCommand:
     """``MaxReadReq``: what the line sets, for the message."""
 
 
-@dataclass(frozen=True)
-class PersistLine:
+class PersistLine(msgspec.Struct, frozen=True):
     """A line a kind supplies to --fix-persist; ``target`` (one of ``PERSIST_TARGETS``) names
     the file it goes to. A line that cannot be written safely is ``refused`` with the reason:
     its whole file is then not written, and its ``persist`` check fails saying why."""

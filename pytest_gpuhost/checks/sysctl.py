@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from ..host import Glob, Host, HostError, Match, Read, Reply, Request
 from ..result import CheckResult
@@ -105,16 +106,14 @@ def read_boot_config(host: Host) -> dict[str, tuple[str, str]]:
     return BOOT_CONFIG.read(host)
 
 
-@dataclass(frozen=True)
-class SysctlEntry:
+class SysctlEntry(msgspec.Struct, frozen=True):
     key: str
     path: str
     expect: Expectation
     options: EntryOptions
 
 
-@dataclass(frozen=True)
-class SysctlProbe:
+class SysctlProbe(msgspec.Struct, frozen=True):
     path: str
     boot: tuple[str, str] | None = None
     """What boot-time configuration sets this sysctl to, and where."""

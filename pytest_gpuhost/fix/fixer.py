@@ -15,7 +15,8 @@ import errno
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+
+import msgspec
 
 from ..checks.changes import Change, Command, NvmlSetting, Plan, ReplaceFile, WriteBytes, WriteText
 from ..checks.conditions import in_container
@@ -39,8 +40,7 @@ class FixError(Exception):
         """The host may or may not have made the change (a command that timed out)."""
 
 
-@dataclass(frozen=True)
-class Applied:
+class Applied(msgspec.Struct, frozen=True):
     """What a fix did, for the record: the action and anything the action printed."""
 
     action: str

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from ..checks.changes import Change, to_dict
 from ..host import Host, HostError, Read
@@ -27,8 +28,7 @@ from .state import JOURNAL_LIMIT, StateFile, StateStore
 RETRY_FLAG = "--fix-retry"
 
 
-@dataclass(frozen=True)
-class EarlierFailure:
+class EarlierFailure(msgspec.Struct, frozen=True):
     """The last attempt at a check's fix, which failed."""
 
     journal: str
@@ -49,8 +49,7 @@ class EarlierFailure:
                 "try again")
 
 
-@dataclass(frozen=True)
-class _Attempt:
+class _Attempt(msgspec.Struct, frozen=True):
     entry: JournalEntry
     journal: str
     boot_id: str | None

@@ -26,9 +26,10 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from .. import __version__
 from ..checks.changes import Change, ChangeError, from_dict, lossless_text, to_dict
@@ -181,8 +182,7 @@ class JournalError(Exception):
     """A journal that cannot be rolled back as it is; the message names ``file:line``."""
 
 
-@dataclass(frozen=True)
-class JournalEntry:
+class JournalEntry(msgspec.Struct, frozen=True):
     id: str
     time: str
     spec: str
@@ -201,8 +201,7 @@ class JournalEntry:
     """Why the host refused it (a ``failed`` or ``unknown`` change), as the run reported it."""
 
 
-@dataclass(frozen=True)
-class JournalContents:
+class JournalContents(msgspec.Struct, frozen=True):
     location: StateFile
     entries: tuple[JournalEntry, ...]
     rolled_back: bool
@@ -213,7 +212,7 @@ class JournalContents:
 
     def __post_init__(self) -> None:
         if not isinstance(self.location, StateFile):  # a file of this machine, by its path
-            object.__setattr__(self, "location", StateFile.local(self.location))
+            msgspec.structs.force_setattr(self, "location", StateFile.local(self.location))
 
     @property
     def shown(self) -> str:

@@ -21,7 +21,8 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from ..checks import CONTROL, CannotFix, Check, Evidence, NotApplicable, Observation, PersistLine
 from ..checks.bootconfig import GRUB, dropin_path, dropin_text, parse_boot_config, read_all
@@ -183,8 +184,7 @@ def _digest(text: str) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-@dataclass(frozen=True)
-class FileContentProbe:
+class FileContentProbe(msgspec.Struct, frozen=True):
     """Whether a file holds exactly ``content``; the fix replaces it atomically."""
 
     path: str
@@ -222,8 +222,7 @@ def expected_state(content: str | None) -> Exact:
     return Exact(CURRENT if content is not None else ABSENT, Choice((CURRENT, ABSENT)))
 
 
-@dataclass(frozen=True)
-class RefusedFile:
+class RefusedFile(msgspec.Struct, frozen=True):
     """A persistence file that is not written: it would hold what it cannot hold safely."""
 
     path: str
@@ -289,8 +288,7 @@ def candidate_files(spec: str, checks: Sequence[Check],
                   for target in targets if target == "cmdline" or target in FILES)
 
 
-@dataclass(frozen=True)
-class NothingToPersist:
+class NothingToPersist(msgspec.Struct, frozen=True):
     """A persistence file that none of the run's records goes into: skipped, saying so."""
 
     path: str

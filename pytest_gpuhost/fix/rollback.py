@@ -21,8 +21,9 @@ older than the identity header is rolled back only on the root whose journal dir
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+
+import msgspec
 
 from ..checks import CannotFix, Check, Evidence, Observation, Probe
 from ..checks.changes import (
@@ -121,8 +122,7 @@ def _refuse_rebooted(journal: JournalContents, made: HostIdentity, here: HostIde
             "them anyway (each is still restored only while the host holds what the fix left)")
 
 
-@dataclass(frozen=True)
-class TextProbe:
+class TextProbe(msgspec.Struct, frozen=True):
     """A text file as exact bytes, shown losslessly: an original that is not UTF-8 is
     restored byte for byte and read back as bytes (``lossless_text``)."""
 
@@ -144,8 +144,7 @@ class TextProbe:
         return Plan(f"write {shown!r} back to {self.path}", (change,))
 
 
-@dataclass(frozen=True)
-class Guarded:
+class Guarded(msgspec.Struct, frozen=True):
     """Undo a change only while the host still holds what the fix left: a value someone
     changed since is theirs, and is reported rather than overwritten. ``left`` is what the
     fix wrote and what it read back right after (a kernel may clamp or round it), compared
@@ -169,8 +168,7 @@ class Guarded:
         return self.inner.plan(host, value, observed)
 
 
-@dataclass(frozen=True)
-class PendingEcc:
+class PendingEcc(msgspec.Struct, frozen=True):
     """The pending ECC mode (what an ECC fix set), restored through NVML."""
 
     inner: EccProbe
@@ -186,8 +184,7 @@ class PendingEcc:
         return Plan(f"NVML nvmlDeviceSetEccMode({self.inner.address}, {value})", (change,))
 
 
-@dataclass(frozen=True)
-class BitsProbe:
+class BitsProbe(msgspec.Struct, frozen=True):
     """The bits a config-space write changed (``old`` XOR ``new``), read back and restored by a
     read-modify-write of those bits alone, never setting the bits the change says must not be
     (Device Control's function-level reset)."""

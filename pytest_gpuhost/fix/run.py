@@ -4,9 +4,10 @@ session-end work (persistence, closing a rollback's journal)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from ..result import CheckResult, Outcome
 from .state import STATE_DIR as STATE_DIR
@@ -22,8 +23,7 @@ if TYPE_CHECKING:  # a verify run holds an empty FixRun: the fixer's modules loa
 JOURNAL_KEY = "gpuhost_journal"
 
 
-@dataclass
-class FixRun:
+class FixRun(msgspec.Struct):
     fixer: Fixer | None
     """None in a dry run and when --fix is off."""
     journal_path: StateFile | None

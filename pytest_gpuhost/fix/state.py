@@ -15,8 +15,9 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from ..host import Glob, Host, HostError, LocalHost, Read
 
@@ -37,8 +38,7 @@ def this_machine() -> LocalHost:
     return _LOCAL_ROOT[0]
 
 
-@dataclass(frozen=True)
-class StateFile:
+class StateFile(msgspec.Struct, frozen=True):
     """One of pytest-gpuhost's files on a host: the host, its path under the host's root, and
     how messages show it."""
 
@@ -62,8 +62,7 @@ class StateFile:
         return self.shown
 
 
-@dataclass(frozen=True)
-class StateStore:
+class StateStore(msgspec.Struct, frozen=True):
     """pytest-gpuhost's state directory on one host."""
 
     host: Host

@@ -13,9 +13,10 @@ from __future__ import annotations
 import gc
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
+
+import msgspec
 
 from .. import specs
 
@@ -32,8 +33,7 @@ Record = Mapping[str, Any]
 """One check's record as the JSON report holds it (``CheckResult.as_dict``)."""
 
 
-@dataclass(frozen=True)
-class FleetRow:
+class FleetRow(msgspec.Struct, frozen=True):
     """One row of the fleet: a target's records, or why there are none."""
 
     name: str
@@ -42,7 +42,7 @@ class FleetRow:
     records: tuple[Record, ...] = ()
     reason: str | None = None
     """Set when the target gave no result: what went wrong."""
-    facts: Mapping[str, Any] = field(default_factory=dict)
+    facts: Mapping[str, Any] = msgspec.field(default_factory=dict)
     """host, kernel, driver, gpus (a count), generated_at: as the report says."""
 
     @property
@@ -65,8 +65,7 @@ def check_key(record: Record) -> tuple[str, str]:
     return spec_file(record), str(record.get("id", "?"))
 
 
-@dataclass(frozen=True)
-class Sections:
+class Sections(msgspec.Struct, frozen=True):
     """What each record says of itself: the spec section it came from (``section``) and whether
     it is a measurement (``measured``). A record without them (a report of an older version, a
     check whose worker went down before it reported) takes them from a record of its kind that
@@ -74,7 +73,7 @@ class Sections:
 
     of_kind: Mapping[str, str]
     measured_kinds: frozenset[str]
-    first_seen: Mapping[str, int] = field(default_factory=dict)
+    first_seen: Mapping[str, int] = msgspec.field(default_factory=dict)
     """Each section's rank: where its first record stands among the rows' records (a report
     holds them in the order the run ran them, which is the spec's order of sections)."""
 

@@ -10,23 +10,22 @@ number, and their floors already say what is too low.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from . import GOOD, FleetRow, Sections, check_key
 
 NO_VALUE = "(no value)"
 
 
-@dataclass(frozen=True)
-class Group:
+class Group(msgspec.Struct, frozen=True):
     value: str
     targets: tuple[str, ...]
     passes: bool
     """Every record in the group passed, was fixed or skipped."""
 
 
-@dataclass(frozen=True)
-class Drift:
+class Drift(msgspec.Struct, frozen=True):
     spec: str
     id: str
     kind: str

@@ -24,8 +24,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from ..linux.pciaddr import normalize_address
 
@@ -40,8 +41,7 @@ class ParseError(ValueError):
     """An output that is not in the format it claims to be."""
 
 
-@dataclass(frozen=True)
-class Rate:
+class Rate(msgspec.Struct, frozen=True):
     gbps: float | None
     problem: str | None = None
 
@@ -54,8 +54,7 @@ class Rate:
         return cls(float(gbps) if gbps is not None else None, data.get("problem"))
 
 
-@dataclass(frozen=True)
-class Measurements:
+class Measurements(msgspec.Struct, frozen=True):
     source: str
     """How they were obtained, for the evidence: ``nvbandwidth v0.8 text (FILE)``."""
     rates: Mapping[str, Rate]
@@ -74,21 +73,20 @@ class Measurements:
 Matrix = dict[tuple[int, int], float | None]
 
 
-@dataclass
-class ToolOutput:
+class ToolOutput(msgspec.Struct):
     """What a reference tool printed, by CUDA ordinal."""
 
     tool: str
-    devices: dict[int, str] = field(default_factory=dict)
+    devices: dict[int, str] = msgspec.field(default_factory=dict)
     """ordinal -> sysfs address, where the output names the bus id."""
-    matrices: dict[str, Matrix] = field(default_factory=dict)
+    matrices: dict[str, Matrix] = msgspec.field(default_factory=dict)
     """test name -> {(source, target): GB/s or None for N/A}; host tests: {(0, gpu): ...}."""
-    waived: set[str] = field(default_factory=set)
-    problems: dict[str, str] = field(default_factory=dict)
+    waived: set[str] = msgspec.field(default_factory=set)
+    problems: dict[str, str] = msgspec.field(default_factory=dict)
     """test name -> why it has no result (``Waived: MSG``, ``Error: MSG``, a truncated table)."""
-    unmeasured: set[tuple[str, int, int]] = field(default_factory=set)
+    unmeasured: set[tuple[str, int, int]] = msgspec.field(default_factory=set)
     """(test, source, target) cells printed as 0.00 off the diagonal: not measured."""
-    no_peer: set[tuple[int, int]] = field(default_factory=set)
+    no_peer: set[tuple[int, int]] = msgspec.field(default_factory=set)
     """Pairs whose peer access the output says is off: p2pBandwidthLatencyTest's ``CANNOT
     Access Peer`` lines and the 0 cells of its ``P2P Connectivity Matrix`` (a host where P2P is
     off may print no CANNOT line while the matrix says 0: its "P2P=Enabled" copies were staged

@@ -18,29 +18,14 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..files import write_atomically
 from ..host import CommandTimeout, Host, HostError, Read, Request, Which
 from ..progress import report_progress
-from .bandwidth import (
-    D2H_TEST,
-    H2D_TEST,
-    P2P_TESTS,
-    Measurements,
-    ParseError,
-    parse_output,
-    to_measurements,
-)
-from .cudaprobe import INSTALL_HINT as CUDA_INSTALL_HINT
-from .cudaprobe import (
-    CudaBandwidth,
-    CudaError,
-    CudaUnavailable,
-    cuda_available,
-    load_runtime,
-    measure_within,
-)
+
+if TYPE_CHECKING:  # the parsers and the CUDA probe load when a measurement is taken or read
+    from .bandwidth import Measurements
 
 LOCK_NAME = "p2p-measure.lock"
 RECORDED_DIR = "var/lib/pytest-gpuhost"
@@ -97,6 +82,8 @@ class SharedMeasurement:
             if "error" in record:
                 self._error = str(record["error"])
             else:
+                from .bandwidth import Measurements
+
                 self._result = Measurements.from_dict(record)
         if self._error is not None:
             raise MeasurementFailed(self._error)
@@ -153,6 +140,9 @@ class Measurer:
         return self.host.local_machine()
 
     def measure(self) -> Measurements:
+        from .cudaprobe import INSTALL_HINT as CUDA_INSTALL_HINT
+        from .cudaprobe import cuda_available
+
         probe = self.section.probe
         if probe == "file":
             assert self.section.path is not None
@@ -176,6 +166,8 @@ class Measurer:
                         "nvbandwidth on PATH")
 
     def from_file(self, path: str) -> Measurements:
+        from .bandwidth import Measurements, ParseError, parse_output, to_measurements
+
         if Path(path).is_absolute():
             try:
                 text = Path(path).read_text(encoding="utf-8", errors="replace")
@@ -193,6 +185,15 @@ class Measurer:
         return Measurements(measured.source, measured.rates, (*measured.notes, stale))
 
     def nvbandwidth(self) -> Measurements:
+        from .bandwidth import (
+            D2H_TEST,
+            H2D_TEST,
+            P2P_TESTS,
+            ParseError,
+            parse_output,
+            to_measurements,
+        )
+
         tests = ([P2P_TESTS[0]] if self.wanted["pairs"] else []) + \
                 ([H2D_TEST] if self.wanted["h2d"] else []) + \
                 ([D2H_TEST] if self.wanted["d2h"] else [])
@@ -216,6 +217,14 @@ class Measurer:
         return to_measurements(output, self.gpus, "ran " + done.shown)
 
     def cuda(self) -> Measurements:
+        from .cudaprobe import (
+            CudaBandwidth,
+            CudaError,
+            CudaUnavailable,
+            load_runtime,
+            measure_within,
+        )
+
         if not self.real:
             raise HostError(f"probe cuda measures this machine, but the host root "
                             f"{self.host.describe()} is not it")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Callable, Sequence
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ..host import Host, HostError, Request
 
@@ -149,11 +149,12 @@ class NvmlSource:
 
 def default_factory(host: Host) -> NvmlFactory:
     """NVML for ``host``: the real library on ``/``, the recorded snapshot in a fake tree."""
-    from .nvmllib import PynvmlNvml
     from .nvmlrecorded import RecordedNvml
 
     def open_nvml() -> Nvml:
         if host.local_machine():
+            from .nvmllib import PynvmlNvml  # nvidia-ml-py's wrapper: the root / only
+
             return PynvmlNvml.open()
         recorded = host.batch(RecordedNvml.reads)  # the same batch its calls read, cached
         if any(path == f"{RECORDED_NVML}/gpus" for reply in recorded if reply.error is None
@@ -166,8 +167,22 @@ def default_factory(host: Host) -> NvmlFactory:
     return open_nvml
 
 
-from .nvmllib import P2P_STATUS, TOPOLOGY, PynvmlNvml  # noqa: E402  (they build on the above)
-from .nvmlrecorded import FakeGpu, FakeNvml, RecordedNvml  # noqa: E402
+from .nvmlrecorded import FakeGpu, FakeNvml, RecordedNvml  # noqa: E402  (built on the above)
+
+if TYPE_CHECKING:
+    from .nvmllib import P2P_STATUS, TOPOLOGY, PynvmlNvml
+
+_LIBRARY = ("P2P_STATUS", "TOPOLOGY", "PynvmlNvml")
+
+
+def __getattr__(name: str) -> object:
+    """nvidia-ml-py's wrapper (``nvmllib``), imported on first use: a run on a root that is not
+    this machine never opens the library."""
+    if name in _LIBRARY:
+        from . import nvmllib
+
+        return getattr(nvmllib, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "NVML_TIMEOUT_S",

@@ -5,15 +5,15 @@ that an offline root has NVML facts too."""
 from __future__ import annotations
 
 import errno
-from dataclasses import dataclass, field
+
+import msgspec
 
 from ..host import Glob, Host, HostError
 from ..linux.pciaddr import normalize_address
 from .nvml import PERSISTENCE, RECORDED_NVML, NvmlPermissionError, persistence_text
 
 
-@dataclass
-class FakeGpu:
+class FakeGpu(msgspec.Struct):
     persistence_mode: bool = False
     max_link_generation: int = 5
     power_limit: int = 600_000
@@ -24,19 +24,18 @@ class FakeGpu:
     bar1_total: int = 128 * 2**30
 
 
-@dataclass
-class FakeNvml:
+class FakeNvml(msgspec.Struct):
     """An in-memory NVML for tests and recorded fake hosts."""
 
     driver: str = "580.95.05"
-    devices: dict[str, FakeGpu] = field(default_factory=dict)
+    devices: dict[str, FakeGpu] = msgspec.field(default_factory=dict)
     """address -> state, in NVML's index order."""
-    p2p: dict[str, str] = field(default_factory=dict)
+    p2p: dict[str, str] = msgspec.field(default_factory=dict)
     """``A->B`` -> a reason, for pairs whose P2P read status is not ok."""
-    topologies: dict[str, str] = field(default_factory=dict)
+    topologies: dict[str, str] = msgspec.field(default_factory=dict)
     """``A->B`` -> PIX/PXB/PHB/NODE/SYS."""
     setter_needs_root: bool = False
-    set_calls: list[tuple[str, bool]] = field(default_factory=list)
+    set_calls: list[tuple[str, bool]] = msgspec.field(default_factory=list)
     library: str | None = None
     """nvmlSystemGetNVMLVersion; None: ``13.`` and the driver's version, as they ship."""
 

@@ -25,9 +25,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import msgspec
 
 from .agent import COMMAND_DIRS as COMMAND_DIRS
 from .agent import COMMAND_TIMEOUT_S as COMMAND_TIMEOUT_S
@@ -86,8 +87,7 @@ def current_step() -> str:
     return _STEP.get()
 
 
-@dataclass(frozen=True)
-class CommandResult:
+class CommandResult(msgspec.Struct, frozen=True):
     argv: tuple[str, ...]
     returncode: int
     stdout: str
@@ -98,8 +98,7 @@ class CommandResult:
         return " ".join(self.argv)
 
 
-@dataclass(frozen=True)
-class HostIdentity:
+class HostIdentity(msgspec.Struct, frozen=True):
     """What a journal records of the machine it changed, so that rollback refuses another:
     the root as the host names it and, for the real root, the machine's own ids."""
 

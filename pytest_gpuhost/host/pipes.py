@@ -17,7 +17,8 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+
+import msgspec
 
 from . import HostError, TargetTimeout, current_step
 from .answers import take_message
@@ -28,8 +29,7 @@ STDERR_KEPT = 8192
 a target writing megabytes without a newline costs no more than this."""
 
 
-@dataclass
-class Traffic:
+class Traffic(msgspec.Struct):
     """What a connection cost: the JSON report records it per target."""
 
     round_trips: int = 0

@@ -12,8 +12,9 @@ to its workers with ``request.wire()``/``reply_to_wire`` and they take it back w
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Generic, TypeGuard, TypeVar
+
+import msgspec
 
 from .agent import COMMAND_DIRS, DEFAULT_LIMIT, KMSG_LIMIT
 from .errors import MISSING_ERRNOS, HostError, UnsafePath, raised
@@ -43,8 +44,7 @@ def checked_command(name: str) -> str:
     return name
 
 
-@dataclass(frozen=True)
-class FileInfo:
+class FileInfo(msgspec.Struct, frozen=True):
     type: str
     """``file``, ``directory``, ``character device``, ``FIFO``, ..."""
     size: int
@@ -62,28 +62,24 @@ class _Wired:
         return {"op": form.op, **form.fields(self)}
 
 
-@dataclass(frozen=True)
-class Read(_Wired):
+class Read(_Wired, msgspec.Struct, frozen=True):
     """A regular file's bytes (bounded by ``limit``)."""
 
     path: str
     limit: int = DEFAULT_LIMIT
 
 
-@dataclass(frozen=True)
-class Stat(_Wired):
+class Stat(_Wired, msgspec.Struct, frozen=True):
     """What is at a path (links followed inside the root), or a missing-file error."""
 
     path: str
 
 
-@dataclass(frozen=True)
-class ListDir(_Wired):
+class ListDir(_Wired, msgspec.Struct, frozen=True):
     path: str
 
 
-@dataclass(frozen=True)
-class Glob(_Wired):
+class Glob(_Wired, msgspec.Struct, frozen=True):
     """Every path matching ``pattern`` (fnmatch wildcards within a component), with its bytes
     when ``read``: one request for ``sys/bus/pci/devices/*/vendor``, whatever the count."""
 
@@ -93,24 +89,21 @@ class Glob(_Wired):
     """Each match's symbolic link target as stored (None where it is no link), not its bytes."""
 
 
-@dataclass(frozen=True)
-class Kmsg(_Wired):
+class Kmsg(_Wired, msgspec.Struct, frozen=True):
     """The kernel log's records (the device, or a plain file in a fake tree)."""
 
     path: str = "dev/kmsg"
     limit: int = KMSG_LIMIT
 
 
-@dataclass(frozen=True)
-class Link(_Wired):
+class Link(_Wired, msgspec.Struct, frozen=True):
     """The target of a symbolic link as stored (``../../../devices/pci0000:00/...``), or None
     when the path is not a link; never followed (resolve it with ``linux.pcitopo``)."""
 
     path: str
 
 
-@dataclass(frozen=True)
-class Which(_Wired):
+class Which(_Wired, msgspec.Struct, frozen=True):
     """Where a command is under the root's sbin/bin directories (and PATH at ``/``), or None."""
 
     name: str
@@ -127,8 +120,7 @@ def unreadable(item: object) -> TypeGuard[HostError]:
     return isinstance(item, HostError) and item.errno not in MISSING_ERRNOS
 
 
-@dataclass(frozen=True)
-class Reply:
+class Reply(msgspec.Struct, frozen=True):
     """One request's answer: its value, or the error the host gave."""
 
     value: object = None
@@ -221,8 +213,7 @@ def _matches_wired(value: object) -> object:
             for path, item in value]
 
 
-@dataclass(frozen=True)
-class WireForm(Generic[R]):
+class WireForm(msgspec.Struct, Generic[R], frozen=True):
     """How one request type crosses the wire."""
 
     op: str

@@ -25,7 +25,8 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 GRUB_DEFAULT = "etc/default/grub"
 GRUB_DROPINS = "etc/default/grub.d"
@@ -38,8 +39,7 @@ SAFE_WORD = re.compile(r"[A-Za-z0-9_.,:;=/+@%~\[\]-]+\Z")
 """What a parameter written into the boot configuration may hold. A grub.d drop-in is shell that
 ``update-grub`` sources as root: ``$``, backquotes, backslashes, quotes, spaces and the other
 characters a shell acts on are never written (``;`` is, single-quoted for GRUB's own parser)."""
-@dataclass(frozen=True)
-class Reader:
+class Reader(msgspec.Struct, frozen=True):
     """How the program that acts on a parameter reads the command line."""
 
     every: bool
@@ -129,8 +129,7 @@ def _items(value: str | None) -> list[str]:
     return [item for item in (value or "").split(",") if item]
 
 
-@dataclass(frozen=True)
-class InForce:
+class InForce(msgspec.Struct, frozen=True):
     """What the command line sets for one parameter, read as its reader reads it."""
 
     key: str
@@ -153,8 +152,7 @@ class InForce:
         return list(seen)
 
 
-@dataclass(frozen=True)
-class VideoOptions:
+class VideoOptions(msgspec.Struct, frozen=True):
     """``video=``: the kernel keeps each occurrence; a driver takes the options of the last one
     that names it (``video=DRIVER:OPTIONS``), else those of the last one that names none
     (drivers/video/cmdline.c). ``video=vesafb:off,efifb:off`` gives vesafb the options
@@ -183,8 +181,7 @@ class VideoOptions:
         return options == wanted or options.startswith(wanted + ",")
 
 
-@dataclass(frozen=True)
-class Parameter:
+class Parameter(msgspec.Struct, frozen=True):
     """A spec's ``has``/``lacks`` entry: ``iommu=pt``, or a bare ``nokaslr``, judged as the
     program that acts on it reads the command line (``READERS``)."""
 

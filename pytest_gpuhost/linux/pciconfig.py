@@ -14,7 +14,7 @@ pointer would make a fix write the header (BAR0 at 0x10) or extended config spac
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 STATUS = 0x06
 STATUS_CAP_LIST = 0x10
@@ -115,8 +115,7 @@ def find_capability(config: bytes, cap_id: int) -> int | None:
     return None
 
 
-@dataclass(frozen=True)
-class DeviceControl:
+class DeviceControl(msgspec.Struct, frozen=True):
     """Device Control of the PCI Express capability at ``cap``; ``offset`` is cap+8."""
 
     cap: int

@@ -18,7 +18,7 @@ and EC; a fix clears those alone.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from .pciconfig import ConfigError, check_answers
 
@@ -35,8 +35,7 @@ ACS_REDIRECT = 0x04 | 0x08 | 0x20
 _MAX_HEADERS = (CONFIG_SIZE - EXT_START) // 8
 
 
-@dataclass(frozen=True)
-class ExtCapability:
+class ExtCapability(msgspec.Struct, frozen=True):
     offset: int
     cap_id: int
     version: int
@@ -86,8 +85,7 @@ def acs_names(bits: int) -> str:
                     if mask & ACS_REDIRECT)
 
 
-@dataclass(frozen=True)
-class AcsControl:
+class AcsControl(msgspec.Struct, frozen=True):
     """ACS Control of the ACS capability at ``cap``; ``offset`` is cap+6."""
 
     cap: int

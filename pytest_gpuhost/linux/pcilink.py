@@ -21,7 +21,7 @@ out: a copy reaches a little less.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from .pciconfig import (
     CAP_ID_EXP,
@@ -78,8 +78,7 @@ def generation(speed: float) -> int | None:
     return None
 
 
-@dataclass(frozen=True)
-class Link:
+class Link(msgspec.Struct, frozen=True):
     """A link's speed (GT/s per lane; 0.0 for a code no generation has) and width (lanes)."""
 
     speed: float
@@ -105,8 +104,7 @@ def _link(word: int) -> Link:
     return Link(SPEEDS.get(word & 0xF, 0.0), (word >> 4) & 0x3F)
 
 
-@dataclass(frozen=True)
-class PortRegisters:
+class PortRegisters(msgspec.Struct, frozen=True):
     """What config space says of one PCI Express function on a GPU's path."""
 
     port_type: int

@@ -16,8 +16,9 @@ the other. The classes, with nvidia-smi's legend (NVML's ``nvmlGpuTopologyLevel_
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from itertools import pairwise
+
+import msgspec
 
 from .pciaddr import normalize_address
 from .pcitopo import TopologyError, bridge_path, resolve_link
@@ -37,8 +38,7 @@ LEGEND = {
 """nvidia-smi topo -m's legend of the classes this module gives."""
 
 
-@dataclass(frozen=True)
-class Placement:
+class Placement(msgspec.Struct, frozen=True):
     """Where a device sits: its host bridge (``pci0000:40``) and its bridges, nearest first."""
 
     device: str
@@ -57,8 +57,7 @@ def placement(link: str, target: str) -> Placement:
     return Placement(normalize_address(parts[-1]), parts[2], bridges)
 
 
-@dataclass(frozen=True)
-class Route:
+class Route(msgspec.Struct, frozen=True):
     """How data goes from ``source`` to ``target``: up the source's side to where the two
     meet, then down the target's side."""
 

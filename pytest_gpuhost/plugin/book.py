@@ -10,9 +10,10 @@ pytest-xdist's tests drive its scheduler with fake nodes.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from ..reports import TargetInfo
 from ..result import NOT_RUN, OPEN_OUTCOMES, CheckResult, Outcome
@@ -80,7 +81,7 @@ class RecordBook:
         if not incidents or record.outcome not in OPEN_OUTCOMES:
             return record
         said = f": {record.message}" if record.message else ""
-        return dataclasses.replace(
+        return msgspec.structs.replace(
             record, outcome=Outcome.ERROR,
             message=f"{told(incidents)}; run again, the check {record.outcome.value}{said}")
 

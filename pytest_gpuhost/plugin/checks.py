@@ -5,11 +5,11 @@ reports. Registered only there (``start.py``): an xdist controller collects and 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Generator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import msgspec
 import pytest
 
 from .. import long_lived
@@ -160,13 +160,13 @@ def around_the_check(item: GpuhostItem, call: pytest.CallInfo[None],
         target = item.target.name if named else None
         if report.skipped:
             reason = getattr(excinfo.value, "msg", None) or excinfo.exconly()
-            return dataclasses.replace(error_record(item.check, str(reason), target),
+            return msgspec.structs.replace(error_record(item.check, str(reason), target),
                                        outcome=Outcome.SKIPPED)
         return error_record(item.check, f"error {PHASES[call.when]}: {excinfo.exconly()}",
                             target)
     if call.when == "teardown" and report.failed and result.outcome in OPEN_OUTCOMES:
         said = f": {result.message}" if result.message else ""
-        return dataclasses.replace(
+        return msgspec.structs.replace(
             result, outcome=Outcome.ERROR,
             message=f"error at teardown: {excinfo.exconly()} (the check itself "
                     f"{result.outcome.value}{said})")

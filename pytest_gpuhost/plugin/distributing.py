@@ -62,9 +62,10 @@ class SharedDirectory:
         return directory
 
     def pytest_unconfigure(self) -> None:
-        from ..host.remote import end_masters
+        if (self.path / "ssh").is_dir():  # ssh targets' masters (a local run loads no ssh code)
+            from ..host.remote import end_masters
 
-        end_masters(self.path / "ssh")
+            end_masters(self.path / "ssh")
         shutil.rmtree(self.path, ignore_errors=True)
 
     def share_collection(self, collected: dict[str, object]) -> None:

@@ -9,7 +9,8 @@ checks that closed it. Under xdist the verdicts come from the workers' done-mark
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from ..result import OPEN_OUTCOMES, CheckResult
 
@@ -26,8 +27,7 @@ def verdict_text(check_id: str, result: CheckResult | None) -> str:
     return f"{'open' if opens_gate(result) else 'closed'} {outcome} {check_id}"
 
 
-@dataclass(frozen=True)
-class GateVerdict:
+class GateVerdict(msgspec.Struct, frozen=True):
     total: int
     failing: tuple[str, ...]
     """``id (outcome)`` of each host check that closed the gate."""

@@ -15,12 +15,12 @@ line of ``reports.REPORTS``; a new option a line of ``options.OPTIONS``.
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
 from collections.abc import Generator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import pytest
 
 from .. import builtin, long_lived, specs
@@ -236,7 +236,7 @@ def _make_run(config: pytest.Config, settings: Settings) -> Run:
         shared = SharedDirectory(
             {TARGETS_KEY: [target_record(target) for target in settings.targets]})
         if any(target.scheme == "ssh" for target in settings.targets):
-            settings = dataclasses.replace(settings, ssh_masters=shared.ssh_masters())
+            settings = msgspec.structs.replace(settings, ssh_masters=shared.ssh_masters())
     log = None
     if settings.worker:
         from .worker import worker_log

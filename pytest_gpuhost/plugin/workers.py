@@ -24,9 +24,10 @@ import json
 import os
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 WORKERINPUT_KEY = "gpuhost_shared_dir"
 TARGETS_KEY = "gpuhost_targets"
@@ -42,17 +43,16 @@ POLL_S = (0.005, 0.05)
 """A waiter's first and longest pause between two reads of the logs (doubling in between)."""
 
 
-@dataclass
-class Progress:
+class Progress(msgspec.Struct):
     """What the logs say so far."""
 
-    done: dict[int, str] = field(default_factory=dict)
+    done: dict[int, str] = msgspec.field(default_factory=dict)
     """Index -> gate verdict of each finished check."""
-    started: dict[int, str] = field(default_factory=dict)
+    started: dict[int, str] = msgspec.field(default_factory=dict)
     """Index -> the worker that started it."""
-    down: dict[str, str] = field(default_factory=dict)
+    down: dict[str, str] = msgspec.field(default_factory=dict)
     """Worker -> why it went down."""
-    records: dict[int, dict[str, Any]] = field(default_factory=dict)
+    records: dict[int, dict[str, Any]] = msgspec.field(default_factory=dict)
     """Index -> the record of each finished check, where the workers share them (a
     persistence file is made of its target's records, run on any worker)."""
 

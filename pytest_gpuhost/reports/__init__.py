@@ -10,17 +10,16 @@ the failure text are per record.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
+
+import msgspec
 
 from ..result import CheckResult
 
 
-@dataclass(frozen=True)
-class TargetInfo:
+class TargetInfo(msgspec.Struct, frozen=True):
     """One target as it reports itself, and what reaching it cost."""
 
     name: str
@@ -40,13 +39,13 @@ class TargetInfo:
     connect_seconds: float | None = None
 
     def as_dict(self) -> dict[str, object]:
-        data = dict(self.__dict__)
+        data = msgspec.structs.asdict(self)
         data["gpus"], data["gpu_models"] = list(self.gpus), list(self.gpu_models)
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> TargetInfo:
-        values = {key: data[key] for key in cls.__dataclass_fields__ if key in data}
+        values = {key: data[key] for key in cls.__struct_fields__ if key in data}
         for key in ("gpus", "gpu_models"):
             values[key] = tuple(values.get(key) or ())  # type: ignore[arg-type]
         return cls(**values)  # type: ignore[arg-type]
@@ -56,7 +55,7 @@ class TargetInfo:
         def total(a: float | int | None, b: float | int | None) -> Any:
             return None if a is None and b is None else (a or 0) + (b or 0)
 
-        return dataclasses.replace(
+        return msgspec.structs.replace(
             self, round_trips=total(self.round_trips, other.round_trips),
             connections=total(self.connections, other.connections),
             bytes_sent=total(self.bytes_sent, other.bytes_sent),
@@ -66,8 +65,7 @@ class TargetInfo:
             journal=self.journal or other.journal)
 
 
-@dataclass(frozen=True)
-class RunInfo:
+class RunInfo(msgspec.Struct, frozen=True):
     """What every report says about the run besides its checks."""
 
     specs: tuple[tuple[str, str], ...]
@@ -96,7 +94,7 @@ class RunInfo:
     stopped: str | None = None
     """Why the run ended before its checks did (an interrupt, a lock it could not have, an
     internal error); None when it ran to its end."""
-    finished_at: float = field(default_factory=time.time)
+    finished_at: float = msgspec.field(default_factory=time.time)
 
     @property
     def spec_names(self) -> tuple[str, ...]:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from ..result import NOT_RUN, OPEN_OUTCOMES, CheckResult
 
@@ -26,8 +27,7 @@ _NOT_PRINTABLE = re.compile(r"[^\x20-\x7e]")
 _PCI_DOMAIN = re.compile(r"\b[0-9a-f]{4}:(?=[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])")
 
 
-@dataclass(frozen=True)
-class Health:
+class Health(msgspec.Struct, frozen=True):
     total: int
     """Checks that ran or were selected."""
     failing: tuple[str, ...]

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TextIO
 
+import msgspec
 import pytest
 
 from ..result import CheckResult
@@ -27,8 +27,7 @@ STDOUT = pytest.StashKey[TextIO]()
 """The real standard output, kept when the terminal reporter was sent to stderr."""
 
 
-@dataclass(frozen=True)
-class NpdAnswer:
+class NpdAnswer(msgspec.Struct, frozen=True):
     status: int
     message: str
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 import functools
 import shutil
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from ..checks import (
     Check,
@@ -53,8 +54,7 @@ PARALLEL_CONNECTIONS = 10
 which starts refusing unauthenticated connections beyond 10 (many targets behind one bastion)."""
 
 
-@dataclass(frozen=True)
-class Unexpanded:
+class Unexpanded(msgspec.Struct, frozen=True):
     """The expectation of a section that could not be expanded: it never passes."""
 
     section: str
@@ -69,8 +69,7 @@ class Unexpanded:
         return None
 
 
-@dataclass(frozen=True)
-class Unexpandable(NoFix):
+class Unexpandable(NoFix, msgspec.Struct, frozen=True):
     """A section whose facts could not be read: its one check is an error with the reason."""
 
     error: HostError
@@ -79,8 +78,7 @@ class Unexpandable(NoFix):
         raise raised(self.error)
 
 
-@dataclass
-class Session:
+class Session(msgspec.Struct, dict=True):
     """One pytest process's gpuhost run."""
 
     settings: Settings
@@ -90,12 +88,12 @@ class Session:
     nvml_for: Callable[[Host], NvmlFactory]
     shared_dir: Path | None = None
     workerinput: Mapping[str, object] | None = None
-    specs: dict[Path, Spec] = field(default_factory=dict)
-    targets: dict[str, Target] = field(default_factory=dict)
-    rollback_checks: list[Check] = field(default_factory=list)
+    specs: dict[Path, Spec] = msgspec.field(default_factory=dict)
+    targets: dict[str, Target] = msgspec.field(default_factory=dict)
+    rollback_checks: list[Check] = msgspec.field(default_factory=list)
     rollback_file: Path | None = None
     """The file pytest collects a rollback's checks from (see ``_anchor``)."""
-    _cleanup: list[Path] = field(default_factory=list)
+    _cleanup: list[Path] = msgspec.field(default_factory=list)
 
     def __post_init__(self) -> None:
         for path in self.settings.specs:

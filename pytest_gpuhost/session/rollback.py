@@ -4,8 +4,9 @@ first), the file pytest collects them from, and the fixer that restores them."""
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from ..checks import Check
 from ..fix.run import rollback_fixer
@@ -15,8 +16,7 @@ from ..settings import Settings, SettingsError
 from .target import LOCAL, Target
 
 
-@dataclass(frozen=True)
-class OpenRollback:
+class OpenRollback(msgspec.Struct, frozen=True):
     checks: list[Check]
     anchor: Path
     """The file pytest collects the rollback's checks from (``_anchor``)."""

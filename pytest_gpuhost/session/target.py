@@ -8,11 +8,11 @@ every read fails with the reason, so its checks are errors that say why and the 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from ..checks import Check, Fact, Facts
 from ..checks.conditions import ConditionFn
@@ -46,8 +46,7 @@ from ..settings import Settings
 LOCAL = "local"
 
 
-@dataclass(frozen=True)
-class HostFacts:
+class HostFacts(msgspec.Struct, frozen=True):
     """What reports say about the machine: as the host itself reports it."""
 
     hostname: str | None
@@ -240,7 +239,7 @@ class Target:
             with doing(f"checking {check.id}"):
                 result = run_check(check, self.host, self.conditions, options,
                                    self.fixrun.fixer, self.fixrun.history)
-        return dataclasses.replace(result, target=self.name) if named else result
+        return msgspec.structs.replace(result, target=self.name) if named else result
 
     def lose(self, reason: HostError) -> None:
         """The target cannot be reached: every read from now on fails with ``reason``."""

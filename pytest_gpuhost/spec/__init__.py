@@ -21,10 +21,10 @@ import os
 import re
 import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import msgspec
 import yaml
 from yaml.constructor import SafeConstructor
 
@@ -191,8 +191,7 @@ class Node:
             raise self.error(f"{what} is not a valid regular expression: {exc}") from None
 
 
-@dataclass(frozen=True)
-class Condition:
+class Condition(msgspec.Struct, frozen=True):
     """``when: infiniband`` or ``when: not container``."""
 
     name: str
@@ -202,8 +201,7 @@ class Condition:
         return f"not {self.name}" if self.negate else self.name
 
 
-@dataclass(frozen=True)
-class EntryOptions:
+class EntryOptions(msgspec.Struct, frozen=True):
     """What every spec entry may carry beside its expected value."""
 
     where: str
@@ -218,14 +216,13 @@ OPTION_KEYS = ("why", "fix", "when", "severity")
 SEVERITIES = ("blocker", "critical", "normal", "minor", "trivial")
 
 
-@dataclass(frozen=True)
-class SpecContext:
+class SpecContext(msgspec.Struct, frozen=True):
     """What a section parser may consult: the known ``when:`` conditions, and the spec's name
     (boot-time kinds name the drop-ins they write after it)."""
 
     conditions: frozenset[str]
     spec_name: str = ""
-    sections: Mapping[str, Node] = field(default_factory=dict, compare=False)
+    sections: Mapping[str, Node] = msgspec.field(default_factory=dict)
     """Every section of the spec by name, for a kind whose words depend on another's keys
     (p2p names the pcie keys that fix what slows a pair); a kind parses only its own."""
 
@@ -261,8 +258,7 @@ class SpecContext:
         return Condition(name, negate)
 
 
-@dataclass(frozen=True)
-class Section:
+class Section(msgspec.Struct, frozen=True):
     """A section's (or an entry's) mapping once its keys are known: the values by key, in file
     order, and the entry options every section and entry may carry."""
 
@@ -368,8 +364,7 @@ class SectionParser(Protocol):
     def parse(self, node: Node, context: SpecContext) -> object: ...
 
 
-@dataclass(frozen=True)
-class Spec:
+class Spec(msgspec.Struct, frozen=True):
     path: Path
     name: str
     version: int

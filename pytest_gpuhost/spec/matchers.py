@@ -8,8 +8,9 @@ integers, link speeds by their GT/s number, text whitespace-normalized) and an *
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Protocol
+
+import msgspec
 
 
 class Domain(Protocol):
@@ -163,8 +164,7 @@ class Choice:
         return observed.strip() == expected
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(msgspec.Struct, frozen=True):
     ok: bool
     reason: str = ""
     warning: str = ""
@@ -186,8 +186,7 @@ def _missing() -> Verdict:
     return Verdict(False, "nothing was observed")
 
 
-@dataclass(frozen=True)
-class Exact:
+class Exact(msgspec.Struct, frozen=True):
     value: str
     domain: Domain
 
@@ -205,8 +204,7 @@ class Exact:
         return self.value
 
 
-@dataclass(frozen=True)
-class Range:
+class Range(msgspec.Struct, frozen=True):
     """``{min: X}``, ``{max: X}`` or both; a fix writes the bound that was crossed."""
 
     min: str | None
@@ -255,8 +253,7 @@ class Range:
         return self.min
 
 
-@dataclass(frozen=True)
-class OneOf:
+class OneOf(msgspec.Struct, frozen=True):
     values: tuple[str, ...]
     domain: Domain
 
@@ -274,8 +271,7 @@ class OneOf:
         return self.values[0]
 
 
-@dataclass(frozen=True)
-class Match:
+class Match(msgspec.Struct, frozen=True):
     """A regular expression that must match the whole whitespace-normalized value."""
 
     pattern: re.Pattern[str]
@@ -306,8 +302,7 @@ def parse_rate(raw: str) -> float:
     return value
 
 
-@dataclass(frozen=True)
-class Floor:
+class Floor(msgspec.Struct, frozen=True):
     """A measured bandwidth must reach ``floor`` GB/s; within ``warn_margin`` (a fraction) above
     it the check passes with a warning. A measurement is never "fixed"."""
 

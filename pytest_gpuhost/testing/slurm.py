@@ -26,8 +26,9 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
 
 from .sshd import free_port
 
@@ -48,11 +49,10 @@ def _tool(name: str) -> str:
     return shutil.which(name) or f"/usr/sbin/{name}"
 
 
-@dataclass
-class SlurmCluster:
+class SlurmCluster(msgspec.Struct):
     directory: Path
     node: str
-    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    processes: dict[str, subprocess.Popen[bytes]] = msgspec.field(default_factory=dict)
 
     @property
     def conf(self) -> Path:

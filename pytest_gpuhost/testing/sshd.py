@@ -12,8 +12,9 @@ import shutil
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 SSHD_PATHS = ("/usr/sbin/sshd", "/usr/local/sbin/sshd", "/sbin/sshd")
 PRIVSEP_DIR = "/run/sshd"
@@ -37,8 +38,7 @@ def _keygen(path: Path, kind: str = "ed25519") -> None:
                     "-f", str(path)], check=True, stdin=subprocess.DEVNULL)
 
 
-@dataclass
-class SshServer:
+class SshServer(msgspec.Struct):
     directory: Path
     port: int
     process: subprocess.Popen[bytes]

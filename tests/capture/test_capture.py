@@ -519,17 +519,12 @@ def test_the_golden_target_is_the_one_named_or_the_only_one() -> None:
 
 def test_capture_keeps_only_the_chosen_targets_records(tmp_path: Path) -> None:
     """Records of another target (a remote one) never leak into the local capture."""
-    from dataclasses import dataclass
-
     from pytest_gpuhost.capture.writer import record_target
     from pytest_gpuhost.result import CheckResult
 
-    @dataclass(frozen=True)
-    class Remote(CheckResult):
-        target: str = "node02"
-
     mine = CheckResult("sysctl[a]", "sysctl", "a", "1", "1", Outcome.PASSED, "")
-    theirs = Remote("sysctl[a]", "sysctl", "a", "1", "2", Outcome.PASSED, "")
+    theirs = CheckResult("sysctl[a]", "sysctl", "a", "1", "2", Outcome.PASSED, "",
+                         target="node02")
     assert [record_target(r) for r in (mine, theirs)] == ["local", "node02"]
 
 

@@ -358,10 +358,10 @@ class _BareMachine(LocalHost):
 def test_auto_without_any_probe_says_what_to_install(monkeypatch: pytest.MonkeyPatch,
                                                      tmp_path: Path) -> None:
     from pytest_gpuhost.checks import p2p
-    from pytest_gpuhost.gpu import measure
+    from pytest_gpuhost.gpu import cudaprobe, measure
     from pytest_gpuhost.spec import EntryOptions
 
-    monkeypatch.setattr(measure, "cuda_available", lambda: False)
+    monkeypatch.setattr(cudaprobe, "cuda_available", lambda: False)  # measure's, on first use
     section = p2p.P2pSection("auto", None, 1, (), 0.0, None, EntryOptions("spec.yaml:2"))
     measurer = measure.Measurer(section, _BareMachine(tmp_path), (), {})
     with pytest.raises(HostError) as error:

@@ -7,7 +7,6 @@ over ssh (tests/e2e/test_inventory_over_ssh.py does that part)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -15,6 +14,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from pytest_gpuhost.builtin import pytest_gpuhost_make_host
@@ -200,7 +200,7 @@ def test_connection_and_interpreter(tmp_path: Path) -> None:
     assert rhel8.python == "/usr/bin/python3.9"
     settings = resolve(RawOptions(invocation=tmp_path, ini_base=tmp_path, ini_name="x",
                                   spec=("s.yaml",), targets=(rhel8.url,)))
-    settings = dataclasses.replace(settings, targets=(rhel8,))
+    settings = msgspec.structs.replace(settings, targets=(rhel8,))
     host = pytest_gpuhost_make_host(settings=settings, target=rhel8)
     assert isinstance(host, AgentHost)
     command = host.argv[-1]  # the one line ssh runs there

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import pytest_gpuhost.specs as pytest_gpuhost_specs
 from pytest_gpuhost.testing.fakehost import FakeHost
 
 pytest_plugins = ["pytester"]
@@ -27,12 +28,13 @@ LOADED = """
 
 
 def loaded(pytester: pytest.Pytester, *args: str,
-           packages: tuple[str, ...] = ("pytest_gpuhost", "yaml", "_yaml")) -> list[str]:
+           packages: tuple[str, ...] = ("pytest_gpuhost", "yaml", "_yaml"),
+           ret: int = pytest.ExitCode.OK) -> list[str]:
     """The modules of ``packages`` (pytest_gpuhost's and YAML's) of a fresh pytest process at
     its end."""
     pytester.makeconftest(textwrap.dedent(LOADED).format(packages=packages))
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
-    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert result.ret == ret, result.stdout.str()
     return (pytester.path / "loaded.txt").read_text().split()
 
 
@@ -71,8 +73,25 @@ def test_a_verify_run_imports_the_kinds_of_its_spec_and_no_fix_or_unasked_report
     assert reports == ["pytest_gpuhost.reports.failure", "pytest_gpuhost.reports.junit",
                        "pytest_gpuhost.reports.terminal"]
     absent = ("capture", "fleet", "plugin.worker", "plugin.distributing", "host.remote",
-              "gpu.bandwidth", "gpu.cudaprobe", "state", "benchmark")
-    # plugin.worker: plugin.workers too; the host's state: for a report, the fixture, a benchmark
+              "gpu.bandwidth", "gpu.cudaprobe", "gpu.measure", "gpu.nvmllib", "bounded",
+              "linux.cmdline", "state", "benchmark")
+    # plugin.worker: plugin.workers too; the host's state: for a report, the fixture, a
+    # benchmark; gpu.nvmllib: nvidia-ml-py's wrapper, for the root / only; linux.cmdline: the
+    # kernel command line's readers, for the kinds that read it
+    assert not [m for m in modules if m.removeprefix("pytest_gpuhost.").startswith(absent)]
+
+
+def test_a_node_problem_detector_run_measures_nothing_and_opens_no_library(
+        pytester: pytest.Pytester, example_host: Path) -> None:
+    """What NPD runs every interval (examples/k8s/gpuhost-monitor.json) on the example host:
+    the p2p checks are left out (``-m "not gpuhost_slow"``), so neither the bandwidth parsers
+    nor the CUDA probe load, and a fake root's recorded NVML needs no nvidia-ml-py wrapper."""
+    spec = Path(pytest_gpuhost_specs.__file__).parent / "blackwell8.yaml"
+    modules = loaded(pytester, "-m", "not gpuhost_slow", "--gpuhost-npd", f"--gpuhost-spec={spec}",
+                     f"--gpuhost-root={example_host}", ret=1)
+    assert "pytest_gpuhost.gpu.measure" in modules  # p2p's checks are expanded, then left out
+    absent = ("gpu.bandwidth", "gpu.cudaprobe", "gpu.nvmllib", "bounded", "host.remote",
+              "capture", "fleet", "fix.fixer", "fix.journal", "plugin.worker", "state")
     assert not [m for m in modules if m.removeprefix("pytest_gpuhost.").startswith(absent)]
 
 
@@ -103,6 +122,44 @@ def test_a_fix_run_imports_the_fixer_and_its_journal(pytester: pytest.Pytester,
     assert {"pytest_gpuhost.fix.fixer", "pytest_gpuhost.fix.journal",
             "pytest_gpuhost.reports.jsonfile"} <= set(modules)
     assert Path(pytester.path / "out.json").exists()
+
+
+PER_PROCESS = """
+    import os, sys
+
+    def pytest_unconfigure(config):
+        who = os.environ.get("PYTEST_XDIST_WORKER", "controller")
+        with open(f"loaded-{who}.txt", "w") as out:
+            out.write("\\n".join(sorted(m for m in sys.modules
+                                        if m.startswith("pytest_gpuhost"))))
+"""
+
+
+def test_with_xdist_each_process_imports_its_role_only(pytester: pytest.Pytester,
+                                                       fake: FakeHost) -> None:
+    """The controller collects nothing and runs no check; a worker writes no summary; neither
+    loads ssh's code for a local target (figure (1d): what each process imports, it pays)."""
+    for n in range(4):
+        fake.sysctl(f"kernel.k{n}", n)
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n" + "".join(
+        f"  kernel.k{n}: {n}\n" for n in range(4)))
+    pytester.makeconftest(textwrap.dedent(PER_PROCESS))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "spec.yaml",
+                                           f"--gpuhost-root={fake.root}")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    modules = {who: set((pytester.path / f"loaded-{who}.txt").read_text().split())
+               for who in ("controller", "gw0", "gw1")}
+    ours = "pytest_gpuhost."
+    controller_only = {ours + m for m in ("plugin.controller", "plugin.summary",
+                                          "plugin.distributing", "reports.terminal")}
+    worker_only = {ours + m for m in ("plugin.worker", "plugin.checks", "plugin.gate")}
+    assert controller_only <= modules["controller"]
+    assert not worker_only & modules["controller"]
+    for worker in ("gw0", "gw1"):
+        assert worker_only <= modules[worker]
+        assert not controller_only & modules[worker]
+    assert not {m for found in modules.values() for m in found
+                if m.startswith((ours + "host.remote", ours + "gpu.nvmllib"))}
 
 
 BENCHMARK = """
