@@ -12,6 +12,7 @@ import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -182,7 +183,8 @@ def tree(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
     return root
 
 
-def _kept(text: str) -> dict[str, object]:
+def _kept(text: str) -> dict[str, Any]:
+    """The captured spec as YAML loads it (its values are whatever the file holds)."""
     loaded = yaml.safe_load(text)
     assert isinstance(loaded, dict)
     return loaded
