@@ -48,7 +48,7 @@ MUTABLE = {
     "pytest_gpuhost.session.Session", "pytest_gpuhost.fix.run.FixRun",
     "pytest_gpuhost.gpu.nvmlrecorded.FakeGpu", "pytest_gpuhost.gpu.nvmlrecorded.FakeNvml",
     "pytest_gpuhost.gpu.bandwidth.ToolOutput", "pytest_gpuhost.checks.capturing.Captured",
-    "pytest_gpuhost.plugin.workers.Progress", "pytest_gpuhost.host.remote.Traffic",
+    "pytest_gpuhost.plugin.workers.Progress", "pytest_gpuhost.host.pipes.Traffic",
     "pytest_gpuhost.testing.sshd.SshServer", "pytest_gpuhost.testing.slurm.SlurmCluster",
 }
 """State that a run changes as it goes (a session, a fix's journal, a fake NVML's settings, what
