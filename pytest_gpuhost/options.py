@@ -157,9 +157,11 @@ OPTIONS: tuple[Option, ...] = (
                "with its path or command, from and to; write nothing."),
     Option("journal", "--gpuhost-journal", TEXT, metavar="FILE", needs_fix=True, catalog=False,
            help="journal of the changes --fix makes (default: ROOT/var/lib/pytest-gpuhost/"
-                "journal/<time>-<spec>-<pid>.jsonl)",
+                "journal/<time>-<spec>-<pid>.jsonl; <pid>-<n> for a process's n-th journal)",
            doc="where `--fix` journals its changes (default `ROOT/var/lib/pytest-gpuhost/"
-               "journal/<time>-<spec>-<pid>.jsonl`)."),
+               "journal/<time>-<spec>-<pid>.jsonl`; `<time>-<spec>-<pid>-<n>.jsonl` for a "
+               "process's n-th journal when it makes more than one: a run of several targets "
+               "journals on each, and the first keeps the plain name)."),
     Option("rollback", "--gpuhost-rollback", OPTIONAL, metavar="JOURNAL", needs_spec=False,
            help="restore the originals recorded in JOURNAL, newest change first (default: the "
                 "newest journal under the root not yet rolled back)",
