@@ -187,6 +187,15 @@ def test_the_readme_demo_works_in_a_directory_mktemp_made() -> None:
     assert f"`mktemp -d` makes (here `{DEMO}`)" in text
 
 
+def test_the_readme_says_the_suite_takes_minutes() -> None:
+    """A newcomer waited on a silent suite expecting seconds (issue 24, item 11): the README
+    says, beside the command that runs it, that it takes minutes and how to leave out the slow
+    part."""
+    section = README.read_text().split("Run the project's own tests", 1)[1].split("```", 1)[0]
+    assert "takes minutes, not seconds" in " ".join(section.split())
+    assert '`-m "not e2e"`' in section
+
+
 def test_the_readme_demo_prints_its_sample_and_a_second_fix_retries_nothing(
         pytester: pytest.Pytester, example_host: Path) -> None:
     args = [arg.replace(DEMO_ROOT, str(example_host)) for arg in demo_command()]
@@ -567,3 +576,28 @@ def test_the_fleet_examples_print_what_fleets_md_shows(
         assert ran == 10
     finally:
         server.stop()
+
+
+def test_a_json_record_keeps_the_id_and_its_target_apart(
+        pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/reference.md said the JSON ``id`` carries ``@TARGET`` (issue 24, item 13): the
+    record the reference now quotes is what a run over a target named node02 writes, and the
+    test id is the one with ``@node02``."""
+    import os
+
+    from .e2e.test_ssh import fake_lxc_attach
+
+    quoted = re.search(r'a JSON record holds `("id": [^`]+)`', " ".join(
+        (REPO / "docs" / "reference.md").read_text().split()))
+    assert quoted is not None
+    expected = json.loads("{" + quoted.group(1) + "}")
+    assert expected == {"id": "sysctl[vm.swappiness]", "target": "node02"}
+    monkeypatch.setenv("PATH", f"{fake_lxc_attach(tmp_path / 'bin')}:{os.environ['PATH']}")
+    container = FakeHost(tmp_path / "ct").sysctl("vm.swappiness", 10)
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    result = pytester.runpytest("--gpuhost-spec=spec.yaml", "-v", "--gpuhost-report=r.json",
+                                f"--gpuhost-target=lxc://101{container.root}?name=node02")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["spec.yaml::sysctl[[]vm.swappiness]@node02 PASSED*"])
+    [record] = json.loads((pytester.path / "r.json").read_text())["checks"]
+    assert {key: record[key] for key in expected} == expected

@@ -14,6 +14,19 @@ from pathlib import Path
 import pytest
 
 from .conftest import REPO
+from .test_docs import block_with
+
+
+def escape(line: str) -> str:
+    """``line`` as an fnmatch pattern that matches only itself."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in line)
+
+
+def document_sample(document: Path, first: str) -> list[str]:
+    """The lines of the block of ``document`` that starts with ``first``."""
+    block = block_with(document, first)
+    assert block.startswith(first)
+    return block.splitlines()
 
 EXAMPLE = REPO / "examples" / "benchmark"
 
@@ -41,6 +54,14 @@ def test_the_benchmark_example_saves_compares_and_diffs(pytester: pytest.Pyteste
     assert second.ret == pytest.ExitCode.OK, second.stdout.str()
     second.stdout.fnmatch_lines(["0001_*.json: host state differs (* 1 check changed",
                                  "  sysctl[net.core.rmem_max]: 16777216 -> 33554432"])
+    for document in (REPO / "docs" / "benchmarks.md", REPO / "README.md"):
+        # the sample the docs show, digests and all ("the same on any copy of the example host
+        # fixed this way"); the saved file's name (its commit and time) aside
+        sample = document_sample(
+            document, "0001_09ee7161d5eb..._20261204_190531.json: host state differs")
+        second.stdout.fnmatch_lines(
+            [escape(line).replace(escape("0001_09ee7161d5eb..._20261204_190531.json"),
+                                  "0001_*.json") for line in sample], consecutive=True)
     old, new = sorted((pytester.path / "bench-results").glob("*/gpuhost-state.json"),
                       key=lambda path: path.stat().st_mtime_ns)
     diff = subprocess.run([sys.executable, "-m", "pytest_gpuhost.state", "diff", str(old),

@@ -170,3 +170,20 @@ def test_a_rollback_counts_the_change_it_left_alone(pytester: pytest.Pytester,
                                "fix (now '30', the fix left '10'): left as it is",
                                "rollback: * is still open *"])
     assert (fake.root / "proc/sys/vm/dirty_ratio").read_text() == "20\n"
+
+
+def test_the_gates_closed_message_names_each_check_with_its_target(
+        pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With targets a check's id alone does not say which machine closed the gate: the message
+    names it as its test does (``@lxc-101``)."""
+    tools = fake_lxc_attach(tmp_path / "bin")
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    container = FakeHost(tmp_path / "ct101").sysctl("vm.swappiness", 60)
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    pytester.makepyfile(test_bench="def test_bench():\n    pass\n")
+    result = pytester.runpytest("test_bench.py", "--gpuhost-spec=spec.yaml",
+                                f"--gpuhost-target=lxc://101{container.root}", "--gpuhost-gate",
+                                "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1, errors=1)
+    result.stdout.fnmatch_lines(["*gpuhost gate closed: 1 of 1 host check failed: "
+                                 "sysctl[[]vm.swappiness]@lxc-101 (failed)*"])
