@@ -593,11 +593,13 @@ def test_a_json_record_keeps_the_id_and_its_target_apart(
     expected = json.loads("{" + quoted.group(1) + "}")
     assert expected == {"id": "sysctl[vm.swappiness]", "target": "node02"}
     monkeypatch.setenv("PATH", f"{fake_lxc_attach(tmp_path / 'bin')}:{os.environ['PATH']}")
-    container = FakeHost(tmp_path / "ct").sysctl("vm.swappiness", 10)
-    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    # a namespace-scoped sysctl: the doc's vm.swappiness of a container is its host's
+    container = FakeHost(tmp_path / "ct").sysctl("net.core.somaxconn", 4096)
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  net.core.somaxconn: 4096\n")
     result = pytester.runpytest("--gpuhost-spec=spec.yaml", "-v", "--gpuhost-report=r.json",
                                 f"--gpuhost-target=lxc://101{container.root}?name=node02")
     assert result.ret == pytest.ExitCode.OK
-    result.stdout.fnmatch_lines(["spec.yaml::sysctl[[]vm.swappiness]@node02 PASSED*"])
+    result.stdout.fnmatch_lines(["spec.yaml::sysctl[[]net.core.somaxconn]@node02 PASSED*"])
     [record] = json.loads((pytester.path / "r.json").read_text())["checks"]
-    assert {key: record[key] for key in expected} == expected
+    assert {key: record[key] for key in expected} == {
+        **expected, "id": expected["id"].replace("vm.swappiness", "net.core.somaxconn")}

@@ -26,8 +26,8 @@ def test_a_containers_journal_is_a_path_in_it_and_its_undo_runs_as_printed(
         pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tools = fake_lxc_attach(tmp_path / "bin")
     monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
-    container = FakeHost(tmp_path / "ct101").sysctl("vm.swappiness", 60)
-    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    container = FakeHost(tmp_path / "ct101").sysctl("net.core.somaxconn", 128)
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  net.core.somaxconn: 4096\n")
     url = f"lxc://101{container.root}"
     fixed = pytester.runpytest("--gpuhost-spec=spec.yaml", f"--gpuhost-target={url}", "--fix",
                                "-p", "no:cacheprovider")
@@ -40,7 +40,7 @@ def test_a_containers_journal_is_a_path_in_it_and_its_undo_runs_as_printed(
     back = pytester.runpytest(*undo_options(fixed, "journal of lxc-101: "), "-p",
                               "no:cacheprovider")
     assert back.ret == pytest.ExitCode.OK
-    assert (container.root / "proc/sys/vm/swappiness").read_text() == "60\n"
+    assert (container.root / "proc/sys/net/core/somaxconn").read_text() == "128\n"
     back.stdout.fnmatch_lines(["--gpuhost-rollback: 1 of 1 change restored",
                                f"rollback: {journal} is closed"])
 
@@ -178,12 +178,12 @@ def test_the_gates_closed_message_names_each_check_with_its_target(
     names it as its test does (``@lxc-101``)."""
     tools = fake_lxc_attach(tmp_path / "bin")
     monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
-    container = FakeHost(tmp_path / "ct101").sysctl("vm.swappiness", 60)
-    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    container = FakeHost(tmp_path / "ct101").sysctl("net.core.somaxconn", 128)
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  net.core.somaxconn: 4096\n")
     pytester.makepyfile(test_bench="def test_bench():\n    pass\n")
     result = pytester.runpytest("test_bench.py", "--gpuhost-spec=spec.yaml",
                                 f"--gpuhost-target=lxc://101{container.root}", "--gpuhost-gate",
                                 "-p", "no:cacheprovider")
     result.assert_outcomes(failed=1, errors=1)
     result.stdout.fnmatch_lines(["*gpuhost gate closed: 1 of 1 host check failed: "
-                                 "sysctl[[]vm.swappiness]@lxc-101 (failed)*"])
+                                 "sysctl[[]net.core.somaxconn]@lxc-101 (failed)*"])
