@@ -68,3 +68,22 @@ def test_the_benchmark_example_saves_compares_and_diffs(pytester: pytest.Pyteste
                            str(new)], capture_output=True, text=True, timeout=60)
     assert diff.returncode == 1, diff.stderr
     assert "  sysctl[net.core.rmem_max]: 16777216 -> 33554432" in diff.stdout.splitlines()
+
+    # docs/benchmarks.md's two blocks of the compare: the same state once the value is back,
+    # then the value raised again and `nvidia_peermem: absent` added to the spec
+    documented = REPO / "docs" / "benchmarks.md"
+    (example_host / "proc/sys/net/core/rmem_max").write_text("16777216\n")
+    same = pytester.runpytest_subprocess(".", root, "--benchmark-compare")
+    assert same.ret == pytest.ExitCode.OK, same.stdout.str()
+    (example_host / "proc/sys/net/core/rmem_max").write_text("33554432\n")
+    spec = pytester.path / "inference-node.yaml"
+    spec.write_text(spec.read_text().replace("  nouveau: absent\n",
+                                             "  nouveau: absent\n  nvidia_peermem: absent\n"))
+    changed = pytester.runpytest_subprocess(".", root, "--benchmark-compare")
+    assert changed.ret == pytest.ExitCode.OK, changed.stdout.str()
+    for run, first in ((same, "0001_09ee7161d5eb..._20261204_190531.json: same host state"),
+                       (changed, "0001_unversioned_20261204_190629.json: host state differs")):
+        shown = first.split(":", 1)[0]
+        run.stdout.fnmatch_lines([escape(line).replace(escape(shown), "0001_*.json")
+                                  for line in block_with(documented, first).splitlines()],
+                                 consecutive=True)
