@@ -194,3 +194,7 @@ def test_the_readme_shows_a_failing_pairs_explanation_and_the_topology(
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     sample = block_with(README, "gpuhost check p2p[0000:01:00.0->0000:81:00.0]")
     result.stdout.fnmatch_lines(sample_patterns(sample, example_host))
+    # the reference quotes the same pair's message, its failure's headline
+    [message] = block_with(README.parent / "docs" / "reference.md",
+                           "17.12 GB/s < floor").splitlines()
+    assert message in result.stdout.lines
