@@ -13,6 +13,7 @@ import pytest
 
 from pytest_gpuhost.testing.fakehost import FakeHost
 
+from ..conftest import REPO
 from ..e2e.test_ssh import fake_lxc_attach
 
 
@@ -165,6 +166,8 @@ def test_a_rollback_counts_the_change_it_left_alone(pytester: pytest.Pytester,
     (fake.root / "proc/sys/vm/swappiness").write_text("30\n")
     back = pytester.runpytest("--gpuhost-rollback", root, "-p", "no:cacheprovider")
     assert back.ret == pytest.ExitCode.TESTS_FAILED
+    documented = " ".join((REPO / "docs" / "fix-safety.md").read_text().split())
+    assert "(`--gpuhost-rollback: 1 of 2 changes restored, 1 not (below)`" in documented
     back.stdout.fnmatch_lines(["--gpuhost-rollback: 1 of 2 changes restored, 1 not (below)",
                                "  NOT FIXED  rollback[[]sysctl[[]vm.swappiness]*changed since the "
                                "fix (now '30', the fix left '10'): left as it is",
