@@ -123,7 +123,10 @@ OPTIONS: tuple[Option, ...] = (
            doc="the spec (may be repeated): a YAML file, or a bare name (no `/`, no `.yaml` "
                "suffix, no file of that name) naming a bundled spec; `pytest --help` lists them "
                "(today `blackwell8`, [pytest_gpuhost/specs/blackwell8.yaml](../pytest_gpuhost/"
-               "specs/blackwell8.yaml)); an unknown name is exit 4, listing them. A `.yaml` spec "
+               "specs/blackwell8.yaml)); an unknown name is exit 4, listing them, and so is a "
+               "bundled spec's file name where no such file is "
+               "(`--gpuhost-spec=blackwell8.yaml`: the message names "
+               "`--gpuhost-spec=blackwell8`). A `.yaml` spec "
                "named as an argument (`pytest FILE.yaml`) works too. With no test paths given, "
                "only the spec is collected; with test paths, the spec runs beside them."),
     Option("root", "--gpuhost-root", TEXT, metavar="DIR", ini="gpuhost_root",
