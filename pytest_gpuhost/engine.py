@@ -13,7 +13,7 @@ import msgspec
 from .checks import KERNEL, CannotFix, Check, NotApplicable, Observation, is_boot_time
 from .checks.changes import Plan, ReplaceFile, WriteBytes, WriteText, to_dict
 from .host import Host, HostError, PhaseCache, TargetLost, doing
-from .result import CheckResult, Outcome
+from .result import WILL_REVERT, CheckResult, Outcome
 
 if TYPE_CHECKING:  # the fixer (journal, locks, NVML settings) is imported by a fix only
     from .checks.conditions import ConditionFn
@@ -264,7 +264,7 @@ def _warnings(check: Check, outcome: Outcome, observed: Observation | None) -> t
     value, source = observed.persisted
     if check.expect.judge(value).ok:
         return ()
-    return (f"will revert: {source} sets {value!r} on the next boot or `sysctl --system`",)
+    return (f"{WILL_REVERT}{source} sets {value!r} on the next boot or `sysctl --system`",)
 
 
 def error_result(check: Check, message: str) -> CheckResult:

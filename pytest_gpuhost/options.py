@@ -123,7 +123,10 @@ OPTIONS: tuple[Option, ...] = (
            doc="the spec (may be repeated): a YAML file, or a bare name (no `/`, no `.yaml` "
                "suffix, no file of that name) naming a bundled spec; `pytest --help` lists them "
                "(today `blackwell8`, [pytest_gpuhost/specs/blackwell8.yaml](../pytest_gpuhost/"
-               "specs/blackwell8.yaml)); an unknown name is exit 4, listing them. A `.yaml` spec "
+               "specs/blackwell8.yaml)); an unknown name is exit 4, listing them, and so is a "
+               "bundled spec's file name where no such file is "
+               "(`--gpuhost-spec=blackwell8.yaml`: the message names "
+               "`--gpuhost-spec=blackwell8`). A `.yaml` spec "
                "named as an argument (`pytest FILE.yaml`) works too. With no test paths given, "
                "only the spec is collected; with test paths, the spec runs beside them."),
     Option("root", "--gpuhost-root", TEXT, metavar="DIR", ini="gpuhost_root",
@@ -157,9 +160,11 @@ OPTIONS: tuple[Option, ...] = (
                "with its path or command, from and to; write nothing."),
     Option("journal", "--gpuhost-journal", TEXT, metavar="FILE", needs_fix=True, catalog=False,
            help="journal of the changes --fix makes (default: ROOT/var/lib/pytest-gpuhost/"
-                "journal/<time>-<spec>-<pid>.jsonl)",
+                "journal/<time>-<spec>-<pid>.jsonl; <pid>-<n> for a process's n-th journal)",
            doc="where `--fix` journals its changes (default `ROOT/var/lib/pytest-gpuhost/"
-               "journal/<time>-<spec>-<pid>.jsonl`)."),
+               "journal/<time>-<spec>-<pid>.jsonl`; `<time>-<spec>-<pid>-<n>.jsonl` for a "
+               "process's n-th journal when it makes more than one: a run of several targets "
+               "journals on each, and the first keeps the plain name)."),
     Option("rollback", "--gpuhost-rollback", OPTIONAL, metavar="JOURNAL", needs_spec=False,
            help="restore the originals recorded in JOURNAL, newest change first (default: the "
                 "newest journal under the root not yet rolled back)",

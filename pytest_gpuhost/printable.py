@@ -1,4 +1,5 @@
-"""Host values as an operator's terminal shows them: data, never instructions to the terminal.
+"""Host values as an operator's terminal shows them: data, never instructions to the terminal;
+and counts in words that agree with them (``counted``).
 
 A value read from a host (an ``observed`` sysctl, a USB product string in the kernel log, a
 tool's stderr) can hold control characters: ``ESC ] 0 ; ... BEL`` sets the terminal's title,
@@ -28,3 +29,9 @@ def printable(text: str) -> str:
     """``text`` with every control, line-separator, bidi and surrogate character escaped;
     newlines and tabs kept."""
     return _UNSAFE.sub(_escape, text)
+
+
+def counted(count: int, singular: str, plural: str | None = None) -> str:
+    """``1 check``, ``2 checks``: a count and its noun in agreement (``plural`` where it is
+    not the singular plus ``s``: ``1 fix``, ``2 fixes``)."""
+    return f"{count} {singular if count == 1 else plural or singular + 's'}"

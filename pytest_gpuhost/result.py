@@ -33,6 +33,11 @@ OPEN_OUTCOMES = (Outcome.PASSED, Outcome.FIXED, Outcome.SKIPPED)
 (failed, fix_failed, error, and any outcome added later) is not."""
 
 
+WILL_REVERT = "will revert: "
+"""How the warning of a value that is right now but that boot-time configuration sets back
+begins: the check passed (or was fixed), and the reports show it as ``WILL REVERT``."""
+
+
 NOT_RUN = "not run: "
 """How the record of a check that never ran begins (the run stopped before it, or no xdist
 worker started it): an error record, told apart from a check that ran and failed."""

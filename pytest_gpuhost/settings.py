@@ -128,6 +128,7 @@ def _spec_path(base: Path, value: str, source: str) -> Path:
     suffix), the bundled spec of that name."""
     path = base / value
     if "/" in value or value.endswith(SPEC_SUFFIXES) or path.exists():
+        _not_the_bundled(path, value, f"{source}={value}")
         return path
     from . import specs
 
@@ -137,6 +138,21 @@ def _spec_path(base: Path, value: str, source: str) -> Path:
                             f"name; the bundled specs: {', '.join(specs.names()) or 'none'} "
                             "(or name a YAML file)")
     return bundled
+
+
+def _not_the_bundled(path: Path, value: str, shown: str) -> None:
+    """A spec file that is not there, named as a bundled spec's file (``blackwell8.yaml``):
+    say so, and how to run the bundled one, rather than only "not found"."""
+    if "/" in value or path.exists():
+        return
+    from . import specs
+
+    stem = next((value[:-len(suffix)] for suffix in SPEC_SUFFIXES if value.endswith(suffix)),
+                None)
+    if stem is not None and specs.find(stem) is not None:
+        raise SettingsError(f"{shown}: no such file here ({path.parent}); the bundled "
+                            f"spec of that name runs as --gpuhost-spec={stem} (a bundled spec "
+                            "is named without .yaml)")
 
 
 def _spec_paths(raw: RawOptions) -> tuple[Path, ...]:
@@ -150,6 +166,7 @@ def _spec_paths(raw: RawOptions) -> tuple[Path, ...]:
     for arg in raw.args:  # a bundled spec's check by its id (blackwell8.yaml::dmesg) too
         candidate = Path(specs.from_argument(arg, paths, raw.invocation).split("::", 1)[0])
         if candidate.suffix in SPEC_SUFFIXES:
+            _not_the_bundled(raw.invocation / candidate, str(candidate), str(candidate))
             paths.append(raw.invocation / candidate)
     unique: dict[Path, None] = {}
     for path in paths:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from glob import escape
 from pathlib import Path
 from xml.etree import ElementTree
@@ -14,8 +15,9 @@ import yaml
 from pytest_gpuhost.fleet import read_reports
 from pytest_gpuhost.fleet.matrix import matrix_lines
 from pytest_gpuhost.testing.fakehost import FakeHost
+from pytest_gpuhost.testing.sshd import start_sshd
 
-from .conftest import REPO
+from .conftest import NEEDS_OPENSSH, REPO
 
 
 def python_block(document: Path) -> str:
@@ -101,9 +103,11 @@ def test_a_bad_section_of_the_documented_kind_is_exit_4(pytester: pytest.Pyteste
 
 README = REPO / "README.md"
 DOCS = sorted((REPO / "docs").glob("*.md"))
-DEMO_ROOT = "/tmp/gpuhost-demo"
-VARIABLE = re.compile(r"\.\.\.|\d{8}T\d{6}Z-blackwell8-\d+|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
-                      r"| in \d+\.\d+s")
+DEMO = "/tmp/tmp.R2mYq8fTzs"
+"""The directory the README's demo made with ``mktemp -d``, as its samples show it."""
+DEMO_ROOT = f"{DEMO}/host"
+VARIABLE = re.compile(r"\.\.\.|\d{8}T\d{6}Z-[\w.-]+?-\d+(?:-\d+)?(?=\.jsonl)"
+                      r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ| in \d+\.\d+s")
 """What a run prints differently each time (times, journal names) and the samples' '...'."""
 
 
@@ -149,17 +153,47 @@ def sample_patterns(sample: str, root: Path) -> list[str]:
     return patterns
 
 
+def demo_steps(marker: str) -> list[str]:
+    """The steps (``&&``) of the README's command holding ``marker``."""
+    return [step.strip() for step in block_with(README, marker).strip().split("&&")]
+
+
+def demo_args(step: str) -> list[str]:
+    """A demo step that runs the demo's pytest: its arguments, ``$demo`` as the samples show
+    it."""
+    pytest_path, *args = step.split()
+    assert pytest_path == "$demo/venv/bin/pytest"
+    return [arg.replace("$demo", DEMO) for arg in args]
+
+
 def demo_command() -> list[str]:
-    """The README's first command: a venv, the package installed from the checkout, a copy of
-    the example host, then pytest; the pytest part as its argument list."""
-    command = block_with(README, "--gpuhost-root=/tmp/gpuhost-demo --fix").strip()
-    steps = [step.strip() for step in command.split("&&")]
-    assert steps[:2] == ["python3 -m venv /tmp/gpuhost", "/tmp/gpuhost/bin/pip install -q ."]
-    assert steps[2:4] == [f"rm -rf {DEMO_ROOT}",
-                          f"cp -r examples/hosts/blackwell8-untuned {DEMO_ROOT}"]
-    pytest_path, *args = steps[4].split()
-    assert pytest_path == "/tmp/gpuhost/bin/pytest"
-    return args
+    """The README's first command: a directory of its own (``mktemp -d``, never a fixed path
+    under the shared /tmp), a venv there with the package installed from the checkout, a
+    copy of the example host, then pytest; the pytest part as its argument list."""
+    steps = demo_steps("--gpuhost-root=$demo/host --fix")
+    assert steps[:3] == ["demo=$(mktemp -d)", "python3 -m venv $demo/venv",
+                         "$demo/venv/bin/pip install -q ."]
+    assert steps[3] == "cp -r examples/hosts/blackwell8-untuned $demo/host"
+    return demo_args(steps[4])
+
+
+def test_the_readme_demo_works_in_a_directory_mktemp_made() -> None:
+    """Every path of the demo and its samples is under the directory ``mktemp -d`` made (its
+    ``tmp.`` and ten characters), none a fixed name in the shared /tmp that another user's run
+    (or an earlier one) may hold."""
+    assert re.fullmatch(r"/tmp/tmp\.[A-Za-z0-9]{10}", DEMO)
+    text = README.read_text()
+    assert set(re.findall(r"/tmp/[\w.-]+", text)) == {DEMO}
+    assert f"`mktemp -d` makes (here `{DEMO}`)" in text
+
+
+def test_the_readme_says_the_suite_takes_minutes() -> None:
+    """A newcomer waited on a silent suite expecting seconds (issue 24, item 11): the README
+    says, beside the command that runs it, that it takes minutes and how to leave out the slow
+    part."""
+    section = README.read_text().split("Run the project's own tests", 1)[1].split("```", 1)[0]
+    assert "takes minutes, not seconds" in " ".join(section.split())
+    assert '`-m "not e2e"`' in section
 
 
 def test_the_readme_demo_prints_its_sample_and_a_second_fix_retries_nothing(
@@ -341,3 +375,231 @@ def test_the_layout_names_every_folder_and_module() -> None:
     assert named == folders
     modules = {p.name for p in package.glob("*.py") if p.name != "__init__.py"}
     assert {m for m in modules if f"`{m}`" not in layout} == set()
+
+
+# --- transcripts: a doc's '$ command' lines run as written, what each printed compared --------
+
+def transcript(block: str) -> list[tuple[str, list[str]]]:
+    """A shell transcript of a doc: each ``$ `` command with the lines it printed (for
+    ``cat FILE``, what the file holds)."""
+    steps: list[tuple[str, list[str]]] = []
+    for line in block.splitlines():
+        if line.startswith("$ "):
+            steps.append((line[2:], []))
+        elif steps:
+            steps[-1][1].append(line)
+    return steps
+
+
+JOURNAL_NAME = re.compile(r"\d{8}T\d{6}Z-[\w.-]+?-\d+(?:-\d+)?\.jsonl")
+
+
+def run_transcript(pytester: pytest.Pytester, block: str, names: dict[str, str], *,
+                   subprocess: bool = False) -> None:
+    """Run a transcript's commands in ``pytester.path``, ``names`` (``$root``, a port) put in
+    first: ``cat FILE`` writes the file it shows, ``pytest ...`` runs (in a process of its
+    own with ``subprocess``, and under ``--gpuhost-npd``, whose line is the real standard
+    output; ``2>/dev/null`` keeps standard output alone, ``; echo $?`` prints the exit status
+    after it), and what it printed (standard output, then standard error) must hold the
+    lines shown, in order, a ``...`` line a gap (times and journal names aside). A journal
+    name a command printed stands for the doc's in the commands after it."""
+    import shlex
+
+    def named(text: str) -> str:
+        for name, value in names.items():
+            text = text.replace(name, value)
+        return text
+
+    for command, printed in transcript(block):
+        command, shown = named(command), [named(line) for line in printed]
+        if command.startswith("cat "):
+            path = pytester.path / command[4:]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("".join(f"{line}\n" for line in shown))
+            continue
+        run, _, after = command.partition(";")
+        words = shlex.split(run)
+        assert words[0] == "pytest", command
+        quiet = "2>/dev/null" in words
+        args = [word for word in words[1:] if word != "2>/dev/null"]
+        result = pytester.runpytest_subprocess(*args) \
+            if subprocess or "--gpuhost-npd" in args else pytester.runpytest(*args)
+        if after.strip() == "echo $?":
+            assert shown[-1] == str(result.ret), command
+            shown = shown[:-1]
+        lines = result.outlines if quiet else [*result.outlines, *result.errlines]
+        if quiet:
+            assert [line for line in shown if line != "..."] == lines, command
+            continue
+        pytest.LineMatcher(lines).fnmatch_lines(
+            sample_patterns("\n".join(shown), Path(DEMO_ROOT)))
+        for line in shown:  # the journal this run wrote, for the commands after it
+            for documented in JOURNAL_NAME.findall(line):
+                made = [found for out in lines for found in JOURNAL_NAME.findall(out)]
+                if made:
+                    names[documented] = made[0]
+
+
+def test_will_revert_is_what_fix_safety_shows(pytester: pytest.Pytester,
+                                              example_host: Path) -> None:
+    """docs/fix-safety.md#will-revert, run: right now and passed (exit 0, the node healthy),
+    and said so in the summary and the node-health line."""
+    section = (REPO / "docs" / "fix-safety.md").read_text().split("### Will revert", 1)[1]
+    [block] = [b for b in blocks_of(section) if b.startswith("$ cat spec.yaml")]
+    run_transcript(pytester, block, {"$root": str(example_host)})
+
+
+def blocks_of(text: str) -> list[str]:
+    """The fenced code blocks of a piece of Markdown."""
+    return re.findall(r"^```[^\n]*\n(.*?)^```", text, re.S | re.M)
+
+
+def test_the_fleet_sample_is_what_the_fleet_command_prints(
+        pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/capture-and-drift.md's fleet view, made as it says: four nodes' reports (one on
+    another driver and trained at Gen4 on a GPU, one with swappiness 60), node05's report
+    missing, node06's from a run whose ssh could not reach it; then the documented command."""
+    import os
+    import subprocess
+    import sys
+
+    from .fleet.test_view import node
+
+    reports = pytester.path / "reports"
+    for name, deviation in (("node01", {}), ("node02", {}),
+                            ("node03", {"gen4": True, "driver": "580.105.08"}),
+                            ("node04", {"swappiness": 60})):
+        made = node(tmp_path, name, **deviation)  # type: ignore[arg-type]
+        reports.mkdir(exist_ok=True)
+        made.rename(reports / made.name)
+    tools = tmp_path / "bin"  # an ssh that meets a host with no route to it, as ssh says so
+    tools.mkdir()
+    (tools / "ssh").write_text("#!/bin/sh\necho 'ssh: connect to host node06 port 22: No route "
+                               "to host' >&2\nexit 255\n")
+    (tools / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    shutil.copy(tmp_path / "fleet.yaml", pytester.path / "fleet.yaml")
+    unreachable = pytester.runpytest("--gpuhost-spec=fleet.yaml",
+                                     "--gpuhost-target=ssh://root@node06",
+                                     "--gpuhost-report=reports/node06.json")
+    assert unreachable.ret == pytest.ExitCode.TESTS_FAILED
+
+    document = REPO / "docs" / "capture-and-drift.md"
+    command = block_with(document, "python -m pytest_gpuhost.fleet").splitlines()[0]
+    shell = command.replace("python ", f"{sys.executable} ", 1)
+    made = subprocess.run(["bash", "-c", shell], cwd=pytester.path, capture_output=True,
+                          text=True, timeout=120)
+    assert made.returncode == 1, made.stderr  # a target with problems, two with no result
+    sample = block_with(document, "fleet: 6 targets")
+    pytest.LineMatcher(made.stdout.splitlines()).fnmatch_lines(
+        sample_patterns(sample, Path(DEMO_ROOT)), consecutive=True)
+    assert (pytester.path / "fleet.html").is_file()
+
+
+@pytest.mark.parametrize("command", [("pytest_gpuhost.fleet",), ("pytest_gpuhost.reports.slurm",),
+                                     ("pytest_gpuhost.state", "diff")],
+                         ids=lambda words: " ".join(words))
+def test_every_option_of_a_python_m_command_is_documented(command: tuple[str, ...]) -> None:
+    """``python -m pytest_gpuhost.fleet --title``, ``... reports.slurm --timeout`` were in no
+    doc (issue 24, item 13): each command of the package is named in the docs, and so is every
+    option its --help lists."""
+    import subprocess
+    import sys
+
+    made = subprocess.run([sys.executable, "-m", *command, "--help"], capture_output=True,
+                          text=True, timeout=60, check=True)
+    options = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", made.stdout)) - {"--help"}
+    assert options
+    text = "\n".join(document.read_text() for document in (README, *DOCS))
+    assert f"python -m {command[0]}" in text
+    assert {option for option in options
+            if not re.search(rf"{re.escape(option)}(?![\w-])", text)} == set()
+
+
+def test_the_p2p_defaults_the_reference_names_are_the_defaults(tmp_path: Path) -> None:
+    """Each ``(default X)`` of the reference's p2p example (the warn_margin's was nowhere:
+    issue 24, item 13): a spec that sets X is the spec that leaves the key out."""
+    from pytest_gpuhost import builtin
+    from pytest_gpuhost.spec import load_spec
+
+    kinds = {kind.section: kind for kind in builtin.pytest_gpuhost_check_kinds()}
+    conditions = dict(builtin.pytest_gpuhost_conditions())
+    [example] = [b for b in blocks(REPO / "docs" / "reference.md", "yaml")
+                 if b.startswith("p2p:\n  probe:")]
+    documented = dict(re.findall(r"^  (\w+): .*\(.*default ([^):;]+)", example, re.M))
+    assert set(documented) == {"probe", "size", "warn_margin", "timeout"}
+
+    def section(extra: str) -> object:
+        path = tmp_path / "spec.yaml"
+        path.write_text(f"version: 1\np2p:\n  floors: {{same_numa: 45}}\n{extra}")
+        return load_spec(path, kinds, conditions).sections["p2p"]
+
+    for key, default in documented.items():
+        assert section(f"  {key}: {default}\n") == section(""), key
+
+
+@pytest.mark.e2e
+@NEEDS_OPENSSH
+def test_the_fleet_examples_print_what_fleets_md_shows(
+        pytester: pytest.Pytester, ansible_home: None) -> None:
+    """docs/fleets.md, run as it says it was: its files written from its blocks, a test sshd
+    whose known_hosts and key are in ``sshd/``, one fake root per host (node02's swappiness
+    60), and every ``$ pytest`` of it compared with what it shows: the inventory's run, a
+    limit, a targets file, the refused duplicate and usage errors, a target that hangs, and
+    --fix with its journal (a path on the target) and the rollback its undo line names."""
+    pytest.importorskip("ansible")
+    pytest.importorskip("xdist")
+    document = REPO / "docs" / "fleets.md"
+    text = document.read_text()
+    demo, port = "/tmp/fleet-demo", re.search(r"port (\d+)\)", text).group(1)  # type: ignore[union-attr]
+    server = start_sshd(pytester.path / "sshd")
+    try:
+        for name, swappiness in (("node01", 10), ("node02", 60), ("node03", 10),
+                                 ("node04", 10)):
+            FakeHost(pytester.path / "roots" / name).sysctl("vm.swappiness", swappiness) \
+                .sysctl("vm.dirty_ratio", 5)
+        names = {demo: str(pytester.path), port: str(server.port),
+                 "root@127.0.0.1": f"{server.user}@127.0.0.1",
+                 "ansible_user=root": f"ansible_user={server.user}",
+                 "ansible_user: root": f"ansible_user: {server.user}"}
+        for block in blocks(document):
+            first = block.splitlines()[0]
+            if first.startswith("# ") and first.split()[1].endswith((".ini", ".yml:", ".yml")):
+                for name, value in names.items():
+                    block = block.replace(name, value)
+                (pytester.path / first.split()[1].rstrip(":")).write_text(block)
+        ran = 0
+        for block in blocks(document):
+            if block.startswith("$ "):
+                run_transcript(pytester, block, names, subprocess=True)
+                ran += block.count("\n$ pytest") + block.startswith("$ pytest")
+        assert ran == 10
+    finally:
+        server.stop()
+
+
+def test_a_json_record_keeps_the_id_and_its_target_apart(
+        pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/reference.md said the JSON ``id`` carries ``@TARGET`` (issue 24, item 13): the
+    record the reference now quotes is what a run over a target named node02 writes, and the
+    test id is the one with ``@node02``."""
+    import os
+
+    from .e2e.test_ssh import fake_lxc_attach
+
+    quoted = re.search(r'a JSON record holds `("id": [^`]+)`', " ".join(
+        (REPO / "docs" / "reference.md").read_text().split()))
+    assert quoted is not None
+    expected = json.loads("{" + quoted.group(1) + "}")
+    assert expected == {"id": "sysctl[vm.swappiness]", "target": "node02"}
+    monkeypatch.setenv("PATH", f"{fake_lxc_attach(tmp_path / 'bin')}:{os.environ['PATH']}")
+    # a namespace-scoped sysctl: the doc's vm.swappiness of a container is its host's
+    container = FakeHost(tmp_path / "ct").sysctl("net.core.somaxconn", 4096)
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  net.core.somaxconn: 4096\n")
+    result = pytester.runpytest("--gpuhost-spec=spec.yaml", "-v", "--gpuhost-report=r.json",
+                                f"--gpuhost-target=lxc://101{container.root}?name=node02")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["spec.yaml::sysctl[[]net.core.somaxconn]@node02 PASSED*"])
+    [record] = json.loads((pytester.path / "r.json").read_text())["checks"]
+    assert {key: record[key] for key in expected} == {
+        **expected, "id": expected["id"].replace("vm.swappiness", "net.core.somaxconn")}

@@ -14,6 +14,19 @@ from pathlib import Path
 import pytest
 
 from .conftest import REPO
+from .test_docs import block_with
+
+
+def escape(line: str) -> str:
+    """``line`` as an fnmatch pattern that matches only itself."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in line)
+
+
+def document_sample(document: Path, first: str) -> list[str]:
+    """The lines of the block of ``document`` that starts with ``first``."""
+    block = block_with(document, first)
+    assert block.startswith(first)
+    return block.splitlines()
 
 EXAMPLE = REPO / "examples" / "benchmark"
 
@@ -41,9 +54,36 @@ def test_the_benchmark_example_saves_compares_and_diffs(pytester: pytest.Pyteste
     assert second.ret == pytest.ExitCode.OK, second.stdout.str()
     second.stdout.fnmatch_lines(["0001_*.json: host state differs (* 1 check changed",
                                  "  sysctl[net.core.rmem_max]: 16777216 -> 33554432"])
+    for document in (REPO / "docs" / "benchmarks.md", REPO / "README.md"):
+        # the sample the docs show, digests and all ("the same on any copy of the example host
+        # fixed this way"); the saved file's name (its commit and time) aside
+        sample = document_sample(
+            document, "0001_09ee7161d5eb..._20261204_190531.json: host state differs")
+        second.stdout.fnmatch_lines(
+            [escape(line).replace(escape("0001_09ee7161d5eb..._20261204_190531.json"),
+                                  "0001_*.json") for line in sample], consecutive=True)
     old, new = sorted((pytester.path / "bench-results").glob("*/gpuhost-state.json"),
                       key=lambda path: path.stat().st_mtime_ns)
     diff = subprocess.run([sys.executable, "-m", "pytest_gpuhost.state", "diff", str(old),
                            str(new)], capture_output=True, text=True, timeout=60)
     assert diff.returncode == 1, diff.stderr
     assert "  sysctl[net.core.rmem_max]: 16777216 -> 33554432" in diff.stdout.splitlines()
+
+    # docs/benchmarks.md's two blocks of the compare: the same state once the value is back,
+    # then the value raised again and `nvidia_peermem: absent` added to the spec
+    documented = REPO / "docs" / "benchmarks.md"
+    (example_host / "proc/sys/net/core/rmem_max").write_text("16777216\n")
+    same = pytester.runpytest_subprocess(".", root, "--benchmark-compare")
+    assert same.ret == pytest.ExitCode.OK, same.stdout.str()
+    (example_host / "proc/sys/net/core/rmem_max").write_text("33554432\n")
+    spec = pytester.path / "inference-node.yaml"
+    spec.write_text(spec.read_text().replace("  nouveau: absent\n",
+                                             "  nouveau: absent\n  nvidia_peermem: absent\n"))
+    changed = pytester.runpytest_subprocess(".", root, "--benchmark-compare")
+    assert changed.ret == pytest.ExitCode.OK, changed.stdout.str()
+    for run, first in ((same, "0001_09ee7161d5eb..._20261204_190531.json: same host state"),
+                       (changed, "0001_unversioned_20261204_190629.json: host state differs")):
+        shown = first.split(":", 1)[0]
+        run.stdout.fnmatch_lines([escape(line).replace(escape(shown), "0001_*.json")
+                                  for line in block_with(documented, first).splitlines()],
+                                 consecutive=True)

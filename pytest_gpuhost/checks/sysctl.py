@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ..host import Glob, Host, HostError, Match, Read, Reply, Request
+from ..host import Glob, Host, HostError, ListDir, Match, Read, Reply, Request
 from ..result import CheckResult
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Auto, Expectation, normalize_ws
@@ -120,7 +120,8 @@ class SysctlProbe(msgspec.Struct, frozen=True):
     fixable = True
 
     def reads(self) -> Sequence[Request]:
-        return (Read(self.path),)
+        # the names beside it, in the same batch: a key that is not there gets a did-you-mean
+        return (Read(self.path), ListDir(self.path.rsplit("/", 1)[0]))
 
     def observe(self, host: Host) -> Observation:
         try:
@@ -128,7 +129,8 @@ class SysctlProbe(msgspec.Struct, frozen=True):
         except HostError as exc:
             if not host.exists(self.path):
                 return Observation(None, problem=f"{self.path} does not exist: this kernel has "
-                                                 "no such sysctl (or its module is not loaded)")
+                                                 "no such sysctl (or its module is not loaded)"
+                                                 f"{_did_you_mean(host, self.path)}")
             raise exc
         value = raw.rstrip("\n")
         evidence = [Evidence(self.path, value)]
@@ -142,6 +144,22 @@ class SysctlProbe(msgspec.Struct, frozen=True):
         # The original as bytes: one that is not UTF-8 must come back exactly, not as U+FFFD.
         change = WriteText.of_bytes(self.path, host.read_bytes(self.path), (value + "\n").encode())
         return Plan(f"write {value!r} to {self.path}", (change,))
+
+
+def _did_you_mean(host: Host, path: str) -> str:
+    """``; did you mean vm.swappiness?``: the sysctl beside a missing one whose name is
+    closest to its (from the listing its check read in the observation's batch); empty when
+    none is close, or the directory itself is missing."""
+    import difflib
+
+    directory, name = path.rsplit("/", 1)
+    [listing] = host.batch([ListDir(directory)])
+    if listing.error is not None:
+        return ""
+    close = difflib.get_close_matches(name, listing.names(), n=1, cutoff=0.75)
+    keys = [f"{directory.removeprefix('proc/sys/')}/{found}".replace("/", ".") for found in close
+            if "." not in found]  # a name with a dot is a VLAN's: its key spells it with '/'
+    return f"; did you mean {keys[0]}?" if keys else ""
 
 
 GLOBAL_NET = frozenset({

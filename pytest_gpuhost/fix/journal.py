@@ -74,6 +74,8 @@ class Journal:
         self.shared = shared
         """One run's xdist workers write this one journal: the first of them makes it."""
         self._count = 0
+        self._refused = 0
+        """Changes written down whose outcome is ``failed``: the host refused them."""
         self._unsynced = False
         """Outcome lines written since the last fsync."""
 
@@ -119,6 +121,12 @@ class Journal:
         """Whether this process wrote a change into it."""
         return self._count > 0
 
+    @property
+    def made(self) -> int:
+        """The changes this process wrote down that a rollback may have to undo: every one
+        but those the host refused (one whose command timed out may have been made)."""
+        return self._count - self._refused
+
     def record(self, check: str, kind: str, key: str | None, change: Change) -> str:
         """Write the change down before it is made; returns the entry's id."""
         [entry] = self.record_all(check, kind, key, [change])
@@ -156,6 +164,7 @@ class Journal:
         when = _now()
         for entry, error, unknown, read_back in outcomes:
             event = UNKNOWN if unknown else APPLIED if error is None else FAILED
+            self._refused += event == FAILED
             record: dict[str, Any] = {"event": event, "id": entry, "time": when, "error": error}
             if read_back is not None:
                 record.update(_raw_fields("read_back", read_back))

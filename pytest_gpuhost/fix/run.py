@@ -43,6 +43,25 @@ class FixRun(msgspec.Struct):
         local = self.journal_path.host.local_path(self.journal_path.path)
         return local is not None and local.exists()
 
+    def journal_changes(self) -> int:
+        """How many changes the run's journal holds that a rollback may undo (every one but
+        those the host refused): this process's count, or, for a file of this machine that
+        xdist workers wrote, the file's. Reads no remote host."""
+        if self.journal_path is None:
+            return 0
+        writer = self.fixer.journal if self.fixer is not None else None
+        if writer is not None and writer.written:
+            return writer.made
+        local = self.journal_path.host.local_path(self.journal_path.path)
+        if local is None or not local.exists():
+            return 0
+        from .journal import FAILED, JournalError, read_journal
+
+        try:
+            return sum(entry.state != FAILED for entry in read_journal(local).entries)
+        except JournalError:
+            return 1  # a journal that cannot be read whole: the rollback itself says why
+
 
 def make_fixer(host: Host, journal: StateFile | None, spec: str, *, worker: bool,
                distributing: bool, lock_timeout: float, nvml: NvmlSource | None) -> Fixer:

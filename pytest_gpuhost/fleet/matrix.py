@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from ..printable import counted
 from . import GOOD, NO_RESULT, FleetRow, Record, Sections
 from .drift import Drift
 
@@ -86,7 +87,7 @@ def matrix_lines(targets: Sequence[FleetRow]) -> list[str]:
 
     healthy = sum(t.healthy for t in targets)
     missing = sum(t.reason is not None for t in targets)
-    summary = (f"fleet: {len(targets)} targets: {healthy} healthy, "
+    summary = (f"fleet: {counted(len(targets), 'target')}: {healthy} healthy, "
                f"{len(targets) - healthy - missing} with problems, {missing} {NO_RESULT}")
     legend = ("cells: ok N = all N good; F failed, X fix_failed, E error, R reboot_required, "
               "W would_fix")

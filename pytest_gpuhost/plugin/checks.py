@@ -93,7 +93,8 @@ class CheckHooks:
         for item in checks:
             item.waits_for = lower[item.target.name, item.check.order]
         self.run.names.update((item.index, item.check.id) for item in checks)
-        self.run.host_checks[:] = [(item.index, item.check.id) for item in checks
+        # the gate's message names each check as its test does: with its target (``@pve``)
+        self.run.host_checks[:] = [(item.index, item.name) for item in checks
                                    if item.check.kind != "persist"]
         if any(requests_state(item) for item in session.items
                if not isinstance(item, GpuhostItem)):

@@ -67,17 +67,45 @@ class Written:
         if not reports or config.option.tbstyle == "no" or \
                 getattr(config.option, "no_summary", False):
             return
-        shown = reports if config.get_verbosity() >= 2 else reports[:FOLD_AFTER]
+        written, repeated = _once_per_target(reports, self.taken.marker)
+        shown = written if config.get_verbosity() >= 2 else written[:FOLD_AFTER]
         terminalreporter.write_sep("=", f"FAILURES of gpuhost checks ({len(reports)})")
         for category, report in shown:
             prefix = "ERROR " if category == "error" else ""
             terminalreporter.write_sep("_", f"{prefix}{report.head_line}", red=True, bold=True)
             terminalreporter.write_line(report.longreprtext)
-        folded = len(reports) - len(shown)
+        for target, count in repeated.items():
+            terminalreporter.write_line(
+                f"... and {count} more {'check' if count == 1 else 'checks'} of {target} with "
+                "the same error (its target was not reached): each has its line in the short "
+                "test summary below")
+        folded = len(written) - len(shown)
         if folded:
             terminalreporter.write_line(
                 f"... and {folded} more failing checks, folded: each has its line in the short "
                 "test summary below and its record in every report (-vv writes them all here)")
+
+
+def _once_per_target(reports: list[tuple[str, Any]], marker: str
+                     ) -> tuple[list[tuple[str, Any]], dict[str, int]]:
+    """The reports to write, each error of a target that could not be reached once (its
+    every check says the same: one block says it), and how many were left out per target."""
+    written: list[tuple[str, Any]] = []
+    repeated: dict[str, int] = {}
+    seen: set[tuple[str, str]] = set()
+    for category, report in reports:
+        payload = getattr(report, marker, None)
+        record = payload.get("result") if isinstance(payload, dict) else None
+        target = getattr(record, "target", None)
+        if category == "error" and target is not None and \
+                getattr(record, "outcome", None) == "error":
+            key = (str(target), str(getattr(record, "message", "")))
+            if key in seen:
+                repeated[target] = repeated.get(target, 0) + 1
+                continue
+            seen.add(key)
+        written.append((category, report))
+    return written, repeated
 
 
 def register(config: pytest.Config, marker: str) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import msgspec
 
+from ..printable import counted
 from ..result import OPEN_OUTCOMES, CheckResult
 
 __all__ = ["OPEN_OUTCOMES", "GateVerdict", "judge", "opens_gate", "verdict_text"]
@@ -42,10 +43,11 @@ class GateVerdict(msgspec.Struct, frozen=True):
             return ("gpuhost gate: no host check was selected, so nothing vouches for this "
                     "host; select the spec's checks too (or drop --gpuhost-gate)")
         if self.unfinished:
-            return (f"gpuhost gate: {len(self.unfinished)} of {self.total} host checks did not "
-                    f"finish: {_listed(self.unfinished)}")
-        return (f"gpuhost gate closed: {len(self.failing)} of {self.total} host checks failed: "
-                f"{_listed(self.failing)}")
+            return (f"gpuhost gate: {len(self.unfinished)} of "
+                    f"{counted(self.total, 'host check')} did not finish: "
+                    f"{_listed(self.unfinished)}")
+        return (f"gpuhost gate closed: {len(self.failing)} of "
+                f"{counted(self.total, 'host check')} failed: {_listed(self.failing)}")
 
 
 NAMED = 12

@@ -181,7 +181,7 @@ class GpuhostItem(pytest.Item):
     def reportinfo(self) -> tuple[Path, int, str]:
         # The domain must not be a suffix of the nodeid, or -v rewrites its dots into '::'.
         line = int(self.check.options.where.rsplit(":", 1)[-1]) - 1
-        return self.path, line, f"gpuhost check {self.check.id}"
+        return self.path, line, f"gpuhost check {self.name}"  # with its target: @pve
 
 
 

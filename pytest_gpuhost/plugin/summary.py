@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..options import BY_NAME
 from ..printable import printable
 from ..reports.terminal import TerminalSummary
 
@@ -22,7 +23,9 @@ class Summary:
         write = terminalreporter.write_line
         rollback = self.run.session.rollback
         info = self.controller.info()
-        subject = (f"rollback of {rollback.shown}" if rollback is not None else
+        this = self.run.session.target
+        undone = self._on_target(this.name, this.url, rollback.shown) if rollback else ""
+        subject = (f"rollback of {undone}" if rollback is not None else
                    ", ".join(name for name in info.spec_names))
         where = ", ".join(t.name for t in info.targets) if len(info.targets) > 1 else info.root
         terminalreporter.section(f"gpuhost: {subject} on {where}")
@@ -33,28 +36,69 @@ class Summary:
             TopologyView(write).write(self.controller.records(), info)
         remote = [t for t in info.targets if t.journal and t.url != "local"]
         if info.journal is not None and not remote:
-            write(f"journal: {info.journal} (undo: --gpuhost-rollback={info.journal})")
+            changes = self.run.session.target.fixrun.journal_changes()
+            write(f"journal: {info.journal} "
+                  f"{_undo(changes, f'--gpuhost-rollback={info.journal}', *self._root())}")
         for target in remote:
             name = str(target.journal).rsplit("/", 1)[-1]
-            write(f"journal of {target.name}: {target.journal} (undo: --gpuhost-rollback={name} "
-                  f"{self._naming(target.name, target.url)})")
+            undo = _undo(target.journal_changes, f"--gpuhost-rollback={name}",
+                         *self._naming(target.name, target.url))
+            shown = self._on_target(target.name, target.url, str(target.journal))
+            write(f"journal of {target.name}: {shown} {undo}")
         if rollback is not None and rollback.damaged_lines:
             write(f"journal: {rollback.damaged_lines} line(s) cut short by a crash were skipped")
         if rollback is not None and not self.run.settings.dry_run and \
                 not self.controller.close_failed:
             done = self.controller.rolled_back
-            write(f"rollback: {rollback.shown} is {'closed' if done else 'still open'}"
+            write(f"rollback: {undone} is {'closed' if done else 'still open'}"
                   + ("" if done else " (some changes are not back: run it again once fixed)"))
         for problem in self.run.problems:
             write(printable(problem), red=True)
 
-    def _naming(self, name: str, url: str) -> str:
-        """The options that name one target again: an inventory's host by the inventory (its
-        key and ssh arguments come with it) and --gpuhost-limit, any other by its URL."""
+    def _root(self) -> list[str]:
+        """What a rollback of this machine's journal needs besides it: its root, unless ``/``."""
+        root = self.run.settings.root
+        return [f"--gpuhost-root={self.run.settings.display(root)}"] if str(root) != "/" else []
+
+    def _on_target(self, name: str, url: str, journal: str) -> str:
+        """A remote journal as a path on its target (``/var/lib/pytest-gpuhost/journal/...``,
+        under the target's root), never its URL glued to the path."""
+        given = next((t for t in self.run.settings.targets if t.name == name), None)
+        if url == "local" or given is None or not journal.startswith(url):
+            return journal
+        return given.root.rstrip("/") + "/" + journal[len(url):].lstrip("/")
+
+    def _naming(self, name: str, url: str) -> list[str]:
+        """The options that reach one target again: an inventory's host by the inventory (its
+        key and ssh arguments come with it) and --gpuhost-limit, any other by its URL; then
+        the run's own options that reaching it took (its ssh configuration, ...)."""
         given = next((t for t in self.run.settings.targets if t.name == name), None)
         source = given.source if given is not None else ""
         if source.startswith("--gpuhost-inventory="):
-            return f"{source} --gpuhost-limit={name}"
-        if source.startswith("gpuhost_inventory "):
-            return f"--gpuhost-limit={name}"
-        return f"--gpuhost-target={url}"
+            target = f"{source} --gpuhost-limit={name}"
+        elif source.startswith("gpuhost_inventory "):
+            target = f"--gpuhost-limit={name}"
+        else:
+            target = f"--gpuhost-target={url}"
+        return [target, *self._reaching()]
+
+    def _reaching(self) -> list[str]:
+        """The run's options that reaching a remote target took: the ssh configuration,
+        accepting new host keys, a longer time to connect."""
+        settings = self.run.settings
+        options = []
+        if settings.ssh_config is not None:
+            options.append(f"--gpuhost-ssh-config={settings.display(settings.ssh_config)}")
+        if settings.accept_new_host_keys:
+            options.append("--gpuhost-accept-new-host-keys")
+        if settings.connect_timeout != BY_NAME["connect_timeout"].default:
+            options.append(f"--gpuhost-connect-timeout={settings.connect_timeout:g}")
+        return options
+
+
+def _undo(changes: int | None, *options: str) -> str:
+    """``(undo: OPTIONS)``: what rolls the journal back, from where pytest ran; ``(nothing to
+    undo: ...)`` where the run made no change there (every fix it tried was refused)."""
+    if changes == 0:
+        return "(nothing to undo: the host refused every change)"
+    return f"(undo: {' '.join(options)})"

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple, Protocol
 
 import msgspec
 
-from ..result import CheckResult
+from ..result import WILL_REVERT, CheckResult
 
 
 class TargetInfo(msgspec.Struct, frozen=True):
@@ -32,6 +32,9 @@ class TargetInfo(msgspec.Struct, frozen=True):
     unreachable: str | None = None
     journal: str | None = None
     """The journal of the changes made on it, where there were any."""
+    journal_changes: int | None = None
+    """How many of the journal's changes a rollback may undo (every one but those the host
+    refused: 0 after a run whose only fixes failed); None without a journal."""
     round_trips: int | None = None
     connections: int | None = None
     bytes_sent: int | None = None
@@ -62,7 +65,8 @@ class TargetInfo(msgspec.Struct, frozen=True):
             bytes_received=total(self.bytes_received, other.bytes_received),
             connect_seconds=total(self.connect_seconds, other.connect_seconds),
             unreachable=self.unreachable or other.unreachable,
-            journal=self.journal or other.journal)
+            journal=self.journal or other.journal,
+            journal_changes=total(self.journal_changes, other.journal_changes))
 
 
 class RunInfo(msgspec.Struct, frozen=True):
@@ -99,6 +103,14 @@ class RunInfo(msgspec.Struct, frozen=True):
     @property
     def spec_names(self) -> tuple[str, ...]:
         return tuple(name for _, name in self.specs)
+
+
+def reverting(record: CheckResult) -> list[str]:
+    """Why a check's value, right now, will not hold after the next boot (``WILL REVERT``):
+    its warnings that say so, each without the prefix (``etc/sysctl.d/99-x.conf:1 sets '60'
+    on the next boot or `sysctl --system```); empty for any other check."""
+    return [warning[len(WILL_REVERT):] for warning in record.warnings
+            if warning.startswith(WILL_REVERT)]
 
 
 class Reporter(Protocol):

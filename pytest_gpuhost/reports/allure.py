@@ -27,7 +27,7 @@ from allure_commons.types import AttachmentType
 
 from ..files import write_output
 from ..result import CheckResult, Outcome
-from . import RunInfo
+from . import RunInfo, reverting
 from .topology import path_text
 
 dynamic: Any = allure.dynamic
@@ -58,6 +58,8 @@ CATEGORIES = [
 OUTCOME_LABEL = "gpuhost_outcome"
 TAGGED = (Outcome.FIXED, Outcome.FIX_FAILED, Outcome.WOULD_FIX, Outcome.REBOOT_REQUIRED)
 """The outcomes pytest's statuses hide (fixed looks passed; the others look failed): tagged."""
+WILL_REVERT_TAG = "will_revert"
+"""The tag of a passed (or fixed) check whose value the boot configuration sets back."""
 
 
 def _outcome_is(*outcomes: Outcome) -> dict[str, str]:
@@ -80,6 +82,8 @@ ALLURE3_CATEGORIES = [
      "matchers": {"statuses": ["broken"], "labels": _outcome_is(Outcome.ERROR)}},
     {"id": "gpuhost-not-applicable", "name": "Not applicable",
      "matchers": {"statuses": ["skipped"], "message": "when: "}},
+    {"id": "gpuhost-will-revert", "name": "Will revert at boot",
+     "matchers": {"statuses": ["passed"], "labels": {"tag": f"^{WILL_REVERT_TAG}$"}}},
     {"id": "gpuhost-fixed", "name": "Fixed by --fix",
      "matchers": {"statuses": ["passed"], "labels": _outcome_is(Outcome.FIXED)}},
 ]
@@ -117,6 +121,8 @@ def describe(result: CheckResult, host_name: str) -> None:
     dynamic.label(OUTCOME_LABEL, result.outcome.value)
     if result.outcome in TAGGED:
         dynamic.tag(result.outcome.value)
+    if reverting(result):  # right now, but not after the next boot
+        dynamic.tag(WILL_REVERT_TAG)
     if result.why:
         dynamic.description(result.why)
     # Identity parameters stay in the history id (one history per check and host); the value
@@ -163,6 +169,8 @@ def describe(result: CheckResult, host_name: str) -> None:
     ok = result.outcome in (Outcome.PASSED, Outcome.FIXED)
     final = result.after if fixing else result.observed
     _step(f"assert: {final} is {result.expected}", failure=None if ok else result.message)
+    for why in reverting(result):
+        _step(f"will revert: {why}")
 
 
 def environment(info: RunInfo) -> dict[str, str]:

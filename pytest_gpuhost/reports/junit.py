@@ -6,7 +6,8 @@ that holds them, and pytest's own ``record_property`` warns against them there. 
 facts go where each family has room for them:
 
 - ``xunit1`` and ``legacy``: ``<property>`` elements of its test case (``kind``, ``key``,
-  ``expected``, ``observed``, ``outcome``, ``before``/``after``, ``severity``, ``target``);
+  ``expected``, ``observed``, ``outcome``, ``before``/``after``, ``severity``, ``target``, and a
+  ``warning`` per warning: a value close to its floor, or ``will revert: ...``);
 - ``xunit2``: the same facts as lines of the test case's captured output, which pytest writes
   to its ``<system-out>`` when ``junit_logging`` is ``system-out``, ``out-err`` or ``all``
   (with the default ``no``, a failing check's facts are in its ``<failure>`` text).
@@ -31,7 +32,8 @@ def junit_properties(result: CheckResult) -> list[tuple[str, str]]:
     values = [("kind", result.kind), ("key", result.key), ("expected", result.expected),
               ("observed", result.observed), ("outcome", result.outcome.value),
               ("before", result.before), ("after", result.after),
-              ("severity", result.severity), ("target", result.target)]
+              ("severity", result.severity), ("target", result.target),
+              *(("warning", warning) for warning in result.warnings)]
     return [(name, value) for name, value in values if value is not None]
 
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import msgspec
 
-from ..result import NOT_RUN, OPEN_OUTCOMES, CheckResult
+from ..printable import counted
+from ..result import NOT_RUN, OPEN_OUTCOMES, WILL_REVERT, CheckResult
 
 GOOD_OUTCOMES = frozenset(outcome.value for outcome in OPEN_OUTCOMES)
 """passed, fixed, skipped; any other outcome (and a check that left no record) is a failure."""
@@ -35,6 +36,9 @@ class Health(msgspec.Struct, frozen=True):
     not_run: tuple[str, ...] = ()
     """Those of ``failing`` that never ran (their record says ``not run: ...``): the run
     stopped before them, or no xdist worker started them."""
+    reverting: tuple[str, ...] = ()
+    """Ids of the good checks whose value the boot configuration sets back (``WILL REVERT``):
+    right now, so the node is healthy, but not after its next boot."""
 
     @property
     def healthy(self) -> bool:
@@ -59,27 +63,53 @@ def health_of(outcomes: Iterable[tuple[str, str]]) -> Health:
     return _health((check, outcome, "") for check, outcome in outcomes)
 
 
-def _health(records: Iterable[tuple[str, str, str]]) -> Health:
-    """From (check id, outcome, message) triples."""
+def _health(records: Iterable[tuple[str, str, str]],
+            reverting: Iterable[str] = ()) -> Health:
+    """From (check id, outcome, message) triples, and the ids of the checks that will revert."""
     triples = list(records)
     bad = [(check, message) for check, outcome, message in triples
            if outcome not in GOOD_OUTCOMES]
     return Health(len(triples), tuple(check for check, _ in bad),
-                  tuple(check for check, message in bad if message.startswith(NOT_RUN)))
+                  tuple(check for check, message in bad if message.startswith(NOT_RUN)),
+                  tuple(reverting))
+
+
+def _reverts(warnings: object) -> bool:
+    return isinstance(warnings, (list, tuple)) and \
+        any(isinstance(w, str) and w.startswith(WILL_REVERT) for w in warnings)
 
 
 def health_of_results(results: Sequence[CheckResult]) -> Health:
     """A run's records (a check that never reported has an error record)."""
-    return _health((r.id, r.outcome.value, r.message or "") for r in results)
+    return _health(((r.id, r.outcome.value, r.message or "") for r in results),
+                   (r.id for r in results if r.outcome.value in GOOD_OUTCOMES and
+                    _reverts(r.warnings)))
 
 
 def health_of_report(data: Mapping[str, Any]) -> Health:
-    """From a ``--gpuhost-report`` JSON document (its ``checks[].id`` and ``outcome``)."""
+    """From a ``--gpuhost-report`` JSON document (its ``checks[].id``, ``outcome`` and
+    ``warnings``)."""
     checks = data.get("checks")
     if not isinstance(checks, list):
         raise ValueError("the report has no 'checks' list: is it a --gpuhost-report file?")
-    return _health((str(c.get("id", "?")), str(c.get("outcome", "none")),
-                    str(c.get("message") or "")) for c in checks if isinstance(c, Mapping))
+    records = [c for c in checks if isinstance(c, Mapping)]
+    return _health(((str(c.get("id", "?")), str(c.get("outcome", "none")),
+                     str(c.get("message") or "")) for c in records),
+                   (str(c.get("id", "?")) for c in records
+                    if c.get("outcome") in GOOD_OUTCOMES and _reverts(c.get("warnings"))))
+
+
+def healthy_line(health: Health, width: int) -> str:
+    """A healthy node's line: ``gpuhost: 67 checks ok``, and, where a check's value will not
+    survive the next boot, ``gpuhost: 67 checks ok, 1 will revert at boot: sysctl[vm.swappiness]``
+    (the first named, the rest counted), within ``width``."""
+    line = f"{PREFIX} {counted(health.total, 'check')} ok"
+    if not health.reverting:
+        return line
+    more = f" +{len(health.reverting) - 1}" if len(health.reverting) > 1 else ""
+    head = f"{line}, {len(health.reverting)} will revert at boot: "
+    return cut(head + short_id(health.reverting[0], max(width - len(head) - len(more), 8)) + more,
+               width)
 
 
 def clean(text: str) -> str:

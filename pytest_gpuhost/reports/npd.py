@@ -17,7 +17,7 @@ import msgspec
 import pytest
 
 from ..result import CheckResult
-from .nodehealth import PREFIX, Health, cut, first_and_count, health_of_results
+from .nodehealth import PREFIX, Health, cut, first_and_count, health_of_results, healthy_line
 
 OK, PROBLEM, UNKNOWN = 0, 1, 2
 """NPD's exit statuses: every check good; one is not; the checks could not run."""
@@ -50,7 +50,7 @@ def answer(health: Health, problem: str | None = None, *, stopped_early: bool = 
         return cannot_run("no gpuhost checks collected")
     if health.failing:
         return _failed(health)
-    return NpdAnswer(OK, f"{PREFIX} {health.total} checks ok")
+    return NpdAnswer(OK, healthy_line(health, MAX_MESSAGE))
 
 
 def _failed(health: Health, note: str = "") -> NpdAnswer:

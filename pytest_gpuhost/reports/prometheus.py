@@ -14,7 +14,7 @@ from pathlib import Path
 from ..files import write_output
 from ..result import OPEN_OUTCOMES, OUTCOMES, CheckResult
 from ..specs import bundled_name
-from . import RunInfo
+from . import RunInfo, reverting
 
 _NUMBER = re.compile(r"-?\d{1,20}(\.\d{1,20})?")
 """An observed value shown as a sample: what a float64 sample can hold (a u64 has 20 digits);
@@ -75,6 +75,7 @@ def textfile(results: Sequence[CheckResult], *, specs: Sequence[str], timestamp:
                for r in results for name in OUTCOMES]
     observed = [(check_labels(r), float(r.observed) if "." in r.observed else int(r.observed))
                 for r in results if r.observed is not None and _NUMBER.fullmatch(r.observed)]
+    reverts = [(check_labels(r), 1) for r in results if reverting(r)]
     groups = sorted({(r.target or "", r.spec_file) for r in results}) or \
         [("", each) for each in files]
 
@@ -98,6 +99,8 @@ def textfile(results: Sequence[CheckResult], *, specs: Sequence[str], timestamp:
         *_metric("gpuhost_observed_info", "1 for the value read on the host, where it is not a "
                  "number (a driver, a link speed, a governor): drift shows as a minority value",
                  info),
+        *_metric("gpuhost_check_will_revert", "1 for a check whose value is right now but that "
+                 "the boot configuration sets back (absent for every other check)", reverts),
         *_metric("gpuhost_checks", "number of checks per outcome in the last run", counts),
         *_metric("gpuhost_last_run_timestamp_seconds", "when the last run finished (Unix time)",
                  [(_labels(group_labels(*group)), round(timestamp, 3)) for group in groups]),

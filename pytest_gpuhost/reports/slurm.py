@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .nodehealth import PREFIX, Health, cut, first_and_count, health_of_report
+from .nodehealth import PREFIX, Health, cut, first_and_count, health_of_report, healthy_line
 
 HEALTHY, FAILED, CANNOT_RUN = 0, 1, 2
 REASON_WIDTH = 100
@@ -59,7 +59,7 @@ def verdict(report: Path, pytest_exit: int, timeout: float | None = None) -> tup
     if not health.total:
         return CANNOT_RUN, cannot_run("the report lists no checks")
     if pytest_exit == 0:
-        return HEALTHY, f"{PREFIX} {health.total} checks ok"
+        return HEALTHY, healthy_line(health, REASON_WIDTH)
     return CANNOT_RUN, cannot_run("pytest exited 1 but no check failed in the report")
 
 

@@ -1,13 +1,14 @@
-"""The terminal summary: a table per kind, then under --fix what was fixed (or planned) and why
-anything was not, then the values that boot-time configuration would set back."""
+"""The terminal summary: a table per kind, the targets not reached, then under --fix what was
+fixed (or planned) and why anything was not, then the values that boot-time configuration would
+set back (``WILL REVERT``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ..printable import printable
-from ..result import OUTCOMES, CheckResult, Outcome, summarize
-from . import RunInfo
+from ..printable import counted, printable
+from ..result import OUTCOMES, WILL_REVERT, CheckResult, Outcome, summarize
+from . import RunInfo, TargetInfo, reverting
 
 ALWAYS_SHOWN = ("passed", "failed", "fixed", "fix_failed", "skipped")
 """Outcome columns of the summary table; any other outcome gets a column when it occurred."""
@@ -85,8 +86,8 @@ def target_matrix(results: Sequence[CheckResult]) -> list[str]:
 def _plan_lines(results: Sequence[CheckResult]) -> list[str]:
     planned = [r for r in results if r.outcome is Outcome.WOULD_FIX]
     changes = sum(len(r.plan) for r in planned)
-    lines = [f"--gpuhost-dry-run: {len(planned)} fixes planned ({changes} changes); nothing was "
-             "written"]
+    lines = [f"--gpuhost-dry-run: {counted(len(planned), 'fix', 'fixes')} planned "
+             f"({counted(changes, 'change')}); nothing was written"]
     for record in planned:
         lines.append(f"  WOULD_FIX  {record.id}: {record.message}")
         if len(record.plan) > 1:  # one change is what the message already says
@@ -95,8 +96,8 @@ def _plan_lines(results: Sequence[CheckResult]) -> list[str]:
             lines.append(f"      ... and {len(record.plan) - PLAN_LINES} more")
     measured = [r for r in results if r.outcome is Outcome.FAILED and r.measured]
     if measured and planned:
-        lines.append(f"  ({len(measured)} {_sections(measured)} checks failed as measured before "
-                     "the planned changes; a real --fix measures after them)")
+        lines.append(f"  ({counted(len(measured), _sections(measured) + ' check')} failed as "
+                     "measured before the planned changes; a real --fix measures after them)")
     return lines
 
 
@@ -106,15 +107,42 @@ def _fix_lines(results: Sequence[CheckResult]) -> list[str]:
     lines = []
     if any(r.kind != "rollback" for r in results):
         applied = sum(r.outcome is Outcome.FIXED for r in fixes)
-        lines.append(f"--fix: {applied} of {len(fixes)} fixes applied")
-    for kind, flag, verb in (("persist", "--fix-persist", "files written"),
-                             ("rollback", "--gpuhost-rollback", "changes restored")):
-        done = [r for r in attempted if r.kind == kind]
-        if done or any(r.kind == kind for r in results):
-            applied = sum(r.outcome is Outcome.FIXED for r in done)
-            lines.append(f"{flag}: {applied} of {len(done)} {verb}")
+        lines.append(f"--fix: {applied} of {counted(len(fixes), 'fix', 'fixes')} applied")
+    if any(r.kind == "persist" for r in results):
+        written = [r for r in attempted if r.kind == "persist"]
+        done = sum(r.outcome is Outcome.FIXED for r in written)
+        lines.append(f"--fix-persist: {done} of {counted(len(written), 'file')} written")
+    undone = [r for r in results if r.kind == "rollback"]
+    if undone:
+        lines.append(_rollback_line(undone))
     return lines + [f"  FIX_FAILED {r.id}: {r.message}" for r in attempted
                     if r.outcome is Outcome.FIX_FAILED]
+
+
+def _rollback_line(undone: Sequence[CheckResult]) -> str:
+    """``--gpuhost-rollback: 1 of 2 changes restored, 1 not``: every change of the journal
+    counted, the ones left as they are (changed since the fix) and refused included."""
+    restored = sum(r.outcome is Outcome.FIXED for r in undone)
+    back = sum(r.outcome is Outcome.PASSED for r in undone)
+    line = f"--gpuhost-rollback: {restored} of {counted(len(undone), 'change')} restored"
+    if back:
+        line += f", {back} already held {'its original' if back == 1 else 'their originals'}"
+    if len(undone) - restored - back:
+        line += f", {len(undone) - restored - back} not (below)"
+    return line
+
+
+def _not_reached(results: Sequence[CheckResult], targets: Sequence[TargetInfo]) -> list[str]:
+    """One line per target that could not be reached (or was lost on the way), whatever the
+    number of its checks, each of which is an error saying the same."""
+    lines = []
+    for target in targets:
+        if target.unreachable is None:
+            continue
+        reason = target.unreachable.removeprefix(f"cannot reach {target.url}: ")
+        ran = any(r.target == target.name and r.outcome is not Outcome.ERROR for r in results)
+        lines.append(f"{'lost' if ran else 'not reached'}: {target.name} ({reason})")
+    return lines
 
 
 def summary_lines(results: Sequence[CheckResult], info: RunInfo) -> list[str]:
@@ -124,6 +152,7 @@ def summary_lines(results: Sequence[CheckResult], info: RunInfo) -> list[str]:
     matrix = target_matrix(results)
     if matrix:
         lines += ["", *matrix]
+    lines += _not_reached(results, info.targets)
     if info.dry_run:
         lines += _plan_lines(results)
     elif info.fix:
@@ -133,19 +162,29 @@ def summary_lines(results: Sequence[CheckResult], info: RunInfo) -> list[str]:
                   if r.outcome is Outcome.FAILED]
     reboots = [r for r in results if r.outcome is Outcome.REBOOT_REQUIRED]
     if reboots:
-        lines.append(f"reboot required: {len(reboots)} check(s) wrong now, set right for the "
-                     "next boot")
+        lines.append(f"reboot required: {counted(len(reboots), 'check')} wrong now, set right "
+                     "for the next boot")
         lines += [f"  REBOOT_REQUIRED {r.id}: {r.message}" for r in reboots]
-    warned = [(r.id, warning) for r in results for warning in r.warnings]
+    reverts = [(r.id, why) for r in results for why in reverting(r)]
+    if reverts:
+        lines.append(f"will revert: {counted(len(reverts), 'check')} right now that the boot "
+                     "configuration sets back (passed: it holds until the next boot; change the "
+                     "file named)")
+        lines += _first([f"  WILL REVERT {check}: {why}" for check, why in reverts], info)
+    warned = [(r.id, warning) for r in results for warning in r.warnings
+              if not warning.startswith(WILL_REVERT)]
     if warned:
-        lines.append(f"warnings: {len(warned)} (a value close to its floor, or one that boot-time "
-                     "configuration would set back)")
-        lines += [f"  WARN {check}: {warning}" for check, warning in warned[:WARN_LINES]]
-        if len(warned) > WARN_LINES:
-            where = "in the JSON report" if info.json_report else \
-                "(--gpuhost-report=FILE lists them all)"
-            lines.append(f"  ... and {len(warned) - WARN_LINES} more {where}")
+        lines.append(f"warnings: {len(warned)} (a value close to its floor)")
+        lines += _first([f"  WARN {check}: {warning}" for check, warning in warned], info)
     return lines
+
+
+def _first(lines: Sequence[str], info: RunInfo) -> list[str]:
+    """The first WARN_LINES of ``lines``, and where the rest are."""
+    if len(lines) <= WARN_LINES:
+        return list(lines)
+    where = "in the JSON report" if info.json_report else "(--gpuhost-report=FILE lists them all)"
+    return [*lines[:WARN_LINES], f"  ... and {len(lines) - WARN_LINES} more {where}"]
 
 
 class TerminalSummary:

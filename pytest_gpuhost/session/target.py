@@ -301,10 +301,11 @@ class Target:
         journal = self.fixrun.journal_path
         lost = self.remote.lost if self.remote is not None else None  # at its last check too
         unreachable = self.unreachable or (str(lost) if lost is not None else None)
+        used = journal is not None and self.fixrun.journal_used()
         return TargetInfo(self.name, self.url, facts.hostname, facts.kernel, facts.driver,
                           facts.gpus, facts.gpu_models, unreachable,
-                          journal.shown if journal and self.fixrun.journal_used() else None,
-                          **cost)
+                          journal.shown if journal and used else None,
+                          self.fixrun.journal_changes() if used else None, **cost)
 
     def disconnect(self) -> None:
         """End a remote target's connection for now (the next read connects again)."""

@@ -187,14 +187,16 @@ def test_allure_attaches_each_pairs_path(pytester: pytest.Pytester, tmp_path: Pa
 
 def test_the_readme_shows_a_failing_pairs_explanation_and_the_topology(
         pytester: pytest.Pytester, example_host: Path) -> None:
-    from ..test_docs import DEMO_ROOT, README, block_with, sample_patterns
+    from ..test_docs import DEMO_ROOT, README, block_with, demo_args, demo_steps, sample_patterns
 
-    command = block_with(README, "-m gpuhost_slow --gpuhost-topology").strip()
-    *copy, run = [step.strip() for step in command.split("&&")]
-    assert copy == [f"rm -rf {DEMO_ROOT}", f"cp -r examples/hosts/blackwell8-untuned {DEMO_ROOT}"]
-    pytest_path, *args = run.split()
-    assert pytest_path == "/tmp/gpuhost/bin/pytest"
+    *copy, run = demo_steps("-m gpuhost_slow --gpuhost-topology")
+    assert copy == ["rm -rf $demo/host", "cp -r examples/hosts/blackwell8-untuned $demo/host"]
+    args = demo_args(run)
     result = pytester.runpytest(*(arg.replace(DEMO_ROOT, str(example_host)) for arg in args))
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     sample = block_with(README, "gpuhost check p2p[0000:01:00.0->0000:81:00.0]")
     result.stdout.fnmatch_lines(sample_patterns(sample, example_host))
+    # the reference quotes the same pair's message, its failure's headline
+    [message] = block_with(README.parent / "docs" / "reference.md",
+                           "17.12 GB/s < floor").splitlines()
+    assert message in result.stdout.lines

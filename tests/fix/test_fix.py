@@ -274,7 +274,10 @@ def test_fix_journals_every_change_and_rollback_restores_the_originals(
                                "--fix", "--fix-persist")
     fixed.stdout.fnmatch_lines(["--fix: 45 of 46 fixes applied",
                                 "--fix-persist: 6 of 6 files written",
-                                "journal: *.jsonl (undo: --gpuhost-rollback=*.jsonl)"])
+                                "journal: *.jsonl (undo: --gpuhost-rollback=*.jsonl "
+                                f"--gpuhost-root={example_host})"])
+    [undo] = [line.split("(undo: ", 1)[1].rstrip(")").split() for line in fixed.stdout.lines
+              if line.startswith("journal: ")]
     [journal] = (example_host / STATE / "journal").glob("*-blackwell8-*.jsonl")
     contents = read_journal(journal)
     first = contents.entries[0]
@@ -289,10 +292,11 @@ def test_fix_journals_every_change_and_rollback_restores_the_originals(
     # module option (the driver and IOMMU checks found theirs there already), files
     assert len(contents.entries) == 9 + 8 + 8 + 8 + 8 + 64 + 64 + 2 + 1 + 2 + 1 + 6
 
-    rollback = pytester.runpytest(f"--gpuhost-root={example_host}", "--gpuhost-rollback", "-v")
+    rollback = pytester.runpytest(*undo, "-v")  # the options the summary printed, as they are
     assert rollback.ret == pytest.ExitCode.OK
     assert counts(rollback) == {"passed": 1, "fixed": 180}  # the failed modprobe changed nothing
-    rollback.stdout.fnmatch_lines(["--gpuhost-rollback: 180 of 180 changes restored",
+    rollback.stdout.fnmatch_lines(["--gpuhost-rollback: 180 of 181 changes restored, 1 already "
+                                   "held its original",
                                    "rollback: *.jsonl is closed"])
     order = [line.split("rollback[", 1)[1] for line in rollback.stdout.lines
              if "::rollback[" in line and (" FIXED " in line or " PASSED " in line)]
@@ -428,7 +432,7 @@ def test_a_value_that_boot_configuration_would_set_back_is_reported(
     result = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}", "--fix")
     assert counts(result) == {"fixed": 1}
     result.stdout.fnmatch_lines([escape(
-        "  WARN sysctl[vm.swappiness]: will revert: etc/sysctl.d/10-distro.conf:2 sets "
+        "  WILL REVERT sysctl[vm.swappiness]: etc/sysctl.d/10-distro.conf:2 sets "
         "'60' on the next boot or `sysctl --system`")])
     fake.file("etc/sysctl.conf", "vm.swappiness = 10\n")  # applied last: it wins
     clean = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}")

@@ -64,7 +64,8 @@ def test_a_signal_during_a_fix_kills_its_command_and_leaves_the_change_unknown(
         f"the run was interrupted ({why}) during run modprobe -- nvidia (absent -> loaded); "
         "what it did is unknown")
     assert not contents.rolled_back
-    assert f"(undo: --gpuhost-rollback={journal_of(fake.root)})" in said
+    assert f"(undo: --gpuhost-rollback={journal_of(fake.root)} --gpuhost-root={fake.root})" \
+        in said
     [check] = json.loads((pytester.path / "out.json").read_text())["checks"]
     assert (check["id"], check["outcome"]) == ("module[nvidia]", "error")
     assert "interrupted" in check["message"]

@@ -101,13 +101,13 @@ def test_reboot_required_is_its_own_status_and_closes_the_gate(
     assert counts(result) == {"reboot_required": 1, "errors": 2}
     result.stdout.fnmatch_lines([
         escape("boot.yaml::kernel.cmdline[iommu=pt] REBOOT_REQUIRED") + "*",
-        "*" + escape("gpuhost gate closed: 1 of 1 host checks failed: kernel.cmdline[iommu=pt] "
+        "*" + escape("gpuhost gate closed: 1 of 1 host check failed: kernel.cmdline[iommu=pt] "
                      "(reboot_required)"),
     ])
     result.stdout.fnmatch_lines([
         "kind * checks  passed  failed  fixed  fix_failed  skipped  reboot_required",
         "kernel.cmdline * 1 * - * - * - * - * - * 1",
-        "reboot required: 1 check(s) wrong now, set right for the next boot",
+        "reboot required: 1 check wrong now, set right for the next boot",
         escape("  REBOOT_REQUIRED kernel.cmdline[iommu=pt]: ") + "* " + escape(
             "etc/default/grub.d/50-local.cfg:1 sets 'iommu=pt' for the next boot: run "
             "`update-grub`, then reboot"),
@@ -142,7 +142,7 @@ def test_the_marker_gates_one_test(pytester: pytest.Pytester, example_host: Path
                                 f"--gpuhost-root={example_host}")
     result.assert_outcomes(passed=1, failed=1, errors=1)
     result.stdout.fnmatch_lines(["*_ ERROR at setup of test_needs_a_tuned_host _*",
-                                 escape("gpuhost gate closed: 1 of 1 host checks failed: "
+                                 escape("gpuhost gate closed: 1 of 1 host check failed: "
                                         "sysctl[vm.swappiness] (failed)")])
 
 

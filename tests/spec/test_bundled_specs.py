@@ -115,7 +115,10 @@ def test_the_ini_names_a_bundled_spec_too(pytester: pytest.Pytester,
 @pytest.mark.parametrize(("given", "line"), [
     ("blackwell9", "ERROR: --gpuhost-spec=blackwell9: no such file, and no bundled spec of "
                    "that name; the bundled specs: blackwell8 (or name a YAML file)"),
-    ("blackwell8.yaml", "ERROR: bad gpuhost spec: blackwell8.yaml: spec file not found"),
+    # still a file, never the bundled spec; but the message names the bundled one (issue 24)
+    ("blackwell8.yaml", "ERROR: --gpuhost-spec=blackwell8.yaml: no such file here (*); the "
+                        "bundled spec of that name runs as --gpuhost-spec=blackwell8 (a bundled "
+                        "spec is named without .yaml)"),
     ("specs/blackwell8", "ERROR: bad gpuhost spec: specs/blackwell8: spec file not found"),
 ], ids=["unknown-name", "yaml-suffix-is-a-file", "a-path-is-a-file"])
 def test_an_unknown_name_is_exit_4_listing_the_bundled_specs(pytester: pytest.Pytester,
