@@ -273,8 +273,8 @@ def assert_consistent(pytester: pytest.Pytester, run: Run, *, complete: bool = T
         assert run.result.ret == 1 and " failed: " in npd[0]
         ran = [k for k in failing if not run.records[k]["message"].startswith("not run: ")]
         assert npd[0].startswith(f"gpuhost: {len(ran)} failed: ")
-    status, reason = slurm.verdict(pytester.path / "out.json", 1 if failing else 0)
-    assert status == (slurm.FAILED if failing else slurm.HEALTHY)
+    drained, reason = slurm.verdict(pytester.path / "out.json", 1 if failing else 0)
+    assert drained == (slurm.FAILED if failing else slurm.HEALTHY)
     if len(failing) > 1:
         assert reason.endswith(f"(+{len(failing) - 1} more)")
 
