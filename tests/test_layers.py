@@ -23,6 +23,8 @@ FLOORS: dict[str, int] = {
     "host": 0, "linux": 0, "spec": 0, "specs": 0, "targets": 0,
     # floor 1: waiting a bounded time (on the host's clock); the table of options
     "bounded": 1, "options": 1,
+    # floor 1 too: a fleet's hosts as rows and plain targets files (no ansible-core)
+    "hostlist": 1,
     # floor 2: GPUs, inventories, the fleet view
     "gpu": 2, "inventory": 2, "fleet": 2,
     # floor 3: the kinds, the reporters
@@ -48,9 +50,9 @@ ALONE = {
 """Layers that import nothing of the package at all."""
 FORBIDDEN = {
     # lower layers that a layer still must not import
-    "checks": {"fleet", "inventory"},
-    "reports": {"host", "gpu", "inventory"},
-    "fleet": {"host", "gpu", "spec", "inventory"},
+    "checks": {"fleet", "inventory", "hostlist"},
+    "reports": {"host", "gpu", "inventory", "hostlist"},
+    "fleet": {"host", "gpu", "spec", "inventory", "hostlist"},
 }
 ROOT_SHIM = (ROOT, "plugin")
 """The package's ``__init__`` registers the plugin when ``-p pytest_gpuhost`` names the package
