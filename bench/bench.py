@@ -109,31 +109,43 @@ PHASES = ("start-up", "collection", "checks", "reports", "end")
 collection, of the run loop, of session finish (the reports), then unconfigure and exit."""
 
 
+@dataclass(frozen=True)
+class RunMarks:
+    """One run's marks as bench/timeline.py writes them: seconds at each mark, on the wall
+    clock and on the process's CPU clock."""
+
+    wall: dict[str, float]
+    cpu: dict[str, float]
+
+
 @dataclass
 class Marks:
     """The phase marks of each run of one case (bench/timeline.py), read after the run."""
 
     path: Path
-    runs: list[dict[str, float]] = field(default_factory=list)
+    runs: list[RunMarks] = field(default_factory=list)
 
     @property
     def env(self) -> tuple[tuple[str, str], ...]:
         return (("PYTHONPATH", str(HERE)), ("GPUHOST_BENCH_TIMELINE", str(self.path)))
 
     def read(self) -> None:
-        self.runs.append(json.loads(self.path.read_text()))
+        wall = json.loads(self.path.read_text())
+        cpu = wall.pop("cpu")
+        self.runs.append(RunMarks({k: float(v) for k, v in wall.items()},
+                                  {k: float(v) for k, v in cpu.items()}))
 
     def beyond(self, repeat: int) -> list[float]:
         """Per measured run: seconds from the end of start-up (every plugin configured) to the
         end of the session (the reports written): a run without pytest's start-up and exit."""
-        return [m["finished"] - m["configured"] for m in self.runs[-repeat:]]
+        return [m.wall["finished"] - m.wall["configured"] for m in self.runs[-repeat:]]
 
     def split(self, walls: Sequence[float], *, cpu: bool = False) -> dict[str, list[float]]:
         """Seconds of each phase of the measured runs, whose wall times are ``walls``; with
         ``cpu``, CPU seconds of each phase of runs whose CPU times are ``walls``."""
         seconds: dict[str, list[float]] = {phase: [] for phase in PHASES}
         for run, wall in zip(self.runs[-len(walls):], walls, strict=True):
-            marks = run["cpu"] if cpu else run
+            marks = run.cpu if cpu else run.wall
             bounds = [marks[k] for k in ("started", "configured", "collected", "ran",
                                          "finished")] + [marks["started"] + wall]
             for phase, (a, b) in zip(PHASES, itertools.pairwise(bounds), strict=True):

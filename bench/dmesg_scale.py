@@ -13,6 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from pytest_gpuhost.checks import Facts
 from pytest_gpuhost.checks.dmesg import DmesgKind
 from pytest_gpuhost.host import LocalHost
 from pytest_gpuhost.spec import Node, SpecContext
@@ -29,10 +30,13 @@ def measure(records: int, root: Path) -> float:
     import yaml
 
     kind = DmesgKind()
-    section = kind.parse(Node(yaml.compose(ALLOW), "bench"), SpecContext(frozenset()))
-    probe = kind.expand(section, None)[0].probe
+    composed = yaml.compose(ALLOW)
+    assert composed is not None
+    section = kind.parse(Node(composed, "bench"), SpecContext(frozenset()))
+    host = LocalHost(root)
+    probe = kind.expand(section, Facts(host))[0].probe
     start = time.perf_counter()
-    observed = probe.observe(LocalHost(root))
+    observed = probe.observe(host)
     elapsed = time.perf_counter() - start
     assert observed.value == "2", observed
     return elapsed

@@ -600,11 +600,12 @@ def figure_latency(base: Path, link: Link, repeat: int, warmup: int,
             "(with the connection), direct / delayed | connect, direct / delayed |",
             "| ---: | ---: | ---: | ---: | ---: | ---: |"]
     for extra in sizes:
-        direct, delayed = traffic[f"direct +{extra}"], traffic[f"delayed +{extra}"]
+        direct_t, delayed_t = traffic[f"direct +{extra}"], traffic[f"delayed +{extra}"]
         rows.append(f"| {checks[extra]} | {med(times.wall[f'direct +{extra}']):.3f} s | "
                     f"{med(times.wall[f'delayed +{extra}']):.3f} s | {spread(added[extra])} | "
-                    f"{direct.spread()} / {delayed.spread()} | "
-                    f"{med(direct.connect_seconds):.3f} s / {med(delayed.connect_seconds):.3f} s |")
+                    f"{direct_t.spread()} / {delayed_t.spread()} | "
+                    f"{med(direct_t.connect_seconds):.3f} s / "
+                    f"{med(delayed_t.connect_seconds):.3f} s |")
     # The figure: per round, the least-squares slope of what the latency added against the
     # number of checks (each difference paired within its round); their median and spread.
     slopes = [fit_line([(checks[e], added[e][n]) for e in sizes])[0] for n in range(repeat)]

@@ -14,11 +14,12 @@ As Ansible's own commands do: vault secrets come from ``ANSIBLE_VAULT_PASSWORD_F
 Ansible cannot template fails alone (``host_errors``), as Ansible fails that host and runs the
 rest.
 Whatever ansible-core raises becomes one line (``InventoryError``), never a traceback.
+The hosts it makes (``InventoryHost``), their errors and plain targets files are ``hostlist.py``'s,
+re-exported here.
 """
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -27,7 +28,15 @@ from typing import Any
 import msgspec
 
 from .bounded import StillRunning, within
-from .targets import LOCAL, TargetAddress, valid_host, valid_name
+from .hostlist import HostVariableError as HostVariableError  # re-exported
+from .hostlist import InventoryError as InventoryError  # re-exported
+from .hostlist import InventoryHost as InventoryHost  # re-exported
+from .hostlist import not_ssh_options
+from .hostlist import numbered_targets as numbered_targets  # re-exported
+from .hostlist import parse_targets as parse_targets  # re-exported
+from .hostlist import read_numbered_targets as read_numbered_targets  # re-exported
+from .hostlist import read_targets_file as read_targets_file  # re-exported
+from .targets import valid_host
 
 MISSING_EXTRA = ("reading an Ansible inventory needs ansible-core, which is not installed: "
                  "pip install 'pytest-gpuhost[ansible]' (from a checkout: pip install "
@@ -39,9 +48,6 @@ KEY_VARS = ("ansible_private_key_file", "ansible_ssh_private_key_file")
 ARGS_VARS = ("ansible_ssh_common_args", "ansible_ssh_extra_args")
 """Each in the order of Ansible's ssh connection plugin, where the last one set wins; the ssh
 arguments are common then extra, as that plugin passes them."""
-SSH_VALUE_OPTIONS = "BbcDEeFIiJLlmOoPpQRSWw"
-SSH_FLAGS = "46AaCfGgKkMNnqsTtVvXxYy"
-"""ssh(1)'s options that take a value, and those that do not."""
 ROOT_VARS = ("gpuhost_root",)
 """pytest-gpuhost's own host variable: the host root on that machine (default ``/``)."""
 CONNECTION_VARS = ("ansible_connection",)
@@ -54,71 +60,10 @@ under ``python3``, the target's default."""
 PROMPTS = ("prompt", "prompt_ask_vault_pass")
 VAULT_HINT = ("set ANSIBLE_VAULT_PASSWORD_FILE=FILE (or vault_password_file in ansible.cfg, or "
               "vault ids in ANSIBLE_VAULT_IDENTITY_LIST), as ansible-inventory needs")
-_COMMENT = re.compile(r"(?:^|\s)#.*")
 INVENTORY_TIMEOUT_S = 120.0
 """The longest Ansible may take to read an inventory. Its script plugin (on by default: an
 executable inventory file) waits on the script without a limit, and a plugin that asks a CMDB
 or a cloud API may wait as long on the network."""
-
-
-class InventoryError(Exception):
-    """An inventory or targets file that cannot be used as it is; the message says why."""
-
-
-class HostVariableError(InventoryError):
-    """A host variable Ansible could not template (an undefined variable): Ansible fails that
-    host and runs the others."""
-
-
-class InventoryHost(msgspec.Struct, frozen=True):
-    """One host of an inventory, as ssh would reach it."""
-
-    name: str
-    """The inventory hostname (what ``--limit`` and reports name)."""
-    address: str
-    """``ansible_host``, else the name."""
-    port: int | None = None
-    user: str | None = None
-    identity_file: str | None = None
-    """``ansible_ssh_private_key_file`` as written (ssh expands ``~``)."""
-    ssh_args: tuple[str, ...] = ()
-    """``ansible_ssh_common_args`` then ``ansible_ssh_extra_args``, split as a shell would."""
-    root: str = "/"
-    """``gpuhost_root``: the host root there (``/``; another tree for tests and images)."""
-    local: bool = False
-    """``ansible_connection=local``: this machine, not an ssh destination."""
-    python: str | None = None
-    """``ansible_python_interpreter``: the python the agent runs under (None: ``python3``)."""
-    error: str | None = None
-    """Why this host cannot be used (a variable Ansible could not template): with
-    ``read_inventory(..., host_errors=True)`` such a host is still listed, and its checks are
-    errors saying this, while the other hosts run."""
-
-    def target(self, source: str, base: Path) -> TargetAddress:
-        """The host as an ssh target named by its inventory name (``...@node01``), or, for
-        ``ansible_connection=local``, this machine at its ``gpuhost_root`` (else at the run's
-        root). A relative key file is relative to ``base`` (where pytest runs), as it is to
-        where Ansible runs."""
-        if not valid_name(self.name):
-            raise InventoryError(f"host {self.name!r}: a target's name is letters, digits, '.', "
-                                 "'_', ':' or '-' (it ends every check's id)")
-        if self.error is not None:
-            return TargetAddress(f"ssh://{self.name}/?name={self.name}", "ssh", host=self.name,
-                                 name=self.name, source=source, error=self.error)
-        if self.local:
-            return TargetAddress(LOCAL, LOCAL, root=self.root, name=self.name, source=source)
-        if not valid_host(self.address):
-            raise InventoryError(f"host {self.name}: ansible_host={self.address!r} is not a "
-                                 "host name or address")
-        key = self.identity_file
-        if key and not key.startswith(("/", "~")):
-            key = str(base / key)
-        host = f"[{self.address}]" if ":" in self.address else self.address
-        url = (f"ssh://{f'{self.user}@' if self.user else ''}{host}"
-               f"{f':{self.port}' if self.port else ''}{self.root}?name={self.name}")
-        return TargetAddress(url, "ssh", host=self.address, user=self.user, port=self.port,
-                             root=self.root, name=self.name, identity_file=key,
-                             ssh_args=self.ssh_args, source=source, python=self.python)
 
 
 def read_inventory(path: Path, limit: str | None = None, *,
@@ -416,7 +361,7 @@ def _host(name: str, variables: _Resolver) -> InventoryHost:
             except ValueError as exc:
                 raise InventoryError(f"{variables.source}: host {name}: {var}: {exc}: "
                                      f"{text!r}") from None
-            stray = _not_options(words)
+            stray = not_ssh_options(words)
             if stray is not None:
                 raise InventoryError(f"{variables.source}: host {name}: {var}: {stray}: "
                                      f"{text!r}")
@@ -448,69 +393,3 @@ def _host(name: str, variables: _Resolver) -> InventoryHost:
                          user=variables.last(USER_VARS),
                          identity_file=variables.last(KEY_VARS), ssh_args=tuple(args),
                          root=root, local=connection == "local", python=python)
-
-
-def _not_options(words: Sequence[str]) -> str | None:
-    """What is wrong with words given as ssh options: the first that is neither an option nor
-    an option's value, or a last option that takes a value and has none (ssh would take the
-    tool's own next option, ``-o``, as its value and the one after as the host)."""
-    expects_value = False
-    for word in words:
-        if expects_value:
-            expects_value = False
-        elif word.startswith("-") and len(word) > 1 and word != "--":
-            letters = word[1:]
-            for index, letter in enumerate(letters):
-                if letter in SSH_VALUE_OPTIONS:
-                    expects_value = index == len(letters) - 1  # -oX=1 carries its own value
-                    break
-                if letter not in SSH_FLAGS:
-                    return f"{word!r} is not an ssh option (ssh would read it as the host to " \
-                           "reach)"
-        else:
-            return f"{word!r} is not an ssh option (ssh would read it as the host to reach)"
-    if expects_value:
-        return (f"{words[-1]!r} takes a value and none follows it (ssh would take the next of "
-                "pytest-gpuhost's own options as its value): give it one")
-    return None
-
-
-def parse_targets(text: str, source: str) -> list[str]:
-    """One target a line; ``#`` starts a comment (at a line's start or after a space); blank
-    lines are skipped. A line with two words, a target listed twice or a file with none is an
-    error naming ``source:line``."""
-    return [target for _, target in numbered_targets(text, source)]
-
-
-def numbered_targets(text: str, source: str) -> list[tuple[int, str]]:
-    """``parse_targets`` with each target's line number."""
-    targets: list[tuple[int, str]] = []
-    seen: dict[str, int] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = _COMMENT.sub("", raw).strip()
-        if not line:
-            continue
-        if len(line.split()) > 1:
-            raise InventoryError(f"{source}:{number}: one target a line, got {line!r}")
-        if line in seen:
-            raise InventoryError(f"{source}:{number}: {line} is listed twice (first at line "
-                                 f"{seen[line]})")
-        seen[line] = number
-        targets.append((number, line))
-    if not targets:
-        raise InventoryError(f"{source}: no targets (every line is blank or a comment)")
-    return targets
-
-
-def read_targets_file(path: Path) -> list[str]:
-    return [target for _, target in read_numbered_targets(path)]
-
-
-def read_numbered_targets(path: Path) -> list[tuple[int, str]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InventoryError(f"{path}: no such targets file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InventoryError(f"{path}: cannot read the targets file: {exc}") from None
-    return numbered_targets(text, str(path))

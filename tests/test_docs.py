@@ -22,7 +22,7 @@ from .conftest import NEEDS_OPENSSH, REPO
 
 def python_block(document: Path) -> str:
     [code] = re.findall(r"```python\n(.*?)```", document.read_text(), re.S)
-    return code
+    return str(code)
 
 
 def test_the_documented_kind_goes_through_every_path(pytester: pytest.Pytester,
@@ -320,7 +320,9 @@ def help_entries(pytester: pytest.Pytester) -> dict[str, tuple[str, str]]:
     group = text.split("GPU host tuning checks (pytest-gpuhost):\n", 1)[1].split("\n\n", 1)[0]
     entries = {}
     for entry in re.split(r"\n(?=  -)", group):
-        name, form, rest = re.match(r"  (--[\w-]+)(=\S+)?(.*)", entry, re.S).groups()
+        found = re.match(r"  (--[\w-]+)(=\S+)?(.*)", entry, re.S)
+        assert found, entry
+        name, form, rest = found.groups()
         entries[name] = (form or "", " ".join(rest.split()))
     return entries
 

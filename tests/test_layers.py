@@ -23,6 +23,8 @@ FLOORS: dict[str, int] = {
     "host": 0, "linux": 0, "spec": 0, "specs": 0, "targets": 0,
     # floor 1: waiting a bounded time (on the host's clock); the table of options
     "bounded": 1, "options": 1,
+    # floor 1 too: a fleet's hosts as rows and plain targets files (no ansible-core)
+    "hostlist": 1,
     # floor 2: GPUs, inventories, the fleet view
     "gpu": 2, "inventory": 2, "fleet": 2,
     # floor 3: the kinds, the reporters
@@ -30,6 +32,8 @@ FLOORS: dict[str, int] = {
     # floor 4: what acts on checks: capture, the fixer; the host state; the fake trees; an old
     # import path
     "capture": 4, "fix": 4, "state": 4, "testing": 4, "nvml": 4,
+    # floor 4 too: the run's targets as its options name them (settings resolves them)
+    "targetoptions": 4,
     # floor 5: one check's run; the settings (they validate a capture's target);
     # pytest-benchmark's hooks; an old import path
     "engine": 5, "settings": 5, "benchmark": 5, "fakehost": 5,
@@ -48,9 +52,9 @@ ALONE = {
 """Layers that import nothing of the package at all."""
 FORBIDDEN = {
     # lower layers that a layer still must not import
-    "checks": {"fleet", "inventory"},
-    "reports": {"host", "gpu", "inventory"},
-    "fleet": {"host", "gpu", "spec", "inventory"},
+    "checks": {"fleet", "inventory", "hostlist"},
+    "reports": {"host", "gpu", "inventory", "hostlist"},
+    "fleet": {"host", "gpu", "spec", "inventory", "hostlist"},
 }
 ROOT_SHIM = (ROOT, "plugin")
 """The package's ``__init__`` registers the plugin when ``-p pytest_gpuhost`` names the package

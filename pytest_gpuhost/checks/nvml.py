@@ -49,7 +49,7 @@ class Watts(Auto):
         if self.order_key(value) <= 0:
             raise ValueError(f"not a positive number of watts: {value!r}")
 
-    def order_key(self, raw: str) -> float:  # type: ignore[override]
+    def order_key(self, raw: str) -> float:
         try:
             return float(raw.strip().removesuffix("W").strip())
         except ValueError:

@@ -29,6 +29,7 @@ import json
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import cast
 
 from . import (
     COMMAND_TIMEOUT_S,
@@ -160,7 +161,7 @@ class AgentHost(Pipes, BatchReads):
             raise self._lost from None
 
     def _exchange(self, requests: list[dict[str, object]], timeout: float,
-                  why: str | None = None) -> list[object]:
+                  why: str | None = None) -> list[dict[str, object]]:
         self._connect()
         data = json.dumps(encode(requests), separators=(",", ":")).encode()
         count = f"{len(requests)} request(s)"
@@ -191,7 +192,8 @@ class AgentHost(Pipes, BatchReads):
                                    errno.EPROTO)
             self._close_process(kill=True)
             raise self._lost
-        return decoded  # type: ignore[return-value]
+        # batch_problem found none: a list of one reply mapping per request
+        return cast("list[dict[str, object]]", decoded)
 
     def _cancel(self, why: str) -> None:
         """The run was interrupted while the target worked on a request: ask the agent to
@@ -219,7 +221,6 @@ class AgentHost(Pipes, BatchReads):
         """One request (``timeout``: OPERATION_TIMEOUT_S as it is when called)."""
         [answer] = self._exchange([request], OPERATION_TIMEOUT_S if timeout is None else timeout,
                                   why)
-        assert isinstance(answer, dict)
         if "error" in answer:
             code = answer.get("errno")
             raise HostError(str(answer["error"]), int(code) if isinstance(code, int) else None)
@@ -260,7 +261,7 @@ class AgentHost(Pipes, BatchReads):
         if not requests:
             return []
         answers = self._exchange([r.wire() for r in requests], OPERATION_TIMEOUT_S)
-        return [reply_from_wire(request, answer)  # type: ignore[arg-type]
+        return [reply_from_wire(request, answer)
                 for request, answer in zip(requests, answers, strict=True)]
 
     def write_text(self, path: str, text: str) -> None:

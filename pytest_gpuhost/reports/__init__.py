@@ -47,11 +47,13 @@ class TargetInfo(msgspec.Struct, frozen=True):
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, object]) -> TargetInfo:
-        values = {key: data[key] for key in cls.__struct_fields__ if key in data}
-        for key in ("gpus", "gpu_models"):
-            values[key] = tuple(values.get(key) or ())  # type: ignore[arg-type]
-        return cls(**values)  # type: ignore[arg-type]
+    def from_dict(cls, data: Mapping[str, Any]) -> TargetInfo:
+        """``as_dict``'s output back (a worker's report, so JSON values: a mapping of Any)."""
+        lists = ("gpus", "gpu_models")
+        values = {key: data[key] for key in cls.__struct_fields__ if key in data
+                  and key not in lists}
+        return cls(**values, gpus=tuple(data.get("gpus") or ()),
+                   gpu_models=tuple(data.get("gpu_models") or ()))
 
     def add_traffic(self, other: TargetInfo) -> TargetInfo:
         """Two workers' connections to one target: their costs add up."""

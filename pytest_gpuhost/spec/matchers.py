@@ -52,7 +52,8 @@ class Auto:
         if not normalize_ws(value):
             raise ValueError("an empty value")
 
-    def order_key(self, raw: str) -> int:
+    def order_key(self, raw: str) -> float | int:
+        """An integer here; a subclass may order by a float (Watts)."""
         return parse_int(raw)
 
     def equal(self, observed: str, expected: str) -> bool:

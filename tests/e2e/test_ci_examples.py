@@ -207,17 +207,18 @@ def test_the_github_workflow_twice_in_one_workspace(box: Box) -> None:
     shutil.copy(ACT, act)  # where the runner's user can run it
     _chown(act.parent, RUNNER)
     workspace, artifacts = box.base / "_work/bench/bench", box.base / "artifacts"
-    argv = [act, "workflow_dispatch", "-W", ".github/workflows/benchmark.yml",
-            "--no-skip-checkout", "--action-cache-path", box.base / "act-cache",
-            *(arg for label in ("self-hosted", "linux", "gpu")
-              for arg in ("-P", f"{label}=-self-hosted")),
-            *(arg for action, folder in (("actions/checkout@v4", "checkout"),
-                                         ("actions/upload-artifact@v4", "upload-artifact"),
-                                         ("mikepenz/action-junit-report@v4", "junit-report"))
-              for arg in ("--local-repository", f"{action}={box.base / 'actions' / folder}")),
-            "--env", f"GPUHOST_CI_WORKSPACE={workspace}",
-            "--env", f"GPUHOST_CI_REPOSITORY={box.origin}",
-            "--env", f"GPUHOST_CI_ARTIFACTS={artifacts}"]
+    argv: list[str | Path] = [
+        act, "workflow_dispatch", "-W", ".github/workflows/benchmark.yml",
+        "--no-skip-checkout", "--action-cache-path", box.base / "act-cache",
+        *(arg for label in ("self-hosted", "linux", "gpu")
+          for arg in ("-P", f"{label}=-self-hosted")),
+        *(arg for action, folder in (("actions/checkout@v4", "checkout"),
+                                     ("actions/upload-artifact@v4", "upload-artifact"),
+                                     ("mikepenz/action-junit-report@v4", "junit-report"))
+          for arg in ("--local-repository", f"{action}={box.base / 'actions' / folder}")),
+        "--env", f"GPUHOST_CI_WORKSPACE={workspace}",
+        "--env", f"GPUHOST_CI_REPOSITORY={box.origin}",
+        "--env", f"GPUHOST_CI_ARTIFACTS={artifacts}"]
     allure_files: list[set[str]] = []
     for run in (1, 2):
         done = box.as_runner(argv, box.origin)
@@ -253,9 +254,10 @@ def test_the_gitlab_job_twice_in_one_build_directory(box: Box) -> None:
     build = box.base / "builds/bench"
     clone = box.as_runner(["git", "clone", "-q", box.origin, build], box.base)
     assert clone.returncode == 0, clone.stderr
-    argv = ["node", local / "node_modules/gitlab-ci-local/dist/index.js", "--color=false",
-            "--home", box.home, *(arg for name, value in box.settings().items()
-                                  for arg in ("--variable", f"{name}={value}")), "benchmark"]
+    argv: list[str | Path] = [
+        "node", local / "node_modules/gitlab-ci-local/dist/index.js", "--color=false",
+        "--home", box.home, *(arg for name, value in box.settings().items()
+                              for arg in ("--variable", f"{name}={value}")), "benchmark"]
     allure_files: list[set[str]] = []
     for run in (1, 2):
         # what a gitlab-runner's fetch does to its build directory before the job

@@ -9,6 +9,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ SIGNALS = [signal.SIGTERM, signal.SIGHUP, signal.SIGINT]
 
 
 @pytest.fixture
-def blocked(fake: FakeHost) -> Blocked:
+def blocked(fake: FakeHost) -> Iterator[Blocked]:
     made = Blocked(fake)
     yield made
     made.cleanup()
@@ -40,9 +41,10 @@ def over_ssh(server: SshServer, root: Path) -> list[str]:
 def start_fix(pytester: pytest.Pytester, server: SshServer, root: Path
               ) -> subprocess.Popen[bytes]:
     pytester.makefile(".yaml", spec=SPEC)
-    return pytester.popen([sys.executable, "-m", "pytest", "spec.yaml", "--fix",
-                           *over_ssh(server, root)],
-                          stdin=subprocess.DEVNULL, start_new_session=True)
+    args = [sys.executable, "-m", "pytest", "spec.yaml", "--fix", *over_ssh(server, root)]
+    process: subprocess.Popen[bytes] = pytester.popen(args, stdin=subprocess.DEVNULL,
+                                                      start_new_session=True)
+    return process
 
 
 def journal_of(root: Path) -> Path:

@@ -14,6 +14,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -76,12 +77,13 @@ def ini_inventory(server: SshServer, roots: dict[str, Path], *, groups: dict[str
     return "\n".join(lines) + "\n"
 
 
-def report(pytester: pytest.Pytester, name: str = "r.json") -> dict[str, object]:
-    data: dict[str, object] = json.loads((pytester.path / name).read_text())
+def report(pytester: pytest.Pytester, name: str = "r.json") -> dict[str, Any]:
+    """The JSON report as loaded: JSON values, so a dict of Any."""
+    data: dict[str, Any] = json.loads((pytester.path / name).read_text())
     return data
 
 
-def by_target(data: dict[str, object]) -> dict[str, dict[str, str]]:
+def by_target(data: dict[str, Any]) -> dict[str, dict[str, str]]:
     """target -> check id -> outcome."""
     found: dict[str, dict[str, str]] = {}
     checks = data["checks"]
@@ -91,7 +93,7 @@ def by_target(data: dict[str, object]) -> dict[str, dict[str, str]]:
     return found
 
 
-def messages(data: dict[str, object], target: str) -> list[str]:
+def messages(data: dict[str, Any], target: str) -> list[str]:
     checks = data["checks"]
     assert isinstance(checks, list)
     return [check["message"] for check in checks if check["target"] == target]

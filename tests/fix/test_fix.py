@@ -17,6 +17,7 @@ import pytest
 
 from pytest_gpuhost.checks import Check
 from pytest_gpuhost.checks.changes import (
+    Change,
     Command,
     Plan,
     ReplaceFile,
@@ -33,7 +34,7 @@ from pytest_gpuhost.engine import RunOptions, run_check
 from pytest_gpuhost.fix.fixer import Fixer, FixError
 from pytest_gpuhost.fix.journal import Journal, latest_journal, read_journal
 from pytest_gpuhost.fix.locking import LockTimeout, RootLock
-from pytest_gpuhost.fix.state import StateStore
+from pytest_gpuhost.fix.state import StateFile, StateStore
 from pytest_gpuhost.host import HostError, LocalHost, Reply, Request
 from pytest_gpuhost.result import Outcome
 from pytest_gpuhost.spec import EntryOptions
@@ -65,7 +66,7 @@ def spec(pytester: pytest.Pytester) -> Path:
     Command(("modprobe", "nvidia_uvm"), ("modprobe", "-r", "nvidia_uvm"), "absent", "loaded"),
     ReplaceFile("etc/sysctl.d/90-gpuhost-x.conf", None, "vm.swappiness = 10\n"),
 ])
-def test_changes_round_trip_and_undo(change: object) -> None:
+def test_changes_round_trip_and_undo(change: Change) -> None:
     assert from_dict(json.loads(json.dumps(to_dict(change)))) == change
     assert change.undo().undo() == change
 
@@ -763,7 +764,8 @@ def test_a_change_knows_the_bits_its_restore_must_never_set(fake: FakeHost) -> N
         change = WriteBytes(path, 0x80, (0x9000).to_bytes(2, "little").hex(),
                             (0x1000).to_bytes(2, "little").hex(), never_set)
         entry = JournalEntry("1", "t", "s", "c", "pcie.max_read_request", "k", change, "applied")
-        [check] = rollback_checks(JournalContents(fake.root / "j.jsonl", (entry,), False, 0),
+        [check] = rollback_checks(JournalContents(StateFile.local(fake.root / "j.jsonl"), (entry,),
+                                                  False, 0),
                                   "j", NvmlSource(lambda: FakeNvml()))
         result = run_check(check, LocalHost(fake.root), {}, FIX)
         data = config.read_bytes()[0x80:0x82]

@@ -9,13 +9,14 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pytest_gpuhost.checks import Check
-from pytest_gpuhost.checks.changes import ReplaceFile, WriteBytes, WriteText
-from pytest_gpuhost.checks.cpuidle import parse_cpu_list
+from pytest_gpuhost.checks.changes import Change, ReplaceFile, WriteBytes, WriteText
 from pytest_gpuhost.checks.modules import ModuleProbe, ModuleState
 from pytest_gpuhost.checks.sysctl import SysctlProbe
 from pytest_gpuhost.engine import RunOptions, run_check
@@ -30,8 +31,10 @@ from pytest_gpuhost.fix.journal import (
     read_journal,
 )
 from pytest_gpuhost.fix.rollback import AFTER_REBOOT, refuse_foreign, rollback_checks
-from pytest_gpuhost.gpu.nvml import NvmlSource
+from pytest_gpuhost.fix.state import StateFile
+from pytest_gpuhost.gpu.nvml import Nvml, NvmlSource
 from pytest_gpuhost.host import HostError, HostIdentity, LocalHost
+from pytest_gpuhost.linux.cpulist import parse_cpu_list
 from pytest_gpuhost.result import Outcome
 from pytest_gpuhost.spec import EntryOptions
 from pytest_gpuhost.spec.matchers import Auto, Exact
@@ -160,16 +163,21 @@ def test_forgetting_the_root_never_applies_a_fake_trees_journal_to_this_machine(
                                  f"--gpuhost-root={os.path.realpath(fake.root)}"])
 
 
+def no_nvml() -> Nvml:
+    """NVML for a rollback that has no NVML setting to restore: never opened."""
+    raise AssertionError("a rollback of files and sysctls opened NVML")
+
+
 def _identity(root: str = "/", machine: str | None = "m1", boot: str | None = "b1",
               hostname: str | None = "gpu-07") -> HostIdentity:
     return HostIdentity(root, hostname, machine, boot)
 
 
-def _contents(identity: HostIdentity | None, *changes: object,
+def _contents(identity: HostIdentity | None, *changes: Change,
               path: Path = Path("/var/lib/pytest-gpuhost/journal/x.jsonl")) -> JournalContents:
     entries = tuple(JournalEntry(f"1-{n}", "t", "s", "c", "sysctl", None, change, "applied", n)
                     for n, change in enumerate(changes, 1))
-    return JournalContents(path, entries, False, 0, identity)
+    return JournalContents(StateFile.local(path), entries, False, 0, identity)
 
 
 SYSCTL_CHANGE = WriteText("proc/sys/vm/swappiness", "60\n", "10\n")
@@ -366,7 +374,7 @@ def test_a_value_the_kernel_clamped_is_rolled_back_and_said_so(fake: FakeHost) -
                                   "or rounded it)")
     contents = read_journal(journal_path)
     assert contents.entries[0].read_back == b"100\n"
-    [undo] = rollback_checks(contents, "j.jsonl", NvmlSource(None))
+    [undo] = rollback_checks(contents, "j.jsonl", NvmlSource(no_nvml))
     restored = run_check(undo, LocalHost(fake.root), {}, RunOptions(fix=True))
     assert restored.outcome is Outcome.FIXED, restored.message
     assert (fake.root / "proc/sys/vm/dirty_ratio").read_text() == "20\n"
@@ -405,7 +413,7 @@ def test_a_restore_that_lost_bytes_is_never_reported_restored(fake: FakeHost,
     journal = Journal(tmp_path / "j.jsonl", "spec")
     journal.record("sysctl[kernel.hostname]", "sysctl", "kernel.hostname", WriteText.of_bytes(
         "proc/sys/kernel/hostname", b"gpu-n\xf6de\n", b"gpu-07\n"))
-    [undo] = rollback_checks(read_journal(tmp_path / "j.jsonl"), "j.jsonl", NvmlSource(None))
+    [undo] = rollback_checks(read_journal(tmp_path / "j.jsonl"), "j.jsonl", NvmlSource(no_nvml))
     result = run_check(undo, Lossy(fake.root), {}, RunOptions(fix=True))
     assert result.outcome is Outcome.FIX_FAILED
     assert (result.expected, result.after) == ("gpu-n\\xf6de", "gpu-n\ufffdde")
@@ -479,7 +487,7 @@ def test_a_modprobe_that_times_out_is_unknown_and_its_child_is_killed(
 ])
 def test_a_journal_field_of_the_wrong_type_is_a_usage_error(
         pytester: pytest.Pytester, fake: FakeHost, canary: Path,
-        edit: object, words: str) -> None:
+        edit: Callable[[dict[str, Any]], object], words: str) -> None:
     fake.sysctl("vm.swappiness", 60)
     _, journal = fix_run(pytester, fake.root, "version: 1\nsysctl: {vm.swappiness: 10}\n")
     records = lines(journal)
@@ -831,7 +839,7 @@ def test_a_spec_path_with_a_newline_stays_in_the_header_comment(pytester: pytest
 ])
 def test_a_hostile_value_is_refused_not_persisted(
         pytester: pytest.Pytester, fake: FakeHost, canary: Path, spec: str,
-        setup: object, refused: str, words: str) -> None:
+        setup: Callable[[FakeHost], object], refused: str, words: str) -> None:
     setup(fake)
     (pytester.path / "spec.yaml").write_text(f"version: 1\n{spec}\n")
     result = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}", "--fix",
@@ -883,7 +891,7 @@ def test_restoring_extended_config_space_from_256_bytes_says_what_256_means(
     journal = Journal(tmp_path / "j.jsonl", "spec")
     journal.record("x", "pcie.acs", "0000:01:00.0", WriteBytes(
         "sys/bus/pci/devices/0000:01:00.0/config", 0x146, "1d00", "0100"))
-    [undo] = rollback_checks(read_journal(tmp_path / "j.jsonl"), "j.jsonl", NvmlSource(None))
+    [undo] = rollback_checks(read_journal(tmp_path / "j.jsonl"), "j.jsonl", NvmlSource(no_nvml))
     result = run_check(undo, LocalHost(fake.root), {}, RunOptions(fix=True))
     assert result.outcome is Outcome.ERROR
     assert "config space is 256 bytes but 0x147 is needed: 256 bytes means no extended config " \

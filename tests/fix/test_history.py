@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gpuhost.checks import Check
-from pytest_gpuhost.checks.changes import Command, WriteText
+from pytest_gpuhost.checks.changes import Change, Command, WriteText
 from pytest_gpuhost.checks.modules import ModuleProbe, ModuleState
 from pytest_gpuhost.engine import RunOptions, run_check
 from pytest_gpuhost.fix.fixer import Fixer
@@ -116,7 +116,7 @@ def test_a_dry_run_says_fix_would_not_retry_it(pytester: pytest.Pytester, spec: 
 # --- which earlier attempt counts ----------------------------------------------------------------
 
 
-def journal_with(root: Path, name: str, change: object, outcome: str | None,
+def journal_with(root: Path, name: str, change: Change, outcome: str | None,
                  boot_id: str | None = None) -> None:
     journal = Journal(root / JOURNAL_DIR / name, "spec", HostIdentity(str(root), boot_id=boot_id))
     entry = journal.record(PEERMEM, "module", "nvidia_peermem", change)

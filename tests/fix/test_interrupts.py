@@ -10,6 +10,7 @@ import json
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ SIGNALS = [signal.SIGTERM, signal.SIGHUP, signal.SIGINT]
 
 
 @pytest.fixture
-def blocked(fake: FakeHost) -> Blocked:
+def blocked(fake: FakeHost) -> Iterator[Blocked]:
     made = Blocked(fake)
     yield made
     made.cleanup()
@@ -33,9 +34,11 @@ def blocked(fake: FakeHost) -> Blocked:
 def start_fix(pytester: pytest.Pytester, root: Path) -> subprocess.Popen[bytes]:
     """``pytest spec.yaml --fix`` in its own session (a signal reaches it alone)."""
     pytester.makefile(".yaml", spec=SPEC)
-    return pytester.popen([sys.executable, "-m", "pytest", "spec.yaml", f"--gpuhost-root={root}",
-                           "--fix", "-p", "no:cacheprovider", "--gpuhost-report=out.json"],
-                          stdin=subprocess.DEVNULL, start_new_session=True)
+    args = [sys.executable, "-m", "pytest", "spec.yaml", f"--gpuhost-root={root}", "--fix", "-p",
+            "no:cacheprovider", "--gpuhost-report=out.json"]
+    process: subprocess.Popen[bytes] = pytester.popen(args, stdin=subprocess.DEVNULL,
+                                                      start_new_session=True)
+    return process
 
 
 def journal_of(root: Path) -> Path:

@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_gpuhost.checks import Observation
+from pytest_gpuhost.checks.changes import Plan
+from pytest_gpuhost.host import Host
 from pytest_gpuhost.linux.pciconfig import (
     SIZES,
     ConfigError,
@@ -325,8 +328,9 @@ def test_a_devctl_changed_between_the_plan_and_the_write_is_not_overwritten(
     config = _gpu_with_devctl(fake, 0x2937)
     planned = MaxReadRequestProbe.plan
 
-    def plan_then_the_driver_writes(self: MaxReadRequestProbe, *args: object) -> object:
-        plan = planned(self, *args)
+    def plan_then_the_driver_writes(self: MaxReadRequestProbe, host: Host, value: str,
+                                    observed: Observation) -> Plan:
+        plan = planned(self, host, value, observed)
         data = bytearray(config.read_bytes())
         data[0x80] |= 0x08
         config.write_bytes(bytes(data))

@@ -6,6 +6,7 @@ import json
 import shutil
 from glob import escape
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,12 +48,13 @@ def row(kind: str, cells: str, detail: str = "") -> str:
     return pattern + (f"  {detail}" if detail else "")
 
 
-def report(path: Path) -> dict[str, object]:
-    data: dict[str, object] = json.loads(path.read_text())
+def report(path: Path) -> dict[str, Any]:
+    """The JSON report as loaded: JSON values, so a dict of Any."""
+    data: dict[str, Any] = json.loads(path.read_text())
     return data
 
 
-def by_id(data: dict[str, object]) -> dict[str, dict[str, object]]:
+def by_id(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["id"]: c for c in data["checks"]}
 
 

@@ -9,6 +9,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -150,9 +151,9 @@ def containers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return trees
 
 
-def _report(pytester: pytest.Pytester) -> dict[str, object]:
-    data = json.loads((pytester.path / "r.json").read_text())
-    assert isinstance(data, dict)
+def _report(pytester: pytest.Pytester) -> dict[str, Any]:
+    """The JSON report as loaded: JSON values, so a dict of Any."""
+    data: dict[str, Any] = json.loads((pytester.path / "r.json").read_text())
     return data
 
 

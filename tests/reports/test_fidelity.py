@@ -196,6 +196,20 @@ def assert_consistent(pytester: pytest.Pytester, run: Run, *, complete: bool = T
     expected = outcomes(run)
     summary = run.report["summary"]
     assert summary == {o: sum(v == o for v in expected.values()) for o in OUTCOMES}
+    _terminal_agrees(run, expected, complete)
+    _junit_agrees(pytester, expected, complete, cut_short)
+    _prometheus_agrees(pytester, expected, summary)
+    _allure_agrees(pytester, expected, complete, cut_short)
+    _node_health_agrees(pytester, run, expected)
+    _fleet_page_agrees(pytester, expected)
+
+
+Outcomes = dict[tuple[str, str], str]
+
+
+def _terminal_agrees(run: Run, expected: Outcomes, complete: bool) -> None:
+    """The terminal summary's table, and pytest's own line where every check reported."""
+    summary = run.report["summary"]
     terminal = run.result.stderr.str()  # NPD sends pytest's terminal to stderr
     table = terminal_counts(terminal)
     assert table == {outcome: summary[outcome] for outcome in table}
@@ -210,8 +224,11 @@ def assert_consistent(pytester: pytest.Pytester, run: Run, *, complete: bool = T
             wanted[pytest_names[outcome]] += 1
         assert line == {k: v for k, v in wanted.items() if v}, line
 
-    # JUnit (valid xunit2): one testcase per record with its outcome in its <system-out>
-    # (an error is a <failure>)
+
+def _junit_agrees(pytester: pytest.Pytester, expected: Outcomes, complete: bool,
+                  cut_short: tuple[str, str] | None) -> None:
+    """JUnit (valid xunit2): one testcase per record with its outcome in its <system-out> (an
+    error is a <failure>)."""
     cases = junit_cases(pytester, interrupted=cut_short is not None)
     if complete:
         assert set(cases) == set(expected)
@@ -228,7 +245,10 @@ def assert_consistent(pytester: pytest.Pytester, run: Run, *, complete: bool = T
         bad = case.find("failure") is not None or case.find("error") is not None
         assert bad == (expected[key] not in GOOD), key
 
-    # Prometheus: one outcome per check
+
+def _prometheus_agrees(pytester: pytest.Pytester, expected: Outcomes,
+                       summary: dict[str, int]) -> None:
+    """Prometheus: one outcome per check."""
     metrics = parse_exposition((pytester.path / "out.prom").read_text(encoding="utf-8"))
     prom: dict[tuple[str, str], str] = {}
     for labels, value in metrics["gpuhost_check_outcome"]:
@@ -243,7 +263,10 @@ def assert_consistent(pytester: pytest.Pytester, run: Run, *, complete: bool = T
         counts[labels["outcome"]] += int(value)
     assert {o: counts[o] for o in OUTCOMES} == summary
 
-    # Allure: one result per check that reported, its status and its record's outcome
+
+def _allure_agrees(pytester: pytest.Pytester, expected: Outcomes, complete: bool,
+                   cut_short: tuple[str, str] | None) -> None:
+    """Allure: one result per check that reported, its status and its record's outcome."""
     allure_dir = pytester.path / "allure"
     found: dict[tuple[str, str], str] = {}
     for path in allure_dir.glob("*-result.json"):
@@ -262,7 +285,9 @@ def assert_consistent(pytester: pytest.Pytester, run: Run, *, complete: bool = T
         assert status == ALLURE_STATUS[expected[key]], (key, status, expected[key])
     assert (allure_dir / "environment.properties").is_file()
 
-    # NFD and NPD: the number of checks not ok; Slurm's reason, from the JSON report
+
+def _node_health_agrees(pytester: pytest.Pytester, run: Run, expected: Outcomes) -> None:
+    """NFD and NPD: the number of checks not ok; Slurm's reason, from the JSON report."""
     failing = [key for key, outcome in expected.items() if outcome not in GOOD]
     nfd = (pytester.path / "out.nfd").read_text()
     assert f"gpuhost.failed={len(failing)}\n" in nfd
@@ -273,12 +298,14 @@ def assert_consistent(pytester: pytest.Pytester, run: Run, *, complete: bool = T
         assert run.result.ret == 1 and " failed: " in npd[0]
         ran = [k for k in failing if not run.records[k]["message"].startswith("not run: ")]
         assert npd[0].startswith(f"gpuhost: {len(ran)} failed: ")
-    status, reason = slurm.verdict(pytester.path / "out.json", 1 if failing else 0)
-    assert status == (slurm.FAILED if failing else slurm.HEALTHY)
+    drained, reason = slurm.verdict(pytester.path / "out.json", 1 if failing else 0)
+    assert drained == (slurm.FAILED if failing else slurm.HEALTHY)
     if len(failing) > 1:
         assert reason.endswith(f"(+{len(failing) - 1} more)")
 
-    # the fleet page: every record of every target, with its outcome
+
+def _fleet_page_agrees(pytester: pytest.Pytester, expected: Outcomes) -> None:
+    """The fleet page: every record of every target, with its outcome."""
     page = (pytester.path / "fleet.html").read_text(encoding="utf-8")
     blob = re.search(r'<script type="application/json" id="fleet-data">(.*?)</script>', page,
                      re.S)

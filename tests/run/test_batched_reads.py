@@ -113,8 +113,9 @@ def test_collection_asks_the_host_a_constant_number_of_times(
 def test_a_verify_run_asks_the_host_a_constant_number_of_times(
         pytester: pytest.Pytester, tmp_path: Path, axis: str) -> None:
     sizes = {"gpus": (1, 8, 64), "cpus": (16, 128, 512), "sysctls": (1, 30, 300)}[axis]
-    runs = [calls_of(pytester, tmp_path, **{"gpus": 8, "cpus": 16, "sysctls": 10, axis: size})
-            for size in sizes]
+    shapes = [{"gpus": 8, "cpus": 16, "sysctls": 10, axis: size} for size in sizes]
+    runs = [calls_of(pytester, tmp_path, gpus=shape["gpus"], cpus=shape["cpus"],
+                     sysctls=shape["sysctls"]) for shape in shapes]
     calls = [c for c, _ in runs]
     checks = [n for _, n in runs]
     assert len(set(checks)) == (1 if axis == "cpus" else 3)  # more GPUs or sysctls: more checks

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -11,9 +12,9 @@ from pytest_gpuhost.checks.gpus import Gpu
 from pytest_gpuhost.checks.pcie import MaxReadRequestProbe
 from pytest_gpuhost.checks.sysctl import SysctlProbe
 from pytest_gpuhost.engine import RunOptions, run_check
-from pytest_gpuhost.host import HostError, LocalHost
+from pytest_gpuhost.host import Host, HostError, LocalHost
 from pytest_gpuhost.result import Outcome
-from pytest_gpuhost.spec import EntryOptions
+from pytest_gpuhost.spec import Condition, EntryOptions
 from pytest_gpuhost.spec.matchers import Auto, Exact, Integer
 from pytest_gpuhost.testing.fakehost import FakeHost
 
@@ -45,10 +46,11 @@ class CountingWrites(LocalHost):
         super().write_text(path, text)
 
 
-def sysctl_check(key: str, value: str, **options: object) -> Check:
+def sysctl_check(key: str, value: str, *, fix: bool = True,
+                 when: Condition | None = None) -> Check:
     path = "proc/sys/" + key.replace(".", "/")
     return Check("sysctl", key, Exact(value, Auto()),
-                 EntryOptions(where="spec.yaml:3", **options),
+                 EntryOptions(where="spec.yaml:3", fix=fix, when=when),
                  SysctlProbe(path))
 
 
@@ -97,8 +99,8 @@ def test_without_fix_nothing_is_written_and_the_hint_says_how(fake: FakeHost) ->
 
 
 def test_an_observation_error_is_an_error_outcome(fake: FakeHost) -> None:
-    class Broken(SysctlProbe):
-        def observe(self, host: object) -> Observation:
+    class Broken(SysctlProbe, frozen=True):
+        def observe(self, host: Host) -> Observation:
             raise HostError("cannot read proc/sys/x: Input/output error")
 
     check = Check("sysctl", "x", Exact("1", Auto()), EntryOptions(where="s:1"), Broken("x"))
@@ -113,8 +115,6 @@ def test_an_observation_error_is_an_error_outcome(fake: FakeHost) -> None:
 ])
 def test_when_conditions_skip_with_the_reason(fake: FakeHost, holds: bool, negate: bool,
                                               outcome: Outcome) -> None:
-    from pytest_gpuhost.spec import Condition
-
     fake.sysctl("vm.swappiness", 10)
     check = sysctl_check("vm.swappiness", "10", when=Condition("lab", negate))
     result = run_check(check, LocalHost(fake.root), {"lab": lambda h: (holds, "seen")}, FIX)
@@ -124,8 +124,8 @@ def test_when_conditions_skip_with_the_reason(fake: FakeHost, holds: bool, negat
 
 
 def test_a_probe_that_raises_still_leaves_a_record(fake: FakeHost) -> None:
-    class Buggy(SysctlProbe):
-        def observe(self, host: object) -> Observation:
+    class Buggy(SysctlProbe, frozen=True):
+        def observe(self, host: Host) -> Observation:
             raise TypeError("argument 3: wrong type")
 
     check = Check("sysctl", "x", Exact("1", Auto()), EntryOptions(where="s:1"), Buggy("x"))
@@ -136,10 +136,10 @@ def test_a_probe_that_raises_still_leaves_a_record(fake: FakeHost) -> None:
 def test_a_failed_read_back_records_no_after(fake: FakeHost) -> None:
     fake.sysctl("vm.swappiness", 60)
 
-    class Vanishing(SysctlProbe):
-        calls = 0
+    class Vanishing(SysctlProbe, frozen=True):
+        calls: ClassVar[int] = 0
 
-        def observe(self, host: object) -> Observation:
+        def observe(self, host: Host) -> Observation:
             Vanishing.calls += 1
             if Vanishing.calls > 2:  # before, again under the lock, then the read-back
                 raise HostError("cannot read proc/sys/vm/swappiness: Input/output error")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,8 +15,9 @@ from pytest_gpuhost.testing.fakehost import FakeHost
 from ..conftest import BLACKWELL8, assert_valid_junit
 
 
-def _report(pytester: pytest.Pytester, name: str = "out.json") -> dict[str, object]:
-    data: dict[str, object] = json.loads((pytester.path / name).read_text())
+def _report(pytester: pytest.Pytester, name: str = "out.json") -> dict[str, Any]:
+    """The JSON report as loaded: JSON values, so a dict of Any."""
+    data: dict[str, Any] = json.loads((pytester.path / name).read_text())
     return data
 
 

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from pytest_gpuhost import builtin
-from pytest_gpuhost.checks.sysctl import sysctl_path
+from pytest_gpuhost.checks.cpuidle import CpuidleSection
+from pytest_gpuhost.checks.dmesg import DmesgSection
+from pytest_gpuhost.checks.modules import ModulesSection
+from pytest_gpuhost.checks.p2p import P2pSection
+from pytest_gpuhost.checks.sysctl import SysctlEntry, sysctl_path
 from pytest_gpuhost.spec import Spec, SpecError, load_spec
 from pytest_gpuhost.spec.matchers import Exact, Match, OneOf, Range
 
@@ -16,6 +21,21 @@ from ..conftest import BLACKWELL8
 
 KINDS = {kind.section: kind for kind in builtin.pytest_gpuhost_check_kinds()}
 CONDITIONS = set(builtin.pytest_gpuhost_conditions())
+T = TypeVar("T")
+
+
+def section(spec: Spec, name: str, model: type[T]) -> T:
+    """The section ``name`` of ``spec`` as its kind parsed it: a ``model``."""
+    found = spec.sections[name]
+    assert isinstance(found, model), found
+    return found
+
+
+def sysctl_entries(spec: Spec) -> list[SysctlEntry]:
+    """The sysctl section: its entries, in file order."""
+    entries = list(section(spec, "sysctl", tuple))
+    assert all(isinstance(entry, SysctlEntry) for entry in entries), entries
+    return entries
 
 
 def load(tmp_path: Path, text: str) -> Spec:
@@ -29,9 +49,9 @@ def test_bundled_spec_is_valid() -> None:
     assert spec.name == "blackwell8"
     assert list(spec.sections) == ["sysctl", "kernel", "cpufreq", "memory", "gpus", "pcie",
                                    "iommu", "cpuidle", "modules", "p2p", "dmesg"]
-    sysctls = {entry.key: entry for entry in spec.sections["sysctl"]}
-    assert sysctls["kernel.numa_balancing"].expect == Exact("0", sysctls[
-        "kernel.numa_balancing"].expect.domain)
+    sysctls = {entry.key: entry for entry in sysctl_entries(spec)}
+    numa = sysctls["kernel.numa_balancing"].expect
+    assert isinstance(numa, Exact) and numa == Exact("0", numa.domain)
     assert all(entry.options.why for entry in sysctls.values())
 
 
@@ -46,7 +66,7 @@ def test_every_form_of_expectation(tmp_path: Path) -> None:
           kernel.core_pattern: {match: '\\|/usr/share/apport/.*', fix: false}
           net.ipv4.tcp_rmem: "4096 87380 16777216"
     """)
-    entries = {e.key: e for e in spec.sections["sysctl"]}
+    entries = {e.key: e for e in sysctl_entries(spec)}
     assert spec.name == "spec"
     assert isinstance(entries["kernel.numa_balancing"].expect, Exact)
     assert isinstance(entries["net.core.rmem_max"].expect, Range)
@@ -55,7 +75,7 @@ def test_every_form_of_expectation(tmp_path: Path) -> None:
     assert isinstance(entries["kernel.core_pattern"].expect, Match)
     assert entries["kernel.core_pattern"].options.fix is False
     assert entries["net.ipv4.tcp_rmem"].expect.describe() == "4096 87380 16777216"
-    assert [e.key for e in spec.sections["sysctl"]] == sorted(entries)
+    assert [e.key for e in sysctl_entries(spec)] == sorted(entries)
     assert entries["net.core.rmem_max"].options.where == "spec.yaml:4"
 
 
@@ -66,7 +86,7 @@ def test_when_conditions(tmp_path: Path) -> None:
           nvidia_peermem: {state: loaded, when: infiniband}
           nouveau: {state: absent, when: not container}
     """)
-    entries = {e.name: e for e in spec.sections["modules"].modules}
+    entries = {e.name: e for e in section(spec, "modules", ModulesSection).modules}
     assert str(entries["nvidia_peermem"].options.when) == "infiniband"
     assert str(entries["nouveau"].options.when) == "not container"
 
@@ -81,11 +101,11 @@ def test_severity_per_entry_defaults_to_normal(tmp_path: Path) -> None:
           disabled: [{name: C2, severity: minor}]
         dmesg: {severity: critical}
     """)
-    modules = {e.name: e for e in spec.sections["modules"].modules}
+    modules = {e.name: e for e in section(spec, "modules", ModulesSection).modules}
     assert modules["nvidia"].options.severity == "blocker"
     assert modules["nouveau"].options.severity == "normal"
-    assert spec.sections["cpuidle"].states[0].options.severity == "minor"
-    assert spec.sections["dmesg"].options.severity == "critical"
+    assert section(spec, "cpuidle", CpuidleSection).states[0].options.severity == "minor"
+    assert section(spec, "dmesg", DmesgSection).options.severity == "critical"
 
 
 BAD_SPECS = [
@@ -228,7 +248,9 @@ def test_every_section_takes_the_entry_options(tmp_path: Path, section: str) -> 
     name = section.split(":", 1)[0]
     text = section + "  severity: critical\n  why: it matters\n  fix: false\n"
     spec = load(tmp_path, f"version: 1\n{text}")
-    options = spec.sections[name].options
+    found = spec.sections[name]
+    assert isinstance(found, (P2pSection, DmesgSection)), found
+    options = found.options
     assert (options.severity, options.why, options.fix) == ("critical", "it matters", False)
 
 

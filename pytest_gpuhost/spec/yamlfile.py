@@ -1,0 +1,323 @@
+"""The spec's file as YAML nodes: read bounded, composed, refused where a spec must not go, and
+walked through ``Node``, whose typed accessors raise SpecError at the node's line.
+
+The YAML half of the spec layer (``__init__.py`` holds the model the nodes become). Every
+problem is a SpecError, never a traceback: a file that is not a regular file or is over
+MAX_SPEC_BYTES (read without blocking, so a FIFO or /dev/zero cannot hang the run), YAML nested
+deeper than MAX_DEPTH, an explicit tag other than the core schema's (``!!binary``,
+``!!timestamp``, ``!!python/...``, ``!custom``), and merge keys (``<<``). Merge keys are refused
+rather than supported: which of the merged and the written keys wins, and the line a merged value
+came from, are easy to get wrong silently in a file that decides what a root tool writes;
+writing the keys out is explicit, and the error says so. A value its tag cannot construct
+(``!!int "abc"``, an integer of more digits than Python converts) is refused when a Node reads it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import stat
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.constructor import SafeConstructor
+
+FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's parser where PyYAML has it: composes a 300-entry spec about 10x faster. A spec it
+refuses is composed again by the pure-Python parser, whose messages name the bad character."""
+MAX_SPEC_BYTES = 4 * 1024 * 1024
+MAX_DEPTH = 64
+"""Deeper YAML is no spec; the pure-Python composer recurses once per level."""
+CORE = "tag:yaml.org,2002:"
+"""The prefix of the core schema's tags (``tag:yaml.org,2002:str``)."""
+_ALLOWED_TAGS = {
+    yaml.ScalarNode: {f"{CORE}{name}" for name in ("str", "int", "bool", "null", "float")},
+    yaml.SequenceNode: {f"{CORE}seq"},
+    yaml.MappingNode: {f"{CORE}map"},
+}
+
+
+class SpecError(Exception):
+    """A spec that cannot be used; str() is ``file:line: what is wrong, what was expected``."""
+
+    def __init__(self, where: str, message: str) -> None:
+        super().__init__(f"{where}: {message}")
+        self.where = where
+        self.message = message
+
+
+def tag_name(tag: str) -> str:
+    """``tag:yaml.org,2002:binary`` -> ``!!binary``."""
+    return "!!" + tag[len(CORE):] if tag.startswith(CORE) else tag
+
+
+_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+               (stat.S_ISSOCK, "a socket"))
+
+
+def _read_spec(path: Path, shown: str) -> str:
+    """The spec's text: a regular file of at most MAX_SPEC_BYTES, opened without blocking (a
+    FIFO would wait for a writer) and read no further than that bound (/dev/zero never ends)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise SpecError(shown, "spec file not found") from None
+    except OSError as exc:
+        raise SpecError(shown, f"cannot read the spec: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
+            raise SpecError(shown, f"the spec is {kind}, not a regular file; name a YAML file")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_SPEC_BYTES:
+            chunk = os.read(fd, MAX_SPEC_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise SpecError(shown, f"cannot read the spec: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if size > MAX_SPEC_BYTES:
+        raise SpecError(shown, f"the spec is over {MAX_SPEC_BYTES // (1024 * 1024)} MiB; a spec "
+                               "is a short YAML file")
+    try:
+        return b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(shown, f"cannot read the spec: not UTF-8 ({exc})") from None
+
+
+def _refuse_deep(text: str, shown: str) -> None:
+    """Refuse nesting deeper than MAX_DEPTH from the parser's events (no recursion), before
+    the pure-Python composer would recurse into it."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = f":{event.start_mark.line + 1}" if event.start_mark else ""
+                raise SpecError(f"{shown}{line}",
+                                f"the YAML is nested deeper than {MAX_DEPTH} levels; a spec "
+                                "is a few levels deep")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
+def _compose(text: str, shown: str) -> yaml.Node | None:
+    if FAST_LOADER is not yaml.SafeLoader:
+        try:  # libyaml refuses nesting past its own limit rather than recursing
+            node: yaml.Node | None = yaml.compose(text, Loader=FAST_LOADER)
+            return node
+        except yaml.YAMLError:
+            pass  # composed again below, for the pure-Python parser's message
+    _refuse_deep(text, shown)
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except RecursionError:
+        raise SpecError(shown, "the YAML is nested too deeply") from None
+    return node
+
+
+_MERGE = f"{CORE}merge"
+
+
+def _where(shown: str, node: yaml.Node) -> str:
+    return f"{shown}:{node.start_mark.line + 1}"
+
+
+def _check_nodes(root: yaml.Node, shown: str) -> None:
+    """Every node, without recursion (and each shared by an alias once): no deeper than
+    MAX_DEPTH, no merge key, no tag outside the core schema."""
+    stack: list[tuple[yaml.Node, int]] = [(root, 1)]
+    seen: set[int] = set()
+    while stack:
+        node, depth = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if depth > MAX_DEPTH:
+            raise SpecError(_where(shown, node), f"the YAML is nested deeper than {MAX_DEPTH} "
+                                                 "levels; a spec is a few levels deep")
+        if node.tag == _MERGE:
+            raise SpecError(_where(shown, node), "merge keys ('<<') are not supported in a "
+                                                 "spec: write the keys out in each mapping "
+                                                 "(which of a merged and a written key wins is "
+                                                 "easy to get wrong)")
+        if node.tag not in _ALLOWED_TAGS[type(node)]:
+            raise SpecError(_where(shown, node), f"a {tag_name(node.tag)} value is not "
+                                                 "supported in a spec; write plain strings, "
+                                                 "integers, booleans, lists and mappings (quote "
+                                                 "a value to keep it a string)")
+        if isinstance(node, yaml.MappingNode):
+            stack.extend((child, depth + 1) for pair in node.value for child in pair)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((child, depth + 1) for child in node.value)
+
+
+def compose_spec(path: Path, shown: str) -> yaml.Node | None:
+    """The spec file's root node (None for an empty file), every node checked; any problem is
+    a SpecError naming ``shown`` and, where it has one, the line."""
+    text = _read_spec(path, shown)
+    try:
+        root = _compose(text, shown)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise SpecError(f"{shown}{line}", f"not valid YAML: {exc.problem or exc}") from None
+    except yaml.YAMLError as exc:
+        raise SpecError(shown, f"not valid YAML: {exc}") from None
+    if root is not None:
+        _check_nodes(root, shown)
+    return root
+
+
+def closest(word: str, choices: Iterable[str]) -> str:
+    found = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {found[0]!r}?)" if found else ""
+
+
+_STR = f"{CORE}str"
+
+
+class Node:
+    """A YAML node that remembers where it came from, with typed accessors that raise SpecError.
+
+    The nodes of one spec share one YAML constructor, which remembers every value it made:
+    it goes, with the nodes, once the spec is parsed (a constructor kept for the session kept
+    every node of every spec alive, and the garbage collector walked them all at each full
+    collection)."""
+
+    def __init__(self, node: yaml.Node, file: str, key_line: int | None = None,
+                 constructor: SafeConstructor | None = None) -> None:
+        self._node = node
+        self.file = file
+        self.key_line = key_line
+        """For a mapping value: the line of its key, where errors about the key point."""
+        self._constructor = constructor if constructor is not None else SafeConstructor()
+
+    @property
+    def line(self) -> int:
+        return int(self._node.start_mark.line) + 1
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    def error(self, message: str) -> SpecError:
+        return SpecError(self.where, message)
+
+    def key_error(self, message: str) -> SpecError:
+        """An error about the key this value sits under (unknown key, bad name)."""
+        return SpecError(f"{self.file}:{self.key_line or self.line}", message)
+
+    def unknown_key(self, key: str, what: str, allowed: Iterable[str]) -> SpecError:
+        """The one message for a key a section or an entry does not know: where, a "did you
+        mean" and every key it takes (every kind says it the same way)."""
+        choices = list(allowed)
+        return self.key_error(f"unknown key {key!r} in {what}{closest(key, choices)}; "
+                              f"expected one of: {', '.join(choices)}")
+
+    @property
+    def is_mapping(self) -> bool:
+        return isinstance(self._node, yaml.MappingNode)
+
+    @property
+    def is_sequence(self) -> bool:
+        return isinstance(self._node, yaml.SequenceNode)
+
+    def mapping(self, what: str) -> list[tuple[str, Node]]:
+        """The (key, value) pairs of a mapping, in file order; duplicate keys are errors."""
+        if not self.is_mapping:
+            raise self.error(f"{what} must be a mapping, got {self.kind_name()}")
+        pairs: list[tuple[str, Node]] = []
+        seen: dict[str, int] = {}
+        for key_node, value_node in self._node.value:
+            key = Node(key_node, self.file, constructor=self._constructor)
+            name = key.scalar()
+            if not isinstance(name, str):
+                raise key.error(f"keys in {what} must be strings, got {name!r}")
+            if name in seen:
+                raise key.error(f"duplicate key {name!r} in {what} (first at line {seen[name]})")
+            seen[name] = key.line
+            pairs.append((name, Node(value_node, self.file, key.line, self._constructor)))
+        return pairs
+
+    def sequence(self, what: str) -> list[Node]:
+        if not self.is_sequence:
+            raise self.error(f"{what} must be a list, got {self.kind_name()}")
+        return [Node(child, self.file, constructor=self._constructor)
+                for child in self._node.value]
+
+    def scalar(self) -> Any:
+        if not isinstance(self._node, yaml.ScalarNode):
+            raise self.error(f"expected a single value, got {self.kind_name()}")
+        return self._construct()
+
+    def _construct(self) -> Any:
+        """The scalar's value; one its tag cannot construct is a SpecError at its line."""
+        if self._node.tag == _STR:  # what the constructor would return, without its bookkeeping
+            value: Any = self._node.value
+        else:
+            try:
+                value = self._constructor.construct_object(self._node)
+            except Exception as exc:  # ValueError, KeyError, ConstructorError: all the spec's
+                problem = getattr(exc, "problem", None) or str(exc) or type(exc).__name__
+                raise self.error(f"cannot read the value {str(self._node.value)[:40]!r} as "
+                                 f"{tag_name(self._node.tag)}: {problem}") from None
+        if isinstance(value, str) and not _encodable(value):
+            raise self.error(f"the value {value[:40]!r} holds a lone surrogate (an escape like "
+                             "\\ud800), which is no character")
+        return value
+
+    def kind_name(self) -> str:
+        if self.is_mapping:
+            return "a mapping"
+        if self.is_sequence:
+            return "a list"
+        value = self._construct()
+        return "nothing" if value is None else f"{type(value).__name__} {value!r}"
+
+    def text(self, what: str) -> str:
+        """A string, or an integer taken as its decimal string; booleans and floats are refused."""
+        value = self.scalar() if not (self.is_mapping or self.is_sequence) else None
+        if isinstance(value, bool) or value is None or isinstance(value, float):
+            raise self.error(f"{what} must be a string or an integer, got {self.kind_name()}")
+        if isinstance(value, int):
+            return str(value)
+        if isinstance(value, str):
+            return value
+        raise self.error(f"{what} must be a string or an integer, got {self.kind_name()}")
+
+    def string(self, what: str) -> str:
+        value = self.scalar() if not (self.is_mapping or self.is_sequence) else None
+        if not isinstance(value, str) or not value:
+            raise self.error(f"{what} must be a non-empty string, got {self.kind_name()}")
+        return value
+
+    def boolean(self, what: str) -> bool:
+        value = self.scalar() if not (self.is_mapping or self.is_sequence) else None
+        if not isinstance(value, bool):
+            raise self.error(f"{what} must be true or false, got {self.kind_name()}")
+        return value
+
+    def regex(self, what: str) -> re.Pattern[str]:
+        pattern = self.string(what)
+        try:
+            return re.compile(pattern)
+        except re.error as exc:
+            raise self.error(f"{what} is not a valid regular expression: {exc}") from None
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
