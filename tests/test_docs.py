@@ -471,7 +471,7 @@ def test_the_fleet_sample_is_what_the_fleet_command_prints(
     for name, deviation in (("node01", {}), ("node02", {}),
                             ("node03", {"gen4": True, "driver": "580.105.08"}),
                             ("node04", {"swappiness": 60})):
-        made = node(tmp_path, name, **deviation)  # type: ignore[arg-type]
+        made = node(tmp_path, name, **deviation)
         reports.mkdir(exist_ok=True)
         made.rename(reports / made.name)
     tools = tmp_path / "bin"  # an ssh that meets a host with no route to it, as ssh says so
@@ -489,11 +489,11 @@ def test_the_fleet_sample_is_what_the_fleet_command_prints(
     document = REPO / "docs" / "capture-and-drift.md"
     command = block_with(document, "python -m pytest_gpuhost.fleet").splitlines()[0]
     shell = command.replace("python ", f"{sys.executable} ", 1)
-    made = subprocess.run(["bash", "-c", shell], cwd=pytester.path, capture_output=True,
+    page = subprocess.run(["bash", "-c", shell], cwd=pytester.path, capture_output=True,
                           text=True, timeout=120)
-    assert made.returncode == 1, made.stderr  # a target with problems, two with no result
+    assert page.returncode == 1, page.stderr  # a target with problems, two with no result
     sample = block_with(document, "fleet: 6 targets")
-    pytest.LineMatcher(made.stdout.splitlines()).fnmatch_lines(
+    pytest.LineMatcher(page.stdout.splitlines()).fnmatch_lines(
         sample_patterns(sample, Path(DEMO_ROOT)), consecutive=True)
     assert (pytester.path / "fleet.html").is_file()
 

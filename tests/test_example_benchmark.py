@@ -81,9 +81,10 @@ def test_the_benchmark_example_saves_compares_and_diffs(pytester: pytest.Pyteste
                                              "  nouveau: absent\n  nvidia_peermem: absent\n"))
     changed = pytester.runpytest_subprocess(".", root, "--benchmark-compare")
     assert changed.ret == pytest.ExitCode.OK, changed.stdout.str()
-    for run, first in ((same, "0001_09ee7161d5eb..._20261204_190531.json: same host state"),
-                       (changed, "0001_unversioned_20261204_190629.json: host state differs")):
-        shown = first.split(":", 1)[0]
-        run.stdout.fnmatch_lines([escape(line).replace(escape(shown), "0001_*.json")
-                                  for line in block_with(documented, first).splitlines()],
-                                 consecutive=True)
+    for compared, heading in (
+            (same, "0001_09ee7161d5eb..._20261204_190531.json: same host state"),
+            (changed, "0001_unversioned_20261204_190629.json: host state differs")):
+        shown = heading.split(":", 1)[0]
+        compared.stdout.fnmatch_lines([escape(line).replace(escape(shown), "0001_*.json")
+                                       for line in block_with(documented, heading).splitlines()],
+                                      consecutive=True)
