@@ -553,7 +553,9 @@ def test_the_fleet_examples_print_what_fleets_md_shows(
     pytest.importorskip("xdist")
     document = REPO / "docs" / "fleets.md"
     text = document.read_text()
-    demo, port = "/tmp/fleet-demo", re.search(r"port (\d+)\)", text).group(1)  # type: ignore[union-attr]
+    quoted_port = re.search(r"port (\d+)\)", text)
+    assert quoted_port, "docs/fleets.md names the sshd's port as '(port N)'"
+    demo, port = "/tmp/fleet-demo", quoted_port.group(1)
     server = start_sshd(pytester.path / "sshd")
     try:
         for name, swappiness in (("node01", 10), ("node02", 60), ("node03", 10),
