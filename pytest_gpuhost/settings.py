@@ -90,6 +90,8 @@ class Settings:
     the inventory's) StrictHostKeyChecking instead of refusing host keys known_hosts lacks."""
     nfd_expiry: float = 3600.0
     """--gpuhost-nfd-expiry: the seconds the NFD labels stand after the run (# +expiry-time)."""
+    connect_concurrency: int = 10
+    """--gpuhost-connect-concurrency: remote targets connected at once, the whole run."""
 
     @property
     def remote(self) -> bool:
@@ -209,6 +211,13 @@ def _seconds(raw: RawOptions, name: str) -> float | None:
     problem = BY_NAME[name].seconds_problem(value) if value is not None else None
     if problem is not None:
         raise SettingsError(f"{flag(name)}={value:g}: {problem}")
+    return value
+
+
+def _count(raw: RawOptions, name: str) -> int:
+    value = raw.count(name)
+    if value < 1:
+        raise SettingsError(f"{flag(name)}={value}: expected a whole number, 1 or more")
     return value
 
 
@@ -409,4 +418,4 @@ def resolve(raw: RawOptions) -> Settings:
         topology=raw.flag("topology") and not raw.worker,
         accept_new_host_keys=raw.flag("accept_new_host_keys") or
         raw.ini_flag("accept_new_host_keys"),
-        nfd_expiry=nfd_expiry)
+        nfd_expiry=nfd_expiry, connect_concurrency=_count(raw, "connect_concurrency"))

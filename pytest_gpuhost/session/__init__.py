@@ -48,11 +48,6 @@ if TYPE_CHECKING:  # a rollback's, persistence's and a capture's modules load wh
 
 __all__ = ["HOST_FACTS", "LOCAL", "HostFacts", "Session", "Target", "UnreachableHost"]
 
-PARALLEL_CONNECTIONS = 10
-"""Remote targets connected at once while collecting: under sshd's default MaxStartups (10),
-which starts refusing unauthenticated connections beyond 10 (many targets behind one bastion)."""
-
-
 @dataclass(frozen=True)
 class Unexpanded:
     """The expectation of a section that could not be expanded: it never passes."""
@@ -95,6 +90,11 @@ class Session:
     rollback_checks: list[Check] = field(default_factory=list)
     rollback_file: Path | None = None
     """The file pytest collects a rollback's checks from (see ``_anchor``)."""
+    own: frozenset[str] | None = None
+    """The remote targets this process collects and runs (an xdist worker's share, which its
+    controller gave it: ``plugin/distributing.py``); None: every target."""
+    concurrency: int | None = None
+    """Remote targets this process connects to at once; None: --gpuhost-connect-concurrency."""
     _cleanup: list[Path] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -202,17 +202,25 @@ class Session:
 
         return [observe_only(c) for c in checks]
 
+    def collects(self, target: Target) -> bool:
+        """Whether this process collects (and runs) ``target``: this machine always, a remote
+        target when it is this process's own (``own``)."""
+        return self.own is None or target.url == LOCAL or target.name in self.own
+
     def collect_remote_facts(self) -> None:
-        """The first batch of collection (every spec's facts) from every remote target at once,
-        a few connections at a time: connecting is most of a remote target's time, and one
-        target's wait no longer holds up the others. Expansion then reads from the cache."""
-        remote = [t for t in self.targets.values() if t.url != LOCAL and t.unreachable is None]
+        """The first batch of collection (every spec's facts) from every remote target this
+        process collects, ``concurrency`` connections at a time: connecting is most of a
+        remote target's time, and one target's wait no longer holds up the others. Expansion
+        then reads from the cache."""
+        remote = [t for t in self.targets.values()
+                  if t.url != LOCAL and t.unreachable is None and self.collects(t)]
         if len(remote) < 2 or not self.specs:
             return
         facts = list(dict.fromkeys(f for spec in self.specs.values() for f in self.facts_of(spec)))
         from concurrent.futures import ThreadPoolExecutor  # remote targets only
 
-        with ThreadPoolExecutor(min(PARALLEL_CONNECTIONS, len(remote)),
+        at_once = self.concurrency or self.settings.connect_concurrency
+        with ThreadPoolExecutor(min(at_once, len(remote)),
                                 thread_name_prefix="gpuhost-collect") as pool:
             for _ in pool.map(lambda target: target.collect_facts(facts, self.shared_dir),
                               remote):
