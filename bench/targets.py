@@ -10,8 +10,8 @@ sessions per target counted from the server's side (sshd's VERBOSE log: ``Accept
     .venv/bin/python bench/targets.py --repeat 3 --results bench/RESULTS.md
     .venv/bin/python bench/targets.py --targets 100 --workers 4 --forks 4 --repeat 1
     .venv/bin/python bench/targets.py --targets 100 --big 500          # and 500 once at -n 4
-    git worktree add --detach /tmp/base COMMIT       # and the same against older code:
-    .venv/bin/python bench/targets.py --baseline /tmp/base
+    mkdir /tmp/base && git archive COMMIT | tar -x -C /tmp/base && echo COMMIT > /tmp/base/.commit
+    .venv/bin/python bench/targets.py --baseline /tmp/base   # and the same against older code
 
 Each target is a small fake root of its own (7 checks: five sysctls, a module, dmesg), reached
 through the inventory (``ansible_host``, ``ansible_port``, ``ansible_user``, the key file,
@@ -426,7 +426,8 @@ def main() -> int:
                              "NO_SHELL_RC)")
     parser.add_argument("--baseline", type=Path, metavar="CHECKOUT",
                         help="also run 100 targets at -n 4, once, with pytest-gpuhost "
-                             "imported from CHECKOUT (git worktree add --detach DIR COMMIT)")
+                             "imported from CHECKOUT (a git checkout, or a git archive copy "
+                             "with the commit in CHECKOUT/.commit)")
     args = parser.parse_args()
     counts = [int(n) for n in args.targets.split(",")]
     variants: list[Variant] = [("pytest", int(n)) for n in args.workers.split(",")]
@@ -491,6 +492,16 @@ def row(name: str, goal: str, runs: list[Measured], met: str, count: int) -> str
             f"{f'{per.connections} / {per.round_trips}' if per.round_trips else ''} | {met} |")
 
 
+def baseline_commit(checkout: Path) -> str:
+    """The commit of the baseline's code: a git checkout's, or that a ``git archive`` copy
+    names in its ``.commit`` file (a copy changes no repository)."""
+    named = checkout / ".commit"
+    if named.exists():
+        return named.read_text().strip()
+    return subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
+
+
 def ratios(results: dict[tuple[int, Variant], list[Measured]], count: int, ours: Variant,
            theirs: Variant) -> list[float]:
     """Per round: pytest's wall / Ansible's (the runs of a round were back to back)."""
@@ -513,9 +524,7 @@ def render(results: dict[tuple[int, Variant], list[Measured]],
                 if goal else ""
             rows.append(row(f"{count} targets, {name_of(variant)}",
                             f"<= {GOAL_S:.0f} s" if goal else "", runs, met, count))
-    commit = subprocess.run(["git", "-C", str(args.baseline), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip() \
-        if args.baseline else ""
+    commit = baseline_commit(args.baseline) if args.baseline else ""
     for (count, variant), runs in sorted(extra.items()):
         peak = runs[0].controller_peak_kib / 1024
         rows.append(row(f"{count} targets, {name_of(variant)}, 1 run",
@@ -598,7 +607,7 @@ batch): {one * 1000:.0f} ms of wall time here
 Commands:
 
 ```
-{f"git worktree add --detach {args.baseline} {commit}{chr(10)}" if args.baseline else ""}\
+{f"git archive {commit} | tar -x -C {args.baseline}{chr(10)}" if args.baseline else ""}\
 {invocation}
 cd $BENCH/fleet100 && {shown}
 cd $BENCH/fleet100 && {ansible_args} {shown_ansible}
