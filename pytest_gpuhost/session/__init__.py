@@ -214,6 +214,7 @@ class Session:
         then reads from the cache."""
         remote = [t for t in self.targets.values()
                   if t.url != LOCAL and t.unreachable is None and self.collects(t)]
+        room_for_sessions(len(remote))
         if len(remote) < 2 or not self.specs:
             return
         facts = list(dict.fromkeys(f for spec in self.specs.values() for f in self.facts_of(spec)))
@@ -243,6 +244,7 @@ class Session:
 
     def seed(self, collected: Mapping[str, Any]) -> None:
         """Start each remote target from what the xdist controller collected of it."""
+        room_for_sessions(sum(1 for t in self.targets.values() if t.url != LOCAL))
         for name, record in collected.items():
             target = self.targets.get(name)
             if target is not None and target.url != LOCAL:
@@ -352,3 +354,25 @@ def capture_report(path: Path, run: ReportRun) -> SpecCapture:
     """--gpuhost-capture's reporter (``reports.REPORTS``), with the run's command line."""
     session: Session = run.session
     return session.capture_reporter(run.command)
+
+
+FILES_PER_SESSION = 3
+"""An agent session held open costs this process three file descriptors (the ssh client's
+stdin, stdout and stderr pipes)."""
+FILES_SPARE = 256
+"""What pytest, xdist, the reports and a fix's journal may hold open besides."""
+
+
+def room_for_sessions(sessions: int) -> None:
+    """Raise this process's soft limit on open files toward its hard limit where ``sessions``
+    held at once would not fit (a common soft limit of 1024 holds some 250 targets), never
+    lowering it: a large fleet runs instead of its last targets failing to start ssh."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = sessions * FILES_PER_SESSION + FILES_SPARE
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    wanted = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    if wanted > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))

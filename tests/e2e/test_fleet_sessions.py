@@ -188,3 +188,25 @@ def test_a_target_slow_to_collect_holds_up_no_other_targets_checks(
     order = [line.rsplit("@", 1)[1].split()[0] for line in result.stdout.lines
              if line.startswith("[gw") and "PASSED" in line and "@" in line]
     assert order.index("fast") < order.index("slow"), order
+
+
+def test_a_fleet_larger_than_the_soft_limit_on_open_files_still_runs(
+        pytester: pytest.Pytester, verbose_sshd: SshServer, tmp_path: Path) -> None:
+    """Each held agent session costs the process three file descriptors (the ssh client's
+    pipes): under a soft limit of 80 open files, 30 targets need more, and the run raises its
+    soft limit toward the hard one instead of failing to start ssh."""
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 512:
+        pytest.skip(f"the hard limit on open files here is {hard}")
+    names = [f"node{number:02d}" for number in range(30)]
+    pytester.makefile(".ini", hosts=inventory(verbose_sshd, tmp_path, names))
+    spec = pytester.makefile(".yaml", spec=SPEC)
+    config = client_config(verbose_sshd, tmp_path)
+    result = pytester.run(
+        "bash", "-c", f"ulimit -Sn 80 && exec {sys.executable} -m pytest --gpuhost-spec={spec} "
+        f"--gpuhost-inventory=hosts.ini --gpuhost-ssh-config={config} "
+        "--gpuhost-report=r.json -p no:cacheprovider")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert outcomes(pytester.path / "r.json") == dict.fromkeys(names, CHECKS)
