@@ -22,9 +22,11 @@ if TYPE_CHECKING:
 
     from .targets import Scheme
 
-FLAG, TEXT, WORDS, SECONDS, OPTIONAL = "flag", "text", "words", "seconds", "optional"
+FLAG, TEXT, WORDS, SECONDS, OPTIONAL, COUNT = ("flag", "text", "words", "seconds", "optional",
+                                              "count")
 """What an option takes: nothing (a switch), one value, a value each time it is given, a
-number of seconds, or an optional value (``--gpuhost-rollback[=JOURNAL]``)."""
+number of seconds, an optional value (``--gpuhost-rollback[=JOURNAL]``), or a whole number
+of at least 1."""
 
 
 class Option:
@@ -239,6 +241,21 @@ OPTIONS: tuple[Option, ...] = (
            default=10.0, needs_spec=False, above_zero=True,
            help="how long connecting to a target may take (default {default:g})",
            doc="how long connecting to a target may take (default {default:g})."),
+    Option("connect_concurrency", "--gpuhost-connect-concurrency", COUNT, metavar="N",
+           default=10, needs_spec=False,
+           help="how many remote targets the run connects to at once (default {default}; "
+                "under -n shared out among the workers). Each target's key exchange and login "
+                "is the costly part; sshd's default MaxStartups refuses some unauthenticated "
+                "connections past 10, which matters when every target is reached through one "
+                "bastion",
+           doc="how many remote targets the run connects to at once, all its processes together "
+               "(default {default}: under `-n N` each worker connects to its own share of the "
+               "targets, the count split among them, at least one each). A target's key "
+               "exchange, login and agent start are most of what it costs. A default sshd "
+               "(`MaxStartups 10:30:100`) starts refusing unauthenticated connections past 10: "
+               "keep it at 10 or under when the targets are reached through one bastion "
+               "(`ProxyJump`) whose sshd has that default ([fleets](fleets.md#many-targets-"
+               "with--n-n))."),
     Option("inventory", "--gpuhost-inventory", TEXT, metavar="FILE", ini="gpuhost_inventory",
            ini_help="Ansible inventory of the targets (see --gpuhost-inventory)",
            help="check every host of an Ansible inventory (INI, YAML, a directory) over ssh, "
@@ -350,6 +367,9 @@ class RawOptions:
     def seconds(self, name: str) -> float | None:
         value = self.value(name)
         return None if value is None else float(str(value))
+
+    def count(self, name: str) -> int:
+        return int(str(self.value(name)))
 
     def ini_flag(self, name: str) -> bool:
         return bool(self._ini.get(name))

@@ -34,6 +34,9 @@ class StateLedger(Protocol):
 
     def wait_for(self, indices: Iterable[int]) -> list[int]: ...
 
+    def host_checks(self, own: Sequence[tuple[int, str]], targets: Sequence[str]
+                    ) -> list[tuple[int, str]]: ...
+
     def records_of(self, indices: Iterable[int]) -> dict[int, CheckResult]: ...
 
     def lost(self, missing: Sequence[int]) -> str: ...
@@ -109,11 +112,12 @@ def fixture_state(run: StateRun | None) -> HostState:
         _fail("no host was checked in this run: pass --gpuhost-spec=FILE (or set gpuhost_spec "
               "in the ini file) so that the host checks run before this test")
     assert run is not None
-    indices = [index for index, _ in run.host_checks]
+    host_checks = run.ledger.host_checks(run.host_checks, list(run.session.targets))
+    indices = [index for index, _ in host_checks]
     if not indices:
         _fail("no host check was selected, so no state vouches for this host; select the "
               "spec's checks too (a -k or -m that leaves them out leaves the state out)")
-    names = dict(run.host_checks)
+    names = dict(host_checks)
     missing = run.ledger.wait_for(indices)
     records = run.ledger.records_of(indices)
     missing += [i for i in indices if i not in missing and i not in records]

@@ -83,6 +83,8 @@ class Settings(msgspec.Struct, frozen=True):
     the inventory's) StrictHostKeyChecking instead of refusing host keys known_hosts lacks."""
     nfd_expiry: float = 3600.0
     """--gpuhost-nfd-expiry: the seconds the NFD labels stand after the run (# +expiry-time)."""
+    connect_concurrency: int = 10
+    """--gpuhost-connect-concurrency: remote targets connected at once, the whole run."""
 
     @property
     def remote(self) -> bool:
@@ -222,6 +224,13 @@ def _seconds(raw: RawOptions, name: str) -> float | None:
     return value
 
 
+def _count(raw: RawOptions, name: str) -> int:
+    value = raw.count(name)
+    if value < 1:
+        raise SettingsError(f"{flag(name)}={value}: expected a whole number, 1 or more")
+    return value
+
+
 def _output(raw: RawOptions, name: str) -> Path | None:
     """A file the controller writes at the end (a report): checked now, None on a worker."""
     value = raw.text(name)
@@ -341,4 +350,4 @@ def resolve(raw: RawOptions) -> Settings:
         topology=raw.flag("topology") and not raw.worker,
         accept_new_host_keys=raw.flag("accept_new_host_keys") or
         raw.ini_flag("accept_new_host_keys"),
-        nfd_expiry=nfd_expiry)
+        nfd_expiry=nfd_expiry, connect_concurrency=_count(raw, "connect_concurrency"))

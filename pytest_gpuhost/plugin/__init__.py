@@ -23,7 +23,7 @@ from typing import Any, Literal
 import pytest
 
 from .. import hookspecs, specs
-from ..options import FLAG, OPTIONAL, OPTIONS, SECONDS, SPEC_SUFFIXES, WORDS
+from ..options import COUNT, FLAG, OPTIONAL, OPTIONS, SECONDS, SPEC_SUFFIXES, WORDS
 
 MARKERS = (
     "gpuhost: on a generated host check: its kind; on a test of yours: run it only after every "
@@ -32,7 +32,7 @@ MARKERS = (
     "gpuhost_slow' is the fast subset a scheduler's health check can afford",
 )
 _ACTIONS = {FLAG: "store_true", WORDS: "append"}
-_TYPES = {SECONDS: float}
+_TYPES: dict[str, type] = {SECONDS: float, COUNT: int}
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:

@@ -35,10 +35,15 @@ class RecordBook:
         crashed while it ran (xdist reports that, and may run the check again elsewhere)."""
         self.target_infos: dict[tuple[str, str], TargetInfo] = {}
         """(target, worker) -> the target's info as the worker that ran its checks last saw it."""
+        self.indices: dict[str, int] = {}
+        """nodeid -> index in the run of a collected check, where the collector said it."""
 
-    def expect(self, nodeids: Iterable[str]) -> None:
-        """Checks that were collected: each ends with a record, reported or not."""
+    def expect(self, nodeids: Iterable[str], indices: Mapping[str, int] | None = None) -> None:
+        """Checks that were collected: each ends with a record, reported or not, in its place
+        (``indices``: nodeid -> its index in the run, where known here; else the workers'
+        logs tell it, or its place among the collected)."""
         self.collected.update(dict.fromkeys(nodeids))
+        self.indices.update(indices or {})
 
     def add(self, nodeid: str, index: int, record: CheckResult,
             target: TargetInfo | None = None, worker: str = "local") -> None:
@@ -70,10 +75,12 @@ class RecordBook:
             why = f"{NOT_RUN}the run stopped before it ({stopped})"
         else:
             why = NEVER_REPORTED
+        known = {**(progress.indices if progress is not None else {}), **self.indices}
         for position, nodeid in enumerate(self.collected):
             if nodeid not in self.results:
-                placed.append((position, no_record(nodeid, self._why_missing(
-                    nodeid, position, why, None if stopped else progress))))
+                index = known.get(nodeid, position)
+                placed.append((index, no_record(nodeid, self._why_missing(
+                    nodeid, index, why, None if stopped else progress))))
         return [record for _, record in sorted(placed, key=lambda pair: pair[0])]
 
     def _told_of(self, nodeid: str, record: CheckResult) -> CheckResult:
@@ -85,13 +92,13 @@ class RecordBook:
             record, outcome=Outcome.ERROR,
             message=f"{told(incidents)}; run again, the check {record.outcome.value}{said}")
 
-    def _why_missing(self, nodeid: str, position: int, why: str, progress: Progress | None
+    def _why_missing(self, nodeid: str, index: int, why: str, progress: Progress | None
                      ) -> str:
         incidents = self.incidents.get(nodeid)
         if incidents:
             return f"{NEVER_REPORTED} ({told(incidents)})"
         if progress:
-            return unreported(position, progress, self.incidents)
+            return unreported(index, progress, self.incidents)
         return why
 
     def targets(self, own: Mapping[str, TargetInfo], *, add_own: bool) -> tuple[TargetInfo, ...]:
@@ -115,6 +122,7 @@ class RecordBook:
         """Let go of the records at the end of the run (pytest's reports keep theirs)."""
         self.results.clear()
         self.collected.clear()
+        self.indices.clear()
 
 
 def told(incidents: Sequence[str]) -> str:

@@ -5,7 +5,7 @@ reports. Registered only there (``start.py``): an xdist controller collects and 
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -81,7 +81,8 @@ class CheckHooks:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Number the selected checks; a last-ranked check waits for every lower-ranked one."""
         checks = [item for item in session.items if isinstance(item, GpuhostItem)]
-        for index, item in enumerate(checks):
+        for item, index in zip(checks, run_indices(checks, list(self.session.specs),
+                                                   list(self.session.targets)), strict=True):
             item.index = index
         # Per target and rank, not per item: O(checks x ranks). dmesg and p2p order within
         # their own target; the gate waits for every target's checks.
@@ -101,6 +102,11 @@ class CheckHooks:
             self.run.ledger.share_records()  # the state is made of every worker's records
         for target in self.session.targets.values():
             target.select(item.check for item in checks if item.target is target)
+        self.run.ledger.collected(
+            [(item.index, item.nodeid, item.check.id, item.check.kind != "persist")
+             for item in checks],
+            [name for name, target in self.session.targets.items()
+             if self.session.collects(target)])
         long_lived.freeze()  # the items and their checks live to the end of the session
 
     # -- running ----------------------------------------------------------------------------
@@ -113,9 +119,10 @@ class CheckHooks:
         if not gated(item, item.config):
             return
         ledger = self.run.ledger
-        indices = [index for index, _ in self.run.host_checks]
+        host_checks = ledger.host_checks(self.run.host_checks, list(self.session.targets))
+        indices = [index for index, _ in host_checks]
         missing = ledger.wait_for(indices)
-        gate = judge(self.run.host_checks, ledger.verdicts_of(indices))
+        gate = judge(host_checks, ledger.verdicts_of(indices))
         if not gate.open:
             pytest.fail(gate.message() + ledger.lost(missing), pytrace=False)
 
@@ -145,6 +152,31 @@ class CheckHooks:
                                      item.result)
             long_lived.made_one()
         return report
+
+
+def run_indices(checks: Sequence[GpuhostItem], specs: Sequence[Path], targets: Sequence[str]
+                ) -> list[int]:
+    """Each check's index in the run, in collection order (by rank, then spec, then target,
+    then its place among that target's checks of that spec), and the same in every process
+    that collects it, whatever else that process collects: an xdist worker under the target
+    scheduler collects only its own targets, yet its indices are the run's, which the
+    workers' logs and the controller's record book go by. ``checks``: as collected (ordered
+    by rank)."""
+    places: dict[tuple[int, int], int] = {}
+    spec_of = {path: number for number, path in enumerate(specs)}
+    target_of = {name: number for number, name in enumerate(targets)}
+    width = len(spec_of) + 1, len(target_of) + 1, 1 << 32  # a group's checks: fewer than 2**32
+    per_rank = width[0] * width[1] * width[2]
+    resolved: dict[Path, int] = {}
+    indices = []
+    for item in checks:
+        if item.path not in resolved:
+            resolved[item.path] = spec_of.get(item.path.resolve(), len(spec_of))
+        group = resolved[item.path], target_of.get(item.target.name, len(target_of))
+        place = places[group] = places.get(group, -1) + 1
+        indices.append(item.check.order * per_rank +
+                       (group[0] * width[1] + group[1]) * width[2] + place)
+    return indices
 
 
 def around_the_check(item: GpuhostItem, call: pytest.CallInfo[None],

@@ -51,9 +51,12 @@ class Controller:
 
     # -- the checks' reports ----------------------------------------------------------------
 
+    @pytest.hookimpl(trylast=True)  # after the checks have their indices (``CheckHooks``)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Without xdist: the checks collected here (xdist's workers tell theirs)."""
-        self.book.expect(item.nodeid for item in session.items if isinstance(item, GpuhostItem))
+        checks = [item for item in session.items if isinstance(item, GpuhostItem)]
+        self.book.expect((item.nodeid for item in checks),
+                         {item.nodeid: item.index for item in checks})
 
     def pytest_report_teststatus(self, report: pytest.TestReport | pytest.CollectReport,
                                  config: pytest.Config) -> tuple[str, str, str] | None:

@@ -1,7 +1,19 @@
 """An xdist controller's side of a gpuhost run (registered only when it distributes,
 ``start.py``, as pytest-xdist's own ``DSession``): the directory its workers share, the run
-lock held for them, the remote targets collected once for all of them, each target's checks
-sent to one worker, and the checks each worker collected counted in the record book.
+lock held for them, which worker collects and runs which remote target, each target's checks
+sent to one worker (``scheduling.py``), and the checks each worker collected counted in the
+record book.
+
+With remote targets and xdist's default distribution (``load``, or ``loadscope``), the remote
+targets are shared out among the workers before they start: each worker connects to its own
+(a share of --gpuhost-connect-concurrency at a time), collects them, runs their checks over
+that same agent session and ends it after the last. The controller connects to none: one
+login and one agent session a target, and a worker starts on its targets as soon as it has
+collected them. A worker that goes down hands the targets it had not finished to the worker
+that replaces it. With any other distribution (``--dist each``, ``loadfile``...) or a
+capture, every worker must collect every target: the controller collects each once, for all
+of them (``Session.export_collection``), and each worker expands from that, connecting only to
+run its targets' checks.
 """
 
 from __future__ import annotations
@@ -13,14 +25,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import pytest
 
 from ..files import write_atomically
 from ..fix.locking import LockUnavailable
 from ..fix.run import JOURNAL_KEY
+from .scheduling import TargetScheduling, target_scope
 from .workers import (
     COLLECTED,
+    CONCURRENCY_KEY,
     CONTROLLER,
+    OWN_KEY,
     SSH_MASTERS_KEY,
     WORKERINPUT_KEY,
     DoneLog,
@@ -28,8 +44,26 @@ from .workers import (
 )
 
 if TYPE_CHECKING:
+    from ..settings import Settings
     from .book import RecordBook
     from .start import Run
+
+DISTRIBUTIONS = ("load", "loadscope")
+"""xdist's distributions a run with targets replaces with its own scheduler."""
+
+
+def by_target(config: pytest.Config, settings: Settings) -> bool:
+    """Whether the workers collect their own remote targets (the controller connects to none):
+    xdist's default distribution, a run with targets, no capture (whose writer, on the
+    controller, needs the target's facts)."""
+    return settings.remote and bool(settings.specs) and settings.capture is None and \
+        getattr(config.option, "dist", "no") in DISTRIBUTIONS
+
+
+def shares(total: int, workers: int) -> list[int]:
+    """--gpuhost-connect-concurrency split among the workers, at least one each."""
+    return [max(1, total // workers + (1 if number < total % workers else 0))
+            for number in range(workers)]
 
 
 class SharedDirectory:
@@ -74,12 +108,39 @@ class SharedDirectory:
                          mode=0o600)
 
 
+def share(config: pytest.Config, settings: Settings) -> tuple[SharedDirectory, Settings]:
+    """The directory the workers will share, with the targets as resolved here; where a
+    worker's ssh session rides on a connection another process made (the controller's
+    collection), the directory of their OpenSSH masters too."""
+    from ..settings import target_record
+    from .workers import TARGETS_KEY
+
+    shared = SharedDirectory({TARGETS_KEY: [target_record(t) for t in settings.targets]})
+    if any(target.scheme == "ssh" for target in settings.targets) and \
+            not by_target(config, settings):  # else one agent session a target: no master
+        settings = msgspec.structs.replace(settings, ssh_masters=shared.ssh_masters())
+    return shared, settings
+
+
 class Distributing:
     def __init__(self, run: Run, book: RecordBook) -> None:
         self.run = run
         self.book = book
         assert run.shared is not None
         self.shared: SharedDirectory = run.shared
+        self.targeted = by_target(run.config, run.settings)
+        """The workers collect their own remote targets (see the module's docstring)."""
+        self.remote = [name for name, target in run.session.targets.items()
+                       if target.url != "local"]
+        self.owners: dict[Any, tuple[list[str], int]] = {}
+        """Worker -> the remote targets it collects and runs, and how many at once."""
+        self.orphans: list[tuple[list[str], int]] = []
+        """The unfinished targets of workers that went down, for their replacements."""
+        self.started = 0
+        self.awaiting: set[Any] = set()
+        """Workers started that have not sent their collection, nor gone down."""
+        self.scheduler: TargetScheduling | None = None
+        self.pytest_session: pytest.Session | None = None
 
     def start(self) -> None:
         """At configure, before any worker starts: this machine's target, wherever it is in
@@ -105,52 +166,69 @@ class Distributing:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        """With remote targets, before the workers start (xdist starts them last): collect
-        every remote target once, in parallel, for all the workers."""
-        if self.run.session.named and self.run.session.specs:
+        """Before the workers start (xdist starts them last): where the workers do not collect
+        their own targets, collect every remote target here, once, in parallel, for them."""
+        self.pytest_session = session
+        if self.run.session.named and self.run.session.specs and not self.targeted:
             self.shared.share_collection(self.run.session.export_collection())
 
     @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        """A worker starts: its own remote targets (every Nth, or those of the worker it
+        replaces that were not finished) and its share of the connections."""
+        self.awaiting.add(node)
+        if not self.targeted:
+            return
+        if self.orphans:
+            own, at_once = self.orphans.pop(0)
+        else:
+            from xdist.workermanage import parse_tx_spec_config
+
+            workers = len(parse_tx_spec_config(self.run.config))
+            number = self.started % workers
+            self.started += 1
+            own = self.remote[number::workers]
+            at_once = shares(self.run.settings.connect_concurrency, workers)[number]
+        self.owners[node] = (own, at_once)
+        node.workerinput[OWN_KEY] = own
+        node.workerinput[CONCURRENCY_KEY] = at_once
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object | None) -> None:
+        """A worker that went down leaves its unfinished targets to its replacement."""
+        self.awaiting.discard(node)
+        owned = self.owners.pop(node, None)
+        if error is None or owned is None:
+            return
+        finished = self.scheduler.finished_scopes() if self.scheduler is not None else set()
+        self.orphans.append(([name for name in owned[0]
+                              if target_scope(name) not in finished], owned[1]))
+
+    @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
-        """With remote or several targets, each target's checks go to one worker."""
-        if not self.run.session.named or getattr(config.option, "dist", "load") not in (
-                "load", "loadscope"):
+        """With targets, each target's checks go to one worker (``scheduling.py``)."""
+        if not self.run.session.named or getattr(config.option, "dist", "load") not in \
+                DISTRIBUTIONS:
             return None
-        return make_target_scheduler(config, log)
+        from xdist.workermanage import parse_tx_spec_config
+
+        self.scheduler = TargetScheduling(len(parse_tx_spec_config(config)),
+                                          lambda: bool(self.awaiting), self._counted, log)
+        return self.scheduler
+
+    def _counted(self, count: int) -> None:
+        """The run's tests, every worker's collection together (xdist counts one's)."""
+        if self.pytest_session is not None:
+            self.pytest_session.testscollected = count
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: Sequence[str]) -> None:
         """The checks a worker collected, so that one whose worker died before reporting it
         still counts (as an error) in every report."""
+        self.awaiting.discard(node)
         files = {self.run.spec_file_id(path) for path in self.run.session.specs}
         self.book.expect(nodeid for nodeid in ids if nodeid.split("::", 1)[0] in files)
 
     def progress(self) -> Progress:
-        """What the workers' logs say they started and finished, and which went down (a
-        check's position in the book's ``collected`` is its index there)."""
+        """What the workers' logs say they started and finished, and which went down."""
         return DoneLog(self.shared.path, CONTROLLER).read()
-
-
-def target_of(nodeid: str) -> str | None:
-    """The target an id names (``spec.yaml::sysctl[vm.swappiness]@pve`` -> ``pve``)."""
-    name = nodeid.rsplit("::", 1)[-1]
-    head, at, target = name.rpartition("@")
-    if not at or not head or "]" in target or "[" in target:
-        return None
-    return target
-
-
-def make_target_scheduler(config: pytest.Config, log: Any) -> Any:
-    """xdist's scope scheduling with every check of one target in one scope: one worker runs
-    them all, in order, over one connection; other tests are grouped by module as
-    ``--dist loadscope`` groups them. (``--dist loadgroup`` does not group on pytest 9.2.)"""
-    from xdist.scheduler import LoadScopeScheduling
-
-    class TargetScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist is untyped
-        def _split_scope(self, nodeid: str) -> str:
-            target = target_of(nodeid)
-            if target is not None:
-                return f"gpuhost target {target}"
-            return str(super()._split_scope(nodeid))
-
-    return TargetScheduling(config, log)

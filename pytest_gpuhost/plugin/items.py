@@ -52,11 +52,15 @@ def run_of(config: pytest.Config) -> RunState:
 
 class SpecFile(pytest.File):
     def collect(self) -> Iterable[GpuhostItem]:
-        """Every check of the spec on every target; ids name the target when the run has
-        remote or several targets (``sysctl[vm.swappiness]@pve``, so ``-k pve`` selects)."""
+        """Every check of the spec on every target this process collects (an xdist worker
+        under the target scheduler: its own remote targets and this machine); ids name the
+        target when the run has remote or several targets (``sysctl[vm.swappiness]@pve``, so
+        ``-k pve`` selects)."""
         session = run_of(self.config).session
         spec = session.specs[self.path.resolve()]
         for target in session.targets.values():
+            if not session.collects(target):
+                continue
             checks = session.expand(spec, target)
             for check in checks:
                 name = f"{check.id}@{target.name}" if session.named else check.id

@@ -24,6 +24,17 @@ class Ledger:
     def started(self, index: int) -> None:
         """Nobody else needs to know."""
 
+    def collected(self, checks: Sequence[tuple[int, str, str, bool]], targets: Sequence[str]
+                  ) -> None:
+        """What this process collected: each check's (index, nodeid, id, whether it is a host
+        check), of ``targets``. Nobody else needs to know."""
+
+    def host_checks(self, own: Sequence[tuple[int, str]], targets: Sequence[str]
+                    ) -> list[tuple[int, str]]:
+        """(index, id) of every host check of the run (``own``: those collected here), which
+        the gate and the host's state wait for: here, all of them."""
+        return list(own)
+
     def share_records(self) -> None:
         """Another process will ask for whole records (``records_of``): this one has them."""
 

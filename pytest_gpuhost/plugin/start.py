@@ -20,7 +20,6 @@ from collections.abc import Generator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import msgspec
 import pytest
 
 from .. import builtin, long_lived, specs
@@ -30,7 +29,7 @@ from ..options import OPTIONS, RawOptions
 from ..result import CheckResult
 from ..runstate import benchmark_files, finished_state
 from ..session import Session
-from ..settings import Settings, SettingsError, resolve, target_record
+from ..settings import Settings, SettingsError, resolve
 from ..spec import SpecError
 from . import interrupts
 from .items import RUN, GpuhostItem
@@ -230,13 +229,9 @@ def start_run(config: pytest.Config) -> None:
 def _make_run(config: pytest.Config, settings: Settings) -> Run:
     shared: SharedDirectory | None = None
     if settings.distributing:  # made now: the targets' ssh command lines name it
-        from .distributing import SharedDirectory
-        from .workers import TARGETS_KEY
+        from .distributing import share
 
-        shared = SharedDirectory(
-            {TARGETS_KEY: [target_record(target) for target in settings.targets]})
-        if any(target.scheme == "ssh" for target in settings.targets):
-            settings = msgspec.structs.replace(settings, ssh_masters=shared.ssh_masters())
+        shared, settings = share(config, settings)
     log = None
     if settings.worker:
         from .worker import worker_log
@@ -258,10 +253,16 @@ def _make_run(config: pytest.Config, settings: Settings) -> Run:
     def nvml_for(host: Host) -> Any:
         return config.hook.pytest_gpuhost_nvml(host=host)
 
+    own, concurrency = None, None
+    if log is not None:
+        from .worker import own_targets
+
+        own, concurrency = own_targets(config)  # under the target scheduler: its own alone
     try:
         session = Session(settings, kinds, conditions, make_host, nvml_for,
                           shared_dir=log.directory if log else None,
-                          workerinput=getattr(config, "workerinput", None))
+                          workerinput=getattr(config, "workerinput", None), own=own,
+                          concurrency=concurrency)
     except BaseException as exc:
         if shared is not None:
             shared.pytest_unconfigure()
@@ -274,7 +275,7 @@ def _make_run(config: pytest.Config, settings: Settings) -> Run:
         return Run(config, settings, session, Ledger(), reports, shared)
     from .worker import SharedLedger, shared_collection
 
-    collected = shared_collection(log)  # what its controller collected, if it shared it
+    collected = shared_collection(log) if own is None else None  # the controller's, if any
     if collected is not None:
         session.seed(collected)
     return Run(config, settings, session, SharedLedger(log, records=session.persisting),

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,14 @@ TARGETS_KEY = "gpuhost_targets"
 SSH_MASTERS_KEY = "gpuhost_ssh_masters"
 """In a worker's workerinput: the directory of the run's ssh control sockets."""
 COLLECTED = "collected.json"
-"""In the shared directory: what the controller collected of each remote target."""
+"""In the shared directory: what the controller collected of each remote target (when the
+workers do not collect their own)."""
+OWN_KEY = "gpuhost_own_targets"
+"""In a worker's workerinput, under the target scheduler: the remote targets it collects and
+runs itself (its controller connects to none)."""
+CONCURRENCY_KEY = "gpuhost_connect_concurrency"
+"""In a worker's workerinput, with ``OWN_KEY``: how many of them it connects to at once (its
+share of --gpuhost-connect-concurrency)."""
 CONTROLLER = "controller"
 """The name the controller reads the workers' logs under (it writes no log of its own)."""
 WAIT_TIMEOUT_S = 900.0
@@ -55,6 +62,12 @@ class Progress(msgspec.Struct):
     records: dict[int, dict[str, Any]] = msgspec.field(default_factory=dict)
     """Index -> the record of each finished check, where the workers share them (a
     persistence file is made of its target's records, run on any worker)."""
+    indices: dict[str, int] = msgspec.field(default_factory=dict)
+    """Nodeid -> index of every check a worker collected."""
+    host_checks: dict[int, str] = msgspec.field(default_factory=dict)
+    """Index -> id of every host check a worker collected (the gate waits for them all)."""
+    targets: set[str] = msgspec.field(default_factory=set)
+    """The targets some worker collected (under the target scheduler, each its own)."""
 
     def lost(self, indices: Iterable[int]) -> list[int]:
         """Once a worker went down: the checks not finished that no live worker is running
@@ -91,6 +104,13 @@ class DoneLog:
     def start(self, index: int) -> None:
         self._append({"start": index})
 
+    def collected(self, checks: Sequence[tuple[int, str, str, bool]], targets: Sequence[str]
+                  ) -> None:
+        """What this worker collected: each check's (index, nodeid, id, whether it is a host
+        check), of ``targets``; one line, before its first check starts."""
+        self._append({"collected": [list(check) for check in checks],
+                      "targets": list(targets)})
+
     def mark(self, index: int, verdict: str, record: dict[str, Any] | None = None) -> None:
         line: dict[str, Any] = {"done": index, "verdict": verdict}
         if record is not None:
@@ -111,6 +131,8 @@ class DoneLog:
                 entry = json.loads(line)
                 if "start" in entry:
                     self.progress.started[int(entry["start"])] = worker
+                elif "collected" in entry:
+                    self._collected(entry)
                 else:
                     self.progress.done[int(entry["done"])] = str(entry["verdict"])
                     if "record" in entry:
@@ -118,6 +140,30 @@ class DoneLog:
         for path in self.directory.glob("down-*"):
             self.progress.down.setdefault(path.name[5:], path.read_text(errors="replace"))
         return self.progress
+
+    def _collected(self, entry: dict[str, Any]) -> None:
+        for index, nodeid, check_id, host in entry["collected"]:
+            self.progress.indices[nodeid] = int(index)
+            if host:
+                self.progress.host_checks[int(index)] = str(check_id)
+        self.progress.targets.update(entry["targets"])
+
+    def wait_collected(self, targets: Iterable[str], timeout: float = WAIT_TIMEOUT_S
+                       ) -> list[str]:
+        """Wait until some worker has collected each of ``targets`` (under the target
+        scheduler each worker collects its own), or a worker went down (its targets may never
+        be: a waiter gives them up, as it gives up the checks a dead worker held); return the
+        targets no worker collected."""
+        wanted = list(targets)
+        deadline = time.monotonic() + timeout
+        pause, longest = POLL_S
+        while True:
+            progress = self.read()
+            missing = [name for name in wanted if name not in progress.targets]
+            if not missing or progress.down or time.monotonic() >= deadline:
+                return missing
+            time.sleep(pause)
+            pause = min(pause * 2, longest)
 
     def wait_for(self, indices: Iterable[int], timeout: float = WAIT_TIMEOUT_S) -> list[int]:
         """Wait until every index is done or lost; return those not done."""

@@ -49,10 +49,6 @@ if TYPE_CHECKING:  # a rollback's, persistence's and a capture's modules load wh
 
 __all__ = ["HOST_FACTS", "LOCAL", "HostFacts", "Session", "Target", "UnreachableHost"]
 
-PARALLEL_CONNECTIONS = 10
-"""Remote targets connected at once while collecting: under sshd's default MaxStartups (10),
-which starts refusing unauthenticated connections beyond 10 (many targets behind one bastion)."""
-
 
 class Unexpanded(msgspec.Struct, frozen=True):
     """The expectation of a section that could not be expanded: it never passes."""
@@ -93,6 +89,11 @@ class Session(msgspec.Struct, dict=True):
     rollback_checks: list[Check] = msgspec.field(default_factory=list)
     rollback_file: Path | None = None
     """The file pytest collects a rollback's checks from (see ``_anchor``)."""
+    own: frozenset[str] | None = None
+    """The remote targets this process collects and runs (an xdist worker's share, which its
+    controller gave it: ``plugin/distributing.py``); None: every target."""
+    concurrency: int | None = None
+    """Remote targets this process connects to at once; None: --gpuhost-connect-concurrency."""
     _cleanup: list[Path] = msgspec.field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -200,17 +201,26 @@ class Session(msgspec.Struct, dict=True):
 
         return [observe_only(c) for c in checks]
 
+    def collects(self, target: Target) -> bool:
+        """Whether this process collects (and runs) ``target``: this machine always, a remote
+        target when it is this process's own (``own``)."""
+        return self.own is None or target.url == LOCAL or target.name in self.own
+
     def collect_remote_facts(self) -> None:
-        """The first batch of collection (every spec's facts) from every remote target at once,
-        a few connections at a time: connecting is most of a remote target's time, and one
-        target's wait no longer holds up the others. Expansion then reads from the cache."""
-        remote = [t for t in self.targets.values() if t.url != LOCAL and t.unreachable is None]
+        """The first batch of collection (every spec's facts) from every remote target this
+        process collects, ``concurrency`` connections at a time: connecting is most of a
+        remote target's time, and one target's wait no longer holds up the others. Expansion
+        then reads from the cache."""
+        remote = [t for t in self.targets.values()
+                  if t.url != LOCAL and t.unreachable is None and self.collects(t)]
+        room_for_sessions(len(remote))
         if len(remote) < 2 or not self.specs:
             return
         facts = list(dict.fromkeys(f for spec in self.specs.values() for f in self.facts_of(spec)))
         from concurrent.futures import ThreadPoolExecutor  # remote targets only
 
-        with ThreadPoolExecutor(min(PARALLEL_CONNECTIONS, len(remote)),
+        at_once = self.concurrency or self.settings.connect_concurrency
+        with ThreadPoolExecutor(min(at_once, len(remote)),
                                 thread_name_prefix="gpuhost-collect") as pool:
             for _ in pool.map(lambda target: target.collect_facts(facts, self.shared_dir),
                               remote):
@@ -233,6 +243,7 @@ class Session(msgspec.Struct, dict=True):
 
     def seed(self, collected: Mapping[str, Any]) -> None:
         """Start each remote target from what the xdist controller collected of it."""
+        room_for_sessions(sum(1 for t in self.targets.values() if t.url != LOCAL))
         for name, record in collected.items():
             target = self.targets.get(name)
             if target is not None and target.url != LOCAL:
@@ -342,3 +353,25 @@ def capture_report(path: Path, run: ReportRun) -> SpecCapture:
     """--gpuhost-capture's reporter (``reports.REPORTS``), with the run's command line."""
     session: Session = run.session
     return session.capture_reporter(run.command)
+
+
+FILES_PER_SESSION = 3
+"""An agent session held open costs this process three file descriptors (the ssh client's
+stdin, stdout and stderr pipes)."""
+FILES_SPARE = 256
+"""What pytest, xdist, the reports and a fix's journal may hold open besides."""
+
+
+def room_for_sessions(sessions: int) -> None:
+    """Raise this process's soft limit on open files toward its hard limit where ``sessions``
+    held at once would not fit (a common soft limit of 1024 holds some 250 targets), never
+    lowering it: a large fleet runs instead of its last targets failing to start ssh."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = sessions * FILES_PER_SESSION + FILES_SPARE
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    wanted = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    if wanted > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))

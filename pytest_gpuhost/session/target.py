@@ -185,6 +185,8 @@ class Target:
         self._fresh = False
         self._host_facts: HostFacts | None = None
         self._topology: dict[str, Any] | None = None
+        self._finished = False
+        """``finish``: this process is done with the target (its fixer is closed)."""
 
     # -- reads by phase ---------------------------------------------------------------------
 
@@ -312,8 +314,19 @@ class Target:
         if isinstance(self.connection, Closable) and not self.connection.local_machine():
             self.connection.close()
 
+    def finish(self) -> None:
+        """This process ran its last check of the target (an xdist worker, its own target):
+        its fixer closed (the journal's last lines synced, its locks released) and its
+        connection ended, so a run of many targets holds no idle agent session. Its records,
+        facts and cost stay for the reports."""
+        if self.fixrun.fixer is not None and not self._finished:
+            with contextlib.suppress(HostError):  # a lost agent released its locks with it
+                self.fixrun.fixer.close()
+        self._finished = True
+        self.disconnect()
+
     def close(self) -> None:
-        if self.fixrun.fixer is not None:
+        if self.fixrun.fixer is not None and not self._finished:
             self.fixrun.fixer.close()
         if isinstance(self.connection, Closable):
             self.connection.close()

@@ -73,8 +73,11 @@ class SshServer(msgspec.Struct):
                 self.process.wait()
 
 
-def start_sshd(directory: Path, *, extra_config: str = "") -> SshServer:
-    """An sshd for the current user, authenticated by a key made here, on a free port."""
+def start_sshd(directory: Path, *, extra_config: str = "", log_level: str = "ERROR"
+               ) -> SshServer:
+    """An sshd for the current user, authenticated by a key made here, on a free port.
+    ``log_level``: what ``log`` gets (``VERBOSE``: each login's ``Accepted publickey`` and
+    each session's ``Starting session``, which tests and benchmarks count)."""
     sshd = find_sshd()
     if sshd is None:
         raise FileNotFoundError("sshd not found: install Debian's openssh-server")
@@ -96,7 +99,7 @@ def start_sshd(directory: Path, *, extra_config: str = "") -> SshServer:
         f"PidFile {directory / 'sshd.pid'}\n"
         "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
         "PermitRootLogin prohibit-password\nStrictModes no\nMaxStartups 200:30:400\n"
-        "MaxSessions 200\nLogLevel ERROR\n" + extra_config)
+        f"MaxSessions 200\nLogLevel {log_level}\n" + extra_config)
     host_key = (directory / "host_key.pub").read_text().split()
     (directory / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_key[0]} {host_key[1]}\n")
     server = SshServer(directory, port, subprocess.Popen(

@@ -229,8 +229,9 @@ def test_xdist_runs_each_inventory_host_on_one_worker(
                                       "dmesg": "passed"} for name in names}
     result.assert_outcomes(passed=12)
     for target in data["targets"]:
-        # collected once by the controller for both workers, then run by one worker
-        assert (target["connections"], target["round_trips"]) == (2, 3), target
+        # collected and run by one worker over one agent session (the controller connects to
+        # none): the facts, the observations, dmesg
+        assert (target["connections"], target["round_trips"]) == (1, 3), target
 
 
 COUNTING_RELAY = """\
@@ -262,11 +263,15 @@ while True:
 """
 
 
-def test_xdist_workers_ride_the_controllers_connections(
-        pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path) -> None:
-    """One TCP connection a host for the whole -n run: the controller's collection makes it,
-    the worker that runs the host opens its session over it (OpenSSH's ControlMaster), and it
-    is ended when the run ends."""
+@pytest.mark.parametrize(("dist", "sessions"), [([], 1), (["--dist", "loadfile"], 2)])
+def test_xdist_one_tcp_connection_a_host(
+        pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path, dist: list[str],
+        sessions: int) -> None:
+    """One TCP connection a host for the whole -n run. Under xdist's default distribution the
+    worker that runs a host collects it too, over one agent session; under one where every
+    worker collects every host (``loadfile``) the controller's collection makes the connection
+    and the worker that runs the host opens its session over it (OpenSSH's ControlMaster).
+    Either way it is ended when the run ends."""
     names = ["node01", "node02", "node03"]
     roots = fleet(tmp_path, {name: 10 for name in names})
     relay, log = tmp_path / "relay", tmp_path / "connections"
@@ -278,12 +283,12 @@ def test_xdist_workers_ride_the_controllers_connections(
                                                   extra=proxy))
     spec = pytester.makefile(".yaml", spec=SPEC)
     result = pytester.runpytest_subprocess(
-        f"--gpuhost-spec={spec}", "--gpuhost-inventory=hosts.ini", "-n", "2",
+        f"--gpuhost-spec={spec}", "--gpuhost-inventory=hosts.ini", "-n", "2", *dist,
         f"--gpuhost-ssh-config={keyless_config(sshd, tmp_path)}", "--gpuhost-report=r.json",
         "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-    sessions = {t["name"]: t["connections"] for t in report(pytester)["targets"]}
-    assert sessions == dict.fromkeys(names, 2)  # the controller's and the worker's
+    counted = {t["name"]: t["connections"] for t in report(pytester)["targets"]}
+    assert counted == dict.fromkeys(names, sessions)
     opened = [line.split() for line in log.read_text().splitlines()]
     assert sorted(name for name, _ in opened) == names  # over one TCP connection each
     pids = tmp_path / "relay-pids"
@@ -411,6 +416,10 @@ def test_the_same_target_twice_is_refused(pytester: pytest.Pytester, sshd: SshSe
     (["--gpuhost-target-timeout=inf"], {}, "*--gpuhost-target-timeout=inf: *"),
     (["--gpuhost-target-timeout=0"], {}, "*--gpuhost-target-timeout=0: *"),
     (["--gpuhost-target-timeout=-3"], {}, "*--gpuhost-target-timeout=-3: *"),
+    (["--gpuhost-connect-concurrency=0"], {}, "*--gpuhost-connect-concurrency=0: expected a "
+                                              "whole number, 1 or more*"),
+    (["--gpuhost-connect-concurrency=two"], {}, "*--gpuhost-connect-concurrency: invalid int "
+                                                "value: 'two'*"),
 ])
 def test_usage_errors_name_the_option_and_the_source(
         pytester: pytest.Pytester, args: list[str], files: dict[str, str],

@@ -25,7 +25,7 @@ def given(flag: str, kind: str) -> list[str]:
     """The option on a command line, with a value where it takes one."""
     if kind in (FLAG, OPTIONAL):
         return [flag]
-    return [f"{flag}=7" if kind == "seconds" else f"{flag}=x"]
+    return [f"{flag}=7" if kind in ("seconds", "count") else f"{flag}=x"]
 
 
 @pytest.mark.parametrize("name", sorted(BY_NAME))
