@@ -9,10 +9,15 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
+from pytest_gpuhost.fix.journal import JOURNAL_DIR
 from pytest_gpuhost.testing.fakehost import FakeHost
 
 BLOCKING_MODPROBE = """#!/bin/sh
@@ -34,6 +39,23 @@ SPEC = "version: 1\nmodules:\n  nvidia: loaded\n"
 """One check whose fix runs ``modprobe -- nvidia``."""
 LIMIT_S = 120.0
 """How long an event may take before the test fails: far past any machine's load."""
+SIGNALS = [signal.SIGTERM, signal.SIGHUP, signal.SIGINT]
+"""What stops a run: systemd or a scheduler, a closed terminal, Ctrl-C."""
+
+
+def start_fix(pytester: pytest.Pytester, *args: str) -> subprocess.Popen[bytes]:
+    """``pytest spec.yaml --fix ARGS`` in its own session (a signal reaches it alone)."""
+    pytester.makefile(".yaml", spec=SPEC)
+    argv = [sys.executable, "-m", "pytest", "spec.yaml", "--fix", "-p", "no:cacheprovider", *args]
+    process: subprocess.Popen[bytes] = pytester.popen(argv, stdin=subprocess.DEVNULL,
+                                                      start_new_session=True)
+    return process
+
+
+def journal_of(root: Path) -> Path:
+    """The one journal a run left under ``root``."""
+    [journal] = (root / JOURNAL_DIR).iterdir()
+    return journal
 
 
 def until(happened: Callable[[], bool], what: str, limit: float = LIMIT_S) -> None:

@@ -20,6 +20,7 @@ from pytest_gpuhost.testing.fakehost import FakeHost
 from pytest_gpuhost.testing.sshd import SshServer, start_sshd
 
 from ..conftest import NEEDS_OPENSSH, workers_by_target
+from .relay import RELAY_FORWARDING
 
 pytestmark = NEEDS_OPENSSH
 
@@ -132,25 +133,7 @@ while not os.path.exists(release):
     time.sleep(0.05)
 with open(log, "a") as out:
     out.write("released\\n")
-sock = socket.create_connection(("127.0.0.1", port))
-selector = selectors.DefaultSelector()
-selector.register(0, selectors.EVENT_READ)
-selector.register(sock, selectors.EVENT_READ)
-while True:
-    for key, _ in selector.select():
-        if key.fileobj == 0:
-            data = os.read(0, 65536)
-            if not data:
-                selector.unregister(0)
-                sock.shutdown(socket.SHUT_WR)
-            else:
-                sock.sendall(data)
-        else:
-            data = sock.recv(65536)
-            if not data:
-                sys.exit(0)
-            os.write(1, data)
-"""
+""" + RELAY_FORWARDING
 
 RELEASE_AFTER_FAST = """\
 from pathlib import Path

@@ -8,22 +8,19 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from pytest_gpuhost.fix.journal import JOURNAL_DIR, read_journal
+from pytest_gpuhost.fix.journal import read_journal
 from pytest_gpuhost.testing.fakehost import FakeHost
 from pytest_gpuhost.testing.sshd import SshServer
 
-from ..blocking import LIMIT_S, SPEC, Blocked, gone, until
+from ..blocking import LIMIT_S, SIGNALS, Blocked, gone, journal_of, start_fix, until
 from ..conftest import NEEDS_OPENSSH, counts
 
 pytestmark = NEEDS_OPENSSH
-
-SIGNALS = [signal.SIGTERM, signal.SIGHUP, signal.SIGINT]
 
 
 @pytest.fixture
@@ -38,25 +35,16 @@ def over_ssh(server: SshServer, root: Path) -> list[str]:
             "-p", "no:cacheprovider"]
 
 
-def start_fix(pytester: pytest.Pytester, server: SshServer, root: Path
-              ) -> subprocess.Popen[bytes]:
-    pytester.makefile(".yaml", spec=SPEC)
-    args = [sys.executable, "-m", "pytest", "spec.yaml", "--fix", *over_ssh(server, root)]
-    process: subprocess.Popen[bytes] = pytester.popen(args, stdin=subprocess.DEVNULL,
-                                                      start_new_session=True)
-    return process
-
-
-def journal_of(root: Path) -> Path:
-    [journal] = (root / JOURNAL_DIR).iterdir()
-    return journal
+def start_remote_fix(pytester: pytest.Pytester, server: SshServer, root: Path
+                     ) -> subprocess.Popen[bytes]:
+    return start_fix(pytester, *over_ssh(server, root))
 
 
 @pytest.mark.parametrize("signum", SIGNALS, ids=[s.name for s in SIGNALS])
 def test_a_signal_during_a_remote_fix_stops_the_command_there(
         pytester: pytest.Pytester, sshd: SshServer, fake: FakeHost, blocked: Blocked,
         signum: signal.Signals) -> None:
-    run = start_fix(pytester, sshd, fake.root)
+    run = start_remote_fix(pytester, sshd, fake.root)
     modprobe = blocked.started()
     run.send_signal(signum)
     out, err = run.communicate(timeout=LIMIT_S)  # not the command's 120 s, nor the read's 60 s
@@ -76,7 +64,7 @@ def test_a_signal_during_a_remote_fix_stops_the_command_there(
 
 def test_a_controller_killed_outright_leaves_no_command_running_on_the_target(
         pytester: pytest.Pytester, sshd: SshServer, fake: FakeHost, blocked: Blocked) -> None:
-    run = start_fix(pytester, sshd, fake.root)
+    run = start_remote_fix(pytester, sshd, fake.root)
     modprobe = blocked.started()
     run.kill()  # nothing of the controller unwinds: its ssh's input closes
     run.communicate(timeout=LIMIT_S)

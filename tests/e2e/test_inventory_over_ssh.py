@@ -22,6 +22,7 @@ from pytest_gpuhost.testing.fakehost import FakeHost
 from pytest_gpuhost.testing.sshd import SshServer
 
 from ..conftest import NEEDS_OPENSSH, RELAY_HELLO, stand_in_ssh, workers_by_target
+from .relay import RELAY_FORWARDING
 
 pytestmark = NEEDS_OPENSSH
 
@@ -242,25 +243,7 @@ import os, selectors, socket, sys
 name, log, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
 with open(log, "a") as out:
     out.write(f"{{name}} {{os.getpid()}}\\n")
-sock = socket.create_connection(("127.0.0.1", port))
-selector = selectors.DefaultSelector()
-selector.register(0, selectors.EVENT_READ)
-selector.register(sock, selectors.EVENT_READ)
-while True:
-    for key, _ in selector.select():
-        if key.fileobj == 0:
-            data = os.read(0, 65536)
-            if not data:
-                selector.unregister(0)
-                sock.shutdown(socket.SHUT_WR)
-            else:
-                sock.sendall(data)
-        else:
-            data = sock.recv(65536)
-            if not data:
-                sys.exit(0)
-            os.write(1, data)
-"""
+""" + RELAY_FORWARDING
 
 
 @pytest.mark.parametrize(("dist", "sessions"), [([], 1), (["--dist", "loadfile"], 2)])

@@ -9,19 +9,16 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from pytest_gpuhost.fix.journal import JOURNAL_DIR, read_journal
+from pytest_gpuhost.fix.journal import read_journal
 from pytest_gpuhost.testing.fakehost import FakeHost
 
-from ..blocking import LIMIT_S, SPEC, Blocked, gone, until
+from ..blocking import LIMIT_S, SIGNALS, Blocked, gone, journal_of, start_fix, until
 from ..conftest import counts
-
-SIGNALS = [signal.SIGTERM, signal.SIGHUP, signal.SIGINT]
 
 
 @pytest.fixture
@@ -31,26 +28,15 @@ def blocked(fake: FakeHost) -> Iterator[Blocked]:
     made.cleanup()
 
 
-def start_fix(pytester: pytest.Pytester, root: Path) -> subprocess.Popen[bytes]:
-    """``pytest spec.yaml --fix`` in its own session (a signal reaches it alone)."""
-    pytester.makefile(".yaml", spec=SPEC)
-    args = [sys.executable, "-m", "pytest", "spec.yaml", f"--gpuhost-root={root}", "--fix", "-p",
-            "no:cacheprovider", "--gpuhost-report=out.json"]
-    process: subprocess.Popen[bytes] = pytester.popen(args, stdin=subprocess.DEVNULL,
-                                                      start_new_session=True)
-    return process
-
-
-def journal_of(root: Path) -> Path:
-    [journal] = (root / JOURNAL_DIR).iterdir()
-    return journal
+def start_local_fix(pytester: pytest.Pytester, root: Path) -> subprocess.Popen[bytes]:
+    return start_fix(pytester, f"--gpuhost-root={root}", "--gpuhost-report=out.json")
 
 
 @pytest.mark.parametrize("signum", SIGNALS, ids=[s.name for s in SIGNALS])
 def test_a_signal_during_a_fix_kills_its_command_and_leaves_the_change_unknown(
         pytester: pytest.Pytester, fake: FakeHost, blocked: Blocked,
         signum: signal.Signals) -> None:
-    run = start_fix(pytester, fake.root)
+    run = start_local_fix(pytester, fake.root)
     modprobe = blocked.started()
     run.send_signal(signum)
     out, err = run.communicate(timeout=LIMIT_S)
@@ -79,7 +65,7 @@ def test_a_rollback_judges_nothing_while_a_killed_run_s_command_still_runs(
     """SIGKILL (the OOM killer, systemd's last word) unwinds nothing: the run's modprobe goes
     on. It holds the run lock it inherited, so a rollback waits for it instead of judging the
     change "never made" and closing the journal before the module loads."""
-    run = start_fix(pytester, fake.root)
+    run = start_local_fix(pytester, fake.root)
     modprobe = blocked.started()
     run.kill()
     run.communicate(timeout=LIMIT_S)
