@@ -23,7 +23,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .bounded import StillRunning, within
 from .targets import LOCAL, TargetAddress, valid_host, valid_name
@@ -43,6 +43,9 @@ SSH_FLAGS = "46AaCfGgKkMNnqsTtVvXxYy"
 """ssh(1)'s options that take a value, and those that do not."""
 ROOT_VARS = ("gpuhost_root",)
 """pytest-gpuhost's own host variable: the host root on that machine (default ``/``)."""
+SPEC_VARS = ("gpuhost_spec",)
+"""pytest-gpuhost's own host (or group) variable: the spec the host runs instead of the run's
+(a bundled spec's name, or a file relative to the inventory)."""
 CONNECTION_VARS = ("ansible_connection",)
 SSH_CONNECTIONS = ("ssh", "smart", "paramiko", "paramiko_ssh")
 """ansible_connection values that reach the host over ssh (``ansible.builtin.`` or not)."""
@@ -89,6 +92,8 @@ class InventoryHost:
     """``ansible_connection=local``: this machine, not an ssh destination."""
     python: str | None = None
     """``ansible_python_interpreter``: the python the agent runs under (None: ``python3``)."""
+    spec: str | None = None
+    """``gpuhost_spec``: the spec this host runs, as written (None: the run's)."""
     error: str | None = None
     """Why this host cannot be used (a variable Ansible could not template): with
     ``read_inventory(..., host_errors=True)`` such a host is still listed, and its checks are
@@ -106,7 +111,8 @@ class InventoryHost:
             return TargetAddress(f"ssh://{self.name}/?name={self.name}", "ssh", host=self.name,
                                  name=self.name, source=source, error=self.error)
         if self.local:
-            return TargetAddress(LOCAL, LOCAL, root=self.root, name=self.name, source=source)
+            return TargetAddress(LOCAL, LOCAL, root=self.root, name=self.name, source=source,
+                                 spec=self.spec)
         if not valid_host(self.address):
             raise InventoryError(f"host {self.name}: ansible_host={self.address!r} is not a "
                                  "host name or address")
@@ -118,7 +124,8 @@ class InventoryHost:
                f"{f':{self.port}' if self.port else ''}{self.root}?name={self.name}")
         return TargetAddress(url, "ssh", host=self.address, user=self.user, port=self.port,
                              root=self.root, name=self.name, identity_file=key,
-                             ssh_args=self.ssh_args, source=source, python=self.python)
+                             ssh_args=self.ssh_args, source=source, python=self.python,
+                             spec=self.spec)
 
 
 def read_inventory(path: Path, limit: str | None = None, *,
@@ -444,11 +451,16 @@ def _host(name: str, variables: _Resolver) -> InventoryHost:
     if connection != "local" and not valid_host(address):
         raise InventoryError(f"{variables.source}: host {name}: ansible_host={address!r} is not "
                              "a host name or address")
+    spec = variables.last(SPEC_VARS)
+    if spec is not None and (not spec.strip() or "\0" in spec):
+        raise InventoryError(f"{variables.source}: host {name}: gpuhost_spec must name a spec "
+                             f"(a bundled spec's name or a YAML file), got {spec!r}")
     return InventoryHost(name=name, address=address,
                          port=int(port) if port is not None else None,
                          user=variables.last(USER_VARS),
                          identity_file=variables.last(KEY_VARS), ssh_args=tuple(args),
-                         root=root, local=connection == "local", python=python)
+                         root=root, local=connection == "local", python=python,
+                         spec=spec.strip() if spec is not None else None)
 
 
 def _not_options(words: Sequence[str]) -> str | None:
@@ -476,38 +488,49 @@ def _not_options(words: Sequence[str]) -> str | None:
     return None
 
 
+class TargetLine(NamedTuple):
+    """A line of a targets file: its number, the target, and the spec it runs (the second
+    column; None: the run's)."""
+
+    number: int
+    target: str
+    spec: str | None = None
+
+
 def parse_targets(text: str, source: str) -> list[str]:
-    """One target a line; ``#`` starts a comment (at a line's start or after a space); blank
-    lines are skipped. A line with two words, a target listed twice or a file with none is an
-    error naming ``source:line``."""
-    return [target for _, target in numbered_targets(text, source)]
+    """One target a line, optionally followed by the spec it runs; ``#`` starts a comment (at a
+    line's start or after a space); blank lines are skipped. A line of more than two words, a
+    target listed twice or a file with none is an error naming ``source:line``."""
+    return [line.target for line in numbered_targets(text, source)]
 
 
-def numbered_targets(text: str, source: str) -> list[tuple[int, str]]:
-    """``parse_targets`` with each target's line number."""
-    targets: list[tuple[int, str]] = []
+def numbered_targets(text: str, source: str) -> list[TargetLine]:
+    """``parse_targets`` with each target's line number and spec."""
+    targets: list[TargetLine] = []
     seen: dict[str, int] = {}
     for number, raw in enumerate(text.splitlines(), start=1):
         line = _COMMENT.sub("", raw).strip()
         if not line:
             continue
-        if len(line.split()) > 1:
-            raise InventoryError(f"{source}:{number}: one target a line, got {line!r}")
-        if line in seen:
-            raise InventoryError(f"{source}:{number}: {line} is listed twice (first at line "
-                                 f"{seen[line]})")
-        seen[line] = number
-        targets.append((number, line))
+        words = line.split()
+        if len(words) > 2:
+            raise InventoryError(f"{source}:{number}: one target a line and optionally its "
+                                 f"spec, got {line!r}")
+        if words[0] in seen:
+            raise InventoryError(f"{source}:{number}: {words[0]} is listed twice (first at "
+                                 f"line {seen[words[0]]})")
+        seen[words[0]] = number
+        targets.append(TargetLine(number, words[0], words[1] if len(words) > 1 else None))
     if not targets:
         raise InventoryError(f"{source}: no targets (every line is blank or a comment)")
     return targets
 
 
 def read_targets_file(path: Path) -> list[str]:
-    return [target for _, target in read_numbered_targets(path)]
+    return [line.target for line in read_numbered_targets(path)]
 
 
-def read_numbered_targets(path: Path) -> list[tuple[int, str]]:
+def read_numbered_targets(path: Path) -> list[TargetLine]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

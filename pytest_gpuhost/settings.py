@@ -25,9 +25,9 @@ from .targets import (
     Schemes,
     TargetAddress,
     TargetError,
-    name_targets,
     parse_target,
     parse_target_line,
+    place_kernels,
 )
 
 
@@ -41,6 +41,7 @@ class Settings:
 
     invocation: Path
     specs: tuple[Path, ...]
+    """Every spec the run loads: the run's own, then the targets' own (``TargetAddress.spec``)."""
     root: Path
     fix: bool
     """--fix (or a rollback, which fixes back to the originals)."""
@@ -90,6 +91,17 @@ class Settings:
     the inventory's) StrictHostKeyChecking instead of refusing host keys known_hosts lacks."""
     nfd_expiry: float = 3600.0
     """--gpuhost-nfd-expiry: the seconds the NFD labels stand after the run (# +expiry-time)."""
+    default_specs: tuple[Path, ...] | None = None
+    """The specs a target without one of its own runs (--gpuhost-spec); None: ``specs``."""
+
+    def specs_of(self, target: TargetAddress) -> tuple[Path, ...]:
+        """The specs ``target`` runs: its own, the run's, or none for a target added to the
+        run as another's host (``implied``: it runs their ``kernel`` checks only)."""
+        if target.spec is not None:
+            return (Path(target.spec),)
+        if target.implied is not None:
+            return ()
+        return self.specs if self.default_specs is None else self.default_specs
 
     @property
     def remote(self) -> bool:
@@ -261,19 +273,53 @@ def _targets(raw: RawOptions) -> tuple[TargetAddress, ...]:
     for text in urls:
         if text.strip():
             try:
-                found.append(replace(parse_target(text, _schemes(raw)), source=named["targets"]))
+                target = parse_target(text, _schemes(raw))
             except TargetError as exc:
                 raise SettingsError(f"{named['targets']}: {exc}") from None
+            found.append(_own_spec(replace(target, source=named["targets"]), base,
+                                   f"{named['targets']}={text.strip()}: spec"))
     if inventory:
         found += _inventory_targets(raw, base / inventory, f"{named['inventory']}={inventory}")
     if listed:
         found += _listed_targets(base / listed, f"{named['targets_file']}={listed}", raw)
-    if not found:
-        return (TargetAddress(LOCAL, LOCAL),)
+    host = _kernel_host(raw)
     try:
-        return tuple(name_targets(found, _schemes(raw)))
+        return tuple(place_kernels(found or [TargetAddress(LOCAL, LOCAL)], _schemes(raw), host))
     except TargetError as exc:
         raise SettingsError(str(exc)) from None
+
+
+def _own_spec(target: TargetAddress, base: Path, source: str) -> TargetAddress:
+    """``target`` with its own spec (if it has one) resolved: a file relative to ``base`` (where
+    it was given), else a bundled spec's name."""
+    if target.spec is None:
+        return target
+    return replace(target, spec=str(_spec_path(base, target.spec, source).resolve()))
+
+
+def _kernel_host(raw: RawOptions) -> TargetAddress | None:
+    """--gpuhost-host (else its ini twin): the machine this one's kernel checks run on."""
+    given = raw.text("host")
+    source = f"--gpuhost-host={given}" if given else \
+        f"{BY_NAME['host'].ini} in {raw.ini_name}={raw.ini_text('host')}"
+    text = given or raw.ini_text("host")
+    if not text:
+        return None
+    try:
+        host = parse_target(text, _schemes(raw))
+    except TargetError as exc:
+        raise SettingsError(f"{source}: {exc}") from None
+    from .targets import kernel_host
+
+    if host.local or host.container is not None or kernel_host(host, _schemes(raw)) is not None:
+        raise SettingsError(f"{source}: the host is the machine whose kernel this one runs on, "
+                            "reached as ssh://[USER@]HOST[:PORT][/ROOT] (not this machine, not "
+                            "a container)")
+    if host.spec is not None:
+        raise SettingsError(f"{source}: the host runs this run's kernel checks, not a spec of "
+                            "its own: drop ?spec= (name it with --gpuhost-target to check it "
+                            "whole)")
+    return replace(host, source=source.split("=", 1)[0])
 
 
 def _inventory_targets(raw: RawOptions, path: Path, source: str) -> list[TargetAddress]:
@@ -285,7 +331,9 @@ def _inventory_targets(raw: RawOptions, path: Path, source: str) -> list[TargetA
                             "(node01, gpu, 'gpu:!node02', 'node0*')")
     try:
         hosts = read_inventory(path, limit, host_errors=True)
-        return [host.target(source, raw.invocation) for host in hosts]
+        return [_own_spec(host.target(source, raw.invocation), path.parent if path.is_file()
+                          else path, f"{source}: host {host.name}: gpuhost_spec")
+                for host in hosts]
     except InventoryError as exc:
         given = f" --gpuhost-limit={limit}" if limit is not None else ""
         raise SettingsError(f"{source}{given}: {exc}") from None
@@ -299,12 +347,17 @@ def _listed_targets(path: Path, source: str, raw: RawOptions) -> list[TargetAddr
     except InventoryError as exc:
         raise SettingsError(f"{source}: {exc}") from None
     found = []
-    for number, text in lines:
+    for number, text, spec in lines:
         try:
-            found.append(replace(parse_target_line(text, _schemes(raw)),
-                                 source=f"{source}:{number}"))
+            target = parse_target_line(text, _schemes(raw))
         except TargetError as exc:
             raise SettingsError(f"{source}: {path}:{number}: {exc}") from None
+        if spec is not None and target.spec is not None:
+            raise SettingsError(f"{source}: {path}:{number}: the spec is given twice (?spec= "
+                                "and the second column): give it once")
+        found.append(_own_spec(replace(target, source=f"{source}:{number}",
+                                       spec=spec or target.spec), path.parent,
+                               f"{source}: {path}:{number}: spec"))
     return found
 
 
@@ -370,21 +423,47 @@ def _schemes(raw: RawOptions) -> Schemes:
     return raw.schemes if raw.schemes is not None else BUILTIN
 
 
+def _all_targets(raw: RawOptions, specs: tuple[Path, ...]) -> tuple[TargetAddress, ...]:
+    """The targets; a run with no spec of its own and none among its targets says first that
+    it needs one (as it did before targets could carry theirs)."""
+    try:
+        targets = _targets(raw)
+    except SettingsError:
+        if not specs and raw.value("rollback") is None and not raw.text("capture"):
+            _usage(raw, False)
+        raise
+    return targets
+
+
+def _with_target_specs(specs: tuple[Path, ...],
+                       targets: Sequence[TargetAddress]) -> tuple[Path, ...]:
+    """The run's specs, then every target's own (each once)."""
+    unique = dict.fromkeys(specs)
+    for target in targets:
+        if target.spec is not None:
+            unique.setdefault(Path(target.spec), None)
+    return tuple(unique)
+
+
 def resolve(raw: RawOptions) -> Settings:
     """The run's settings; SettingsError for the first thing that cannot be used."""
     specs = _spec_paths(raw)
-    capture, catalog = _capture(raw, specs)
+    targets = _all_targets(raw, specs)
+    own = raw.value("rollback") is None and any(target.spec is not None for target in targets)
+    capture, catalog = _capture(raw, specs or own_specs(targets))
     if catalog:
         from .capture.catalog import CATALOG
 
         specs = (CATALOG,)
-    _usage(raw, bool(specs))
+    _usage(raw, bool(specs) or own)
     rollback = raw.text("rollback")
+    default_specs = specs
+    if rollback is None:
+        specs = _with_target_specs(specs, targets)
     active = bool(specs) or rollback is not None
-    if raw.flag("persist") and len(specs) > 1:
+    if raw.flag("persist") and len(default_specs) > 1:
         raise SettingsError("--fix-persist names its files after the spec: run it with one spec "
                             "at a time")
-    targets = _targets(raw)
     lock_timeout = _seconds(raw, "lock_timeout")
     connect_timeout = _seconds(raw, "connect_timeout")
     nfd_expiry = _seconds(raw, "nfd_expiry")
@@ -409,4 +488,9 @@ def resolve(raw: RawOptions) -> Settings:
         topology=raw.flag("topology") and not raw.worker,
         accept_new_host_keys=raw.flag("accept_new_host_keys") or
         raw.ini_flag("accept_new_host_keys"),
-        nfd_expiry=nfd_expiry)
+        nfd_expiry=nfd_expiry, default_specs=default_specs)
+
+
+def own_specs(targets: Sequence[TargetAddress]) -> tuple[Path, ...]:
+    """The specs the targets carry themselves."""
+    return tuple(dict.fromkeys(Path(t.spec) for t in targets if t.spec is not None))
