@@ -83,11 +83,15 @@ class Run:
         if item.check.kind == "persist":  # the first write of the run: nothing was written
             self.problems.append(f"--fix-persist: nothing written: {reason}")
 
-    def persistence(self, target: Target, records: Sequence[CheckResult]) -> dict[str, Check]:
-        """A target's persistence files' checks, made once, from its records when all are in."""
-        if target.name not in self._persistence:
-            self._persistence[target.name] = self.session.persistence_checks(target, records)
-        return self._persistence[target.name]
+    def persistence(self, target: Target, records: Sequence[CheckResult],
+                    spec: Path | None = None) -> dict[str, Check]:
+        """A target's persistence files' checks for a spec, made once, from its records when
+        all are in."""
+        key = f"{target.name}\0{spec}"
+        if key not in self._persistence:
+            own = self.session.specs.get(spec.resolve()) if spec is not None else None
+            self._persistence[key] = self.session.persistence_checks(target, records, own)
+        return self._persistence[key]
 
     @property
     def command(self) -> str:
@@ -222,7 +226,7 @@ def start_run(config: pytest.Config) -> None:
     config.stash[RUN] = run
     _register(config, run)
     if run.settings.rollback is not None:
-        config.args = [str(run.session.rollback_file)]
+        config.args = [str(opened.anchor) for opened in run.session.rollbacks.values()]
     else:
         _add_spec_args(config, run.settings.specs)
 

@@ -42,9 +42,13 @@ class Summary:
             write(f"journal: {rollback.damaged_lines} line(s) cut short by a crash were skipped")
         if rollback is not None and not self.run.settings.dry_run and \
                 not self.controller.close_failed:
-            done = self.controller.rolled_back
-            write(f"rollback: {rollback.shown} is {'closed' if done else 'still open'}"
-                  + ("" if done else " (some changes are not back: run it again once fixed)"))
+            for each in self.run.session.rollbacks:  # a container's and its host's
+                journal = self.run.session.targets[each].fixrun.rollback
+                done = self.run.session.rollback_closed.get(each, False)
+                shown = journal.shown if journal is not None else each
+                write(f"rollback: {shown} is {'closed' if done else 'still open'}"
+                      + ("" if done else " (some changes are not back: run it again once "
+                                         "fixed)"))
         for problem in self.run.problems:
             write(printable(problem), red=True)
 

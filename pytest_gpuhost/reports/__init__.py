@@ -38,16 +38,23 @@ class TargetInfo:
     bytes_sent: int | None = None
     bytes_received: int | None = None
     connect_seconds: float | None = None
+    specs: tuple[str, ...] = ()
+    """The specs whose checks ran on it (by name): its own, and its containers' for their
+    ``kernel`` checks."""
+    kernel_on: str | None = None
+    """The target whose kernel it runs on (a container's host), where its ``kernel`` checks
+    ran and are reported."""
 
     def as_dict(self) -> dict[str, object]:
         data = dict(self.__dict__)
         data["gpus"], data["gpu_models"] = list(self.gpus), list(self.gpu_models)
+        data["specs"] = list(self.specs)
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> TargetInfo:
         values = {key: data[key] for key in cls.__dataclass_fields__ if key in data}
-        for key in ("gpus", "gpu_models"):
+        for key in ("gpus", "gpu_models", "specs"):
             values[key] = tuple(values.get(key) or ())  # type: ignore[arg-type]
         return cls(**values)  # type: ignore[arg-type]
 
@@ -63,7 +70,8 @@ class TargetInfo:
             bytes_received=total(self.bytes_received, other.bytes_received),
             connect_seconds=total(self.connect_seconds, other.connect_seconds),
             unreachable=self.unreachable or other.unreachable,
-            journal=self.journal or other.journal)
+            journal=self.journal or other.journal,
+            specs=tuple(dict.fromkeys((*self.specs, *other.specs))))
 
 
 @dataclass(frozen=True)
