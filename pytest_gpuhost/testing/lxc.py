@@ -61,6 +61,14 @@ def _sysctl_key(relative: Path) -> str:
     return ".".join(relative.parts)
 
 
+def existing_host(root: Path) -> FakeHost:
+    """A host tree already built (an example host's copy) to add a container to: unlike
+    ``FakeHost(root)``, nothing of it is written over."""
+    host = FakeHost.__new__(FakeHost)
+    host.root = root
+    return host
+
+
 def lxc_container(host: FakeHost, ctid: str = "101", *, link: bool = True) -> FakeHost:
     """Container ``ctid`` of ``host``, its tree made from the host's as the module says, and
     the host's ``usr/bin/lxc-attach`` that enters it. ``link``: share the kernel's files with
