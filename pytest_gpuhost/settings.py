@@ -294,7 +294,14 @@ def _own_spec(target: TargetAddress, base: Path, source: str) -> TargetAddress:
     it was given), else a bundled spec's name."""
     if target.spec is None:
         return target
-    return replace(target, spec=str(_spec_path(base, target.spec, source).resolve()))
+    try:
+        return replace(target, spec=str(_spec_path(base, target.spec, source).resolve()))
+    except SettingsError as exc:
+        raise OwnSpecError(str(exc)) from None
+
+
+class OwnSpecError(SettingsError):
+    """A target's own spec cannot be used: said as it is (not as a run without a spec)."""
 
 
 def _kernel_host(raw: RawOptions) -> TargetAddress | None:
@@ -353,7 +360,7 @@ def _listed_targets(path: Path, source: str, raw: RawOptions) -> list[TargetAddr
         except TargetError as exc:
             raise SettingsError(f"{source}: {path}:{number}: {exc}") from None
         if spec is not None and target.spec is not None:
-            raise SettingsError(f"{source}: {path}:{number}: the spec is given twice (?spec= "
+            raise OwnSpecError(f"{source}: {path}:{number}: the spec is given twice (?spec= "
                                 "and the second column): give it once")
         found.append(_own_spec(replace(target, source=f"{source}:{number}",
                                        spec=spec or target.spec), path.parent,
@@ -428,6 +435,8 @@ def _all_targets(raw: RawOptions, specs: tuple[Path, ...]) -> tuple[TargetAddres
     it needs one (as it did before targets could carry theirs)."""
     try:
         targets = _targets(raw)
+    except OwnSpecError:
+        raise
     except SettingsError:
         if not specs and raw.value("rollback") is None and not raw.text("capture"):
             _usage(raw, False)
