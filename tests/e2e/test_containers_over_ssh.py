@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pytest_gpuhost.gpu.nvmlrecorded import FakeGpu
+from pytest_gpuhost.testing.fakehost import FakeHost
+from pytest_gpuhost.testing.fakenvml import compiler, nvml_library, nvml_state
 from pytest_gpuhost.testing.lxc import existing_host, lxc_container, rootfs_of
 from pytest_gpuhost.testing.sshd import SshServer
 
@@ -104,3 +107,26 @@ def diff(after: dict[str, bytes], before: dict[str, bytes]) -> list[str]:
     log too: the fake modprobe logs there as the kernel does, and a log is no setting)."""
     return sorted(k for k in set(after) | set(before) if after.get(k) != before.get(k)
                   and not k.startswith("var/lib/lxc/") and k != "dev/kmsg")
+
+
+@pytest.mark.skipif(compiler() is None, reason="no C compiler (cc) on this machine to build the "
+                    "fake libnvidia-ml.so.1 with")
+def test_nvml_facts_and_fixes_of_an_ssh_target_come_from_its_own_library(
+        pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path) -> None:
+    """The agent on the target loads the target's libnvidia-ml.so.1 (under its root) with
+    ctypes: its GPUs are read and fixed there, not skipped as before."""
+    host = FakeHost(tmp_path / "pve")
+    gpus = {"0000:01:00.0": FakeGpu(power_limit=450_000)}
+    host.gpu("0000:01:00.0")
+    state = nvml_library(host, gpus)
+    spec = pytester.makefile(".yaml", spec="version: 1\ngpus:\n  persistence_mode: enabled\n"
+                                           "  power_limit: {min: 600}\n")
+    result = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-target={sshd.url(host.root)}",
+                                f"--gpuhost-ssh-config={sshd.client_config}", "--fix",
+                                "--gpuhost-report=r.json", "-p", "no:cacheprovider")
+    outcomes = {c["id"]: c["outcome"] for c in
+                json.loads((pytester.path / "r.json").read_text())["checks"]}
+    assert outcomes["gpus.persistence_mode[0000:01:00.0]"] == "fixed", result.stdout.str()
+    assert outcomes["gpus.power_limit[0000:01:00.0]"] == "fixed"
+    assert nvml_state(state)["0000:01:00.0"]["persistence_mode"] == 1
+    assert nvml_state(state)["0000:01:00.0"]["power_limit"] == 600_000
