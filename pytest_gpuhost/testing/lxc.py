@@ -22,10 +22,14 @@ written there (the container's tree is compared before and after).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import shlex
 import shutil
 import stat
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..checks.sysctl import sysctl_scope
@@ -117,3 +121,83 @@ def _pci_devices(host: FakeHost, container: FakeHost) -> None:
         target = container.root / link.relative_to(host.root)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.symlink_to(os.readlink(link))
+
+
+# -- a real LXC container (Debian's lxc and busybox-static) -------------------------------------
+
+REAL_CONFIG = (
+    "lxc.net.0.type = empty\n"  # a network namespace of its own, with no device in it
+    "lxc.apparmor.profile = unconfined\n"
+    "lxc.mount.entry = /usr/bin usr/bin none ro,bind,create=dir 0 0\n"
+    "lxc.mount.entry = /usr/lib usr/lib none ro,bind,optional,create=dir 0 0\n"
+    "lxc.mount.entry = /lib lib none ro,bind,optional,create=dir 0 0\n"
+    "lxc.mount.entry = /lib64 lib64 none ro,bind,optional,create=dir 0 0\n")
+"""What a busybox container needs to run this machine's python3 (its /usr/bin and libraries,
+read-only), and no network or AppArmor profile of the machine's (``lxc.net.0`` and
+``lxc.apparmor`` lines of the template are replaced)."""
+ATTACH_WRAPPER = "#!/bin/sh\n# the real lxc-attach, on the tests' private lxcpath\n" \
+                 "exec {attach} -P {lxcpath} \"$@\"\n"
+
+
+class LxcUnavailable(RuntimeError):
+    """A real container cannot be made or started here (the reason says why)."""
+
+
+def _lxc(argv: list[str], timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@contextlib.contextmanager
+def real_container(lxcpath: Path, name: str = "gpuhost101") -> Iterator[str]:
+    """A real busybox LXC container under the private ``lxcpath`` (never the machine's default
+    one), started, configured as ``REAL_CONFIG`` says; stopped and destroyed at the end.
+    LxcUnavailable (with lxc-start's own words) where it cannot run."""
+    tools = [tool for tool in ("lxc-create", "lxc-start", "lxc-attach", "lxc-stop",
+                               "lxc-destroy", "busybox") if shutil.which(tool) is None]
+    if tools:
+        raise LxcUnavailable(f"not installed: {', '.join(tools)} (Debian: lxc, busybox-static)")
+    lxcpath.mkdir(parents=True, exist_ok=True)
+    made = _lxc(["lxc-create", "-P", str(lxcpath), "-n", name, "-t", "busybox"])
+    if made.returncode != 0:
+        raise LxcUnavailable(f"lxc-create -t busybox failed: {made.stderr.strip()[-400:]}")
+    try:
+        config = lxcpath / name / "config"
+        kept = [line for line in config.read_text().splitlines()
+                if not line.startswith(("lxc.net.0.", "lxc.apparmor.profile"))
+                and not line.startswith("lxc.mount.entry = /lib")
+                and not line.startswith("lxc.mount.entry = /usr/lib")]
+        config.write_text("\n".join(kept) + "\n" + REAL_CONFIG)
+        log = lxcpath / f"{name}.log"
+        started = _lxc(["lxc-start", "-P", str(lxcpath), "-n", name, "-l", "INFO", "-o",
+                        str(log)])
+        if started.returncode != 0:
+            said = log.read_text()[-600:] if log.exists() else started.stderr[-600:]
+            raise LxcUnavailable(f"lxc-start failed: {said.strip()}")
+        ready = _lxc(["lxc-attach", "-P", str(lxcpath), "-n", name, "--", "python3", "-c",
+                      "pass"], timeout=60.0)
+        if ready.returncode != 0:
+            raise LxcUnavailable(f"python3 does not run in the container: "
+                                 f"{ready.stderr.strip()[-400:]}")
+        yield name
+    finally:
+        _lxc(["lxc-stop", "-P", str(lxcpath), "-n", name, "-k"], timeout=60.0)
+        _lxc(["lxc-destroy", "-P", str(lxcpath), "-n", name], timeout=60.0)
+
+
+def attach_wrapper(host: FakeHost, lxcpath: Path) -> Path:
+    """The fake host's usr/bin/lxc-attach: the machine's real one on ``lxcpath``, so that
+    ``lxc://NAME`` with the fake tree as --gpuhost-root enters the real container while its
+    ``kernel`` checks read the fake tree, never this machine's kernel."""
+    attach = shutil.which("lxc-attach") or "lxc-attach"
+    path = host.file("usr/bin/lxc-attach", ATTACH_WRAPPER.format(
+        attach=shlex.quote(attach), lxcpath=shlex.quote(str(lxcpath))))
+    path.chmod(0o755)
+    return path
+
+
+def read_inside(lxcpath: Path, name: str, path: str) -> str:
+    """A file of the running container, read from outside with lxc-attach."""
+    done = _lxc(["lxc-attach", "-P", str(lxcpath), "-n", name, "--", "cat", path], 60.0)
+    if done.returncode != 0:
+        raise LxcUnavailable(f"lxc-attach cat {path}: {done.stderr.strip()[-300:]}")
+    return done.stdout
