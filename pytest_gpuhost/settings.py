@@ -410,9 +410,10 @@ def _capture_from(raw: RawOptions, targets: Sequence[TargetAddress]) -> str:
     from .capture.writer import pick_target
 
     chosen = raw.text("capture_from")
-    by_url = {target.url: target.name for target in targets}
+    named = [target for target in targets if target.implied is None]  # not a host it added
+    by_url = {target.url: target.name for target in named}
     try:
-        return pick_target([target.name for target in targets], by_url.get(chosen or "", chosen))
+        return pick_target([target.name for target in named], by_url.get(chosen or "", chosen))
     except ValueError as exc:
         raise SettingsError(str(exc)) from None
 

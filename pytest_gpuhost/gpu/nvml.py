@@ -159,7 +159,9 @@ def default_factory(host: Host) -> NvmlFactory:
     def open_nvml() -> Nvml:
         if host.local_machine():
             return PynvmlNvml.open()
-        recorded = host.batch(RecordedNvml.reads)  # the same batch its calls read, cached
+        # the same batch its calls read, cached; the agent's own NVML asked in it too (one
+        # round trip for whichever answers)
+        recorded = host.batch([*RecordedNvml.reads, *AgentNvml.reads])[:len(RecordedNvml.reads)]
         if any(path == f"{RECORDED_NVML}/gpus" for reply in recorded if reply.error is None
                for path, _ in reply.matches()):
             return RecordedNvml(host)

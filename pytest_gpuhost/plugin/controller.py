@@ -144,6 +144,7 @@ class Controller:
         for reporter in self.reporters():
             try:
                 reporter.write(records, info)
+                self.run.notes += getattr(reporter, "notes", ())  # the capture's
             except OutputError as exc:
                 self.run.problems.append(str(exc))
                 at_least(session, pytest.ExitCode.TESTS_FAILED)

@@ -49,6 +49,8 @@ class Summary:
                 write(f"rollback: {shown} is {'closed' if done else 'still open'}"
                       + ("" if done else " (some changes are not back: run it again once "
                                          "fixed)"))
+        for note in self.run.notes:
+            write(printable(note), yellow="warning" in note)
         for problem in self.run.problems:
             write(printable(problem), red=True)
 

@@ -403,7 +403,9 @@ class Session:
         from ..capture.writer import pick_target
 
         try:
-            return self.targets[pick_target(list(self.targets), self.settings.capture_from)]
+            named = [name for name, target in self.targets.items()  # not a host it added
+                     if target.address.implied is None]
+            return self.targets[pick_target(named, self.settings.capture_from)]
         except ValueError as exc:
             raise SettingsError(str(exc)) from None
 
@@ -421,7 +423,8 @@ class Session:
                         facts.gpu_models, len(facts.gpus), command, keys)
         return SpecCapture(settings.capture, settings.capture_shown,
                            overwrite=settings.capture_overwrite, specs=shown, source=source,
-                           parsers=self.kinds, conditions=self.conditions)
+                           parsers=self.kinds, conditions=self.conditions,
+                           also=(target.kernel_on.name,) if target.kernel_on else ())
 
     def close_rollback(self, results: Sequence[CheckResult]) -> bool:
         """Close each target's rolled back journal whose changes are all back (its own

@@ -25,6 +25,7 @@ from ..host import (
     CachedHost,
     Closable,
     Connection,
+    GpuQuery,
     Host,
     HostError,
     HostIdentity,
@@ -80,6 +81,7 @@ HOST_FACTS_READS: tuple[Request, ...] = (
     Read("proc/sys/kernel/hostname"), Read("proc/sys/kernel/osrelease"),
     Read("sys/module/nvidia/version"), Read("proc/driver/nvidia/version"),
     *RecordedNvml.reads,  # a fake root's NVML: opening it then costs no round trip
+    GpuQuery(),  # nor does the target's own (``gpu.agentnvml``)
 )
 
 

@@ -177,3 +177,38 @@ def test_an_lxc_target_of_ssh_is_a_container_whatever_its_cgroup_says(tmp_path: 
     assert container.kernel_on == host.name == "pve"
     assert (host.url, host.container, host.implied) == (
         "ssh://root@pve/", None, "the host of ssh://root@pve?lxc=101")
+
+
+WHY_SPEC = textwrap.dedent("""\
+    version: 1
+    sysctl:
+      vm.swappiness: {value: 10, why: "keep the model's pages in memory"}
+      vm.max_map_count: {min: 65530, why: "the default is enough"}
+      net.ipv4.tcp_rmem: "4096 87380 268435456"
+    """)
+
+
+def test_capture_of_a_container_writes_one_spec_that_passes_on_the_same_pair(
+        pytester: pytest.Pytester, tmp_path: Path) -> None:
+    host, _ = pair(tmp_path / "pve")
+    host.sysctl("vm.max_map_count", 65530)
+    spec = pytester.makefile(".yaml", spec=WHY_SPEC)
+    pair_args = (f"--gpuhost-root={host.root}", "--gpuhost-target=lxc://101", *RUN)
+    result = pytester.runpytest(f"--gpuhost-spec={spec}", *pair_args,
+                                "--gpuhost-capture=golden.yaml")
+    result.stdout.fnmatch_lines([
+        "--gpuhost-capture: wrote golden.yaml (what lxc-101 and local held)",
+        "--gpuhost-capture: warning: 2 check(s) failed on lxc-101 and local: the capture "
+        "records the failing values*"])
+    import yaml
+
+    captured = yaml.safe_load((pytester.path / "golden.yaml").read_text())["sysctl"]
+    assert captured["vm.swappiness"] == 60  # the failing value, without the why it argued
+    assert captured["vm.max_map_count"] == {"min": 65530, "why": "the default is enough"}
+    assert captured["net.ipv4.tcp_rmem"] == "4096 131072 6291456"
+    again = pytester.runpytest("--gpuhost-spec=golden.yaml", *pair_args,
+                               "--gpuhost-report=r.json")
+    assert again.ret == pytest.ExitCode.OK, again.stdout.str()[-2000:]
+    assert {(i, t) for i, t, _ in checks(pytester.path / "r.json")} == {
+        ("sysctl[vm.swappiness]", "local"), ("sysctl[vm.max_map_count]", "local"),
+        ("sysctl[net.ipv4.tcp_rmem]", "lxc-101")}
