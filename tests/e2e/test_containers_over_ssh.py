@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 import yaml
@@ -60,11 +61,17 @@ def test_one_command_from_the_container_gates_fixes_and_rolls_back_both_sides(
                f"--gpuhost-ssh-config={sshd.client_config}", "--gpuhost-gate",
                "-p", "no:cacheprovider")
 
-    closed = pytester.runpytest(*command, "--gpuhost-report=closed.json")
+    closed = pytester.runpytest(*command, "--gpuhost-report=closed.json",
+                                "--junitxml=closed.xml")
     assert closed.ret == pytest.ExitCode.TESTS_FAILED
     closed.stdout.fnmatch_lines([f"*gpuhost gate closed: * host checks failed: *@{sshd.alias} "
                                  "(failed)*"])
     placed = once_each(pytester.path / "closed.json")
+    cases = [case.get("name") for case in
+             ElementTree.parse(pytester.path / "closed.xml").iter("testcase")]
+    assert len(cases) == len(set(cases)) == len(placed) + 2  # and the two benchmarks
+    for check, target in placed.items():  # each with its target, once
+        assert sum(f"{check}@{target}" in str(name) for name in cases) == 1, check
     assert placed["sysctl[vm.swappiness]"] == sshd.alias
     assert placed["sysctl[net.core.rmem_max]"] == sshd.alias  # global: the host's
     assert placed["sysctl[net.ipv4.tcp_rmem]"] == "local"

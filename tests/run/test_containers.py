@@ -212,3 +212,21 @@ def test_capture_of_a_container_writes_one_spec_that_passes_on_the_same_pair(
     assert {(i, t) for i, t, _ in checks(pytester.path / "r.json")} == {
         ("sysctl[vm.swappiness]", "local"), ("sysctl[vm.max_map_count]", "local"),
         ("sysctl[net.ipv4.tcp_rmem]", "lxc-101")}
+
+
+def test_in_a_container_a_boot_fix_is_never_promised(pytester: pytest.Pytester,
+                                                      tmp_path: Path) -> None:
+    """A kernel command line that lacks a word, with the GRUB drop-in holding it, is
+    reboot_required on a machine; in a container without its host it is an error saying where
+    to check (a reboot of the container boots no kernel), and --fix-persist writes no GRUB
+    drop-in there."""
+    _, container = pair(tmp_path / "pve")
+    container.cmdline("BOOT_IMAGE=/vmlinuz root=/dev/sda1 ro quiet")
+    spec = pytester.makefile(".yaml", spec="version: 1\nkernel:\n  cmdline: {has: [iommu=pt]}\n")
+    result = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={container.root}",
+                                "--fix", "--fix-persist", "--gpuhost-report=r.json", *RUN)
+    [record] = json.loads((pytester.path / "r.json").read_text())["checks"]
+    assert record["outcome"] == "error"
+    assert record["message"].startswith("this is a container: check it where the kernel lives")
+    assert not (container.root / "etc/default/grub.d").exists()
+    assert "update-grub" not in result.stdout.str()
