@@ -137,3 +137,21 @@ def test_nvml_facts_and_fixes_of_an_ssh_target_come_from_its_own_library(
     assert outcomes["gpus.power_limit[0000:01:00.0]"] == "fixed"
     assert nvml_state(state)["0000:01:00.0"]["persistence_mode"] == 1
     assert nvml_state(state)["0000:01:00.0"]["power_limit"] == 600_000
+
+
+def test_an_lxc_target_whose_pid1_cgroup_says_init_scope_is_a_container(
+        pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path) -> None:
+    """``ssh://HOST?lxc=CTID`` is a container by construction: ``when: container`` holds on it
+    though nothing inside says so (PID 1's cgroup ``0::/init.scope``, no ``container=``)."""
+    host = FakeHost(tmp_path / "pve").sysctl("net.ipv4.tcp_rmem", "4096 87380 268435456")
+    container = lxc_container(host, "101")
+    container.file("proc/1/environ", b"PATH=/usr/bin:/bin\0")
+    container.file("proc/1/cgroup", "0::/init.scope\n")
+    spec = pytester.makefile(".yaml", spec='version: 1\nsysctl:\n  net.ipv4.tcp_rmem: '
+                                           '{value: "4096 87380 268435456", when: container}\n')
+    pytester.runpytest(f"--gpuhost-spec={spec}",
+                       f"--gpuhost-target={sshd.url(host.root, query='?lxc=101')}",
+                       f"--gpuhost-ssh-config={sshd.client_config}",
+                       "--gpuhost-report=r.json", "-p", "no:cacheprovider")
+    [record] = json.loads((pytester.path / "r.json").read_text())["checks"]
+    assert (record["target"], record["outcome"]) == (f"{sshd.alias}-lxc-101", "passed")
