@@ -32,9 +32,16 @@ class Summary:
 
             TopologyView(write).write(self.controller.records(), info)
         remote = [t for t in info.targets if t.journal and t.url != "local"]
-        if info.journal is not None and not remote:
+        paired = any(t.kernel_on for t in info.targets)
+        if paired:  # a container and its host: both journals
+            for target in (t for t in info.targets if t.journal):
+                write(f"journal of {target.name}: {target.journal}")
+            if any(t.journal for t in info.targets):
+                write("undo: --gpuhost-rollback with the same target options (it restores "
+                      "the newest journal of each target)")
+        elif info.journal is not None and not remote:
             write(f"journal: {info.journal} (undo: --gpuhost-rollback={info.journal})")
-        for target in remote:
+        for target in remote if not paired else ():
             name = str(target.journal).rsplit("/", 1)[-1]
             write(f"journal of {target.name}: {target.journal} (undo: --gpuhost-rollback={name} "
                   f"{self._naming(target.name, target.url)})")
