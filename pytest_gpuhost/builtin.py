@@ -162,14 +162,21 @@ def pytest_gpuhost_make_host(settings: Settings, target: TargetAddress) -> Host 
     if target.scheme not in ("ssh", "lxc"):
         return None
     from .host.remote import AgentHost, agent_command, lxc_argv, ssh_argv
+    from .host.ssh import lxc_under
 
     inner = agent_command(target.root, target.python)
-    if target.container is not None:
-        inner = lxc_argv(target.container, inner)
+    if target.scheme == "lxc":  # entered with this machine's lxc-attach, under the run's root
+        assert target.container is not None
+        attach = LocalHost(settings.root).which("lxc-attach") \
+            if settings.root != Path("/") else None  # at /: on PATH, as a shell finds it
+        inner = lxc_argv(target.container, inner, attach or "lxc-attach")
+    elif target.container is not None:  # the URL's root is the host's; the container's is /
+        inner = lxc_under(target.root, target.container, agent_command("/", target.python),
+                          target.python)
     argv = inner
     if target.scheme == "ssh":
         assert target.host is not None
-        master = settings.ssh_masters / str(settings.targets.index(target)) \
+        master = settings.ssh_masters / str(_master_of(settings, target)) \
             if settings.ssh_masters is not None else None
         argv = ssh_argv(target.host, port=target.port, user=target.user,
                         config=settings.ssh_config, connect_timeout=settings.connect_timeout,
@@ -178,6 +185,15 @@ def pytest_gpuhost_make_host(settings: Settings, target: TargetAddress) -> Host 
     return AgentHost(target.url, argv, target.root, connect_timeout=settings.connect_timeout,
                      time_limit=settings.target_timeout, name=target.name,
                      refused_key_hint=refused_key_hint(settings, target))
+
+
+def _master_of(settings: Settings, target: TargetAddress) -> int:
+    """Which of the run's ssh connections ``target`` rides on: its own, or, for a container of
+    an ssh host, its host's (one ssh login for both)."""
+    names = [each.name for each in settings.targets]
+    if target.kernel_on is not None and target.kernel_on in names:
+        return names.index(target.kernel_on)
+    return settings.targets.index(target)
 
 
 def strict_host_keys(settings: Settings) -> bool:

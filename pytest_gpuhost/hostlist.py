@@ -1,6 +1,7 @@
 """The hosts of a fleet as pytest-gpuhost takes them: one host of an inventory as ssh reaches it
 (``InventoryHost``, what ``inventory.py`` makes of Ansible's variables), the ssh options its
-variables may carry, a plain targets file (one target a line), and the errors of both.
+variables may carry, a plain targets file (one target a line, optionally with its spec), and
+the errors of both.
 
 A building block for remote targets: it reads, and connects to nothing; no ansible-core here.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 
@@ -49,6 +51,8 @@ class InventoryHost(msgspec.Struct, frozen=True):
     """``ansible_connection=local``: this machine, not an ssh destination."""
     python: str | None = None
     """``ansible_python_interpreter``: the python the agent runs under (None: ``python3``)."""
+    spec: str | None = None
+    """``gpuhost_spec``: the spec this host runs, as written (None: the run's)."""
     error: str | None = None
     """Why this host cannot be used (a variable Ansible could not template): with
     ``read_inventory(..., host_errors=True)`` such a host is still listed, and its checks are
@@ -66,7 +70,8 @@ class InventoryHost(msgspec.Struct, frozen=True):
             return TargetAddress(f"ssh://{self.name}/?name={self.name}", "ssh", host=self.name,
                                  name=self.name, source=source, error=self.error)
         if self.local:
-            return TargetAddress(LOCAL, LOCAL, root=self.root, name=self.name, source=source)
+            return TargetAddress(LOCAL, LOCAL, root=self.root, name=self.name, source=source,
+                                 spec=self.spec)
         if not valid_host(self.address):
             raise InventoryError(f"host {self.name}: ansible_host={self.address!r} is not a "
                                  "host name or address")
@@ -78,7 +83,8 @@ class InventoryHost(msgspec.Struct, frozen=True):
                f"{f':{self.port}' if self.port else ''}{self.root}?name={self.name}")
         return TargetAddress(url, "ssh", host=self.address, user=self.user, port=self.port,
                              root=self.root, name=self.name, identity_file=key,
-                             ssh_args=self.ssh_args, source=source, python=self.python)
+                             ssh_args=self.ssh_args, source=source, python=self.python,
+                             spec=self.spec)
 
 
 def not_ssh_options(words: Sequence[str]) -> str | None:
@@ -106,38 +112,49 @@ def not_ssh_options(words: Sequence[str]) -> str | None:
     return None
 
 
+class TargetLine(NamedTuple):
+    """A line of a targets file: its number, the target, and the spec it runs (the second
+    column; None: the run's)."""
+
+    number: int
+    target: str
+    spec: str | None = None
+
+
 def parse_targets(text: str, source: str) -> list[str]:
-    """One target a line; ``#`` starts a comment (at a line's start or after a space); blank
-    lines are skipped. A line with two words, a target listed twice or a file with none is an
-    error naming ``source:line``."""
-    return [target for _, target in numbered_targets(text, source)]
+    """One target a line, optionally followed by the spec it runs; ``#`` starts a comment (at a
+    line's start or after a space); blank lines are skipped. A line of more than two words, a
+    target listed twice or a file with none is an error naming ``source:line``."""
+    return [line.target for line in numbered_targets(text, source)]
 
 
-def numbered_targets(text: str, source: str) -> list[tuple[int, str]]:
-    """``parse_targets`` with each target's line number."""
-    targets: list[tuple[int, str]] = []
+def numbered_targets(text: str, source: str) -> list[TargetLine]:
+    """``parse_targets`` with each target's line number and spec."""
+    targets: list[TargetLine] = []
     seen: dict[str, int] = {}
     for number, raw in enumerate(text.splitlines(), start=1):
         line = _COMMENT.sub("", raw).strip()
         if not line:
             continue
-        if len(line.split()) > 1:
-            raise InventoryError(f"{source}:{number}: one target a line, got {line!r}")
-        if line in seen:
-            raise InventoryError(f"{source}:{number}: {line} is listed twice (first at line "
-                                 f"{seen[line]})")
-        seen[line] = number
-        targets.append((number, line))
+        words = line.split()
+        if len(words) > 2:
+            raise InventoryError(f"{source}:{number}: one target a line and optionally its "
+                                 f"spec, got {line!r}")
+        if words[0] in seen:
+            raise InventoryError(f"{source}:{number}: {words[0]} is listed twice (first at "
+                                 f"line {seen[words[0]]})")
+        seen[words[0]] = number
+        targets.append(TargetLine(number, words[0], words[1] if len(words) > 1 else None))
     if not targets:
         raise InventoryError(f"{source}: no targets (every line is blank or a comment)")
     return targets
 
 
 def read_targets_file(path: Path) -> list[str]:
-    return [target for _, target in read_numbered_targets(path)]
+    return [line.target for line in read_numbered_targets(path)]
 
 
-def read_numbered_targets(path: Path) -> list[tuple[int, str]]:
+def read_numbered_targets(path: Path) -> list[TargetLine]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

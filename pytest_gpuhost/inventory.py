@@ -31,6 +31,7 @@ from .bounded import StillRunning, within
 from .hostlist import HostVariableError as HostVariableError  # re-exported
 from .hostlist import InventoryError as InventoryError  # re-exported
 from .hostlist import InventoryHost as InventoryHost  # re-exported
+from .hostlist import TargetLine as TargetLine  # re-exported
 from .hostlist import not_ssh_options
 from .hostlist import numbered_targets as numbered_targets  # re-exported
 from .hostlist import parse_targets as parse_targets  # re-exported
@@ -50,6 +51,9 @@ ARGS_VARS = ("ansible_ssh_common_args", "ansible_ssh_extra_args")
 arguments are common then extra, as that plugin passes them."""
 ROOT_VARS = ("gpuhost_root",)
 """pytest-gpuhost's own host variable: the host root on that machine (default ``/``)."""
+SPEC_VARS = ("gpuhost_spec",)
+"""pytest-gpuhost's own host (or group) variable: the spec the host runs instead of the run's
+(a bundled spec's name, or a file relative to the inventory)."""
 CONNECTION_VARS = ("ansible_connection",)
 SSH_CONNECTIONS = ("ssh", "smart", "paramiko", "paramiko_ssh")
 """ansible_connection values that reach the host over ssh (``ansible.builtin.`` or not)."""
@@ -388,8 +392,13 @@ def _host(name: str, variables: _Resolver) -> InventoryHost:
     if connection != "local" and not valid_host(address):
         raise InventoryError(f"{variables.source}: host {name}: ansible_host={address!r} is not "
                              "a host name or address")
+    spec = variables.last(SPEC_VARS)
+    if spec is not None and (not spec.strip() or "\0" in spec):
+        raise InventoryError(f"{variables.source}: host {name}: gpuhost_spec must name a spec "
+                             f"(a bundled spec's name or a YAML file), got {spec!r}")
     return InventoryHost(name=name, address=address,
                          port=int(port) if port is not None else None,
                          user=variables.last(USER_VARS),
                          identity_file=variables.last(KEY_VARS), ssh_args=tuple(args),
-                         root=root, local=connection == "local", python=python)
+                         root=root, local=connection == "local", python=python,
+                         spec=spec.strip() if spec is not None else None)

@@ -225,7 +225,20 @@ OPTIONS: tuple[Option, ...] = (
                 "may be given more than once.",
            doc="a machine to check: `local`, `ssh://[USER@]HOST[:PORT][/ROOT]`, "
                "`lxc://CTID[/ROOT]` or `ssh://USER@HOST?lxc=CTID` (may be repeated; [remote "
-               "targets](remote.md))."),
+               "targets](remote.md)); `?spec=SPEC` gives it a spec of its own. A container's "
+               "`kernel` checks run on its host ([where a setting lives](#where-a-setting-"
+               "lives))."),
+    Option("host", "--gpuhost-host", TEXT, metavar="URL", ini="gpuhost_host",
+           ini_help="the machine whose kernel this one runs on (see --gpuhost-host)",
+           help="from inside a container: the machine whose kernel it runs on "
+                "(ssh://[USER@]HOST[:PORT][/ROOT]); the local run's kernel checks (sysctls "
+                "other than net.*, modules, PCIe, NVML settings...) run and are fixed there.",
+           doc="from inside a container: the machine whose kernel it runs on "
+               "(`ssh://[USER@]HOST[:PORT][/ROOT]`, named as a target is). The `local` "
+               "target's `kernel` checks run, are fixed and journaled there, reported under "
+               "its name; the rest run here ([where a setting lives](#where-a-setting-lives)). "
+               "Without it, in a container, a `kernel` check that does not pass is an `error` "
+               "saying where to check it."),
     Option("ssh_config", "--gpuhost-ssh-config", TEXT, metavar="FILE",
            ini="gpuhost_ssh_config", ini_help="OpenSSH client configuration for the ssh targets",
            help="OpenSSH client configuration given to every ssh as -F FILE.",
@@ -273,9 +286,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("targets_file", "--gpuhost-targets-file", TEXT, metavar="FILE",
            ini="gpuhost_targets_file",
            ini_help="file of targets, one a line (see --gpuhost-targets-file)",
-           help="targets, one a line (a target URL or [USER@]HOST[:PORT] for ssh; # comments).",
-           doc="targets, one a line: a target URL or `[USER@]HOST[:PORT]` for ssh; `#` "
-               "comments."),
+           help="targets, one a line (a target URL or [USER@]HOST[:PORT] for ssh, then "
+                "optionally its spec; # comments).",
+           doc="targets, one a line: a target URL or `[USER@]HOST[:PORT]` for ssh, then "
+               "optionally the spec it runs (a bundled name, or a file relative to the targets "
+               "file); `#` comments."),
     Option("target_timeout", "--gpuhost-target-timeout", SECONDS, metavar="SECONDS",
            above_zero=True,
            help="the most time one ssh or lxc target may take (each pytest process counts its "

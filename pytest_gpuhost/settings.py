@@ -20,7 +20,7 @@ from .files import OutputError, check_output
 from .options import BY_NAME, OPTIONS, SPEC_SUFFIXES, flag
 from .options import RawOptions as RawOptions
 from .targetoptions import TARGET_SOURCES as TARGET_SOURCES  # re-exported
-from .targetoptions import TargetOptionError, resolve_targets
+from .targetoptions import TargetOptionError, TargetSpecError, resolve_targets
 from .targetoptions import target_record as target_record  # re-exported
 from .targets import BUILTIN, Schemes, TargetAddress
 
@@ -34,6 +34,7 @@ class Settings(msgspec.Struct, frozen=True):
 
     invocation: Path
     specs: tuple[Path, ...]
+    """Every spec the run loads: the run's own, then the targets' own (``TargetAddress.spec``)."""
     root: Path
     fix: bool
     """--fix (or a rollback, which fixes back to the originals)."""
@@ -85,6 +86,17 @@ class Settings(msgspec.Struct, frozen=True):
     """--gpuhost-nfd-expiry: the seconds the NFD labels stand after the run (# +expiry-time)."""
     connect_concurrency: int = 10
     """--gpuhost-connect-concurrency: remote targets connected at once, the whole run."""
+    default_specs: tuple[Path, ...] | None = None
+    """The specs a target without one of its own runs (--gpuhost-spec); None: ``specs``."""
+
+    def specs_of(self, target: TargetAddress) -> tuple[Path, ...]:
+        """The specs ``target`` runs: its own, the run's, or none for a target added to the
+        run as another's host (``implied``: it runs their ``kernel`` checks only)."""
+        if target.spec is not None:
+            return (Path(target.spec),)
+        if target.implied is not None:
+            return ()
+        return self.specs if self.default_specs is None else self.default_specs
 
     @property
     def remote(self) -> bool:
@@ -244,9 +256,24 @@ def _output(raw: RawOptions, name: str) -> Path | None:
 
 def _targets(raw: RawOptions) -> tuple[TargetAddress, ...]:
     try:
-        return resolve_targets(raw, _schemes(raw))
+        return resolve_targets(raw, _schemes(raw), _target_spec)
+    except TargetSpecError as exc:
+        raise OwnSpecError(str(exc)) from None
     except TargetOptionError as exc:
         raise SettingsError(str(exc)) from None
+
+
+def _target_spec(base: Path, value: str, source: str) -> Path:
+    """A target's own spec: a file relative to ``base`` (where it was given), else a bundled
+    spec's name; TargetSpecError where it is neither."""
+    try:
+        return _spec_path(base, value, source).resolve()
+    except SettingsError as exc:
+        raise TargetSpecError(str(exc)) from None
+
+
+class OwnSpecError(SettingsError):
+    """A target's own spec cannot be used: said as it is (not as a run without a spec)."""
 
 
 def _ssh_config(raw: RawOptions) -> Path | None:
@@ -291,9 +318,10 @@ def _capture_from(raw: RawOptions, targets: Sequence[TargetAddress]) -> str:
     from .capture.writer import pick_target
 
     chosen = raw.text("capture_from")
-    by_url = {target.url: target.name for target in targets}
+    named = [target for target in targets if target.implied is None]  # not a host it added
+    by_url = {target.url: target.name for target in named}
     try:
-        return pick_target([target.name for target in targets], by_url.get(chosen or "", chosen))
+        return pick_target([target.name for target in named], by_url.get(chosen or "", chosen))
     except ValueError as exc:
         raise SettingsError(str(exc)) from None
 
@@ -311,21 +339,49 @@ def _schemes(raw: RawOptions) -> Schemes:
     return raw.schemes if raw.schemes is not None else BUILTIN
 
 
+def _all_targets(raw: RawOptions, specs: tuple[Path, ...]) -> tuple[TargetAddress, ...]:
+    """The targets; a run with no spec of its own and none among its targets says first that
+    it needs one (as it did before targets could carry theirs)."""
+    try:
+        targets = _targets(raw)
+    except OwnSpecError:
+        raise
+    except SettingsError:
+        if not specs and raw.value("rollback") is None and not raw.text("capture"):
+            _usage(raw, False)
+        raise
+    return targets
+
+
+def _with_target_specs(specs: tuple[Path, ...],
+                       targets: Sequence[TargetAddress]) -> tuple[Path, ...]:
+    """The run's specs, then every target's own (each once)."""
+    unique = dict.fromkeys(specs)
+    for target in targets:
+        if target.spec is not None:
+            unique.setdefault(Path(target.spec), None)
+    return tuple(unique)
+
+
 def resolve(raw: RawOptions) -> Settings:
     """The run's settings; SettingsError for the first thing that cannot be used."""
     specs = _spec_paths(raw)
-    capture, catalog = _capture(raw, specs)
+    targets = _all_targets(raw, specs)
+    own = raw.value("rollback") is None and any(target.spec is not None for target in targets)
+    capture, catalog = _capture(raw, specs or own_specs(targets))
     if catalog:
         from .capture.catalog import CATALOG
 
         specs = (CATALOG,)
-    _usage(raw, bool(specs))
+    _usage(raw, bool(specs) or own)
     rollback = raw.text("rollback")
+    default_specs = specs
+    if rollback is None:
+        specs = _with_target_specs(specs, targets)
     active = bool(specs) or rollback is not None
-    if raw.flag("persist") and len(specs) > 1:
+    if raw.flag("persist") and len(default_specs) > 1:
         raise SettingsError("--fix-persist names its files after the spec: run it with one spec "
                             "at a time")
-    targets = _targets(raw)
     lock_timeout = _seconds(raw, "lock_timeout")
     connect_timeout = _seconds(raw, "connect_timeout")
     nfd_expiry = _seconds(raw, "nfd_expiry")
@@ -350,4 +406,10 @@ def resolve(raw: RawOptions) -> Settings:
         topology=raw.flag("topology") and not raw.worker,
         accept_new_host_keys=raw.flag("accept_new_host_keys") or
         raw.ini_flag("accept_new_host_keys"),
-        nfd_expiry=nfd_expiry, connect_concurrency=_count(raw, "connect_concurrency"))
+        nfd_expiry=nfd_expiry, connect_concurrency=_count(raw, "connect_concurrency"),
+        default_specs=default_specs)
+
+
+def own_specs(targets: Sequence[TargetAddress]) -> tuple[Path, ...]:
+    """The specs the targets carry themselves."""
+    return tuple(dict.fromkeys(Path(t.spec) for t in targets if t.spec is not None))

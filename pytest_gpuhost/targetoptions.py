@@ -8,7 +8,7 @@ the same message): no pytest, and an inventory's ansible-core only when one is n
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +21,23 @@ from .targets import (
     Schemes,
     TargetAddress,
     TargetError,
-    name_targets,
+    kernel_host,
     parse_target,
     parse_target_line,
+    place_kernels,
 )
 
 
 class TargetOptionError(Exception):
     """A target option that cannot be used; the message names its source."""
+
+
+class TargetSpecError(TargetOptionError):
+    """A target's own spec cannot be used (said as it is, not as a run without a spec)."""
+
+
+SpecPath = Callable[[Path, str, str], Path]
+"""(base, the spec as given, where it was given) -> the spec's file; TargetSpecError if none."""
 
 
 def target_record(target: TargetAddress) -> dict[str, object]:
@@ -45,10 +54,12 @@ TARGET_SOURCES = ("targets", "inventory", "targets_file")
 """The options that name targets: given on the command line, they replace all their ini twins."""
 
 
-def resolve_targets(raw: RawOptions, schemes: Schemes) -> tuple[TargetAddress, ...]:
+def resolve_targets(raw: RawOptions, schemes: Schemes, spec_path: SpecPath
+                    ) -> tuple[TargetAddress, ...]:
     """Every target the run names: --gpuhost-target, the hosts of --gpuhost-inventory (after
     --gpuhost-limit) and the lines of --gpuhost-targets-file, together; any of them on the
-    command line replaces all of their ini twins. Without any, this machine at the root. An
+    command line replaces all of their ini twins. Without any, this machine at the root. Each
+    container's host placed (--gpuhost-host for this machine's kernel checks, where given). An
     xdist worker takes its controller's: the same targets, the inventory read once."""
     if raw.resolved_targets:
         return _resolved(raw.resolved_targets)
@@ -64,42 +75,82 @@ def resolve_targets(raw: RawOptions, schemes: Schemes) -> tuple[TargetAddress, .
     limit = raw.text("limit")
     if limit is not None and not inventory:
         raise TargetOptionError(f"--gpuhost-limit={limit} selects hosts of an inventory: pass "
-                            "--gpuhost-inventory=FILE too")
+                                "--gpuhost-inventory=FILE too")
     found: list[TargetAddress] = []
     for text in urls:
         if text.strip():
             try:
-                found.append(replace(parse_target(text, schemes), source=named["targets"]))
+                target = parse_target(text, schemes)
             except TargetError as exc:
                 raise TargetOptionError(f"{named['targets']}: {exc}") from None
+            found.append(_own_spec(replace(target, source=named["targets"]), base,
+                                   f"{named['targets']}={text.strip()}: spec", spec_path))
     if inventory:
-        found += _inventory_targets(raw, base / inventory, f"{named['inventory']}={inventory}")
+        found += _inventory_targets(raw, base / inventory, f"{named['inventory']}={inventory}",
+                                    spec_path)
     if listed:
-        found += _listed_targets(base / listed, f"{named['targets_file']}={listed}", schemes)
-    if not found:
-        return (TargetAddress(LOCAL, LOCAL),)
+        found += _listed_targets(base / listed, f"{named['targets_file']}={listed}", schemes,
+                                 spec_path)
+    host = _kernel_host(raw, schemes)
     try:
-        return tuple(name_targets(found, schemes))
+        return tuple(place_kernels(found or [TargetAddress(LOCAL, LOCAL)], schemes, host))
     except TargetError as exc:
         raise TargetOptionError(str(exc)) from None
 
 
-def _inventory_targets(raw: RawOptions, path: Path, source: str) -> list[TargetAddress]:
+def _own_spec(target: TargetAddress, base: Path, source: str, spec_path: SpecPath
+              ) -> TargetAddress:
+    """``target`` with its own spec (if it has one) resolved: a file relative to ``base`` (where
+    it was given), else a bundled spec's name."""
+    if target.spec is None:
+        return target
+    return replace(target, spec=str(spec_path(base, target.spec, source)))
+
+
+def _kernel_host(raw: RawOptions, schemes: Schemes) -> TargetAddress | None:
+    """--gpuhost-host (else its ini twin): the machine this one's kernel checks run on."""
+    given = raw.text("host")
+    source = f"--gpuhost-host={given}" if given else \
+        f"{BY_NAME['host'].ini} in {raw.ini_name}={raw.ini_text('host')}"
+    text = given or raw.ini_text("host")
+    if not text:
+        return None
+    try:
+        host = parse_target(text, schemes)
+    except TargetError as exc:
+        raise TargetOptionError(f"{source}: {exc}") from None
+    if host.local or host.container is not None or kernel_host(host, schemes) is not None:
+        raise TargetOptionError(f"{source}: the host is the machine whose kernel this one runs "
+                                "on, reached as ssh://[USER@]HOST[:PORT][/ROOT] (not this "
+                                "machine, not a container)")
+    if host.spec is not None:
+        raise TargetOptionError(f"{source}: the host runs this run's kernel checks, not a spec "
+                                "of its own: drop ?spec= (name it with --gpuhost-target to "
+                                "check it whole)")
+    return replace(host, source=source.split("=", 1)[0])
+
+
+def _inventory_targets(raw: RawOptions, path: Path, source: str, spec_path: SpecPath
+                       ) -> list[TargetAddress]:
     from .inventory import InventoryError, read_inventory
 
     limit = raw.text("limit")
     if limit is not None and not limit.strip():
         raise TargetOptionError("--gpuhost-limit is empty: expected an Ansible host pattern "
-                            "(node01, gpu, 'gpu:!node02', 'node0*')")
+                                "(node01, gpu, 'gpu:!node02', 'node0*')")
     try:
         hosts = read_inventory(path, limit, host_errors=True)
-        return [host.target(source, raw.invocation) for host in hosts]
+        return [_own_spec(host.target(source, raw.invocation),
+                          path.parent if path.is_file() else path,
+                          f"{source}: host {host.name}: gpuhost_spec", spec_path)
+                for host in hosts]
     except InventoryError as exc:
         given = f" --gpuhost-limit={limit}" if limit is not None else ""
         raise TargetOptionError(f"{source}{given}: {exc}") from None
 
 
-def _listed_targets(path: Path, source: str, schemes: Schemes) -> list[TargetAddress]:
+def _listed_targets(path: Path, source: str, schemes: Schemes, spec_path: SpecPath
+                    ) -> list[TargetAddress]:
     from .inventory import InventoryError, read_numbered_targets
 
     try:
@@ -107,10 +158,15 @@ def _listed_targets(path: Path, source: str, schemes: Schemes) -> list[TargetAdd
     except InventoryError as exc:
         raise TargetOptionError(f"{source}: {exc}") from None
     found = []
-    for number, text in lines:
+    for number, text, spec in lines:
         try:
-            found.append(replace(parse_target_line(text, schemes),
-                                 source=f"{source}:{number}"))
+            target = parse_target_line(text, schemes)
         except TargetError as exc:
             raise TargetOptionError(f"{source}: {path}:{number}: {exc}") from None
+        if spec is not None and target.spec is not None:
+            raise TargetSpecError(f"{source}: {path}:{number}: the spec is given twice (?spec= "
+                                  "and the second column): give it once")
+        found.append(_own_spec(replace(target, source=f"{source}:{number}",
+                                       spec=spec or target.spec), path.parent,
+                               f"{source}: {path}:{number}: spec", spec_path))
     return found

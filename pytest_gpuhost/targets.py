@@ -12,6 +12,12 @@
   made by ``pytest_gpuhost_make_host``, which gets the parsed ``TargetAddress``.
 - ``?name=NAME`` names a target in ids and reports; by default a target is named by its host
   (``pve``), then host and port, then with its root, whichever makes the names unique.
+  ``?spec=SPEC`` (any scheme) is the spec the target runs instead of ``--gpuhost-spec``.
+- A container by construction (``lxc://``, ``ssh://HOST?lxc=CTID``, a plugin's scheme that
+  declares ``Scheme.host``) runs on a kernel of another machine, its host: ``place_kernels``
+  adds that host to the run (or finds it among the targets) and names it in ``kernel_on``,
+  where the session runs the container's ``kernel`` checks. ``--gpuhost-host`` does the same
+  for this machine (the ``local`` target) from inside a container.
 - In a targets file (``--gpuhost-targets-file``), a bare ``[USER@]HOST[:PORT]`` means
   ``ssh://[USER@]HOST[:PORT]``. Hosts of an Ansible inventory (``inventory``) are ssh targets
   named by their inventory names, with a key file and ssh arguments of their own.
@@ -29,7 +35,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
-from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
+from urllib.parse import SplitResult, parse_qs, unquote, urlsplit, urlunsplit
 
 import msgspec
 from msgspec.structs import replace
@@ -41,6 +47,8 @@ _CONTAINER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 _SCHEME = re.compile(r"[a-z][a-z0-9+.-]*\Z")
 """A scheme's name: lowercase, as ``urlsplit`` gives it (a URL's own may be any case)."""
 _UNNAMED = re.compile(r"[^A-Za-z0-9._:-]")
+SHARED_PARAMETERS = ("name", "spec")
+"""The ``?KEY=VALUE`` parameters every scheme takes: the target's name and its own spec."""
 
 
 class TargetError(ValueError):
@@ -69,6 +77,16 @@ class TargetAddress(msgspec.Struct, frozen=True):
     error: str | None = None
     """Why this target cannot be used (an inventory host whose variables Ansible could not
     resolve): its checks are errors saying so, and the other targets run."""
+    spec: str | None = None
+    """The spec this target runs instead of the run's (``?spec=``, an inventory's
+    ``gpuhost_spec``, a targets file's second column): as given, then (``settings``) the
+    resolved path."""
+    kernel_on: str | None = None
+    """The name of the target whose kernel this one runs on (a container's host), where its
+    ``kernel`` checks run; None: its own (``place_kernels``)."""
+    implied: str | None = None
+    """Why the run has this target though no option named it (``the host of lxc://101``): it
+    runs only the ``kernel`` checks of the targets on it."""
 
     @property
     def local(self) -> bool:
@@ -123,6 +141,9 @@ class Scheme(msgspec.Struct, frozen=True):
     """A target's shortest default name; None: its host, else ``SCHEME-CONTAINER``."""
     bare: bool = False
     """Its URL is its name alone, with nothing more (``local``)."""
+    host: Callable[[TargetAddress], TargetAddress | None] | None = None
+    """For a scheme of containers: the machine a target runs on, whose kernel it shares (its
+    ``kernel`` checks run there); None, or a None answer: the target is its own kernel's."""
 
 
 Schemes = Mapping[str, Scheme]
@@ -176,11 +197,28 @@ def _lxc_base_name(target: TargetAddress) -> str:
     return f"lxc-{target.container}"
 
 
+def _lxc_host(target: TargetAddress) -> TargetAddress:
+    """An LXC container of this machine runs on this machine's kernel (at --gpuhost-root)."""
+    return TargetAddress(LOCAL, LOCAL)
+
+
+def _ssh_host(target: TargetAddress) -> TargetAddress | None:
+    """``ssh://HOST/ROOT?lxc=CTID`` runs on ``ssh://HOST/ROOT``: the same login (user, port, key,
+    ssh arguments, python), without the container."""
+    if target.container is None:
+        return None
+    parts = urlsplit(target.url)
+    return replace(target, url=urlunsplit((parts.scheme, parts.netloc, parts.path or "/", "",
+                                           "")), container=None, name="", spec=None,
+                   error=None, kernel_on=None, implied=None)
+
+
 BUILTIN_SCHEMES = (
     Scheme(LOCAL, (LOCAL,), _parse_local, bare=True),
     Scheme("ssh", ("ssh://[USER@]HOST[:PORT][/ROOT]", "ssh://USER@HOST?lxc=CTID"), _parse_ssh,
-           parameters=("lxc",), base_name=_ssh_base_name),
-    Scheme("lxc", ("lxc://CTID[/ROOT]",), _parse_lxc, base_name=_lxc_base_name),
+           parameters=("lxc",), base_name=_ssh_base_name, host=_ssh_host),
+    Scheme("lxc", ("lxc://CTID[/ROOT]",), _parse_lxc, base_name=_lxc_base_name,
+           host=_lxc_host),
 )
 """This machine, ssh and LXC: registered through ``pytest_gpuhost_target_schemes`` as a
 plugin's scheme is (``builtin``)."""
@@ -229,11 +267,15 @@ def _url(raw: str, scheme: Scheme) -> TargetUrl:
         raise TargetError(f"{raw!r}: a target has no #fragment; name it with ?name=NAME")
     query = {key: values[-1] for key, values in parse_qs(parts.query, strict_parsing=False,
                                                          keep_blank_values=True).items()}
-    unknown = sorted(set(query) - {"name", *scheme.parameters})
+    unknown = sorted(set(query) - {*SHARED_PARAMETERS, *scheme.parameters})
     if unknown:
-        takes = "".join(f" and {p}=" for p in scheme.parameters)
+        takes = [f"{p}=" for p in (*SHARED_PARAMETERS, *scheme.parameters)]
         raise TargetError(f"{raw!r}: unknown parameter(s) {', '.join(unknown)}; a "
-                          f"{scheme.name}:// target takes name={takes}")
+                          f"{scheme.name}:// target takes {', '.join(takes[:-1])} and "
+                          f"{takes[-1]}")
+    spec = query.get("spec")
+    if spec is not None and (not spec.strip() or "\0" in spec):
+        raise TargetError(f"{raw!r}: spec= names a spec: a bundled spec's name or a YAML file")
     root = unquote(parts.path) or "/"
     if "\0" in root or not root.startswith("/"):
         raise TargetError(f"{raw!r}: the root must be an absolute path")
@@ -246,12 +288,15 @@ def _url(raw: str, scheme: Scheme) -> TargetUrl:
 
 def parse_target(text: str, schemes: Schemes = BUILTIN) -> TargetAddress:
     """One target URL, parsed by the scheme that owns it; TargetError saying what is wrong and
-    what was expected."""
+    what was expected. ``?spec=`` is every scheme's: the target carries it as given."""
     raw = text.strip()
     scheme = schemes.get(raw.split("://", 1)[0].lower() if "://" in raw else raw)
     if scheme is None or scheme.bare != ("://" not in raw):
         raise TargetError(f"{raw!r} is not a target: expected {_forms(schemes)}")
-    return scheme.parse(_url(raw, scheme))
+    url = _url(raw, scheme)
+    address = scheme.parse(url)
+    spec = url.query.get("spec")
+    return replace(address, spec=spec.strip()) if spec is not None else address
 
 
 def parse_target_line(text: str, schemes: Schemes = BUILTIN) -> TargetAddress:
@@ -330,3 +375,38 @@ def name_targets(targets: Sequence[TargetAddress],
 
 def parse_targets(texts: Sequence[str], schemes: Schemes = BUILTIN) -> list[TargetAddress]:
     return name_targets([parse_target(text, schemes) for text in texts], schemes)
+
+
+def kernel_host(target: TargetAddress, schemes: Schemes = BUILTIN) -> TargetAddress | None:
+    """The machine whose kernel ``target`` runs on, when it is a container by construction (its
+    scheme's ``host``); None: its own."""
+    scheme = schemes.get(target.scheme)
+    return scheme.host(target) if scheme is not None and scheme.host is not None else None
+
+
+def place_kernels(targets: Sequence[TargetAddress], schemes: Schemes = BUILTIN,
+                  host: TargetAddress | None = None) -> list[TargetAddress]:
+    """The run's targets, named, each that runs on another machine's kernel told which target
+    that is (``kernel_on``): a container by construction its host (``kernel_host``), and with
+    ``host`` (--gpuhost-host) this machine's ``local`` targets that one. A host that is already
+    a target of the run is that target (its ``kernel`` checks then run once); any other is
+    added after the named ones (``implied``), as ``name_targets`` names it."""
+    placed = list(targets)
+    kernel_of: dict[int, int] = {}
+    by_place = {_destination(target): index for index, target in enumerate(targets)}
+    for index, target in enumerate(targets):
+        wanted = host if host is not None and target.local else kernel_host(target, schemes)
+        if wanted is None:
+            continue
+        at = by_place.get(_destination(wanted))
+        if at is None:
+            at = len(placed)
+            placed.append(replace(wanted, implied=f"the host of {target.url}",
+                                  source=target.source))
+            by_place[_destination(wanted)] = at
+        if at == index:
+            raise TargetError(f"{target.shown} cannot be the host of itself")
+        kernel_of[index] = at
+    named = name_targets(placed, schemes)
+    return [replace(target, kernel_on=named[kernel_of[index]].name) if index in kernel_of
+            else target for index, target in enumerate(named)]

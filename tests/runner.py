@@ -106,7 +106,8 @@ class Running:
         self.session = session
         self.checks = sorted((c for spec in session.specs.values() for c in session.expand(spec)),
                              key=lambda c: c.order)
-        self.checks += session.rollback_checks
+        self.checks += [check for rollback in session.rollbacks.values()
+                        for check in rollback.checks]
         session.target.select(self.checks)
 
     def run(self, check: Check) -> CheckResult:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from pytest_gpuhost.testing.fakehost import blackwell8_untuned
 
 from .conftest import EXAMPLE_HOST
@@ -34,3 +36,38 @@ def test_example_host_is_the_untuned_box() -> None:
     assert (EXAMPLE_HOST / "proc/sys/kernel/numa_balancing").read_text() == "1\n"
     assert (EXAMPLE_HOST / "sys/class/infiniband/mlx5_0").is_dir()
     assert os.access(EXAMPLE_HOST / "usr/sbin/modprobe", os.X_OK)
+
+
+PROXMOX_HOST = EXAMPLE_HOST.parent / "pve-lxc"
+
+
+def test_committed_proxmox_example_matches_the_generator(tmp_path: Path) -> None:
+    from pytest_gpuhost.testing.example import proxmox_lxc
+
+    proxmox_lxc(tmp_path / "fresh")
+    committed, fresh = tree(PROXMOX_HOST), tree(tmp_path / "fresh")
+    assert sorted(committed) == sorted(fresh), (
+        "examples/hosts/pve-lxc is stale: regenerate it with `python -m "
+        "pytest_gpuhost.fakehost --proxmox examples/hosts/pve-lxc` (after removing it)")
+    stale = [path for path in fresh if committed[path] != fresh[path]]
+    assert not stale, f"stale files in the Proxmox example host: {stale[:5]}"
+
+
+def test_the_proxmox_example_splits_the_spec_between_host_and_container(
+        pytester: pytest.Pytester) -> None:
+    """The README's story: ``lxc://101`` of the Proxmox-like example: every kernel check ran
+    on the host (``local``, the tree at --gpuhost-root), the P2P measurement in the container,
+    each check once; nothing of the example is written."""
+    import json
+
+    before = tree(PROXMOX_HOST)
+    pytester.runpytest("--gpuhost-spec=blackwell8", f"--gpuhost-root={PROXMOX_HOST}",
+                       "--gpuhost-target=lxc://101", "--gpuhost-report=r.json",
+                       "-p", "no:cacheprovider")
+    checks = json.loads((pytester.path / "r.json").read_text())["checks"]
+    assert len({c["id"] for c in checks}) == len(checks) == 198
+    where = {c["id"].split("[")[0]: c["target"] for c in checks}
+    assert where["p2p"] == where["gpus.nvml_inventory"] == "lxc-101"
+    assert {where[k] for k in ("sysctl", "pcie.max_read_request", "gpus.persistence_mode",
+                               "module", "dmesg", "kernel.cmdline")} == {"local"}
+    assert tree(PROXMOX_HOST) == before

@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 from .. import __version__
+from ..checks.capturing import ARGUED_AGAINST
 from ..files import OutputError, write_atomically, write_output
 from ..result import CheckResult
 from ..spec import SPEC_VERSION, SectionParser, Spec, SpecError, load_spec
@@ -92,7 +93,14 @@ class SpecCapture:
 
     def __init__(self, path: Path, shown: str, *, overwrite: bool,
                  specs: Sequence[tuple[str, Spec]], source: Source,
-                 parsers: Mapping[str, SectionParser], conditions: Any) -> None:
+                 parsers: Mapping[str, SectionParser], conditions: Any,
+                 also: Sequence[str] = ()) -> None:
+        self.also = tuple(also)
+        """Targets whose records are the captured target's too: a container's host, where
+        its ``kernel`` checks ran."""
+        self.notes: list[str] = []
+        """What the terminal says after the run: where the spec was written, and a warning
+        where the target failed its spec (the capture then records the failing values)."""
         self.path = path
         self.shown = shown
         self.overwrite = overwrite
@@ -102,7 +110,7 @@ class SpecCapture:
         self.conditions = conditions
 
     def write(self, records: Sequence[CheckResult], info: Any) -> None:
-        mine = [r for r in records if record_target(r) == self.source.target]
+        mine = [r for r in records if record_target(r) in (self.source.target, *self.also)]
         if not mine:
             raise OutputError(f"--gpuhost-capture={self.shown}: no check ran on target "
                               f"{self.source.target}, so there is nothing to capture; nothing "
@@ -111,6 +119,17 @@ class SpecCapture:
                             header_lines=header(self.source, info.finished_at, self.shown),
                             kinds=self.parsers)
         self._check_loads(text)
+        self._write(text)
+        on = " and ".join((self.source.target, *self.also))
+        self.notes.append(f"--gpuhost-capture: wrote {self.shown} (what {on} held)")
+        failed = [r for r in mine if r.outcome in ARGUED_AGAINST]
+        if failed:
+            self.notes.append(
+                f"--gpuhost-capture: warning: {len(failed)} check(s) failed on {on}: the "
+                f"capture records the failing values as the host holds them (their why: left "
+                f"out); fix the host first (--fix) if {self.shown} should hold the spec's values")
+
+    def _write(self, text: str) -> None:
         if self.overwrite:  # as every report: a file replaced, a FIFO or a character device
             # (/dev/null) written as it is, never swapped for a new file
             try:

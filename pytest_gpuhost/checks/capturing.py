@@ -41,8 +41,20 @@ Records = Mapping[str, Sequence[CheckResult]]
 """A spec's records by kind, in run order."""
 
 
-def options_of(options: EntryOptions) -> dict[str, Any]:
-    """The entry options as a spec writes them (only those that differ from the defaults)."""
+ARGUED_AGAINST = frozenset({Outcome.FAILED, Outcome.FIX_FAILED, Outcome.WOULD_FIX,
+                            Outcome.REBOOT_REQUIRED})
+"""Outcomes whose observed value is not what the entry asked: its ``why:`` argued against it."""
+
+
+def argued_against(records: Sequence[CheckResult]) -> bool:
+    """Whether the value captured from ``records`` is one the entry's ``why:`` argued against
+    (a record did not pass): the captured entry then goes without that ``why:``."""
+    return any(record.outcome in ARGUED_AGAINST for record in records)
+
+
+def options_of(options: EntryOptions, *, why: bool = True) -> dict[str, Any]:
+    """The entry options as a spec writes them (only those that differ from the defaults;
+    ``why=False``: without its ``why:``, for a value it argued against)."""
     shown: dict[str, Any] = {}
     if options.when is not None:
         shown["when"] = str(options.when)
@@ -50,14 +62,15 @@ def options_of(options: EntryOptions) -> dict[str, Any]:
         shown["fix"] = False
     if options.severity != "normal":
         shown["severity"] = options.severity
-    if options.why:
+    if options.why and why:
         shown["why"] = options.why
     return shown
 
 
-def entry(form: Mapping[str, Any], options: EntryOptions, value_key: str = "value") -> Any:
+def entry(form: Mapping[str, Any], options: EntryOptions, value_key: str = "value", *,
+          why: bool = True) -> Any:
     """``{value: X, why: ...}``, or the bare value when there is nothing beside it."""
-    extra = options_of(options)
+    extra = options_of(options, why=why)
     if list(form) == [value_key] and not extra:
         return form[value_key]
     return {**form, **extra}
@@ -168,7 +181,7 @@ def capture_key(name: str, records: Sequence[CheckResult], expect: Expectation,
     if form is None:
         out.leave_out(label, reason)
         return
-    out.entries[name] = entry(form, options)
+    out.entries[name] = entry(form, options, why=not argued_against(records))
 
 
 def records_of(records: Records, kind: str, key: str | None = None

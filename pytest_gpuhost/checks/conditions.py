@@ -11,14 +11,10 @@ from collections.abc import Callable, Sequence
 
 import msgspec
 
-from ..host import Host, HostError, ListDir, Read, Request, Stat
+from ..host import Host, HostError, ListDir, Read, Reply, Request, Stat
 
 ConditionFn = Callable[[Host], tuple[bool, str]]
 """Returns whether the condition holds and a reason that says what was seen."""
-
-_CONTAINER_MARKERS = (".dockerenv", "run/.containerenv")
-_CONTAINER_CGROUPS = ("docker", "kubepods", "containerd", "libpod", "lxc")
-
 
 class HostCondition(msgspec.Struct, frozen=True):
     """A condition together with the host reads it makes."""
@@ -30,6 +26,57 @@ class HostCondition(msgspec.Struct, frozen=True):
         return self.test(host)
 
 
+CONTAINER_READS: tuple[Request, ...] = (
+    Stat("proc/vz"), Stat("proc/bc"), Read("run/host/container-manager"),
+    Read("run/systemd/container"), Read("proc/1/environ"), Stat("run/.containerenv"),
+    Stat(".dockerenv"), Read("proc/1/cgroup"))
+"""What tells a container from a machine, read in one batch: systemd-detect-virt's markers in
+its order (OpenVZ's proc/vz without proc/bc; the file a container manager leaves in
+run/host/container-manager; run/systemd/container, which systemd in a container writes from its
+``container=``; PID 1's environment ``container=``; Podman's run/.containerenv; Docker's
+.dockerenv), then the cgroup paths of PID 1 that container managers make (``CGROUP_MARKS``)."""
+CGROUP_MARKS = ("lxc.payload", "lxc", "docker", "kubepods", "libpod")
+"""A component of PID 1's cgroup path that names a container manager (``lxc.payload.101``,
+``/lxc/101``, ``docker-ID.scope``, ``kubepods-burstable.slice``, ``libpod-ID.scope``). A cgroup
+namespace hides them (LXC's default: PID 1 reads ``0::/``): the markers above still say."""
+
+
+def _text_of(reply: Reply) -> str:
+    return reply.text().strip() if reply.error is None else ""
+
+
+def recognise_container(replies: Sequence[Reply]) -> tuple[bool, str]:
+    """Whether the replies to ``CONTAINER_READS`` say this root is a container, and what said
+    so (or what was looked at)."""
+    vz, bc, manager, systemd, environ, podman, docker, cgroup = replies
+    if vz.error is None and bc.error is not None:
+        return True, "proc/vz exists without proc/bc (OpenVZ)"
+    for path, reply in (("run/host/container-manager", manager),
+                        ("run/systemd/container", systemd)):
+        if _text_of(reply):
+            return True, f"{path} says {_text_of(reply)[:40]!r}"
+    if environ.error is None:
+        for entry in environ.data().split(b"\0"):
+            if entry.startswith(b"container=") and entry != b"container=":
+                shown = entry[10:50].decode("utf-8", "replace")
+                return True, f"PID 1's environment holds container={shown}"
+    for path, reply in (("run/.containerenv", podman), (".dockerenv", docker)):
+        if reply.error is None:
+            return True, f"{path} exists"
+    for line in _text_of(cgroup).splitlines():
+        for part in line.split(":", 2)[-1].split("/"):
+            mark = next((m for m in CGROUP_MARKS if part == m or part.startswith(
+                (f"{m}.", f"{m}-"))), None)
+            if mark is not None:
+                return True, f"PID 1's cgroup {line.split(':', 2)[-1][:80]} names {mark}"
+    return False, ("no container marker (run/systemd/container, PID 1's container=, "
+                   ".dockerenv, run/.containerenv, a container manager's cgroup)")
+
+
+def _container(host: Host) -> tuple[bool, str]:
+    return recognise_container(host.batch(CONTAINER_READS))
+
+
 def _infiniband(host: Host) -> tuple[bool, str]:
     devices = host.listdir("sys/class/infiniband") if host.exists("sys/class/infiniband") else []
     if devices:
@@ -37,23 +84,8 @@ def _infiniband(host: Host) -> tuple[bool, str]:
     return False, "no RDMA device under sys/class/infiniband"
 
 
-def _container(host: Host) -> tuple[bool, str]:
-    for marker in _CONTAINER_MARKERS:
-        if host.exists(marker):
-            return True, f"{marker} exists"
-    try:
-        cgroup = host.read_text("proc/1/cgroup")
-    except HostError:
-        cgroup = ""
-    for word in _CONTAINER_CGROUPS:
-        if word in cgroup:
-            return True, f"proc/1/cgroup names {word}"
-    return False, "no container marker (.dockerenv, run/.containerenv, a container cgroup)"
-
-
 infiniband = HostCondition(_infiniband, (ListDir("sys/class/infiniband"),))
-container = HostCondition(_container, (*(Stat(m) for m in _CONTAINER_MARKERS),
-                                       Read("proc/1/cgroup")))
+container = HostCondition(_container, CONTAINER_READS)
 
 def in_container(host: Host) -> bool:
     """Whether the host is a container (the ``container`` condition), for a message."""

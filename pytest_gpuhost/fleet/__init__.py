@@ -126,10 +126,14 @@ def _facts(data: Mapping[str, Any]) -> dict[str, Any]:
     """What a report (or one of its ``targets`` entries, which says ``hostname``) says of the
     machine."""
     gpus = data.get("gpus")
+    specs = data.get("specs")  # a target's: the specs whose checks ran on it
+    spec = ", ".join(map(str, specs)) if isinstance(specs, list) and specs else None
     return {"host": data.get("host") or data.get("hostname"), "kernel": data.get("kernel"),
             "driver": data.get("driver"),
             "gpus": len(gpus) if isinstance(gpus, list) else gpus,
-            "generated_at": data.get("generated_at")}
+            "generated_at": data.get("generated_at"), "spec": spec,
+            "kernel_on": data.get("kernel_on") if isinstance(data.get("kernel_on"), str)
+            else None}
 
 
 def _no_result(records: Sequence[Record]) -> str | None:

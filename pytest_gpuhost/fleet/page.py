@@ -69,6 +69,10 @@ def _facts(target: FleetRow) -> str:
     parts = [f"{name} {facts[name]}" for name in ("host", "kernel", "driver") if facts.get(name)]
     if facts.get("gpus") is not None:
         parts.append(f"{facts['gpus']} GPUs")
+    if facts.get("spec"):
+        parts.append(f"spec {facts['spec']}")
+    if facts.get("kernel_on"):  # a container: its kernel checks ran on its host
+        parts.append(f"kernel checks on {facts['kernel_on']}")
     parts.append(f"from {target.source}")
     return ", ".join(parts)
 

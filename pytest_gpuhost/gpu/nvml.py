@@ -7,7 +7,9 @@ in-memory stand-in for tests; ``RecordedNvml`` reads NVML facts recorded as file
 tree (``var/lib/pytest-gpuhost/nvml/``), so an offline root has NVML facts too.
 
 NVML describes the machine the process runs on, so the real library is used only when the host
-root is ``/``: a fake tree never mixes its sysfs with this machine's GPUs.
+root is ``/``: a fake tree never mixes its sysfs with this machine's GPUs. Any other host (an ssh
+target, a container, a tree with a driver of its own) answers from its own NVIDIA driver
+through its agent (``agentnvml``): its libnvidia-ml.so.1, or nvidia-smi there.
 """
 
 from __future__ import annotations
@@ -148,7 +150,9 @@ class NvmlSource:
 
 
 def default_factory(host: Host) -> NvmlFactory:
-    """NVML for ``host``: the real library on ``/``, the recorded snapshot in a fake tree."""
+    """NVML for ``host``: the real library on ``/``, a recorded snapshot in a fake tree that
+    has one, else the host's own driver asked by its agent (``agentnvml``)."""
+    from .agentnvml import AgentNvml, agent_facts
     from .nvmlrecorded import RecordedNvml
 
     def open_nvml() -> Nvml:
@@ -156,13 +160,20 @@ def default_factory(host: Host) -> NvmlFactory:
             from .nvmllib import PynvmlNvml  # nvidia-ml-py's wrapper: the root / only
 
             return PynvmlNvml.open()
-        recorded = host.batch(RecordedNvml.reads)  # the same batch its calls read, cached
+        # the same batch its calls read, cached; the agent's own NVML asked in it too (one
+        # round trip for whichever answers)
+        recorded = host.batch([*RecordedNvml.reads, *AgentNvml.reads])[:len(RecordedNvml.reads)]
         if any(path == f"{RECORDED_NVML}/gpus" for reply in recorded if reply.error is None
                for path, _ in reply.matches()):
             return RecordedNvml(host)
-        raise NvmlUnavailable(
-            f"the host root {host.describe()} is not this machine, so this machine's NVML "
-            f"does not describe it, and it has no recorded {RECORDED_NVML}")
+        try:
+            agent_facts(host)
+        except NvmlUnavailable as exc:
+            raise NvmlUnavailable(
+                f"the host root {host.describe()} is not this machine, so this machine's NVML "
+                f"does not describe it, and it has no recorded {RECORDED_NVML} nor an NVML of "
+                f"its own: {exc}") from None
+        return AgentNvml(host)
 
     return open_nvml
 

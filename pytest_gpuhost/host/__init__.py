@@ -46,6 +46,7 @@ from .requests import (
     WIRE_FORMS,
     FileInfo,
     Glob,
+    GpuQuery,
     Kmsg,
     Link,
     ListDir,
@@ -233,6 +234,17 @@ class Connection(Protocol):
 
 
 @runtime_checkable
+class GpuControl(Protocol):
+    """A host whose own NVIDIA driver changes a GPU's settings (the agent's ``Gpus.set``,
+    through the machine's libnvidia-ml.so.1 or nvidia-smi): the NVML fixes of a target that is
+    not this machine (``gpu.agentnvml``)."""
+
+    def set_gpu(self, address: str, setting: str, value: str) -> None:
+        """``persistence_mode`` or ``ecc`` to ``enabled``/``disabled``, ``power_limit`` to a
+        number of W; HostError (EPERM: not allowed) when the driver refuses."""
+
+
+@runtime_checkable
 class PhaseCache(Protocol):
     """A host that serves a phase's reads from one batch (``CachedHost``): what a check or the
     engine may ask of it beyond ``Host``."""
@@ -310,6 +322,8 @@ __all__ = [
     "Connection",
     "FileInfo",
     "Glob",
+    "GpuControl",
+    "GpuQuery",
     "Host",
     "HostError",
     "HostIdentity",

@@ -146,6 +146,8 @@ class Root:
         self.fd = os.open(self.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         self._locks: dict[int, str] = {}
         """Lock handles (their descriptors) this process holds, for ``unlock``."""
+        self.gpus: Gpus | None = None
+        """The GPUs through NVML, at their first use (``gpus_of``)."""
         self._openat2 = prefer_openat2 and not self.real and _libc_openat2() is not None
 
     def close(self) -> None:
@@ -889,6 +891,291 @@ class Root:
         return info
 
 
+# -- NVML: the GPUs' facts on the machine that has them -----------------------------------------
+
+NVML_LIBRARY = "libnvidia-ml.so.1"
+NVML_DIRS = ("usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib64", "usr/lib",
+             "lib/x86_64-linux-gnu", "lib/aarch64-linux-gnu", "lib64", "lib")
+"""Where distributions, the NVIDIA installer and the container toolkit put the NVML library."""
+SMI_FIELDS = ("pci.bus_id", "driver_version", "persistence_mode", "pcie.link.gen.max",
+              "enforced.power.limit", "power.min_limit", "power.max_limit", "ecc.mode.current",
+              "ecc.mode.pending")
+"""What ``nvidia-smi --query-gpu`` reports of each GPU where the library cannot be loaded."""
+NVML_NO_PERMISSION = 4
+
+
+class _PciInfo(ctypes.Structure):
+    """nvmlPciInfo_t (nvmlDeviceGetPciInfo_v3)."""
+
+    _fields_ = [("busIdLegacy", ctypes.c_char * 16), ("domain", ctypes.c_uint),
+                ("bus", ctypes.c_uint), ("device", ctypes.c_uint),
+                ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
+                ("busId", ctypes.c_char * 32)]
+
+
+class _Bar1(ctypes.Structure):
+    """nvmlBAR1Memory_t."""
+
+    _fields_ = [("bar1Total", ctypes.c_ulonglong), ("bar1Free", ctypes.c_ulonglong),
+                ("bar1Used", ctypes.c_ulonglong)]
+
+
+def _bus_id(raw: str) -> str:
+    """NVML's ``00000000:81:00.0`` as sysfs names it: ``0000:81:00.0``."""
+    parts = raw.strip().lower().split(":")
+    if len(parts) == 3 and len(parts[0]) > 4:
+        parts[0] = parts[0][-4:]
+    return ":".join(parts)
+
+
+class Gpus:
+    """The GPUs as the NVIDIA driver of this machine describes them: through the root's own
+    libnvidia-ml.so.1 (ctypes: nothing installed), or ``nvidia-smi --query-gpu`` under the root
+    where the library cannot be loaded. ``facts`` is everything the checks ask, in one answer;
+    ``set`` changes one setting (persistence mode, power limit, the pending ECC mode)."""
+
+    def __init__(self, root: Root) -> None:
+        self.root = root
+        self.lib: Any = None
+        self.where = ""
+        self.problem = ""
+        self.handles: dict[str, Any] = {}
+
+    def _candidates(self) -> list[str]:
+        found = [NVML_LIBRARY] if self.root.real else []
+        for directory in NVML_DIRS:
+            try:
+                fd = self.root.open(f"{directory}/{NVML_LIBRARY}", os.O_PATH)
+            except (OSError, OpError):
+                continue
+            try:
+                if stat.S_ISREG(os.fstat(fd).st_mode):
+                    found.append(self.root.real_path(fd))
+            finally:
+                os.close(fd)
+        return found
+
+    def _load(self) -> bool:
+        """The library, loaded and started once; False (``problem`` says why) where none."""
+        if self.lib is not None or self.problem:
+            return self.lib is not None
+        problems = []
+        for path in self._candidates():
+            try:
+                lib = ctypes.CDLL(path)
+                lib.nvmlErrorString.restype = ctypes.c_char_p
+                start = getattr(lib, "nvmlInit_v2", None) or lib.nvmlInit
+                code = start()
+            except (OSError, AttributeError) as exc:
+                problems.append(f"{path}: {exc}")
+                continue
+            if code != 0:
+                problems.append(f"{path}: nvmlInit failed: {self._words(lib, code)}")
+                continue
+            self.lib, self.where = lib, path
+            return True
+        self.problem = "; ".join(problems) or (
+            f"no {NVML_LIBRARY} in " + ", ".join(self.root.shown(d) for d in NVML_DIRS))
+        return False
+
+    @staticmethod
+    def _words(lib: Any, code: int) -> str:
+        try:
+            return (lib.nvmlErrorString(code) or b"").decode("utf-8", "replace") or str(code)
+        except (OSError, AttributeError):
+            return f"error {code}"
+
+    def _call(self, name: str, *args: Any) -> None:
+        code = getattr(self.lib, name)(*args)
+        if code != 0:
+            raise OpError(f"NVML {name} failed: {self._words(self.lib, code)}",
+                          errno.EPERM if code == NVML_NO_PERMISSION else errno.EIO)
+
+    def _each(self, facts: dict[str, object], key: str, read: Callable[[], object]) -> None:
+        try:
+            facts[key] = read()
+        except (OpError, OSError, AttributeError, ValueError) as exc:
+            facts[key] = {"error": str(exc)}
+
+    def _text(self, name: str) -> str:
+        buffer = ctypes.create_string_buffer(96)
+        self._call(name, buffer, ctypes.c_uint(96))
+        return buffer.value.decode("utf-8", "replace")
+
+    def _number(self, name: str, handle: Any) -> int:
+        value = ctypes.c_uint()
+        self._call(name, handle, ctypes.byref(value))
+        return value.value
+
+    def _handles(self) -> dict[str, Any]:
+        if not self.handles:
+            count = ctypes.c_uint()
+            self._call("nvmlDeviceGetCount_v2", ctypes.byref(count))
+            for index in range(count.value):
+                handle = ctypes.c_void_p()
+                self._call("nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(index),
+                           ctypes.byref(handle))
+                info = _PciInfo()
+                self._call("nvmlDeviceGetPciInfo_v3", handle, ctypes.byref(info))
+                self.handles[_bus_id(info.busId.decode("ascii", "replace"))] = handle
+        return self.handles
+
+    def _gpu(self, handle: Any) -> dict[str, object]:
+        gpu: dict[str, object] = {}
+        mode = ctypes.c_int()
+        low, high, current, pending = (ctypes.c_uint(), ctypes.c_uint(), ctypes.c_int(),
+                                       ctypes.c_int())
+        bar1 = _Bar1()
+
+        def persistence() -> bool:
+            self._call("nvmlDeviceGetPersistenceMode", handle, ctypes.byref(mode))
+            return mode.value == 1
+
+        def limits() -> list[int]:
+            self._call("nvmlDeviceGetPowerManagementLimitConstraints", handle, ctypes.byref(low),
+                       ctypes.byref(high))
+            return [low.value, high.value]
+
+        def ecc() -> list[bool]:
+            self._call("nvmlDeviceGetEccMode", handle, ctypes.byref(current),
+                       ctypes.byref(pending))
+            return [current.value == 1, pending.value == 1]
+
+        def bar1_total() -> int:
+            self._call("nvmlDeviceGetBAR1MemoryInfo", handle, ctypes.byref(bar1))
+            return int(bar1.bar1Total)
+
+        self._each(gpu, "persistence_mode", persistence)
+        self._each(gpu, "max_link_generation",
+                   lambda: self._number("nvmlDeviceGetMaxPcieLinkGeneration", handle))
+        self._each(gpu, "power_limit",
+                   lambda: self._number("nvmlDeviceGetEnforcedPowerLimit", handle))
+        self._each(gpu, "power_limit_range", limits)
+        self._each(gpu, "ecc_mode", ecc)
+        self._each(gpu, "bar1_total", bar1_total)
+        return gpu
+
+    def _pairs(self, handles: dict[str, Any]) -> tuple[dict[str, int], dict[str, int]]:
+        """(the P2P read status of every ordered pair that is not ok, the topology level of
+        every pair), as NVML's numbers."""
+        p2p: dict[str, int] = {}
+        levels: dict[str, int] = {}
+        status, level = ctypes.c_int(), ctypes.c_int()
+        for one, first in handles.items():
+            for other, second in handles.items():
+                if one == other:
+                    continue
+                try:
+                    self._call("nvmlDeviceGetP2PStatus", first, second, ctypes.c_int(0),
+                               ctypes.byref(status))
+                    if status.value:
+                        p2p[f"{one}->{other}"] = status.value
+                    if one < other:
+                        self._call("nvmlDeviceGetTopologyCommonAncestor", first, second,
+                                   ctypes.byref(level))
+                        levels[f"{one}->{other}"] = level.value
+                except (OpError, AttributeError):
+                    continue
+        return p2p, levels
+
+    def facts(self) -> dict[str, object]:
+        """Everything the NVML checks ask: ``{"source", "driver_version", "library_version",
+        "gpus": {address: {...}}, "p2p", "topology"}`` (a value that could not be read is
+        ``{"error": ...}``), or ``{"unavailable": why}``."""
+        if self._load():
+            facts: dict[str, object] = {"source": f"{NVML_LIBRARY} ({self.where})"}
+            self._each(facts, "driver_version", lambda: self._text("nvmlSystemGetDriverVersion"))
+            self._each(facts, "library_version", lambda: self._text("nvmlSystemGetNVMLVersion"))
+            handles = self._handles()
+            facts["gpus"] = {address: self._gpu(handle) for address, handle in handles.items()}
+            facts["p2p"], facts["topology"] = self._pairs(handles)
+            return facts
+        smi = self.root.which("nvidia-smi")
+        if smi is None:
+            return {"unavailable": f"{self.problem}; and no nvidia-smi in "
+                                   + ", ".join(self.root.shown(d) for d in COMMAND_DIRS)}
+        return self._smi_facts()
+
+    def _smi_facts(self) -> dict[str, object]:
+        done = self.root.run(["nvidia-smi", f"--query-gpu={','.join(SMI_FIELDS)}",
+                              "--format=csv,noheader,nounits"], timeout=60.0)
+        if done["returncode"] != 0:
+            return {"unavailable": f"{self.problem}; and nvidia-smi --query-gpu exited "
+                                   f"{done['returncode']}: {str(done['stderr']).strip()[-300:]}"}
+        gpus: dict[str, object] = {}
+        driver = ""
+        for line in str(done["stdout"]).splitlines():
+            cells = [cell.strip() for cell in line.split(",")]
+            if len(cells) != len(SMI_FIELDS):
+                continue
+            row = {field: cells[index] for index, field in enumerate(SMI_FIELDS)}
+            driver = row["driver_version"]
+            gpus[_bus_id(row["pci.bus_id"])] = {
+                "persistence_mode": _smi(row["persistence_mode"], _enabled),
+                "max_link_generation": _smi(row["pcie.link.gen.max"], int),
+                "power_limit": _smi(row["enforced.power.limit"], _milliwatts),
+                "power_limit_range": _smi(f"{row['power.min_limit']} {row['power.max_limit']}",
+                                          lambda text: [_milliwatts(w) for w in text.split()]),
+                "ecc_mode": _smi(f"{row['ecc.mode.current']} {row['ecc.mode.pending']}",
+                                 lambda text: [_enabled(word) for word in text.split()]),
+            }
+        return {"source": "nvidia-smi --query-gpu", "library_problem": self.problem,
+                "driver_version": driver, "gpus": gpus}
+
+    def set(self, address: str, setting: str, value: str) -> None:
+        """Persistence mode and ECC ``enabled``/``disabled``, the power limit in W: through
+        the library, else nvidia-smi; EPERM where the driver refuses it for want of root."""
+        if self._load():
+            handle = self._handles().get(address)
+            if handle is None:
+                raise OpError(f"NVML has no GPU at {address}", errno.ENODEV)
+            if setting == "power_limit":
+                self._call("nvmlDeviceSetPowerManagementLimit", handle,
+                           ctypes.c_uint(round(float(value) * 1000)))
+            elif setting in ("persistence_mode", "ecc"):
+                name = "nvmlDeviceSetPersistenceMode" if setting == "persistence_mode" else \
+                    "nvmlDeviceSetEccMode"
+                self._call(name, handle, ctypes.c_int(1 if value == "enabled" else 0))
+            else:
+                raise OpError(f"no NVML setting {setting!r}", errno.EINVAL)
+            return
+        flags = {"persistence_mode": "-pm", "power_limit": "-pl", "ecc": "-e"}
+        if setting not in flags:
+            raise OpError(f"no NVML setting {setting!r}", errno.EINVAL)
+        word = value if setting == "power_limit" else ("1" if value == "enabled" else "0")
+        done = self.root.run(["nvidia-smi", "-i", address, flags[setting], word], timeout=60.0)
+        if done["returncode"] != 0:
+            said = (str(done["stderr"]) + str(done["stdout"])).strip()[-300:]
+            raise OpError(f"nvidia-smi -i {address} {flags[setting]} {word} exited "
+                          f"{done['returncode']}: {said}",
+                          errno.EPERM if "permission" in said.lower() else errno.EIO)
+
+
+def _enabled(word: str) -> bool:
+    if word not in ("Enabled", "Disabled"):
+        raise ValueError(f"not Enabled or Disabled: {word!r}")
+    return word == "Enabled"
+
+
+def _milliwatts(text: str) -> int:
+    return round(float(text) * 1000)
+
+
+def _smi(text: str, parse: Callable[[str], object]) -> object:
+    """A value nvidia-smi reported, or why it did not (``[N/A]``, ``[Not Supported]``)."""
+    try:
+        return parse(text)
+    except ValueError:
+        return {"error": f"nvidia-smi reports {text!r}"}
+
+
+def gpus_of(root: Root) -> Gpus:
+    """The root's ``Gpus``, made at its first use (the library stays loaded)."""
+    if root.gpus is None:
+        root.gpus = Gpus(root)
+    return root.gpus
+
+
 _WATCH = object()
 """The selector's mark on the watched connection's descriptor."""
 
@@ -1001,6 +1288,9 @@ OPERATIONS: dict[str, Callable[[Root, dict[str, Any]], object]] = {
                                       str(r.get("holder") or "")),
     "run": _run, "write": _write, "replace": _replace, "create": _create, "append": _append,
     "remove": _remove, "unlock": _unlock,
+    "nvml": lambda root, r: gpus_of(root).facts(),
+    "nvml_set": lambda root, r: gpus_of(root).set(_text(r, "address"), _text(r, "setting"),
+                                                  _text(r, "value")),
 }
 """Each operation a request may name, and what carries it out."""
 

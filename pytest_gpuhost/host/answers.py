@@ -113,7 +113,7 @@ VALUES: dict[str, Callable[[object], bool]] = {
     "glob": _glob, "kmsg": _texts, "readlink": _text_or_none, "which": _text_or_none,
     "run": _ran, "identity": _identity, "lock": _whole, "write": _nothing,
     "replace": _nothing, "remove": _nothing, "create": _nothing, "append": _nothing,
-    "unlock": _nothing,
+    "unlock": _nothing, "nvml": lambda value: isinstance(value, dict), "nvml_set": _nothing,
 }
 """The shape of each operation's value, as the agent gives it (bytes already decoded)."""
 

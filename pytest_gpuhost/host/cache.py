@@ -19,6 +19,7 @@ from . import (
     BatchReads,
     Clock,
     CommandResult,
+    GpuControl,
     Host,
     HostError,
     HostIdentity,
@@ -156,3 +157,11 @@ class CachedHost(BatchReads):
             timeout: float = COMMAND_TIMEOUT_S) -> CommandResult:
         self.invalidate()
         return self.host.run(argv, env, timeout=timeout)
+
+    def set_gpu(self, address: str, setting: str, value: str) -> None:
+        """``GpuControl`` of the host it caches; a host that has none refuses (HostError)."""
+        self.invalidate()
+        if not isinstance(self.host, GpuControl):
+            raise HostError(f"{self.host.describe()} has no NVIDIA driver of its own to set "
+                            f"{setting} through")
+        self.host.set_gpu(address, setting, value)

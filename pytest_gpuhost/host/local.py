@@ -17,6 +17,7 @@ from . import (
     CommandTimeout,
     FileInfo,
     Glob,
+    GpuQuery,
     HostError,
     HostIdentity,
     Kmsg,
@@ -31,7 +32,7 @@ from . import (
     checked_command,
     checked_relative,
 )
-from .agent import DEFAULT_LIMIT, OpError, Root
+from .agent import DEFAULT_LIMIT, OpError, Root, gpus_of
 
 
 def _error(exc: OpError) -> HostError:
@@ -104,6 +105,8 @@ class LocalHost:
             return self._root.readlink(checked_relative(request.path))
         if isinstance(request, Which):
             return self._root.which(checked_command(request.name))
+        if isinstance(request, GpuQuery):
+            return gpus_of(self._root).facts()
         raise TypeError(f"not a host request: {request!r}")
 
     def _glob(self, pattern: str, read: bool, links: bool = False) -> list[Match]:
@@ -213,6 +216,13 @@ class LocalHost:
     def which(self, name: str) -> str | None:
         try:
             return self._root.which(checked_command(name))
+        except OpError as exc:
+            raise _error(exc) from None
+
+    def set_gpu(self, address: str, setting: str, value: str) -> None:
+        """``GpuControl``: through the root's own NVIDIA driver (the agent's ``Gpus.set``)."""
+        try:
+            gpus_of(self._root).set(address, setting, value)
         except OpError as exc:
             raise _error(exc) from None
 

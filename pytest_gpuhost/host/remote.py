@@ -297,6 +297,11 @@ class AgentHost(Pipes, BatchReads):
         if self._lost is None and self._process is not None:  # a lost agent released it
             self._op({"op": "unlock", "handle": handle})
 
+    def set_gpu(self, address: str, setting: str, value: str) -> None:
+        """``GpuControl``: the target's own NVIDIA driver changes it (its NVML library, or
+        nvidia-smi there)."""
+        self._op({"op": "nvml_set", "address": address, "setting": setting, "value": value})
+
     def which(self, name: str) -> str | None:
         found = self._op({"op": "which", "name": checked_command(name)})
         return str(found) if found is not None else None

@@ -109,7 +109,12 @@ class Which(_Wired, msgspec.Struct, frozen=True):
     name: str
 
 
-Request = Read | Stat | ListDir | Glob | Kmsg | Link | Which
+class GpuQuery(_Wired, msgspec.Struct, frozen=True):
+    """What the machine's NVIDIA driver says of its GPUs, through its own NVML library (or
+    nvidia-smi): the agent's ``Gpus.facts``, in one answer (``gpu.agentnvml`` reads it)."""
+
+
+Request = Read | Stat | ListDir | Glob | Kmsg | Link | Which | GpuQuery
 Match = tuple[str, "bytes | str | HostError | None"]
 """A glob's match: its path and its bytes, its link target (``links``), an error or None."""
 
@@ -252,6 +257,7 @@ WIRE_FORMS: dict[type, WireForm[Any]] = {
     Which: WireForm[Which](
         "which", lambda r: {"name": checked_command(r.name)},
         lambda w: Which(str(w["name"]))),
+    GpuQuery: WireForm[GpuQuery]("nvml", lambda r: {}, lambda w: GpuQuery()),
 }
 """Each request type's wire form, by type."""
 

@@ -86,6 +86,32 @@ def end_masters(directory: Path, timeout: float = 5.0) -> None:
             process.wait()
 
 
-def lxc_argv(container: str, inner: Sequence[str]) -> list[str]:
-    """``lxc-attach -n CTID -- ...``: what Proxmox's ``pct exec`` runs."""
-    return ["lxc-attach", "-n", container, "--", *inner]
+def lxc_argv(container: str, inner: Sequence[str], attach: str = "lxc-attach") -> list[str]:
+    """``lxc-attach -n CTID -- ...``: what Proxmox's ``pct exec`` runs (``attach``: the host's
+    lxc-attach, found under its root; by name, on PATH, at ``/``)."""
+    return [attach, "-n", container, "--", *inner]
+
+
+FIND_ATTACH = (
+    "import os, sys\n"
+    "root = sys.argv[1]\n"
+    "dirs = ('usr/sbin', 'usr/bin', 'sbin', 'bin')\n"
+    "for d in dirs:\n"
+    "    p = os.path.join(root, d, 'lxc-attach')\n"
+    "    if os.path.isfile(p) and not os.path.islink(p) and os.access(p, os.X_OK):\n"
+    "        os.execv(p, [p] + sys.argv[2:])\n"
+    "sys.exit('lxc-attach not found in ' + ', '.join(os.path.join(root, d) for d in dirs) + "
+    "' (a container is entered with the lxc-attach of its host, under the host root)')\n"
+)
+"""Run on a container's host whose root is not ``/`` (a host tree, as tests and the example
+host have): its lxc-attach, a regular file under the root's sbin/bin directories as every
+command is found there, entering the container; the rest of the command line follows."""
+
+
+def lxc_under(root: str, container: str, inner: Sequence[str],
+              python: str | None = None) -> list[str]:
+    """``lxc_argv`` with the lxc-attach of a host at ``root``: on PATH at ``/``, else the one
+    under ``root`` (``FIND_ATTACH``, started with the host's python)."""
+    if root == "/":
+        return lxc_argv(container, inner)
+    return [python or "python3", "-c", FIND_ATTACH, root, "-n", container, "--", *inner]

@@ -17,7 +17,7 @@ from ..reports.junit import add_junit_facts, junit_family
 from ..result import CheckResult, Outcome
 from ..runstate import requests_state
 from .gate import OPEN_OUTCOMES, judge, verdict_text
-from .items import GpuhostItem, JournalFile, SpecFile, error_record
+from .items import GpuhostItem, JournalFile, PersistFile, SpecFile, error_record
 from .start import REPORT_ATTR
 
 if TYPE_CHECKING:
@@ -59,9 +59,7 @@ class CheckHooks:
         if resolved in self.session.specs:
             return SpecFile.from_parent(parent, path=file_path,
                                         nodeid=self.run.spec_nodeid(file_path))
-        anchor = self.session.rollback_file
-        if self.session.rollback is not None and anchor is not None and \
-                resolved == anchor.resolve():
+        if self.session.rollback_of(resolved) is not None:
             return JournalFile.from_parent(parent, path=file_path,
                                            nodeid=self.run.spec_nodeid(file_path))
         return None
@@ -93,6 +91,9 @@ class CheckHooks:
                 lower[name, rank] = [other.index for other in own if other.check.order < rank]
         for item in checks:
             item.waits_for = lower[item.target.name, item.check.order]
+            if isinstance(item, PersistFile):  # made of its own spec's records on its target
+                item.sources = [index for index in item.waits_for
+                                if checks[index].path == item.path]
         self.run.names.update((item.index, item.check.id) for item in checks)
         # the gate's message names each check as its test does: with its target (``@pve``)
         self.run.host_checks[:] = [(item.index, item.name) for item in checks

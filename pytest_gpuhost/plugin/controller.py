@@ -85,7 +85,9 @@ class Controller:
 
     def info(self) -> RunInfo:
         session, settings = self.run.session, self.run.settings
-        own = {name: target.info() for name, target in session.targets.items()}
+        ran = {record.target for _, record in self.book.results.values()}
+        own = {name: target.info() for name, target in session.targets.items()
+               if target.address.implied is None or name in ran}  # a host given no check
         targets = self.book.targets(own, add_own=settings.distributing)
         first = targets[0]
         fixrun = session.target.fixrun
@@ -145,6 +147,7 @@ class Controller:
         for reporter in self.reporters():
             try:
                 reporter.write(records, info)
+                self.run.notes += getattr(reporter, "notes", ())  # the capture's
             except OutputError as exc:
                 self.run.problems.append(str(exc))
                 at_least(session, pytest.ExitCode.TESTS_FAILED)

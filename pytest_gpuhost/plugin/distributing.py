@@ -55,9 +55,12 @@ DISTRIBUTIONS = ("load", "loadscope")
 def by_target(config: pytest.Config, settings: Settings) -> bool:
     """Whether the workers collect their own remote targets (the controller connects to none):
     xdist's default distribution, a run with targets, no capture (whose writer, on the
-    controller, needs the target's facts)."""
+    controller, needs the target's facts), and no container whose kernel checks run on its
+    host (a pair's checks are placed across both targets: the controller collects them once,
+    as under --dist loadfile)."""
     return settings.remote and bool(settings.specs) and settings.capture is None and \
-        getattr(config.option, "dist", "no") in DISTRIBUTIONS
+        getattr(config.option, "dist", "no") in DISTRIBUTIONS and \
+        not any(target.kernel_on for target in settings.targets)
 
 
 def shares(total: int, workers: int) -> list[int]:

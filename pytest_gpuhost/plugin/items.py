@@ -35,7 +35,8 @@ class RunState(Protocol):
 
     def stop(self, item: GpuhostItem, reason: str) -> None: ...
 
-    def persistence(self, target: Target, records: Sequence[CheckResult]) -> dict[str, Check]: ...
+    def persistence(self, target: Target, records: Sequence[CheckResult],
+                    spec: Path | None = None) -> dict[str, Check]: ...
 
 
 RUN = pytest.StashKey[RunState]()
@@ -52,23 +53,30 @@ def run_of(config: pytest.Config) -> RunState:
 
 class SpecFile(pytest.File):
     def collect(self) -> Iterable[GpuhostItem]:
-        """Every check of the spec on every target this process collects (an xdist worker
-        under the target scheduler: its own remote targets and this machine); ids name the
-        target when the run has remote or several targets (``sysctl[vm.swappiness]@pve``, so
-        ``-k pve`` selects)."""
+        """Every check of the spec on every target that runs it (and this process collects: an
+        xdist worker under the target scheduler, its own remote targets), on the target where its
+        setting lives (a container's ``kernel`` checks on its host: ``Session.placed``), each
+        once; ids name that target when the run has remote or several targets
+        (``sysctl[vm.swappiness]@pve``, so ``-k pve`` selects)."""
         session = run_of(self.config).session
         spec = session.specs[self.path.resolve()]
-        for target in session.targets.values():
-            if not session.collects(target):
+        seen: set[tuple[str, str]] = set()
+        on: dict[str, tuple[Target, list[Check]]] = {}
+        for target in session.runs(spec):
+            if not session.collects(target):  # an xdist worker's own remote targets only
                 continue
-            checks = session.expand(spec, target)
-            for check in checks:
-                name = f"{check.id}@{target.name}" if session.named else check.id
-                yield GpuhostItem.from_parent(self, name=name, check=check, target=target)
+            for check, where in session.placed(spec, target):
+                if (where.name, check.id) in seen:  # a host's own check, and its container's
+                    continue
+                seen.add((where.name, check.id))
+                on.setdefault(where.name, (where, []))[1].append(check)
+                name = f"{check.id}@{where.name}" if session.named else check.id
+                yield GpuhostItem.from_parent(self, name=name, check=check, target=where)
                 long_lived.made_one()
-            for check in session.persistence_files(checks) if session.persisting else ():
-                name = f"{check.id}@{target.name}" if session.named else check.id
-                yield PersistFile.from_parent(self, name=name, check=check, target=target)
+        for where, checks in on.values() if session.persisting else ():
+            for check in session.persistence_files(checks, spec, where):
+                name = f"{check.id}@{where.name}" if session.named else check.id
+                yield PersistFile.from_parent(self, name=name, check=check, target=where)
 
 
 class JournalFile(pytest.File):
@@ -76,9 +84,13 @@ class JournalFile(pytest.File):
 
     def collect(self) -> Iterable[GpuhostItem]:
         session = run_of(self.config).session
-        for check in session.rollback_checks:
-            name = f"{check.id}@{session.target.name}" if session.named else check.id
-            yield GpuhostItem.from_parent(self, name=name, check=check, target=session.target)
+        found = session.rollback_of(self.path)
+        if found is None:
+            return
+        target, checks = found
+        for check in checks:
+            name = f"{check.id}@{target.name}" if session.named else check.id
+            yield GpuhostItem.from_parent(self, name=name, check=check, target=target)
 
 
 class CheckFailed(AssertionError):
@@ -193,10 +205,18 @@ class PersistFile(GpuhostItem):
     """A --fix-persist file of one target: collected with the other checks, ranked after them
     all (its ``waits_for``), it learns at its turn what it must hold, from their records."""
 
+    sources: list[int] | None = None
+    """Collection indices of the checks whose records it is made of: its spec's on its target
+    (None: every one it waits for)."""
+
     def prepare(self, run: RunState) -> None:
         records = run.ledger.records_of(self.waits_for)
+        if self.sources is not None:
+            records = {index: record for index, record in records.items()
+                       if index in self.sources}
         try:
-            checks = run.persistence(self.target, [records[i] for i in sorted(records)])
+            checks = run.persistence(self.target, [records[i] for i in sorted(records)],
+                                     self.path)
         except HostError as exc:  # the target cannot be read: the file's check says why
             self.result = error_record(self.check, str(exc), self._target_name(run))
             raise CheckError(self.result) from None

@@ -69,6 +69,8 @@ class Run:
         """(collection index, id) of every selected host check, which the gate and the host
         state wait for (the persistence files are the run's own work, not host checks)."""
         self.problems: list[str] = []
+        self.notes: list[str] = []
+        """What a reporter says at the end that is no failure (where a capture was written)."""
         """Work that failed (a report that could not be written): summary lines."""
         self.stopped: str | None = None
         """Why the run stopped early (the root's lock could not be had)."""
@@ -82,11 +84,15 @@ class Run:
         if item.check.kind == "persist":  # the first write of the run: nothing was written
             self.problems.append(f"--fix-persist: nothing written: {reason}")
 
-    def persistence(self, target: Target, records: Sequence[CheckResult]) -> dict[str, Check]:
-        """A target's persistence files' checks, made once, from its records when all are in."""
-        if target.name not in self._persistence:
-            self._persistence[target.name] = self.session.persistence_checks(target, records)
-        return self._persistence[target.name]
+    def persistence(self, target: Target, records: Sequence[CheckResult],
+                    spec: Path | None = None) -> dict[str, Check]:
+        """A target's persistence files' checks for a spec, made once, from its records when
+        all are in."""
+        key = f"{target.name}\0{spec}"
+        if key not in self._persistence:
+            own = self.session.specs.get(spec.resolve()) if spec is not None else None
+            self._persistence[key] = self.session.persistence_checks(target, records, own)
+        return self._persistence[key]
 
     @property
     def command(self) -> str:
@@ -221,7 +227,7 @@ def start_run(config: pytest.Config) -> None:
     config.stash[RUN] = run
     _register(config, run)
     if run.settings.rollback is not None:
-        config.args = [str(run.session.rollback_file)]
+        config.args = [str(opened.anchor) for opened in run.session.rollbacks.values()]
     else:
         _add_spec_args(config, run.settings.specs)
 

@@ -35,11 +35,19 @@ class Summary:
 
             TopologyView(write).write(self.controller.records(), info)
         remote = [t for t in info.targets if t.journal and t.url != "local"]
-        if info.journal is not None and not remote:
+        paired = any(t.kernel_on for t in info.targets)
+        if paired:  # a container and its host: both journals, each a path on its target
+            for target in (t for t in info.targets if t.journal):
+                shown = self._on_target(target.name, target.url, str(target.journal))
+                write(f"journal of {target.name}: {shown}")
+            if any(t.journal for t in info.targets):
+                write("undo: --gpuhost-rollback with the same target options (it restores "
+                      "the newest journal of each target)")
+        elif info.journal is not None and not remote:
             changes = self.run.session.target.fixrun.journal_changes()
             write(f"journal: {info.journal} "
                   f"{_undo(changes, f'--gpuhost-rollback={info.journal}', *self._root())}")
-        for target in remote:
+        for target in remote if not paired else ():
             name = str(target.journal).rsplit("/", 1)[-1]
             undo = _undo(target.journal_changes, f"--gpuhost-rollback={name}",
                          *self._naming(target.name, target.url))
@@ -49,9 +57,17 @@ class Summary:
             write(f"journal: {rollback.damaged_lines} line(s) cut short by a crash were skipped")
         if rollback is not None and not self.run.settings.dry_run and \
                 not self.controller.close_failed:
-            done = self.controller.rolled_back
-            write(f"rollback: {undone} is {'closed' if done else 'still open'}"
-                  + ("" if done else " (some changes are not back: run it again once fixed)"))
+            for each in self.run.session.rollbacks:  # a container's and its host's
+                rolled = self.run.session.targets[each]
+                journal = rolled.fixrun.rollback
+                done = self.run.session.rollback_closed.get(each, False)
+                shown = self._on_target(rolled.name, rolled.url, journal.shown) \
+                    if journal is not None else each
+                write(f"rollback: {shown} is {'closed' if done else 'still open'}"
+                      + ("" if done else " (some changes are not back: run it again once "
+                                         "fixed)"))
+        for note in self.run.notes:
+            write(printable(note), yellow="warning" in note)
         for problem in self.run.problems:
             write(printable(problem), red=True)
 

@@ -40,20 +40,28 @@ class TargetInfo(msgspec.Struct, frozen=True):
     bytes_sent: int | None = None
     bytes_received: int | None = None
     connect_seconds: float | None = None
+    specs: tuple[str, ...] = ()
+    """The specs whose checks ran on it (by name): its own, and its containers' for their
+    ``kernel`` checks."""
+    kernel_on: str | None = None
+    """The target whose kernel it runs on (a container's host), where its ``kernel`` checks
+    ran and are reported."""
 
     def as_dict(self) -> dict[str, object]:
         data = msgspec.structs.asdict(self)
         data["gpus"], data["gpu_models"] = list(self.gpus), list(self.gpu_models)
+        data["specs"] = list(self.specs)
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TargetInfo:
         """``as_dict``'s output back (a worker's report, so JSON values: a mapping of Any)."""
-        lists = ("gpus", "gpu_models")
+        lists = ("gpus", "gpu_models", "specs")
         values = {key: data[key] for key in cls.__struct_fields__ if key in data
                   and key not in lists}
         return cls(**values, gpus=tuple(data.get("gpus") or ()),
-                   gpu_models=tuple(data.get("gpu_models") or ()))
+                   gpu_models=tuple(data.get("gpu_models") or ()),
+                   specs=tuple(data.get("specs") or ()))
 
     def add_traffic(self, other: TargetInfo) -> TargetInfo:
         """Two workers' connections to one target: their costs add up."""
@@ -68,7 +76,8 @@ class TargetInfo(msgspec.Struct, frozen=True):
             connect_seconds=total(self.connect_seconds, other.connect_seconds),
             unreachable=self.unreachable or other.unreachable,
             journal=self.journal or other.journal,
-            journal_changes=total(self.journal_changes, other.journal_changes))
+            journal_changes=total(self.journal_changes, other.journal_changes),
+            specs=tuple(dict.fromkeys((*self.specs, *other.specs))))
 
 
 class RunInfo(msgspec.Struct, frozen=True):

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ..checks import (
+    KERNEL,
     Check,
     Fact,
     Kind,
@@ -39,6 +40,7 @@ from ..result import CheckResult
 from ..settings import Settings, SettingsError
 from ..spec import EntryOptions, Spec, load_spec
 from ..spec.matchers import Verdict
+from .containers import CONTAINER, in_kernel
 from .target import HOST_FACTS, LOCAL, HostFacts, Target, UnreachableHost
 
 if TYPE_CHECKING:  # a rollback's, persistence's and a capture's modules load when used
@@ -46,6 +48,7 @@ if TYPE_CHECKING:  # a rollback's, persistence's and a capture's modules load wh
     from ..fix.journal import JournalContents
     from ..reports import ReportRun
     from ..targets import TargetAddress
+    from .rollback import OpenRollback
 
 __all__ = ["HOST_FACTS", "LOCAL", "HostFacts", "Session", "Target", "UnreachableHost"]
 
@@ -86,43 +89,80 @@ class Session(msgspec.Struct, dict=True):
     workerinput: Mapping[str, object] | None = None
     specs: dict[Path, Spec] = msgspec.field(default_factory=dict)
     targets: dict[str, Target] = msgspec.field(default_factory=dict)
-    rollback_checks: list[Check] = msgspec.field(default_factory=list)
-    rollback_file: Path | None = None
-    """The file pytest collects a rollback's checks from (see ``_anchor``)."""
+    rollbacks: dict[str, OpenRollback] = msgspec.field(default_factory=dict)
+    """Each target's rollback under --gpuhost-rollback (a target with nothing to roll back has
+    none): its checks and the file pytest collects them from."""
+    rollback_closed: dict[str, bool] = msgspec.field(default_factory=dict)
+    """Each rolled back journal closed at the end (every change of it back), by target."""
     own: frozenset[str] | None = None
     """The remote targets this process collects and runs (an xdist worker's share, which its
     controller gave it: ``plugin/distributing.py``); None: every target."""
     concurrency: int | None = None
     """Remote targets this process connects to at once; None: --gpuhost-connect-concurrency."""
     _cleanup: list[Path] = msgspec.field(default_factory=list)
+    _expanded: dict[tuple[Path, str], list[Check]] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for path in self.settings.specs:
             self.specs[path] = load_spec(path, self.kinds, self.conditions,
                                          display=self.settings.display)
+        self._ssh_masters()
         for url in self.settings.targets:
             host = self.make_host(url, self.settings)
             target = Target(url.name, host, self.settings, self.conditions, self.nvml_for,
-                            self.shared_dir, url=url.url)
+                            self.shared_dir, url=url.url, address=url)
             if url.error is not None:  # an inventory host Ansible could not resolve
                 target.lose(HostError(url.error))
             self.targets[url.name] = target
+        for target in self.targets.values():
+            if target.address.kernel_on is not None:
+                target.kernel_on = self.targets[target.address.kernel_on]
         if self.settings.capture is not None:
             self.capture_target()  # an unknown --gpuhost-capture-from: before anything runs
         if self.settings.rollback is not None:
-            self._open_rollback(self.target)
-        elif self.settings.fix and not self.settings.dry_run:
-            for target in self.targets.values():
-                try:
-                    with doing("opening the journal"):
-                        self._open_fixer(target)
-                except HostError as exc:  # cannot be reached: its checks are errors saying so
-                    target.lose(exc)
-        if self.settings.fix and self.settings.rollback is None and not self.settings.fix_retry:
+            self._open_rollbacks()
+            return
+        for target in self.targets.values():
+            if not target.dormant:
+                self._prepare_fix(target)
+
+    def _prepare_fix(self, target: Target) -> None:
+        """Under --fix: the target's fixer and journal, and its earlier fixes (not retried)."""
+        if self.settings.fix and not self.settings.dry_run:
+            try:
+                with doing("opening the journal"):
+                    self._open_fixer(target)
+            except HostError as exc:  # cannot be reached: its checks are errors saying so
+                target.lose(exc)
+        if self.settings.fix and not self.settings.fix_retry:
             from ..fix.history import FixHistory
 
-            for target in self.targets.values():
-                target.fixrun.history = FixHistory(target.host, target.fixrun.journal_path)
+            target.fixrun.history = FixHistory(target.host, target.fixrun.journal_path)
+
+    def wake(self, target: Target) -> None:
+        """A target the run added as a host gets its first check: from now on it is a target
+        like the others (its journal, its place in the reports)."""
+        if target.dormant:
+            target.dormant = False
+            if self.settings.rollback is None:
+                self._prepare_fix(target)
+
+    def _ssh_masters(self) -> None:
+        """A container reached over ssh and its host share one ssh connection (a master whose
+        sessions both ride on): a directory of control sockets for the run, where xdist's has
+        none, removed at its end."""
+        if self.settings.ssh_masters is not None or not any(
+                t.scheme == "ssh" and t.kernel_on is not None for t in self.settings.targets):
+            return
+        import tempfile
+
+        from ..host.ssh import masters_directory
+
+        directory = Path(tempfile.mkdtemp(prefix="gpuhost-"))
+        self._cleanup.append(directory)
+        masters = masters_directory(directory)
+        if masters is not None:
+            self.settings = msgspec.structs.replace(self.settings, ssh_masters=masters)
 
     @functools.cached_property
     def options(self) -> RunOptions:
@@ -133,6 +173,21 @@ class Session(msgspec.Struct, dict=True):
     @property
     def spec_name(self) -> str:
         return next(iter(self.specs.values())).name if self.specs else "rollback"
+
+    def specs_of(self, target: Target) -> list[Spec]:
+        """The specs ``target`` runs (its own, else the run's; none for an added host)."""
+        return [self.specs[path.resolve()] for path in self.settings.specs_of(target.address)
+                if path.resolve() in self.specs]
+
+    def runs(self, spec: Spec) -> list[Target]:
+        """The targets that run ``spec``."""
+        return [target for target in self.targets.values()
+                if any(own is spec for own in self.specs_of(target))]
+
+    def _journal_name(self, target: Target) -> str:
+        """The spec a target's journal is named after: its own, else the run's first."""
+        own = self.specs_of(target)
+        return own[0].name if own else self.spec_name
 
     @property
     def target(self) -> Target:
@@ -154,32 +209,60 @@ class Session(msgspec.Struct, dict=True):
         if settings.journal is not None and not local:
             raise SettingsError("--gpuhost-journal names a file of this machine, but a remote "
                                 "target keeps its journal on itself: drop --gpuhost-journal")
-        journal = default_journal(target.host, settings.journal, self.spec_name,
+        journal = default_journal(target.host, settings.journal, self._journal_name(target),
                                   self.workerinput if local else None)
         target.fixrun.journal_path = journal
         target.fixrun.fixer = make_fixer(
-            target.host, journal, self.spec_name,
+            target.host, journal, self._journal_name(target),
             worker=self.workerinput is not None and local,
             distributing=settings.distributing and local,
             lock_timeout=settings.lock_timeout, nvml=target.nvml)
 
-    def _open_rollback(self, target: Target) -> None:
-        from .rollback import open_rollback
+    def _open_rollbacks(self) -> None:
+        from .rollback import open_rollbacks
 
-        if len(self.targets) > 1:
-            raise SettingsError("--gpuhost-rollback restores one target's journal: name one "
-                                "--gpuhost-target")
-        opened = open_rollback(self.settings, target)
-        self.rollback_checks = opened.checks
-        self.rollback_file = opened.anchor
-        if opened.copied is not None:
-            self._cleanup.append(opened.copied)
+        self.rollbacks = open_rollbacks(self.settings, list(self.targets.values()))
+        for opened in self.rollbacks.values():
+            if opened.copied is not None:
+                self._cleanup.append(opened.copied)
+        for name in self.rollbacks:
+            self.wake(self.targets[name])
 
     @property
     def rollback(self) -> JournalContents | None:
-        return self.target.fixrun.rollback
+        """The journal a rollback restores (the first target's, of several)."""
+        for name in self.rollbacks:
+            return self.targets[name].fixrun.rollback
+        return None
+
+    def rollback_of(self, path: Path) -> tuple[Target, list[Check]] | None:
+        """The target whose rollback pytest collects from ``path``, and its checks."""
+        for name, opened in self.rollbacks.items():
+            if opened.anchor.resolve() == path.resolve():
+                return self.targets[name], opened.checks
+        return None
 
     # -- phases -----------------------------------------------------------------------------
+
+    def placed(self, spec: Spec, target: Target) -> list[tuple[Check, Target]]:
+        """Each check of ``spec`` on ``target`` with the target it runs on (its host for a
+        ``kernel`` check of a container: ``containers.placed``); a host that gets its first
+        check wakes."""
+        from .containers import placed
+
+        found = placed(target, lambda where: self.expanded(spec, where))
+        for where in dict.fromkeys(where for _, where in found):
+            self.wake(where)
+            if spec.name not in where.spec_names:
+                where.spec_names.append(spec.name)
+        return found
+
+    def expanded(self, spec: Spec, target: Target) -> list[Check]:
+        """``expand``, once per spec and target (a host expands its containers' spec too)."""
+        key = (spec.path, target.name)
+        if key not in self._expanded:
+            self._expanded[key] = self.expand(spec, target)
+        return self._expanded[key]
 
     def expand(self, spec: Spec, target: Target | None = None) -> list[Check]:
         """Every check of ``spec`` on the target: the facts of all its kinds in one batch."""
@@ -192,9 +275,10 @@ class Session(msgspec.Struct, dict=True):
                     kind = self.kinds[section]
                     checks += owned(kind, section, kind.expand(model, target.facts))
             except HostError as exc:  # a fact this kind needs cannot be read: one error
-                checks.append(Check(section, None, Unexpanded(section),
-                                    EntryOptions(where=f"{self.settings.display(spec.path)}:1"),
-                                    Unexpandable(exc)))
+                checks += owned(self.kinds[section], section, [Check(
+                    section, None, Unexpanded(section),
+                    EntryOptions(where=f"{self.settings.display(spec.path)}:1"),
+                    Unexpandable(exc))])
         if not self.settings.catalog:
             return checks
         from ..capture.catalog import observe_only
@@ -251,7 +335,7 @@ class Session(msgspec.Struct, dict=True):
 
     def facts_of(self, spec: Spec) -> list[Fact[Any]]:
         """The facts the expansion of ``spec`` reads, for one batch."""
-        facts: list[Fact[Any]] = [HOST_FACTS, GPUS]
+        facts: list[Fact[Any]] = [HOST_FACTS, CONTAINER, GPUS]
         for section, model in spec.sections.items():
             facts += getattr(self.kinds[section], "facts", lambda _: ())(model)
         return facts
@@ -267,46 +351,59 @@ class Session(msgspec.Struct, dict=True):
         """--fix-persist: each target's persistence files are checks of their own, ranked last."""
         return self.settings.persist and bool(self.specs) and self.settings.rollback is None
 
-    def _persisted(self) -> tuple[Spec, str]:
-        spec = next(iter(self.specs.values()))  # --fix-persist runs with one spec
-        return spec, self.settings.display(spec.path)
+    def contained(self, target: Target) -> bool:
+        """Whether ``target`` is a container: by construction, under --gpuhost-host, or
+        recognised (its boot configuration then holds only what it owns)."""
+        return target.address.container is not None or target.kernel_on is not None or \
+            target.container() is not None
 
-    def persistence_files(self, checks: Sequence[Check]) -> list[Check]:
-        """The check of each file --fix-persist may write for one target's ``checks``, as
-        collected: what it holds is known at its turn (``persistence_checks``)."""
+    def persistence_files(self, checks: Sequence[Check], spec: Spec,
+                          target: Target) -> list[Check]:
+        """The check of each file --fix-persist may write for ``spec``'s ``checks`` on one
+        target, as collected: what it holds is known at its turn (``persistence_checks``). A
+        container's files hold only what it owns: never a GRUB drop-in, modprobe.d,
+        modules-load.d or udev rule (its host's kernel reads those)."""
         from ..fix.persist import candidate_files, pending_check
 
-        spec, source = self._persisted()
+        if self.contained(target):
+            checks = [check for check in checks if not in_kernel(check)]
 
         def targets_of(check: Check) -> Sequence[str]:
             kind = self.kinds.get(check.owner)
             return persists_to_of(kind)(check) if kind is not None else ()
 
-        return [pending_check(path, source)
+        return [pending_check(path, self.settings.display(spec.path))
                 for path in candidate_files(spec.name, checks, targets_of)]
 
-    def persistence_checks(self, target: Target, results: Sequence[CheckResult]
-                           ) -> dict[str, Check]:
-        """File -> its check, from the target's own records at the end of its run (a file
-        with nothing to hold has none)."""
+    def persistence_checks(self, target: Target, results: Sequence[CheckResult],
+                           spec: Spec | None = None) -> dict[str, Check]:
+        """File -> its check, from the records of ``spec``'s checks on the target at the end
+        of its run (a file with nothing to hold has none; in a container, of what it owns)."""
         from ..fix.persist import persistence_checks
 
-        spec, source = self._persisted()
+        spec = spec or next(iter(self.specs.values()))
+        if self.contained(target):
+            results = [r for r in results if (r.scope or KERNEL) != KERNEL]
         supplies = [supply for supply in map(persistence_of, self.kinds.values()) if supply]
         with doing("reading what the persistence files hold"):
-            checks = persistence_checks(spec.name, source, results, target.host, supplies)
+            checks = persistence_checks(spec.name, self.settings.display(spec.path), results,
+                                        target.host, supplies)
         return {str(check.key): check for check in checks}
 
     def finish(self, results: Sequence[CheckResult]) -> list[CheckResult]:
         """Without pytest (the tests' and benchmarks' drivers): each target's persistence
-        files written at the end, from that target's own records."""
+        files written at the end, from that target's own records (of its first spec)."""
         if not self.persisting:
             return []
         done: list[CheckResult] = []
         for target in self.targets.values():
+            if target.dormant:
+                continue
             mine = [r for r in results if not self.named or r.target == target.name]
+            own = self.specs_of(target)
             done += [target.run(check, self.options, named=self.named)
-                     for check in self.persistence_checks(target, mine).values()]
+                     for check in self.persistence_checks(target, mine, own[0] if own else
+                                                          None).values()]
         return done
 
     def capture_target(self) -> Target:
@@ -314,7 +411,9 @@ class Session(msgspec.Struct, dict=True):
         from ..capture.writer import pick_target
 
         try:
-            return self.targets[pick_target(list(self.targets), self.settings.capture_from)]
+            named = [name for name, target in self.targets.items()  # not a host it added
+                     if target.address.implied is None]
+            return self.targets[pick_target(named, self.settings.capture_from)]
         except ValueError as exc:
             raise SettingsError(str(exc)) from None
 
@@ -332,12 +431,18 @@ class Session(msgspec.Struct, dict=True):
                         facts.gpu_models, len(facts.gpus), command, keys)
         return SpecCapture(settings.capture, settings.capture_shown,
                            overwrite=settings.capture_overwrite, specs=shown, source=source,
-                           parsers=self.kinds, conditions=self.conditions)
+                           parsers=self.kinds, conditions=self.conditions,
+                           also=(target.kernel_on.name,) if target.kernel_on else ())
 
     def close_rollback(self, results: Sequence[CheckResult]) -> bool:
-        contents = self.rollback
-        assert contents is not None
-        return close_rollback(contents, results)
+        """Close each target's rolled back journal whose changes are all back (its own
+        records say); whether every one was."""
+        for name in self.rollbacks:
+            contents = self.targets[name].fixrun.rollback
+            assert contents is not None
+            mine = [r for r in results if not self.named or r.target == name]
+            self.rollback_closed[name] = close_rollback(contents, mine)
+        return all(self.rollback_closed.values())
 
     def close(self) -> None:
         """The end of the run: connections closed, temporary copies removed, and the specs'

@@ -1,5 +1,9 @@
-"""Opening a rollback: the journal to roll back on the target, its checks (newest change
-first), the file pytest collects them from, and the fixer that restores them."""
+"""Opening a rollback: the journal to roll back on each target, its checks (newest change
+first), the file pytest collects them from, and the fixer that restores them.
+
+A container and its host were changed by one --fix (each change journaled on the machine it
+changed), so the same targets roll back both: each target's newest journal; a target with none
+(its host had nothing to change) is left alone."""
 
 from __future__ import annotations
 
@@ -22,6 +26,40 @@ class OpenRollback(msgspec.Struct, frozen=True):
     """The file pytest collects the rollback's checks from (``_anchor``)."""
     copied: Path | None
     """The directory of the journal's copy made for the run, removed at its end."""
+
+
+def open_rollbacks(settings: Settings, targets: list[Target]) -> dict[str, OpenRollback]:
+    """Each target's rollback, by its name. A journal named (``--gpuhost-rollback=FILE``) is one
+    target's: the run's first; else every target's newest, and a target that has none is
+    left alone unless no target has one (the error of the first then says so)."""
+    if settings.rollback and len([t for t in targets if t.address.implied is None]) > 1:
+        raise SettingsError(f"--gpuhost-rollback={settings.rollback} names one target's journal: "
+                            "name one --gpuhost-target, or leave the journal out to roll back "
+                            "the newest journal of each target")
+    chosen = targets[:1] if settings.rollback else targets
+    opened: dict[str, OpenRollback] = {}
+    nothing: list[SettingsError] = []
+    try:
+        for target in chosen:
+            try:
+                opened[target.name] = open_rollback(settings, target)
+            except NothingToRollBack as exc:
+                if len(chosen) == 1:
+                    raise
+                nothing.append(exc)
+    except BaseException:
+        for name in opened:  # the locks go with the run that failed
+            fixer = next(t for t in targets if t.name == name).fixrun.fixer
+            if fixer is not None:
+                fixer.close()
+        raise
+    if not opened:
+        raise nothing[0]
+    return opened
+
+
+class NothingToRollBack(SettingsError):
+    """A target whose journals are all rolled back already."""
 
 
 def open_rollback(settings: Settings, target: Target) -> OpenRollback:
@@ -81,8 +119,8 @@ def _rollback_journal(settings: Settings, target: Target) -> StateFile:
     except (JournalError, HostError) as exc:
         raise SettingsError(str(exc)) from None
     if journal is None:
-        raise SettingsError(f"no journal to roll back under {store.journal_dir} (every one "
-                            "there is rolled back already); pass --gpuhost-rollback=FILE")
+        raise NothingToRollBack(f"no journal to roll back under {store.journal_dir} (every one "
+                                "there is rolled back already); pass --gpuhost-rollback=FILE")
     try:
         found = journal.exists()
     except HostError as exc:

@@ -25,6 +25,7 @@ from ..host import (
     CachedHost,
     Closable,
     Connection,
+    GpuQuery,
     Host,
     HostError,
     HostIdentity,
@@ -42,6 +43,8 @@ from ..host.agent import decode, encode
 from ..reports import TargetInfo
 from ..result import CheckResult
 from ..settings import Settings
+from ..targets import TargetAddress
+from .containers import CONTAINER, guarded, in_kernel
 
 LOCAL = "local"
 
@@ -77,6 +80,7 @@ HOST_FACTS_READS: tuple[Request, ...] = (
     Read("proc/sys/kernel/hostname"), Read("proc/sys/kernel/osrelease"),
     Read("sys/module/nvidia/version"), Read("proc/driver/nvidia/version"),
     *RecordedNvml.reads,  # a fake root's NVML: opening it then costs no round trip
+    GpuQuery(),  # nor does the target's own (``gpu.agentnvml``)
 )
 
 
@@ -112,7 +116,14 @@ class _RememberedConditions(Mapping[str, ConditionFn]):
         return len(self._conditions)
 
     def requests(self, name: str) -> Sequence[Request]:
+        if name in self._answers:
+            return ()
         return tuple(getattr(self._conditions.get(name), "requests", ()))
+
+    def known(self, name: str, answer: tuple[bool, str]) -> None:
+        """The condition's answer, known without reading the host (a container by
+        construction is a container, whatever its cgroup says)."""
+        self._answers[name] = answer
 
 
 class UnreachableHost(BatchReads):
@@ -160,9 +171,19 @@ class Target:
 
     def __init__(self, name: str, host: Host, settings: Settings,
                  conditions: Mapping[str, ConditionFn], nvml_for: Callable[[Host], NvmlFactory],
-                 shared_dir: Path | None, *, url: str = LOCAL) -> None:
+                 shared_dir: Path | None, *, url: str = LOCAL,
+                 address: TargetAddress | None = None) -> None:
         self.name = name
         self.url = url
+        self.address = address or TargetAddress(url, LOCAL if url == LOCAL else "", name=name)
+        self.kernel_on: Target | None = None
+        """The target whose kernel this one runs on (a container's host; this machine's under
+        --gpuhost-host), where its ``kernel`` checks run (``containers.placed``)."""
+        self.spec_names: list[str] = []
+        """The specs whose checks run here (its own, its containers'), for the reports."""
+        self.dormant = self.address.implied is not None
+        """A target the run added as another's host, before any check was placed on it: it
+        reads nothing, opens no journal and is in no report."""
         self.unreachable: str | None = None
         """Why the target could not be reached (its checks are errors saying so)."""
         self.connection = host
@@ -187,6 +208,10 @@ class Target:
         self._topology: dict[str, Any] | None = None
         self._finished = False
         """``finish``: this process is done with the target (its fixer is closed)."""
+        self._container: tuple[bool, str] | None = None
+        if self.address.container is not None and self.address.kernel_on is not None:
+            self.conditions.known("container", (True, f"{self.url} is a container of "
+                                                      f"{self.address.kernel_on}"))
 
     # -- reads by phase ---------------------------------------------------------------------
 
@@ -238,10 +263,29 @@ class Target:
         else:
             with doing("reading the observations"), contextlib.suppress(HostError):
                 self.prefetch(check)  # when it fails, the check's own read says why
+            seen = self.container() if in_kernel(check) else None
+            if seen is not None:  # a container whose host the run does not know: read only
+                options = msgspec.structs.replace(options, fix=False, dry_run=False)
             with doing(f"checking {check.id}"):
                 result = run_check(check, self.host, self.conditions, options,
                                    self.fixrun.fixer, self.fixrun.history)
+            if seen is not None:
+                result = guarded(check, result, seen, local=self.url == LOCAL)
         return msgspec.structs.replace(result, target=self.name) if named else result
+
+    def container(self) -> str | None:
+        """Why this target is a container whose host the run does not know (its ``kernel``
+        checks are then read only, ``containers.guarded``), or None: it is a machine, or
+        the run knows its host (``kernel_on``), or it could not be told."""
+        if self.kernel_on is not None:
+            return None
+        if self._container is None:
+            try:
+                self._container = self.facts.get(CONTAINER)
+            except HostError:
+                self._container = (False, "")
+        holds, reason = self._container
+        return reason if holds else None
 
     def lose(self, reason: HostError) -> None:
         """The target cannot be reached: every read from now on fails with ``reason``."""
@@ -296,8 +340,8 @@ class Target:
         connection for it: a remote target not reached yet is only its name and URL."""
         traffic = self.remote.traffic if self.remote is not None else None
         cost: dict[str, Any] = traffic.as_dict() if traffic is not None else {}
-        known = self.facts.known(HOST_FACTS) or self.connection.local_machine() or \
-            traffic is None
+        known = self.facts.known(HOST_FACTS) or (not self.dormant and (
+            self.connection.local_machine() or traffic is None))
         facts = self.host_facts() if known and self.unreachable is None else \
             HostFacts(None, None, None, (), ())
         journal = self.fixrun.journal_path
@@ -307,7 +351,9 @@ class Target:
         return TargetInfo(self.name, self.url, facts.hostname, facts.kernel, facts.driver,
                           facts.gpus, facts.gpu_models, unreachable,
                           journal.shown if journal and used else None,
-                          self.fixrun.journal_changes() if used else None, **cost)
+                          self.fixrun.journal_changes() if used else None, **cost,
+                          specs=tuple(self.spec_names),
+                          kernel_on=self.kernel_on.name if self.kernel_on else None)
 
     def disconnect(self) -> None:
         """End a remote target's connection for now (the next read connects again)."""

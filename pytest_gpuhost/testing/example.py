@@ -129,15 +129,40 @@ def blackwell8_untuned(root: Path, *, cpus: int = 64) -> FakeHost:
     )
     return host
 
+PROXMOX_CONTAINER = "101"
+"""The LXC container of the Proxmox-like example host (``examples/hosts/pve-lxc``)."""
+
+
+def proxmox_lxc(root: Path) -> FakeHost:
+    """The untuned blackwell8 box as a Proxmox host with LXC container 101 (where a benchmark
+    runs): the container's tree under ``var/lib/lxc/101/rootfs`` as LXC shows it (its own
+    ``net.*`` sysctls, the host's kernel ones, 64-byte config spaces, the host's kmsg) and a fake
+    ``usr/bin/lxc-attach`` that enters it (``testing.lxc``), so ``lxc://101`` with this tree as
+    ``--gpuhost-root`` splits a spec between the host and the container on any machine."""
+    from .lxc import lxc_container
+
+    host = blackwell8_untuned(root)
+    lxc_container(host, PROXMOX_CONTAINER, link=False)  # git keeps no hard links
+    return host
+
+
 def main(argv: list[str]) -> int:
-    """``python -m pytest_gpuhost.fakehost DIR``: write the bundled example host to DIR."""
+    """``python -m pytest_gpuhost.fakehost [--proxmox] DIR``: write the bundled example host
+    (with ``--proxmox``, the Proxmox-like one with its LXC container) to DIR."""
+    proxmox = argv[:1] == ["--proxmox"]
+    argv = argv[1:] if proxmox else argv
     if len(argv) != 1:
-        print("usage: python -m pytest_gpuhost.fakehost DIR", flush=True)
+        print("usage: python -m pytest_gpuhost.fakehost [--proxmox] DIR", flush=True)
         return 2
     target = Path(argv[0])
     if target.exists() and any(target.iterdir()):
         print(f"{target} is not empty; choose a new directory", flush=True)
         return 1
+    if proxmox:
+        proxmox_lxc(target)
+        print(f"wrote the Proxmox-like example host (container {PROXMOX_CONTAINER}) to "
+              f"{os.fspath(target)}")
+        return 0
     blackwell8_untuned(target)
     print(f"wrote the untuned blackwell8 example host to {os.fspath(target)}")
     return 0

@@ -28,7 +28,14 @@ from .example import (
     main,
     root_port,
 )
-from .faketools import MODPROBE, NVBANDWIDTH, PEERMEM_FAILURE, SETPCI, nvbandwidth_text
+from .faketools import (
+    MODPROBE,
+    NVBANDWIDTH,
+    PEERMEM_FAILURE,
+    SETPCI,
+    nvbandwidth_script,
+    nvbandwidth_text,
+)
 from .pcispace import (
     ACS_CAPABLE,
     ACS_KERNEL_DEFAULT,
@@ -322,8 +329,7 @@ class FakeHost:
                                                         "bandwidth (GB/s)",
                             "device_to_device_memcpy_read_ce": "memcpy CE GPU(row) -> "
                                                                "GPU(column) bandwidth (GB/s)"}}
-        script = NVBANDWIDTH.replace("__CONFIG__", repr(json.dumps(config, sort_keys=True)))
-        path = self.file("usr/bin/nvbandwidth", script)
+        path = self.file("usr/bin/nvbandwidth", nvbandwidth_script(config))
         path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
         return self
 

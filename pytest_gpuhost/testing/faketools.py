@@ -117,16 +117,18 @@ It replays bandwidths recorded on the real box for each MaxReadReq setting: it r
 Device Control from the tree's config space, so a --fix that raises MaxReadReq shows in the next
 measurement, as it does on the hardware. While ACS redirect (ReqRedir, CmpltRedir or EgressCtrl)
 is on at a bridge on either GPU's path, the copy is sent up to the root complex and reads at
-acs_factor of that. Prints what ``nvbandwidth -j`` prints.
+acs_factor of that. Prints what ``nvbandwidth -j`` prints. In a container's tree, the GPUs it
+measures are the host's: CONFIG's "hardware" is the host's tree, relative to this one.
 """
 import json, sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = json.loads(__CONFIG__)
+HARDWARE = ROOT / CONFIG.get("hardware", ".")
 
 def max_read_request(address):
-    config = (ROOT / "sys/bus/pci/devices" / address / "config").read_bytes()
+    config = (HARDWARE / "sys/bus/pci/devices" / address / "config").read_bytes()
     offset = config[0x34] & 0xFC
     while offset:
         if config[offset] == 0x10:
@@ -142,7 +144,7 @@ def table(address):
 
 def redirected(address):
     for bridge in CONFIG["paths"].get(address, []):
-        config = (ROOT / "sys/bus/pci/devices" / bridge / "config").read_bytes()
+        config = (HARDWARE / "sys/bus/pci/devices" / bridge / "config").read_bytes()
         offset = 0x100
         while 0x100 <= offset < len(config) - 8:
             header = int.from_bytes(config[offset:offset + 4], "little")
@@ -185,6 +187,67 @@ def main(argv):
 
 sys.exit(main(sys.argv[1:]))
 '''
+
+LXC_ATTACH = FAKE_TOOL_START + r'''
+"""A fake lxc-attach for a pytest-gpuhost fake host tree (written by pytest_gpuhost.fakehost).
+
+``lxc-attach -n CTID -- CMD...`` enters container CTID of the tree it lives in
+(ROOT/usr/bin/lxc-attach): it runs CMD with the container's own tree,
+ROOT/var/lib/lxc/CTID/rootfs, in place of the root CMD names. pytest-gpuhost's agent takes its
+root as its last argument (``python3 -c BOOTSTRAP /``), so the container's ``/`` is that tree,
+as a real lxc-attach makes it the container's root. A container that has no tree is refused
+as lxc-attach refuses a container that is not running.
+"""
+import os, sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+def main(argv):
+    name, command = None, []
+    index = 0
+    while index < len(argv):
+        arg = argv[index]
+        if arg == "--":
+            command = argv[index + 1:]
+            break
+        if arg in ("-n", "--name") and index + 1 < len(argv):
+            name = argv[index + 1]
+            index += 1
+        elif arg.startswith("--name="):
+            name = arg.split("=", 1)[1]
+        index += 1
+    if not name or not command:
+        print("lxc-attach: usage: lxc-attach -n CTID -- COMMAND...", file=sys.stderr)
+        return 1
+    rootfs = ROOT / "var/lib/lxc" / name / "rootfs"
+    if "/" in name or not rootfs.is_dir():
+        print(f"lxc-attach: {name}: attach.c: get_attach_context: Connection refused - Failed "
+              "to get init pid", file=sys.stderr)
+        return 1
+    if len(command) > 1 and command[-1].startswith("/"):
+        command[-1] = os.path.join(str(rootfs), command[-1].lstrip("/")).rstrip("/") or "/"
+    os.execvp(command[0], command)
+
+sys.exit(main(sys.argv[1:]))
+'''
+
+def nvbandwidth_script(config: Mapping[str, object]) -> str:
+    """The fake nvbandwidth of ``config`` (``FakeHost.nvbandwidth``)."""
+    import json
+
+    return NVBANDWIDTH.replace("__CONFIG__", repr(json.dumps(config, sort_keys=True)))
+
+
+def nvbandwidth_config(script: str) -> dict[str, object]:
+    """The config a fake nvbandwidth was written with (``nvbandwidth_script``)."""
+    import ast
+    import json
+
+    line = next(line for line in script.splitlines() if line.startswith("CONFIG = json.loads("))
+    loaded: dict[str, object] = json.loads(ast.literal_eval(line[len("CONFIG = json.loads("):-1]))
+    return loaded
+
 
 PEERMEM_FAILURE = {
     "stderr": "modprobe: ERROR: could not insert 'nvidia_peermem': Invalid argument",

@@ -390,8 +390,9 @@ def test_the_same_target_twice_is_refused(pytester: pytest.Pytester, sshd: SshSe
      "*host n1: ansible_ssh_common_args: 'evil' is not an ssh option*"),
     (["--gpuhost-targets-file=fleet.txt"], {"fleet.txt": "ssh://a\nftp://b\n"},
      "*--gpuhost-targets-file=fleet.txt: *fleet.txt:2: 'ftp://b' is not a target*"),
-    (["--gpuhost-targets-file=fleet.txt"], {"fleet.txt": "a b\n"},
-     "*--gpuhost-targets-file=fleet.txt: *fleet.txt:1: one target a line, got 'a b'*"),
+    (["--gpuhost-targets-file=fleet.txt"], {"fleet.txt": "a b c\n"},
+     "*--gpuhost-targets-file=fleet.txt: *fleet.txt:1: one target a line and optionally its "
+     "spec, got 'a b c'*"),
     (["--gpuhost-targets-file=none.txt"], {},
      "*--gpuhost-targets-file=none.txt: *none.txt: no such targets file*"),
     (["--gpuhost-target-timeout=nan"], {}, "*--gpuhost-target-timeout=nan: expected a finite "

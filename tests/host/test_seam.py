@@ -19,6 +19,7 @@ from pytest_gpuhost.host import (
     Closable,
     Connection,
     Glob,
+    GpuQuery,
     HostError,
     Kmsg,
     Link,
@@ -120,7 +121,8 @@ def test_a_host_without_the_optional_half_is_read_live_and_costs_nothing(
 REQUESTS: list[Request] = [
     Read("proc/sys/vm/swappiness"), Read("missing"), Stat("proc/sys/vm"), Stat("missing"),
     ListDir("proc/sys/vm"), Glob("proc/sys/vm/*"), Glob("proc/*", read=False),
-    Glob("*", links=True), Kmsg(), Link("link"), Link("proc"), Which("tool"), Which("nothing")]
+    Glob("*", links=True), Kmsg(), Link("link"), Link("proc"), Which("tool"), Which("nothing"),
+    GpuQuery()]
 
 
 def test_every_request_type_has_one_wire_form_with_its_own_name() -> None:

@@ -80,7 +80,7 @@ def test_a_plugins_scheme_parses_names_and_refuses_like_the_built_in_ones() -> N
     with pytest.raises(TargetError, match="docker://CONTAINER needs a container"):
         parse_target("docker://", WITH_DOCKER)
     with pytest.raises(TargetError, match=r"unknown parameter\(s\) lxc; a docker:// target "
-                                          r"takes name= and user="):
+                                          r"takes name=, spec= and user="):
         parse_target("docker://gpubox?lxc=1", WITH_DOCKER)
     with pytest.raises(TargetError, match="has no #fragment"):
         parse_target("docker://gpubox#x", WITH_DOCKER)

@@ -1,0 +1,88 @@
+"""Where a check runs: a container and its host checked as one machine.
+
+A container shares its host's kernel, so the ``kernel`` checks of a container's spec (non-``net.*``
+sysctls, modules, PCIe, C-states, NVML device settings, dmesg...) run on the machine that runs
+that kernel, and the rest (its network namespace's sysctls, its files and tools) inside it:
+
+- a container by construction (``lxc://CTID``, ``ssh://HOST?lxc=CTID``: ``TargetAddress.kernel_on``)
+  and this machine under ``--gpuhost-host``: their ``kernel`` checks are expanded on that host's
+  facts, run, fixed, journaled and persisted there, and named after it (``check@pve``);
+  ``placed`` says where each check of a spec runs;
+- a target recognised as a container the way systemd-detect-virt does (``CONTAINER``) with no
+  host named: its ``kernel`` checks are read as they are, never changed from inside (a change
+  there is refused, or changes the host behind its back), and one that does not pass is an
+  ``error`` saying where to check it (``guarded``), never a misleading ``failed``.
+
+No pytest here: the session uses it, and the plugin only names items after ``placed``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from ..checks import KERNEL, Check, Fact
+from ..checks.conditions import CONTAINER_READS, recognise_container
+from ..result import CheckResult, Outcome
+
+if TYPE_CHECKING:
+    from .target import Target
+
+CONTAINER = Fact("container", CONTAINER_READS, recognise_container)
+"""Whether a target's root is a container, and what said so: read with the collection's facts."""
+HERE = "this is a container: check it where the kernel lives (--gpuhost-host=ssh://HOST)"
+"""What a ``kernel`` check that does not pass in an unplaced container says first (this
+machine's run: ``--gpuhost-host`` names its host)."""
+THERE = ("this is a container: check it where the kernel lives (name the container "
+         "ssh://HOST?lxc=CTID, or check HOST itself)")
+"""The same, of a remote target that is a container: its host is reached through ssh."""
+RUN_OWN = ("persist", "rollback")
+"""The run's own work (its --fix-persist files, a rollback's restores): files of the root it
+runs in and changes it made itself, never refused as another machine's."""
+PASSING = (Outcome.PASSED, Outcome.SKIPPED, Outcome.FIXED)
+
+
+def in_kernel(check: Check) -> bool:
+    """Whether the check's setting lives in the kernel (its scope; none declared: ``kernel``)."""
+    return (check.scope or KERNEL) == KERNEL and check.owner not in RUN_OWN
+
+
+def kernel_target(target: Target) -> Target:
+    """The target whose kernel ``target`` runs on: its host's host, ... (a container of a
+    container), or itself."""
+    seen = [target]
+    while seen[-1].kernel_on is not None and seen[-1].kernel_on not in seen:
+        seen.append(seen[-1].kernel_on)
+    return seen[-1]
+
+
+def placed(target: Target, expand: Callable[[Target], Sequence[Check]]
+           ) -> list[tuple[Check, Target]]:
+    """Each check of a spec on ``target`` with the target it runs on: all on ``target`` when it
+    is its own kernel's; else its ``kernel`` checks as expanded on the kernel's target (the
+    GPUs, bridges and modules are that machine's), then the rest as expanded on ``target``.
+    The kernel's target is read only when the spec has a ``kernel`` check there (``expand``
+    on ``target`` says)."""
+    checks = expand(target)
+    host = kernel_target(target)
+    if host is target:
+        return [(check, target) for check in checks]
+    own = [(check, target) for check in checks if not in_kernel(check)]
+    if len(own) == len(checks):
+        return own
+    return [(check, host) for check in expand(host) if in_kernel(check)] + own
+
+
+def guarded(check: Check, result: CheckResult, reason: str, *, local: bool) -> CheckResult:
+    """The record of a ``kernel`` check on a container whose host the run does not know: as it
+    was when it passed (the container reads its host's kernel), else an ``error`` saying where
+    to check it, with what was seen (a ``failed`` would say --fix could fix it here)."""
+    if result.outcome in PASSING:
+        return result
+    words = HERE if local else THERE
+    return msgspec.structs.replace(
+        result, outcome=Outcome.ERROR,
+        message=f"{words}; here ({reason}): {result.message}" if result.message else
+        f"{words}; here ({reason})")
