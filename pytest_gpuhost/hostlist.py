@@ -20,6 +20,25 @@ from .targets import LOCAL, TargetAddress, valid_host, valid_name
 SSH_VALUE_OPTIONS = "BbcDEeFIiJLlmOoPpQRSWw"
 SSH_FLAGS = "46AaCfGgKkMNnqsTtVvXxYy"
 """ssh(1)'s options that take a value, and those that do not."""
+HOST_VARS = ("ansible_host", "ansible_ssh_host")
+PORT_VARS = ("ansible_port", "ansible_ssh_port")
+USER_VARS = ("ansible_user", "ansible_ssh_user")
+KEY_VARS = ("ansible_private_key_file", "ansible_ssh_private_key_file")
+ARGS_VARS = ("ansible_ssh_common_args", "ansible_ssh_extra_args")
+"""Each in the order of Ansible's ssh connection plugin, where the last one set wins; the ssh
+arguments are common then extra, as that plugin passes them."""
+ROOT_VARS = ("gpuhost_root",)
+"""pytest-gpuhost's own host variable: the host root on that machine (default ``/``)."""
+SPEC_VARS = ("gpuhost_spec",)
+"""pytest-gpuhost's own host (or group) variable: the spec the host runs instead of the run's
+(a bundled spec's name, or a file relative to the inventory)."""
+CONNECTION_VARS = ("ansible_connection",)
+SSH_CONNECTIONS = ("ssh", "smart", "paramiko", "paramiko_ssh")
+"""ansible_connection values that reach the host over ssh (``ansible.builtin.`` or not)."""
+PYTHON_VARS = ("ansible_python_interpreter",)
+DISCOVERED_PYTHON = ("auto", "auto_silent", "auto_legacy", "auto_legacy_silent")
+"""ansible_python_interpreter values that ask Ansible to find a python: the agent then runs
+under ``python3``, the target's default."""
 _COMMENT = re.compile(r"(?:^|\s)#.*")
 
 

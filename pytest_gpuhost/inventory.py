@@ -28,11 +28,24 @@ from typing import Any
 import msgspec
 
 from .bounded import StillRunning, within
+from .hostlist import (  # the host variables Ansible's ssh plugin and pytest-gpuhost read
+    ARGS_VARS,
+    CONNECTION_VARS,
+    DISCOVERED_PYTHON,
+    HOST_VARS,
+    KEY_VARS,
+    PORT_VARS,
+    PYTHON_VARS,
+    ROOT_VARS,
+    SPEC_VARS,
+    SSH_CONNECTIONS,
+    USER_VARS,
+    not_ssh_options,
+)
 from .hostlist import HostVariableError as HostVariableError  # re-exported
 from .hostlist import InventoryError as InventoryError  # re-exported
 from .hostlist import InventoryHost as InventoryHost  # re-exported
 from .hostlist import TargetLine as TargetLine  # re-exported
-from .hostlist import not_ssh_options
 from .hostlist import numbered_targets as numbered_targets  # re-exported
 from .hostlist import parse_targets as parse_targets  # re-exported
 from .hostlist import read_numbered_targets as read_numbered_targets  # re-exported
@@ -42,25 +55,6 @@ from .targets import valid_host
 MISSING_EXTRA = ("reading an Ansible inventory needs ansible-core, which is not installed: "
                  "pip install 'pytest-gpuhost[ansible]' (from a checkout: pip install "
                  "'.[ansible]')")
-HOST_VARS = ("ansible_host", "ansible_ssh_host")
-PORT_VARS = ("ansible_port", "ansible_ssh_port")
-USER_VARS = ("ansible_user", "ansible_ssh_user")
-KEY_VARS = ("ansible_private_key_file", "ansible_ssh_private_key_file")
-ARGS_VARS = ("ansible_ssh_common_args", "ansible_ssh_extra_args")
-"""Each in the order of Ansible's ssh connection plugin, where the last one set wins; the ssh
-arguments are common then extra, as that plugin passes them."""
-ROOT_VARS = ("gpuhost_root",)
-"""pytest-gpuhost's own host variable: the host root on that machine (default ``/``)."""
-SPEC_VARS = ("gpuhost_spec",)
-"""pytest-gpuhost's own host (or group) variable: the spec the host runs instead of the run's
-(a bundled spec's name, or a file relative to the inventory)."""
-CONNECTION_VARS = ("ansible_connection",)
-SSH_CONNECTIONS = ("ssh", "smart", "paramiko", "paramiko_ssh")
-"""ansible_connection values that reach the host over ssh (``ansible.builtin.`` or not)."""
-PYTHON_VARS = ("ansible_python_interpreter",)
-DISCOVERED_PYTHON = ("auto", "auto_silent", "auto_legacy", "auto_legacy_silent")
-"""ansible_python_interpreter values that ask Ansible to find a python: the agent then runs
-under ``python3``, the target's default."""
 PROMPTS = ("prompt", "prompt_ask_vault_pass")
 VAULT_HINT = ("set ANSIBLE_VAULT_PASSWORD_FILE=FILE (or vault_password_file in ansible.cfg, or "
               "vault ids in ANSIBLE_VAULT_IDENTITY_LIST), as ansible-inventory needs")

@@ -17,8 +17,9 @@ from pathlib import Path
 import msgspec
 
 from .files import OutputError, check_output
-from .options import BY_NAME, OPTIONS, SPEC_SUFFIXES, flag
+from .options import BY_NAME, OPTIONS, flag
 from .options import RawOptions as RawOptions
+from .specoptions import SpecOptionError, spec_path, spec_paths
 from .targetoptions import TARGET_SOURCES as TARGET_SOURCES  # re-exported
 from .targetoptions import TargetOptionError, TargetSpecError, resolve_targets
 from .targetoptions import target_record as target_record  # re-exported
@@ -129,55 +130,11 @@ def _chosen(raw: RawOptions, name: str, *, empty: bool = False) -> tuple[str, Pa
     return None
 
 
-def _spec_path(base: Path, value: str, source: str) -> Path:
-    """A spec file, or, for a bare name that is no file (``blackwell8``: no ``/``, no ``.yaml``
-    suffix), the bundled spec of that name."""
-    path = base / value
-    if "/" in value or value.endswith(SPEC_SUFFIXES) or path.exists():
-        _not_the_bundled(path, value, f"{source}={value}")
-        return path
-    from . import specs
-
-    bundled = specs.find(value)
-    if bundled is None:
-        raise SettingsError(f"{source}={value}: no such file, and no bundled spec of that "
-                            f"name; the bundled specs: {', '.join(specs.names()) or 'none'} "
-                            "(or name a YAML file)")
-    return bundled
-
-
-def _not_the_bundled(path: Path, value: str, shown: str) -> None:
-    """A spec file that is not there, named as a bundled spec's file (``blackwell8.yaml``):
-    say so, and how to run the bundled one, rather than only "not found"."""
-    if "/" in value or path.exists():
-        return
-    from . import specs
-
-    stem = next((value[:-len(suffix)] for suffix in SPEC_SUFFIXES if value.endswith(suffix)),
-                None)
-    if stem is not None and specs.find(stem) is not None:
-        raise SettingsError(f"{shown}: no such file here ({path.parent}); the bundled "
-                            f"spec of that name runs as --gpuhost-spec={stem} (a bundled spec "
-                            "is named without .yaml)")
-
-
 def _spec_paths(raw: RawOptions) -> tuple[Path, ...]:
-    """Specs from --gpuhost-spec (else the ini), then .yaml files named as arguments."""
-    paths = [_spec_path(raw.invocation, p, "--gpuhost-spec") for p in raw.words("spec")]
-    if not paths:
-        paths = [_spec_path(raw.ini_base, p, f"gpuhost_spec in {raw.ini_name}")
-                 for p in raw.ini_words("spec")]
-    from . import specs
-
-    for arg in raw.args:  # a bundled spec's check by its id (blackwell8.yaml::dmesg) too
-        candidate = Path(specs.from_argument(arg, paths, raw.invocation).split("::", 1)[0])
-        if candidate.suffix in SPEC_SUFFIXES:
-            _not_the_bundled(raw.invocation / candidate, str(candidate), str(candidate))
-            paths.append(raw.invocation / candidate)
-    unique: dict[Path, None] = {}
-    for path in paths:
-        unique.setdefault(path.resolve(), None)
-    return tuple(unique)
+    try:
+        return spec_paths(raw)
+    except SpecOptionError as exc:
+        raise SettingsError(str(exc)) from None
 
 
 def _root(raw: RawOptions) -> Path:
@@ -267,8 +224,8 @@ def _target_spec(base: Path, value: str, source: str) -> Path:
     """A target's own spec: a file relative to ``base`` (where it was given), else a bundled
     spec's name; TargetSpecError where it is neither."""
     try:
-        return _spec_path(base, value, source).resolve()
-    except SettingsError as exc:
+        return spec_path(base, value, source).resolve()
+    except SpecOptionError as exc:
         raise TargetSpecError(str(exc)) from None
 
 

@@ -17,14 +17,15 @@ from msgspec.structs import replace
 
 from .options import BY_NAME, RawOptions, flag
 from .targets import (
+    BUILTIN,
     LOCAL,
     Schemes,
     TargetAddress,
     TargetError,
-    kernel_host,
+    destination,
+    name_targets,
     parse_target,
     parse_target_line,
-    place_kernels,
 )
 
 
@@ -170,3 +171,38 @@ def _listed_targets(path: Path, source: str, schemes: Schemes, spec_path: SpecPa
                                        spec=spec or target.spec), path.parent,
                                f"{source}: {path}:{number}: spec", spec_path))
     return found
+
+
+def kernel_host(target: TargetAddress, schemes: Schemes = BUILTIN) -> TargetAddress | None:
+    """The machine whose kernel ``target`` runs on, when it is a container by construction (its
+    scheme's ``host``); None: its own."""
+    scheme = schemes.get(target.scheme)
+    return scheme.host(target) if scheme is not None and scheme.host is not None else None
+
+
+def place_kernels(targets: Sequence[TargetAddress], schemes: Schemes = BUILTIN,
+                  host: TargetAddress | None = None) -> list[TargetAddress]:
+    """The run's targets, named, each that runs on another machine's kernel told which target
+    that is (``kernel_on``): a container by construction its host (``kernel_host``), and with
+    ``host`` (--gpuhost-host) this machine's ``local`` targets that one. A host that is already
+    a target of the run is that target (its ``kernel`` checks then run once); any other is
+    added after the named ones (``implied``), as ``name_targets`` names it."""
+    placed = list(targets)
+    kernel_of: dict[int, int] = {}
+    by_place = {destination(target): index for index, target in enumerate(targets)}
+    for index, target in enumerate(targets):
+        wanted = host if host is not None and target.local else kernel_host(target, schemes)
+        if wanted is None:
+            continue
+        at = by_place.get(destination(wanted))
+        if at is None:
+            at = len(placed)
+            placed.append(replace(wanted, implied=f"the host of {target.url}",
+                                  source=target.source))
+            by_place[destination(wanted)] = at
+        if at == index:
+            raise TargetError(f"{target.shown} cannot be the host of itself")
+        kernel_of[index] = at
+    named = name_targets(placed, schemes)
+    return [replace(target, kernel_on=named[kernel_of[index]].name) if index in kernel_of
+            else target for index, target in enumerate(named)]

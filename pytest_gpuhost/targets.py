@@ -14,8 +14,9 @@
   (``pve``), then host and port, then with its root, whichever makes the names unique.
   ``?spec=SPEC`` (any scheme) is the spec the target runs instead of ``--gpuhost-spec``.
 - A container by construction (``lxc://``, ``ssh://HOST?lxc=CTID``, a plugin's scheme that
-  declares ``Scheme.host``) runs on a kernel of another machine, its host: ``place_kernels``
-  adds that host to the run (or finds it among the targets) and names it in ``kernel_on``,
+  declares ``Scheme.host``) runs on a kernel of another machine, its host:
+  ``targetoptions.place_kernels`` adds that host to the run (or finds it among the targets)
+  and names it in ``kernel_on``,
   where the session runs the container's ``kernel`` checks. ``--gpuhost-host`` does the same
   for this machine (the ``local`` target) from inside a container.
 - In a targets file (``--gpuhost-targets-file``), a bare ``[USER@]HOST[:PORT]`` means
@@ -306,7 +307,7 @@ def parse_target_line(text: str, schemes: Schemes = BUILTIN) -> TargetAddress:
     return parse_target(raw if bare or "://" in raw else f"ssh://{raw}", schemes)
 
 
-def _destination(target: TargetAddress) -> tuple[object, ...]:
+def destination(target: TargetAddress) -> tuple[object, ...]:
     """What makes two targets the same machine and root, whatever they are named."""
     return (target.scheme, target.host, target.port, target.root, target.container,
             target.ssh_args)
@@ -327,7 +328,7 @@ def _refuse_duplicates(targets: Sequence[TargetAddress], schemes: Schemes) -> No
             raise TargetError(f"target {target.url} is given twice" + (
                 f" ({other.source} and {target.source})" if other.source or target.source
                 else ""))
-        other = by_place.setdefault(_destination(target), target)
+        other = by_place.setdefault(destination(target), target)
         if other is not target:
             raise TargetError(f"{other.shown} and {target.shown} are the same target (the same "
                               "machine and root): give it once")
@@ -375,38 +376,3 @@ def name_targets(targets: Sequence[TargetAddress],
 
 def parse_targets(texts: Sequence[str], schemes: Schemes = BUILTIN) -> list[TargetAddress]:
     return name_targets([parse_target(text, schemes) for text in texts], schemes)
-
-
-def kernel_host(target: TargetAddress, schemes: Schemes = BUILTIN) -> TargetAddress | None:
-    """The machine whose kernel ``target`` runs on, when it is a container by construction (its
-    scheme's ``host``); None: its own."""
-    scheme = schemes.get(target.scheme)
-    return scheme.host(target) if scheme is not None and scheme.host is not None else None
-
-
-def place_kernels(targets: Sequence[TargetAddress], schemes: Schemes = BUILTIN,
-                  host: TargetAddress | None = None) -> list[TargetAddress]:
-    """The run's targets, named, each that runs on another machine's kernel told which target
-    that is (``kernel_on``): a container by construction its host (``kernel_host``), and with
-    ``host`` (--gpuhost-host) this machine's ``local`` targets that one. A host that is already
-    a target of the run is that target (its ``kernel`` checks then run once); any other is
-    added after the named ones (``implied``), as ``name_targets`` names it."""
-    placed = list(targets)
-    kernel_of: dict[int, int] = {}
-    by_place = {_destination(target): index for index, target in enumerate(targets)}
-    for index, target in enumerate(targets):
-        wanted = host if host is not None and target.local else kernel_host(target, schemes)
-        if wanted is None:
-            continue
-        at = by_place.get(_destination(wanted))
-        if at is None:
-            at = len(placed)
-            placed.append(replace(wanted, implied=f"the host of {target.url}",
-                                  source=target.source))
-            by_place[_destination(wanted)] = at
-        if at == index:
-            raise TargetError(f"{target.shown} cannot be the host of itself")
-        kernel_of[index] = at
-    named = name_targets(placed, schemes)
-    return [replace(target, kernel_on=named[kernel_of[index]].name) if index in kernel_of
-            else target for index, target in enumerate(named)]

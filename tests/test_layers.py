@@ -33,7 +33,7 @@ FLOORS: dict[str, int] = {
     # import path
     "capture": 4, "fix": 4, "state": 4, "testing": 4, "nvml": 4,
     # floor 4 too: the run's targets as its options name them (settings resolves them)
-    "targetoptions": 4,
+    "targetoptions": 4, "specoptions": 4,
     # floor 5: one check's run; the settings (they validate a capture's target);
     # pytest-benchmark's hooks; an old import path
     "engine": 5, "settings": 5, "benchmark": 5, "fakehost": 5,

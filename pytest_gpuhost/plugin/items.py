@@ -19,6 +19,7 @@ from ..printable import printable
 from ..progress import progress_to
 from ..reports.failure import format_failure
 from ..result import CheckResult, Outcome
+from ..session.persisting import persistence_files
 
 if TYPE_CHECKING:
     from ..session import Session, Target
@@ -74,7 +75,7 @@ class SpecFile(pytest.File):
                 yield GpuhostItem.from_parent(self, name=name, check=check, target=where)
                 long_lived.made_one()
         for where, checks in on.values() if session.persisting else ():
-            for check in session.persistence_files(checks, spec, where):
+            for check in persistence_files(session, checks, spec, where):
                 name = f"{check.id}@{where.name}" if session.named else check.id
                 yield PersistFile.from_parent(self, name=name, check=check, target=where)
 

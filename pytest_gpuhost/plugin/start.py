@@ -29,6 +29,7 @@ from ..options import OPTIONS, RawOptions
 from ..result import CheckResult
 from ..runstate import benchmark_files, finished_state
 from ..session import Session
+from ..session.persisting import persistence_checks
 from ..settings import Settings, SettingsError, resolve
 from ..spec import SpecError
 from . import interrupts
@@ -91,7 +92,7 @@ class Run:
         key = f"{target.name}\0{spec}"
         if key not in self._persistence:
             own = self.session.specs.get(spec.resolve()) if spec is not None else None
-            self._persistence[key] = self.session.persistence_checks(target, records, own)
+            self._persistence[key] = persistence_checks(self.session, target, records, own)
         return self._persistence[key]
 
     @property

@@ -19,62 +19,32 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ..checks import (
-    KERNEL,
-    Check,
-    Fact,
-    Kind,
-    NoFix,
-    Observation,
-    owned,
-    persistence_of,
-    persists_to_of,
-)
+from ..checks import Check, Fact, Kind, owned
 from ..checks.conditions import ConditionFn
 from ..checks.gpus import GPUS
 from ..engine import RunOptions
 from ..fix.run import close_rollback, default_journal, make_fixer
 from ..gpu.nvml import NvmlFactory
-from ..host import Host, HostError, doing, raised
+from ..host import Host, HostError, doing
 from ..result import CheckResult
 from ..settings import Settings, SettingsError
 from ..spec import EntryOptions, Spec, load_spec
-from ..spec.matchers import Verdict
-from .containers import CONTAINER, in_kernel
+from .capturing import capture_report as capture_report  # re-exported (reports.REPORTS)
+from .containers import CONTAINER
+from .limits import FILES_PER_SESSION as FILES_PER_SESSION  # re-exported
+from .limits import FILES_SPARE as FILES_SPARE  # re-exported
+from .limits import room_for_sessions
+from .persisting import persistence_checks
 from .target import HOST_FACTS, LOCAL, HostFacts, Target, UnreachableHost
+from .unexpanded import Unexpandable, Unexpanded
 
 if TYPE_CHECKING:  # a rollback's, persistence's and a capture's modules load when used
     from ..capture.writer import SpecCapture
     from ..fix.journal import JournalContents
-    from ..reports import ReportRun
     from ..targets import TargetAddress
     from .rollback import OpenRollback
 
 __all__ = ["HOST_FACTS", "LOCAL", "HostFacts", "Session", "Target", "UnreachableHost"]
-
-
-class Unexpanded(msgspec.Struct, frozen=True):
-    """The expectation of a section that could not be expanded: it never passes."""
-
-    section: str
-
-    def describe(self) -> str:
-        return f"the {self.section} checks"
-
-    def judge(self, observed: str | None) -> Verdict:
-        return Verdict(False, f"the {self.section} section could not be expanded")
-
-    def fix_value(self, observed: str | None) -> str | None:
-        return None
-
-
-class Unexpandable(NoFix, msgspec.Struct, frozen=True):
-    """A section whose facts could not be read: its one check is an error with the reason."""
-
-    error: HostError
-
-    def observe(self, host: Host) -> Observation:
-        raise raised(self.error)
 
 
 class Session(msgspec.Struct, dict=True):
@@ -118,7 +88,9 @@ class Session(msgspec.Struct, dict=True):
             if target.address.kernel_on is not None:
                 target.kernel_on = self.targets[target.address.kernel_on]
         if self.settings.capture is not None:
-            self.capture_target()  # an unknown --gpuhost-capture-from: before anything runs
+            from .capturing import capture_target
+
+            capture_target(self)  # an unknown --gpuhost-capture-from: before anything runs
         if self.settings.rollback is not None:
             self._open_rollbacks()
             return
@@ -351,45 +323,6 @@ class Session(msgspec.Struct, dict=True):
         """--fix-persist: each target's persistence files are checks of their own, ranked last."""
         return self.settings.persist and bool(self.specs) and self.settings.rollback is None
 
-    def contained(self, target: Target) -> bool:
-        """Whether ``target`` is a container: by construction, under --gpuhost-host, or
-        recognised (its boot configuration then holds only what it owns)."""
-        return target.address.container is not None or target.kernel_on is not None or \
-            target.container() is not None
-
-    def persistence_files(self, checks: Sequence[Check], spec: Spec,
-                          target: Target) -> list[Check]:
-        """The check of each file --fix-persist may write for ``spec``'s ``checks`` on one
-        target, as collected: what it holds is known at its turn (``persistence_checks``). A
-        container's files hold only what it owns: never a GRUB drop-in, modprobe.d,
-        modules-load.d or udev rule (its host's kernel reads those)."""
-        from ..fix.persist import candidate_files, pending_check
-
-        if self.contained(target):
-            checks = [check for check in checks if not in_kernel(check)]
-
-        def targets_of(check: Check) -> Sequence[str]:
-            kind = self.kinds.get(check.owner)
-            return persists_to_of(kind)(check) if kind is not None else ()
-
-        return [pending_check(path, self.settings.display(spec.path))
-                for path in candidate_files(spec.name, checks, targets_of)]
-
-    def persistence_checks(self, target: Target, results: Sequence[CheckResult],
-                           spec: Spec | None = None) -> dict[str, Check]:
-        """File -> its check, from the records of ``spec``'s checks on the target at the end
-        of its run (a file with nothing to hold has none; in a container, of what it owns)."""
-        from ..fix.persist import persistence_checks
-
-        spec = spec or next(iter(self.specs.values()))
-        if self.contained(target):
-            results = [r for r in results if (r.scope or KERNEL) != KERNEL]
-        supplies = [supply for supply in map(persistence_of, self.kinds.values()) if supply]
-        with doing("reading what the persistence files hold"):
-            checks = persistence_checks(spec.name, self.settings.display(spec.path), results,
-                                        target.host, supplies)
-        return {str(check.key): check for check in checks}
-
     def finish(self, results: Sequence[CheckResult]) -> list[CheckResult]:
         """Without pytest (the tests' and benchmarks' drivers): each target's persistence
         files written at the end, from that target's own records (of its first spec)."""
@@ -402,37 +335,15 @@ class Session(msgspec.Struct, dict=True):
             mine = [r for r in results if not self.named or r.target == target.name]
             own = self.specs_of(target)
             done += [target.run(check, self.options, named=self.named)
-                     for check in self.persistence_checks(target, mine, own[0] if own else
+                     for check in persistence_checks(self, target, mine, own[0] if own else
                                                           None).values()]
         return done
 
-    def capture_target(self) -> Target:
-        """The target --gpuhost-capture writes down: --gpuhost-capture-from, else the only one."""
-        from ..capture.writer import pick_target
-
-        try:
-            named = [name for name, target in self.targets.items()  # not a host it added
-                     if target.address.implied is None]
-            return self.targets[pick_target(named, self.settings.capture_from)]
-        except ValueError as exc:
-            raise SettingsError(str(exc)) from None
-
     def capture_reporter(self, command: str) -> SpecCapture:
-        """The reporter that writes the captured spec, with what the target says of itself."""
-        from ..capture.writer import Source, SpecCapture
+        """The reporter that writes the captured spec (``capturing.py``)."""
+        from .capturing import capture_reporter
 
-        settings = self.settings
-        assert settings.capture is not None
-        target = self.capture_target()
-        facts = target.host_facts()
-        shown = [(settings.display(path), spec) for path, spec in self.specs.items()]
-        keys = "the built-in catalog" if settings.catalog else ", ".join(s for s, _ in shown)
-        source = Source(target.name, facts.hostname, facts.kernel, facts.driver,
-                        facts.gpu_models, len(facts.gpus), command, keys)
-        return SpecCapture(settings.capture, settings.capture_shown,
-                           overwrite=settings.capture_overwrite, specs=shown, source=source,
-                           parsers=self.kinds, conditions=self.conditions,
-                           also=(target.kernel_on.name,) if target.kernel_on else ())
+        return capture_reporter(self, command)
 
     def close_rollback(self, results: Sequence[CheckResult]) -> bool:
         """Close each target's rolled back journal whose changes are all back (its own
@@ -452,31 +363,3 @@ class Session(msgspec.Struct, dict=True):
         for directory in self._cleanup:
             shutil.rmtree(directory, ignore_errors=True)
         self.specs.clear()
-
-
-def capture_report(path: Path, run: ReportRun) -> SpecCapture:
-    """--gpuhost-capture's reporter (``reports.REPORTS``), with the run's command line."""
-    session: Session = run.session
-    return session.capture_reporter(run.command)
-
-
-FILES_PER_SESSION = 3
-"""An agent session held open costs this process three file descriptors (the ssh client's
-stdin, stdout and stderr pipes)."""
-FILES_SPARE = 256
-"""What pytest, xdist, the reports and a fix's journal may hold open besides."""
-
-
-def room_for_sessions(sessions: int) -> None:
-    """Raise this process's soft limit on open files toward its hard limit where ``sessions``
-    held at once would not fit (a common soft limit of 1024 holds some 250 targets), never
-    lowering it: a large fleet runs instead of its last targets failing to start ssh."""
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    needed = sessions * FILES_PER_SESSION + FILES_SPARE
-    if soft == resource.RLIM_INFINITY or soft >= needed:
-        return
-    wanted = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
-    if wanted > soft:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))

@@ -21,20 +21,16 @@ from ..engine import RunOptions, error_result, run_check
 from ..fix.run import FixRun
 from ..gpu.nvml import NvmlFactory, NvmlSource, NvmlUnavailable, RecordedNvml
 from ..host import (
-    BatchReads,
     CachedHost,
     Closable,
     Connection,
     GpuQuery,
     Host,
     HostError,
-    HostIdentity,
     Read,
     Reply,
     Request,
-    TargetLost,
     doing,
-    raised,
     reply_from_wire,
     reply_to_wire,
     request_from_wire,
@@ -45,6 +41,7 @@ from ..result import CheckResult
 from ..settings import Settings
 from ..targets import TargetAddress
 from .containers import CONTAINER, guarded, in_kernel
+from .unreachable import UnreachableHost as UnreachableHost  # re-exported
 
 LOCAL = "local"
 
@@ -124,46 +121,6 @@ class _RememberedConditions(Mapping[str, ConditionFn]):
         """The condition's answer, known without reading the host (a container by
         construction is a container, whatever its cgroup says)."""
         self._answers[name] = answer
-
-
-class UnreachableHost(BatchReads):
-    """What a target that cannot be reached answers: every read an error naming it and the
-    connection's own words, so its checks are errors with that reason and the others run."""
-
-    def __init__(self, url: str, reason: HostError) -> None:
-        self.url = url
-        self.reason = reason
-        self._lost = TargetLost(str(reason), reason.errno)
-
-    def describe(self) -> str:
-        return self.url
-
-    def local_machine(self) -> bool:
-        return False
-
-    def privileged(self) -> bool:
-        return False
-
-    def identity(self) -> HostIdentity:
-        raise raised(self.reason)
-
-    def invalidate(self) -> None:
-        """Nothing to forget."""
-
-    def local_path(self, path: str) -> Path | None:
-        return None
-
-    def batch(self, requests: Sequence[Request]) -> list[Reply]:
-        return [Reply(error=self._lost) for _ in requests]
-
-    def _refuse(self, *args: object, **kwargs: object) -> Any:
-        raise raised(self.reason)
-
-    def unlock(self, handle: int) -> None:
-        """A lost connection released its locks with it."""
-
-    write_text = write_bytes = replace_file = remove = which = run = _refuse
-    create_file = append_file = lock = _refuse
 
 
 class Target:

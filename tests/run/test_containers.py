@@ -171,7 +171,8 @@ def test_a_container_is_recognised_as_systemd_detect_virt_does(
 def test_an_lxc_target_of_ssh_is_a_container_whatever_its_cgroup_says(tmp_path: Path) -> None:
     """``ssh://HOST?lxc=CTID`` whose PID 1 cgroup reads ``0::/init.scope`` is a container by
     construction: its host is ssh://HOST, where its kernel checks go."""
-    from pytest_gpuhost.targets import parse_target, place_kernels
+    from pytest_gpuhost.targetoptions import place_kernels
+    from pytest_gpuhost.targets import parse_target
 
     [container, host] = place_kernels([parse_target("ssh://root@pve?lxc=101")])
     assert container.kernel_on == host.name == "pve"

@@ -1,4 +1,4 @@
-"""A fleet's held agent sessions and the soft limit on open files (``session.room_for_sessions``):
+"""A fleet's held agent sessions and the soft limit on open files (``session/limits.py``):
 raised toward the hard limit where the sessions would not fit, never lowered, never past the
 hard limit. The limits are a fake ``resource`` module's: this process's own are untouched."""
 
@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from pytest_gpuhost.session import FILES_PER_SESSION, FILES_SPARE, room_for_sessions
+from pytest_gpuhost.session.limits import FILES_PER_SESSION, FILES_SPARE, room_for_sessions
 
 
 def fake_resource(monkeypatch: pytest.MonkeyPatch, soft: int, hard: int) -> list[tuple[int, int]]:
