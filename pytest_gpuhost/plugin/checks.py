@@ -89,11 +89,12 @@ class CheckHooks:
             own = [other for other in checks if other.target.name == name]
             for rank in sorted({item.check.order for item in own}):
                 lower[name, rank] = [other.index for other in own if other.check.order < rank]
+        by_index = {item.index: item for item in checks}  # the run's indices, not positions
         for item in checks:
             item.waits_for = lower[item.target.name, item.check.order]
             if isinstance(item, PersistFile):  # made of its own spec's records on its target
                 item.sources = [index for index in item.waits_for
-                                if checks[index].path == item.path]
+                                if by_index[index].path == item.path]
         self.run.names.update((item.index, item.check.id) for item in checks)
         # the gate's message names each check as its test does: with its target (``@pve``)
         self.run.host_checks[:] = [(item.index, item.name) for item in checks
