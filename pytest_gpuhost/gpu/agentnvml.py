@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from ..host import GpuControl, GpuQuery, Host, HostError
 from ..linux.pciaddr import normalize_address
 from .nvml import NvmlPermissionError, NvmlUnavailable, persistence_text
-from .nvmllib import P2P_STATUS, TOPOLOGY
+from .nvmlcodes import P2P_STATUS, TOPOLOGY
 
 
 def agent_facts(host: Host) -> Mapping[str, object]:

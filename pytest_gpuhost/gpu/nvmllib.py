@@ -22,23 +22,11 @@ from .nvml import (
     NvmlPermissionError,
     NvmlUnavailable,
 )
-
-P2P_STATUS = {  # nvmlGpuP2PStatus_t
-    0: "ok",
-    1: "the chipset does not support P2P",
-    2: "the GPU does not support P2P",
-    3: "the IOH topology does not support P2P",
-    4: "P2P is disabled by a registry key",
-    5: "P2P is not supported",
-    6: "P2P status unknown",
-}
+from .nvmlcodes import P2P_STATUS as P2P_STATUS  # re-exported
+from .nvmlcodes import TOPOLOGY as TOPOLOGY  # re-exported
 
 P2P_CAPS_INDEX_READ = 0
 """nvmlGpuP2PCapsIndex_t NVML_P2P_CAPS_INDEX_READ."""
-
-TOPOLOGY = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
-"""nvmlGpuTopologyLevel_t: INTERNAL, SINGLE, MULTIPLE, HOSTBRIDGE, NODE, SYSTEM."""
-
 
 class Watchdog:
     """Makes each call into the NVML library in a thread of its own, waited for ``timeout``
