@@ -35,8 +35,10 @@ class Summary:
 
             TopologyView(write).write(self.controller.records(), info)
         remote = [t for t in info.targets if t.journal and t.url != "local"]
-        paired = any(t.kernel_on for t in info.targets)
-        if paired:  # a container and its host: both journals, each a path on its target
+        # a container and its host both changed: both journals, one undo for the pair
+        paired = any(t.kernel_on for t in info.targets) and \
+            sum(1 for t in info.targets if t.journal) > 1
+        if paired:
             for target in (t for t in info.targets if t.journal):
                 shown = self._on_target(target.name, target.url, str(target.journal))
                 write(f"journal of {target.name}: {shown}")
