@@ -76,6 +76,27 @@ def test_the_host_named_too_runs_its_kernel_checks_once(pytester: pytest.Pyteste
         ("sysctl[vm.swappiness]", "local", "failed")]
 
 
+def test_under_xdist_a_container_pair_runs_each_check_once_where_it_lives(
+        pytester: pytest.Pytester, tmp_path: Path) -> None:
+    """With -n 2 the pair's checks are placed across both targets as in a serial run: each
+    check runs once, on the machine where its setting lives, and --fix changes each side."""
+    pytest.importorskip("xdist")
+    host, container = pair(tmp_path / "pve")
+    spec = pytester.makefile(".yaml", spec=SPEC)
+    common = (f"--gpuhost-spec={spec}", f"--gpuhost-root={host.root}",
+              "--gpuhost-target=lxc://101", *RUN)
+    serial = pytester.runpytest(*common, "--gpuhost-report=serial.json")
+    assert serial.ret == pytest.ExitCode.TESTS_FAILED, serial.stdout.str()
+    spread = pytester.runpytest(*common, "-n", "2", "--gpuhost-report=spread.json")
+    assert spread.ret == pytest.ExitCode.TESTS_FAILED, spread.stdout.str()
+    assert checks(pytester.path / "spread.json") == checks(pytester.path / "serial.json")
+    fixed = pytester.runpytest(*common, "-n", "2", "--fix", "--gpuhost-report=fixed.json")
+    assert fixed.ret == pytest.ExitCode.OK, fixed.stdout.str()
+    assert [outcome for _, _, outcome in checks(pytester.path / "fixed.json")] == ["fixed"] * 3
+    assert (host.root / "proc/sys/vm/swappiness").read_text().strip() == "10"
+    assert (container.root / "proc/sys/net/ipv4/tcp_rmem").read_text().split()[1] == "87380"
+
+
 def test_fix_changes_each_setting_where_it_lives_and_rollback_restores_both(
         pytester: pytest.Pytester, tmp_path: Path) -> None:
     host, container = pair(tmp_path / "pve")
