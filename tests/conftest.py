@@ -6,6 +6,7 @@ import contextvars
 import functools
 import importlib.util
 import inspect
+import re
 import shutil
 import threading
 from collections.abc import Callable, Iterator
@@ -33,6 +34,9 @@ def shared_directories() -> list[Path]:
     to the main one)."""
     found = [REPO.parent / "shared"]
     git = REPO / ".git"
+    origin = _local_origin(git / "config") if git.is_dir() else None
+    if origin is not None:  # a clone of a checkout on this machine (``git clone -q . $d``)
+        found.append(origin.parent / "shared")
     if git.is_file() and git.read_text().startswith("gitdir:"):
         own = Path(git.read_text().split(":", 1)[1].strip())
         own = own if own.is_absolute() else (REPO / own)
@@ -41,6 +45,19 @@ def shared_directories() -> list[Path]:
             main_git = (own / common.read_text().strip()).resolve()
             found.append(main_git.parent.parent / "shared")
     return found
+
+
+def _local_origin(config: Path) -> Path | None:
+    """The checkout this one was cloned from, where its ``origin`` is a path on this machine."""
+    try:
+        text = config.read_text()
+    except OSError:
+        return None
+    section = re.search(r'\[remote "origin"\]([^\[]*)', text)
+    url = re.search(r"^\s*url\s*=\s*(.+?)\s*$", section.group(1), re.M) if section else None
+    if url is None or "://" in url.group(1) or not url.group(1).startswith("/"):
+        return None
+    return Path(url.group(1)).resolve()
 
 
 JUNIT_XSD = Path("data") / "schemas" / "junit-10.xsd"
