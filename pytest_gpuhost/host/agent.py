@@ -782,15 +782,18 @@ class Root:
                           + (" or on PATH" if self.real else ""), errno.ENOENT)
         environment = dict(os.environ, GPUHOST_ROOT=self.path, LC_ALL="C")
         environment.update(env or {})
-        try:
-            process = subprocess.Popen(
-                [executable, *argv[1:]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, env=environment, cwd=self.path, start_new_session=True,
-                pass_fds=tuple(self._locks))
-        except OSError as exc:
-            raise OpError(f"cannot run {executable}: {exc.strerror}", exc.errno) from None
+        with _signals_held() as held:  # none lands between the fork and the try below
+            try:
+                process = subprocess.Popen(
+                    [executable, *argv[1:]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE, env=environment, cwd=self.path,
+                    start_new_session=True, pass_fds=tuple(self._locks))
+            except OSError as exc:
+                raise OpError(f"cannot run {executable}: {exc.strerror}", exc.errno) from None
         shown = " ".join(argv)
         try:
+            for signum in held:  # delivered now that the command is there to be ended
+                signal.raise_signal(signum)
             stdout, stderr = self._outputs(process, self.clock() + timeout)
         except _Late:
             self._end(process)
@@ -1178,6 +1181,34 @@ def gpus_of(root: Root) -> Gpus:
 
 _WATCH = object()
 """The selector's mark on the watched connection's descriptor."""
+
+
+@contextlib.contextmanager
+def _signals_held() -> Any:
+    """SIGINT, SIGTERM and SIGHUP noted instead of handled while a command is being started:
+    a handler that raises (an interrupt) inside ``subprocess.Popen`` after its fork would leave
+    the command running with nobody to end it. The caller delivers what was noted once the
+    command can be killed. Python handlers only (an ignored or default signal is left as it is),
+    on the main thread, where Python runs them."""
+    held: list[int] = []
+    previous: dict[signal.Signals, Any] = {}
+    if _on_main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            handler = signal.getsignal(signum)
+            if callable(handler):
+                previous[signum] = handler
+                signal.signal(signum, lambda number, frame: held.append(number))
+    try:
+        yield held
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _on_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 class _Late(Exception):

@@ -8,6 +8,7 @@ import contextlib
 import fcntl
 import os
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -231,4 +232,40 @@ def test_the_agent_s_deadlines_read_its_injected_clock(fake: FakeHost) -> None:
         fcntl.flock(other, fcntl.LOCK_EX)
         with pytest.raises(OpError, match="held by pid 1 on elsewhere"):
             root.lock(LOCK, 3600.0, "test")
+    root.close()
+
+
+def test_a_signal_while_the_command_starts_still_ends_it(
+        fake: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SIGTERM that arrives while ``subprocess.Popen`` is starting the command (the child
+    already forked) is delivered once the command can be killed: its group ends and the
+    interrupt reaches the caller. Before, the handler's exception left Popen with the command
+    running and nobody to end it (a CI run's SIGHUP test, under load)."""
+    from pytest_gpuhost.host import agent
+
+    fake.file("usr/bin/forever", "#!/bin/sh\nsleep 600 &\necho $! > \"$GPUHOST_ROOT/bg.pid\"\n"
+              "exec sleep 600\n", mode=0o755)
+    real_popen = subprocess.Popen
+
+    def popen_then_signal(*args: object, **kwargs: object) -> object:
+        process = real_popen(*args, **kwargs)  # type: ignore[call-overload]  # Popen's overloads
+        until(lambda: (fake.root / "bg.pid").is_file(), "the command starting")
+        os.kill(os.getpid(), signal.SIGTERM)  # lands here, still inside "Popen"
+        return process
+
+    class Stopped(Exception):
+        pass
+
+    def stop(signum: int, frame: object) -> None:
+        raise Stopped(signum)
+
+    monkeypatch.setattr(subprocess, "Popen", popen_then_signal)  # the agent's is this module
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        root = agent.Root(str(fake.root))
+        with pytest.raises(Stopped):
+            root.run(["forever"], timeout=600.0)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    until(lambda: gone(int((fake.root / "bg.pid").read_text())), "the command's group ending")
     root.close()

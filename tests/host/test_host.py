@@ -323,10 +323,11 @@ def test_the_time_limit_counts_every_wait_together(fake: FakeHost) -> None:
 
 
 HELLO = ("import json, sys, time\n"
-         "sys.stdin.buffer.readline()\n"
+         "sys.stdin.buffer.read(int(sys.stdin.buffer.readline()))\n"  # the source, as sent
          "hello = json.dumps({'hello': {'euid': 0, 'identity': {'root': '/'}}})\n"
          "sys.stdout.write('%d\\n%s' % (len(hello), hello)); sys.stdout.flush()\n")
-"""A stand-in for the agent that says hello, then answers its first request with ANSWER."""
+"""A stand-in for the agent that takes its source as the bootstrap does (all of it: more than a
+pipe holds), says hello, then answers its first request with ANSWER."""
 
 
 @pytest.mark.parametrize(("hello", "answer"), [
