@@ -44,7 +44,6 @@ class Controller:
         self.progress: Callable[[], Progress | None] = lambda: None
         """The xdist workers' logs (``distributing.py``), which tell why a check never
         reported; nothing without xdist."""
-        self.rolled_back = False
         self.close_failed = False
         self.stopped_early: str | None = None
         """pytest's own reason to stop (-x, --maxfail, an interrupt)."""
@@ -166,7 +165,7 @@ class Controller:
         from ..fix.journal import JournalError
 
         try:
-            self.rolled_back = self.run.session.close_rollback(self.records())
+            self.run.session.close_rollback(self.records())  # each journal's: rollback_closed
         except (JournalError, OSError) as exc:  # read-only, or its directory is gone
             self.run.problems.append(
                 f"rollback: the changes are restored, but {exc}: a later default rollback "

@@ -42,9 +42,8 @@ class Summary:
             for target in (t for t in info.targets if t.journal):
                 shown = self._on_target(target.name, target.url, str(target.journal))
                 write(f"journal of {target.name}: {shown}")
-            if any(t.journal for t in info.targets):
-                write("undo: --gpuhost-rollback with the same target options (it restores "
-                      "the newest journal of each target)")
+            write("undo: --gpuhost-rollback with the same target options (it restores the "
+                  "newest journal of each target)")
         elif info.journal is not None and not remote:
             changes = self.run.session.target.fixrun.journal_changes()
             write(f"journal: {info.journal} "
