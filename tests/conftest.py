@@ -243,8 +243,8 @@ child = subprocess.Popen(["sh", "-c", remote], stdin=subprocess.PIPE, stdout=sub
 """
 
 RELAY_HELLO = """\
-header = sys.stdin.buffer.readline()
-child.stdin.write(header + sys.stdin.buffer.read(int(header)))
+header = sys.stdin.buffer.readline()  # the agent's source and its compiled code's lengths
+child.stdin.write(header + sys.stdin.buffer.read(sum(map(int, header.split()[:2]))))
 child.stdin.flush()
 size = child.stdout.readline()
 sys.stdout.buffer.write(size + child.stdout.read(int(size)))

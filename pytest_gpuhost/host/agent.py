@@ -36,13 +36,15 @@ import json
 import os
 import selectors
 import signal
-import socket
 import stat
-import subprocess
 import sys
 import time
-from collections.abc import Callable
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # for the type checker only: a start on the target imports neither
+    import subprocess
+    from collections.abc import Callable
+    from typing import Any
 
 PROTOCOL = 1
 DEFAULT_LIMIT = 4 * 2**20
@@ -782,6 +784,8 @@ class Root:
                           + (" or on PATH" if self.real else ""), errno.ENOENT)
         environment = dict(os.environ, GPUHOST_ROOT=self.path, LC_ALL="C")
         environment.update(env or {})
+        import subprocess  # here, not at the start: most agents never run a command
+
         with _signals_held() as held:  # none lands between the fork and the try below
             try:
                 process = subprocess.Popen(
@@ -815,6 +819,8 @@ class Root:
                  ) -> tuple[bytes, bytes]:
         """The command's stdout and stderr (the last OUTPUT_LIMIT bytes of each) once it has
         ended; ``_Late`` past ``deadline``, ``_Stopped`` when ``watch`` says to stop."""
+        import subprocess
+
         assert process.stdout is not None and process.stderr is not None
         kept = {process.stdout.fileno(): bytearray(), process.stderr.fileno(): bytearray()}
         with selectors.DefaultSelector() as selector:
@@ -861,6 +867,8 @@ class Root:
         wait for its outputs to close (every process of the group that held them has ended),
         for at most REAP_S s: one still in the kernel then (a module's init) stays in
         ``_running``, and keeps the lock it inherited."""
+        import subprocess
+
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
         deadline = self.clock() + REAP_S
@@ -883,7 +891,7 @@ class Root:
     def identity(self) -> dict[str, object]:
         info: dict[str, object] = {"root": os.path.realpath(self.path)}
         if self.real:
-            info["hostname"] = socket.gethostname()
+            info["hostname"] = os.uname().nodename
             for key, path in (("machine_id", "/etc/machine-id"),
                               ("boot_id", "/proc/sys/kernel/random/boot_id")):
                 try:

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 import msgspec
 
 from . import HostError, TargetTimeout, current_step
-from .answers import take_message
+from .answers import HEADER_LIMIT, garbled, take_message
 
 MINIMUM_PYTHON = (3, 8)
 STDERR_KEPT = 8192
@@ -92,19 +92,28 @@ class Pipes:
         finally:
             self.spent += time.monotonic() - start
 
-    def _send_raw(self, data: bytes, timeout: float, sending: str) -> None:
+    def _send_raw(self, data: bytes, timeout: float, sending: str, *,
+                  silent: bool = False) -> None:
         """Write ``data`` within ``timeout`` seconds and within what is left of the time limit.
 
         A target that stops reading (a frozen container: ``lxc-freeze``, a backup in suspend
         mode, a stopped agent) fills the pipe, and ssh's channel window after it; a blocking
         write of a bigger message would then wait past every limit. The pipe is non-blocking
-        and each write waits for room only until the deadline."""
+        and each write waits for room only until the deadline. ``silent``: the target says
+        nothing before it has all of ``data`` (the agent, which starts only once it has read
+        itself); what it says before that is not the agent's (a shell's startup file that
+        prints, a forced command), and ends the send at once rather than when a target that
+        no longer reads has let the deadline pass."""
         assert self._process is not None and self._process.stdin is not None
+        assert self._process.stdout is not None
         fd = self._process.stdin.fileno()
+        out = self._process.stdout.fileno()
         rest = memoryview(data)
         with self._waiting(timeout) as (deadline, bounded), \
                 selectors.DefaultSelector() as selector:
             selector.register(fd, selectors.EVENT_WRITE)
+            if silent:
+                selector.register(out, selectors.EVENT_READ)
             self._partial = True
             while rest:
                 remaining = deadline - time.monotonic()
@@ -114,8 +123,14 @@ class Pipes:
                     raise HostError(f"it stopped reading: {len(data) - len(rest)} of the "
                                     f"{len(data)} bytes of {sending} went in {timeout:g} s",
                                     errno.ETIMEDOUT)
-                if not selector.select(min(remaining, 1.0)):
+                ready = selector.select(min(remaining, 1.0))
+                if not ready:
                     continue
+                if any(key.fd == out for key, _ in ready):
+                    said = os.read(out, HEADER_LIMIT + 1)
+                    if not said:
+                        raise self._gone("the connection closed")
+                    raise garbled(said)
                 try:
                     rest = rest[os.write(fd, rest):]
                 except BlockingIOError:

@@ -50,7 +50,7 @@ time.sleep(60)
 
 BAD_HELLO = """\
 header = sys.stdin.buffer.readline()
-sys.stdin.buffer.read(int(header))
+sys.stdin.buffer.read(sum(map(int, header.split()[:2])))
 data = b'{"hello": {"euid": "root", "identity": [1, 2]}}'
 sys.stdout.buffer.write(b"%d\\n" % len(data) + data)
 sys.stdout.buffer.flush()

@@ -264,7 +264,7 @@ while True:
     header = sys.stdin.buffer.readline()
     if not header:
         break
-    message = sys.stdin.buffer.read(int(header))
+    message = sys.stdin.buffer.read(sum(map(int, header.split()[:2])))  # the agent first
     if not first and b'"op":"lock"' in message:
         child.kill()
         sys.stderr.write("Connection to drops closed by remote host.\\n")

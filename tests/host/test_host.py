@@ -323,7 +323,8 @@ def test_the_time_limit_counts_every_wait_together(fake: FakeHost) -> None:
 
 
 HELLO = ("import json, sys, time\n"
-         "sys.stdin.buffer.read(int(sys.stdin.buffer.readline()))\n"  # the source, as sent
+         "head = sys.stdin.buffer.readline().split()\n"  # the source, then the code, as sent
+         "sys.stdin.buffer.read(int(head[0]) + int(head[1]))\n"
          "hello = json.dumps({'hello': {'euid': 0, 'identity': {'root': '/'}}})\n"
          "sys.stdout.write('%d\\n%s' % (len(hello), hello)); sys.stdout.flush()\n")
 """A stand-in for the agent that takes its source as the bootstrap does (all of it: more than a

@@ -1,0 +1,110 @@
+"""How the agent starts on a target: ``python3 -I -S`` runs the bootstrap, which takes the
+agent's compiled code where its Python has this machine's bytecode magic number and compiles
+the source otherwise; nothing of the target's working directory or environment comes into its
+module path; and what the target says before it has the whole agent loses it at once."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+from pytest_gpuhost.host import HostError, Read, TargetLost
+from pytest_gpuhost.host.answers import take_message
+from pytest_gpuhost.host.remote import AGENT_SOURCE, AgentHost, agent_command, agent_upload
+from pytest_gpuhost.testing.fakehost import FakeHost
+
+from ..conftest import ended_within
+
+HANG_BOUND = 60.0
+
+
+def hello_of(root: Path, upload: bytes, *, cwd: Path | None = None,
+             env: dict[str, str] | None = None) -> object:
+    """The first message of the agent started as a target starts it (this machine's python3
+    in place of the target's) after ``upload``; its stdin then closes, so it ends."""
+    process = subprocess.run([sys.executable, *agent_command(str(root))[1:]], input=upload,
+                             capture_output=True, timeout=HANG_BOUND, cwd=cwd, env=env)
+    whole, message = take_message(bytearray(process.stdout))
+    assert whole, (process.stdout[:200], process.stderr[-2000:])
+    return message
+
+
+def upload(source: bytes, code: bytes, magic: str) -> bytes:
+    return b"%d %d %s\n" % (len(source), len(code), magic.encode()) + source + code
+
+
+def parts() -> tuple[bytes, bytes, str]:
+    """The source, the compiled code and the magic number of what the run sends."""
+    sent = agent_upload()
+    head, rest = sent.split(b"\n", 1)
+    sizes = head.split()
+    source_size = int(sizes[0])
+    assert rest[:source_size] == AGENT_SOURCE.read_bytes()
+    assert len(rest) == source_size + int(sizes[1])
+    return rest[:source_size], rest[source_size:], sizes[2].decode()
+
+
+def test_the_run_sends_the_source_and_the_code_of_its_own_python(fake: FakeHost) -> None:
+    _, code, magic = parts()
+    assert magic == importlib.util.MAGIC_NUMBER.hex()
+    assert code  # marshal.dumps of the compiled agent
+    hello = hello_of(fake.root, agent_upload())
+    assert isinstance(hello, dict) and hello["hello"]["identity"]["root"] == str(fake.root)
+
+
+def test_a_target_with_the_same_magic_number_runs_the_compiled_code(fake: FakeHost) -> None:
+    """Proved by a source that would not start: the compiled code is what ran."""
+    _, code, magic = parts()
+    broken = b"raise SystemExit('the source was compiled')\n"
+    hello = hello_of(fake.root, upload(broken, code, magic))
+    assert isinstance(hello, dict) and hello["hello"]["identity"]["root"] == str(fake.root)
+
+
+def test_a_target_with_another_python_compiles_the_source(fake: FakeHost) -> None:
+    """Another magic number (another Python version there): the code, which that Python could
+    not load, is not touched (here: bytes that are no code at all) and the source runs."""
+    source, _, magic = parts()
+    other = f"{(int(magic, 16) ^ 0xFFFF):0{len(magic)}x}"
+    hello = hello_of(fake.root, upload(source, b"\x00not marshal data", other))
+    assert isinstance(hello, dict) and hello["hello"]["identity"]["root"] == str(fake.root)
+    hello = hello_of(fake.root, upload(source, b"", magic))  # no code sent: the source
+    assert isinstance(hello, dict) and hello["hello"]["identity"]["root"] == str(fake.root)
+
+
+def test_nothing_of_the_targets_directory_or_environment_reaches_the_agents_imports(
+        fake: FakeHost, tmp_path: Path) -> None:
+    """``python3 -c`` puts its working directory first in the module path, and PYTHONPATH
+    before the standard library: a ``json.py`` in root's home on the target (where ssh's
+    command starts) would run inside the agent, as root. ``-I -S``: neither is looked at."""
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    canary = tmp_path / "canary"
+    for name in ("json", "base64", "selectors", "fnmatch"):
+        (planted / f"{name}.py").write_text(
+            f"open({str(canary)!r}, 'a').write({name!r} + '\\n')\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(planted), "PYTHONSTARTUP": str(planted)}
+    hello = hello_of(fake.root, agent_upload(), cwd=planted, env=env)
+    assert isinstance(hello, dict) and hello["hello"]["identity"]["root"] == str(fake.root)
+    assert not canary.exists(), canary.read_text()
+
+
+def test_a_target_that_speaks_before_it_has_the_agent_is_lost_at_once(fake: FakeHost) -> None:
+    """A forced command, a banner or a shell's startup file that prints, then no reading: the
+    agent is bigger than the pipe holds, so the send would wait its whole timeout; what came
+    back first ends it at once, said as it is."""
+    fake.sysctl("vm.swappiness", 10)
+    banner = [sys.executable, "-c", "import sys, time\nsys.stdout.write('Welcome to pve1\\n')\n"
+              "sys.stdout.flush()\ntime.sleep(600)\n"]
+    host = AgentHost("test://banner", banner, str(fake.root), connect_timeout=600.0,
+                     name="banner")
+    lost = ended_within(HANG_BOUND, lambda: host.batch([Read("proc/sys/vm/swappiness")]),
+                        "a target that speaks first")
+    assert isinstance(lost, TargetLost), lost
+    assert str(lost).startswith("cannot reach test://banner: the target sent something that "
+                                "is not the agent's answer: b'Welcome to pve1\\n'"), str(lost)
+    assert "shell startup file" in str(lost)  # what to do about it
+    assert host._process is not None and host._process.poll() is not None  # ended, not left
+    assert isinstance(host.lost, HostError)
+    host.close()
