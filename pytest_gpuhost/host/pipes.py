@@ -63,6 +63,8 @@ class Pipes:
         self._buffer = bytearray()  # appended to in place: a long answer is copied once
         self._partial = False
         """A message went out only in part (an interrupt): nothing more may be sent."""
+        self._closing: list[subprocess.Popen[bytes]] = []
+        """Processes whose input was closed and that were not waited for yet."""
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         """Start ``argv`` in its own session with its stdin non-blocking (writes wait in
@@ -214,20 +216,25 @@ class Pipes:
                 self._stderr += chunk
                 del self._stderr[:-STDERR_KEPT]
 
-    def _close_process(self, *, kill: bool = False) -> None:
-        """Close the agent's input and let it exit (``kill``: at once, a hung target)."""
+    def _close_process(self, *, kill: bool = False, wait: bool = True) -> None:
+        """Close the agent's input and let it exit (``kill``: at once, a hung target).
+        ``wait``: until it has, and every process closed before without waiting with it;
+        else it is reaped by the next close that waits (its agent ends on its own, at once:
+        its input closed)."""
         process = self._process
-        if process is None:
-            return
-        if kill:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, 9)
-        with contextlib.suppress(OSError):
-            if process.stdin is not None:
-                process.stdin.close()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, 9)
-            process.wait()
+        if process is not None and process not in self._closing:
+            if kill:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, 9)
+            with contextlib.suppress(OSError):
+                if process.stdin is not None:
+                    process.stdin.close()
+            self._closing.append(process)
+        while wait and self._closing:
+            ending = self._closing.pop(0)
+            try:
+                ending.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(ending.pid, 9)
+                ending.wait()

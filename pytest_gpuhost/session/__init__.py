@@ -358,8 +358,10 @@ class Session(msgspec.Struct, dict=True):
     def close(self) -> None:
         """The end of the run: connections closed, temporary copies removed, and the specs'
         models and the read caches let go."""
+        for target in self.targets.values():  # every session ends at once, then each is reaped
+            target.close(wait=False)
         for target in self.targets.values():
-            target.close()
+            target.reap()
         for directory in self._cleanup:
             shutil.rmtree(directory, ignore_errors=True)
         self.specs.clear()

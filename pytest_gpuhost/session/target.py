@@ -313,9 +313,14 @@ class Target:
                           kernel_on=self.kernel_on.name if self.kernel_on else None)
 
     def disconnect(self) -> None:
-        """End a remote target's connection for now (the next read connects again)."""
+        """End a remote target's connection for now (the next read connects again), without
+        waiting for its process to exit: ``close`` reaps it."""
         if isinstance(self.connection, Closable) and not self.connection.local_machine():
-            self.connection.close()
+            let_go = getattr(self.connection, "let_go", None)
+            if let_go is not None:
+                let_go()
+            else:
+                self.connection.close()
 
     def finish(self) -> None:
         """This process ran its last check of the target (an xdist worker, its own target):
@@ -328,9 +333,19 @@ class Target:
         self._finished = True
         self.disconnect()
 
-    def close(self) -> None:
+    def close(self, *, wait: bool = True) -> None:
+        """The run is done with the target (``wait``: for its connection's process too; else
+        ``reap`` does, once every target was let go)."""
         if self.fixrun.fixer is not None and not self._finished:
             self.fixrun.fixer.close()
+        self._finished = True
+        if not wait:
+            self.disconnect()
+            return
+        self.reap()
+
+    def reap(self) -> None:
+        """Close the connection and wait for what it had let go."""
         if isinstance(self.connection, Closable):
             self.connection.close()
         self.host.clear()

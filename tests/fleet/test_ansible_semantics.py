@@ -204,7 +204,7 @@ def test_connection_and_interpreter(tmp_path: Path) -> None:
     host = pytest_gpuhost_make_host(settings=settings, target=rhel8)
     assert isinstance(host, AgentHost)
     command = host.argv[-1]  # the one line ssh runs there
-    assert command.startswith("/usr/bin/python3.9 -c "), command
+    assert command.startswith("/usr/bin/python3.9 -I -S -c "), command
 
 
 @pytest.mark.parametrize(("line", "message"), [
