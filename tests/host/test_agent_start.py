@@ -108,3 +108,24 @@ def test_a_target_that_speaks_before_it_has_the_agent_is_lost_at_once(fake: Fake
     assert host._process is not None and host._process.poll() is not None  # ended, not left
     assert isinstance(host.lost, HostError)
     host.close()
+
+
+def test_a_session_let_go_ends_on_its_own_and_the_next_close_reaps_it(fake: FakeHost) -> None:
+    """``let_go`` closes the agent's input and returns: the agent exits by itself (so many
+    sessions end together), the next read connects again, and ``close`` waits for every
+    process let go."""
+    fake.sysctl("vm.swappiness", 10)
+    host = AgentHost(f"test://{fake.root.name}",
+                     [sys.executable, *agent_command(str(fake.root))[1:]], str(fake.root))
+    assert host.batch([Read("proc/sys/vm/swappiness")])[0].data() == b"10\n"
+    first = host._process
+    assert first is not None
+    host.let_go()
+    assert host._process is None and host._closing == [first]
+    assert first.wait(timeout=HANG_BOUND) == 0  # its input closed: it ended, cleanly
+    assert host.batch([Read("proc/sys/vm/swappiness")])[0].data() == b"10\n"
+    assert host.traffic.connections == 2
+    second = host._process
+    assert second is not None and second is not first
+    host.close()
+    assert host._closing == [] and second.returncode == 0
