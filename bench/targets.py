@@ -358,6 +358,33 @@ def connection_cost(server: SshServer, rounds: int = 10) -> float:
     return statistics.median(times)
 
 
+def login_cpu(server: SshServer, kex: str | None, rounds: int = 10) -> float:
+    """CPU seconds of one ``ssh HOST true`` here, client and server side together (medians of
+    ``rounds``), with OpenSSH's default key exchange or ``kex``: what a login costs before
+    anything runs on the target."""
+    extra = ["-o", f"KexAlgorithms={kex}"] if kex else []
+    spent = []
+    for _ in range(rounds):
+        target_before = children_cpu(server.process.pid)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run(["ssh", "-F", str(server.client_config), *extra, server.alias, "true"],
+                       check=True, stdin=subprocess.DEVNULL, capture_output=True)
+        time.sleep(0.05)  # sshd reaps the session
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        spent.append((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+                     + children_cpu(server.process.pid) - target_before)
+    return statistics.median(spent)
+
+
+def negotiated_kex(server: SshServer) -> str:
+    """The key exchange OpenSSH's defaults choose between this client and this server."""
+    done = subprocess.run(["ssh", "-v", "-F", str(server.client_config), server.alias, "true"],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    found = [line.split("kex: algorithm:", 1)[1].strip() for line in done.stderr.splitlines()
+             if "kex: algorithm:" in line]
+    return found[0] if found else "unknown"
+
+
 def spread(values: list[float], digits: int = 1) -> str:
     return (f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-"
             f"{max(values):.{digits}f})")
@@ -446,6 +473,8 @@ def main() -> int:
                             log_level="VERBOSE")
         try:
             one = connection_cost(server)
+            logins = (negotiated_kex(server), login_cpu(server, None),
+                      login_cpu(server, "curve25519-sha256"))
             warm = build(work, server, min(counts))
             run_once(warm, 4, min(counts), server, env)  # the caches, the sshd
             shutil.rmtree(warm)
@@ -466,7 +495,7 @@ def main() -> int:
             server.stop()
     elapsed = time.perf_counter() - began
     section = render(results, extra, baseline, counts, variants, one, args, elapsed,
-                     (before, load()), phases)
+                     (before, load()), phases, logins)
     print(section)
     if args.results is not None:
         from bench import put_section  # bench/bench.py: RESULTS.md's sections, one way
@@ -513,7 +542,8 @@ def render(results: dict[tuple[int, Variant], list[Measured]],
            extra: dict[tuple[int, Variant], list[Measured]],
            baseline: dict[tuple[int, Variant], list[Measured]], counts: list[int],
            variants: list[Variant], one: float, args: argparse.Namespace, elapsed: float,
-           loads: tuple[str, str], phases: list[tuple[str, float]]) -> str:
+           loads: tuple[str, str], phases: list[tuple[str, float]],
+           logins: tuple[str, float, float]) -> str:
     cores = os.cpu_count() or 1
     rows = []
     for count in counts:
@@ -601,6 +631,12 @@ Ratios of the wall times of the same round (back-to-back runs), medians with min
 
 - one target's connection alone (ssh, key exchange, login, python3, the agent's hello, one \
 batch): {one * 1000:.0f} ms of wall time here
+- one login alone (`ssh HOST true`, CPU of client and server together, median of 10): \
+{logins[1] * 1000:.0f} ms with OpenSSH's default key exchange here ({logins[0]}), \
+{logins[2] * 1000:.0f} ms with curve25519-sha256: 100 logins cost \
+{100 * logins[1]:.1f} s of CPU before anything runs on a target, the same for every tool that \
+logs in once a host (Ansible too). pytest-gpuhost never chooses the key exchange: ssh runs with \
+the user's configuration
 - {shell}
 {timeline}
 
