@@ -262,11 +262,12 @@ class Session(msgspec.Struct, dict=True):
         target when it is this process's own (``own``)."""
         return self.own is None or target.url == LOCAL or target.name in self.own
 
-    def collect_remote_facts(self) -> None:
+    def collect_remote_facts(self, *, observe: bool = True) -> None:
         """The first batch of collection (every spec's facts) from every remote target this
         process collects, ``concurrency`` connections at a time: connecting is most of a
         remote target's time, and one target's wait no longer holds up the others. Expansion
-        then reads from the cache."""
+        then reads from the cache. ``observe``: each target's checks read what they observe
+        as soon as it is collected (``observing.py``), where this process runs them."""
         remote = [t for t in self.targets.values()
                   if t.url != LOCAL and t.unreachable is None and self.collects(t)]
         room_for_sessions(len(remote))
@@ -275,18 +276,27 @@ class Session(msgspec.Struct, dict=True):
         facts = list(dict.fromkeys(f for spec in self.specs.values() for f in self.facts_of(spec)))
         from concurrent.futures import ThreadPoolExecutor  # remote targets only
 
+        from .observing import observe_early, observes_early
+
+        early = observe and observes_early(self.settings, self.targets.values())
+
+        def collect(target: Target) -> None:
+            target.collect_facts(facts, self.shared_dir)
+            if early:
+                observe_early(target, lambda spec: self.expanded(spec, target),
+                              self.specs_of(target))
+
         at_once = self.concurrency or self.settings.connect_concurrency
         with ThreadPoolExecutor(min(at_once, len(remote)),
                                 thread_name_prefix="gpuhost-collect") as pool:
-            for _ in pool.map(lambda target: target.collect_facts(facts, self.shared_dir),
-                              remote):
+            for _ in pool.map(collect, remote):
                 pass
 
     def export_collection(self) -> dict[str, object]:
         """Collect every remote target here, once, for xdist's workers (``seed``): they then
         expand the same checks without connecting (each connects only to the targets it runs)
         and cannot disagree on what they collected. The connections made here are ended."""
-        self.collect_remote_facts()
+        self.collect_remote_facts(observe=False)  # the workers run the checks
         remote = [t for t in self.targets.values() if t.url != LOCAL]
         for spec in self.specs.values():
             for target in remote:
