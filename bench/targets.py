@@ -58,6 +58,12 @@ from pytest_gpuhost.testing.fakehost import FakeHost  # noqa: E402
 from pytest_gpuhost.testing.sshd import SshServer, start_sshd  # noqa: E402
 
 SECTION = "## (7) many targets over ssh"
+LATENCY_SECTION = "## (7b) many targets over a link with {rtt:.0f} ms of round-trip latency"
+RELAY = REPO / "bench" / "latency_relay.py"
+LATENCY = 0.0
+"""--latency: seconds each byte takes each way (0: the loopback's own)."""
+"""An ssh ProxyCommand that delays every byte (``--latency``): Ansible's ssh reads the same
+configuration, so both tools cross the same link."""
 GOAL_S = 12.0
 """Issue 26's goal: 100 targets in 12 s or less at -n 4 on this machine."""
 GOAL_RATIO = 0.5
@@ -113,8 +119,9 @@ class Measured:
     """The 1-minute load average when the run began."""
 
 
-def build(work: Path, server: SshServer, count: int) -> Path:
-    """``count`` fake roots and an inventory naming them; returns the run's directory."""
+def build(work: Path, server: SshServer, count: int, latency: float = 0.0) -> Path:
+    """``count`` fake roots and an inventory naming them; returns the run's directory.
+    ``latency``: seconds each byte takes each way (bench/latency_relay.py as ProxyCommand)."""
     directory = work / f"fleet{count}"
     directory.mkdir()
     hosts = []
@@ -137,8 +144,9 @@ def build(work: Path, server: SshServer, count: int) -> Path:
         f"ansible_port={server.port}\nansible_user={server.user}\n"
         f"ansible_ssh_private_key_file={server.directory / 'user_key'}\n")
     (directory / "spec.yaml").write_text(SPEC)
+    relay = f"  ProxyCommand {sys.executable} {RELAY} %h %p {latency}\n" if latency else ""
     (directory / "ssh_config").write_text(
-        f"Host *\n  IdentitiesOnly yes\n  IdentityAgent none\n"
+        f"Host *\n{relay}  IdentitiesOnly yes\n  IdentityAgent none\n"
         f"  UserKnownHostsFile {server.known_hosts}\n  GlobalKnownHostsFile /dev/null\n"
         "  StrictHostKeyChecking yes\n  LogLevel ERROR\n")
     return directory
@@ -417,7 +425,7 @@ def measure(work: Path, server: SshServer, counts: list[int], variants: list[Var
     """``repeat`` rounds of every variant, per target count (their order reversed every
     other round)."""
     for count in sorted(counts):
-        directory = build(work, server, count)
+        directory = build(work, server, count, LATENCY)
         for round_ in range(repeat):
             for variant in variants if round_ % 2 == 0 else variants[::-1]:
                 load1 = float(Path("/proc/loadavg").read_text().split()[0])
@@ -451,11 +459,16 @@ def main() -> int:
     parser.add_argument("--shell-rc", action="store_true",
                         help="let the targets' shell source the user's ~/.bashrc (see "
                              "NO_SHELL_RC)")
+    parser.add_argument("--latency", type=float, default=0.0, metavar="SECONDS",
+                        help="each byte delayed this long each way (bench/latency_relay.py as "
+                             "ProxyCommand, crossed by both tools): writes section (7b)")
     parser.add_argument("--baseline", type=Path, metavar="CHECKOUT",
-                        help="also run 100 targets at -n 4, once, with pytest-gpuhost "
-                             "imported from CHECKOUT (a git checkout, or a git archive copy "
+                        help="also run 100 targets at each --workers value, once, with "
+                             "pytest-gpuhost imported from CHECKOUT (a git checkout, or a git archive copy "
                              "with the commit in CHECKOUT/.commit)")
     args = parser.parse_args()
+    global LATENCY
+    LATENCY = args.latency
     counts = [int(n) for n in args.targets.split(",")]
     variants: list[Variant] = [("pytest", int(n)) for n in args.workers.split(",")]
     variants += [("ansible", int(n)) for n in args.forks.split(",") if n]
@@ -482,7 +495,7 @@ def main() -> int:
             measure(work, server, counts, variants, args.repeat, env, results)
             phases = []
             if 100 in counts and ("pytest", 4) in variants:
-                directory = build(work, server, 100)
+                directory = build(work, server, 100, LATENCY)
                 phases = profile(directory, 4, env)
                 shutil.rmtree(directory)
                 shutil.rmtree(work / "roots")
@@ -490,7 +503,8 @@ def main() -> int:
                 measure(work, server, [args.big], [("pytest", 4)], 1, env, extra)
             if args.baseline is not None:
                 old = {**env, "PYTHONPATH": str(args.baseline.resolve())}
-                measure(work, server, [100], [("pytest", 4)], 1, old, baseline, "baseline: ")
+                ours = [variant for variant in variants if variant[0] == "pytest"]
+                measure(work, server, [100], ours, 1, old, baseline, "baseline: ")
         finally:
             server.stop()
     elapsed = time.perf_counter() - began
@@ -500,11 +514,12 @@ def main() -> int:
     if args.results is not None:
         from bench import put_section  # bench/bench.py: RESULTS.md's sections, one way
 
-        assert section.startswith(SECTION)
+        assert section.startswith("## (7")
         text = args.results.read_text() if args.results.exists() else ""
         args.results.write_text(put_section(text, section))
     goal = results.get((100, ("pytest", 4)))
-    return 0 if goal is None or statistics.median(m.wall for m in goal) <= GOAL_S else 1
+    return 0 if goal is None or LATENCY or statistics.median(m.wall for m in goal) <= GOAL_S \
+        else 1
 
 
 def row(name: str, goal: str, runs: list[Measured], met: str, count: int) -> str:
@@ -549,7 +564,7 @@ def render(results: dict[tuple[int, Variant], list[Measured]],
     for count in counts:
         for variant in variants:
             runs = results[count, variant]
-            goal = (count, variant) == (100, ("pytest", 4))
+            goal = (count, variant) == (100, ("pytest", 4)) and not LATENCY
             met = ("yes" if statistics.median(m.wall for m in runs) <= GOAL_S else "**no**") \
                 if goal else ""
             rows.append(row(f"{count} targets, {name_of(variant)}",
@@ -569,7 +584,7 @@ def render(results: dict[tuple[int, Variant], list[Measured]],
                              (("pytest", 1), ("ansible", 4))):
             if (count, ours) in results and (count, theirs) in results:
                 values = ratios(results, count, ours, theirs)
-                goal = ours[1] == theirs[1] and count == 100
+                goal = ours[1] == theirs[1] and count == 100 and not LATENCY
                 met = ("yes" if statistics.median(values) <= GOAL_RATIO else "**no**") \
                     if goal else ""
                 compared.append(f"| {count} targets | {name_of(ours)} / {name_of(theirs)} | "
@@ -581,6 +596,7 @@ def render(results: dict[tuple[int, Variant], list[Measured]],
                   f"--repeat {args.repeat}"
                   + (f" --big {args.big}" if args.big else "")
                   + (" --shell-rc" if args.shell_rc else "")
+                  + (f" --latency {args.latency:g}" if args.latency else "")
                   + (f" --baseline {args.baseline}" if args.baseline else ""))
     shown = " ".join(shlex.quote(word) for word in ["python", *command(4)])
     shown_ansible = " ".join(shlex.quote(word) for word in ["ansible", *ansible_command(4)[1:]])
@@ -599,7 +615,11 @@ def render(results: dict[tuple[int, Variant], list[Measured]],
                 + ". The controller connects to no target: each worker collects its own share "
                 "(its collection is in when its slowest target is), and is given its targets' "
                 "checks as soon as its own collection is in") if phases else ""
-    return f"""{SECTION}
+    title = LATENCY_SECTION.format(rtt=2000 * LATENCY) if LATENCY else SECTION
+    link = (f" Every connection crosses bench/latency_relay.py as its ProxyCommand: each byte "
+            f"{LATENCY * 1000:g} ms late each way ({2000 * LATENCY:g} ms a round trip), for "
+            "Ansible too.") if LATENCY else ""
+    return f"""{title}
 
 Produced by `{invocation}` in {elapsed:.0f} s on this machine (`nproc` {cores}, Python \
 {platform.python_version()}, {ssh}, {' '.join(ansible)}), shared with other work \
@@ -616,7 +636,7 @@ workers and Ansible's forks are not in it). CPU: the process tree's (controller,
 forks, ssh clients and masters reaped by then) + the target side's (sshd's sessions and \
 what they ran); on {cores} cores the wall time cannot go below their sum / {cores}. Per \
 target, from sshd's log: logins (`Accepted publickey`) / sessions (`Starting session`) / \
-commands (`Starting session: command`: for pytest, its agent's starts).
+commands (`Starting session: command`: for pytest, its agent's starts).{link}
 
 | figure | goal | wall | load | controller peak RSS | CPU: tree + targets | per target: \
 logins / sessions / commands | pytest's report: sessions / round trips | met |
