@@ -464,8 +464,8 @@ def main() -> int:
                              "ProxyCommand, crossed by both tools): writes section (7b)")
     parser.add_argument("--baseline", type=Path, metavar="CHECKOUT",
                         help="also run 100 targets at each --workers value, once, with "
-                             "pytest-gpuhost imported from CHECKOUT (a git checkout, or a git archive copy "
-                             "with the commit in CHECKOUT/.commit)")
+                             "pytest-gpuhost imported from CHECKOUT (a git checkout, or a git "
+                             "archive copy with the commit in CHECKOUT/.commit)")
     args = parser.parse_args()
     global LATENCY
     LATENCY = args.latency
