@@ -21,7 +21,7 @@ from collections.abc import Iterator
 import msgspec
 
 from . import HostError, TargetTimeout, current_step
-from .answers import HEADER_LIMIT, garbled, take_message
+from .answers import garbled, take_message
 
 MINIMUM_PYTHON = (3, 8)
 STDERR_KEPT = 8192
@@ -129,7 +129,7 @@ class Pipes:
                 if not ready:
                     continue
                 if any(key.fd == out for key, _ in ready):
-                    said = os.read(out, HEADER_LIMIT + 1)
+                    said = os.read(out, 4096)  # what a message shows of it: the first 200
                     if not said:
                         raise self._gone("the connection closed")
                     raise garbled(said)
