@@ -615,6 +615,12 @@ def render(results: dict[tuple[int, Variant], list[Measured]],
                 + ". The controller connects to no target: each worker collects its own share "
                 "(its collection is in when its slowest target is), and is given its targets' "
                 "checks as soon as its own collection is in") if phases else ""
+    ratio_table = ("Ratios of the wall times of the same round (back-to-back runs), medians "
+                   "with min-max:\n\n| targets | ratio | goal | value | met |\n"
+                   "| --- | --- | --- | --- | --- |\n" + "\n".join(compared) + "\n"
+                   ) if compared else ""
+    ansible_line = f"cd $BENCH/fleet100 && {ansible_args} {shown_ansible}\n" \
+        if any(tool == "ansible" for tool, _ in variants) else ""
     title = LATENCY_SECTION.format(rtt=2000 * LATENCY) if LATENCY else SECTION
     link = (f" Every connection crosses bench/latency_relay.py as its ProxyCommand: each byte "
             f"{LATENCY * 1000:g} ms late each way ({2000 * LATENCY:g} ms a round trip), for "
@@ -643,12 +649,7 @@ logins / sessions / commands | pytest's report: sessions / round trips | met |
 | --- | --- | --- | --- | --- | --- | --- | --- | --- |
 {chr(10).join(rows)}
 
-Ratios of the wall times of the same round (back-to-back runs), medians with min-max:
-
-| targets | ratio | goal | value | met |
-| --- | --- | --- | --- | --- |
-{chr(10).join(compared)}
-
+{ratio_table}
 - one target's connection alone (ssh, key exchange, login, python3, the agent's hello, one \
 batch): {one * 1000:.0f} ms of wall time here
 - one login alone (`ssh HOST true`, CPU of client and server together, median of 10): \
@@ -666,8 +667,7 @@ Commands:
 {f"git archive {commit} | tar -x -C {args.baseline}{chr(10)}" if args.baseline else ""}\
 {invocation}
 cd $BENCH/fleet100 && {shown}
-cd $BENCH/fleet100 && {ansible_args} {shown_ansible}
-```
+{ansible_line}```
 """
 
 
