@@ -12,6 +12,16 @@ pytest's own end-of-session collections (which must see every object, to report 
 finalizer raised), and again at cleanup whatever happened.
 
 A process whose garbage collector is off, or that froze objects itself, is left as it is.
+
+And at the process's end (``at_exit``): once pytest is done and the interpreter exits, its
+finalization runs the collector over every object still alive, to finalize what sits in a
+reference cycle; a run's process spent 75 ms there against 44 ms for plain pytest's. The run
+freezes everything in an exit handler, so those last collections walk nothing: the objects are
+still released by their reference counts, and only a cycle's ``__del__`` at exit is skipped,
+which Python never promises (its documentation: ``__del__`` is not guaranteed to be called for
+objects that still exist when the interpreter exits). Registered once a process, it changes
+nothing before the exit: a process that runs pytest in-process many times (pytester's inline
+runs) collects as before until it ends.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ class _State:
 
 
 _state = _State()
+_exit_registered: list[bool] = []
 
 
 def _ours() -> bool:
@@ -71,3 +82,13 @@ def thaw() -> None:
     if _state.frozen:
         _state.frozen = False
         gc.unfreeze()
+
+
+def at_exit() -> None:
+    """Freeze every object when the interpreter exits (its last collections then walk none);
+    registered once a process."""
+    if not _exit_registered:
+        import atexit
+
+        atexit.register(gc.freeze)
+        _exit_registered.append(True)

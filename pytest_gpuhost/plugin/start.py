@@ -225,6 +225,7 @@ def start_run(config: pytest.Config) -> None:
             raise pytest.UsageError(str(exc)) from None
     config.add_cleanup(long_lived.thaw)
     long_lived.freeze()  # the modules, the spec's model and the session live to the end
+    long_lived.at_exit()  # and the interpreter's last collections walk none of it
     config.stash[RUN] = run
     _register(config, run)
     if run.settings.rollback is not None:
