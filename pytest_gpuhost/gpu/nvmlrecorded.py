@@ -8,7 +8,7 @@ import errno
 
 import msgspec
 
-from ..host import Glob, Host, HostError, Reply
+from ..host import Glob, Host, HostError, Read, Reply
 from ..linux.pciaddr import normalize_address
 from .nvml import PERSISTENCE, RECORDED_NVML, NvmlPermissionError, persistence_text
 
@@ -132,8 +132,9 @@ class RecordedNvml:
     ``p2p_read_status`` / ``topology`` lines ``A->B VALUE``, ``library_version``,
     ``ADDR/power_limit`` (mW) and ``power_limit_range`` (``MIN MAX`` mW), ``ADDR/ecc_mode``
     (``CURRENT PENDING``, Enabled or Disabled) and ``ADDR/bar1_total`` (bytes). Setters write
-    the files, never create them. Read fresh on every call, the whole directory in one batch
-    (the same requests as ``reads``, so a session's prefetch serves it)."""
+    the files, never create them. Read fresh on every call: the whole directory in one batch
+    (the same requests as ``reads``, so a session's prefetch serves it), or, once a change
+    made the host's cache forget it, the one file a fact needs."""
 
     reads = (Glob(f"{RECORDED_NVML}/*"), Glob(f"{RECORDED_NVML}/*/*"))
 
@@ -156,15 +157,27 @@ class RecordedNvml:
         self._seen = (list(replies), files)
         return files
 
+    def _file(self, name: str) -> str | None:
+        """One recorded file: from the directory's batch while the host's cache holds it (a
+        session's prefetch), else that file alone (after a change made the cache forget
+        everything, a fact reads its own file, not the whole directory again)."""
+        cached = getattr(self.host, "cached", None)
+        if cached is None or all(cached(request) for request in self.reads):
+            return self._files().get(name)
+        [reply] = self.host.batch([Read(f"{RECORDED_NVML}/{name}")])
+        if reply.missing:
+            return None
+        return reply.data().decode("utf-8", "replace")
+
     def _read(self, name: str) -> str:
-        text = self._files().get(name)
+        text = self._file(name)
         if text is None:
             raise HostError(f"no recorded NVML fact {RECORDED_NVML}/{name} under "
                             f"{self.host.describe()}", errno.ENOENT)
         return text.strip()
 
     def _pairs(self, name: str) -> dict[str, str]:
-        text = self._files().get(name)
+        text = self._file(name)
         if text is None:
             return {}
         lines = (line.split(None, 1) for line in text.splitlines())

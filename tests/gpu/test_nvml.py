@@ -24,9 +24,11 @@ from pytest_gpuhost.gpu.nvml import (
     default_factory,
 )
 from pytest_gpuhost.host import HostError, LocalHost
+from pytest_gpuhost.host.cache import CachedHost
 from pytest_gpuhost.result import Outcome
 from pytest_gpuhost.spec.matchers import Range, Version
 from pytest_gpuhost.testing.clock import FakeClock
+from pytest_gpuhost.testing.counting import CountingHost
 from pytest_gpuhost.testing.fakehost import FakeHost
 
 from ..runner import run_spec
@@ -136,6 +138,24 @@ def test_recorded_nvml_in_a_fake_tree_is_read_and_written(fake: FakeHost) -> Non
     assert results[f"gpus.persistence_mode[{A}]"].outcome is Outcome.FIXED
     assert (fake.root / f"var/lib/pytest-gpuhost/nvml/{A}/persistence_mode").read_text() == \
         "Enabled\n"
+
+
+def test_recorded_nvml_after_a_change_reads_the_one_file_a_fact_needs(fake: FakeHost) -> None:
+    """While a session's cache holds the directory's batch, every fact comes from it; once a
+    change made the cache forget it, a fact reads its own file (the example host's --fix read
+    the whole directory again for each of its NVML checks after each fix)."""
+    two_gpus(fake).nvml(fake_nvml(devices={A: FakeGpu(False, 5), B: FakeGpu(True, 5)}))
+    counting = CountingHost(LocalHost(fake.root))
+    cache = CachedHost(counting)
+    recorded = RecordedNvml(cache)
+    cache.prefetch(RecordedNvml.reads)
+    before = counting.requests
+    assert recorded.gpus() == [A, B] and recorded.persistence_mode(B)
+    assert counting.requests == before  # from the prefetched batch
+    recorded.set_persistence_mode(A, True)  # a change: the cache forgets everything
+    before = counting.requests
+    assert recorded.persistence_mode(A) and recorded.gpus() == [A, B]
+    assert counting.requests - before == 2  # the gpus file once (then cached), A's mode file
 
 
 def test_missing_pynvml_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
