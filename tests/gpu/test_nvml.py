@@ -7,13 +7,14 @@ import ctypes
 import sys
 import threading
 import types
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
 
 from pytest_gpuhost.gpu.nvml import (
     NVML_TIMEOUT_S,
+    RECORDED_NVML,
     FakeGpu,
     FakeNvml,
     NvmlHung,
@@ -23,7 +24,7 @@ from pytest_gpuhost.gpu.nvml import (
     RecordedNvml,
     default_factory,
 )
-from pytest_gpuhost.host import HostError, LocalHost
+from pytest_gpuhost.host import HostError, LocalHost, Read, Reply, Request
 from pytest_gpuhost.host.cache import CachedHost
 from pytest_gpuhost.result import Outcome
 from pytest_gpuhost.spec.matchers import Range, Version
@@ -145,17 +146,23 @@ def test_recorded_nvml_after_a_change_reads_the_one_file_a_fact_needs(fake: Fake
     change made the cache forget it, a fact reads its own file (the example host's --fix read
     the whole directory again for each of its NVML checks after each fix)."""
     two_gpus(fake).nvml(fake_nvml(devices={A: FakeGpu(False, 5), B: FakeGpu(True, 5)}))
-    counting = CountingHost(LocalHost(fake.root))
-    cache = CachedHost(counting)
+    asked: list[Request] = []
+
+    class Recording(CountingHost):
+        def batch(self, requests: Sequence[Request]) -> list[Reply]:
+            asked.extend(requests)
+            return super().batch(requests)
+
+    cache = CachedHost(Recording(LocalHost(fake.root)))
     recorded = RecordedNvml(cache)
     cache.prefetch(RecordedNvml.reads)
-    before = counting.requests
+    asked.clear()
     assert recorded.gpus() == [A, B] and recorded.persistence_mode(B)
-    assert counting.requests == before  # from the prefetched batch
+    assert asked == []  # from the prefetched batch
     recorded.set_persistence_mode(A, True)  # a change: the cache forgets everything
-    before = counting.requests
+    asked.clear()
     assert recorded.persistence_mode(A) and recorded.gpus() == [A, B]
-    assert counting.requests - before == 2  # the gpus file once (then cached), A's mode file
+    assert asked == [Read(f"{RECORDED_NVML}/gpus"), Read(f"{RECORDED_NVML}/{A}/persistence_mode")]
 
 
 def test_missing_pynvml_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
