@@ -103,6 +103,27 @@ def test_one_login_and_one_agent_session_a_target_under_xdist(
     assert {t["name"]: t["connections"] for t in targets} == dict.fromkeys(names, 1)
 
 
+def test_under_a_distribution_that_collects_every_target_a_worker_reads_only_its_own(
+        pytester: pytest.Pytester, verbose_sshd: SshServer, tmp_path: Path) -> None:
+    """``--dist loadfile``: the controller collects every target once and each worker starts
+    from that collection (``Session.seed``), learning which targets it runs only as their
+    checks come. A worker must not read what a target's checks observe at collection then
+    (``session/observing.py``): every worker would open a session to every target. One login
+    a target (the controller's, its master shared), and an agent session for the controller's
+    collection and one for the worker that runs it."""
+    names = ["node01", "node02", "node03"]
+    pytester.makefile(".ini", hosts=inventory(verbose_sshd, tmp_path, names))
+    spec = pytester.makefile(".yaml", spec=SPEC)
+    since = verbose_sshd.log.stat().st_size
+    result = pytester.runpytest_subprocess(
+        f"--gpuhost-spec={spec}", "--gpuhost-inventory=hosts.ini", "-n", "2",
+        "--dist", "loadfile", f"--gpuhost-ssh-config={client_config(verbose_sshd, tmp_path)}",
+        "--gpuhost-report=r.json", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert outcomes(pytester.path / "r.json") == dict.fromkeys(names, CHECKS)
+    assert server_counts(verbose_sshd, since) == (len(names), 2 * len(names))
+
+
 def test_without_xdist_one_login_and_one_agent_session_a_target(
         pytester: pytest.Pytester, verbose_sshd: SshServer, tmp_path: Path) -> None:
     names = ["node01", "node02", "node03"]
