@@ -60,8 +60,6 @@ from pytest_gpuhost.testing.sshd import SshServer, start_sshd  # noqa: E402
 SECTION = "## (7) many targets over ssh"
 LATENCY_SECTION = "## (7b) many targets over a link with {rtt:.0f} ms of round-trip latency"
 RELAY = REPO / "bench" / "latency_relay.py"
-LATENCY = 0.0
-"""--latency: seconds each byte takes each way (0: the loopback's own)."""
 """An ssh ProxyCommand that delays every byte (``--latency``): Ansible's ssh reads the same
 configuration, so both tools cross the same link."""
 GOAL_S = 12.0
@@ -421,11 +419,12 @@ def name_of(variant: Variant) -> str:
 
 def measure(work: Path, server: SshServer, counts: list[int], variants: list[Variant],
             repeat: int, env: dict[str, str],
-            figures: dict[tuple[int, Variant], list[Measured]], label: str = "") -> None:
+            figures: dict[tuple[int, Variant], list[Measured]], label: str = "",
+            latency: float = 0.0) -> None:
     """``repeat`` rounds of every variant, per target count (their order reversed every
-    other round)."""
+    other round), each connection ``latency`` seconds late each way (``build``)."""
     for count in sorted(counts):
-        directory = build(work, server, count, LATENCY)
+        directory = build(work, server, count, latency)
         for round_ in range(repeat):
             for variant in variants if round_ % 2 == 0 else variants[::-1]:
                 load1 = float(Path("/proc/loadavg").read_text().split()[0])
@@ -467,8 +466,6 @@ def main() -> int:
                              "pytest-gpuhost imported from CHECKOUT (a git checkout, or a git "
                              "archive copy with the commit in CHECKOUT/.commit)")
     args = parser.parse_args()
-    global LATENCY
-    LATENCY = args.latency
     counts = [int(n) for n in args.targets.split(",")]
     variants: list[Variant] = [("pytest", int(n)) for n in args.workers.split(",")]
     variants += [("ansible", int(n)) for n in args.forks.split(",") if n]
@@ -492,19 +489,22 @@ def main() -> int:
             run_once(warm, 4, min(counts), server, env)  # the caches, the sshd
             shutil.rmtree(warm)
             shutil.rmtree(work / "roots")
-            measure(work, server, counts, variants, args.repeat, env, results)
+            measure(work, server, counts, variants, args.repeat, env, results,
+                    latency=args.latency)
             phases = []
             if 100 in counts and ("pytest", 4) in variants:
-                directory = build(work, server, 100, LATENCY)
+                directory = build(work, server, 100, args.latency)
                 phases = profile(directory, 4, env)
                 shutil.rmtree(directory)
                 shutil.rmtree(work / "roots")
             if args.big:
-                measure(work, server, [args.big], [("pytest", 4)], 1, env, extra)
+                measure(work, server, [args.big], [("pytest", 4)], 1, env, extra,
+                        latency=args.latency)
             if args.baseline is not None:
                 old = {**env, "PYTHONPATH": str(args.baseline.resolve())}
                 ours = [variant for variant in variants if variant[0] == "pytest"]
-                measure(work, server, [100], ours, 1, old, baseline, "baseline: ")
+                measure(work, server, [100], ours, 1, old, baseline, "baseline: ",
+                        args.latency)
         finally:
             server.stop()
     elapsed = time.perf_counter() - began
@@ -518,8 +518,8 @@ def main() -> int:
         text = args.results.read_text() if args.results.exists() else ""
         args.results.write_text(put_section(text, section))
     goal = results.get((100, ("pytest", 4)))
-    return 0 if goal is None or LATENCY or statistics.median(m.wall for m in goal) <= GOAL_S \
-        else 1
+    return 0 if goal is None or args.latency or \
+        statistics.median(m.wall for m in goal) <= GOAL_S else 1
 
 
 def row(name: str, goal: str, runs: list[Measured], met: str, count: int) -> str:
@@ -559,12 +559,12 @@ def render(results: dict[tuple[int, Variant], list[Measured]],
            variants: list[Variant], one: float, args: argparse.Namespace, elapsed: float,
            loads: tuple[str, str], phases: list[tuple[str, float]],
            logins: tuple[str, float, float]) -> str:
-    cores = os.cpu_count() or 1
+    cores, latency = os.cpu_count() or 1, args.latency
     rows = []
     for count in counts:
         for variant in variants:
             runs = results[count, variant]
-            goal = (count, variant) == (100, ("pytest", 4)) and not LATENCY
+            goal = (count, variant) == (100, ("pytest", 4)) and not latency
             met = ("yes" if statistics.median(m.wall for m in runs) <= GOAL_S else "**no**") \
                 if goal else ""
             rows.append(row(f"{count} targets, {name_of(variant)}",
@@ -584,7 +584,7 @@ def render(results: dict[tuple[int, Variant], list[Measured]],
                              (("pytest", 1), ("ansible", 4))):
             if (count, ours) in results and (count, theirs) in results:
                 values = ratios(results, count, ours, theirs)
-                goal = ours[1] == theirs[1] and count == 100 and not LATENCY
+                goal = ours[1] == theirs[1] and count == 100 and not latency
                 met = ("yes" if statistics.median(values) <= GOAL_RATIO else "**no**") \
                     if goal else ""
                 compared.append(f"| {count} targets | {name_of(ours)} / {name_of(theirs)} | "
@@ -621,10 +621,10 @@ def render(results: dict[tuple[int, Variant], list[Measured]],
                    ) if compared else ""
     ansible_line = f"cd $BENCH/fleet100 && {ansible_args} {shown_ansible}\n" \
         if any(tool == "ansible" for tool, _ in variants) else ""
-    title = LATENCY_SECTION.format(rtt=2000 * LATENCY) if LATENCY else SECTION
+    title = LATENCY_SECTION.format(rtt=2000 * latency) if latency else SECTION
     link = (f" Every connection crosses bench/latency_relay.py as its ProxyCommand: each byte "
-            f"{LATENCY * 1000:g} ms late each way ({2000 * LATENCY:g} ms a round trip), for "
-            "Ansible too.") if LATENCY else ""
+            f"{latency * 1000:g} ms late each way ({2000 * latency:g} ms a round trip), for "
+            "Ansible too.") if latency else ""
     return f"""{title}
 
 Produced by `{invocation}` in {elapsed:.0f} s on this machine (`nproc` {cores}, Python \
