@@ -39,10 +39,11 @@ class _State:
     """Whether this module froze what the collector sees (and must thaw it)."""
     made = 0
     """Items made and checks run since the process started."""
+    exit_frozen = False
+    """Whether ``at_exit`` registered the exit handler (once a process)."""
 
 
 _state = _State()
-_exit_registered: list[bool] = []
 
 
 def _ours() -> bool:
@@ -87,8 +88,8 @@ def thaw() -> None:
 def at_exit() -> None:
     """Freeze every object when the interpreter exits (its last collections then walk none);
     registered once a process."""
-    if not _exit_registered:
+    if not _state.exit_frozen:
         import atexit
 
         atexit.register(gc.freeze)
-        _exit_registered.append(True)
+        _state.exit_frozen = True

@@ -278,9 +278,9 @@ class Session(msgspec.Struct, dict=True):
 
         from .observing import observe_early, observes_early
 
-        # a worker that collected the controller's share of every target runs only some: none
-        early = observe and (self.workerinput is None or self.own is not None) and \
-            observes_early(self.settings, self.targets.values())
+        early = observe and observes_early(
+            self.settings, self.targets.values(),
+            runs_what_it_collects=self.workerinput is None or self.own is not None)
 
         def collect(target: Target) -> None:
             target.collect_facts(facts, self.shared_dir)

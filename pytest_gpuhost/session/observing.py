@@ -19,12 +19,16 @@ from ..spec import Spec
 from .target import Target
 
 
-def observes_early(settings: Settings, targets: Iterable[Target]) -> bool:
-    """Whether a run may read its targets' observations at collection: it changes nothing (no
-    --fix, no rollback, no capture) and has no container pair (a container's kernel checks run
-    on its host, placed at expansion)."""
-    return not (settings.fix or settings.rollback is not None or settings.capture is not None
-                or any(target.kernel_on is not None for target in targets))
+def observes_early(settings: Settings, targets: Iterable[Target], *,
+                   runs_what_it_collects: bool) -> bool:
+    """Whether a process may read its targets' observations at collection: it runs every
+    remote target it collects (serially, or an xdist worker under the target scheduler; not a
+    worker that started from the controller's collection of every target, which would open a
+    session to each), and the run changes nothing (no --fix, no rollback, no capture) and has
+    no container pair (a container's kernel checks run on its host, placed at expansion)."""
+    return runs_what_it_collects and not (
+        settings.fix or settings.rollback is not None or settings.capture is not None
+        or any(target.kernel_on is not None for target in targets))
 
 
 def observe_early(target: Target, expanded: Callable[[Spec], list[Check]],
