@@ -23,9 +23,9 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -48,6 +48,7 @@ CONTROLLER = "controller"
 WAIT_TIMEOUT_S = 900.0
 POLL_S = (0.005, 0.05)
 """A waiter's first and longest pause between two reads of the logs (doubling in between)."""
+T = TypeVar("T")
 
 
 class Progress(msgspec.Struct):
@@ -155,27 +156,33 @@ class DoneLog:
         be: a waiter gives them up, as it gives up the checks a dead worker held); return the
         targets no worker collected."""
         wanted = list(targets)
-        deadline = time.monotonic() + timeout
-        pause, longest = POLL_S
-        while True:
-            progress = self.read()
+
+        def step(progress: Progress) -> tuple[list[str], bool]:
             missing = [name for name in wanted if name not in progress.targets]
-            if not missing or progress.down or time.monotonic() >= deadline:
-                return missing
-            time.sleep(pause)
-            pause = min(pause * 2, longest)
+            return missing, not missing or bool(progress.down)
+
+        return self._poll(step, timeout)
 
     def wait_for(self, indices: Iterable[int], timeout: float = WAIT_TIMEOUT_S) -> list[int]:
         """Wait until every index is done or lost; return those not done."""
         wanted = list(indices)
+
+        def step(progress: Progress) -> tuple[list[int], bool]:
+            nonlocal wanted
+            wanted = [i for i in wanted if i not in progress.done]
+            return wanted, not wanted or set(wanted) <= set(progress.lost(wanted))
+
+        return self._poll(step, timeout)
+
+    def _poll(self, step: Callable[[Progress], tuple[list[T], bool]], timeout: float
+              ) -> list[T]:
+        """Read the progress, pausing longer each time up to POLL_S's longest, until ``step``
+        says it may stop or ``timeout`` has passed; what ``step`` last found missing."""
         deadline = time.monotonic() + timeout
         pause, longest = POLL_S
         while True:
-            progress = self.read()
-            missing = [i for i in wanted if i not in progress.done]
-            if not missing or set(missing) <= set(progress.lost(missing)) \
-                    or time.monotonic() >= deadline:
+            missing, settled = step(self.read())
+            if settled or time.monotonic() >= deadline:
                 return missing
-            wanted = missing
             time.sleep(pause)
             pause = min(pause * 2, longest)
