@@ -190,6 +190,10 @@ class Pipes:
                 code == 127 and not said):  # a 127 that names another command is about that
             reason = f"python3 is not installed there (pytest-gpuhost needs python3 " \
                      f"{'.'.join(map(str, MINIMUM_PYTHON))}+ on the target): {said}"
+        elif "Unknown option: -I" in said:  # a Python 2 (an old inventory's interpreter)
+            reason = f"the target's python is too old to start the agent (it has no -I: " \
+                     f"pytest-gpuhost needs python3 {'.'.join(map(str, MINIMUM_PYTHON))}+ " \
+                     f"there): {said}"
         else:
             reason = said or (f"{self.argv[0]} exited {code}" if code is not None else what)
         return HostError(reason, errno.ECONNRESET)

@@ -129,3 +129,25 @@ def test_a_session_let_go_ends_on_its_own_and_the_next_close_reaps_it(fake: Fake
     assert second is not None and second is not first
     host.close()
     assert host._closing == [] and second.returncode == 0
+
+
+def test_a_python_too_old_for_the_agents_flags_is_said_as_such(fake: FakeHost,
+                                                              tmp_path: Path) -> None:
+    """An old inventory's ``ansible_python_interpreter=/usr/bin/python`` (Python 2.7 on a
+    CentOS 7 host) refuses ``-I`` before the bootstrap could say which version it needs: the
+    message says the interpreter is too old, not only Python's usage line."""
+    old = tmp_path / "python2.7"
+    old.write_text("#!/bin/sh\necho 'Unknown option: -I' >&2\n"
+                   "echo 'usage: /usr/bin/python [option] ... [-c cmd | -m mod | file | -] "
+                   "[arg] ...' >&2\necho \"Try \\`python -h' for more information.\" >&2\n"
+                   "exit 2\n")
+    old.chmod(0o755)
+    host = AgentHost("test://old", agent_command(str(fake.root), str(old)), str(fake.root),
+                     name="old")
+    lost = ended_within(HANG_BOUND, lambda: host.batch([Read("proc/sys/vm/swappiness")]),
+                        "a python without -I")
+    assert isinstance(lost, HostError)
+    assert str(lost).startswith("cannot reach test://old: the target's python is too old to "
+                                "start the agent (it has no -I: pytest-gpuhost needs python3 "
+                                "3.8+ there): Unknown option: -I"), str(lost)
+    host.close()
