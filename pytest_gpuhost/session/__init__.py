@@ -278,9 +278,8 @@ class Session(msgspec.Struct, dict=True):
 
         from .observing import observe_early, observes_early
 
-        early = observe and observes_early(
-            self.settings, self.targets.values(),
-            runs_what_it_collects=self.workerinput is None or self.own is not None)
+        early = observe and observes_early(self.settings, self.targets.values(),
+                                           runs_what_it_collects=self.runs_own)
 
         def collect(target: Target) -> None:
             target.collect_facts(facts, self.shared_dir)
@@ -326,7 +325,28 @@ class Session(msgspec.Struct, dict=True):
 
     def run(self, check: Check, target: Target | None = None) -> CheckResult:
         """Raises only LockUnavailable; every other outcome is the record."""
-        return (target or self.target).run(check, self.options, named=self.named)
+        target = target or self.target
+        if check.fresh and self.reads_fresh_together and target.fresh_turn():
+            from .observing import read_fresh_together
+
+            read_fresh_together(target, self.targets.values(),
+                                self.concurrency or self.settings.connect_concurrency)
+        return target.run(check, self.options, named=self.named)
+
+    @functools.cached_property
+    def reads_fresh_together(self) -> bool:
+        """Whether the first fresh check of one remote target may begin the fresh phase of
+        every remote target this process runs (``observing.read_fresh_together``)."""
+        from .observing import fresh_together
+
+        return fresh_together(self.targets.values(), runs_what_it_collects=self.runs_own)
+
+    @property
+    def runs_own(self) -> bool:
+        """Whether this process runs every check of the remote targets it collects: serially,
+        or an xdist worker under the target scheduler (not one that started from the
+        controller's collection of every target, whose checks other workers share)."""
+        return self.workerinput is None or self.own is not None
 
     # -- persistence ------------------------------------------------------------------------
 

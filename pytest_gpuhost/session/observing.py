@@ -1,22 +1,31 @@
-"""Reading a remote target's observations as soon as it is collected.
+"""Reading remote targets' observations ahead of their checks' turns, where that cannot
+change what the checks see.
 
 ``Session.collect_remote_facts`` connects to a process's remote targets a few at a time. Where
 the run changes nothing, each target's checks are expanded right after its facts arrive and
 what they observe is read then, in the batch its first check would ask for
 (``Target.prefetch``), while the other targets still connect. A worker's checks of that target
 then wait on no round trip but their fresh phase's (dmesg, AER, read after the other checks):
-over a network, one round trip a target less once collection is over."""
+over a network, one round trip a target less once collection is over.
+
+The fresh phase begins for one target at its first fresh check, once every check ranked before
+it has run (pytest runs the checks by rank: ``CheckCollector.pytest_collection_modifyitems``).
+Where this process runs every check of its remote targets, and no check of any of them that
+reads the host as it stands is left, every remote target whose fresh checks are all that is
+left begins its fresh phase then too, ``at_once`` at a time (``read_fresh_together``): each
+still reads after every check ranked before its own, and the run waits for one round trip
+instead of one a target in turn."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from ..checks import Check
 from ..host import HostError, doing
 from ..settings import Settings
 from ..spec import Spec
-from .target import Target
+from .target import LOCAL, Target
 
 
 def observes_early(settings: Settings, targets: Iterable[Target], *,
@@ -47,3 +56,36 @@ def observe_early(target: Target, expanded: Callable[[Spec], list[Check]],
     if first is not None:
         with doing("reading the observations"), contextlib.suppress(HostError):
             target.prefetch(first)
+
+
+def fresh_together(targets: Collection[Target], *, runs_what_it_collects: bool) -> bool:
+    """Whether the process's targets may begin their fresh phases together: it runs every
+    check of the remote targets it collects (else another process may still run a check
+    ranked before), it has two remote targets or more, and no container pair (a container and
+    its host are one machine, whose checks are placed on either)."""
+    return (runs_what_it_collects
+            and sum(1 for target in targets if target.url != LOCAL) >= 2
+            and not any(target.kernel_on is not None for target in targets))
+
+
+def read_fresh_together(first: Target, targets: Iterable[Target], at_once: int) -> None:
+    """``first``'s first fresh check is about to run: where no target has a check left that
+    reads the host as it stands, ``first`` and every remote target whose fresh checks are all
+    it has left begin their fresh phase now, each in one batch, ``at_once`` at a time. A read
+    that fails is left to the check, whose own read says why."""
+    every = list(targets)
+    if any(target.reads_as_it_stands() for target in every):
+        return  # a check ranked before a fresh one is still to run: each in its turn
+    ready = [first, *(t for t in every if t is not first and t.url != LOCAL
+                      and t.fresh_turn())]
+    if len(ready) < 2:
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    def start(target: Target) -> None:
+        with doing("reading the observations"), contextlib.suppress(HostError):
+            target.start_fresh()
+
+    with ThreadPoolExecutor(min(at_once, len(ready)), thread_name_prefix="gpuhost-fresh") as pool:
+        for _ in pool.map(start, ready):
+            pass

@@ -209,6 +209,31 @@ class Target:
         self._generation = self.host.generation
         self._phase_start = False
 
+    def fresh_turn(self) -> bool:
+        """Whether every check this process has yet to run here is a fresh one (dmesg, AER):
+        those that read the host as it stands have all run, and the fresh phase has not begun."""
+        return (not self._fresh and self.unreachable is None and bool(self._pending)
+                and not self.reads_as_it_stands())
+
+    def reads_as_it_stands(self) -> bool:
+        """Whether a check this process has yet to run here reads the host as it stands (is
+        not a fresh one)."""
+        return any(not check.fresh for check in self._pending.values())
+
+    def start_fresh(self) -> None:
+        """Begin the fresh phase now, as its first check would (``prefetch``): everything
+        cached forgotten, then every pending fresh check's reads in one batch, which that
+        phase's checks are then served from while nothing changes."""
+        self._fresh = True
+        self.host.invalidate()
+        group = list(self._pending.values())
+        self._batched = set()
+        self._phase_start = True
+        self.host.prefetch(r for c in group for r in self._reads(c))
+        self._batched = {id(c) for c in group}
+        self._generation = self.host.generation
+        self._phase_start = False
+
     def run(self, check: Check, options: RunOptions, *, named: bool = False) -> CheckResult:
         lost = self.remote.lost if self.remote is not None else None
         if lost is not None and self.unreachable is None:

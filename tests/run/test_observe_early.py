@@ -1,7 +1,9 @@
 """A remote target's observations are read as soon as it is collected, while the others still
 connect, where the run changes nothing (``session/observing.py``): each target's batch of
 what its checks observe comes before collection ends, its fresh phase (dmesg) after it, and the
-number of batches a target costs is the same. A --fix reads as before, at its first check."""
+number of batches a target costs is the same. A --fix reads as before, at its first check.
+Once every check that reads the host as it stands has run, the targets' fresh phases begin
+together, at the first fresh check, in a verify and a --fix alike."""
 
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuhost.host import Host, LocalHost, Reply, Request
+from pytest_gpuhost.host import Host, HostError, LocalHost, Reply, Request
+from pytest_gpuhost.session.observing import fresh_together, read_fresh_together
+from pytest_gpuhost.session.target import LOCAL
 from pytest_gpuhost.settings import Settings
 from pytest_gpuhost.targets import Scheme, TargetAddress, TargetError, TargetUrl
 from pytest_gpuhost.testing.counting import CountingHost
@@ -64,6 +68,19 @@ class Events:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.note("collected")
 
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "call":
+            self.note(f"ran {report.nodeid}")
+
+    def fresh_batches_before_fresh_checks(self) -> bool:
+        """Whether every target's last batch (its fresh phase's) came before the first dmesg
+        check's report, and no batch after it."""
+        first = next(n for n, (event, _) in enumerate(self.seen)
+                     if event.startswith("ran ") and "dmesg" in event)
+        last_batch = max(n for n, (event, _) in enumerate(self.seen)
+                         if event.startswith("batch "))
+        return last_batch < first
+
     def batches(self, name: str) -> tuple[list[int], list[int]]:
         """The sizes of ``name``'s batches before and after collection ended."""
         end = self.seen.index(("collected", 0))
@@ -93,7 +110,10 @@ def test_a_verify_reads_each_targets_observations_before_collection_ends(
         # the facts, then the observations of its sysctls and module: both while collecting
         assert len(before) == 2, events.seen
         assert before[1] >= 3  # two sysctls and the module's files, one batch
-        assert len(after) == 1, events.seen  # dmesg's live read, in its turn
+        assert len(after) == 1, events.seen  # dmesg's live read, in the fresh phase
+    # every target's fresh phase began at the first dmesg check, together: the run waited for
+    # one round trip there, not three in turn
+    assert events.fresh_batches_before_fresh_checks(), events.seen
 
 
 def test_a_fix_reads_its_targets_observations_at_their_first_check(
@@ -104,3 +124,58 @@ def test_a_fix_reads_its_targets_observations_at_their_first_check(
         before, after = events.batches(name)
         assert len(before) == 1, events.seen  # the facts only
         assert len(after) == 2, events.seen  # the observations, then dmesg's
+    # each target's fixes came before any fresh read, and the fresh reads together
+    assert events.fresh_batches_before_fresh_checks(), events.seen
+
+
+class Waiting:
+    """A target as ``read_fresh_together`` sees it: what it has left to run, and whether
+    its fresh phase began (``start_fresh``), which fails with ``fails``."""
+
+    def __init__(self, url: str, *, plain: bool = False, fresh: bool = True,
+                 fails: bool = False) -> None:
+        self.url, self.plain, self.fresh, self.fails = url, plain, fresh, fails
+        self.kernel_on = None
+        self.started = False
+
+    def reads_as_it_stands(self) -> bool:
+        return self.plain
+
+    def fresh_turn(self) -> bool:
+        return not self.started and not self.plain and self.fresh
+
+    def start_fresh(self) -> None:
+        self.started = True
+        if self.fails:
+            raise HostError("ssh: connection lost")
+
+
+def _together(first: Waiting, *targets: Waiting) -> list[str]:
+    read_fresh_together(first, [first, *targets], 2)  # type: ignore[arg-type,list-item]
+    return [t.url for t in (first, *targets) if t.started]
+
+
+def test_fresh_phases_begin_together_only_once_no_plain_check_is_left() -> None:
+    a, b, c = Waiting("ssh://a"), Waiting("ssh://b"), Waiting("ssh://c")
+    assert _together(a, b, c) == ["ssh://a", "ssh://b", "ssh://c"]
+    # a check of c that reads the host as it stands is still to run: each waits for its turn
+    a, b, c = Waiting("ssh://a"), Waiting("ssh://b"), Waiting("ssh://c", plain=True)
+    assert _together(a, b, c) == []
+    # this machine (its reads cost no round trip) and a target with no fresh check left
+    # begin nothing early; the others do, and one that fails leaves its check to say why
+    a, here, done = Waiting("ssh://a"), Waiting(LOCAL), Waiting("ssh://d", fresh=False)
+    lost = Waiting("ssh://e", fails=True)
+    assert _together(a, here, done, lost) == ["ssh://a", "ssh://e"]
+    # alone, the first target's fresh phase is its own check's to begin
+    assert _together(Waiting("ssh://a"), Waiting(LOCAL)) == []
+
+
+def test_fresh_phases_begin_together_where_the_process_runs_every_check_of_its_targets() -> None:
+    a, b = Waiting("ssh://a"), Waiting("ssh://b")
+    assert fresh_together([a, b], runs_what_it_collects=True)  # type: ignore[list-item]
+    # an xdist worker that shares its targets' checks with others: another may still run one
+    assert not fresh_together([a, b], runs_what_it_collects=False)  # type: ignore[list-item]
+    assert not fresh_together([a, Waiting(LOCAL)],  # type: ignore[list-item]
+                              runs_what_it_collects=True)
+    b.kernel_on = a  # type: ignore[assignment]  # a container and its host: one machine
+    assert not fresh_together([a, b], runs_what_it_collects=True)  # type: ignore[list-item]
