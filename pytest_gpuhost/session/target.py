@@ -41,7 +41,6 @@ from ..result import CheckResult
 from ..settings import Settings
 from ..targets import TargetAddress
 from .containers import CONTAINER, guarded, in_kernel
-from .unreachable import UnreachableHost as UnreachableHost  # re-exported
 
 LOCAL = "local"
 
@@ -250,6 +249,8 @@ class Target:
         self.fixrun.fixer = None
 
     def _unreachable(self, reason: HostError) -> None:
+        from .unreachable import UnreachableHost  # a lost target's
+
         self.unreachable = str(reason)
         self.host.host = UnreachableHost(self.url, reason)
         self.host.invalidate()
