@@ -52,12 +52,14 @@ def sysctl_path(key: str) -> str:
     if key.startswith("-"):
         raise ValueError("a sysctl key does not start with '-' (sysctl.d reads a leading '-' as "
                          "'ignore a failure')")
-    first = re.search(r"[./]", key)
-    if first is not None and first.group() == ".":
-        parts = [part.replace("/", ".") for part in key.split(".")]
+    dot, slash = key.find("."), key.find("/")
+    if dot != -1 and (slash == -1 or dot < slash):  # the first separator is a '.'
+        parts = key.split(".")
+        if slash != -1:
+            parts = [part.replace("/", ".") for part in parts]
     else:
         parts = key.split("/")
-    if any(part in ("", ".", "..") for part in parts):
+    if "" in parts or "." in parts or ".." in parts:
         raise ValueError("a sysctl key has no empty, '.' or '..' parts and does not start with '/'")
     return "proc/sys/" + "/".join(parts)
 
