@@ -19,7 +19,6 @@ from ..result import CheckResult
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Auto, Expectation, normalize_ws
 from . import (
-    CONTROL,
     KERNEL,
     NAMESPACE,
     CannotFix,
@@ -213,10 +212,11 @@ def sysctl_scope(key: str) -> str:
     return NAMESPACE
 
 
-BUFFER_SYSCTLS = re.compile(
+BUFFER_SYSCTLS = (
     r"(?:^|\.)(?:[rw]mem_(?:max|default)|optmem_max|netdev_max_backlog|somaxconn|"
     r"max_map_count|file-max|nr_open|max_user_watches|max_user_instances|shmmax|shmall)\Z")
-"""Sysctls that are sizes or limits: more is as good, so they are captured as ``min:``."""
+"""Sysctls that are sizes or limits: more is as good, so they are captured as ``min:``
+(the pattern: a capture compiles it, ``re`` caches it; a verify run never needs it)."""
 
 
 def capture_sysctl(model: Sequence[SysctlEntry], records: Records) -> Captured:
@@ -224,7 +224,7 @@ def capture_sysctl(model: Sequence[SysctlEntry], records: Records) -> Captured:
 
     out = Captured()
     for item in model:
-        rule = Rule(floor=bool(BUFFER_SYSCTLS.search(item.key)), one_of=True,
+        rule = Rule(floor=bool(re.search(BUFFER_SYSCTLS, item.key)), one_of=True,
                     show=normalize_ws)
         capture_key(item.key, records_of(records, "sysctl", item.key), item.expect,
                     item.options, rule, out, f"sysctl[{item.key}]")
@@ -242,6 +242,8 @@ def _persist_line(key: str, value: str) -> PersistLine:
         sysctl_path(key)
     except ValueError as exc:
         return PersistLine.refuse("sysctl", f"sysctl key {key!r}: {exc}")
+    from .persistence import CONTROL  # --fix-persist's
+
     value = value.rstrip("\n")
     if CONTROL.search(value):
         return PersistLine.refuse("sysctl", f"the value of {key} holds a line break or another "
