@@ -79,11 +79,12 @@ def test_a_verify_run_imports_the_kinds_of_its_spec_and_no_fix_or_unasked_report
                 "pytest_gpuhost.session.unreachable",
                 "pytest_gpuhost.session.unexpanded"} & set(session)
     absent = ("capture", "fleet", "plugin.worker", "plugin.distributing", "host.remote",
-              "gpu.bandwidth", "gpu.cudaprobe", "gpu.measure", "gpu.nvmllib", "bounded",
-              "linux.cmdline", "state", "benchmark")
+              "gpu.bandwidth", "gpu.cudaprobe", "gpu.measure", "gpu.nvmllib",
+              "gpu.nvmlrecorded", "bounded", "linux.cmdline", "state", "benchmark", "files")
     # plugin.worker: plugin.workers too; the host's state: for a report, the fixture, a
-    # benchmark; gpu.nvmllib: nvidia-ml-py's wrapper, for the root / only; linux.cmdline: the
-    # kernel command line's readers, for the kinds that read it
+    # benchmark; gpu.nvmllib: nvidia-ml-py's wrapper, for the root / only; gpu.nvmlrecorded:
+    # a recorded snapshot's NVML, for a tree that holds one; linux.cmdline: the kernel command
+    # line's readers, for the kinds that read it; files: the reports' writer
     assert not [m for m in modules if m.removeprefix("pytest_gpuhost.").startswith(absent)]
 
 
