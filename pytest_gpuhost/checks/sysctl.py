@@ -30,10 +30,10 @@ from . import (
     PersistLine,
     settled,
 )
-from .changes import Plan, WriteText
 
-if TYPE_CHECKING:  # capture's helpers load when a capture asks
+if TYPE_CHECKING:  # capture's helpers and a plan's changes load when used
     from .capturing import Captured, Records
+    from .changes import Plan
 
 _KEY_CHARS = re.compile(r"[A-Za-z0-9_.:/@+-]+\Z")
 AUTO = Auto()
@@ -140,6 +140,8 @@ class SysctlProbe(msgspec.Struct, frozen=True):
         return Observation(value, tuple(evidence), persisted=self.boot)
 
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
+        from .changes import Plan, WriteText  # a plan's: a check that passes makes none
+
         if observed.value is None:
             raise CannotFix(f"{self.path} does not exist; a fix never creates it")
         # The original as bytes: one that is not UTF-8 must come back exactly, not as U+FFFD.

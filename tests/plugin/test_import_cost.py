@@ -61,11 +61,11 @@ def test_a_verify_run_imports_the_kinds_of_its_spec_and_no_fix_or_unasked_report
     modules = loaded(pytester, "spec.yaml", f"--gpuhost-root={fake.root}")
     kinds = [m for m in modules if m.startswith("pytest_gpuhost.checks.")]
     # gpus: every run reads the GPU list for its reports; conditions: the `when:` names;
-    # changes: what a check's plan is made of; persistence: the lines a kind supplies (part
-    # of what a Kind is, stdlib only); no capture's helpers (checks.capturing)
-    assert kinds == ["pytest_gpuhost.checks.changes", "pytest_gpuhost.checks.conditions",
-                     "pytest_gpuhost.checks.gpus", "pytest_gpuhost.checks.persistence",
-                     "pytest_gpuhost.checks.sysctl"]
+    # persistence: the lines a kind supplies (part of what a Kind is, stdlib only); no
+    # capture's helpers (checks.capturing), no plan's changes (checks.changes: a check that
+    # passes plans nothing)
+    assert kinds == ["pytest_gpuhost.checks.conditions", "pytest_gpuhost.checks.gpus",
+                     "pytest_gpuhost.checks.persistence", "pytest_gpuhost.checks.sysctl"]
     fix = [m for m in modules if m.startswith("pytest_gpuhost.fix.")]
     # fix.run: the empty FixRun every target holds; no journal, no fixer, no lock (the
     # exception a lock raises is the fix package's own), no state files
