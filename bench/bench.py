@@ -45,7 +45,7 @@ sys.path.insert(0, str(REPO))
 
 from pytest_gpuhost import builtin  # noqa: E402
 from pytest_gpuhost.checks import Facts  # noqa: E402
-from pytest_gpuhost.fix.run import STATE_DIR  # noqa: E402
+from pytest_gpuhost.fix.state import STATE_DIR  # noqa: E402
 from pytest_gpuhost.gpu.nvml import default_factory  # noqa: E402
 from pytest_gpuhost.host import Host, LocalHost  # noqa: E402
 from pytest_gpuhost.session import Session  # noqa: E402

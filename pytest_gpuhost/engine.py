@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from .checks import KERNEL, CannotFix, Check, NotApplicable, Observation, is_boot_time
-from .checks.changes import Plan, ReplaceFile, WriteBytes, WriteText, to_dict
 from .host import Host, HostError, PhaseCache, TargetLost, doing
 from .result import WILL_REVERT, CheckResult, Outcome
 
 if TYPE_CHECKING:  # the fixer (journal, locks, NVML settings) is imported by a fix only
+    from .checks.changes import Plan
     from .checks.conditions import ConditionFn
     from .fix.fixer import Applied, Fixer
     from .fix.history import FixHistory
@@ -152,6 +152,8 @@ def _assume(host: Host, plan: Plan) -> None:
     """Have the host's reads show the files as the plan would leave them, writing nothing
     (a host without a read cache to hold them, nothing). Commands and NVML settings are not
     simulated."""
+    from .checks.changes import ReplaceFile, WriteBytes, WriteText  # a plan's
+
     if not isinstance(host, PhaseCache):
         return
     assume = host.assume
@@ -303,7 +305,7 @@ def _result(
         action=applied.action if applied else None,
         action_output=applied.output if applied and applied.output else None,
         evidence=tuple(evidence),
-        plan=tuple({"change": c.describe(), **to_dict(c)} for c in plan.changes) if plan else (),
+        plan=_plan_record(plan) if plan else (),
         warnings=(*notes, *_warnings(check, outcome, observed)),
         severity=check.options.severity,
         details=dict(observed.details) if observed else {},
@@ -313,6 +315,12 @@ def _result(
         scope=check.scope or KERNEL,
         measured=bool(check.measured),
     )
+
+
+def _plan_record(plan: Plan) -> tuple[dict[str, object], ...]:
+    from .checks.changes import to_dict  # a plan's: a check that passes makes none
+
+    return tuple({"change": c.describe(), **to_dict(c)} for c in plan.changes)
 
 
 def _seen_subjects(observation: Observation | None) -> dict[str, str]:

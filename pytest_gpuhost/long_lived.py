@@ -41,26 +41,32 @@ class _State:
     """Items made and checks run since the process started."""
     exit_frozen = False
     """Whether ``at_exit`` registered the exit handler (once a process)."""
+    paused = False
+    """Whether ``paused`` turned the collector off (and will turn it back on)."""
 
 
 _state = _State()
 
 
 def _ours() -> bool:
-    """Whether the collector is ours to pause and freeze: on, and nothing frozen by others."""
-    return _state.frozen or (gc.isenabled() and gc.get_freeze_count() == 0)
+    """Whether the collector is ours to pause and freeze: on (or off by our own ``paused``),
+    and nothing frozen by others."""
+    return _state.frozen or ((gc.isenabled() or _state.paused) and gc.get_freeze_count() == 0)
 
 
 @contextmanager
 def paused() -> Iterator[None]:
-    """The collector off while the run is built (imports, the spec, the session)."""
+    """The collector off while the run is built (imports, the spec, the session); what is
+    frozen meanwhile is never walked. Nested, the outermost turns it back on."""
     if not gc.isenabled() or not _ours():
         yield
         return
     gc.disable()
+    _state.paused = True
     try:
         yield
     finally:
+        _state.paused = False
         gc.enable()
 
 

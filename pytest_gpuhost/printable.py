@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import re
 
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029"
-                     "\u202a-\u202e\u2066-\u2069\ufeff\ufff9-\ufffb\ud800-\udfff]")
+_UNSAFE = ("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029"
+           "\u202a-\u202e\u2066-\u2069\ufeff\ufff9-\ufffb\ud800-\udfff]")
+"""Every character ``printable`` escapes; each is one ``str.isprintable`` refuses. Compiled
+(and cached by ``re``) at the first text that holds one of them or a newline or tab: compiling
+this class costs more than the rest of the module, and a run whose output is plain never needs
+it."""
 
 
 def _escape(found: re.Match[str]) -> str:
@@ -28,7 +32,9 @@ def _escape(found: re.Match[str]) -> str:
 def printable(text: str) -> str:
     """``text`` with every control, line-separator, bidi and surrogate character escaped;
     newlines and tabs kept."""
-    return _UNSAFE.sub(_escape, text)
+    if text.isprintable():  # nothing to escape
+        return text
+    return re.sub(_UNSAFE, _escape, text)
 
 
 def counted(count: int, singular: str, plural: str | None = None) -> str:

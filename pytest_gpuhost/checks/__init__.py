@@ -20,8 +20,6 @@ import msgspec
 from ..host import Host, HostError, Reply, Request, raised
 from ..spec import EntryOptions, Node, SpecContext
 from ..spec.matchers import Expectation
-from .changes import Plan
-from .persistence import CONTROL as CONTROL  # re-exported: a kind's persistence names these
 from .persistence import PERSIST_TARGETS as PERSIST_TARGETS
 from .persistence import BootCommand as BootCommand
 from .persistence import PersistLine as PersistLine
@@ -32,6 +30,18 @@ if TYPE_CHECKING:
     from ..gpu.nvml import NvmlSource
     from ..result import CheckResult
     from .capturing import Captured, Records
+    from .changes import Plan
+    from .persistence import CONTROL as CONTROL  # re-exported: a kind's persistence names it
+
+
+def __getattr__(name: str) -> object:
+    """``CONTROL``, re-exported from ``persistence``, which compiles it at its first use."""
+    if name == "CONTROL":
+        from . import persistence
+
+        return persistence.CONTROL
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 T = TypeVar("T")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -30,7 +31,9 @@ from ..linux.cmdline import (
     unsafe_word,
 )
 from . import CannotFix, Evidence
-from .changes import Plan, ReplaceFile
+
+if TYPE_CHECKING:  # a plan's changes load when used
+    from .changes import Plan
 
 GRUB, SYSTEMD_BOOT, UNKNOWN = "grub", "kernel-cmdline", "none"
 SPEC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\Z")
@@ -131,6 +134,8 @@ def plan_dropin(host: Host, spec: str, words: Sequence[str], *,
     """Add ``words`` to the next boot's command line through our grub.d drop-in (``by_hand``:
     what an administrator adds to a file pytest-gpuhost does not edit, where that is not the
     words as they are: an item of an existing list)."""
+    from .changes import Plan, ReplaceFile  # a plan's: a check that passes makes none
+
     boot = read_boot_config(host)
     shown = " ".join(words)
     instead = by_hand or f"add {shown!r}"

@@ -33,10 +33,10 @@ from . import (
     PersistLine,
 )
 from .bootconfig import BOOT_READS, dropin_path, plan_dropin, read_boot_config
-from .changes import Plan, WriteText
 
-if TYPE_CHECKING:  # capture's helpers load when a capture asks
+if TYPE_CHECKING:  # capture's helpers and a plan's changes load when used
     from .capturing import Captured, Records
+    from .changes import Plan, WriteText
 
 KEYS = ("driver", "governor", "epp", "boost")
 ATTRIBUTES = {"driver": "scaling_driver", "governor": "scaling_governor",
@@ -121,6 +121,8 @@ def _evidence(values: Sequence[PolicyValue]) -> Evidence:
 
 
 def _writes(values: Sequence[PolicyValue], value: str) -> tuple[WriteText, ...]:
+    from .changes import WriteText  # a plan's: a check that passes makes none
+
     return tuple(WriteText(v.path, v.value + "\n", value + "\n") for v in values
                  if v.value != value)
 
@@ -171,6 +173,8 @@ class PolicyAttributeProbe(msgspec.Struct, frozen=True):
         return Observation(summarize(values), (_evidence(values),))
 
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
+        from .changes import Plan  # a plan's: a check that passes makes none
+
         values = read_policies(host, self.attribute)
         available = "scaling_available_governors" if self.attribute == "scaling_governor" \
             else "energy_performance_available_preferences"
@@ -217,6 +221,8 @@ class BoostProbe(msgspec.Struct, frozen=True):
         return Observation(summarize(values), (_evidence(values),))
 
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
+        from .changes import Plan  # a plan's: a check that passes makes none
+
         values, inverted = self._read(host)
         if inverted:
             value = {"0": "1", "1": "0"}[value]

@@ -19,7 +19,6 @@ from ..result import CheckResult
 from ..spec import OPTION_KEYS, EntryOptions, Node, SpecContext
 from ..spec.matchers import Choice, Exact
 from . import CannotFix, Check, Evidence, Fact, Facts, NoFix, NotApplicable, Observation
-from .changes import Plan, WriteText
 from .cpuidle_states import CPU as CPU  # re-exported
 from .cpuidle_states import DRIVER as DRIVER  # re-exported
 from .cpuidle_states import IDLE_STATES as IDLE_STATES  # re-exported
@@ -29,8 +28,9 @@ from .cpuidle_states import find_idle_states as find_idle_states  # re-exported
 from .cpuidle_states import read_counters as read_counters  # re-exported
 from .persistence import PersistLine, right_now
 
-if TYPE_CHECKING:  # capture's helpers load when a capture asks
+if TYPE_CHECKING:  # capture's helpers and a plan's changes load when used
     from .capturing import Captured, Records
+    from .changes import Plan
 
 DISABLED = "disabled"
 
@@ -161,6 +161,8 @@ class IdleStateProbe(msgspec.Struct, frozen=True):
         return Observation(value, (Evidence(first_path, raw),), subjects=subjects)
 
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
+        from .changes import Plan, WriteText  # a plan's: a check that passes makes none
+
         if self.name not in self.states.by_name:
             raise CannotFix(observed.problem or f"no cpuidle state named {self.name!r}")
         enabled = [(cpu, path, current) for cpu, path, current in self._read(host)

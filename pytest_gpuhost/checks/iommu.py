@@ -21,11 +21,11 @@ from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Auto, Expectation
 from . import CannotFix, Check, Evidence, Fact, Facts, NextBoot, NotApplicable, Observation
 from .bootconfig import BOOT_READS, dropin_path, plan_dropin, read_boot_config
-from .changes import Plan
 from .gpus import GPUS, Gpu, MissingGpus
 
-if TYPE_CHECKING:  # capture's helpers load when a capture asks
+if TYPE_CHECKING:  # capture's helpers and a plan's changes load when used
     from .capturing import Captured, Records
+    from .changes import Plan
 
 KEYS = ("gpu_groups",)
 PASSTHROUGH = ("iommu=pt", "iommu.passthrough=1")

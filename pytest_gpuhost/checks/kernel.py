@@ -24,10 +24,10 @@ from ..spec import OPTION_KEYS, EntryOptions, Node, SpecContext, parse_expectati
 from ..spec.matchers import Expectation, Verdict, Version
 from . import CannotFix, Check, Evidence, Facts, NextBoot, NoFix, Observation
 from .bootconfig import BOOT_READS, dropin_path, plan_dropin, read_boot_config
-from .changes import Plan
 
-if TYPE_CHECKING:  # capture's helpers load when a capture asks
+if TYPE_CHECKING:  # capture's helpers and a plan's changes load when used
     from .capturing import Captured, Records
+    from .changes import Plan
 
 OSRELEASE = "proc/sys/kernel/osrelease"
 PROC_CMDLINE = "proc/cmdline"

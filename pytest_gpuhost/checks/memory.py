@@ -17,10 +17,10 @@ from ..result import CheckResult, Outcome
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Choice, Expectation
 from . import Check, Evidence, Facts, NotApplicable, Observation, PersistLine
-from .changes import Plan, WriteText
 
-if TYPE_CHECKING:  # capture's helpers load when a capture asks
+if TYPE_CHECKING:  # capture's helpers and a plan's changes load when used
     from .capturing import Captured, Records
+    from .changes import Plan
 
 THP = "sys/kernel/mm/transparent_hugepage/enabled"
 THP_MODES = ("always", "madvise", "never")
@@ -45,6 +45,8 @@ class ThpProbe(msgspec.Struct, frozen=True):
                            problem=None if selected else f"{THP} selects nothing: {raw!r}")
 
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
+        from .changes import Plan, WriteText  # a plan's: a check that passes makes none
+
         raw = self._read(host)
         return Plan(f"write {value!r} to {THP}", (WriteText(THP, raw + "\n", value + "\n"),))
 

@@ -7,6 +7,7 @@ at the next load of the module, so the check is boot-time (``reboot_required`` u
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -14,7 +15,9 @@ from ..host import Glob, Host, HostError, Read, Reply, Request, Stat
 from ..spec import EntryOptions
 from ..spec.matchers import Auto, Expectation
 from . import CannotFix, Evidence, NextBoot, Observation
-from .changes import Plan, ReplaceFile
+
+if TYPE_CHECKING:  # a plan's changes load when used
+    from .changes import Plan
 
 
 def canonical(name: str) -> str:
@@ -125,6 +128,8 @@ class ModuleParameterProbe(msgspec.Struct, frozen=True):
         return Observation(value, (Evidence(self.path, value), *evidence), next_boot=next_boot)
 
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
+        from .changes import Plan, ReplaceFile  # a plan's: a check that passes makes none
+
         boot = observed.next_boot
         if boot is not None and boot.where == "proc/cmdline":
             module = canonical(self.module)

@@ -17,7 +17,6 @@ from ..result import CheckResult, Outcome
 from ..spec import OPTION_KEYS, EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Choice, Exact, Expectation
 from . import CannotFix, Check, Evidence, Fact, Facts, Observation, PersistLine, right_now
-from .changes import Command, Plan
 from .module_params import (
     PARAMETER_ORDER,
     ModuleParameterProbe,
@@ -26,8 +25,9 @@ from .module_params import (
 )
 from .module_params import canonical as canonical  # re-exported
 
-if TYPE_CHECKING:  # capture's helpers load when a capture asks
+if TYPE_CHECKING:  # capture's helpers and a plan's changes load when used
     from .capturing import Captured, Records
+    from .changes import Plan
 
 LOADED, ABSENT, BUILTIN = "loaded", "absent", "builtin"
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*\Z")
@@ -129,6 +129,8 @@ class ModuleProbe(msgspec.Struct, frozen=True):
         return Observation(ABSENT, (Evidence("proc/modules", f"no line for {name}"),))
 
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
+        from .changes import Command, Plan  # a plan's: a check that passes makes none
+
         if not host.exists("proc/modules"):
             raise CannotFix("this kernel has no loadable module support (no proc/modules): "
                             "a module is built in or it is absent")

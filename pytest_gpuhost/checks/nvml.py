@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from itertools import permutations
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -31,10 +32,12 @@ from . import (
     Observation,
     Probe,
 )
-from .changes import NvmlSetting, Plan
 from .driver_match import NVIDIA_VERSION as NVIDIA_VERSION  # re-exported
 from .driver_match import DriverMatchProbe
 from .driver_match import module_version as module_version  # re-exported
+
+if TYPE_CHECKING:  # a plan's changes load when used
+    from .changes import Plan
 
 ECC = PERSISTENCE
 KERNEL_MODULES = ("open", "proprietary")
@@ -166,6 +169,8 @@ class PersistenceModeProbe(NvmlReads, msgspec.Struct, frozen=True):
                         lambda nvml: persistence_text(nvml.persistence_mode(self.address)))
 
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
+        from .changes import NvmlSetting, Plan  # a plan's: a check that passes makes none
+
         change = NvmlSetting(self.address, "persistence_mode", observed.value or "", value)
         return Plan(f"NVML nvmlDeviceSetPersistenceMode({self.address}, {value})", (change,))
 
@@ -182,6 +187,8 @@ class PowerLimitProbe(NvmlReads, msgspec.Struct, frozen=True):
                         lambda nvml: f"{nvml.power_limit(self.address) / 1000:g}")
 
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
+        from .changes import NvmlSetting, Plan  # a plan's: a check that passes makes none
+
         low, high = _open(self.nvml).power_limit_range(self.address)
         wanted = round(float(value) * 1000)
         if not low <= wanted <= high:
@@ -214,6 +221,8 @@ class EccProbe(NvmlReads, msgspec.Struct, frozen=True):
                                               "reset the GPU (nvidia-smi -r) or reboot"))
 
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
+        from .changes import NvmlSetting, Plan  # a plan's: a check that passes makes none
+
         pending = observed.next_boot.value if observed.next_boot else ""
         change = NvmlSetting(self.address, "ecc", pending, value)
         return Plan(f"NVML nvmlDeviceSetEccMode({self.address}, {value}) (pending until the "

@@ -29,12 +29,12 @@ from . import (
     PersistLine,
     right_now,
 )
-from .changes import Plan, WriteBytes
 from .conditions import in_container
 from .gpus import GPUS, Gpu, MissingGpus
 
 if TYPE_CHECKING:  # the bridges' checks (ACS, ASPM, AER) load when a spec has one of their keys
     from .capturing import Captured, Records
+    from .changes import Plan
     from .pcie_path import PathEntry
 
 CONTAINER_HEADER = ("not readable from this container: check the host "
@@ -73,6 +73,8 @@ class MaxReadRequestProbe(msgspec.Struct, frozen=True):
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
         """A read-modify-write of DevCtl bits 14:12 alone; a word with bit 15 set (FLR) is
         refused, not rewritten."""
+        from .changes import Plan, WriteBytes  # a plan's: a check that passes makes none
+
         devctl, path = _device_control(host, self.gpu)
         try:
             wanted = devctl.with_max_read_request(int(value))

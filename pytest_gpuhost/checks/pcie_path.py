@@ -48,11 +48,11 @@ from . import (
     Observation,
     PersistLine,
 )
-from .changes import Plan, WriteBytes, WriteText
 from .gpus import GPUS, Gpu, MissingGpus
 
-if TYPE_CHECKING:  # capture's helpers load when a capture asks
+if TYPE_CHECKING:  # capture's helpers and a plan's changes load when used
     from .capturing import Captured
+    from .changes import Plan
 
 OFF = "off"
 AER_FILES = ("aer_dev_correctable", "aer_dev_nonfatal", "aer_dev_fatal")
@@ -126,6 +126,8 @@ class AcsRedirectProbe(msgspec.Struct, frozen=True):
                                                       acs.describe())), details=details)
 
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
+        from .changes import Plan, WriteBytes  # a plan's: a check that passes makes none
+
         acs = _acs(host, self.path, self.bridge)
         if acs is None:
             raise CannotFix(f"{self.bridge} has no ACS capability")
@@ -162,6 +164,8 @@ class AspmProbe(msgspec.Struct, frozen=True):
                            (Evidence(f"{path} @0x{offset:02x}", f"LnkCtl ASPM {state}"),))
 
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
+        from .changes import Plan, WriteText  # a plan's: a check that passes makes none
+
         link = f"{PCI_DEVICES}/{self.address}/link"
         files = [f"{link}/{name}" for name in ("l0s_aspm", "l1_aspm")
                  if host.exists(f"{link}/{name}")]

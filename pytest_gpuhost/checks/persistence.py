@@ -17,9 +17,19 @@ PERSIST_TARGETS = ("sysctl", "modules-load", "modprobe", "udev", "tmpfiles", "cm
 """The files a kind's persistence lines go to: etc/sysctl.d, etc/modules-load.d,
 etc/modprobe.d, etc/udev/rules.d, etc/tmpfiles.d (written at every boot), and the kernel command
 line (a parameter merged into the grub.d drop-in)."""
-CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
-"""A control character (a tab aside): a line break in a persistence line would be a line of
-its own (``kernel.core_pattern = |sh``)."""
+_CONTROL = r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]"
+if TYPE_CHECKING:
+    CONTROL: re.Pattern[str]
+    """A control character (a tab aside): a line break in a persistence line would be a line
+    of its own (``kernel.core_pattern = |sh``)."""
+
+
+def __getattr__(name: str) -> object:
+    """``CONTROL``, compiled (and cached by ``re``) at its first use: --fix-persist's, which a
+    verify run never makes; compiling the class costs more than the rest of the module."""
+    if name == "CONTROL":
+        return re.compile(_CONTROL)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class BootCommand(msgspec.Struct, frozen=True):

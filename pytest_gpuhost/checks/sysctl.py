@@ -19,7 +19,6 @@ from ..result import CheckResult
 from ..spec import EntryOptions, Node, SpecContext, parse_expectation
 from ..spec.matchers import Auto, Expectation, normalize_ws
 from . import (
-    CONTROL,
     KERNEL,
     NAMESPACE,
     CannotFix,
@@ -31,10 +30,10 @@ from . import (
     PersistLine,
     settled,
 )
-from .changes import Plan, WriteText
 
-if TYPE_CHECKING:  # capture's helpers load when a capture asks
+if TYPE_CHECKING:  # capture's helpers and a plan's changes load when used
     from .capturing import Captured, Records
+    from .changes import Plan
 
 _KEY_CHARS = re.compile(r"[A-Za-z0-9_.:/@+-]+\Z")
 AUTO = Auto()
@@ -52,12 +51,14 @@ def sysctl_path(key: str) -> str:
     if key.startswith("-"):
         raise ValueError("a sysctl key does not start with '-' (sysctl.d reads a leading '-' as "
                          "'ignore a failure')")
-    first = re.search(r"[./]", key)
-    if first is not None and first.group() == ".":
-        parts = [part.replace("/", ".") for part in key.split(".")]
+    dot, slash = key.find("."), key.find("/")
+    if dot != -1 and (slash == -1 or dot < slash):  # the first separator is a '.'
+        parts = key.split(".")
+        if slash != -1:
+            parts = [part.replace("/", ".") for part in parts]
     else:
         parts = key.split("/")
-    if any(part in ("", ".", "..") for part in parts):
+    if "" in parts or "." in parts or ".." in parts:
         raise ValueError("a sysctl key has no empty, '.' or '..' parts and does not start with '/'")
     return "proc/sys/" + "/".join(parts)
 
@@ -139,6 +140,8 @@ class SysctlProbe(msgspec.Struct, frozen=True):
         return Observation(value, tuple(evidence), persisted=self.boot)
 
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
+        from .changes import Plan, WriteText  # a plan's: a check that passes makes none
+
         if observed.value is None:
             raise CannotFix(f"{self.path} does not exist; a fix never creates it")
         # The original as bytes: one that is not UTF-8 must come back exactly, not as U+FFFD.
@@ -211,10 +214,11 @@ def sysctl_scope(key: str) -> str:
     return NAMESPACE
 
 
-BUFFER_SYSCTLS = re.compile(
+BUFFER_SYSCTLS = (
     r"(?:^|\.)(?:[rw]mem_(?:max|default)|optmem_max|netdev_max_backlog|somaxconn|"
     r"max_map_count|file-max|nr_open|max_user_watches|max_user_instances|shmmax|shmall)\Z")
-"""Sysctls that are sizes or limits: more is as good, so they are captured as ``min:``."""
+"""Sysctls that are sizes or limits: more is as good, so they are captured as ``min:``
+(the pattern: a capture compiles it, ``re`` caches it; a verify run never needs it)."""
 
 
 def capture_sysctl(model: Sequence[SysctlEntry], records: Records) -> Captured:
@@ -222,7 +226,7 @@ def capture_sysctl(model: Sequence[SysctlEntry], records: Records) -> Captured:
 
     out = Captured()
     for item in model:
-        rule = Rule(floor=bool(BUFFER_SYSCTLS.search(item.key)), one_of=True,
+        rule = Rule(floor=bool(re.search(BUFFER_SYSCTLS, item.key)), one_of=True,
                     show=normalize_ws)
         capture_key(item.key, records_of(records, "sysctl", item.key), item.expect,
                     item.options, rule, out, f"sysctl[{item.key}]")
@@ -240,6 +244,8 @@ def _persist_line(key: str, value: str) -> PersistLine:
         sysctl_path(key)
     except ValueError as exc:
         return PersistLine.refuse("sysctl", f"sysctl key {key!r}: {exc}")
+    from .persistence import CONTROL  # --fix-persist's
+
     value = value.rstrip("\n")
     if CONTROL.search(value):
         return PersistLine.refuse("sysctl", f"the value of {key} holds a line break or another "

@@ -18,11 +18,8 @@ import time
 from pathlib import Path
 
 from ..host import HostError, TargetLost
+from . import LockUnavailable as LockUnavailable  # re-exported
 from .state import StateFile
-
-
-class LockUnavailable(Exception):
-    """The root's lock cannot be had: a --fix run stops; the message says why."""
 
 
 class LockTimeout(LockUnavailable):

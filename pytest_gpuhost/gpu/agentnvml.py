@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from ..host import GpuControl, GpuQuery, Host, HostError
 from ..linux.pciaddr import normalize_address
 from .nvml import NvmlPermissionError, NvmlUnavailable, persistence_text
-from .nvmlcodes import P2P_STATUS, TOPOLOGY
 
 
 def agent_facts(host: Host) -> Mapping[str, object]:
@@ -119,10 +118,14 @@ class AgentNvml:
         return levels
 
     def p2p_read_status(self, source: str, target: str) -> str:
+        from .nvmlcodes import P2P_STATUS  # the p2p checks' (a spec without them: unread)
+
         status = self._levels("p2p").get(f"{source}->{target}", 0)
         return "ok" if not status else P2P_STATUS.get(int(str(status)), f"P2P status {status}")
 
     def topology(self, one: str, other: str) -> str | None:
+        from .nvmlcodes import TOPOLOGY  # the p2p checks' and the topology report's
+
         levels = self._levels("topology")
         level = levels.get(f"{one}->{other}", levels.get(f"{other}->{one}"))
         return TOPOLOGY.get(int(str(level))) if level is not None else None

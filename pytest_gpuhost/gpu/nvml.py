@@ -18,9 +18,12 @@ import errno
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from ..host import Host, HostError, Request
+from ..host import Glob, Host, HostError, Request
 
 RECORDED_NVML = "var/lib/pytest-gpuhost/nvml"
+RECORDED_READS = (Glob(f"{RECORDED_NVML}/*"), Glob(f"{RECORDED_NVML}/*/*"))
+"""What a recorded snapshot is read with (``RecordedNvml.reads``): a target's first batch asks
+for it, whether or not its tree holds one (``nvmlrecorded`` loads only where one does)."""
 INSTALL_HINT = ("install nvidia-ml-py: pip install 'pytest-gpuhost[nvml]' (from a checkout: "
                 "pip install '.[nvml]')")
 
@@ -153,7 +156,6 @@ def default_factory(host: Host) -> NvmlFactory:
     """NVML for ``host``: the real library on ``/``, a recorded snapshot in a fake tree that
     has one, else the host's own driver asked by its agent (``agentnvml``)."""
     from .agentnvml import AgentNvml, agent_facts
-    from .nvmlrecorded import RecordedNvml
 
     def open_nvml() -> Nvml:
         if host.local_machine():
@@ -162,9 +164,11 @@ def default_factory(host: Host) -> NvmlFactory:
             return PynvmlNvml.open()
         # the same batch its calls read, cached; the agent's own NVML asked in it too (one
         # round trip for whichever answers)
-        recorded = host.batch([*RecordedNvml.reads, *AgentNvml.reads])[:len(RecordedNvml.reads)]
+        recorded = host.batch([*RECORDED_READS, *AgentNvml.reads])[:len(RECORDED_READS)]
         if any(path == f"{RECORDED_NVML}/gpus" for reply in recorded if reply.error is None
                for path, _ in reply.matches()):
+            from .nvmlrecorded import RecordedNvml
+
             return RecordedNvml(host)
         try:
             agent_facts(host)
@@ -178,21 +182,26 @@ def default_factory(host: Host) -> NvmlFactory:
     return open_nvml
 
 
-from .nvmlrecorded import FakeGpu, FakeNvml, RecordedNvml  # noqa: E402  (built on the above)
-
 if TYPE_CHECKING:
     from .nvmllib import P2P_STATUS, TOPOLOGY, PynvmlNvml
+    from .nvmlrecorded import FakeGpu, FakeNvml, RecordedNvml
 
 _LIBRARY = ("P2P_STATUS", "TOPOLOGY", "PynvmlNvml")
+_RECORDED = ("FakeGpu", "FakeNvml", "RecordedNvml")
 
 
 def __getattr__(name: str) -> object:
     """nvidia-ml-py's wrapper (``nvmllib``), imported on first use: a run on a root that is not
-    this machine never opens the library."""
+    this machine never opens the library; and the NVML of a recorded snapshot or of a test
+    (``nvmlrecorded``, built on this module), which a run on a tree without one never uses."""
     if name in _LIBRARY:
         from . import nvmllib
 
         return getattr(nvmllib, name)
+    if name in _RECORDED:
+        from . import nvmlrecorded
+
+        return getattr(nvmlrecorded, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
@@ -200,6 +209,7 @@ __all__ = [
     "P2P_STATUS",
     "PERSISTENCE",
     "RECORDED_NVML",
+    "RECORDED_READS",
     "TOPOLOGY",
     "FakeGpu",
     "FakeNvml",

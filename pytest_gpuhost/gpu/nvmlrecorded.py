@@ -8,9 +8,15 @@ import errno
 
 import msgspec
 
-from ..host import Glob, Host, HostError, Read, Reply
+from ..host import Host, HostError, Read, Reply
 from ..linux.pciaddr import normalize_address
-from .nvml import PERSISTENCE, RECORDED_NVML, NvmlPermissionError, persistence_text
+from .nvml import (
+    PERSISTENCE,
+    RECORDED_NVML,
+    RECORDED_READS,
+    NvmlPermissionError,
+    persistence_text,
+)
 
 
 class FakeGpu(msgspec.Struct):
@@ -136,7 +142,7 @@ class RecordedNvml:
     (the same requests as ``reads``, so a session's prefetch serves it), or, once a change
     made the host's cache forget it, the one file a fact needs."""
 
-    reads = (Glob(f"{RECORDED_NVML}/*"), Glob(f"{RECORDED_NVML}/*/*"))
+    reads = RECORDED_READS
 
     def __init__(self, host: Host) -> None:
         self.host = host

@@ -95,6 +95,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
             benchmark_files(config, None)  # compares only, saying the host was not checked
         return
+    from .. import long_lived
+
+    with long_lived.paused():  # from the run's first import on: what it imports lives to the end
+        _start(config)
+
+
+def _start(config: pytest.Config) -> None:
     from .start import start_run
 
     if not config.option.gpuhost_npd or hasattr(config, "workerinput"):

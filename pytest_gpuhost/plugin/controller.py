@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ..files import OutputError
 from ..reports import Reporter, RunInfo, TargetInfo
 from ..result import CheckResult, Outcome
 from ..runstate import with_state
@@ -147,12 +146,12 @@ class Controller:
             try:
                 reporter.write(records, info)
                 self.run.notes += getattr(reporter, "notes", ())  # the capture's
-            except OutputError as exc:
-                self.run.problems.append(str(exc))
-                at_least(session, pytest.ExitCode.TESTS_FAILED)
             except Exception as exc:  # a writer's bug never takes the other reports down
-                self.run.problems.append(f"{type(reporter).__name__}: not written: "
-                                         f"{type(exc).__name__}: {exc}")
+                from ..files import OutputError  # what writing a report's file raises
+
+                self.run.problems.append(
+                    str(exc) if isinstance(exc, OutputError) else
+                    f"{type(reporter).__name__}: not written: {type(exc).__name__}: {exc}")
                 at_least(session, pytest.ExitCode.TESTS_FAILED)
         if self.run.settings.npd:
             from ..reports import npd

@@ -29,7 +29,7 @@ import msgspec
 import pytest
 
 from ..files import write_atomically
-from ..fix.locking import LockUnavailable
+from ..fix import LockUnavailable
 from ..fix.run import JOURNAL_KEY
 from .scheduling import TargetScheduling, target_scope
 from .workers import (

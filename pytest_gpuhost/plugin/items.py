@@ -13,13 +13,11 @@ import pytest
 
 from .. import long_lived
 from ..checks import KERNEL, Check
-from ..fix.locking import LockUnavailable
+from ..fix import LockUnavailable
 from ..host import HostError, TargetLost
 from ..printable import printable
 from ..progress import progress_to
-from ..reports.failure import format_failure
 from ..result import CheckResult, Outcome
-from ..session.persisting import persistence_files
 
 if TYPE_CHECKING:
     from ..session import Session, Target
@@ -74,7 +72,11 @@ class SpecFile(pytest.File):
                 name = f"{check.id}@{where.name}" if session.named else check.id
                 yield GpuhostItem.from_parent(self, name=name, check=check, target=where)
                 long_lived.made_one()
-        for where, checks in on.values() if session.persisting else ():
+        if not session.persisting:
+            return
+        from ..session.persisting import persistence_files  # --fix-persist's
+
+        for where, checks in on.values():
             for check in persistence_files(session, checks, spec, where):
                 name = f"{check.id}@{where.name}" if session.named else check.id
                 yield PersistFile.from_parent(self, name=name, check=check, target=where)
@@ -192,6 +194,8 @@ class GpuhostItem(pytest.Item):
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if isinstance(excinfo.value, (CheckFailed, CheckError)):
+            from ..reports.failure import format_failure  # a passing run has none
+
             return format_failure(excinfo.value.result)
         return super().repr_failure(excinfo, style=style)
 

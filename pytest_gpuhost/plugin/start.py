@@ -24,12 +24,11 @@ import pytest
 
 from .. import builtin, long_lived, specs
 from ..builtin import kind_name
-from ..fix.locking import LockUnavailable
+from ..fix import LockUnavailable
 from ..options import OPTIONS, RawOptions
 from ..result import CheckResult
 from ..runstate import benchmark_files, finished_state
 from ..session import Session
-from ..session.persisting import persistence_checks
 from ..settings import Settings, SettingsError, resolve
 from ..spec import SpecError
 from . import interrupts
@@ -91,6 +90,8 @@ class Run:
         all are in."""
         key = f"{target.name}\0{spec}"
         if key not in self._persistence:
+            from ..session.persisting import persistence_checks
+
             own = self.session.specs.get(spec.resolve()) if spec is not None else None
             self._persistence[key] = persistence_checks(self.session, target, records, own)
         return self._persistence[key]

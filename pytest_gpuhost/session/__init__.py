@@ -29,22 +29,34 @@ from ..host import Host, HostError, doing
 from ..result import CheckResult
 from ..settings import Settings, SettingsError
 from ..spec import EntryOptions, Spec, load_spec
-from .capturing import capture_report as capture_report  # re-exported (reports.REPORTS)
 from .containers import CONTAINER
 from .limits import FILES_PER_SESSION as FILES_PER_SESSION  # re-exported
 from .limits import FILES_SPARE as FILES_SPARE  # re-exported
 from .limits import room_for_sessions
-from .persisting import persistence_checks
-from .target import HOST_FACTS, LOCAL, HostFacts, Target, UnreachableHost
-from .unexpanded import Unexpandable, Unexpanded
+from .target import HOST_FACTS, LOCAL, HostFacts, Target
 
 if TYPE_CHECKING:  # a rollback's, persistence's and a capture's modules load when used
     from ..capture.writer import SpecCapture
     from ..fix.journal import JournalContents
     from ..targets import TargetAddress
+    from .capturing import capture_report as capture_report
     from .rollback import OpenRollback
+    from .unreachable import UnreachableHost as UnreachableHost
 
 __all__ = ["HOST_FACTS", "LOCAL", "HostFacts", "Session", "Target", "UnreachableHost"]
+
+_LAZY = {"capture_report": ".capturing", "UnreachableHost": ".unreachable"}
+"""Re-exported, imported on first use: ``capture_report`` (``reports.REPORTS`` names it here)
+is a capture's, ``UnreachableHost`` a lost target's; a verify run that needs neither loads
+neither module."""
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Session(msgspec.Struct, dict=True):
@@ -247,6 +259,8 @@ class Session(msgspec.Struct, dict=True):
                     kind = self.kinds[section]
                     checks += owned(kind, section, kind.expand(model, target.facts))
             except HostError as exc:  # a fact this kind needs cannot be read: one error
+                from .unexpanded import Unexpandable, Unexpanded
+
                 checks += owned(self.kinds[section], section, [Check(
                     section, None, Unexpanded(section),
                     EntryOptions(where=f"{self.settings.display(spec.path)}:1"),
@@ -360,6 +374,8 @@ class Session(msgspec.Struct, dict=True):
         files written at the end, from that target's own records (of its first spec)."""
         if not self.persisting:
             return []
+        from .persisting import persistence_checks
+
         done: list[CheckResult] = []
         for target in self.targets.values():
             if target.dormant:

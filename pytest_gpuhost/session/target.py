@@ -19,7 +19,7 @@ from ..checks.conditions import ConditionFn
 from ..checks.gpus import GPUS
 from ..engine import RunOptions, error_result, run_check
 from ..fix.run import FixRun
-from ..gpu.nvml import NvmlFactory, NvmlSource, NvmlUnavailable, RecordedNvml
+from ..gpu.nvml import RECORDED_READS, NvmlFactory, NvmlSource, NvmlUnavailable
 from ..host import (
     CachedHost,
     Closable,
@@ -41,7 +41,6 @@ from ..result import CheckResult
 from ..settings import Settings
 from ..targets import TargetAddress
 from .containers import CONTAINER, guarded, in_kernel
-from .unreachable import UnreachableHost as UnreachableHost  # re-exported
 
 LOCAL = "local"
 
@@ -76,7 +75,7 @@ def _driver_line(line: str | None) -> str | None:
 HOST_FACTS_READS: tuple[Request, ...] = (
     Read("proc/sys/kernel/hostname"), Read("proc/sys/kernel/osrelease"),
     Read("sys/module/nvidia/version"), Read("proc/driver/nvidia/version"),
-    *RecordedNvml.reads,  # a fake root's NVML: opening it then costs no round trip
+    *RECORDED_READS,  # a fake root's NVML: opening it then costs no round trip
     GpuQuery(),  # nor does the target's own (``gpu.agentnvml``)
 )
 
@@ -275,6 +274,8 @@ class Target:
         self.fixrun.fixer = None
 
     def _unreachable(self, reason: HostError) -> None:
+        from .unreachable import UnreachableHost  # a lost target's
+
         self.unreachable = str(reason)
         self.host.host = UnreachableHost(self.url, reason)
         self.host.invalidate()

@@ -132,9 +132,57 @@ def _where(shown: str, node: yaml.Node) -> str:
     return f"{shown}:{node.start_mark.line + 1}"
 
 
+_SCALAR_TAGS = _ALLOWED_TAGS[yaml.ScalarNode]
+_MAP = f"{CORE}map"
+_SEQ = f"{CORE}seq"
+
+
+def _plainly_allowed(root: yaml.Node) -> bool:
+    """Whether ``_check_nodes`` has nothing to refuse, in one cheaper pass over a tree: True
+    when no node is deeper than MAX_DEPTH and every tag is the core schema's (a merge key's is
+    not). False is no verdict: a node it does not expect, a problem, or a collection an alias
+    shares (whether its deeper place is refused depends on the order ``_check_nodes`` meets
+    it in): ``_check_nodes`` then decides, and names the problem, as it always did. A shared
+    scalar is judged at every place, a superset of those ``_check_nodes`` judges it at."""
+    if type(root) is yaml.ScalarNode:
+        return root.tag in _SCALAR_TAGS
+    stack: list[tuple[yaml.Node, int]] = [(root, 1)]
+    seen: set[int] = set()
+    while stack:
+        node, depth = stack.pop()
+        if id(node) in seen:
+            return False
+        seen.add(id(node))
+        kind = type(node)
+        if kind is yaml.MappingNode:
+            if node.tag != _MAP:
+                return False
+            children = [child for pair in node.value for child in pair]
+        elif kind is yaml.SequenceNode:
+            if node.tag != _SEQ:
+                return False
+            children = node.value
+        else:
+            return False
+        if children and depth >= MAX_DEPTH:
+            return False
+        for child in children:
+            kind = type(child)
+            if kind is yaml.ScalarNode:
+                if child.tag not in _SCALAR_TAGS:
+                    return False
+            elif kind is yaml.MappingNode or kind is yaml.SequenceNode:
+                stack.append((child, depth + 1))
+            else:
+                return False
+    return True
+
+
 def _check_nodes(root: yaml.Node, shown: str) -> None:
     """Every node, without recursion (and each shared by an alias once): no deeper than
     MAX_DEPTH, no merge key, no tag outside the core schema."""
+    if _plainly_allowed(root):
+        return
     stack: list[tuple[yaml.Node, int]] = [(root, 1)]
     seen: set[int] = set()
     while stack:
@@ -184,6 +232,8 @@ def closest(word: str, choices: Iterable[str]) -> str:
 
 
 _STR = f"{CORE}str"
+_INT = f"{CORE}int"
+_COLLECTIONS = (yaml.MappingNode, yaml.SequenceNode)
 
 
 class Node:
@@ -193,6 +243,8 @@ class Node:
     it goes, with the nodes, once the spec is parsed (a constructor kept for the session kept
     every node of every spec alive, and the garbage collector walked them all at each full
     collection)."""
+
+    __slots__ = ("_constructor", "_node", "file", "key_line")
 
     def __init__(self, node: yaml.Node, file: str, key_line: int | None = None,
                  constructor: SafeConstructor | None = None) -> None:
@@ -238,15 +290,23 @@ class Node:
             raise self.error(f"{what} must be a mapping, got {self.kind_name()}")
         pairs: list[tuple[str, Node]] = []
         seen: dict[str, int] = {}
+        file, constructor = self.file, self._constructor
         for key_node, value_node in self._node.value:
-            key = Node(key_node, self.file, constructor=self._constructor)
-            name = key.scalar()
-            if not isinstance(name, str):
-                raise key.error(f"keys in {what} must be strings, got {name!r}")
+            if type(key_node) is yaml.ScalarNode and key_node.tag == _STR and \
+                    key_node.value.isascii():  # what scalar() would say, without a Node
+                name = key_node.value
+                line = int(key_node.start_mark.line) + 1
+            else:
+                key = Node(key_node, file, constructor=constructor)
+                name = key.scalar()
+                if not isinstance(name, str):
+                    raise key.error(f"keys in {what} must be strings, got {name!r}")
+                line = key.line
             if name in seen:
-                raise key.error(f"duplicate key {name!r} in {what} (first at line {seen[name]})")
-            seen[name] = key.line
-            pairs.append((name, Node(value_node, self.file, key.line, self._constructor)))
+                raise Node(key_node, file, constructor=constructor).error(
+                    f"duplicate key {name!r} in {what} (first at line {seen[name]})")
+            seen[name] = line
+            pairs.append((name, Node(value_node, file, line, constructor)))
         return pairs
 
     def sequence(self, what: str) -> list[Node]:
@@ -262,16 +322,23 @@ class Node:
 
     def _construct(self) -> Any:
         """The scalar's value; one its tag cannot construct is a SpecError at its line."""
-        if self._node.tag == _STR:  # what the constructor would return, without its bookkeeping
-            value: Any = self._node.value
+        node = self._node
+        tag = node.tag
+        if tag == _STR:  # what the constructor would return, without its bookkeeping
+            value: Any = node.value
         else:
             try:
-                value = self._constructor.construct_object(self._node)
+                text = node.value
+                if tag == _INT and type(text) is str and text.isascii() and text.isdigit() \
+                        and (text[0] != "0" or text == "0"):
+                    value = int(text)  # construct_yaml_int's own answer for plain decimals
+                else:
+                    value = self._constructor.construct_object(node)
             except Exception as exc:  # ValueError, KeyError, ConstructorError: all the spec's
                 problem = getattr(exc, "problem", None) or str(exc) or type(exc).__name__
-                raise self.error(f"cannot read the value {str(self._node.value)[:40]!r} as "
-                                 f"{tag_name(self._node.tag)}: {problem}") from None
-        if isinstance(value, str) and not _encodable(value):
+                raise self.error(f"cannot read the value {str(node.value)[:40]!r} as "
+                                 f"{tag_name(tag)}: {problem}") from None
+        if isinstance(value, str) and not value.isascii() and not _encodable(value):
             raise self.error(f"the value {value[:40]!r} holds a lone surrogate (an escape like "
                              "\\ud800), which is no character")
         return value
@@ -286,7 +353,7 @@ class Node:
 
     def text(self, what: str) -> str:
         """A string, or an integer taken as its decimal string; booleans and floats are refused."""
-        value = self.scalar() if not (self.is_mapping or self.is_sequence) else None
+        value = None if isinstance(self._node, _COLLECTIONS) else self.scalar()
         if isinstance(value, bool) or value is None or isinstance(value, float):
             raise self.error(f"{what} must be a string or an integer, got {self.kind_name()}")
         if isinstance(value, int):
@@ -296,13 +363,13 @@ class Node:
         raise self.error(f"{what} must be a string or an integer, got {self.kind_name()}")
 
     def string(self, what: str) -> str:
-        value = self.scalar() if not (self.is_mapping or self.is_sequence) else None
+        value = None if isinstance(self._node, _COLLECTIONS) else self.scalar()
         if not isinstance(value, str) or not value:
             raise self.error(f"{what} must be a non-empty string, got {self.kind_name()}")
         return value
 
     def boolean(self, what: str) -> bool:
-        value = self.scalar() if not (self.is_mapping or self.is_sequence) else None
+        value = None if isinstance(self._node, _COLLECTIONS) else self.scalar()
         if not isinstance(value, bool):
             raise self.error(f"{what} must be true or false, got {self.kind_name()}")
         return value

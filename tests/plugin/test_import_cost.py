@@ -61,23 +61,30 @@ def test_a_verify_run_imports_the_kinds_of_its_spec_and_no_fix_or_unasked_report
     modules = loaded(pytester, "spec.yaml", f"--gpuhost-root={fake.root}")
     kinds = [m for m in modules if m.startswith("pytest_gpuhost.checks.")]
     # gpus: every run reads the GPU list for its reports; conditions: the `when:` names;
-    # changes: what a check's plan is made of; persistence: the lines a kind supplies (part
-    # of what a Kind is, stdlib only); no capture's helpers (checks.capturing)
-    assert kinds == ["pytest_gpuhost.checks.changes", "pytest_gpuhost.checks.conditions",
-                     "pytest_gpuhost.checks.gpus", "pytest_gpuhost.checks.persistence",
-                     "pytest_gpuhost.checks.sysctl"]
+    # persistence: the lines a kind supplies (part of what a Kind is, stdlib only); no
+    # capture's helpers (checks.capturing), no plan's changes (checks.changes: a check that
+    # passes plans nothing)
+    assert kinds == ["pytest_gpuhost.checks.conditions", "pytest_gpuhost.checks.gpus",
+                     "pytest_gpuhost.checks.persistence", "pytest_gpuhost.checks.sysctl"]
     fix = [m for m in modules if m.startswith("pytest_gpuhost.fix.")]
-    assert fix == ["pytest_gpuhost.fix.locking", "pytest_gpuhost.fix.run",
-                   "pytest_gpuhost.fix.state"]  # no journal, no fixer
+    # fix.run: the empty FixRun every target holds; no journal, no fixer, no lock (the
+    # exception a lock raises is the fix package's own), no state files
+    assert fix == ["pytest_gpuhost.fix.run"]
     reports = [m for m in modules if m.startswith("pytest_gpuhost.reports.")]
-    assert reports == ["pytest_gpuhost.reports.failure", "pytest_gpuhost.reports.junit",
-                       "pytest_gpuhost.reports.terminal"]
+    # no failure's text: nothing failed
+    assert reports == ["pytest_gpuhost.reports.junit", "pytest_gpuhost.reports.terminal"]
+    session = [m for m in modules if m.startswith("pytest_gpuhost.session.")]
+    # no capture's, persistence's, lost target's or unexpandable section's module
+    assert not {"pytest_gpuhost.session.capturing", "pytest_gpuhost.session.persisting",
+                "pytest_gpuhost.session.unreachable",
+                "pytest_gpuhost.session.unexpanded"} & set(session)
     absent = ("capture", "fleet", "plugin.worker", "plugin.distributing", "host.remote",
-              "gpu.bandwidth", "gpu.cudaprobe", "gpu.measure", "gpu.nvmllib", "bounded",
-              "linux.cmdline", "state", "benchmark")
+              "gpu.bandwidth", "gpu.cudaprobe", "gpu.measure", "gpu.nvmllib",
+              "gpu.nvmlrecorded", "bounded", "linux.cmdline", "state", "benchmark", "files")
     # plugin.worker: plugin.workers too; the host's state: for a report, the fixture, a
-    # benchmark; gpu.nvmllib: nvidia-ml-py's wrapper, for the root / only; linux.cmdline: the
-    # kernel command line's readers, for the kinds that read it
+    # benchmark; gpu.nvmllib: nvidia-ml-py's wrapper, for the root / only; gpu.nvmlrecorded:
+    # a recorded snapshot's NVML, for a tree that holds one; linux.cmdline: the kernel command
+    # line's readers, for the kinds that read it; files: the reports' writer
     assert not [m for m in modules if m.removeprefix("pytest_gpuhost.").startswith(absent)]
 
 
@@ -231,3 +238,16 @@ def test_a_collector_frozen_or_off_before_the_run_is_left_so(pytester: pytest.Py
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_the_sessions_lazy_names_are_their_modules_own() -> None:
+    """``capture_report`` and ``UnreachableHost`` load with their first use (a verify run uses
+    neither), and are then the names their modules define."""
+    import pytest_gpuhost.session as session
+    from pytest_gpuhost.session.capturing import capture_report
+    from pytest_gpuhost.session.unreachable import UnreachableHost
+
+    assert session.capture_report is capture_report
+    assert session.UnreachableHost is UnreachableHost
+    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
+        session.nothing  # noqa: B018
