@@ -37,6 +37,32 @@ _TYPES: dict[str, type] = {SECONDS: float, COUNT: int}
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
+    _rewrite_only_the_testing_helpers(pluginmanager)
+
+
+PACKAGE = __package__.rpartition(".")[0]
+REWRITTEN = f"{PACKAGE}.testing"
+"""The helpers tests assert with (``FakeHost``, ``SshServer``): the package's only modules
+whose asserts pytest rewrites."""
+
+
+def _rewrite_only_the_testing_helpers(pluginmanager: pytest.PytestPluginManager) -> None:
+    """pytest rewrites the asserts of every module of a distribution with a ``pytest11`` entry
+    point, and loads each through its own import hook, which reads the cached code several
+    times slower than Python's importer does (``marshal.load`` on the file object): about
+    50 ms of CPU at a run's start for this package's modules (bench/RESULTS.md, figure 1c),
+    for asserts that are invariants, not tests. Called as the plugin registers, before it
+    imports anything else of its own: the package is left to Python's importer, except
+    ``REWRITTEN``. The set of names pytest rewrites is pytest's own (``_must_rewrite``): a
+    pytest without it rewrites the whole package as before, which changes only the time."""
+    hook = getattr(pluginmanager, "rewrite_hook", None)
+    marked = getattr(hook, "_must_rewrite", None)
+    known = getattr(hook, "_marked_for_rewrite_cache", None)
+    if not isinstance(marked, set) or PACKAGE not in marked or not isinstance(known, dict):
+        return
+    marked.discard(PACKAGE)
+    marked.add(REWRITTEN)
+    known.clear()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

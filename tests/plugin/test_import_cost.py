@@ -251,3 +251,33 @@ def test_the_sessions_lazy_names_are_their_modules_own() -> None:
     assert session.UnreachableHost is UnreachableHost
     with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
         session.nothing  # noqa: B018
+
+
+LOADERS = """
+    import sys
+
+    def pytest_configure(config):
+        import pytest_gpuhost.testing.fakehost
+
+    def pytest_unconfigure(config):
+        names = ("pytest_gpuhost.session", "pytest_gpuhost.spec", "pytest_gpuhost.testing.fakehost")
+        with open("loaders.txt", "w") as out:
+            out.write(" ".join(type(sys.modules[n].__loader__).__name__ for n in names))
+"""
+
+
+def test_pytest_rewrites_the_asserts_of_the_testing_helpers_only(
+        pytester: pytest.Pytester, fake: FakeHost) -> None:
+    """pytest marks a plugin's package for assert rewriting (every module of a distribution
+    with a pytest11 entry point, in an installed wheel; here ``-p``, which marks the same way)
+    and then loads each of its modules through its own hook, several times slower: the plugin
+    hands its package back to Python's importer as it registers, except the testing helpers."""
+    fake.sysctl("vm.swappiness", 10)
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    pytester.makeconftest(textwrap.dedent(LOADERS))
+    result = pytester.runpytest_subprocess("-p", "pytest_gpuhost", "-p", "no:cacheprovider",
+                                           "spec.yaml", f"--gpuhost-root={fake.root}")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    session, spec, helpers = (pytester.path / "loaders.txt").read_text().split()
+    assert (session, spec) == ("SourceFileLoader", "SourceFileLoader")
+    assert helpers == "AssertionRewritingHook"
