@@ -16,6 +16,7 @@ from .. import long_lived
 from ..reports.junit import add_junit_facts, junit_family
 from ..result import CheckResult, Outcome
 from ..runstate import requests_state
+from ..session.collecting import collect_remote
 from .gate import OPEN_OUTCOMES, judge, verdict_text
 from .items import GpuhostItem, JournalFile, PersistFile, SpecFile, error_record
 from .start import REPORT_ATTR
@@ -51,7 +52,7 @@ class CheckHooks:
     def pytest_collection(self, session: pytest.Session) -> None:
         """Connect to the remote targets together before the specs expand on them one by one
         (a worker started from the controller's collection has nothing left to read)."""
-        self.session.collect_remote_facts()
+        collect_remote(self.session)
 
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector
                             ) -> pytest.File | None:

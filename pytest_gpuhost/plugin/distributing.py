@@ -12,8 +12,8 @@ login and one agent session a target, and a worker starts on its targets as soon
 collected them. A worker that goes down hands the targets it had not finished to the worker
 that replaces it. With any other distribution (``--dist each``, ``loadfile``...) or a
 capture, every worker must collect every target: the controller collects each once, for all
-of them (``Session.export_collection``), and each worker expands from that, connecting only to
-run its targets' checks.
+of them (``session.collecting.export_collection``), and each worker expands from that,
+connecting only to run its targets' checks.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import pytest
 from ..files import write_atomically
 from ..fix import LockUnavailable
 from ..fix.run import JOURNAL_KEY
+from ..session.collecting import export_collection
 from .scheduling import TargetScheduling, target_scope
 from .workers import (
     COLLECTED,
@@ -173,7 +174,7 @@ class Distributing:
         their own targets, collect every remote target here, once, in parallel, for them."""
         self.pytest_session = session
         if self.run.session.named and self.run.session.specs and not self.targeted:
-            self.shared.share_collection(self.run.session.export_collection())
+            self.shared.share_collection(export_collection(self.run.session))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:

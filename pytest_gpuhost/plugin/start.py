@@ -282,11 +282,12 @@ def _make_run(config: pytest.Config, settings: Settings) -> Run:
         raise
     if log is None:
         return Run(config, settings, session, Ledger(), reports, shared)
+    from ..session.collecting import seed
     from .worker import SharedLedger, shared_collection
 
     collected = shared_collection(log) if own is None else None  # the controller's, if any
     if collected is not None:
-        session.seed(collected)
+        seed(session, collected)
     return Run(config, settings, session, SharedLedger(log, records=session.persisting),
                reports)
 

@@ -32,7 +32,6 @@ from ..spec import EntryOptions, Spec, load_spec
 from .containers import CONTAINER
 from .limits import FILES_PER_SESSION as FILES_PER_SESSION  # re-exported
 from .limits import FILES_SPARE as FILES_SPARE  # re-exported
-from .limits import room_for_sessions
 from .target import HOST_FACTS, LOCAL, HostFacts, Target
 
 if TYPE_CHECKING:  # a rollback's, persistence's and a capture's modules load when used
@@ -275,60 +274,6 @@ class Session(msgspec.Struct, dict=True):
         """Whether this process collects (and runs) ``target``: this machine always, a remote
         target when it is this process's own (``own``)."""
         return self.own is None or target.url == LOCAL or target.name in self.own
-
-    def collect_remote_facts(self, *, observe: bool = True) -> None:
-        """The first batch of collection (every spec's facts) from every remote target this
-        process collects, ``concurrency`` connections at a time: connecting is most of a
-        remote target's time, and one target's wait no longer holds up the others. Expansion
-        then reads from the cache. ``observe``: each target's checks read what they observe
-        as soon as it is collected (``observing.py``), where this process runs them."""
-        remote = [t for t in self.targets.values()
-                  if t.url != LOCAL and t.unreachable is None and self.collects(t)]
-        room_for_sessions(len(remote))
-        if len(remote) < 2 or not self.specs:
-            return
-        facts = list(dict.fromkeys(f for spec in self.specs.values() for f in self.facts_of(spec)))
-        from concurrent.futures import ThreadPoolExecutor  # remote targets only
-
-        from .observing import observe_early, observes_early
-
-        early = observe and observes_early(self.settings, self.targets.values(),
-                                           runs_what_it_collects=self.runs_own)
-
-        def collect(target: Target) -> None:
-            target.collect_facts(facts, self.shared_dir)
-            if early:
-                observe_early(target, lambda spec: self.expanded(spec, target),
-                              self.specs_of(target))
-
-        at_once = self.concurrency or self.settings.connect_concurrency
-        with ThreadPoolExecutor(min(at_once, len(remote)),
-                                thread_name_prefix="gpuhost-collect") as pool:
-            for _ in pool.map(collect, remote):
-                pass
-
-    def export_collection(self) -> dict[str, object]:
-        """Collect every remote target here, once, for xdist's workers (``seed``): they then
-        expand the same checks without connecting (each connects only to the targets it runs)
-        and cannot disagree on what they collected. The connections made here are ended."""
-        self.collect_remote_facts(observe=False)  # the workers run the checks
-        remote = [t for t in self.targets.values() if t.url != LOCAL]
-        for spec in self.specs.values():
-            for target in remote:
-                self.expand(spec, target)
-        exported: dict[str, object] = {}
-        for target in remote:
-            exported[target.name] = target.export()
-            target.disconnect()
-        return exported
-
-    def seed(self, collected: Mapping[str, Any]) -> None:
-        """Start each remote target from what the xdist controller collected of it."""
-        room_for_sessions(sum(1 for t in self.targets.values() if t.url != LOCAL))
-        for name, record in collected.items():
-            target = self.targets.get(name)
-            if target is not None and target.url != LOCAL:
-                target.seed(record)
 
     def facts_of(self, spec: Spec) -> list[Fact[Any]]:
         """The facts the expansion of ``spec`` reads, for one batch."""

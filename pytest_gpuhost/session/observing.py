@@ -1,7 +1,7 @@
 """Reading remote targets' observations ahead of their checks' turns, where that cannot
 change what the checks see.
 
-``Session.collect_remote_facts`` connects to a process's remote targets a few at a time. Where
+``collecting.collect_remote`` connects to a process's remote targets a few at a time. Where
 the run changes nothing, each target's checks are expanded right after its facts arrive and
 what they observe is read then, in the batch its first check would ask for
 (``Target.prefetch``), while the other targets still connect. A worker's checks of that target
@@ -9,7 +9,7 @@ then wait on no round trip but their fresh phase's (dmesg, AER, read after the o
 over a network, one round trip a target less once collection is over.
 
 The fresh phase begins for one target at its first fresh check, once every check ranked before
-it has run (pytest runs the checks by rank: ``CheckCollector.pytest_collection_modifyitems``).
+it has run (pytest runs the checks by rank: ``CheckHooks.pytest_collection_modifyitems``).
 Where this process runs every check of its remote targets, and no check of any of them that
 reads the host as it stands is left, every remote target whose fresh checks are all that is
 left begins its fresh phase then too, ``at_once`` at a time (``read_fresh_together``): each
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Collection, Iterable
+from typing import Protocol, TypeVar
 
 from ..checks import Check
 from ..host import HostError, doing
@@ -58,7 +59,26 @@ def observe_early(target: Target, expanded: Callable[[Spec], list[Check]],
             target.prefetch(first)
 
 
-def fresh_together(targets: Collection[Target], *, runs_what_it_collects: bool) -> bool:
+class Phased(Protocol):
+    """A target as its fresh phase sees it (``Target``, or a test's stand-in)."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def kernel_on(self) -> object: ...
+
+    def reads_as_it_stands(self) -> bool: ...
+
+    def fresh_turn(self) -> bool: ...
+
+    def start_fresh(self) -> None: ...
+
+
+P = TypeVar("P", bound=Phased)
+
+
+def fresh_together(targets: Collection[Phased], *, runs_what_it_collects: bool) -> bool:
     """Whether the process's targets may begin their fresh phases together: it runs every
     check of the remote targets it collects (else another process may still run a check
     ranked before), it has two remote targets or more, and no container pair (a container and
@@ -68,7 +88,7 @@ def fresh_together(targets: Collection[Target], *, runs_what_it_collects: bool) 
             and not any(target.kernel_on is not None for target in targets))
 
 
-def read_fresh_together(first: Target, targets: Iterable[Target], at_once: int) -> None:
+def read_fresh_together(first: P, targets: Iterable[P], at_once: int) -> None:
     """``first``'s first fresh check is about to run: where no target has a check left that
     reads the host as it stands, ``first`` and every remote target whose fresh checks are all
     it has left begin their fresh phase now, each in one batch, ``at_once`` at a time. A read
@@ -82,7 +102,7 @@ def read_fresh_together(first: Target, targets: Iterable[Target], at_once: int) 
         return
     from concurrent.futures import ThreadPoolExecutor
 
-    def start(target: Target) -> None:
+    def start(target: P) -> None:
         with doing("reading the observations"), contextlib.suppress(HostError):
             target.start_fresh()
 

@@ -19,15 +19,13 @@ from ..checks.conditions import ConditionFn
 from ..checks.gpus import GPUS
 from ..engine import RunOptions, error_result, run_check
 from ..fix.run import FixRun
-from ..gpu.nvml import RECORDED_READS, NvmlFactory, NvmlSource, NvmlUnavailable
+from ..gpu.nvml import NvmlFactory, NvmlSource, NvmlUnavailable
 from ..host import (
     CachedHost,
     Closable,
     Connection,
-    GpuQuery,
     Host,
     HostError,
-    Read,
     Reply,
     Request,
     doing,
@@ -41,51 +39,12 @@ from ..result import CheckResult
 from ..settings import Settings
 from ..targets import TargetAddress
 from .containers import CONTAINER, guarded, in_kernel
+from .hostfacts import HOST_FACTS as HOST_FACTS  # re-exported (session)
+from .hostfacts import HostFacts as HostFacts  # re-exported (session)
 
 LOCAL = "local"
 
 
-class HostFacts(msgspec.Struct, frozen=True):
-    """What reports say about the machine: as the host itself reports it."""
-
-    hostname: str | None
-    kernel: str | None
-    driver: str | None
-    """The NVIDIA kernel module's version (sysfs), else the version line of proc/driver."""
-    gpus: tuple[str, ...]
-    gpu_models: tuple[str, ...]
-
-
-def _first_line(reply: Reply) -> str | None:
-    if reply.error is not None:
-        return None
-    text = reply.text().strip()
-    return text.splitlines()[0] if text else None
-
-
-def _driver_line(line: str | None) -> str | None:
-    """``NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release ...`` ->
-    ``580.95.05``; a bare version stays as it is."""
-    if line is None:
-        return None
-    words = [w for w in line.replace("  ", " ").split() if w[:1].isdigit() and "." in w]
-    return words[0] if words else line
-
-
-HOST_FACTS_READS: tuple[Request, ...] = (
-    Read("proc/sys/kernel/hostname"), Read("proc/sys/kernel/osrelease"),
-    Read("sys/module/nvidia/version"), Read("proc/driver/nvidia/version"),
-    *RECORDED_READS,  # a fake root's NVML: opening it then costs no round trip
-    GpuQuery(),  # nor does the target's own (``gpu.agentnvml``)
-)
-
-
-def _parse_host_facts(replies: Sequence[Reply]) -> tuple[str | None, ...]:
-    hostname, kernel, module, proc = (_first_line(r) for r in replies[:4])
-    return hostname, kernel, module or _driver_line(proc)
-
-
-HOST_FACTS = Fact("host facts", HOST_FACTS_READS, _parse_host_facts)
 
 
 class _RememberedConditions(Mapping[str, ConditionFn]):

@@ -106,7 +106,7 @@ def test_one_login_and_one_agent_session_a_target_under_xdist(
 def test_under_a_distribution_that_collects_every_target_a_worker_reads_only_its_own(
         pytester: pytest.Pytester, verbose_sshd: SshServer, tmp_path: Path) -> None:
     """``--dist loadfile``: the controller collects every target once and each worker starts
-    from that collection (``Session.seed``), learning which targets it runs only as their
+    from that collection (``session.collecting.seed``), learning which targets it runs only as their
     checks come. A worker must not read what a target's checks observe at collection then
     (``session/observing.py``): every worker would open a session to every target. One login
     a target (the controller's, its master shared), and an agent session for the controller's

@@ -135,7 +135,7 @@ class Waiting:
     def __init__(self, url: str, *, plain: bool = False, fresh: bool = True,
                  fails: bool = False) -> None:
         self.url, self.plain, self.fresh, self.fails = url, plain, fresh, fails
-        self.kernel_on = None
+        self.kernel_on: Waiting | None = None
         self.started = False
 
     def reads_as_it_stands(self) -> bool:
@@ -151,7 +151,7 @@ class Waiting:
 
 
 def _together(first: Waiting, *targets: Waiting) -> list[str]:
-    read_fresh_together(first, [first, *targets], 2)  # type: ignore[arg-type,list-item]
+    read_fresh_together(first, [first, *targets], 2)
     return [t.url for t in (first, *targets) if t.started]
 
 
@@ -172,10 +172,10 @@ def test_fresh_phases_begin_together_only_once_no_plain_check_is_left() -> None:
 
 def test_fresh_phases_begin_together_where_the_process_runs_every_check_of_its_targets() -> None:
     a, b = Waiting("ssh://a"), Waiting("ssh://b")
-    assert fresh_together([a, b], runs_what_it_collects=True)  # type: ignore[list-item]
+    assert fresh_together([a, b], runs_what_it_collects=True)
     # an xdist worker that shares its targets' checks with others: another may still run one
-    assert not fresh_together([a, b], runs_what_it_collects=False)  # type: ignore[list-item]
-    assert not fresh_together([a, Waiting(LOCAL)],  # type: ignore[list-item]
+    assert not fresh_together([a, b], runs_what_it_collects=False)
+    assert not fresh_together([a, Waiting(LOCAL)],
                               runs_what_it_collects=True)
-    b.kernel_on = a  # type: ignore[assignment]  # a container and its host: one machine
-    assert not fresh_together([a, b], runs_what_it_collects=True)  # type: ignore[list-item]
+    b.kernel_on = a  # a container and its host: one machine
+    assert not fresh_together([a, b], runs_what_it_collects=True)

@@ -1,0 +1,70 @@
+"""Collecting a process's remote targets: its own, connecting a few at a time
+(``collect_remote``), or, on xdist's controller, every target once for the workers
+(``export_collection``), each of which then starts from that collection (``seed``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from .limits import room_for_sessions
+from .target import LOCAL, Target
+
+if TYPE_CHECKING:
+    from . import Session
+
+
+def collect_remote(session: Session, *, observe: bool = True) -> None:
+    """The first batch of collection (every spec's facts) from every remote target this
+    process collects, ``concurrency`` connections at a time: connecting is most of a
+    remote target's time, and one target's wait no longer holds up the others. Expansion
+    then reads from the cache. ``observe``: each target's checks read what they observe
+    as soon as it is collected (``observing.py``), where this process runs them."""
+    remote = [t for t in session.targets.values()
+              if t.url != LOCAL and t.unreachable is None and session.collects(t)]
+    room_for_sessions(len(remote))
+    if len(remote) < 2 or not session.specs:
+        return
+    facts = list(dict.fromkeys(f for spec in session.specs.values()
+                               for f in session.facts_of(spec)))
+    from concurrent.futures import ThreadPoolExecutor  # remote targets only
+
+    from .observing import observe_early, observes_early
+
+    early = observe and observes_early(session.settings, session.targets.values(),
+                                       runs_what_it_collects=session.runs_own)
+
+    def collect(target: Target) -> None:
+        target.collect_facts(facts, session.shared_dir)
+        if early:
+            observe_early(target, lambda spec: session.expanded(spec, target),
+                          session.specs_of(target))
+
+    at_once = session.concurrency or session.settings.connect_concurrency
+    with ThreadPoolExecutor(min(at_once, len(remote)),
+                            thread_name_prefix="gpuhost-collect") as pool:
+        for _ in pool.map(collect, remote):
+            pass
+
+def export_collection(session: Session) -> dict[str, object]:
+    """Collect every remote target here, once, for xdist's workers (``seed``): they then
+    expand the same checks without connecting (each connects only to the targets it runs)
+    and cannot disagree on what they collected. The connections made here are ended."""
+    collect_remote(session, observe=False)  # the workers run the checks
+    remote = [t for t in session.targets.values() if t.url != LOCAL]
+    for spec in session.specs.values():
+        for target in remote:
+            session.expand(spec, target)
+    exported: dict[str, object] = {}
+    for target in remote:
+        exported[target.name] = target.export()
+        target.disconnect()
+    return exported
+
+def seed(session: Session, collected: Mapping[str, Any]) -> None:
+    """Start each remote target from what the xdist controller collected of it."""
+    room_for_sessions(sum(1 for t in session.targets.values() if t.url != LOCAL))
+    for name, record in collected.items():
+        target = session.targets.get(name)
+        if target is not None and target.url != LOCAL:
+            target.seed(record)
