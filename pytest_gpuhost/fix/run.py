@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from ..result import CheckResult, Outcome
+from .state import STATE_DIR as STATE_DIR  # re-exported
+from .state import StateFile, StateStore
 
 if TYPE_CHECKING:  # a verify run holds an empty FixRun: the fixer's modules load with a fix
     from ..gpu.nvml import NvmlSource
@@ -17,7 +19,6 @@ if TYPE_CHECKING:  # a verify run holds an empty FixRun: the fixer's modules loa
     from .fixer import Fixer
     from .history import FixHistory
     from .journal import JournalContents
-    from .state import StateFile
 
 JOURNAL_KEY = "gpuhost_journal"
 
@@ -70,7 +71,6 @@ def make_fixer(host: Host, journal: StateFile | None, spec: str, *, worker: bool
     from .fixer import Fixer
     from .journal import Journal
     from .locking import RootLock
-    from .state import STATE_DIR, StateStore
 
     store = StateStore.of(host)
     run_lock = None if worker else RootLock(store.file(f"{STATE_DIR}/run.lock"), "run")
@@ -93,7 +93,6 @@ def rollback_fixer(host: Host, *, lock_timeout: float, nvml: NvmlSource | None) 
     rollback journals nothing, and holds both to its end."""
     from .fixer import Fixer
     from .locking import RootLock
-    from .state import STATE_DIR, StateStore
 
     store = StateStore.of(host)
     run_lock = RootLock(store.file(f"{STATE_DIR}/run.lock"), "run")
@@ -112,8 +111,6 @@ def default_journal(host: Host, option: Path | None, spec: str,
                     workerinput: Mapping[str, object] | None) -> StateFile:
     """The run's journal: the one the controller chose (an xdist worker), the file named by
     --gpuhost-journal (on this machine), or a new one on the host."""
-    from .state import StateFile, StateStore
-
     if workerinput is not None and JOURNAL_KEY in workerinput:
         return StateFile.local(Path(str(workerinput[JOURNAL_KEY])))
     if option is not None:

@@ -14,7 +14,9 @@ Where this process runs every check of its remote targets, and no check of any o
 reads the host as it stands is left, every remote target whose fresh checks are all that is
 left begins its fresh phase then too, ``at_once`` at a time (``read_fresh_together``): each
 still reads after every check ranked before its own, and the run waits for one round trip
-instead of one a target in turn."""
+instead of one a target in turn. That is a serial run's case: xdist's workers are given their
+targets one after another (``plugin/scheduling.py``), each with all of its checks, so a
+worker's next target still has its other checks to run when a target's fresh phase comes."""
 
 from __future__ import annotations
 

@@ -67,9 +67,11 @@ def test_a_verify_run_imports_the_kinds_of_its_spec_and_no_fix_or_unasked_report
     assert kinds == ["pytest_gpuhost.checks.conditions", "pytest_gpuhost.checks.gpus",
                      "pytest_gpuhost.checks.persistence", "pytest_gpuhost.checks.sysctl"]
     fix = [m for m in modules if m.startswith("pytest_gpuhost.fix.")]
-    # fix.run: the empty FixRun every target holds; no journal, no fixer, no lock (the
-    # exception a lock raises is the fix package's own), no state files
-    assert fix == ["pytest_gpuhost.fix.run"]
+    # fix.run: the empty FixRun every target holds; fix.state: where journals are named (its
+    # count of this process's journals must outlive a run: pytester drops the modules an
+    # inline run imported, and a second run in the same second then took the first's name);
+    # no journal, no fixer, no lock (the exception a lock raises is the fix package's own)
+    assert fix == ["pytest_gpuhost.fix.run", "pytest_gpuhost.fix.state"]
     reports = [m for m in modules if m.startswith("pytest_gpuhost.reports.")]
     # no failure's text: nothing failed
     assert reports == ["pytest_gpuhost.reports.junit", "pytest_gpuhost.reports.terminal"]
