@@ -288,8 +288,7 @@ class Session(msgspec.Struct, dict=True):
         if check.fresh and self.reads_fresh_together and target.fresh_turn():
             from .observing import read_fresh_together
 
-            read_fresh_together(target, self.targets.values(),
-                                self.concurrency or self.settings.connect_concurrency)
+            read_fresh_together(target, self.targets.values(), self.connect_at_once)
         return target.run(check, self.options, named=self.named)
 
     @functools.cached_property
@@ -299,6 +298,12 @@ class Session(msgspec.Struct, dict=True):
         from .observing import fresh_together
 
         return fresh_together(self.targets.values(), runs_what_it_collects=self.runs_own)
+
+    @property
+    def connect_at_once(self) -> int:
+        """Remote targets this process reads from at once: its share of the connections (an
+        xdist worker's), else --gpuhost-connect-concurrency."""
+        return self.concurrency or self.settings.connect_concurrency
 
     @property
     def runs_own(self) -> bool:

@@ -4,14 +4,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .limits import room_for_sessions
 from .target import LOCAL, Target
 
 if TYPE_CHECKING:
     from . import Session
+
+T = TypeVar("T")
 
 
 def collect_remote(session: Session, *, observe: bool = True) -> None:
@@ -27,8 +29,6 @@ def collect_remote(session: Session, *, observe: bool = True) -> None:
         return
     facts = list(dict.fromkeys(f for spec in session.specs.values()
                                for f in session.facts_of(spec)))
-    from concurrent.futures import ThreadPoolExecutor  # remote targets only
-
     from .observing import observe_early, observes_early
 
     early = observe and observes_early(session.settings, session.targets.values(),
@@ -40,11 +40,19 @@ def collect_remote(session: Session, *, observe: bool = True) -> None:
             observe_early(target, lambda spec: session.expanded(spec, target),
                           session.specs_of(target))
 
-    at_once = session.concurrency or session.settings.connect_concurrency
-    with ThreadPoolExecutor(min(at_once, len(remote)),
-                            thread_name_prefix="gpuhost-collect") as pool:
-        for _ in pool.map(collect, remote):
+    each_at_once(collect, remote, session.connect_at_once, "gpuhost-collect")
+
+
+def each_at_once(work: Callable[[T], None], items: Sequence[T], at_once: int,
+                 name: str) -> None:
+    """``work`` on every item, ``at_once`` threads at a time (named ``name``), returning once
+    all are done; an exception of ``work`` is raised here."""
+    from concurrent.futures import ThreadPoolExecutor  # remote targets only
+
+    with ThreadPoolExecutor(min(at_once, len(items)), thread_name_prefix=name) as pool:
+        for _ in pool.map(work, items):
             pass
+
 
 def export_collection(session: Session) -> dict[str, object]:
     """Collect every remote target here, once, for xdist's workers (``seed``): they then
@@ -60,6 +68,7 @@ def export_collection(session: Session) -> dict[str, object]:
         exported[target.name] = target.export()
         target.disconnect()
     return exported
+
 
 def seed(session: Session, collected: Mapping[str, Any]) -> None:
     """Start each remote target from what the xdist controller collected of it."""

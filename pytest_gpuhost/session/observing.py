@@ -28,6 +28,7 @@ from ..checks import Check
 from ..host import HostError, doing
 from ..settings import Settings
 from ..spec import Spec
+from .collecting import each_at_once
 from .target import LOCAL, Target
 
 
@@ -102,12 +103,9 @@ def read_fresh_together(first: P, targets: Iterable[P], at_once: int) -> None:
                       and t.fresh_turn())]
     if len(ready) < 2:
         return
-    from concurrent.futures import ThreadPoolExecutor
 
     def start(target: P) -> None:
         with doing("reading the observations"), contextlib.suppress(HostError):
             target.start_fresh()
 
-    with ThreadPoolExecutor(min(at_once, len(ready)), thread_name_prefix="gpuhost-fresh") as pool:
-        for _ in pool.map(start, ready):
-            pass
+    each_at_once(start, ready, at_once, "gpuhost-fresh")

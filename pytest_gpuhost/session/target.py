@@ -179,18 +179,9 @@ class Target:
         return any(not check.fresh for check in self._pending.values())
 
     def start_fresh(self) -> None:
-        """Begin the fresh phase now, as its first check would (``prefetch``): everything
-        cached forgotten, then every pending fresh check's reads in one batch, which that
-        phase's checks are then served from while nothing changes."""
-        self._fresh = True
-        self.host.invalidate()
-        group = list(self._pending.values())
-        self._batched = set()
-        self._phase_start = True
-        self.host.prefetch(r for c in group for r in self._reads(c))
-        self._batched = {id(c) for c in group}
-        self._generation = self.host.generation
-        self._phase_start = False
+        """Begin the fresh phase now, as its first check would: ``prefetch`` of one of the
+        pending checks (all fresh: ``fresh_turn``) reads every one's in one batch."""
+        self.prefetch(next(iter(self._pending.values())))
 
     def run(self, check: Check, options: RunOptions, *, named: bool = False) -> CheckResult:
         lost = self.remote.lost if self.remote is not None else None
