@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast, runtime
 import msgspec
 
 from ..host import Host, HostError, Reply, Request, raised
-from ..spec import EntryOptions, Node, SpecContext
+from ..spec import EntryOptions, SpecContext
 from ..spec.matchers import Expectation
 from .persistence import PERSIST_TARGETS as PERSIST_TARGETS
 from .persistence import BootCommand as BootCommand
@@ -29,6 +29,7 @@ from .persistence import settled as settled
 if TYPE_CHECKING:
     from ..gpu.nvml import NvmlSource
     from ..result import CheckResult
+    from ..spec import Node
     from .capturing import Captured, Records
     from .changes import Plan
     from .persistence import CONTROL as CONTROL  # re-exported: a kind's persistence names it

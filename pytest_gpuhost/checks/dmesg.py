@@ -20,11 +20,12 @@ import msgspec
 
 from ..host import Host, Kmsg, Reply, Request
 from ..linux.kmsg import LEVELS, Record, iter_records, level_number
-from ..spec import EntryOptions, Node, SpecContext, section
+from ..spec import EntryOptions, SpecContext, section
 from ..spec.matchers import Verdict
 from . import Check, Evidence, Fact, Facts, NoFix, Observation
 
 if TYPE_CHECKING:  # capture's helpers load when a capture asks
+    from ..spec import Node
     from .capturing import Captured, Records
 
 KMSG = "dev/kmsg"

@@ -15,7 +15,7 @@ from ..host import Host, HostError, Read, Request
 from ..linux.pciaddr import normalize_address
 from ..linux.pciconfig import BCR_FLR, SIZES, ConfigError, DeviceControl, device_control
 from ..result import CheckResult, Outcome
-from ..spec import EntryOptions, Node, SpecContext, parse_expectation
+from ..spec import EntryOptions, SpecContext, parse_expectation
 from ..spec.matchers import Domain, Expectation, Integer, LinkSpeed
 from . import (
     BootCommand,
@@ -33,6 +33,7 @@ from .conditions import in_container
 from .gpus import GPUS, Gpu, MissingGpus
 
 if TYPE_CHECKING:  # the bridges' checks (ACS, ASPM, AER) load when a spec has one of their keys
+    from ..spec import Node
     from .capturing import Captured, Records
     from .changes import Plan
     from .pcie_path import PathEntry

@@ -16,7 +16,7 @@ import msgspec
 
 from ..host import Glob, Host, HostError, ListDir, Match, Read, Reply, Request
 from ..result import CheckResult
-from ..spec import EntryOptions, Node, SpecContext, parse_expectation
+from ..spec import EntryOptions, SpecContext, parse_expectation
 from ..spec.matchers import Auto, Expectation, normalize_ws
 from . import (
     KERNEL,
@@ -32,6 +32,7 @@ from . import (
 )
 
 if TYPE_CHECKING:  # capture's helpers and a plan's changes load when used
+    from ..spec import Node
     from .capturing import Captured, Records
     from .changes import Plan
 

@@ -115,6 +115,7 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
+    _yaml_before_pytester(config)
     if not _asked(config):
         if getattr(config.option, "benchmark_compare", None):
             from ..runstate import benchmark_files
@@ -125,6 +126,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
     with long_lived.paused():  # from the run's first import on: what it imports lives to the end
         _start(config)
+
+
+def _yaml_before_pytester(config: pytest.Config) -> None:
+    """A run imports PyYAML only where it parses a spec (``spec/cache.py``). pytester forgets
+    the modules each of its inline runs imported, and PyYAML's C extension cannot be imported
+    twice in a process: a second import keeps the first's node classes, and the next spec
+    composed is refused as a KeyError. Where pytester is loaded (a test suite, this project's
+    or a kind author's), PyYAML is imported here, before any inline run, and kept."""
+    if config.pluginmanager.has_plugin("pytester"):
+        import yaml  # noqa: F401
 
 
 def _start(config: pytest.Config) -> None:

@@ -184,6 +184,21 @@ def raw_options(config: pytest.Config) -> RawOptions:
         **{each.name: getattr(option, each.dest) for each in OPTIONS})
 
 
+def spec_cache(config: pytest.Config) -> Path | None:
+    """The directory of pytest's cache where parsed specs are kept (``spec/cache.py``): None
+    under ``-p no:cacheprovider``, or where pytest cannot make it (a read-only checkout)."""
+    cache = getattr(config, "cache", None)
+    if cache is None:
+        return None
+    from ..spec.cache import DIRECTORY
+
+    try:
+        directory: Path = cache.mkdir(DIRECTORY)
+    except OSError:
+        return None
+    return directory
+
+
 def registered(config: pytest.Config) -> tuple[dict[str, Kind], dict[str, ConditionFn]]:
     """The check kinds and conditions every plugin registered through the hooks."""
     kinds: dict[str, Kind] = {}
@@ -271,7 +286,7 @@ def _make_run(config: pytest.Config, settings: Settings) -> Run:
         session = Session(settings, kinds, conditions, make_host, nvml_for,
                           shared_dir=log.directory if log else None,
                           workerinput=getattr(config, "workerinput", None), own=own,
-                          concurrency=concurrency)
+                          concurrency=concurrency, spec_cache=spec_cache(config))
     except BaseException as exc:
         if shared is not None:
             shared.pytest_unconfigure()

@@ -28,7 +28,8 @@ from ..gpu.nvml import NvmlFactory
 from ..host import Host, HostError, doing
 from ..result import CheckResult
 from ..settings import Settings, SettingsError
-from ..spec import EntryOptions, Spec, load_spec
+from ..spec import EntryOptions, Spec
+from ..spec.cache import load_spec_cached
 from .containers import CONTAINER
 from .limits import FILES_PER_SESSION as FILES_PER_SESSION  # re-exported
 from .limits import FILES_SPARE as FILES_SPARE  # re-exported
@@ -80,13 +81,15 @@ class Session(msgspec.Struct, dict=True):
     controller gave it: ``plugin/distributing.py``); None: every target."""
     concurrency: int | None = None
     """Remote targets this process connects to at once; None: --gpuhost-connect-concurrency."""
+    spec_cache: Path | None = None
+    """Where parsed specs are kept between runs (``spec/cache.py``); None: parsed each run."""
     _cleanup: list[Path] = msgspec.field(default_factory=list)
     _expanded: dict[tuple[Path, str], list[Check]] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for path in self.settings.specs:
-            self.specs[path] = load_spec(path, self.kinds, self.conditions,
-                                         display=self.settings.display)
+            self.specs[path] = load_spec_cached(self.spec_cache, path, self.kinds,
+                                                self.conditions, display=self.settings.display)
         self._ssh_masters()
         for url in self.settings.targets:
             host = self.make_host(url, self.settings)

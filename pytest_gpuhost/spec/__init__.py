@@ -14,19 +14,30 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
 from .matchers import Domain, Exact, Expectation, Match, OneOf, Range
-from .yamlfile import FAST_LOADER as FAST_LOADER  # re-exported
-from .yamlfile import MAX_DEPTH as MAX_DEPTH  # re-exported
-from .yamlfile import MAX_SPEC_BYTES as MAX_SPEC_BYTES  # re-exported
-from .yamlfile import Node as Node  # re-exported
-from .yamlfile import SpecError as SpecError  # re-exported
-from .yamlfile import closest, compose_spec
+from .specfile import MAX_DEPTH as MAX_DEPTH  # re-exported
+from .specfile import MAX_SPEC_BYTES as MAX_SPEC_BYTES  # re-exported
+from .specfile import SpecError as SpecError  # re-exported
+from .specfile import closest, read_spec, shown_name
+
+if TYPE_CHECKING:
+    from .yamlfile import Node as Node  # re-exported, at first use (below)
 
 SPEC_VERSION = 1
+
+
+def __getattr__(name: str) -> object:
+    """``Node`` and ``FAST_LOADER`` are the YAML side's (``yamlfile.py``), imported where a
+    spec is parsed: a spec the cache holds (``cache.py``) is loaded without PyYAML."""
+    if name in ("Node", "FAST_LOADER"):
+        from . import yamlfile
+
+        return getattr(yamlfile, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Condition(msgspec.Struct, frozen=True):
@@ -218,10 +229,21 @@ def load_spec(
     display: Callable[[Path], str] = str,
 ) -> Spec:
     """Read and validate a spec file; raise SpecError with ``file:line`` on any problem."""
-    shown = display(path)
-    if not shown.isprintable():  # a newline in a path would forge a line of the message
-        shown = shown.encode("unicode_escape").decode("ascii")
-    root = compose_spec(path, shown)
+    shown = shown_name(path, display)
+    return parse_spec(read_spec(path, shown), path, shown, parsers, conditions)
+
+
+def parse_spec(
+    data: bytes,
+    path: Path,
+    shown: str,
+    parsers: Mapping[str, SectionParser],
+    conditions: Iterable[str],
+) -> Spec:
+    """Validate the bytes of the spec file ``path`` (named ``shown`` in messages)."""
+    from .yamlfile import Node, compose_spec
+
+    root = compose_spec(data, shown)
     if root is None:
         raise SpecError(f"{shown}:1", f"the spec is empty; expected 'version: {SPEC_VERSION}' "
                                       f"and at least one of: {', '.join(parsers)}")

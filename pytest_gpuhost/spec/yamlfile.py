@@ -1,10 +1,10 @@
-"""The spec's file as YAML nodes: read bounded, composed, refused where a spec must not go, and
-walked through ``Node``, whose typed accessors raise SpecError at the node's line.
+"""The spec's file as YAML nodes: its bytes (``specfile.py`` reads them, bounded) composed,
+refused where a spec must not go, and walked through ``Node``, whose typed accessors raise
+SpecError at the node's line.
 
 The YAML half of the spec layer (``__init__.py`` holds the model the nodes become). Every
-problem is a SpecError, never a traceback: a file that is not a regular file or is over
-MAX_SPEC_BYTES (read without blocking, so a FIFO or /dev/zero cannot hang the run), YAML nested
-deeper than MAX_DEPTH, an explicit tag other than the core schema's (``!!binary``,
+problem is a SpecError, never a traceback: bytes that are not UTF-8, YAML nested deeper than
+MAX_DEPTH, an explicit tag other than the core schema's (``!!binary``,
 ``!!timestamp``, ``!!python/...``, ``!custom``), and merge keys (``<<``). Merge keys are refused
 rather than supported: which of the merged and the written keys wins, and the line a merged value
 came from, are easy to get wrong silently in a file that decides what a root tool writes;
@@ -14,23 +14,18 @@ writing the keys out is explicit, and the error says so. A value its tag cannot 
 
 from __future__ import annotations
 
-import difflib
-import os
 import re
-import stat
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import yaml
 from yaml.constructor import SafeConstructor
 
+from .specfile import MAX_DEPTH, SpecError, closest
+
 FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 """libyaml's parser where PyYAML has it: composes a 300-entry spec about 10x faster. A spec it
 refuses is composed again by the pure-Python parser, whose messages name the bad character."""
-MAX_SPEC_BYTES = 4 * 1024 * 1024
-MAX_DEPTH = 64
-"""Deeper YAML is no spec; the pure-Python composer recurses once per level."""
 CORE = "tag:yaml.org,2002:"
 """The prefix of the core schema's tags (``tag:yaml.org,2002:str``)."""
 _ALLOWED_TAGS = {
@@ -40,56 +35,14 @@ _ALLOWED_TAGS = {
 }
 
 
-class SpecError(Exception):
-    """A spec that cannot be used; str() is ``file:line: what is wrong, what was expected``."""
-
-    def __init__(self, where: str, message: str) -> None:
-        super().__init__(f"{where}: {message}")
-        self.where = where
-        self.message = message
-
-
 def tag_name(tag: str) -> str:
     """``tag:yaml.org,2002:binary`` -> ``!!binary``."""
     return "!!" + tag[len(CORE):] if tag.startswith(CORE) else tag
 
 
-_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
-               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-               (stat.S_ISSOCK, "a socket"))
-
-
-def _read_spec(path: Path, shown: str) -> str:
-    """The spec's text: a regular file of at most MAX_SPEC_BYTES, opened without blocking (a
-    FIFO would wait for a writer) and read no further than that bound (/dev/zero never ends)."""
+def _decoded(data: bytes, shown: str) -> str:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise SpecError(shown, "spec file not found") from None
-    except OSError as exc:
-        raise SpecError(shown, f"cannot read the spec: {exc.strerror or exc}") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
-            raise SpecError(shown, f"the spec is {kind}, not a regular file; name a YAML file")
-        chunks: list[bytes] = []
-        size = 0
-        while size <= MAX_SPEC_BYTES:
-            chunk = os.read(fd, MAX_SPEC_BYTES + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError as exc:
-        raise SpecError(shown, f"cannot read the spec: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    if size > MAX_SPEC_BYTES:
-        raise SpecError(shown, f"the spec is over {MAX_SPEC_BYTES // (1024 * 1024)} MiB; a spec "
-                               "is a short YAML file")
-    try:
-        return b"".join(chunks).decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SpecError(shown, f"cannot read the spec: not UTF-8 ({exc})") from None
 
@@ -209,10 +162,10 @@ def _check_nodes(root: yaml.Node, shown: str) -> None:
             stack.extend((child, depth + 1) for child in node.value)
 
 
-def compose_spec(path: Path, shown: str) -> yaml.Node | None:
-    """The spec file's root node (None for an empty file), every node checked; any problem is
-    a SpecError naming ``shown`` and, where it has one, the line."""
-    text = _read_spec(path, shown)
+def compose_spec(data: bytes, shown: str) -> yaml.Node | None:
+    """The root node of a spec file's bytes (None for an empty file), every node checked; any
+    problem is a SpecError naming ``shown`` and, where it has one, the line."""
+    text = _decoded(data, shown)
     try:
         root = _compose(text, shown)
     except yaml.MarkedYAMLError as exc:
@@ -224,11 +177,6 @@ def compose_spec(path: Path, shown: str) -> yaml.Node | None:
     if root is not None:
         _check_nodes(root, shown)
     return root
-
-
-def closest(word: str, choices: Iterable[str]) -> str:
-    found = difflib.get_close_matches(word, list(choices), n=1)
-    return f" (did you mean {found[0]!r}?)" if found else ""
 
 
 _STR = f"{CORE}str"

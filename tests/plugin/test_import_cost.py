@@ -29,11 +29,13 @@ LOADED = """
 
 def loaded(pytester: pytest.Pytester, *args: str,
            packages: tuple[str, ...] = ("pytest_gpuhost", "yaml", "_yaml"),
-           ret: int = pytest.ExitCode.OK) -> list[str]:
+           ret: int = pytest.ExitCode.OK, cache: bool = False) -> list[str]:
     """The modules of ``packages`` (pytest_gpuhost's and YAML's) of a fresh pytest process at
-    its end."""
+    its end; ``cache``: with pytest's cache (parsed specs kept there), as pytest runs by
+    default."""
     pytester.makeconftest(textwrap.dedent(LOADED).format(packages=packages))
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
+    result = pytester.runpytest_subprocess(*(() if cache else ("-p", "no:cacheprovider")),
+                                           *args)
     assert result.ret == ret, result.stdout.str()
     return (pytester.path / "loaded.txt").read_text().split()
 
@@ -88,6 +90,29 @@ def test_a_verify_run_imports_the_kinds_of_its_spec_and_no_fix_or_unasked_report
     # a recorded snapshot's NVML, for a tree that holds one; linux.cmdline: the kernel command
     # line's readers, for the kinds that read it; files: the reports' writer
     assert not [m for m in modules if m.removeprefix("pytest_gpuhost.").startswith(absent)]
+
+
+def test_a_spec_parsed_by_an_earlier_run_is_loaded_without_yaml(pytester: pytest.Pytester,
+                                                                fake: FakeHost) -> None:
+    """The spec cache (spec/cache.py) in pytest's cache directory: the first run parses the
+    spec and keeps it, the next loads it and imports no YAML parser at all; without pytest's
+    cache, and after --cache-clear, the spec is parsed."""
+    fake.sysctl("vm.swappiness", 10)
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    run = ("spec.yaml", f"--gpuhost-root={fake.root}")
+    kept = pytester.path / ".pytest_cache" / "d" / "gpuhost-spec"
+    assert "yaml" in loaded(pytester, *run)  # -p no:cacheprovider: parsed, nothing kept
+    assert not (pytester.path / ".pytest_cache").exists()
+    first = loaded(pytester, *run, cache=True)
+    assert "yaml" in first and len(list(kept.glob("*.pickle"))) == 1
+    second = loaded(pytester, *run, cache=True)
+    assert not [m for m in second if m.split(".")[0] in ("yaml", "_yaml")]
+    assert "pytest_gpuhost.spec.yamlfile" not in second
+    assert [m for m in second if m.startswith("pytest_gpuhost.checks.")] == \
+        [m for m in first if m.startswith("pytest_gpuhost.checks.")]
+    assert "yaml" in loaded(pytester, *run, "--cache-clear", cache=True)
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 11\n")
+    assert "yaml" in loaded(pytester, *run, cache=True, ret=pytest.ExitCode.TESTS_FAILED)
 
 
 def test_a_node_problem_detector_run_measures_nothing_and_opens_no_library(

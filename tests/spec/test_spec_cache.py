@@ -1,0 +1,352 @@
+"""A spec parsed once is loaded from pytest's cache directory: the same model, and parsed anew
+whenever anything it depends on changed; never taken from a place another user could write."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pickle
+import re
+import shutil
+import stat
+import sys
+import textwrap
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from types import ModuleType
+
+import msgspec
+import pytest
+
+from pytest_gpuhost import builtin
+from pytest_gpuhost.spec import SectionParser, Spec, SpecError, cache, load_spec, parse_spec
+from pytest_gpuhost.spec.cache import load_spec_cached
+from pytest_gpuhost.spec.matchers import Exact
+
+from ..conftest import BLACKWELL8
+from .test_spec import sysctl_entries
+
+KINDS = {kind.section: kind for kind in builtin.pytest_gpuhost_check_kinds()}
+CONDITIONS = set(builtin.pytest_gpuhost_conditions())
+
+
+@pytest.fixture
+def directory(tmp_path: Path) -> Path:
+    made = tmp_path / "cache" / "d" / "gpuhost-spec"
+    made.mkdir(parents=True, mode=0o755)
+    return made
+
+
+@pytest.fixture
+def spec_file(tmp_path: Path) -> Path:
+    path = tmp_path / "blackwell8.yaml"
+    shutil.copy(BLACKWELL8, path)
+    return path
+
+
+@pytest.fixture
+def parses(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The spec files the cache parsed (rather than loaded), in order."""
+    parsed: list[Path] = []
+    real = parse_spec
+
+    def counted(data: bytes, path: Path, shown: str, parsers: Mapping[str, SectionParser],
+                conditions: Iterable[str]) -> Spec:
+        parsed.append(path)
+        return real(data, path, shown, parsers, conditions)
+
+    monkeypatch.setattr(cache, "parse_spec", counted)
+    return parsed
+
+
+def value(spec: Spec) -> object:
+    """What the test kind's model holds."""
+    return getattr(spec.sections["cached_kind"], "value")  # noqa: B009 - a model of any kind
+
+
+def entries(directory: Path) -> list[Path]:
+    return sorted(directory.glob("*.pickle"))
+
+
+def same(one: Spec, other: Spec) -> bool:
+    """The same model, field for field (a domain compares by identity, so ``==`` cannot say
+    it of two specs of the same file)."""
+    return shape(one) == shape(other)
+
+
+def shape(value: object) -> object:
+    if isinstance(value, msgspec.Struct):
+        return type(value), tuple(shape(getattr(value, name))
+                                  for name in value.__struct_fields__)
+    if isinstance(value, dict):
+        return {key: shape(each) for key, each in value.items()}
+    if isinstance(value, (list, tuple, frozenset, set)):
+        return type(value), [shape(each) for each in value]
+    if isinstance(value, re.Pattern):
+        return value.pattern, value.flags
+    if hasattr(value, "__dict__"):
+        return type(value), shape(vars(value))
+    return value
+
+
+def test_a_spec_parsed_once_is_loaded_as_the_same_model(directory: Path, spec_file: Path,
+                                                        parses: list[Path]) -> None:
+    first = load_spec_cached(directory, spec_file, KINDS, CONDITIONS)
+    assert parses == [spec_file] and len(entries(directory)) == 1
+    entry = entries(directory)[0]
+    assert stat.S_IMODE(entry.stat().st_mode) == 0o600
+    second = load_spec_cached(directory, spec_file, KINDS, CONDITIONS)
+    assert parses == [spec_file]  # loaded, not parsed
+    assert same(second, first) and same(second, load_spec(spec_file, KINDS, CONDITIONS))
+    assert second.sections.keys() == first.sections.keys() and second.path == spec_file
+
+
+def test_without_a_directory_every_load_parses(spec_file: Path, parses: list[Path]) -> None:
+    load_spec_cached(None, spec_file, KINDS, CONDITIONS)
+    load_spec_cached(None, spec_file, KINDS, CONDITIONS)
+    assert parses == [spec_file, spec_file]
+
+
+def test_an_edited_spec_is_parsed_again(directory: Path, spec_file: Path,
+                                        parses: list[Path]) -> None:
+    load_spec_cached(directory, spec_file, KINDS, CONDITIONS)
+    spec_file.write_text(spec_file.read_text().replace("{value: 10,", "{value: 1,", 1))
+    edited = load_spec_cached(directory, spec_file, KINDS, CONDITIONS)
+    assert len(parses) == 2 and len(entries(directory)) == 2
+    assert same(edited, load_spec(spec_file, KINDS, CONDITIONS))
+    swappiness = next(entry for entry in sysctl_entries(edited) if entry.key == "vm.swappiness")
+    assert isinstance(swappiness.expect, Exact) and swappiness.expect.value == "1"
+
+
+@pytest.mark.parametrize("change", ["display", "conditions", "kinds", "path"])
+def test_what_else_a_parse_depends_on_is_part_of_the_key(directory: Path, spec_file: Path,
+                                                         parses: list[Path],
+                                                         change: str) -> None:
+    load_spec_cached(directory, spec_file, KINDS, CONDITIONS)
+    kinds, conditions, path = dict(KINDS), set(CONDITIONS), spec_file
+    display: Callable[[Path], str] = str
+    if change == "display":  # where the messages and every entry's `where` point
+        display = lambda p: p.name  # noqa: E731
+    elif change == "conditions":
+        conditions.add("another")
+    elif change == "kinds":
+        kinds["another"] = kinds["sysctl"]
+    else:
+        path = spec_file.with_name("copy.yaml")
+        shutil.copy(spec_file, path)
+    load_spec_cached(directory, path, kinds, conditions, display=display)
+    assert len(parses) == 2 and len(entries(directory)) == 2
+
+
+def test_an_error_is_never_kept(directory: Path, tmp_path: Path, parses: list[Path]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 1\nsysctl:\n  vm.swappiness: [1\n")
+    for _ in range(2):
+        with pytest.raises(SpecError, match=r"bad.yaml:\d+: not valid YAML"):
+            load_spec_cached(directory, bad, KINDS, CONDITIONS)
+    assert len(parses) == 2 and entries(directory) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# A kind of another package: its code is part of the key
+
+
+KIND_SOURCE = '''
+import msgspec
+
+
+class Model(msgspec.Struct, frozen=True):
+    value: object
+
+
+class CachedKind:
+    section = "cached_kind"
+
+    def parse(self, node, context):
+        return Model({kind!r})
+'''
+
+
+@pytest.fixture
+def kind_module(tmp_path: Path) -> Iterator[ModuleType]:
+    """A kind plugin's module (one file, outside any package), imported as Python would."""
+    path = tmp_path / "gpuhost_cached_kind.py"
+    path.write_text(textwrap.dedent(KIND_SOURCE.format(kind="first")))
+    loaded = spec_module("gpuhost_cached_kind", path)
+    yield loaded
+    sys.modules.pop("gpuhost_cached_kind", None)
+    cache._code_signatures.pop("gpuhost_cached_kind", None)
+
+
+def spec_module(name: str, path: Path) -> ModuleType:
+    found = importlib.util.spec_from_file_location(name, path)
+    assert found is not None and found.loader is not None
+    module = importlib.util.module_from_spec(found)
+    sys.modules[name] = module
+    found.loader.exec_module(module)
+    return module
+
+
+def test_an_edit_of_a_kinds_code_is_another_key(directory: Path, tmp_path: Path,
+                                                kind_module: ModuleType,
+                                                parses: list[Path]) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text("version: 1\ncached_kind: {}\n")
+    kinds = {"cached_kind": kind_module.CachedKind()}
+    assert value(load_spec_cached(directory, path, kinds, ())) == "first"
+    assert value(load_spec_cached(directory, path, kinds, ())) == "first"
+    assert len(parses) == 1
+    source = Path(kind_module.__file__ or "")
+    source.write_text(textwrap.dedent(KIND_SOURCE.format(kind="second!")))  # another size
+    cache._code_signatures.clear()  # a new process, as the next run is
+    edited = spec_module("gpuhost_cached_kind", source)
+    spec = load_spec_cached(directory, path, {"cached_kind": edited.CachedKind()}, ())
+    assert value(spec) == "second!" and len(parses) == 2
+
+
+def test_a_kind_whose_code_has_no_file_is_never_kept(directory: Path, tmp_path: Path,
+                                                     kind_module: ModuleType,
+                                                     parses: list[Path]) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text("version: 1\ncached_kind: {}\n")
+    kind_module.__file__ = None
+    kinds = {"cached_kind": kind_module.CachedKind()}
+    load_spec_cached(directory, path, kinds, ())
+    load_spec_cached(directory, path, kinds, ())
+    assert len(parses) == 2 and entries(directory) == []
+
+
+def test_a_model_that_does_not_pickle_is_returned_and_not_kept(
+        directory: Path, tmp_path: Path, kind_module: ModuleType, parses: list[Path]) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text("version: 1\ncached_kind: {}\n")
+
+    class Unpicklable(kind_module.CachedKind):  # type: ignore[misc,name-defined]  # run time's
+        def parse(self, node: object, context: object) -> object:
+            return kind_module.Model(lambda: None)
+
+    spec = load_spec_cached(directory, path, {"cached_kind": Unpicklable()}, ())
+    assert callable(value(spec))
+    assert entries(directory) == [] and list(directory.iterdir()) == []  # no temporary left
+
+
+# ---------------------------------------------------------------------------------------------
+# Places another user could write are passed over
+
+
+def test_a_group_writable_directory_of_ours_is_made_private_and_used(
+        directory: Path, spec_file: Path, parses: list[Path]) -> None:
+    directory.chmod(0o775)
+    load_spec_cached(directory, spec_file, KINDS, CONDITIONS)
+    load_spec_cached(directory, spec_file, KINDS, CONDITIONS)
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    assert len(parses) == 1
+
+
+def test_a_directory_of_another_user_is_neither_read_nor_written(
+        directory: Path, spec_file: Path, parses: list[Path],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    load_spec_cached(directory, spec_file, KINDS, CONDITIONS)
+    kept = {entry: entry.read_bytes() for entry in entries(directory)}
+    mode = directory.stat().st_mode
+    monkeypatch.setattr(os, "geteuid", lambda: directory.stat().st_uid + 1)  # another user's
+    load_spec_cached(directory, spec_file, KINDS, CONDITIONS)
+    spec_file.write_text(spec_file.read_text() + "\n")
+    load_spec_cached(directory, spec_file, KINDS, CONDITIONS)
+    assert len(parses) == 3
+    assert {entry: entry.read_bytes() for entry in entries(directory)} == kept
+    assert directory.stat().st_mode == mode  # not made private: it is not ours
+
+
+def test_a_directory_through_a_symlink_is_neither_read_nor_written(
+        directory: Path, spec_file: Path, tmp_path: Path, parses: list[Path]) -> None:
+    link = tmp_path / "link"
+    link.symlink_to(directory)
+    for _ in range(2):
+        load_spec_cached(link, spec_file, KINDS, CONDITIONS)
+    assert len(parses) == 2 and entries(directory) == []
+
+
+def test_a_world_writable_directory_of_another_user_is_passed_over(
+        directory: Path, spec_file: Path, parses: list[Path],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    directory.chmod(0o777)
+    monkeypatch.setattr(os, "geteuid", lambda: directory.stat().st_uid + 1)
+    load_spec_cached(directory, spec_file, KINDS, CONDITIONS)
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o777 and entries(directory) == []
+    directory.chmod(0o755)
+
+
+@pytest.mark.parametrize("how", ["group-writable", "another user's", "a symlink", "a FIFO",
+                                 "cut short", "another key's", "not a pickle",
+                                 "another version's classes"])
+def test_an_entry_not_to_trust_or_not_whole_is_parsed_anew_and_replaced(
+        directory: Path, spec_file: Path, tmp_path: Path, parses: list[Path],
+        monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    load_spec_cached(directory, spec_file, KINDS, CONDITIONS)
+    parses.clear()
+    (entry,) = entries(directory)
+    good = entry.read_bytes()
+    outside = tmp_path / "outside.pickle"  # a canary: a link's target is never written
+    outside.write_bytes(good)
+    outside.chmod(0o600)
+    if how == "group-writable":
+        entry.chmod(0o620)
+    elif how == "another user's":
+        real = os.fstat
+
+        def fstat(fd: int) -> os.stat_result:
+            found = real(fd)
+            if stat.S_ISREG(found.st_mode) and found.st_size == len(good):
+                fields = list(found)
+                fields[stat.ST_UID] = found.st_uid + 1
+                return os.stat_result(fields)
+            return found
+
+        monkeypatch.setattr(os, "fstat", fstat)
+    elif how == "a symlink":
+        entry.unlink()
+        entry.symlink_to(outside)
+    elif how == "a FIFO":
+        entry.unlink()
+        os.mkfifo(entry, 0o600)
+    elif how == "cut short":
+        entry.write_bytes(good[:len(good) // 2])
+    elif how == "another key's":
+        spec_file.write_text(spec_file.read_text() + "\n")
+        load_spec_cached(directory, spec_file, KINDS, CONDITIONS)
+        parses.clear()
+        (other,) = set(entries(directory)) - {entry}
+        other.write_bytes(good)  # the first key's entry under the second's name
+        entry = other
+    elif how == "not a pickle":
+        entry.write_bytes(b"version: 1\n")
+    else:  # a class that an older version's entry names, gone from this one
+        gone = ModuleType("gpuhost_gone_module")
+        exec("class Gone:\n    pass\n", gone.__dict__)
+        gone.Gone.__module__ = gone.__name__
+        monkeypatch.setitem(sys.modules, gone.__name__, gone)
+        entry.write_bytes(pickle.dumps((cache.FORMAT, entry.stem, gone.Gone())))
+        monkeypatch.delitem(sys.modules, gone.__name__)
+    spec = load_spec_cached(directory, spec_file, KINDS, CONDITIONS)
+    assert len(parses) == 1 and same(spec, load_spec(spec_file, KINDS, CONDITIONS))
+    monkeypatch.undo()
+    assert stat.S_ISREG(entry.lstat().st_mode) and entry.read_bytes() != b"version: 1\n"
+    assert stat.S_IMODE(entry.lstat().st_mode) == 0o600
+    assert outside.read_bytes() == good
+    parses.clear()
+    assert same(load_spec_cached(directory, spec_file, KINDS, CONDITIONS), spec)
+    assert parses == []  # the replacement is loaded
+
+
+def test_the_oldest_entries_go_past_the_number_kept(directory: Path, spec_file: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cache, "KEEP", 2)
+    made: list[Path] = []
+    for value in range(3):
+        spec_file.write_text(f"version: 1\nsysctl:\n  vm.swappiness: {value}\n")
+        load_spec_cached(directory, spec_file, KINDS, CONDITIONS)
+        (new,) = set(entries(directory)) - set(made)
+        os.utime(new, ns=(value * 10**9, value * 10**9))
+        made.append(new)
+    assert entries(directory) == sorted(made[1:])
