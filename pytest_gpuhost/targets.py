@@ -42,12 +42,14 @@ import msgspec
 from msgspec.structs import replace
 
 LOCAL = "local"
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*\Z")
-_HOST = re.compile(r"[A-Za-z0-9_.:\[\]-]+\Z")
-_CONTAINER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
-_SCHEME = re.compile(r"[a-z][a-z0-9+.-]*\Z")
+# Patterns as strings: ``re`` compiles (and keeps) each at its first use, which a run of this
+# machine alone may never make.
+_NAME = r"[A-Za-z0-9][A-Za-z0-9._:-]*\Z"
+_HOST = r"[A-Za-z0-9_.:\[\]-]+\Z"
+_CONTAINER = r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z"
+_SCHEME = r"[a-z][a-z0-9+.-]*\Z"
 """A scheme's name: lowercase, as ``urlsplit`` gives it (a URL's own may be any case)."""
-_UNNAMED = re.compile(r"[^A-Za-z0-9._:-]")
+_UNNAMED = r"[^A-Za-z0-9._:-]"
 SHARED_PARAMETERS = ("name", "spec")
 """The ``?KEY=VALUE`` parameters every scheme takes: the target's name and its own spec."""
 
@@ -101,12 +103,12 @@ class TargetAddress(msgspec.Struct, frozen=True):
 
 def valid_name(text: str) -> bool:
     """Whether ``text`` can name a target in ids (it ends them: ``...@NAME``)."""
-    return bool(_NAME.match(text))
+    return bool(re.match(_NAME, text))
 
 
 def valid_host(text: str) -> bool:
     """Whether ``text`` is a host name or address ssh can be given (never an option)."""
-    return bool(_HOST.match(text)) and not text.startswith("-")
+    return bool(re.match(_HOST, text)) and not text.startswith("-")
 
 
 # -- schemes ---------------------------------------------------------------------------------------
@@ -162,7 +164,7 @@ def _parse_local(url: TargetUrl) -> TargetAddress:
 
 def _parse_lxc(url: TargetUrl) -> TargetAddress:
     container = unquote(url.parts.netloc)
-    if not _CONTAINER.match(container):
+    if not re.match(_CONTAINER, container):
         raise TargetError(f"{url.text!r}: lxc://CTID needs a container id or name")
     return TargetAddress(url.text, "lxc", container=container, root=url.root, name=url.name)
 
@@ -180,10 +182,10 @@ def _parse_ssh(url: TargetUrl) -> TargetAddress:
     if port is not None and not 0 < port < 65536:
         raise TargetError(f"{raw!r}: the port must be a number from 1 to 65535")
     user = unquote(parts.username) if parts.username else None
-    if user is not None and (not user or user.startswith("-") or not _NAME.match(user)):
+    if user is not None and (not user or user.startswith("-") or not re.match(_NAME, user)):
         raise TargetError(f"{raw!r}: {user!r} is not a user name")
     inside = url.query.get("lxc")
-    if inside is not None and not _CONTAINER.match(inside):
+    if inside is not None and not re.match(_CONTAINER, inside):
         raise TargetError(f"{raw!r}: lxc={inside!r} is not a container id or name")
     return TargetAddress(raw, "ssh", host=host, user=user, port=port, root=url.root,
                          container=inside, name=url.name)
@@ -231,7 +233,7 @@ def scheme_registry(batches: Iterable[Iterable[Scheme]]) -> dict[str, Scheme]:
     registry: dict[str, Scheme] = {}
     for batch in batches:
         for scheme in batch:
-            if not _SCHEME.match(scheme.name):
+            if not re.match(_SCHEME, scheme.name):
                 raise TargetError(f"target scheme {scheme.name!r} is not a URL scheme: lowercase "
                                   "letters, digits, '+', '-', '.', starting with a letter")
             claimed = registry.setdefault(scheme.name, scheme)
@@ -281,7 +283,7 @@ def _url(raw: str, scheme: Scheme) -> TargetUrl:
     if "\0" in root or not root.startswith("/"):
         raise TargetError(f"{raw!r}: the root must be an absolute path")
     name = query.get("name")
-    if name is not None and not _NAME.match(name):
+    if name is not None and not re.match(_NAME, name):
         raise TargetError(f"{raw!r}: name={name!r} must be letters, digits, '.', '_', ':' or "
                           "'-'")
     return TargetUrl(raw, parts, query, root, name or "")
@@ -356,8 +358,8 @@ def _name(text: str) -> str:
     """``text`` as a target's name: each character a name may not hold (a root's newline,
     ``<``, a space; a URL's ``/``) written ``_``, so that a derived name keeps the rule an
     explicit ``?name=`` is held to (it ends every check's id and is shown everywhere)."""
-    name = _UNNAMED.sub("_", text)
-    return name if _NAME.match(name) else f"t{name}"
+    name = re.sub(_UNNAMED, "_", text)
+    return name if re.match(_NAME, name) else f"t{name}"
 
 
 def name_targets(targets: Sequence[TargetAddress],

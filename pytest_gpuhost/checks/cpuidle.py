@@ -43,7 +43,7 @@ class StateEntry(msgspec.Struct, frozen=True):
 
 NO_GROWTH = "no growth"
 RESIDENCY_ORDER = 1  # after the disable checks: under --fix, the state is disabled first
-_WINDOW = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s)?\Z")
+_WINDOW = r"(\d+(?:\.\d+)?)\s*(ms|s)?\Z"
 _UNSAFE_NAME = set("/\\'\"$`|;&<>()*?[]%")
 """Characters no real state name has, refused so that a name can never leave the root or
 break out of the udev rule that --fix-persist writes with it."""
@@ -174,7 +174,7 @@ class IdleStateProbe(msgspec.Struct, frozen=True):
                     brief=f"write 1 to cpuidle/{self.name}/disable on those {len(enabled)} CPUs")
 
 
-_STATE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*( [A-Za-z0-9][A-Za-z0-9._+-]*)*\Z")
+_STATE = r"[A-Za-z0-9][A-Za-z0-9._+-]*( [A-Za-z0-9][A-Za-z0-9._+-]*)*\Z"
 """A C-state name as a udev rule may hold it: plain words with single spaces between
 (pseries' ``Shared Cede``)."""
 
@@ -183,7 +183,7 @@ def cpuidle_persistence(results: Sequence[CheckResult]) -> list[PersistLine]:
     """One udev rule that disables the states again on every CPU that comes online."""
     states = [r.key for r in right_now(results, "cpuidle")]
     for state in states:
-        if state is None or not _STATE.match(state):
+        if state is None or not re.match(_STATE, state):
             return [PersistLine.refuse("udev", f"the C-state name {state!r} is not plain words "
                                                "(letters, digits, '.', '_', '+', '-', single "
                                                "spaces), so it is not written into a udev rule")]
@@ -279,7 +279,7 @@ class CpuidleKind:
             if key not in allowed:
                 raise value.unknown_key(key, "cpuidle residency", allowed)
             if key == "window":
-                match = _WINDOW.fullmatch(value.text("cpuidle residency window").strip())
+                match = re.fullmatch(_WINDOW, value.text("cpuidle residency window").strip())
                 seconds = float(match.group(1)) / (1000 if match.group(2) == "ms" else 1) \
                     if match else 0.0
                 if not 0 < seconds <= 60:

@@ -12,6 +12,7 @@ it allows the same message from another device, process or boot, and nothing els
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -163,21 +164,28 @@ _PIECES: tuple[tuple[str, str], ...] = (
 (with or without their domain or function), MAC addresses, 0x numbers, bare hex words of 8 or
 more digits (kernel pointers), then runs of decimal digits that are not part of a name (PIDs,
 counts, IPv4 parts; ``mlx5_core`` and ``eth0`` stay as they are)."""
-_TOKENS = re.compile("|".join(f"({find})" for find, _ in _PIECES))
-_META = re.compile(r"([.^$*+?{}\[\]\\|()])")
+
+
+@functools.cache
+def _patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """The tokens to generalize and the metacharacters to escape, compiled at a capture's first
+    use (a verify never needs them) and kept: a capture's own patterns could push them out of
+    ``re``'s cache."""
+    return (re.compile("|".join(f"({find})" for find, _ in _PIECES)),
+            re.compile(r"([.^$*+?{}\[\]\\|()])"))
 
 
 def escape(text: str) -> str:
     """Regex metacharacters escaped, spaces and other characters kept as they are (readable in
     YAML, unlike re.escape's ``\\ ``)."""
-    return _META.sub(r"\\\1", text)
+    return _patterns()[1].sub(r"\\\1", text)
 
 
 def generalize(text: str) -> str:
     """The anchored pattern that allows ``text`` and its kin (see the module's docstring)."""
     parts: list[str] = []
     position = 0
-    for match in _TOKENS.finditer(text):
+    for match in _patterns()[0].finditer(text):
         parts.append(escape(text[position:match.start()]))
         index = next(i for i, group in enumerate(match.groups()) if group is not None)
         parts.append(_PIECES[index][1])

@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # capture's helpers and a plan's changes load when used
     from .changes import Plan
 
 LOADED, ABSENT, BUILTIN = "loaded", "absent", "builtin"
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*\Z")
+_NAME = r"[A-Za-z0-9_][A-Za-z0-9_-]*\Z"
 _NAME_MAX = 55  # MODULE_NAME_LEN (64 - sizeof(unsigned long)) - 1 on 64-bit kernels
 
 
@@ -41,7 +41,7 @@ def module_name_problem(name: str) -> str | None:
     ``--`` before the name."""
     if name.startswith("-"):
         return "a module name cannot start with '-' (modprobe would read it as an option)"
-    if not _NAME.match(name):
+    if not re.match(_NAME, name):
         return "a module name is letters, digits, '_' and '-'"
     if len(name) > _NAME_MAX:
         return f"a module name is at most {_NAME_MAX} characters (the kernel's MODULE_NAME_LEN)"
@@ -155,7 +155,7 @@ class ModulesSection(msgspec.Struct, frozen=True):
     spec: str
 
 
-_PARAMETER = re.compile(r"[A-Za-z0-9_]+\Z")
+_PARAMETER = r"[A-Za-z0-9_]+\Z"
 
 
 def modules_persistence(results: Sequence[CheckResult]) -> list[PersistLine]:
@@ -296,7 +296,7 @@ class ModulesKind:
         options = context.parse_options(node, pairs)
         found = []
         for parameter, value in given["parameters"].mapping(f"module {name} parameters"):
-            if not _PARAMETER.match(parameter):
+            if not re.match(_PARAMETER, parameter):
                 raise value.key_error(f"module parameter {parameter!r} is not allowed: a "
                                       "parameter name is letters, digits and '_'")
             text = value.text(f"module {name} parameter {parameter}")

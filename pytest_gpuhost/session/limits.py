@@ -13,6 +13,8 @@ def room_for_sessions(sessions: int) -> None:
     """Raise this process's soft limit on open files toward its hard limit where ``sessions``
     held at once would not fit (a common soft limit of 1024 holds some 250 targets), never
     lowering it: a large fleet runs instead of its last targets failing to start ssh."""
+    if not sessions:  # a run of this machine alone: nothing to make room for
+        return
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
