@@ -59,6 +59,12 @@ EXAMPLE_HOST = REPO / "examples" / "hosts" / "blackwell8-untuned"
 BLACKWELL8 = REPO / "specs" / "blackwell8.yaml"
 COMMON = ("-q", "-p", "no:cacheprovider")
 """Flags of every measured run, on both sides of every comparison."""
+
+
+def cached(name: str) -> tuple[str, ...]:
+    """(1c)'s flags of a run as pytest runs by default, its cache on: the case's own cache
+    directory, in which a gpuhost run's spec is kept once parsed (pytest_gpuhost/spec/cache.py)."""
+    return ("-q", "-o", f"cache_dir=.cache-{name.replace(' ', '-')}")
 FIGURES = ("autoload", "floor", "xdist", "npd", "testinfra", "scale", "scale20k", "fix")
 NO_PLUGIN = ("-p", "no:gpuhost")
 """pytest as it is without pytest-gpuhost installed: the baseline of the overhead figures."""
@@ -81,14 +87,16 @@ class Case:
     """Untimed after the run (to read what it wrote: a report)."""
     env: tuple[tuple[str, str], ...] = ()
     """Added to the clean environment (the GC-time runs load bench/gctime.py through it)."""
+    common: tuple[str, ...] = COMMON
+    """The flags before ``args``: COMMON, or (1c)'s runs with pytest's cache (``CACHED``)."""
 
     @property
     def argv(self) -> list[str]:
-        return [sys.executable, "-m", "pytest", *COMMON, *self.args]
+        return [sys.executable, "-m", "pytest", *self.common, *self.args]
 
     def shown(self, base: Path) -> str:
         """The command as a user would type it, with the temporary directory as ``$BENCH``."""
-        words = [*(f"{k}={v}" for k, v in self.env), "python", "-m", "pytest", *COMMON,
+        words = [*(f"{k}={v}" for k, v in self.env), "python", "-m", "pytest", *self.common,
                  *self.args]
         text = " ".join(shlex.quote(w) for w in words)
         return f"cd {self.cwd} && {text}".replace(str(base), "$BENCH").replace(str(REPO),
@@ -545,7 +553,9 @@ def figure_floor(base: Path, repeat: int, warmup: int) -> Figure:
     """(1c) The full spec on a 128-CPU x 4-state, 8-GPU, 300-sysctl host vs a plain test file
     with the same number of trivial parametrized tests, run without the plugin; beside them, a
     lower bound (bench/floorplug.py: the same spec parsed, the same paths read, as many items),
-    and where each run's time goes (bench/timeline.py, loaded by all three)."""
+    and where each run's time goes (bench/timeline.py, loaded by all three). The three run
+    twice, alternated: with ``-p no:cacheprovider`` as every figure runs (the spec parsed each
+    run), and with pytest's cache on, its default (the spec kept by the run before)."""
     progress("floor: overhead over pytest's floor")
     spec = make_spec_case(base / "floor", gpus=8, cpus=128, sysctls=300)
     (spec.directory / "test_plain.py").write_text(plain_test_file(spec.checks))
@@ -554,28 +564,46 @@ def figure_floor(base: Path, repeat: int, warmup: int) -> Figure:
     off = ("-p", "no:testinfra")
     marks: dict[str, Marks] = {}
 
-    def timed(name: str, args: tuple[str, ...], *env: tuple[str, str]) -> Case:
+    def timed(name: str, args: tuple[str, ...], *env: tuple[str, str],
+              common: tuple[str, ...] = COMMON) -> Case:
         marks[name] = Marks(spec.directory / f"marks-{name.replace(' ', '-')}.json")
         return Case(name, (*args, "-p", "timeline"), spec.directory, after=marks[name].read,
-                    env=(*marks[name].env, *env))
+                    env=(*marks[name].env, *env), common=common)
 
+    lower_env = (("FLOORPLUG_PATHS", "opened.txt"), ("FLOORPLUG_ITEMS", str(spec.checks)))
+    lower_args = (*off, *NO_PLUGIN, "-p", "floorplug", "spec.yaml")
+    plain_args = (*off, *NO_PLUGIN, "test_plain.py")
     gpuhost = timed("gpuhost", (*off, *spec.args))
-    lower = timed("reads only", (*off, *NO_PLUGIN, "-p", "floorplug", "spec.yaml"),
-                  ("FLOORPLUG_PATHS", "opened.txt"), ("FLOORPLUG_ITEMS", str(spec.checks)))
-    plain = timed("plain", (*off, *NO_PLUGIN, "test_plain.py"))
-    times = alternate([gpuhost, lower, plain], repeat, warmup)
-    counted = {case.name: instructions(case, start_up=True) for case in (gpuhost, lower)}
+    lower = timed("reads only", lower_args, *lower_env)
+    plain = timed("plain", plain_args)
+    kept = timed("gpuhost cached", (*off, *spec.args), common=cached("gpuhost cached"))
+    lower_c = timed("reads only cached", lower_args, *lower_env,
+                    common=cached("reads only cached"))
+    plain_c = timed("plain cached", plain_args, common=cached("plain cached"))
+    times = alternate([gpuhost, lower, plain, kept, lower_c, plain_c], repeat, warmup)
+    counted = {case.name: instructions(case, start_up=True)
+               for case in (gpuhost, lower, kept, lower_c)}
+    spec_cache = spec.directory / ".cache-gpuhost-cached" / "d" / "gpuhost-spec"
+    first = dataclasses.replace(kept, name="gpuhost cached, first run",
+                                prepare=lambda: shutil.rmtree(spec_cache, ignore_errors=True))
+    counted[first.name] = instructions(first, start_up=True)
     ratio, line = both(times, "gpuhost", "plain")
+    ratio_c, line_c = both(times, "gpuhost cached", "plain cached")
     _, lower_line = both(times, "reads only", "plain")
     extra = med(times.wall["gpuhost"]) - med(times.wall["plain"])
     split = {name: marks[name].split(times.wall[name]) for name in marks}
-    gap = {phase: med(split["gpuhost"][phase]) - med(split["reads only"][phase])
-           for phase in PHASES}
-    gaps = ", ".join(f"{phase} {1000 * gap[phase]:+.0f} ms" for phase in PHASES)
     cpu_split = {name: marks[name].split(times.cpu[name], cpu=True) for name in marks}
-    cpu_gap = {phase: med(cpu_split["gpuhost"][phase]) - med(cpu_split["reads only"][phase])
-               for phase in PHASES}
-    cpu_gaps = ", ".join(f"{phase} {1000 * cpu_gap[phase]:+.0f} ms" for phase in PHASES)
+
+    def gaps(ours: str, bound: str, cpu: bool = False) -> dict[str, float]:
+        by = cpu_split if cpu else split
+        return {phase: med(by[ours][phase]) - med(by[bound][phase]) for phase in PHASES}
+
+    def shown(gap: dict[str, float]) -> str:
+        return ", ".join(f"{phase} {1000 * gap[phase]:+.0f} ms" for phase in PHASES)
+
+    gap, cpu_gap = gaps("gpuhost", "reads only"), gaps("gpuhost", "reads only", cpu=True)
+    gap_c = gaps("gpuhost cached", "reads only cached")
+    cpu_gap_c = gaps("gpuhost cached", "reads only cached", cpu=True)
     startup = ", ".join(f"{name} {1000 * med(cpu_split[name]['start-up']):.0f} ms"
                         for name in marks)
     return Figure(
@@ -584,10 +612,14 @@ def figure_floor(base: Path, repeat: int, warmup: int) -> Figure:
         "gpuhost / plain <= 1.15 (serial), the start-up phase at most 25 ms over the lower "
         "bound's", f"{result_text(times, 'gpuhost', 'plain')}; start-up "
         f"{1000 * gap['start-up']:+.0f} ms over the lower bound (CPU "
-        f"{1000 * cpu_gap['start-up']:+.0f} ms)",
-        ratio.median <= 1.15 and gap["start-up"] <= 0.025,
-        [gpuhost.shown(base), lower.shown(base), plain.shown(base)],
-        [line, medians(times),
+        f"{1000 * cpu_gap['start-up']:+.0f} ms). With pytest's cache on (its default; the spec "
+        f"kept by the run before): {result_text(times, 'gpuhost cached', 'plain cached')}; "
+        f"start-up {1000 * gap_c['start-up']:+.0f} ms over the lower bound (CPU "
+        f"{1000 * cpu_gap_c['start-up']:+.0f} ms)",
+        ratio.median <= 1.15 and ratio_c.median <= 1.15 and gap_c["start-up"] <= 0.025,
+        [gpuhost.shown(base), lower.shown(base), plain.shown(base), kept.shown(base),
+         lower_c.shown(base), plain_c.shown(base)],
+        [line, line_c, medians(times),
          f"difference of the medians: {extra * 1000:.0f} ms, "
          f"{extra / spec.checks * 1e6:.0f} us a check",
          f"a lower bound, {lower_line} (bench/floorplug.py, a plugin that parses the same spec "
@@ -596,10 +628,15 @@ def figure_floor(base: Path, repeat: int, warmup: int) -> Figure:
          "string): what the plugin costs beyond it is its own machinery, not the reading its "
          "checks need",
          "gpuhost against the lower bound, by phase (bench/timeline.py medians, the phases "
-         f"of bench/ssh.py): {gaps}",
-         f"the same in CPU time (time.process_time() at each mark): {cpu_gaps}; the start-up "
-         f"phase's CPU time of each run (medians): {startup}",
-         start_up_instructions(counted, "gpuhost", "reads only")])
+         f"of bench/ssh.py): {shown(gap)}; with pytest's cache on: {shown(gap_c)}",
+         f"the same in CPU time (time.process_time() at each mark): {shown(cpu_gap)}; with "
+         f"pytest's cache on: {shown(cpu_gap_c)}; the start-up phase's CPU time of each run "
+         f"(medians): {startup}",
+         start_up_instructions(counted, "gpuhost", "reads only"),
+         "with pytest's cache on: " + start_up_instructions(
+             counted, "gpuhost cached", "reads only cached") + "; a first run (the spec parsed "
+         "and kept): " + start_up_instructions(counted, "gpuhost cached, first run",
+                                               "reads only cached").split(": ", 1)[1]])
 
 
 def start_up_instructions(counted: dict[str, int | None], ours: str, lower: str) -> str:
