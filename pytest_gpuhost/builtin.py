@@ -18,6 +18,8 @@ from .hookspecs import hookimpl
 from .targets import BUILTIN_SCHEMES, Scheme, TargetAddress, TargetError, scheme_registry
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     import pluggy
 
     from .checks import Capturer, Check, Fact, Facts, Kind, PersistLine
@@ -54,12 +56,20 @@ class BuiltinKind:
         self.module = module
         self.name = name
         self._kind: Kind | None = None
+        self._of: ModuleType | None = None
 
     @property
     def kind(self) -> Kind:
-        if self._kind is None:
-            module = importlib.import_module(f"{__package__}.checks.{self.module}")
-            self._kind = getattr(module, self.name)()
+        """The kind, of its module as Python has it now. A module pytester dropped after an
+        inline run is imported anew by the next one, and a spec loaded from the cache holds
+        that import's classes (``spec/cache.py``): the kind must be the same import's, or its
+        ``isinstance`` checks would not know its own models."""
+        name = f"{__package__}.checks.{self.module}"
+        module = sys.modules.get(name)
+        if self._kind is None or module is not self._of:
+            module = importlib.import_module(name)
+            self._kind, self._of = getattr(module, self.name)(), module
+        assert self._kind is not None
         return self._kind
 
     def parse(self, node: Node, context: SpecContext) -> object:

@@ -22,6 +22,7 @@ from pytest_gpuhost import builtin
 from pytest_gpuhost.spec import SectionParser, Spec, SpecError, cache, load_spec, parse_spec
 from pytest_gpuhost.spec.cache import load_spec_cached
 from pytest_gpuhost.spec.matchers import Exact
+from pytest_gpuhost.testing.fakehost import FakeHost
 
 from ..conftest import BLACKWELL8
 from .test_spec import sysctl_entries
@@ -350,3 +351,22 @@ def test_the_oldest_entries_go_past_the_number_kept(directory: Path, spec_file: 
         os.utime(new, ns=(value * 10**9, value * 10**9))
         made.append(new)
     assert entries(directory) == sorted(made[1:])
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole runs
+
+
+def test_inline_runs_of_one_process_load_the_spec_the_run_before_kept(
+        pytester: pytest.Pytester, fake: FakeHost) -> None:
+    """pytester drops the modules each inline run imported, so the second run's kinds and the
+    classes of the model it loads are a new import of the same modules: they must agree (a
+    kind cached from the first run did not know the second's models: a collection error)."""
+    fake.gpu("0000:01:00.0", audio=False, max_read_request=4096)
+    pytester.makefile(".yaml", spec="version: 1\npcie:\n  max_read_request: 4096\n"
+                                    "  aspm: \"off\"\ncpuidle: {disabled: [C6]}\n")
+    runs = [pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}") for _ in range(3)]
+    assert list((pytester.path / ".pytest_cache" / "d" / "gpuhost-spec").glob("*.pickle"))
+    outcomes = [run.parseoutcomes() for run in runs]
+    assert outcomes[0] == outcomes[1] == outcomes[2] and "errors" not in outcomes[0], outcomes
+    assert runs[0].ret == runs[2].ret
