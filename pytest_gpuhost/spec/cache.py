@@ -1,24 +1,30 @@
 """A spec parsed before, loaded from pytest's cache directory instead of parsed again.
 
-Parsing a 300-entry spec and importing PyYAML to do it is a tenth of a run's start-up; a spec
-file that has not changed since a run parsed it (a CI gate, node-problem-detector's every
+Parsing a 300-entry spec, and importing PyYAML to do it, is about 20 ms of a run's start-up; a
+spec file that has not changed since a run parsed it (a CI gate, node-problem-detector's every
 interval, each xdist worker of a run) needs neither. The validated model is kept, pickled, in
 pytest's cache: ``.pytest_cache/d/gpuhost-spec/`` by default. pytest's ``cache_dir`` ini
 moves it, ``--cache-clear`` empties it, and ``-p no:cacheprovider`` turns it off.
 
-An entry is named after a SHA-256 of everything a parse depends on: the spec's bytes, its
-path and the name messages give it, the check kinds (section and class) and the conditions'
-names, the Python and msgspec versions, and the size and modification time of every Python
-file of the packages whose code parses the spec (this package's and each kind plugin's: another
-version of either is other files). An edit of any of them is another key, and a parse. A spec
-with an error is never kept: each run reports it anew.
+What is kept: the specs of runs whose check kinds are all this package's. A kind of another
+plugin may parse by code or state no key here can cover (a conftest's helpers, an option), so
+a run with one parses its spec every time. An entry is named after a SHA-256 of everything a
+parse depends on: the spec's bytes, its path and the name messages give it, the kinds
+(section and class) and the conditions' names, the Python and msgspec versions, PyYAML's file,
+and the size and modification time of every Python file of this package (another version of it
+is other files, an edit of one in an editable install too). A spec with an error is never kept:
+each run reports it anew.
 
-A root tool must not take what decides its writes from a file another user can write. An
-entry is read, or written, only in a directory this process's user owns, that is no symlink
-and that only that user can write (made so when pytest made it group-writable); the entry is
-opened without following a symlink and must be a regular file that the same user owns and only
-that user can write. Anything else, or an entry that does not load back as the spec of its key
-(cut short, from another version), is passed over: the spec is parsed, as without a cache.
+A root tool must not take what decides its writes from a file another user can write, nor write
+where another user points it. The directory is opened once, a component at a time from ``/``
+without following a link (a path through one is not used), and used only if every directory
+above it is root's or this user's and no other user can write it (or it is sticky, as
+``/tmp``), and if it is this user's own (made private where pytest made it group-writable);
+every read, write, rename and removal after that is relative to that open directory. An entry
+must be a regular file of this user's with one link that no other user can write, opened
+without following a link, and must begin with its own key before anything of it is unpickled.
+Anything else, or an entry that does not load back as the spec of its key (cut short, from
+another version), is passed over: the spec is parsed, as without a cache.
 """
 
 from __future__ import annotations
@@ -41,16 +47,20 @@ except ImportError:  # pragma: no cover - another Python than CPython
 
 DIRECTORY = "gpuhost-spec"
 """The name of the directory in pytest's cache (``config.cache.mkdir``)."""
-FORMAT = 1
-"""The layout of an entry, ``(FORMAT, key, spec)``: another layout is another key."""
-MAX_ENTRY_BYTES = 64 * 1024 * 1024
+FORMAT = 2
+"""The layout of an entry, ``MAGIC key \\n`` then the pickled spec: another is another key."""
+MAGIC = b"pytest-gpuhost spec "
 PROTOCOL = 5
 """Python 3.8's, and every later one's (``_pickle`` has no HIGHEST_PROTOCOL)."""
+MAX_ENTRY_BYTES = 64 * 1024 * 1024
 KEEP = 32
-"""Entries kept: writing one more removes the oldest (each edit of a spec is a new key)."""
+"""Entries kept: writing one more removes the least recently used (each edit is a new key)."""
+STALE_TEMPORARY_NS = 600 * 10**9
+"""A temporary file this old is a killed run's: removed when an entry is written."""
+PACKAGE = __name__.split(".", 1)[0]
 
 _code_signatures: dict[str, bytes] = {}
-"""A package's files' sizes and times, once a process (xdist's workers are processes)."""
+"""This package's files' sizes and times, once a process (xdist's workers are processes)."""
 
 
 def load_spec_cached(
@@ -66,99 +76,135 @@ def load_spec_cached(
     shown = shown_name(path, display)
     data = read_spec(path, shown)
     names = tuple(conditions)
-    trusted = directory is not None and _trusted_directory(directory)
-    key = _key(data, path, shown, parsers, names) if trusted else None
-    if directory is None or key is None:
+    own = all(type(parser).__module__.startswith(f"{PACKAGE}.") for parser in parsers.values())
+    key = _key(data, path, shown, parsers, names) if directory is not None and own else None
+    folder = _open_private_directory(directory) if directory is not None and key else None
+    if folder is None or key is None:
         return parse_spec(data, path, shown, parsers, names)
-    entry = directory / f"{key}.pickle"
-    cached = _read(entry, key)
-    if cached is not None:
-        return cached
-    spec = parse_spec(data, path, shown, parsers, names)
-    _write(directory, entry, key, spec)
-    return spec
+    try:
+        cached = _read(folder, key)
+        if cached is not None:
+            return cached
+        spec = parse_spec(data, path, shown, parsers, names)
+        _write(folder, key, spec)
+        return spec
+    finally:
+        os.close(folder)
 
 
 def _key(data: bytes, path: Path, shown: str, parsers: Mapping[str, SectionParser],
          conditions: tuple[str, ...]) -> str | None:
-    """The entry's name; None where a kind's code cannot be found to key on (not cached)."""
+    """The entry's name; None where the code it depends on cannot be read (not cached)."""
     import msgspec
 
     digest = hashlib.sha256()
     for part in (str(FORMAT), sys.version, msgspec.__version__, str(path), shown,
                  "\0".join(sorted(conditions))):
         digest.update(part.encode("utf-8", "surrogateescape") + b"\0\0")
-    packages = {__name__.split(".", 1)[0]}
     for section, parser in parsers.items():
         kind = type(parser)
         digest.update(f"{section}\0{kind.__module__}\0{kind.__qualname__}\0\0".encode())
-        packages.add(kind.__module__.split(".", 1)[0])
-    for package in sorted(packages):
-        signature = _code_signature(package)
-        if signature is None:
-            return None
-        digest.update(signature)
+    try:
+        digest.update(_code_signature())
+        digest.update(_yaml_signature())
+    except (OSError, ValueError, ImportError):  # a package removed under the run, a zip
+        return None
     digest.update(data)
     return digest.hexdigest()
 
 
-def _code_signature(package: str) -> bytes | None:
-    """The relative path, size and modification time of every Python file of the top-level
-    module ``package`` (its directory's, for a package), or None where it has no file."""
-    if package in _code_signatures:
-        return _code_signatures[package]
-    module = sys.modules.get(package)
-    file = getattr(module, "__file__", None)
-    if not file:
-        return None
-    origin = Path(file)
+def _code_signature() -> bytes:
+    """The relative path, size and modification time of every Python file of this package."""
+    if PACKAGE in _code_signatures:
+        return _code_signatures[PACKAGE]
+    root = Path(__file__).resolve().parent.parent
     files: list[str] = []
-    if origin.name == "__init__.py":
-        pending = [origin.parent]
-        while pending:
-            with os.scandir(pending.pop()) as entries:
-                for each in entries:
-                    if each.name.endswith(".py"):
+    pending = [root]
+    while pending:
+        with os.scandir(pending.pop()) as entries:
+            for each in entries:
+                if each.name.endswith(".py"):
+                    try:
                         info = each.stat()  # a linked file: its target's
-                        files.append(f"{each.path}\0{info.st_size}\0{info.st_mtime_ns}")
-                    elif each.name != "__pycache__" and each.is_dir(follow_symlinks=False):
-                        pending.append(Path(each.path))
-    else:
-        info = origin.stat()
-        files.append(f"{origin}\0{info.st_size}\0{info.st_mtime_ns}")
+                    except FileNotFoundError:  # a dangling link (an editor's lock file)
+                        continue
+                    files.append(f"{each.path}\0{info.st_size}\0{info.st_mtime_ns}")
+                elif each.name != "__pycache__" and each.is_dir(follow_symlinks=False):
+                    pending.append(Path(each.path))
     signature = "\0\0".join(sorted(files)).encode("utf-8", "surrogateescape") + b"\0\0\0"
-    _code_signatures[package] = signature
+    _code_signatures[PACKAGE] = signature
     return signature
 
 
-def _owned_and_private(info: os.stat_result) -> bool:
-    return info.st_uid == os.geteuid() and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+def _yaml_signature() -> bytes:
+    """PyYAML's own file, size and time (an upgrade is another key), found without importing
+    it where a run has not."""
+    module = sys.modules.get("yaml")
+    origin = getattr(module, "__file__", None)
+    if origin is None:
+        import importlib.util
+
+        found = importlib.util.find_spec("yaml")
+        origin = found.origin if found is not None else None
+    if origin is None:
+        return b"no yaml\0"
+    info = os.stat(origin)
+    return f"{origin}\0{info.st_size}\0{info.st_mtime_ns}\0".encode("utf-8", "surrogateescape")
 
 
-def _trusted_directory(directory: Path) -> bool:
-    """Whether ``directory`` is one this user's own, that no other user can write: a real
-    directory this user owns, made private where pytest made it group- or world-writable."""
+def _safe_above(info: os.stat_result) -> bool:
+    """Whether a directory above the cache's lets no other user replace what is in it."""
+    return info.st_uid in (0, os.geteuid()) and (
+        not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) or bool(info.st_mode & stat.S_ISVTX))
+
+
+def _open_private_directory(directory: Path) -> int | None:
+    """``directory``, open, where no other user can write it or anything above it (see the
+    module's docstring), made private where pytest made it group- or world-writable; None
+    where it is not one to trust."""
+    # As given, every link refused: a link in a directory another user can write could name
+    # any private directory of this user's (pytest's own path holds none: it is the working
+    # directory's, which the kernel gives without links).
+    parts = [part for part in os.path.abspath(directory).split(os.sep) if part]
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        info = os.lstat(directory)
-        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
-            return False
-        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            os.chmod(directory, 0o700, follow_symlinks=False)
-            info = os.lstat(directory)
-        return stat.S_ISDIR(info.st_mode) and _owned_and_private(info)
+        fd = os.open("/", flags)
     except OSError:
-        return False
-
-
-def _read(entry: Path, key: str) -> Spec | None:
-    """The spec kept at ``entry`` for ``key``, or None (no entry, or not one to trust)."""
+        return None
     try:
-        fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        for part in parts:
+            if not _safe_above(os.fstat(fd)):
+                raise PermissionError(part)
+            child = os.open(part, flags, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        info = os.fstat(fd)
+        if info.st_uid != os.geteuid():
+            raise PermissionError(directory)
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            os.fchmod(fd, 0o700)
+        return fd
+    except OSError:
+        os.close(fd)
+        return None
+
+
+def _header(key: str) -> bytes:
+    return MAGIC + key.encode("ascii") + b"\n"
+
+
+def _read(folder: int, key: str) -> Spec | None:
+    """The spec kept for ``key`` in the open directory ``folder``, or None (no entry, or not
+    one to trust)."""
+    try:
+        fd = os.open(f"{key}.pickle", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=folder)
     except OSError:
         return None
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or not _owned_and_private(info) or \
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or \
+                info.st_nlink != 1 or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) or \
                 info.st_size > MAX_ENTRY_BYTES:
             return None
         chunks: list[bytes] = []
@@ -169,47 +215,65 @@ def _read(entry: Path, key: str) -> Spec | None:
                 break
             chunks.append(chunk)
             size += len(chunk)
-        loaded = pickle.loads(b"".join(chunks))
+        data = b"".join(chunks)
+        header = _header(key)
+        if not data.startswith(header):  # another key's, or not an entry: never unpickled
+            return None
+        loaded = pickle.loads(memoryview(data)[len(header):])
+        if not isinstance(loaded, Spec):
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(fd)  # used now: the last to be pruned
+        return loaded
     except Exception:  # cut short, another version's classes, unreadable: parsed anew
         return None
     finally:
         os.close(fd)
-    if not isinstance(loaded, tuple) or len(loaded) != 3 or loaded[0] != FORMAT or \
-            loaded[1] != key or not isinstance(loaded[2], Spec):
-        return None
-    spec: Spec = loaded[2]
-    return spec
 
 
-def _write(directory: Path, entry: Path, key: str, spec: Spec) -> None:
-    """Keep ``spec`` at ``entry``, written whole then renamed into place; where it cannot be
-    (a kind's model that does not pickle, a full disk), nothing is kept."""
-    temporary = directory / f".{key}.{os.getpid()}.tmp"
+def _write(folder: int, key: str, spec: Spec) -> None:
+    """Keep ``spec`` for ``key`` in the open directory ``folder``, written whole under a name
+    of its own then renamed into place; where it cannot be (a model that does not pickle, a
+    full disk), nothing is kept."""
+    temporary = f".{key}.{os.urandom(8).hex()}.tmp"
+    created = False
     try:
-        data = pickle.dumps((FORMAT, key, spec), protocol=PROTOCOL)
+        data = _header(key) + pickle.dumps(spec, protocol=PROTOCOL)
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW |
-                     os.O_CLOEXEC, 0o600)
+                     os.O_CLOEXEC, 0o600, dir_fd=folder)
+        created = True
         try:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
         finally:
             os.close(fd)
-        os.replace(temporary, entry)
+        os.replace(temporary, f"{key}.pickle", src_dir_fd=folder, dst_dir_fd=folder)
     except Exception:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
+        if created:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary, dir_fd=folder)
         return
-    _prune(directory)
+    _prune(folder)
 
 
-def _prune(directory: Path) -> None:
-    """Remove the oldest entries past KEEP."""
+def _prune(folder: int) -> None:
+    """Remove the least recently used entries past KEEP, and killed runs' temporary files."""
+    import time
+
+    now = time.time_ns()
     try:
-        entries = [(each.stat(follow_symlinks=False).st_mtime_ns, each.path)
-                   for each in os.scandir(directory)
-                   if each.name.endswith(".pickle") and each.is_file(follow_symlinks=False)]
+        entries: list[tuple[int, str]] = []
+        with os.scandir(folder) as listing:
+            for each in listing:
+                if not each.is_file(follow_symlinks=False):
+                    continue
+                modified = each.stat(follow_symlinks=False).st_mtime_ns
+                if each.name.endswith(".pickle"):
+                    entries.append((modified, each.name))
+                elif each.name.endswith(".tmp") and now - modified > STALE_TEMPORARY_NS:
+                    os.unlink(each.name, dir_fd=folder)
         for _, oldest in sorted(entries)[:-KEEP]:
-            os.unlink(oldest)
+            os.unlink(oldest, dir_fd=folder)
     except OSError:
         pass

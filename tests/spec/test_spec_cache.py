@@ -149,7 +149,7 @@ def test_an_error_is_never_kept(directory: Path, tmp_path: Path, parses: list[Pa
 
 
 # ---------------------------------------------------------------------------------------------
-# A kind of another package: its code is part of the key
+# What is kept: a run of this package's kinds; its code is part of the key
 
 
 KIND_SOURCE = '''
@@ -173,48 +173,51 @@ def kind_module(tmp_path: Path) -> Iterator[ModuleType]:
     """A kind plugin's module (one file, outside any package), imported as Python would."""
     path = tmp_path / "gpuhost_cached_kind.py"
     path.write_text(textwrap.dedent(KIND_SOURCE.format(kind="first")))
-    loaded = spec_module("gpuhost_cached_kind", path)
-    yield loaded
-    sys.modules.pop("gpuhost_cached_kind", None)
-    cache._code_signatures.pop("gpuhost_cached_kind", None)
-
-
-def spec_module(name: str, path: Path) -> ModuleType:
-    found = importlib.util.spec_from_file_location(name, path)
+    found = importlib.util.spec_from_file_location("gpuhost_cached_kind", path)
     assert found is not None and found.loader is not None
     module = importlib.util.module_from_spec(found)
-    sys.modules[name] = module
+    sys.modules["gpuhost_cached_kind"] = module
     found.loader.exec_module(module)
-    return module
+    yield module
+    sys.modules.pop("gpuhost_cached_kind", None)
 
 
-def test_an_edit_of_a_kinds_code_is_another_key(directory: Path, tmp_path: Path,
-                                                kind_module: ModuleType,
-                                                parses: list[Path]) -> None:
+def test_a_run_with_a_kind_of_another_plugin_parses_every_time(
+        directory: Path, tmp_path: Path, kind_module: ModuleType, parses: list[Path]) -> None:
+    """Its parse may depend on code or state no key covers (a conftest's helpers, an option)."""
     path = tmp_path / "spec.yaml"
-    path.write_text("version: 1\ncached_kind: {}\n")
-    kinds = {"cached_kind": kind_module.CachedKind()}
-    assert value(load_spec_cached(directory, path, kinds, ())) == "first"
-    assert value(load_spec_cached(directory, path, kinds, ())) == "first"
-    assert len(parses) == 1
-    source = Path(kind_module.__file__ or "")
-    source.write_text(textwrap.dedent(KIND_SOURCE.format(kind="second!")))  # another size
-    cache._code_signatures.clear()  # a new process, as the next run is
-    edited = spec_module("gpuhost_cached_kind", source)
-    spec = load_spec_cached(directory, path, {"cached_kind": edited.CachedKind()}, ())
-    assert value(spec) == "second!" and len(parses) == 2
+    path.write_text("version: 1\ncached_kind: {}\nsysctl: {vm.swappiness: 10}\n")
+    kinds = {**KINDS, "cached_kind": kind_module.CachedKind()}
+    assert value(load_spec_cached(directory, path, kinds, CONDITIONS)) == "first"
+    assert value(load_spec_cached(directory, path, kinds, CONDITIONS)) == "first"
+    assert len(parses) == 2 and list(directory.iterdir()) == []
 
 
-def test_a_kind_whose_code_has_no_file_is_never_kept(directory: Path, tmp_path: Path,
-                                                     kind_module: ModuleType,
-                                                     parses: list[Path]) -> None:
-    path = tmp_path / "spec.yaml"
-    path.write_text("version: 1\ncached_kind: {}\n")
-    kind_module.__file__ = None
-    kinds = {"cached_kind": kind_module.CachedKind()}
-    load_spec_cached(directory, path, kinds, ())
-    load_spec_cached(directory, path, kinds, ())
-    assert len(parses) == 2 and entries(directory) == []
+def test_an_edit_of_any_file_of_the_package_is_another_key(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every .py file of the package is signed, in every subpackage; a dangling link (an
+    editor's lock file) is passed over, ``__pycache__`` is not code."""
+    package = tmp_path / "package"
+    for name in ("__init__.py", "spec/__init__.py", "spec/cache.py", "checks/deep/sysctl.py"):
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text("x = 1\n")
+    monkeypatch.setattr(cache, "__file__", str(package / "spec" / "cache.py"))
+
+    def signature() -> bytes:
+        cache._code_signatures.clear()  # a new process, as the next run is
+        return cache._code_signature()
+
+    monkeypatch.setattr(cache, "_code_signatures", {})
+    first = signature()
+    (package / "checks" / ".#sysctl.py").symlink_to("root@host.1234:1700000000")
+    (package / "checks" / "__pycache__").mkdir()
+    (package / "checks" / "__pycache__" / "sysctl.py").write_text("not code")
+    assert signature() == first
+    (package / "checks" / "deep" / "sysctl.py").write_text("x = 22\n")
+    assert signature() != first
+    edited = signature()
+    (package / "checks" / "new.py").write_text("")
+    assert signature() != edited
 
 
 def test_a_model_that_does_not_pickle_is_returned_and_not_kept(
@@ -226,9 +229,10 @@ def test_a_model_that_does_not_pickle_is_returned_and_not_kept(
         def parse(self, node: object, context: object) -> object:
             return kind_module.Model(lambda: None)
 
+    Unpicklable.__module__ = "pytest_gpuhost.checks.unpicklable"  # as if one of this package's
     spec = load_spec_cached(directory, path, {"cached_kind": Unpicklable()}, ())
-    assert callable(value(spec))
-    assert entries(directory) == [] and list(directory.iterdir()) == []  # no temporary left
+    assert callable(value(spec)) and parses == [path]
+    assert list(directory.iterdir()) == []  # no entry, no temporary file left
 
 
 # ---------------------------------------------------------------------------------------------
@@ -276,6 +280,73 @@ def test_a_world_writable_directory_of_another_user_is_passed_over(
     load_spec_cached(directory, spec_file, KINDS, CONDITIONS)
     assert stat.S_IMODE(directory.stat().st_mode) == 0o777 and entries(directory) == []
     directory.chmod(0o755)
+
+
+@pytest.mark.parametrize("above", ["writable by others", "another user's"])
+def test_a_directory_under_one_another_user_can_change_is_neither_read_nor_written(
+        tmp_path: Path, spec_file: Path, parses: list[Path], above: str) -> None:
+    """Whoever can write a directory above the cache's can swap what is below it for a link
+    to any private directory of root's: root would write its entries there and prune them."""
+    parent = tmp_path / "shared"
+    directory = parent / "d" / "gpuhost-spec"
+    directory.mkdir(parents=True)
+    directory.chmod(0o700)
+    if above == "writable by others":
+        parent.chmod(0o777)
+    elif os.geteuid() == 0:
+        os.chown(parent, 65534, 65534)
+    else:
+        pytest.skip("giving a directory to another user needs root")
+    for _ in range(2):
+        load_spec_cached(directory, spec_file, KINDS, CONDITIONS)
+    assert len(parses) == 2 and list(directory.iterdir()) == []
+    parent.chmod(0o1777)  # sticky, as /tmp: another user can no longer replace what is in it
+    if above == "writable by others":
+        load_spec_cached(directory, spec_file, KINDS, CONDITIONS)
+        load_spec_cached(directory, spec_file, KINDS, CONDITIONS)
+        assert len(parses) == 3 and len(entries(directory)) == 1
+
+
+def test_an_entry_is_unpickled_only_after_its_own_key(
+        directory: Path, spec_file: Path, parses: list[Path],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    load_spec_cached(directory, spec_file, KINDS, CONDITIONS)
+    (entry,) = entries(directory)
+    header, _, body = entry.read_bytes().partition(b"\n")
+    assert header == cache.MAGIC + entry.stem.encode()
+    entry.write_bytes(cache.MAGIC + b"0" * 64 + b"\n" + body)  # another key's header
+
+    class Refuses:
+        dumps = staticmethod(pickle.dumps)
+
+        @staticmethod
+        def loads(data: object) -> object:
+            raise AssertionError("unpickled an entry of another key")
+
+    monkeypatch.setattr(cache, "pickle", Refuses)
+    load_spec_cached(directory, spec_file, KINDS, CONDITIONS)
+    assert len(parses) == 2
+
+
+def test_an_entry_with_a_second_link_is_passed_over(directory: Path, spec_file: Path,
+                                                    tmp_path: Path, parses: list[Path]) -> None:
+    load_spec_cached(directory, spec_file, KINDS, CONDITIONS)
+    (entry,) = entries(directory)
+    os.link(entry, tmp_path / "second-link")
+    load_spec_cached(directory, spec_file, KINDS, CONDITIONS)
+    assert len(parses) == 2
+    assert (tmp_path / "second-link").stat().st_nlink == 1  # the entry was replaced, not written
+
+
+def test_a_killed_runs_temporary_file_goes_when_an_entry_is_written(
+        directory: Path, spec_file: Path) -> None:
+    stale, fresh = directory / ".abc.0123.tmp", directory / ".def.4567.tmp"
+    for each in (stale, fresh):
+        each.write_bytes(b"half an entry")
+    old = (cache.STALE_TEMPORARY_NS * 2) // 10**9
+    os.utime(stale, (stale.stat().st_atime - old, stale.stat().st_mtime - old))
+    load_spec_cached(directory, spec_file, KINDS, CONDITIONS)
+    assert not stale.exists() and fresh.exists()  # another run may still be writing that one
 
 
 @pytest.mark.parametrize("how", ["group-writable", "another user's", "a symlink", "a FIFO",
@@ -340,17 +411,21 @@ def test_an_entry_not_to_trust_or_not_whole_is_parsed_anew_and_replaced(
     assert parses == []  # the replacement is loaded
 
 
-def test_the_oldest_entries_go_past_the_number_kept(directory: Path, spec_file: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_least_recently_used_entries_go_past_the_number_kept(
+        directory: Path, spec_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cache, "KEEP", 2)
     made: list[Path] = []
     for value in range(3):
+        if value == 2:  # the first is used again: the second is now the least recently used
+            spec_file.write_text("version: 1\nsysctl:\n  vm.swappiness: 0\n")
+            load_spec_cached(directory, spec_file, KINDS, CONDITIONS)
         spec_file.write_text(f"version: 1\nsysctl:\n  vm.swappiness: {value}\n")
         load_spec_cached(directory, spec_file, KINDS, CONDITIONS)
         (new,) = set(entries(directory)) - set(made)
-        os.utime(new, ns=(value * 10**9, value * 10**9))
+        if value < 2:
+            os.utime(new, ns=((value + 1) * 10**9, (value + 1) * 10**9))
         made.append(new)
-    assert entries(directory) == sorted(made[1:])
+    assert entries(directory) == sorted([made[0], made[2]])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -358,7 +433,7 @@ def test_the_oldest_entries_go_past_the_number_kept(directory: Path, spec_file: 
 
 
 def test_inline_runs_of_one_process_load_the_spec_the_run_before_kept(
-        pytester: pytest.Pytester, fake: FakeHost) -> None:
+        pytester: pytest.Pytester, fake: FakeHost, parses: list[Path]) -> None:
     """pytester drops the modules each inline run imported, so the second run's kinds and the
     classes of the model it loads are a new import of the same modules: they must agree (a
     kind cached from the first run did not know the second's models: a collection error)."""
@@ -366,6 +441,7 @@ def test_inline_runs_of_one_process_load_the_spec_the_run_before_kept(
     pytester.makefile(".yaml", spec="version: 1\npcie:\n  max_read_request: 4096\n"
                                     "  aspm: \"off\"\ncpuidle: {disabled: [C6]}\n")
     runs = [pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}") for _ in range(3)]
+    assert len(parses) == 1  # the first run parsed, the next two loaded
     assert list((pytester.path / ".pytest_cache" / "d" / "gpuhost-spec").glob("*.pickle"))
     outcomes = [run.parseoutcomes() for run in runs]
     assert outcomes[0] == outcomes[1] == outcomes[2] and "errors" not in outcomes[0], outcomes
