@@ -446,3 +446,14 @@ def test_inline_runs_of_one_process_load_the_spec_the_run_before_kept(
     outcomes = [run.parseoutcomes() for run in runs]
     assert outcomes[0] == outcomes[1] == outcomes[2] and "errors" not in outcomes[0], outcomes
     assert runs[0].ret == runs[2].ret
+
+
+def test_pyyamls_own_file_is_part_of_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found where the import would find it, without importing it (a cached run never does)."""
+    import yaml
+
+    imported = cache._yaml_signature()
+    assert imported.startswith(os.fsencode(yaml.__file__ or "") + b"\0")
+    monkeypatch.delitem(sys.modules, "yaml")
+    assert cache._yaml_signature() == imported
+    assert "yaml" not in sys.modules
