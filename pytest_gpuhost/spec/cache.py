@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from . import SectionParser, Spec, parse_spec
-from .specfile import read_spec, shown_name
+from .specfile import read_bounded, read_spec, shown_name
 
 try:
     import _pickle as pickle  # the C pickler alone: pickle.py adds 2.5 ms of import
@@ -212,15 +212,7 @@ def _read(folder: int, key: str) -> Spec | None:
                 info.st_nlink != 1 or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) or \
                 info.st_size > MAX_ENTRY_BYTES:
             return None
-        chunks: list[bytes] = []
-        size = 0
-        while size <= MAX_ENTRY_BYTES:
-            chunk = os.read(fd, MAX_ENTRY_BYTES + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        data = b"".join(chunks)
+        data = read_bounded(fd, MAX_ENTRY_BYTES)
         header = _header(key)
         if not data.startswith(header):  # another key's, or not an entry: never unpickled
             return None

@@ -47,21 +47,28 @@ def read_spec(path: Path, shown: str) -> bytes:
         if not stat.S_ISREG(mode):
             kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
             raise SpecError(shown, f"the spec is {kind}, not a regular file; name a YAML file")
-        chunks: list[bytes] = []
-        size = 0
-        while size <= MAX_SPEC_BYTES:
-            chunk = os.read(fd, MAX_SPEC_BYTES + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
+        data = read_bounded(fd, MAX_SPEC_BYTES)
     except OSError as exc:
         raise SpecError(shown, f"cannot read the spec: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
-    if size > MAX_SPEC_BYTES:
+    if len(data) > MAX_SPEC_BYTES:
         raise SpecError(shown, f"the spec is over {MAX_SPEC_BYTES // (1024 * 1024)} MiB; a spec "
                                "is a short YAML file")
+    return data
+
+
+def read_bounded(fd: int, limit: int) -> bytes:
+    """What ``fd`` holds, read to its end or to one byte past ``limit`` (a longer result says
+    the file is over it: /dev/zero never ends)."""
+    chunks: list[bytes] = []
+    size = 0
+    while size <= limit:
+        chunk = os.read(fd, limit + 1 - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
     return b"".join(chunks)
 
 
