@@ -45,8 +45,6 @@ from .hostfacts import HostFacts as HostFacts  # re-exported (session)
 LOCAL = "local"
 
 
-
-
 class _RememberedConditions(Mapping[str, ConditionFn]):
     """Each ``when:`` condition asked once per target: the answer does not change mid-run."""
 

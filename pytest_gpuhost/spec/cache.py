@@ -30,6 +30,7 @@ another version), is passed over: the spec is parsed, as without a cache.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import stat
@@ -59,9 +60,6 @@ STALE_TEMPORARY_NS = 600 * 10**9
 """A temporary file this old is a killed run's: removed when an entry is written."""
 PACKAGE = __name__.split(".", 1)[0]
 
-_code_signatures: dict[str, bytes] = {}
-"""This package's files' sizes and times, once a process (xdist's workers are processes)."""
-
 
 def load_spec_cached(
     directory: Path | None,
@@ -76,16 +74,19 @@ def load_spec_cached(
     shown = shown_name(path, display)
     data = read_spec(path, shown)
     names = tuple(conditions)
+    parse = functools.partial(parse_spec, data, path, shown, parsers, names)
     own = all(type(parser).__module__.startswith(f"{PACKAGE}.") for parser in parsers.values())
-    key = _key(data, path, shown, parsers, names) if directory is not None and own else None
-    folder = _open_private_directory(directory) if directory is not None and key else None
-    if folder is None or key is None:
-        return parse_spec(data, path, shown, parsers, names)
+    folder = _open_private_directory(directory) if directory is not None and own else None
+    if folder is None:  # no cache, a plugin's kind, or not a directory to trust
+        return parse()
     try:
+        key = _key(data, path, shown, parsers, names)
+        if key is None:
+            return parse()
         cached = _read(folder, key)
         if cached is not None:
             return cached
-        spec = parse_spec(data, path, shown, parsers, names)
+        spec = parse()
         _write(folder, key, spec)
         return spec
     finally:
@@ -113,10 +114,10 @@ def _key(data: bytes, path: Path, shown: str, parsers: Mapping[str, SectionParse
     return digest.hexdigest()
 
 
+@functools.cache
 def _code_signature() -> bytes:
-    """The relative path, size and modification time of every Python file of this package."""
-    if PACKAGE in _code_signatures:
-        return _code_signatures[PACKAGE]
+    """The path, size and modification time of every Python file of this package, once a
+    process (xdist's workers are processes)."""
     root = Path(__file__).resolve().parent.parent
     files: list[str] = []
     pending = [root]
@@ -131,9 +132,7 @@ def _code_signature() -> bytes:
                     files.append(f"{each.path}\0{info.st_size}\0{info.st_mtime_ns}")
                 elif each.name != "__pycache__" and each.is_dir(follow_symlinks=False):
                     pending.append(Path(each.path))
-    signature = "\0\0".join(sorted(files)).encode("utf-8", "surrogateescape") + b"\0\0\0"
-    _code_signatures[PACKAGE] = signature
-    return signature
+    return "\0\0".join(sorted(files)).encode("utf-8", "surrogateescape") + b"\0\0\0"
 
 
 def _yaml_signature() -> bytes:

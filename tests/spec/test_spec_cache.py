@@ -194,7 +194,7 @@ def test_a_run_with_a_kind_of_another_plugin_parses_every_time(
 
 
 def test_an_edit_of_any_file_of_the_package_is_another_key(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
     """Every .py file of the package is signed, in every subpackage; a dangling link (an
     editor's lock file) is passed over, ``__pycache__`` is not code."""
     package = tmp_path / "package"
@@ -204,10 +204,10 @@ def test_an_edit_of_any_file_of_the_package_is_another_key(
     monkeypatch.setattr(cache, "__file__", str(package / "spec" / "cache.py"))
 
     def signature() -> bytes:
-        cache._code_signatures.clear()  # a new process, as the next run is
+        cache._code_signature.cache_clear()  # a new process, as the next run is
         return cache._code_signature()
 
-    monkeypatch.setattr(cache, "_code_signatures", {})
+    request.addfinalizer(cache._code_signature.cache_clear)  # this package's, after
     first = signature()
     (package / "checks" / ".#sysctl.py").symlink_to("root@host.1234:1700000000")
     (package / "checks" / "__pycache__").mkdir()
