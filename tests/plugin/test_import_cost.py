@@ -7,6 +7,7 @@ the time, figures 1a-1c).
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -14,6 +15,8 @@ import pytest
 
 import pytest_gpuhost.specs as pytest_gpuhost_specs
 from pytest_gpuhost.testing.fakehost import FakeHost
+
+from ..conftest import REPO
 
 pytest_plugins = ["pytester"]
 
@@ -127,6 +130,31 @@ def test_a_node_problem_detector_run_measures_nothing_and_opens_no_library(
     absent = ("gpu.bandwidth", "gpu.cudaprobe", "gpu.nvmllib", "bounded", "host.remote",
               "capture", "fleet", "fix.fixer", "fix.journal", "plugin.worker", "state")
     assert not [m for m in modules if m.removeprefix("pytest_gpuhost.").startswith(absent)]
+
+
+def test_the_example_monitors_runs_after_the_first_load_the_spec_without_yaml(
+        pytester: pytest.Pytester, example_host: Path, tmp_path: Path) -> None:
+    """examples/k8s/gpuhost-monitor.json's rule as NPD runs it every interval, its paths made
+    this test's: its ``cache_dir`` (a directory the image makes root's alone) keeps the spec
+    the first run parsed, and every run after it loads that instead of importing a YAML
+    parser; the outcome is the same."""
+    rule = json.loads((REPO / "examples" / "k8s" / "gpuhost-monitor.json").read_text())
+    [args] = [r["args"] for r in rule["rules"]]
+    cache = tmp_path / "npd-cache"
+    cache.mkdir(mode=0o700)
+    spec = Path(pytest_gpuhost_specs.__file__).parent / "blackwell8.yaml"
+    here = {"--gpuhost-spec=": str(spec), "--gpuhost-root=": str(example_host),
+            "--gpuhost-nfd=": str(pytester.path / "features"), "cache_dir=": str(cache)}
+    words = [next((prefix + value for prefix, value in here.items() if word.startswith(prefix)),
+                  word) for word in args]
+    assert f"cache_dir={cache}" in words and "no:cacheprovider" not in words
+    first = loaded(pytester, *words, ret=1, cache=True)
+    assert "yaml" in first
+    assert [path.name for path in (cache / "d" / "gpuhost-spec").iterdir()]  # kept
+    second = loaded(pytester, *words, ret=1, cache=True)
+    assert "yaml" not in second and "pytest_gpuhost.spec.yamlfile" not in second
+    features = (pytester.path / "features").read_text()
+    assert "feature.node.kubernetes.io/gpuhost.tuned=false" in features
 
 
 def test_the_bridges_checks_load_only_for_their_keys(pytester: pytest.Pytester,

@@ -3,6 +3,7 @@ node-problem-detector validates and needs, wired to the DaemonSet's mounts."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from pathlib import Path
@@ -163,6 +164,19 @@ def test_the_plugin_path_is_what_the_image_installs() -> None:
     assert f"python3 -m venv {venv}" in dockerfile
     entrypoint = dockerfile.rstrip().splitlines()[-1].removeprefix("ENTRYPOINT ")
     assert json.loads(entrypoint) == [container()["command"][0]]
+
+
+def test_the_monitors_runs_keep_their_spec_in_a_cache_directory_the_image_makes_roots() -> None:
+    """pytest's cache on, in a directory of the image that no other user can write (the spec
+    cache trusts no other): each run after the first loads the spec the one before parsed."""
+    (rule,) = monitor()["rules"]
+    args: list[str] = rule["args"]
+    assert "no:cacheprovider" not in args
+    [cache_dir] = [value.removeprefix("cache_dir=") for flag, value in itertools.pairwise(args)
+                   if flag == "-o" and value.startswith("cache_dir=")]
+    assert cache_dir.startswith("/") and not cache_dir.startswith(
+        tuple(m["mountPath"] for m in container()["volumeMounts"]))  # the image's, not a volume
+    assert f"install -d -m 0700 {cache_dir}" in (K8S / "Dockerfile").read_text()
 
 
 def test_the_feature_file_goes_to_the_hosts_nfd_features_directory() -> None:
