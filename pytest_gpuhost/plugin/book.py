@@ -149,6 +149,15 @@ def unreported(index: int, progress: Progress, incidents: Mapping[str, Sequence[
     return NEVER_REPORTED
 
 
+def never_collected(target: str, location: str, section: str, why: str) -> CheckResult:
+    """The record of a spec section of a target whose checks no process collected (under the
+    target scheduler, every xdist worker that was to collect that target went down first):
+    an error in the section's place, as a section that could not be expanded is."""
+    return CheckResult(id=section, kind=section, key=None, expected=f"the {section} checks",
+                       observed=None, outcome=Outcome.ERROR, message=why, target=target,
+                       location=location, section=section)
+
+
 def no_record(nodeid: str, why: str) -> CheckResult:
     """The record of a check that never reported: an error, with what is known of it."""
     name, at, target = nodeid.split("::", 1)[-1].rpartition("@")

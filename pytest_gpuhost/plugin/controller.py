@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from ..reports import Reporter, RunInfo, TargetInfo
-from ..result import CheckResult, Outcome
+from ..result import NOT_RUN, CheckResult, Outcome
 from ..runstate import with_state
-from .book import RecordBook
+from .book import RecordBook, never_collected
 from .items import GpuhostItem
 from .start import REPORT_ATTR
 
@@ -43,6 +43,8 @@ class Controller:
         self.progress: Callable[[], Progress | None] = lambda: None
         """The xdist workers' logs (``distributing.py``), which tell why a check never
         reported; nothing without xdist."""
+        self.uncollected: Callable[[], list[str]] = lambda: []
+        """The remote targets no xdist worker collected (``distributing.py``)."""
         self.close_failed = False
         self.stopped_early: str | None = None
         """pytest's own reason to stop (-x, --maxfail, an interrupt)."""
@@ -79,7 +81,31 @@ class Controller:
         if self.run.config.option.collectonly:
             return self.book.ordered()
         stopped = self.run.stopped or self.stopped_early
-        return self.book.records(stopped, None if stopped else self.progress())
+        progress = self.progress()
+        return self.book.records(stopped, None if stopped else progress) + \
+            self._never_collected(stopped, progress)
+
+    def _never_collected(self, stopped: str | None, progress: Progress | None
+                         ) -> list[CheckResult]:
+        """An error record per spec section of each remote target that no xdist worker
+        collected: its checks are known to no process, yet the target is not checked."""
+        session, settings = self.run.session, self.run.settings
+        records = []
+        for name in self.uncollected():
+            if stopped == "interrupted":
+                why = f"{NOT_RUN}the run was interrupted before its checks were collected"
+            elif stopped:
+                why = f"{NOT_RUN}the run stopped before its checks were collected ({stopped})"
+            else:
+                down = "; ".join(progress.down.values()) if progress is not None else ""
+                why = (f"{NOT_RUN}no xdist worker collected the checks of {name}"
+                       + (f": {down}" if down else "") + " (xdist starts no more workers "
+                       "once --max-worker-restart workers have crashed): run again")
+            for spec in session.specs_of(session.targets[name]):
+                location = f"{settings.display(spec.path)}:1"
+                records += [never_collected(name, location, section, why)
+                            for section in spec.sections]
+        return records
 
     def info(self) -> RunInfo:
         session, settings = self.run.session, self.run.settings

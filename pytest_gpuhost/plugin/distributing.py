@@ -138,6 +138,8 @@ class Distributing:
                        if target.url != "local"]
         self.owners: dict[Any, tuple[list[str], int]] = {}
         """Worker -> the remote targets it collects and runs, and how many at once."""
+        self.collected: set[str] = set()
+        """The remote targets some worker collected (under the target scheduler)."""
         self.orphans: list[tuple[list[str], int]] = []
         """The unfinished targets of workers that went down, for their replacements."""
         self.started = 0
@@ -230,8 +232,19 @@ class Distributing:
         """The checks a worker collected, so that one whose worker died before reporting it
         still counts (as an error) in every report."""
         self.awaiting.discard(node)
+        owned = self.owners.get(node)
+        if owned is not None:
+            self.collected.update(owned[0])
         files = {self.run.spec_file_id(path) for path in self.run.session.specs}
         self.book.expect(nodeid for nodeid in ids if nodeid.split("::", 1)[0] in files)
+
+    def uncollected(self) -> list[str]:
+        """The remote targets no worker collected: each worker given them (the first, then
+        each replacement) went down before it sent its collection, and xdist started no
+        other. No record of their checks ever comes."""
+        if not self.targeted:
+            return []
+        return [name for name in self.remote if name not in self.collected]
 
     def progress(self) -> Progress:
         """What the workers' logs say they started and finished, and which went down."""

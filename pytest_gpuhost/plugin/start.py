@@ -338,6 +338,7 @@ def _register(config: pytest.Config, run: Run) -> None:
             distributing = Distributing(run, controller.book)
             manager.register(distributing, "gpuhost-distributing")
             controller.progress = distributing.progress
+            controller.uncollected = distributing.uncollected
             distributing.start()
     if settings.alluredir is not None:
         from ..reports.allure import AllureEvidence

@@ -186,3 +186,51 @@ def test_checks_xdist_never_gave_out_say_they_did_not_run_and_why(
                for r in not_run), not_run[0]["message"]
     assert not any("went down while it ran" in r["message"] for r in records.values())
     assert {r["outcome"] for r in records.values()} <= {"passed", "error"}
+
+
+DIES_COLLECTING = textwrap.dedent("""\
+    import os
+    from pathlib import Path
+
+    from pytest_gpuhost.hookspecs import hookimpl
+    from pytest_gpuhost.host import LocalHost
+
+    @hookimpl(tryfirst=True)
+    def pytest_gpuhost_make_host(url, settings):
+        # ssh://fake/NAME: the fake tree NAME next to this file, as if reached over ssh
+        if url.startswith("ssh://fake/"):
+            return LocalHost(Path(__file__).parent / url.split("/")[3].split("?")[0])
+        return None
+
+    def pytest_collection_modifyitems(items):
+        # the worker that collects target b dies before it sends its collection
+        if "PYTEST_XDIST_WORKER" in os.environ and any(i.nodeid.endswith("@b")
+                                                       for i in items):
+            os._exit(3)
+    """)
+
+
+@pytest.mark.parametrize("restarts", ["0", "2"])
+def test_a_target_whose_worker_died_collecting_it_is_an_error_not_left_out(
+        pytester: pytest.Pytester, restarts: str) -> None:
+    """Under the target scheduler each worker collects its own targets: one that dies while
+    it collects (every replacement dying the same way, until xdist gives up) never sends
+    its collection, so no process ever collected that target's checks. They are errors in
+    every report and the run fails; the reports had left the target out, and a run whose
+    other target passed exited 0."""
+    for name in ("a", "b"):
+        FakeHost(pytester.path / name).sysctl("vm.swappiness", 10)
+    pytester.makeconftest(DIES_COLLECTING)
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    targets = ["--gpuhost-target=ssh://fake/a?name=a", "--gpuhost-target=ssh://fake/b?name=b"]
+    result = pytester.runpytest_subprocess(
+        "spec.yaml", *targets, "-n", "2", "--gpuhost-report=out.json", "-p",
+        "no:cacheprovider", f"--max-worker-restart={restarts}", timeout=120)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.stdout.fnmatch_lines(["kind    a*b", "sysctl  *1 error"])
+    report = json.loads((pytester.path / "out.json").read_text())
+    of_b = [c for c in report["checks"] if c["target"] == "b"]
+    assert [(c["id"], c["outcome"]) for c in of_b] == [("sysctl", "error")], report["checks"]
+    assert of_b[0]["message"].startswith("not run: no xdist worker collected the checks of "
+                                         "b: worker gw"), of_b[0]["message"]
+    assert report["summary"]["error"] >= 1
