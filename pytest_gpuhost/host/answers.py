@@ -11,6 +11,7 @@ agent: the caller makes it lost ("not the agent's answer"), and every other targ
 from __future__ import annotations
 
 import errno
+import fnmatch
 import json
 from collections.abc import Callable, Mapping, Sequence
 
@@ -123,6 +124,20 @@ def _shown(value: object) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
+def _outside(pattern: object, matches: list[list[object]]) -> str | None:
+    """The first glob match whose path is not one ``pattern`` names (a component for each of
+    its components, each matching it), as the agent's glob gives only those: the kinds read
+    a device or a CPU from a match's components by their place."""
+    parts = str(pattern).split("/")
+    for path, _ in matches:
+        names = str(path).split("/")
+        if len(names) != len(parts) or not all(
+                name not in ("", ".", "..") and fnmatch.fnmatchcase(name, part)
+                for name, part in zip(names, parts, strict=True)):
+            return f"a glob match {_shown(path)} outside its pattern {_shown(pattern)}"
+    return None
+
+
 def reply_problem(request: Mapping[str, object], reply: object) -> str | None:
     """What is wrong with one reply to ``request``; None when it is the agent's."""
     op = str(request.get("op"))
@@ -133,8 +148,9 @@ def reply_problem(request: Mapping[str, object], reply: object) -> str | None:
     if "value" not in reply:
         return f"a reply to a {op} request without a value or an error: {_shown(reply)}"
     check = VALUES.get(op, _anything)
-    return None if check(reply["value"]) else \
-        f"a {op} value of the wrong shape: {_shown(reply['value'])}"
+    if not check(reply["value"]):
+        return f"a {op} value of the wrong shape: {_shown(reply['value'])}"
+    return _outside(request.get("pattern"), reply["value"]) if op == "glob" else None
 
 
 def batch_problem(requests: Sequence[Mapping[str, object]], replies: object) -> str | None:

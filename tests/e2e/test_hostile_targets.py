@@ -57,6 +57,23 @@ sys.stdout.buffer.flush()
 time.sleep(60)
 """
 
+GLOB_PATHS = RELAY_HELLO + """\
+import json
+header = sys.stdin.buffer.readline()
+request = sys.stdin.buffer.read(int(header))
+child.stdin.write(header + request)
+child.stdin.flush()
+size = child.stdout.readline()
+answer = json.loads(child.stdout.read(int(size)))
+ops = [each["op"] for each in json.loads(request)]
+data = json.dumps([{"value": [["x", None]]} if op == "glob" else reply
+                   for op, reply in zip(ops, answer)]).encode()
+sys.stdout.buffer.write(b"%d\\n" % len(data) + data)
+sys.stdout.buffer.flush()
+time.sleep(60)
+"""
+"""The agent's first answer with each glob's matches replaced by a path outside its pattern."""
+
 STDERR_FLOOD = """\
 chunk = b"x" * (1 << 20)
 for _ in range(64):  # 64 MiB, no newline, then the connection ends
@@ -84,7 +101,8 @@ def two_targets(pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path,
     (SEVENS, "not the agent's answer: a glob value of the wrong shape: 7"),
     (DEEP, "not the agent's answer: b'[[[[[["),
     (BAD_HELLO, "not the agent's answer: a hello of the wrong shape"),
-], ids=["lists-replaced-by-7", "200000-deep", "hello"])
+    (GLOB_PATHS, "not the agent's answer: a glob match 'x' outside its pattern"),
+], ids=["lists-replaced-by-7", "200000-deep", "hello", "glob-outside-its-pattern"])
 @pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_a_target_s_malformed_answer_loses_it_alone(
         pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path,

@@ -31,6 +31,10 @@ def test_the_agent_s_own_answers_pass() -> None:
     (Read("a").wire(), {"error": 7}, "an error without its text and errno"),
     (Read("a").wire(), {"nothing": 1}, "without a value or an error"),
     (Read("a").wire(), 7, "7 where the reply to a read request belongs"),
+    (Glob("c/*/v").wire(), {"value": [["x", None]]},
+     "a glob match 'x' outside its pattern 'c/*/v'"),
+    (Glob("c/*/v").wire(), {"value": [["c/d/w", None]]}, "a glob match 'c/d/w' outside"),
+    (Glob("c/*/v").wire(), {"value": [["c/../v", None]]}, "a glob match 'c/../v' outside"),
 ])
 def test_a_reply_of_the_wrong_shape_is_named(request_: dict[str, object], reply: object,
                                              words: str) -> None:
