@@ -130,3 +130,47 @@ def test_megabytes_of_stderr_without_a_newline_are_cut_to_their_end(
     message = str(by_target["hostile"]["message"])
     assert by_target["hostile"]["outcome"] == "error"
     assert "xxxxxxxx" in message and len(message) < 2000
+
+
+NVML_SURROGATE = RELAY_HELLO + """\
+import json
+while header := sys.stdin.buffer.readline():
+    request = sys.stdin.buffer.read(int(header))
+    child.stdin.write(header + request)
+    child.stdin.flush()
+    size = child.stdout.readline()
+    answer = json.loads(child.stdout.read(int(size)))
+    ops = [each["op"] for each in json.loads(request)]
+    data = json.dumps([{"value": {"driver_version": "580\\udcff", "gpus": {}}} if op == "nvml"
+                       else reply for op, reply in zip(ops, answer)]).encode()
+    sys.stdout.buffer.write(b"%d\\n" % len(data) + data)
+    sys.stdout.buffer.flush()
+"""
+"""The agent's answers, its NVML's driver version a lone surrogate (JSON's ``\\udcff``)."""
+
+
+def test_a_lone_surrogate_in_a_target_s_value_leaves_the_prometheus_file_written(
+        pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A target's NVML says its driver version is ``580\\udcff`` (JSON allows a lone
+    surrogate; UTF-8 does not): the check records it, and the textfile, written as UTF-8,
+    was not written at all, for any target, leaving node_exporter the last run's values."""
+    stand_in_ssh(tmp_path / "bin", monkeypatch, "hostile", NVML_SURROGATE)
+    good = FakeHost(tmp_path / "good").sysctl("vm.swappiness", 60)
+    hostile = FakeHost(tmp_path / "hostile").sysctl("vm.swappiness", 10)
+    spec = pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n"
+                                           "gpus:\n  driver_version: {min: '580.0'}\n")
+    result = pytester.runpytest_subprocess(
+        f"--gpuhost-spec={spec}", f"--gpuhost-target={sshd.url(good.root)}?name=good",
+        f"--gpuhost-target={sshd.url(hostile.root)}?name=hostile",
+        f"--gpuhost-ssh-config={sshd.client_config}", "-p", "no:cacheprovider",
+        "--gpuhost-prom=out.prom", timeout=300)
+    out = result.stdout.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, out
+    assert "not written" not in out
+    prom = (pytester.path / "out.prom").read_text(encoding="utf-8")
+    assert 'gpuhost_check_ok{target="good",spec="spec",spec_file="spec.yaml",' \
+           'kind="sysctl",key="vm.swappiness"} 0' in prom
+    [driver] = [line for line in prom.splitlines() if line.startswith("gpuhost_observed_info")
+                and 'target="hostile"' in line and 'kind="gpus.driver_version"' in line]
+    assert 'value="580\ufffd' in driver, driver

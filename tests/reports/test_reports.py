@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuhost.reports.prometheus import escape_label, textfile
+from pytest_gpuhost.reports import RunInfo
+from pytest_gpuhost.reports.prometheus import PrometheusTextfile, escape_label, textfile
 from pytest_gpuhost.result import OUTCOMES, CheckResult, Outcome
 from pytest_gpuhost.testing.fakehost import FakeHost
 
@@ -174,6 +175,17 @@ def test_prometheus_label_values_are_escaped() -> None:
     [(labels, value)] = metrics["gpuhost_check_ok"]
     assert labels["key"] == 'x"y\\z\n' and value == 0
     assert len(metrics["gpuhost_check_outcome"]) == len(OUTCOMES)
+
+
+def test_a_lone_surrogate_in_a_label_value_is_written_as_utf8(tmp_path: Path) -> None:
+    """A target's JSON can carry a lone surrogate (``\\udcff``) into an observed value: the
+    textfile, written as UTF-8, was not written at all (every target's checks lost)."""
+    odd = CheckResult("gpus.driver_version", "gpus.driver_version", None, ">= 580.0",
+                      "580\udcff", Outcome.FAILED, "m", location="s.yaml:3")
+    PrometheusTextfile(tmp_path / "out.prom").write([odd], RunInfo((("s.yaml", "s"),), "/", None))
+    metrics = parse_exposition((tmp_path / "out.prom").read_text(encoding="utf-8"))
+    [(labels, _)] = metrics["gpuhost_observed_info"]
+    assert labels["value"].startswith("580\ufffd")
 
 
 def allure_results(directory: Path) -> dict[str, Any]:
