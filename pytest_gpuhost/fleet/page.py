@@ -134,8 +134,9 @@ def _embedded(text: str) -> str:
 
 def render(targets: Sequence[FleetRow], drifts: Sequence[Drift], title: str) -> str:
     """The whole page."""
-    blob = _embedded(json.dumps(page_data(targets, drifts, title), separators=(",", ":"),
-                                ensure_ascii=False))
+    # ensure_ascii: a report's value may hold a lone surrogate (a target's undecodable byte,
+    # ``\udcff`` in its JSON), which no UTF-8 page can carry; escaped, JSON reads it back.
+    blob = _embedded(json.dumps(page_data(targets, drifts, title), separators=(",", ":")))
     style = (HERE / "page.css").read_text(encoding="utf-8")
     script = (HERE / "page.js").read_text(encoding="utf-8")
     return f"""<!DOCTYPE html>

@@ -328,3 +328,22 @@ def test_prometheus_has_the_observed_values_that_are_not_numbers() -> None:
           "value": '16.0 GT/s "PCIe"\n'}, 1.0)]
     assert [labels["key"] for labels, _ in metrics["gpuhost_check_observed"]] == ["vm.swappiness"]
     assert set(metrics["gpuhost_check_ok"][0][0]) == {"spec", "spec_file", "kind", "key"}
+
+
+def test_a_lone_surrogate_in_a_report_is_written_to_the_page(tmp_path: Path) -> None:
+    """A run's JSON report keeps a target's undecodable byte as ``\\udcff`` (valid JSON, no
+    UTF-8 text): the fleet page of such reports is written, the value readable back as it was,
+    not lost to an encoding error that loses the whole page."""
+    report = tmp_path / "n1.json"
+    report.write_text('{"host": "n1", "checks": [{"id": "sysctl[a]", "kind": "sysctl", '
+                      '"observed": "x\\udcffy", "outcome": "failed", "location": "s.yaml:3", '
+                      '"message": "m"}]}')
+    page = tmp_path / "fleet.html"
+    done = subprocess.run([sys.executable, "-m", "pytest_gpuhost.fleet", str(report),
+                           "--html", str(page)], capture_output=True, text=True, timeout=120,
+                          cwd=REPO)
+    assert done.returncode == 1, done.stderr
+    text = page.read_text(encoding="utf-8")
+    blob = text.split('<script type="application/json" id="fleet-data">', 1)[1]
+    data = json.loads(blob.split("</script>", 1)[0])
+    assert "x\udcffy" in data["strings"]
