@@ -61,12 +61,14 @@ class RecordBook:
         """The records reported, in collection order."""
         return [result for _, result in sorted(self.results.values(), key=lambda p: p[0])]
 
-    def records(self, stopped: str | None = None, progress: Progress | None = None
-                ) -> list[CheckResult]:
+    def records(self, stopped: str | None = None, progress: Progress | None = None,
+                missing: dict[str, CheckResult] | None = None) -> list[CheckResult]:
         """Every check's record in collection order; a collected check without one (its worker
         died, the run stopped before it: ``stopped`` says why) is an error record, and one
         whose worker crashed while it ran is an error even when a run of it elsewhere passed.
-        ``progress``: the xdist workers' logs, which tell why a check never reported."""
+        ``progress``: the xdist workers' logs, which tell why a check never reported;
+        ``missing`` gets nodeid -> the error record of each check no pytest report told of
+        (not one xdist reported as crashing its worker: that report is pytest's own)."""
         placed = [(index, self._told_of(nodeid, record))
                   for nodeid, (index, record) in self.results.items()]
         if stopped == "interrupted":
@@ -79,8 +81,11 @@ class RecordBook:
         for position, nodeid in enumerate(self.collected):
             if nodeid not in self.results:
                 index = known.get(nodeid, position)
-                placed.append((index, no_record(nodeid, self._why_missing(
-                    nodeid, index, why, None if stopped else progress))))
+                record = no_record(nodeid, self._why_missing(
+                    nodeid, index, why, None if stopped else progress))
+                placed.append((index, record))
+                if missing is not None and nodeid not in self.incidents:
+                    missing[nodeid] = record
         return [record for _, record in sorted(placed, key=lambda pair: pair[0])]
 
     def _told_of(self, nodeid: str, record: CheckResult) -> CheckResult:

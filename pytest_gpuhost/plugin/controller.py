@@ -9,7 +9,7 @@ A new step at the session's end goes into ``pytest_sessionfinish``, in the order
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import pytest
@@ -76,19 +76,21 @@ class Controller:
 
     # -- the end ----------------------------------------------------------------------------
 
-    def records(self) -> list[CheckResult]:
-        """Every check's record in collection order (``RecordBook.records``)."""
+    def records(self, missing: dict[str, CheckResult] | None = None) -> list[CheckResult]:
+        """Every check's record in collection order (``RecordBook.records``); ``missing``
+        gets nodeid -> record of each that no pytest report told of."""
         if self.run.config.option.collectonly:
             return self.book.ordered()
         stopped = self.run.stopped or self.stopped_early
         progress = self.progress()
-        return self.book.records(stopped, None if stopped else progress) + \
-            self._never_collected(stopped, progress)
+        return self.book.records(stopped, None if stopped else progress, missing) + \
+            self._never_collected(stopped, progress, missing)
 
-    def _never_collected(self, stopped: str | None, progress: Progress | None
-                         ) -> list[CheckResult]:
+    def _never_collected(self, stopped: str | None, progress: Progress | None,
+                         missing: dict[str, CheckResult] | None = None) -> list[CheckResult]:
         """An error record per spec section of each remote target that no xdist worker
-        collected: its checks are known to no process, yet the target is not checked."""
+        collected: its checks are known to no process, yet the target is not checked
+        (``missing``: each under the nodeid its section's checks would have had)."""
         session, settings = self.run.session, self.run.settings
         records = []
         for name in self.uncollected():
@@ -103,8 +105,11 @@ class Controller:
                        "once --max-worker-restart workers have crashed): run again")
             for spec in session.specs_of(session.targets[name]):
                 location = f"{settings.display(spec.path)}:1"
-                records += [never_collected(name, location, section, why)
-                            for section in spec.sections]
+                for section in spec.sections:
+                    record = never_collected(name, location, section, why)
+                    records.append(record)
+                    if missing is not None:
+                        missing[f"{self.run.spec_file_id(spec.path)}::{section}@{name}"] = record
         return records
 
     def info(self) -> RunInfo:
@@ -164,10 +169,13 @@ class Controller:
             self._close_rollback(session)
         if self.run.stopped is not None:
             at_least(session, pytest.ExitCode.INTERRUPTED)
-        records, info = self.records(), self.info()
+        missing: dict[str, CheckResult] = {}
+        records, info = self.records(missing), self.info()
         info = with_state(self.run.config, self.run.settings, self.run.session, records, info)
         if len(records) > len(self.book.results):  # a check that never reported
             at_least(session, pytest.ExitCode.TESTS_FAILED)
+        if missing and not self.stopped_early and self.run.stopped is None:
+            junit_test_cases(self.run.config, missing)
         for reporter in self.reporters():
             try:
                 reporter.write(records, info)
@@ -219,3 +227,26 @@ def incident(report: pytest.TestReport) -> str:
     line = text.splitlines()[0] if text else "no details"
     return f"error {PHASES[report.when]}: {line}" if report.when in PHASES else line
 
+
+def junit_test_cases(config: pytest.Config, missing: Mapping[str, CheckResult]) -> None:
+    """Each check that no pytest report told of (its xdist worker died first, no worker
+    collected its target) as a JUnit test case with an ``<error>`` and its facts: pytest's
+    JUnit file holds a test case for a test that reported only, and these were missing from it
+    while every other report counted them. Not where pytest stopped the run (-x, Ctrl-C):
+    there pytest's JUnit leaves out what did not run, as for any test."""
+    from _pytest.junitxml import xml_key  # the JUnit file pytest writes, not yet written
+
+    from ..reports.junit import add_junit_facts, junit_family
+
+    xml = config.stash.get(xml_key, None)
+    if xml is None:
+        return
+    family = junit_family(config)
+    for nodeid, record in missing.items():
+        path, _, name = nodeid.partition("::")
+        location = (path, None, name)
+        failed = pytest.TestReport(nodeid, location, {}, "failed", record.message, "setup")
+        closed = pytest.TestReport(nodeid, location, {}, "passed", None, "teardown")
+        add_junit_facts(closed, record, family)
+        xml.pytest_runtest_logreport(failed)
+        xml.pytest_runtest_logreport(closed)

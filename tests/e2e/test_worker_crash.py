@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import textwrap
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
 from pytest_gpuhost.testing.fakehost import FakeHost
 
-from ..conftest import crash_worker_at
+from ..conftest import assert_valid_junit, crash_worker_at
 
 CRASHING_KIND = textwrap.dedent("""\
     import os
@@ -171,7 +172,7 @@ def test_checks_xdist_never_gave_out_say_they_did_not_run_and_why(
     result = pytester.runpytest_subprocess(
         *crasher, "spec.yaml", f"--gpuhost-root={fake.root}", "-n", "2",
         "--gpuhost-report=out.json", "-p", "no:cacheprovider", "--max-worker-restart=0",
-        timeout=120)
+        "--junitxml=junit.xml", "-o", "junit_logging=system-out", timeout=120)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     report = json.loads((pytester.path / "out.json").read_text())
     records = {check["id"]: check for check in report["checks"]}
@@ -186,6 +187,18 @@ def test_checks_xdist_never_gave_out_say_they_did_not_run_and_why(
                for r in not_run), not_run[0]["message"]
     assert not any("went down while it ran" in r["message"] for r in records.values())
     assert {r["outcome"] for r in records.values()} <= {"passed", "error"}
+    # JUnit too: every check a test case, once; those never run an <error> that says why,
+    # with the check's facts (the one xdist reported crashing its worker is xdist's own)
+    assert_valid_junit(pytester.path / "junit.xml")
+    cases = {case.get("name"): case for case in ET.parse(pytester.path / "junit.xml").iter(
+        "testcase")}
+    assert len(cases) == 40 and set(cases) == {f"sysctl[kernel.k{n}]" for n in range(40)}
+    for record in not_run:
+        [error] = cases[record["id"]].findall("error")
+        assert "no xdist worker started it" in (error.text or "")
+        assert "gpuhost.outcome: error" in (cases[record["id"]].findtext("system-out") or "")
+    assert cases["sysctl[kernel.k3]"].findall("failure") + cases["sysctl[kernel.k3]"].findall(
+        "error")
 
 
 DIES_COLLECTING = textwrap.dedent("""\
@@ -225,7 +238,8 @@ def test_a_target_whose_worker_died_collecting_it_is_an_error_not_left_out(
     targets = ["--gpuhost-target=ssh://fake/a?name=a", "--gpuhost-target=ssh://fake/b?name=b"]
     result = pytester.runpytest_subprocess(
         "spec.yaml", *targets, "-n", "2", "--gpuhost-report=out.json", "-p",
-        "no:cacheprovider", f"--max-worker-restart={restarts}", timeout=120)
+        "no:cacheprovider", f"--max-worker-restart={restarts}", "--junitxml=junit.xml",
+        timeout=120)
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.stdout.fnmatch_lines(["kind    a*b", "sysctl  *1 error"])
     report = json.loads((pytester.path / "out.json").read_text())
@@ -234,3 +248,10 @@ def test_a_target_whose_worker_died_collecting_it_is_an_error_not_left_out(
     assert of_b[0]["message"].startswith("not run: no xdist worker collected the checks of "
                                          "b: worker gw"), of_b[0]["message"]
     assert report["summary"]["error"] >= 1
+    assert_valid_junit(pytester.path / "junit.xml")
+    cases = {case.get("name"): case for case in ET.parse(pytester.path / "junit.xml").iter(
+        "testcase")}
+    [error] = cases["sysctl@b"].findall("error")
+    assert "no xdist worker collected the checks of b" in (error.text or "")
+    [of_a] = [case for name, case in cases.items() if name.startswith("sysctl[vm.swappiness]")]
+    assert not of_a.findall("error") and len(cases) == 2
