@@ -41,6 +41,7 @@ from ..checks.nvml import PERSISTENCE, EccProbe, PersistenceModeProbe, PowerLimi
 from ..gpu.nvml import NvmlSource
 from ..host import Host, HostError, HostIdentity
 from ..linux.pciconfig import short_config
+from ..linux.sysfs import bracketed
 from ..spec import EntryOptions
 from ..spec.matchers import Auto, Choice, Domain, Exact, Expectation
 from .journal import FAILED, JOURNAL_DIR, JournalContents, JournalEntry, JournalError
@@ -142,6 +143,45 @@ class TextProbe(msgspec.Struct, frozen=True):
         change = WriteText.of_bytes(self.path, host.read_bytes(self.path), self.original)
         shown = lossless_text(self.original).rstrip("\n")
         return Plan(f"write {shown!r} back to {self.path}", (change,))
+
+
+class ChoiceProbe(msgspec.Struct, frozen=True):
+    """A sysfs choice file (transparent_hugepage/enabled reads ``always [madvise] never``) as
+    its selected word: the kernel takes one word and refuses the list it shows (EINVAL), so
+    the original is restored by writing its bracketed word (``_choice``)."""
+
+    path: str
+    choices: tuple[str, ...]
+    fixable = True
+
+    def observe(self, host: Host) -> Observation:
+        if not host.exists(self.path):
+            return Observation(None, problem=f"{self.path} no longer exists")
+        raw = host.read_text(self.path).strip()
+        selected = bracketed(raw, self.choices)
+        return Observation(selected, (Evidence(self.path, raw),),
+                           problem=None if selected else f"{self.path} selects nothing: {raw!r}")
+
+    def plan(self, host: Host, value: str, observed: Observation) -> Plan:
+        if observed.value is None:
+            raise CannotFix(observed.problem or f"{self.path} selects nothing")
+        change = WriteText.of_bytes(self.path, host.read_bytes(self.path),
+                                    (value + "\n").encode())
+        return Plan(f"write {value!r} back to {self.path}", (change,))
+
+
+def _choice(change: WriteText) -> tuple[str, tuple[str, ...]] | None:
+    """(the selected word, every word) of an original that reads as a sysfs choice file (plain
+    words, exactly one of them bracketed) where the change wrote one of its words; else None."""
+    old = lossless_text(change.old_bytes).split()
+    words = tuple(word.removeprefix("[").removesuffix("]") for word in old)
+    selected = [word for word in old if word.startswith("[") and word.endswith("]")]
+    plain = (word.replace("_", "").replace("-", "").replace("+", "") for word in words)
+    if len(selected) != 1 or not all(word.isalnum() for word in plain):
+        return None
+    if lossless_text(change.new_bytes).strip() not in words:
+        return None
+    return selected[0][1:-1], words
 
 
 class Guarded(msgspec.Struct, frozen=True):
@@ -268,6 +308,15 @@ def _restore(entry: JournalEntry, nvml: NvmlSource) -> tuple[Expectation, Probe]
         domain = Choice(PERSISTENCE)
         return (Exact(change.old, domain),
                 Guarded(PersistenceModeProbe(nvml, change.address), (change.new,), domain))
+    choice = _choice(change) if isinstance(change, WriteText) else None
+    if isinstance(change, WriteText) and choice is not None:
+        selected, words = choice
+        left = [lossless_text(change.new_bytes).strip()]
+        if entry.read_back is not None:
+            left.append(bracketed(lossless_text(entry.read_back), words) or "")
+        return Exact(selected, Auto()), Guarded(ChoiceProbe(change.path, words),
+                                                tuple(dict.fromkeys(w for w in left if w)),
+                                                Auto())
     if isinstance(change, WriteText):
         original = lossless_text(change.old_bytes).rstrip("\n")
         return Exact(original, Auto()), Guarded(TextProbe(change.path, change.old_bytes),

@@ -3,6 +3,7 @@ reboot_required, THP, IOMMU groups, module parameters, NVML extras and C-state r
 
 from __future__ import annotations
 
+import errno
 import re
 import subprocess
 from pathlib import Path
@@ -10,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from pytest_gpuhost.checks.changes import ReplaceFile
+from pytest_gpuhost.fix.journal import read_journal
 from pytest_gpuhost.gpu.nvml import FakeGpu, FakeNvml
-from pytest_gpuhost.host import LocalHost
+from pytest_gpuhost.host import HostError, LocalHost
 from pytest_gpuhost.linux.cmdline import Parameter, grub_variables, grub_words, split_words
 from pytest_gpuhost.linux.pciconfig import ConfigError
 from pytest_gpuhost.linux.pciext import acs_control, extended_capabilities
@@ -350,6 +352,40 @@ def test_transparent_hugepage_fix_and_missing(fake: FakeHost) -> None:
     fake.transparent_hugepage("always")
     [result] = run_spec(spec, fake.root, fix=True).values()
     assert (result.outcome, result.before, result.after) == (Outcome.FIXED, "always", "madvise")
+
+
+THP_ENABLED = "sys/kernel/mm/transparent_hugepage/enabled"
+
+
+class ThpKernel(LocalHost):
+    """transparent_hugepage/enabled as the kernel keeps it (mm/huge_memory.c enabled_store):
+    it takes one mode's word (sysfs_streq: a trailing newline allowed), refuses anything else
+    with EINVAL, and shows every mode with the selected one in brackets."""
+
+    def write_text(self, path: str, text: str) -> None:
+        if path != THP_ENABLED:
+            super().write_text(path, text)
+            return
+        word = text.removesuffix("\n")
+        modes = ("always", "madvise", "never")
+        if word not in modes:
+            raise HostError(f"cannot write {path}: Invalid argument (EINVAL)", errno.EINVAL)
+        super().write_text(path, " ".join(f"[{m}]" if m == word else m for m in modes) + "\n")
+
+
+def test_transparent_hugepage_rollback_writes_the_mode_the_kernel_takes(fake: FakeHost) -> None:
+    """The original is recorded as the file reads (``[always] madvise never``), which the
+    kernel refuses as a value: the rollback writes the selected word back."""
+    fake.transparent_hugepage("always")
+    journal = fake.root.parent / "j.jsonl"
+    spec = "version: 1\nmemory:\n  transparent_hugepage: madvise\n"
+    [fixed] = run_spec(spec, fake.root, fix=True, journal=journal, host=ThpKernel).values()
+    assert fixed.outcome is Outcome.FIXED, fixed.message
+    assert (fake.root / THP_ENABLED).read_text() == "always [madvise] never\n"
+    [undo] = run_spec(None, fake.root, rollback=journal, host=ThpKernel).values()
+    assert undo.outcome is Outcome.FIXED, undo.message
+    assert (fake.root / THP_ENABLED).read_text() == "[always] madvise never\n"
+    assert read_journal(journal).rolled_back
 
 
 def test_iommu_groups_follow_the_links_and_reboot_required(fake: FakeHost) -> None:

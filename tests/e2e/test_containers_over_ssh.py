@@ -14,7 +14,9 @@ from xml.etree import ElementTree
 import pytest
 import yaml
 
+from pytest_gpuhost.checks.memory import THP, THP_MODES
 from pytest_gpuhost.gpu.nvmlrecorded import FakeGpu
+from pytest_gpuhost.linux.sysfs import bracketed
 from pytest_gpuhost.testing.fakehost import FakeHost
 from pytest_gpuhost.testing.fakenvml import compiler, nvml_library, nvml_state
 from pytest_gpuhost.testing.lxc import existing_host, lxc_container, rootfs_of
@@ -117,8 +119,17 @@ def once_each(report: Path) -> dict[str, str]:
 
 def diff(after: dict[str, bytes], before: dict[str, bytes]) -> list[str]:
     """The files that differ (the container's tree excluded: compared on its own; the kernel
-    log too: the fake modprobe logs there as the kernel does, and a log is no setting)."""
-    return sorted(k for k in set(after) | set(before) if after.get(k) != before.get(k)
+    log too: the fake modprobe logs there as the kernel does, and a log is no setting). THP is
+    compared by its selected mode: a rollback writes back the word the kernel takes
+    (``always``), which a kernel shows as ``[always] madvise never`` and a fake tree as
+    written."""
+    def same(key: str) -> bool:
+        if key == THP and key in after and key in before:
+            return bracketed(after[key].decode(), THP_MODES) == \
+                bracketed(before[key].decode(), THP_MODES)
+        return after.get(key) == before.get(key)
+
+    return sorted(k for k in set(after) | set(before) if not same(k)
                   and not k.startswith("var/lib/lxc/") and k != "dev/kmsg")
 
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_gpuhost.checks.memory import THP, THP_MODES
+from pytest_gpuhost.linux.sysfs import bracketed
 from pytest_gpuhost.testing.fakehost import FakeHost
 from pytest_gpuhost.testing.lxc import lxc_container
 from pytest_gpuhost.testing.sshd import SshServer, start_sshd
@@ -107,7 +109,10 @@ def test_fix_over_ssh_then_rollback_over_ssh(pytester: pytest.Pytester, sshd: Ss
                if original.get(path, (None,))[0] != after.get(path, (None,))[0]}
     # what a fix changes is back; the journal and the lock file are the run's own record
     assert {p for p in changed if not p.startswith("var/lib/pytest-gpuhost/")} <= {
-        "dev/kmsg"}  # the kernel's own complaints about the failed nvidia_peermem load stay
+        "dev/kmsg",  # the kernel's own complaints about the failed nvidia_peermem load stay
+        THP}  # THP's word is back: a kernel shows it bracketed, a fake tree as written
+    assert bracketed(after[THP][0].decode(), THP_MODES) == \
+        bracketed(original[THP][0].decode(), THP_MODES)
 
 
 # -- targets that cannot be had ------------------------------------------------------------------

@@ -36,6 +36,7 @@ from pytest_gpuhost.fix.journal import Journal, latest_journal, read_journal
 from pytest_gpuhost.fix.locking import LockTimeout, RootLock
 from pytest_gpuhost.fix.state import StateFile, StateStore
 from pytest_gpuhost.host import HostError, LocalHost, Reply, Request
+from pytest_gpuhost.linux.sysfs import bracketed
 from pytest_gpuhost.result import Outcome
 from pytest_gpuhost.spec import EntryOptions
 from pytest_gpuhost.spec.matchers import Auto, Exact, Integer
@@ -307,7 +308,13 @@ def test_fix_journals_every_change_and_rollback_restores_the_originals(
     restored = host_state(example_host)
     changed = {p for p in set(restored) | set(untuned) if restored.get(p, (None,))[0] !=
                untuned.get(p, (None,))[0]}
-    assert changed == {"dev/kmsg"}  # only the kernel's own log of the failed peermem load
+    # the kernel's own log of the failed peermem load, and THP: a rollback writes back the
+    # word the kernel takes ("always"), which a kernel shows as "[always] madvise never" and a
+    # fake tree as written
+    assert changed == {"dev/kmsg", "sys/kernel/mm/transparent_hugepage/enabled"}
+    thp = example_host / "sys/kernel/mm/transparent_hugepage/enabled"
+    assert bracketed(untuned["sys/kernel/mm/transparent_hugepage/enabled"][0].decode()) == \
+        thp.read_text().strip()
     nvml = example_host / STATE / "nvml/0000:81:00.0/persistence_mode"  # recorded NVML state
     assert nvml.read_text() == "Disabled\n"
     again = pytester.runpytest(f"--gpuhost-root={example_host}", "--gpuhost-rollback")
