@@ -467,7 +467,9 @@ class Root:
     def replace(self, rel: str, data: bytes, mode: int = 0o644) -> None:
         """Create or replace a whole file atomically (a temporary file beside it, fsync,
         rename), creating missing directories inside the root. Refuses to replace anything
-        but a regular file: a link, a device or a FIFO in its place stays as it is."""
+        but a regular file: a link, a device or a FIFO in its place stays as it is. A file
+        replaced keeps its mode and owner (``mode`` is a new file's), so that restoring an
+        original restores them too."""
         try:
             self._make_dirs(rel.rstrip("/").rpartition("/")[0])
             parent, name = self.parent(rel)
@@ -483,12 +485,17 @@ class Root:
                 raise OpError(f"cannot replace {self.shown(rel)}: it is a "
                               f"{file_type(info.st_mode)}; pytest-gpuhost replaces only files",
                               errno.EINVAL)
+            if info is not None:
+                mode = stat.S_IMODE(info.st_mode)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                         | os.O_CLOEXEC, mode, dir_fd=parent)
+                         | os.O_CLOEXEC, mode & 0o777, dir_fd=parent)
             try:
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view):]
+                if info is not None and (info.st_uid, info.st_gid) != (os.geteuid(),
+                                                                       os.getegid()):
+                    os.fchown(fd, info.st_uid, info.st_gid)
                 os.fchmod(fd, mode)
                 os.fsync(fd)
             finally:

@@ -419,6 +419,24 @@ def test_a_restore_that_lost_bytes_is_never_reported_restored(fake: FakeHost,
     assert (result.expected, result.after) == ("gpu-n\\xf6de", "gpu-n\ufffdde")
 
 
+def test_a_replaced_persistence_file_keeps_its_mode_and_rollback_restores_it(
+        pytester: pytest.Pytester, fake: FakeHost) -> None:
+    """A persistence file that was there before the fix (an earlier --fix-persist, made
+    private since by its administrator) is replaced with the mode it had, and a rollback
+    puts back its content and its mode, not a world-readable copy."""
+    fake.sysctl("vm.swappiness", 10)
+    persisted = fake.file("etc/sysctl.d/90-gpuhost-spec.conf", "vm.swappiness = 20\n",
+                          mode=0o600)
+    result, journal = fix_run(pytester, fake.root, "version: 1\nsysctl: {vm.swappiness: 10}\n",
+                              "--fix-persist")
+    assert "vm.swappiness = 10" in persisted.read_text(), result.stdout.str()
+    assert persisted.stat().st_mode & 0o7777 == 0o600
+    undone = rollback_run(pytester, fake.root, journal)
+    assert undone.ret == pytest.ExitCode.OK, undone.stdout.str()
+    assert persisted.read_text() == "vm.swappiness = 20\n"
+    assert persisted.stat().st_mode & 0o7777 == 0o600
+
+
 # --- 9. a command that times out leaves its change unknown, offered by rollback ----------------
 
 HANGING_MODPROBE = """#!/bin/sh
