@@ -614,12 +614,15 @@ class Root:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                          | os.O_CLOEXEC, mode, dir_fd=parent)
             try:
-                os.write(fd, data)
-                os.fchmod(fd, mode)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            try:
+                try:
+                    written = os.write(fd, data)
+                    if written != len(data):  # a file made whole or not at all
+                        raise OSError(errno.ENOSPC, f"the file system took {written} of "
+                                                    f"{len(data)} bytes")
+                    os.fchmod(fd, mode)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
                 os.link(tmp, name, src_dir_fd=parent, dst_dir_fd=parent,
                         follow_symlinks=False)
             finally:
@@ -655,13 +658,27 @@ class Root:
             os.close(parent)
         try:
             self._own(fd, rel)
-            os.write(fd, data)
+            start = os.fstat(fd).st_size
+            written = os.write(fd, data)
+            if written != len(data):
+                self._cut_back(fd, start, written)
+                raise OpError(f"cannot append to {self.shown(rel)}: the file system took "
+                              f"{written} of {len(data)} bytes (full, or past a file size "
+                              "limit); the piece written is cut off again", errno.ENOSPC)
             if sync:
                 os.fsync(fd)
         except OSError as exc:
             raise self.fail("append to", rel, exc) from None
         finally:
             os.close(fd)
+
+    @staticmethod
+    def _cut_back(fd: int, start: int, written: int) -> None:
+        """Take a short append back out (a piece of a line, which the next line would be glued
+        onto), unless another writer appended after it meanwhile."""
+        with contextlib.suppress(OSError):
+            if os.fstat(fd).st_size == start + written:
+                os.ftruncate(fd, start)
 
     def lock(self, rel: str, timeout: float, holder: str) -> int:
         """Take the flock on a lock file (made here if missing, never through a link, never

@@ -4,23 +4,25 @@ gave a traceback, on fake trees, with canaries outside the tree where anything i
 from __future__ import annotations
 
 import base64
+import contextlib
 import errno
 import json
 import os
+import resource
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_gpuhost.checks import Check
-from pytest_gpuhost.checks.changes import Change, ReplaceFile, WriteBytes, WriteText
+from pytest_gpuhost.checks.changes import Change, Plan, ReplaceFile, WriteBytes, WriteText
 from pytest_gpuhost.checks.modules import ModuleProbe, ModuleState
 from pytest_gpuhost.checks.sysctl import SysctlProbe
 from pytest_gpuhost.engine import RunOptions, run_check
-from pytest_gpuhost.fix.fixer import Fixer
+from pytest_gpuhost.fix.fixer import Fixer, FixError
 from pytest_gpuhost.fix.journal import (
     JOURNAL_DIR,
     Journal,
@@ -487,6 +489,47 @@ def test_a_modprobe_that_times_out_is_unknown_and_its_child_is_killed(
     assert rollback.ret == pytest.ExitCode.OK
     assert counts(rollback) == {"fixed": 1}
     assert "nvidia " not in (fake.root / "proc/modules").read_text()
+
+
+@contextlib.contextmanager
+def file_size_limit(limit: int) -> Iterator[None]:
+    """RLIMIT_FSIZE at ``limit`` bytes: a write(2) that crosses it is cut short there, and one
+    past it fails with EFBIG (SIGXFSZ is ignored: Python ignores it), as a full disk cuts one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+
+
+def test_a_journal_write_cut_short_makes_no_change_and_leaves_a_readable_journal(
+        fake: FakeHost) -> None:
+    """The change lines of a fix must be in the journal before any change is made: a write
+    that the file system cut short (a full /var) is a journal error, the changes are not made,
+    and the journal keeps no piece of a line that a later line would be glued onto."""
+    for cpu in range(8):
+        fake.file(f"sys/devices/system/cpu/cpu{cpu}/cpuidle/state2/disable", "0\n")
+    fake.sysctl("vm.swappiness", 60)
+    journal_path = fake.root / JOURNAL_DIR / "j.jsonl"
+    host = LocalHost(fake.root)
+    fixer = Fixer(host, Journal(journal_path, "spec", host.identity()), run_lock=None,
+                  apply_lock=None, lock_timeout=1)
+    fixer.apply("sysctl[vm.swappiness]", "sysctl", "vm.swappiness", Plan("write", (
+        WriteText("proc/sys/vm/swappiness", "60\n", "10\n"),)))
+    disables = tuple(WriteText(f"sys/devices/system/cpu/cpu{cpu}/cpuidle/state2/disable",
+                               "0\n", "1\n") for cpu in range(8))
+    with file_size_limit(journal_path.stat().st_size + 600), \
+            pytest.raises(FixError, match="cannot write the journal"):
+        fixer.apply("cpuidle[C2]", "cpuidle", "C2", Plan("write 1", disables))
+    assert {(fake.root / c.path).read_text() for c in disables} == {"0\n"}  # none made
+    assert journal_path.read_bytes().endswith(b"\n")
+    fixer.apply("sysctl[vm.dirty_ratio]", "sysctl", "vm.dirty_ratio", Plan("write", (
+        WriteText("proc/sys/vm/swappiness", "10\n", "5\n"),)))  # the next fix journals on
+    contents = read_journal(journal_path)
+    assert contents.damaged_lines == 0
+    assert [e.check for e in contents.entries] == ["sysctl[vm.swappiness]",
+                                                   "sysctl[vm.dirty_ratio]"]
 
 
 # --- 16. a journal field of the wrong type, or a closing line that cannot be written -----------
