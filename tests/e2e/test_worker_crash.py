@@ -253,5 +253,6 @@ def test_a_target_whose_worker_died_collecting_it_is_an_error_not_left_out(
         "testcase")}
     [error] = cases["sysctl@b"].findall("error")
     assert "no xdist worker collected the checks of b" in (error.text or "")
-    [of_a] = [case for name, case in cases.items() if name.startswith("sysctl[vm.swappiness]")]
+    [of_a] = [case for name, case in cases.items()
+              if (name or "").startswith("sysctl[vm.swappiness]")]
     assert not of_a.findall("error") and len(cases) == 2
