@@ -57,22 +57,27 @@ sys.stdout.buffer.flush()
 time.sleep(60)
 """
 
-GLOB_PATHS = RELAY_HELLO + """\
+
+def answers_replaced(value: str) -> str:
+    """A stand-in agent that relays every request to the real one and answers each with
+    ``value``, a Python expression of the request's ``op`` and the real ``reply``."""
+    return RELAY_HELLO + """\
 import json
-header = sys.stdin.buffer.readline()
-request = sys.stdin.buffer.read(int(header))
-child.stdin.write(header + request)
-child.stdin.flush()
-size = child.stdout.readline()
-answer = json.loads(child.stdout.read(int(size)))
-ops = [each["op"] for each in json.loads(request)]
-data = json.dumps([{"value": [["x", None]]} if op == "glob" else reply
-                   for op, reply in zip(ops, answer)]).encode()
-sys.stdout.buffer.write(b"%d\\n" % len(data) + data)
-sys.stdout.buffer.flush()
-time.sleep(60)
-"""
-"""The agent's first answer with each glob's matches replaced by a path outside its pattern."""
+while header := sys.stdin.buffer.readline():
+    request = sys.stdin.buffer.read(int(header))
+    child.stdin.write(header + request)
+    child.stdin.flush()
+    size = child.stdout.readline()
+    answer = json.loads(child.stdout.read(int(size)))
+    ops = [each["op"] for each in json.loads(request)]
+    data = json.dumps([VALUE for op, reply in zip(ops, answer)]).encode()
+    sys.stdout.buffer.write(b"%d\\n" % len(data) + data)
+    sys.stdout.buffer.flush()
+""".replace("VALUE", value)
+
+
+GLOB_PATHS = answers_replaced('{"value": [["x", None]]} if op == "glob" else reply')
+"""The agent's answers with each glob's matches replaced by a path outside its pattern."""
 
 STDERR_FLOOD = """\
 chunk = b"x" * (1 << 20)
@@ -132,20 +137,8 @@ def test_megabytes_of_stderr_without_a_newline_are_cut_to_their_end(
     assert "xxxxxxxx" in message and len(message) < 2000
 
 
-NVML_SURROGATE = RELAY_HELLO + """\
-import json
-while header := sys.stdin.buffer.readline():
-    request = sys.stdin.buffer.read(int(header))
-    child.stdin.write(header + request)
-    child.stdin.flush()
-    size = child.stdout.readline()
-    answer = json.loads(child.stdout.read(int(size)))
-    ops = [each["op"] for each in json.loads(request)]
-    data = json.dumps([{"value": {"driver_version": "580\\udcff", "gpus": {}}} if op == "nvml"
-                       else reply for op, reply in zip(ops, answer)]).encode()
-    sys.stdout.buffer.write(b"%d\\n" % len(data) + data)
-    sys.stdout.buffer.flush()
-"""
+NVML_SURROGATE = answers_replaced(
+    '{"value": {"driver_version": "580\\udcff", "gpus": {}}} if op == "nvml" else reply')
 """The agent's answers, its NVML's driver version a lone surrogate (JSON's ``\\udcff``)."""
 
 
