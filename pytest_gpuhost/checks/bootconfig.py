@@ -164,4 +164,5 @@ def plan_dropin(host: Host, spec: str, words: Sequence[str], *,
         raise CannotFix(f"{path} already adds {shown!r}, yet the boot configuration does not "
                         f"end with it: a later file in {GRUB_DROPINS} overrides it")
     return Plan(f"add {shown} to {path} (then {boot.apply.removeprefix('run ')})",
-                (ReplaceFile(path, current, text),))
+                (ReplaceFile.of_bytes(path, host.read_bytes(path) if current is not None
+                                      else None, text),))

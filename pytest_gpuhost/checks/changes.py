@@ -106,11 +106,28 @@ class Command(msgspec.Struct, frozen=True):
 
 
 class ReplaceFile(msgspec.Struct, frozen=True):
-    """Create or replace a whole file atomically (persistence); ``old`` None: it did not exist."""
+    """Create or replace a whole file atomically (persistence); ``old`` None: it did not exist.
+
+    A content that is not UTF-8 (an original an editor saved in Latin-1) also keeps its exact
+    bytes in ``old_raw``/``new_raw``, so an undo writes those bytes back, not U+FFFD."""
 
     path: str
     old: str | None
     new: str | None
+    old_raw: bytes | None = None
+    new_raw: bytes | None = None
+
+    @classmethod
+    def of_bytes(cls, path: str, old: bytes | None, new: str | None) -> ReplaceFile:
+        """The change from the file as read (``old``, None: absent) to ``new``, losslessly."""
+        if old is None:
+            return cls(path, None, new)
+        return cls(path, old.decode("utf-8", "replace"), new, None if is_text(old) else old)
+
+    @property
+    def new_content(self) -> str | bytes | None:
+        """What the change writes: its exact bytes where they are not UTF-8."""
+        return self.new if self.new_raw is None else self.new_raw
 
     def describe(self) -> str:
         if self.new is None:
@@ -119,7 +136,7 @@ class ReplaceFile(msgspec.Struct, frozen=True):
         return f"{verb} {self.path} ({len(self.new.splitlines())} lines)"
 
     def undo(self) -> ReplaceFile:
-        return ReplaceFile(self.path, self.new, self.old)
+        return ReplaceFile(self.path, self.new, self.old, self.new_raw, self.old_raw)
 
 
 class NvmlSetting(msgspec.Struct, frozen=True):
@@ -235,7 +252,8 @@ def from_dict(data: object) -> Change:
     if not isinstance(kind, str) or kind not in _TYPES:
         raise ChangeError(f"unknown change type {kind!r}; expected one of: {', '.join(_TYPES)}")
     cls = _TYPES[kind]
-    extra = {"old_base64", "new_base64"} if cls is WriteText else set()
+    raw = cls in (WriteText, ReplaceFile)  # exact bytes that are not UTF-8, beside the text
+    extra = {"old_base64", "new_base64"} if raw else set()
     known = {name for name, _ in _FIELDS[cls]} | extra
     unknown = sorted(set(values) - known)
     if unknown:
@@ -255,7 +273,7 @@ def from_dict(data: object) -> Change:
     if cls is WriteBytes and checked.get("never_set") is None:
         checked["never_set"] = 0  # a journal older than the field: restores change only the
         # bits the fix changed, and a fix never changes FLR, so bit 15 stays as it is anyway
-    if cls is WriteText:
+    if raw:
         checked["old_raw"] = _base64(values, "old_base64")
         checked["new_raw"] = _base64(values, "new_base64")
     return cls(**checked)

@@ -142,7 +142,8 @@ class ModuleParameterProbe(msgspec.Struct, frozen=True):
         if text == current:
             raise CannotFix(f"{path} already sets it, yet a later modprobe.d file overrides it")
         return Plan(f"set options {canonical(self.module)} {self.parameter}={value} in {path}",
-                    (ReplaceFile(path, current, text),))
+                    (ReplaceFile.of_bytes(path, host.read_bytes(path) if current is not None
+                                          else None, text),))
 
 
 class ParameterEntry(msgspec.Struct, frozen=True):

@@ -249,7 +249,7 @@ class Fixer:
                 if change.new is None:
                     self.host.remove(change.path)
                 else:
-                    self.host.replace_file(change.path, change.new)
+                    self.host.replace_file(change.path, change.new_content or "")
             else:
                 return self._run(change)
         except CommandTimeout as exc:

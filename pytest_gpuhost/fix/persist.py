@@ -192,16 +192,23 @@ class FileContentProbe(msgspec.Struct, frozen=True):
     """None: the file should not exist (a rollback of a file that persistence created)."""
     only_if: str | None = None
     """For a rollback: change the file only while it still holds what the fix wrote."""
+    content_raw: bytes | None = None
+    """``content``'s exact bytes where they are not UTF-8 (a rollback's original)."""
     fixable = True
 
     def _current(self, host: Host) -> str | None:
         return host.read_text(self.path) if host.exists(self.path) else None
 
+    def _holds(self, host: Host, current: str) -> bool:
+        if self.content_raw is not None:
+            return host.read_bytes(self.path) == self.content_raw
+        return current == self.content
+
     def observe(self, host: Host) -> Observation:
         current = self._current(host)
         if current is None:
             return Observation(ABSENT, (Evidence(self.path, "absent"),))
-        state = CURRENT if current == self.content else DIFFERS
+        state = CURRENT if self._holds(host, current) else DIFFERS
         return Observation(state, (Evidence(self.path, f"{_digest(current)}, "
                                                        f"{len(current.splitlines())} lines"),))
 
@@ -212,10 +219,13 @@ class FileContentProbe(msgspec.Struct, frozen=True):
             if not host.exists(self.path):
                 raise CannotFix(f"{self.path} is already absent")
             return Plan(f"remove {self.path}",
-                        (ReplaceFile(self.path, self._current(host), None),))
+                        (ReplaceFile.of_bytes(self.path, host.read_bytes(self.path), None),))
         verb = "create" if observed.value == ABSENT else "update"
-        return Plan(f"{verb} {self.path}",
-                    (ReplaceFile(self.path, self._current(host), self.content),))
+        current = host.read_bytes(self.path) if host.exists(self.path) else None
+        change = ReplaceFile.of_bytes(self.path, current, self.content)
+        if self.content_raw is not None:
+            change = msgspec.structs.replace(change, new_raw=self.content_raw)
+        return Plan(f"{verb} {self.path}", (change,))
 
 
 def expected_state(content: str | None) -> Exact:

@@ -331,7 +331,8 @@ def _restore(entry: JournalEntry, nvml: NvmlSource) -> tuple[Expectation, Probe]
         return Exact(probe.shown(old), Choice((probe.shown(old),))), probe
     if isinstance(change, ReplaceFile):
         return (expected_state(change.old),
-                FileContentProbe(change.path, change.old, only_if=change.new))
+                FileContentProbe(change.path, change.old, only_if=change.new,
+                                 content_raw=change.old_raw))
     if change.argv[:1] == ("modprobe",):
         name = change.argv[-1]
         problem = module_name_problem(name)

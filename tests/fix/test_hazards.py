@@ -439,6 +439,24 @@ def test_a_replaced_persistence_file_keeps_its_mode_and_rollback_restores_it(
     assert persisted.stat().st_mode & 0o7777 == 0o600
 
 
+def test_a_replaced_persistence_file_that_is_not_utf8_is_restored_byte_for_byte(
+        pytester: pytest.Pytester, fake: FakeHost) -> None:
+    """An original persistence file with bytes that are not UTF-8 (a comment an editor saved
+    in Latin-1) is journaled as its bytes, and a rollback restores exactly those, not U+FFFD in
+    their place; while the file holds what the fix wrote, it is restored."""
+    fake.sysctl("vm.swappiness", 10)
+    original = b"# r\xe9glage du noyau\nvm.swappiness = 20\n"
+    persisted = fake.root / "etc/sysctl.d/90-gpuhost-spec.conf"
+    persisted.parent.mkdir(parents=True, exist_ok=True)
+    persisted.write_bytes(original)
+    result, journal = fix_run(pytester, fake.root, "version: 1\nsysctl: {vm.swappiness: 10}\n",
+                              "--fix-persist")
+    assert "vm.swappiness = 10" in persisted.read_text(), result.stdout.str()
+    undone = rollback_run(pytester, fake.root, journal)
+    assert undone.ret == pytest.ExitCode.OK, undone.stdout.str()
+    assert persisted.read_bytes() == original
+
+
 # --- 9. a command that times out leaves its change unknown, offered by rollback ----------------
 
 HANGING_MODPROBE = """#!/bin/sh
