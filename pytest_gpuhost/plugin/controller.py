@@ -43,8 +43,9 @@ class Controller:
         self.progress: Callable[[], Progress | None] = lambda: None
         """The xdist workers' logs (``distributing.py``), which tell why a check never
         reported; nothing without xdist."""
-        self.uncollected: Callable[[], list[str]] = lambda: []
-        """The remote targets no xdist worker collected (``distributing.py``)."""
+        self.uncollected: Callable[[], list[tuple[str, str | None]]] = lambda: []
+        """The remote targets no xdist worker collected, each with how the last worker
+        given it ended (``distributing.py``)."""
         self.close_failed = False
         self.stopped_early: str | None = None
         """pytest's own reason to stop (-x, --maxfail, an interrupt)."""
@@ -93,7 +94,7 @@ class Controller:
         (``missing``: each under the nodeid its section's checks would have had)."""
         session, settings = self.run.session, self.run.settings
         records = []
-        for name in self.uncollected():
+        for name, ended in self.uncollected():
             if stopped == "interrupted":
                 why = f"{NOT_RUN}the run was interrupted before its checks were collected"
             elif stopped:
@@ -101,8 +102,9 @@ class Controller:
             else:
                 down = "; ".join(progress.down.values()) if progress is not None else ""
                 why = (f"{NOT_RUN}no xdist worker collected the checks of {name}"
-                       + (f": {down}" if down else "") + " (xdist starts no more workers "
-                       "once --max-worker-restart workers have crashed): run again")
+                       + (f": {ended or down}" if ended or down else "") + " (xdist starts "
+                       "no more workers once --max-worker-restart workers have crashed): run "
+                       "again")
             for spec in session.specs_of(session.targets[name]):
                 location = f"{settings.display(spec.path)}:1"
                 for section in spec.sections:

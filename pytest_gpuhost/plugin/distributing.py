@@ -140,6 +140,8 @@ class Distributing:
         """Worker -> the remote targets it collects and runs, and how many at once."""
         self.collected: set[str] = set()
         """The remote targets some worker collected (under the target scheduler)."""
+        self.lost: dict[str, str] = {}
+        """A remote target not collected -> how the last worker given it ended."""
         self.orphans: list[tuple[list[str], int]] = []
         """The unfinished targets of workers that went down, for their replacements."""
         self.started = 0
@@ -204,6 +206,11 @@ class Distributing:
         """A worker that went down leaves its unfinished targets to its replacement."""
         self.awaiting.discard(node)
         owned = self.owners.pop(node, None)
+        if owned is not None:
+            worker = getattr(getattr(node, "gateway", None), "id", "?")
+            ended = (f"worker {worker} crashed: {error}" if error is not None else
+                     f"xdist ended worker {worker} before it took its collection")
+            self.lost.update((name, ended) for name in owned[0] if name not in self.collected)
         if error is None or owned is None:
             return
         finished = self.scheduler.finished_scopes() if self.scheduler is not None else set()
@@ -238,13 +245,14 @@ class Distributing:
         files = {self.run.spec_file_id(path) for path in self.run.session.specs}
         self.book.expect(nodeid for nodeid in ids if nodeid.split("::", 1)[0] in files)
 
-    def uncollected(self) -> list[str]:
-        """The remote targets no worker collected: each worker given them (the first, then
-        each replacement) went down before it sent its collection, and xdist started no
-        other. No record of their checks ever comes."""
+    def uncollected(self) -> list[tuple[str, str | None]]:
+        """The remote targets no worker collected, each with how the last worker given it
+        ended (None: not known): each worker given them (the first, then each replacement)
+        went down before it sent its collection, or xdist ended it, and started no other. No
+        record of their checks ever comes."""
         if not self.targeted:
             return []
-        return [name for name in self.remote if name not in self.collected]
+        return [(name, self.lost.get(name)) for name in self.remote if name not in self.collected]
 
     def progress(self) -> Progress:
         """What the workers' logs say they started and finished, and which went down."""

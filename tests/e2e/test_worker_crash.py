@@ -254,10 +254,58 @@ def test_a_target_whose_worker_died_collecting_it_is_an_error_not_left_out(
     [error] = cases["sysctl@b"].findall("error")
     assert "no xdist worker collected the checks of b" in (error.text or "")
     assert len(cases) == 2
+    assert "crashed" in of_b[0]["message"]
     if "sysctl@a" in cases:  # xdist ended the run before a's worker sent its collection
         [error] = cases["sysctl@a"].findall("error")
-        assert "no xdist worker collected the checks of a" in (error.text or "")
+        assert "no xdist worker collected the checks of a: worker gw" in (error.text or "")
+        assert "before it took its collection" in (error.text or "")
     else:
         [of_a] = [case for name, case in cases.items()
                   if (name or "").startswith("sysctl[vm.swappiness]")]
         assert not of_a.findall("error")
+
+
+SLOW_TO_COLLECT = DIES_COLLECTING + textwrap.dedent("""\
+    import time
+
+    def pytest_testnodedown(node, error):
+        # the controller: a worker crashed (written before xdist acts on the crash)
+        if error is not None:
+            (Path(__file__).parent / "crashed").touch()
+
+    dies_collecting_b = pytest_collection_modifyitems
+
+    def pytest_collection_modifyitems(items):
+        # the worker that collects target a sends its collection only once the controller
+        # has heard of the other worker's crash (bounded: the test's own timeout is longer)
+        dies_collecting_b(items)
+        if "PYTEST_XDIST_WORKER" in os.environ and any(i.nodeid.endswith("@a")
+                                                       for i in items):
+            deadline = time.monotonic() + 60
+            while not (Path(__file__).parent / "crashed").exists() and \\
+                    time.monotonic() < deadline:
+                time.sleep(0.01)
+    """)
+
+
+def test_a_target_whose_collection_xdist_never_took_says_so(pytester: pytest.Pytester) -> None:
+    """With restarts off, xdist ends the run at the first crash and takes no collection that
+    comes in after it: the other target's worker did not crash, and its record says what
+    happened to it, not the other worker's crash."""
+    for name in ("a", "b"):
+        FakeHost(pytester.path / name).sysctl("vm.swappiness", 10)
+    pytester.makeconftest(SLOW_TO_COLLECT)
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    targets = ["--gpuhost-target=ssh://fake/a?name=a", "--gpuhost-target=ssh://fake/b?name=b"]
+    result = pytester.runpytest_subprocess(
+        "spec.yaml", *targets, "-n", "2", "--gpuhost-report=out.json", "-p",
+        "no:cacheprovider", "--max-worker-restart=0", timeout=120)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    report = json.loads((pytester.path / "out.json").read_text())
+    messages = {check["target"]: check["message"] for check in report["checks"]}
+    assert messages["b"].startswith("not run: no xdist worker collected the checks of b: "
+                                    "worker gw"), messages["b"]
+    assert "crashed" in messages["b"]
+    assert messages["a"].startswith("not run: no xdist worker collected the checks of a: "
+                                    "xdist ended worker gw"), messages["a"]
+    assert "before it took its collection" in messages["a"]
