@@ -223,6 +223,19 @@ DIES_COLLECTING = textwrap.dedent("""\
     """)
 
 
+def two_targets_run(pytester: pytest.Pytester, conftest: str, *args: str) -> pytest.RunResult:
+    """A run of two remote targets, a and b (fake trees, as if over ssh), at -n 2, with
+    ``conftest`` deciding how their workers fare."""
+    for name in ("a", "b"):
+        FakeHost(pytester.path / name).sysctl("vm.swappiness", 10)
+    pytester.makeconftest(conftest)
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    targets = ["--gpuhost-target=ssh://fake/a?name=a", "--gpuhost-target=ssh://fake/b?name=b"]
+    return pytester.runpytest_subprocess(
+        "spec.yaml", *targets, "-n", "2", "--gpuhost-report=out.json", "-p",
+        "no:cacheprovider", *args, timeout=120)
+
+
 @pytest.mark.parametrize("restarts", ["0", "2"])
 def test_a_target_whose_worker_died_collecting_it_is_an_error_not_left_out(
         pytester: pytest.Pytester, restarts: str) -> None:
@@ -231,15 +244,8 @@ def test_a_target_whose_worker_died_collecting_it_is_an_error_not_left_out(
     its collection, so no process ever collected that target's checks. They are errors in
     every report and the run fails; the reports had left the target out, and a run whose
     other target passed exited 0."""
-    for name in ("a", "b"):
-        FakeHost(pytester.path / name).sysctl("vm.swappiness", 10)
-    pytester.makeconftest(DIES_COLLECTING)
-    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
-    targets = ["--gpuhost-target=ssh://fake/a?name=a", "--gpuhost-target=ssh://fake/b?name=b"]
-    result = pytester.runpytest_subprocess(
-        "spec.yaml", *targets, "-n", "2", "--gpuhost-report=out.json", "-p",
-        "no:cacheprovider", f"--max-worker-restart={restarts}", "--junitxml=junit.xml",
-        timeout=120)
+    result = two_targets_run(pytester, DIES_COLLECTING, f"--max-worker-restart={restarts}",
+                             "--junitxml=junit.xml")
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.stdout.fnmatch_lines(["kind    a*b", "sysctl  *1 error"])
     report = json.loads((pytester.path / "out.json").read_text())
@@ -292,14 +298,7 @@ def test_a_target_whose_collection_xdist_never_took_says_so(pytester: pytest.Pyt
     """With restarts off, xdist ends the run at the first crash and takes no collection that
     comes in after it: the other target's worker did not crash, and its record says what
     happened to it, not the other worker's crash."""
-    for name in ("a", "b"):
-        FakeHost(pytester.path / name).sysctl("vm.swappiness", 10)
-    pytester.makeconftest(SLOW_TO_COLLECT)
-    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
-    targets = ["--gpuhost-target=ssh://fake/a?name=a", "--gpuhost-target=ssh://fake/b?name=b"]
-    result = pytester.runpytest_subprocess(
-        "spec.yaml", *targets, "-n", "2", "--gpuhost-report=out.json", "-p",
-        "no:cacheprovider", "--max-worker-restart=0", timeout=120)
+    result = two_targets_run(pytester, SLOW_TO_COLLECT, "--max-worker-restart=0")
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     report = json.loads((pytester.path / "out.json").read_text())
     messages = {check["target"]: check["message"] for check in report["checks"]}
