@@ -37,6 +37,8 @@ class RecordBook:
         """(target, worker) -> the target's info as the worker that ran its checks last saw it."""
         self.indices: dict[str, int] = {}
         """nodeid -> index in the run of a collected check, where the collector said it."""
+        self.reporters: dict[str, str] = {}
+        """nodeid -> the worker whose report gave its record (``add``)."""
 
     def expect(self, nodeids: Iterable[str], indices: Mapping[str, int] | None = None) -> None:
         """Checks that were collected: each ends with a record, reported or not, in its place
@@ -47,8 +49,15 @@ class RecordBook:
 
     def add(self, nodeid: str, index: int, record: CheckResult,
             target: TargetInfo | None = None, worker: str = "local") -> None:
-        """A check's report: its record, and what its target said of itself."""
-        self.results[nodeid] = (index, record)
+        """A check's report: its record, and what its target said of itself. A check that
+        reports from two workers (``--dist each`` runs every check on every worker) keeps
+        the worse record: a failure on any worker, else a fix one of them made. A second
+        report from the same worker is a rerun (pytest-rerunfailures): the later counts."""
+        earlier = self.results.get(nodeid)
+        if earlier is None or self.reporters.get(nodeid) == worker or \
+                _weight(record) >= _weight(earlier[1]):
+            self.results[nodeid] = (index, record)
+            self.reporters[nodeid] = worker
         if target is not None:
             self.target_infos[target.name, worker] = target
 
@@ -128,6 +137,15 @@ class RecordBook:
         self.results.clear()
         self.collected.clear()
         self.indices.clear()
+        self.reporters.clear()
+
+
+def _weight(record: CheckResult) -> int:
+    """How much a record says against its host: a host not right (failed, error...) most, a
+    fix made next, then passed or skipped."""
+    if record.outcome not in OPEN_OUTCOMES:
+        return 2
+    return 1 if record.outcome is Outcome.FIXED else 0
 
 
 def told(incidents: Sequence[str]) -> str:

@@ -160,3 +160,21 @@ def test_clearing_lets_the_records_go() -> None:
     book.add(f"{SPEC}::sysctl[a]", 0, record("sysctl[a]"))
     book.clear()
     assert book.records() == []
+
+
+def test_a_check_that_reported_twice_keeps_its_worse_record() -> None:
+    """Under ``--dist each`` every worker runs every check: one that failed on any worker is
+    failed in the reports, however the others fared, and a fix one worker made is not hidden
+    by another's pass after it."""
+    book = book_of("sysctl[a]", "sysctl[b]", "sysctl[c]")
+    book.add(f"{SPEC}::sysctl[a]", 0, record("sysctl[a]", Outcome.FAILED), worker="gw0")
+    book.add(f"{SPEC}::sysctl[a]", 0, record("sysctl[a]"), worker="gw1")
+    book.add(f"{SPEC}::sysctl[b]", 1, record("sysctl[b]", Outcome.FIXED), worker="gw0")
+    book.add(f"{SPEC}::sysctl[b]", 1, record("sysctl[b]"), worker="gw1")
+    book.add(f"{SPEC}::sysctl[c]", 2, record("sysctl[c]"), worker="gw0")
+    book.add(f"{SPEC}::sysctl[c]", 2, record("sysctl[c]", Outcome.ERROR, "boom"), worker="gw1")
+    assert outcomes(book.records()) == [("sysctl[a]", "failed"), ("sysctl[b]", "fixed"),
+                                        ("sysctl[c]", "error")]
+    # the same worker again: a rerun (pytest-rerunfailures), whose later record counts
+    book.add(f"{SPEC}::sysctl[a]", 0, record("sysctl[a]"), worker="gw0")
+    assert outcomes(book.records())[0] == ("sysctl[a]", "passed")

@@ -470,3 +470,65 @@ def test_a_check_report_leaves_the_process_as_json_and_comes_back_as_its_record(
              (pytester.path / "serialized.jsonl").read_text().splitlines()]
     assert sorted(line["sent"] for line in lines) == ["failed", "passed"]
     assert all(line["sent"] == line["back"] and line["same"] for line in lines)
+
+
+PER_WORKER_KIND = '''
+import os
+import time
+from pathlib import Path
+from pytest_gpuhost.checks import Check, NoFix, Observation
+from pytest_gpuhost.hookspecs import hookimpl
+from pytest_gpuhost.spec import EntryOptions
+from pytest_gpuhost.spec.matchers import Auto, Exact
+
+HEARD = Path(__file__).parent / "heard-gw1"
+
+class PerWorker(NoFix):
+    def observe(self, host):
+        # wrong on gw1; right on gw0, which answers only once the controller has gw1's report
+        # (so that its pass is the last report of the check: bounded, the test's timeout is
+        # longer)
+        if os.environ.get("PYTEST_XDIST_WORKER") != "gw0":
+            return Observation("0")
+        deadline = time.monotonic() + 60
+        while not HEARD.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return Observation("1")
+
+def pytest_runtest_logreport(report):
+    # the controller: gw1's report of the check has come in
+    node = getattr(report, "node", None)
+    if report.when == "teardown" and "per_worker" in report.nodeid and \
+            getattr(getattr(node, "gateway", None), "id", "") == "gw1":
+        HEARD.touch()
+
+class PerWorkerKind:
+    section = "per_worker"
+
+    def parse(self, node, context):
+        return node.where
+
+    def expand(self, section, facts):
+        return [Check("per_worker", None, Exact("1", Auto()), EntryOptions(where=section),
+                      PerWorker())]
+
+@hookimpl
+def pytest_gpuhost_check_kinds():
+    return [PerWorkerKind()]
+'''
+
+
+def test_under_dist_each_a_check_failed_on_one_worker_is_failed_in_the_reports(
+        pytester: pytest.Pytester, fake: FakeHost) -> None:
+    """``--dist each`` runs every check on every worker: one that failed on gw1 and then
+    passed on gw0 is failed in the JSON report (the last report of it had been the one kept)."""
+    fake.sysctl("vm.swappiness", 10)
+    pytester.makeconftest(PER_WORKER_KIND)
+    pytester.makefile(".yaml", spec="version: 1\nper_worker: 1\nsysctl:\n  vm.swappiness: 10\n")
+    result = pytester.runpytest_subprocess(
+        "spec.yaml", f"--gpuhost-root={fake.root}", "-n", "2", "--dist", "each",
+        "--gpuhost-report=out.json", "-p", "no:cacheprovider", timeout=120)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    report = json.loads((pytester.path / "out.json").read_text())
+    outcomes = {check["id"]: check["outcome"] for check in report["checks"]}
+    assert outcomes == {"per_worker": "failed", "sysctl[vm.swappiness]": "passed"}
