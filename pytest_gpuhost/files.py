@@ -22,6 +22,16 @@ class OutputError(Exception):
     """A report path that cannot be written; the message names it and says why."""
 
 
+def utf8(text: str) -> bytes:
+    """``text`` as a report file holds it, always valid UTF-8: a lone surrogate (a target's
+    byte that is not UTF-8, which its JSON answer carried as ``\\udcff``) becomes U+FFFD, as
+    such bytes do wherever they are read as text, instead of the whole file going unwritten."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace").encode("utf-8")
+
+
 def write_atomically(path: Path, text: str, *, mode: int = 0o644, replace: bool = True) -> None:
     """A temporary file beside ``path``, then rename: readable by others (a CI user, the Allure
     CLI, node_exporter) although the run may be root's; nothing is left behind on failure.
@@ -31,8 +41,8 @@ def write_atomically(path: Path, text: str, *, mode: int = 0o644, replace: bool 
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
+        with os.fdopen(fd, "wb") as out:
+            out.write(utf8(text))
         os.chmod(tmp, mode)
         if replace:
             os.replace(tmp, path)
@@ -127,7 +137,7 @@ def write_output(path: Path, text: str, *, mode: int = 0o644) -> None:
             write_atomically(path, text, mode=mode)
             return
         if stat.S_ISCHR(info.st_mode) or stat.S_ISFIFO(info.st_mode):
-            _write_in_place(path, text.encode())
+            _write_in_place(path, utf8(text))
             return
     except OSError as exc:
         raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None

@@ -22,10 +22,6 @@ a longer run of digits (a 5000-digit sysctl value) is a value of ``gpuhost_obser
 
 
 def escape_label(value: str) -> str:
-    """A label value in the exposition format; a lone surrogate (a target's JSON may hold
-    one, ``\\udcff``, where UTF-8 cannot) becomes U+FFFD, as bytes that are not UTF-8 do."""
-    if not value.isascii():
-        value = value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
