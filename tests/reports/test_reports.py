@@ -188,6 +188,18 @@ def test_a_lone_surrogate_in_a_label_value_is_written_as_utf8(tmp_path: Path) ->
     assert labels["value"].startswith("580\ufffd")
 
 
+def test_a_lone_surrogate_in_the_runs_facts_leaves_allures_environment_written(
+        tmp_path: Path) -> None:
+    """The same lone surrogate in a target's driver version, which Allure's overview shows:
+    its environment file is written, valid UTF-8, as every report file is (``files.utf8``)."""
+    from pytest_gpuhost.reports.allure import AllureSessionFiles
+
+    info = RunInfo((("s.yaml", "s"),), "/", "gpu-a", driver="580\udcff")
+    AllureSessionFiles(tmp_path).write([], info)
+    text = (tmp_path / "environment.properties").read_text(encoding="utf-8")
+    assert "driver=580\ufffd" in text
+
+
 def allure_results(directory: Path) -> dict[str, Any]:
     """Each Allure result file by its test's name (JSON: its shape is what the tests assert)."""
     results = [json.loads(p.read_text()) for p in directory.glob("*-result.json")]
