@@ -155,7 +155,9 @@ def plan_dropin(host: Host, spec: str, words: Sequence[str], *,
         raise CannotFix(f"the spec name {spec!r} is not a plain word (letters, digits, '.', '_', "
                         "'+', '-'), so it does not name a file in the boot configuration")
     path = dropin_path(spec)
-    current = host.read_text(path) if host.exists(path) else None
+    # read once: the text to edit (as read_text gives it) and the change's exact original
+    original = host.read_bytes(path) if host.exists(path) else None
+    current = None if original is None else original.decode("utf-8", "replace")
     try:
         text = dropin_text(current, spec, words)
     except ValueError as exc:  # our own drop-in holds such a word: someone edited it
@@ -164,5 +166,4 @@ def plan_dropin(host: Host, spec: str, words: Sequence[str], *,
         raise CannotFix(f"{path} already adds {shown!r}, yet the boot configuration does not "
                         f"end with it: a later file in {GRUB_DROPINS} overrides it")
     return Plan(f"add {shown} to {path} (then {boot.apply.removeprefix('run ')})",
-                (ReplaceFile.of_bytes(path, host.read_bytes(path) if current is not None
-                                      else None, text),))
+                (ReplaceFile.of_bytes(path, original, text),))

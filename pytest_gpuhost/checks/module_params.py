@@ -137,13 +137,14 @@ class ModuleParameterProbe(msgspec.Struct, frozen=True):
                             f"{boot.value}, which kmod applies after modprobe.d (the command "
                             "line wins): change it in the boot configuration")
         path = options_dropin(self.spec)
-        current = host.read_text(path) if host.exists(path) else None
+        # read once: the text to edit (as read_text gives it) and the change's exact original
+        original = host.read_bytes(path) if host.exists(path) else None
+        current = None if original is None else original.decode("utf-8", "replace")
         text = render_options(self.spec, current, canonical(self.module), self.parameter, value)
         if text == current:
             raise CannotFix(f"{path} already sets it, yet a later modprobe.d file overrides it")
         return Plan(f"set options {canonical(self.module)} {self.parameter}={value} in {path}",
-                    (ReplaceFile.of_bytes(path, host.read_bytes(path) if current is not None
-                                          else None, text),))
+                    (ReplaceFile.of_bytes(path, original, text),))
 
 
 class ParameterEntry(msgspec.Struct, frozen=True):

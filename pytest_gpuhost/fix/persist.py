@@ -196,33 +196,34 @@ class FileContentProbe(msgspec.Struct, frozen=True):
     """``content``'s exact bytes where they are not UTF-8 (a rollback's original)."""
     fixable = True
 
-    def _current(self, host: Host) -> str | None:
-        return host.read_text(self.path) if host.exists(self.path) else None
-
-    def _holds(self, host: Host, current: str) -> bool:
-        if self.content_raw is not None:
-            return host.read_bytes(self.path) == self.content_raw
-        return current == self.content
+    def _original(self, host: Host) -> bytes | None:
+        """The file's bytes, read once a step (None: absent): its text is what read_text
+        gives, and a change keeps them exactly."""
+        return host.read_bytes(self.path) if host.exists(self.path) else None
 
     def observe(self, host: Host) -> Observation:
-        current = self._current(host)
-        if current is None:
+        original = self._original(host)
+        if original is None:
             return Observation(ABSENT, (Evidence(self.path, "absent"),))
-        state = CURRENT if self._holds(host, current) else DIFFERS
-        return Observation(state, (Evidence(self.path, f"{_digest(current)}, "
-                                                       f"{len(current.splitlines())} lines"),))
+        current = original.decode("utf-8", "replace")
+        holds = original == self.content_raw if self.content_raw is not None else \
+            current == self.content
+        return Observation(CURRENT if holds else DIFFERS,
+                           (Evidence(self.path, f"{_digest(current)}, "
+                                                f"{len(current.splitlines())} lines"),))
 
     def plan(self, host: Host, value: str, observed: Observation) -> Plan:
-        if self.only_if is not None and self._current(host) != self.only_if:
+        original = self._original(host)
+        current = None if original is None else original.decode("utf-8", "replace")
+        if self.only_if is not None and current != self.only_if:
             raise CannotFix(f"{self.path} was edited since the fix: left as it is")
         if self.content is None:
-            if not host.exists(self.path):
+            if original is None:
                 raise CannotFix(f"{self.path} is already absent")
             return Plan(f"remove {self.path}",
-                        (ReplaceFile.of_bytes(self.path, host.read_bytes(self.path), None),))
+                        (ReplaceFile.of_bytes(self.path, original, None),))
         verb = "create" if observed.value == ABSENT else "update"
-        current = host.read_bytes(self.path) if host.exists(self.path) else None
-        change = ReplaceFile.of_bytes(self.path, current, self.content)
+        change = ReplaceFile.of_bytes(self.path, original, self.content)
         if self.content_raw is not None:
             change = msgspec.structs.replace(change, new_raw=self.content_raw)
         return Plan(f"{verb} {self.path}", (change,))
