@@ -88,6 +88,14 @@ def file_type(mode: int) -> str:
     return "special file"
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    """Every byte of ``data``: a write(2) the file system cut short is continued, and the
+    next one raises what cut it (ENOSPC, EFBIG past a file size limit)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def check_relative(path: str) -> str:
     """``path`` once it names something under the root: relative, without NUL and without
     ``..`` (which only a link target may hold; it is resolved inside the root)."""
@@ -490,9 +498,7 @@ class Root:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                          | os.O_CLOEXEC, mode & 0o777, dir_fd=parent)
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
+                _write_all(fd, data)
                 if info is not None and (info.st_uid, info.st_gid) != (os.geteuid(),
                                                                        os.getegid()):
                     os.fchown(fd, info.st_uid, info.st_gid)
@@ -615,10 +621,7 @@ class Root:
                          | os.O_CLOEXEC, mode, dir_fd=parent)
             try:
                 try:
-                    written = os.write(fd, data)
-                    if written != len(data):  # a file made whole or not at all
-                        raise OSError(errno.ENOSPC, f"the file system took {written} of "
-                                                    f"{len(data)} bytes")
+                    _write_all(fd, data)  # a file made whole or not at all
                     os.fchmod(fd, mode)
                     os.fsync(fd)
                 finally:
