@@ -83,8 +83,8 @@ class Controller:
         if self.run.config.option.collectonly:
             return self.book.ordered()
         stopped = self.run.stopped or self.stopped_early
-        progress = self.progress()
-        return self.book.records(stopped, None if stopped else progress, missing) + \
+        progress = None if stopped else self.progress()  # the workers' logs: why not reported
+        return self.book.records(stopped, progress, missing) + \
             self._never_collected(stopped, progress, missing)
 
     def _never_collected(self, stopped: str | None, progress: Progress | None,
