@@ -50,7 +50,9 @@ KERNEL, NAMESPACE, USERSPACE = "kernel", "namespace", "userspace"
 SCOPES = (KERNEL, NAMESPACE, USERSPACE)
 """Where a setting lives (docs/reference.md, "Where a setting lives"): ``kernel``, the running
 kernel and the hardware (the machine that runs the kernel); ``namespace``, what a container owns
-of it (the ``net.*`` sysctls of its network namespace that the kernel keeps per namespace);
+of it (the sysctls the kernel keeps per namespace: a network namespace's ``net.*``, an IPC
+namespace's ``kernel.shm*``, ``kernel.msg*``, ``kernel.sem``, ``fs.mqueue.*``, a UTS
+namespace's ``kernel.hostname``);
 ``userspace``, files and tools of the root the check runs in (the NVML library, the bandwidth
 the benchmark sees)."""
 

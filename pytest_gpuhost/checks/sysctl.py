@@ -1,9 +1,10 @@
 """sysctl: one check per key, read from and written to proc/sys directly (no sysctl process).
 
 Its checks are of two scopes: a ``net.*`` sysctl belongs to a network namespace (a container
-owns its own), except those the kernel keeps global (``GLOBAL_NET``); every other sysctl is the
-kernel's. ``--fix-persist`` writes the values into etc/sysctl.d; capture writes sizes and limits
-as ``min:``.
+owns its own), except those the kernel keeps global (``GLOBAL_NET``), and so do the sysctls of
+an IPC namespace (``IPC_SYSCTLS``, ``fs.mqueue.*``) and a UTS one (``UTS_SYSCTLS``); every other
+sysctl is the kernel's. ``--fix-persist`` writes the values into etc/sysctl.d; capture writes
+sizes and limits as ``min:``.
 """
 
 from __future__ import annotations
@@ -205,11 +206,29 @@ a container can read them but not set them (LXC: EACCES), so they live on its ho
 namespace in Linux 6.9 (global before)."""
 
 
+IPC_SYSCTLS = frozenset({
+    # ipc/ipc_sysctl.c: ipc_sysctls, registered per IPC namespace (the *_next_id ones with
+    # CONFIG_CHECKPOINT_RESTORE; auto_msgmni is kept there as a no-op)
+    *(f"kernel.{name}" for name in (
+        "shmmax", "shmall", "shmmni", "shm_rmid_forced", "msgmax", "msgmnb", "msgmni",
+        "auto_msgmni", "sem", "msg_next_id", "sem_next_id", "shm_next_id")),
+})
+"""The sysctls of an IPC namespace beside ``fs.mqueue.*`` (ipc/mq_sysctl.c): a container has
+its own (LXC, Docker and Kubernetes always give it one), so a container's are its own values,
+not its host's; the list ``runc`` and ``docker run --sysctl`` accept as the IPC namespace's."""
+UTS_SYSCTLS = frozenset({"kernel.hostname", "kernel.domainname"})
+"""The writable sysctls of a UTS namespace (kernel/utsname_sysctl.c: ``ostype``, ``osrelease``
+and ``version`` are there too, read-only: the running kernel's in every namespace)."""
+
+
 def sysctl_scope(key: str) -> str:
-    """Where a sysctl lives: ``namespace`` for a ``net.*`` key of a network namespace, else
-    ``kernel`` (``/`` and ``.`` separate alike, as in ``sysctl_path``)."""
+    """Where a sysctl lives: ``namespace`` for a key the kernel keeps per namespace (a
+    ``net.*`` key of a network namespace, an IPC or UTS one), else ``kernel`` (``/`` and ``.``
+    separate alike, as in ``sysctl_path``)."""
     first = re.search(r"[./]", key)
     dotted = key.replace("/", ".") if first is not None and first.group() == "/" else key
+    if dotted in IPC_SYSCTLS or dotted in UTS_SYSCTLS or dotted.startswith("fs.mqueue."):
+        return NAMESPACE
     if not dotted.startswith("net.") or dotted in GLOBAL_NET:
         return KERNEL
     return NAMESPACE

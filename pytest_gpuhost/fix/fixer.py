@@ -18,8 +18,10 @@ from contextlib import contextmanager
 
 import msgspec
 
+from ..checks import NAMESPACE
 from ..checks.changes import Change, Command, NvmlSetting, Plan, ReplaceFile, WriteBytes, WriteText
 from ..checks.conditions import in_container
+from ..checks.sysctl import sysctl_scope
 from ..gpu.nvml import NvmlPermissionError, NvmlSource, NvmlUnavailable
 from ..host import COMMAND_TIMEOUT_S, CommandTimeout, Host, HostError, Read, TargetLost
 from .journal import Journal
@@ -69,10 +71,17 @@ def explain(host: Host, change: Change, exc: HostError) -> str:
     path = getattr(change, "path", "")
     seen = f"{exc} [{errno.errorcode.get(exc.errno, '?')}]" if exc.errno else str(exc)
     if exc.errno == errno.EROFS and path.startswith("proc/sys/"):
+        key = path.removeprefix("proc/sys/")
+        if sysctl_scope(key) == NAMESPACE:
+            shown = key.replace("/", ".")
+            return (f"read-only here: {shown} is this container's own (its IPC, UTS or network "
+                    "namespace), not its host's: set it in the container's configuration "
+                    f"(LXC: lxc.sysctl.{shown}; Docker: --sysctl; Kubernetes: "
+                    f"securityContext.sysctls), or mount its /proc/sys writable ({seen})")
         if in_container(host):
             return (f"read-only in this container: fix it on the host "
-                    f"(--gpuhost-target=ssh://HOST) ({seen}); kernel.* and vm.* sysctls are "
-                    "the host's, and net.* ones are per network namespace")
+                    f"(--gpuhost-target=ssh://HOST) ({seen}); the kernel's sysctls are the "
+                    "host's, and only the namespaced ones (net.*, IPC, UTS) a container's")
         return (f"read-only: this sysctl is not namespaced in a container ({seen}); set it on "
                 "the host itself, or as a namespaced sysctl in the pod or container spec")
     if exc.errno == errno.EROFS:

@@ -6,7 +6,8 @@ tree under the host's (``ROOT/var/lib/lxc/CTID/rootfs``, where LXC keeps it) and
 What a container sees of its host, as LXC's defaults give it:
 
 - the kernel's sysctls are the host's (hard links to the host tree's files where the file system
-  allows: one kernel, one value), but for the ``net.*`` ones of its own network namespace,
+  allows: one kernel, one value), but for those of its own namespaces (``net.*`` of its network
+  namespace, ``kernel.shmmax`` and the IPC namespace's, ``kernel.hostname`` of its UTS one),
   which start as the host's values and are its own from then on (copies); the ``net.*`` ones the
   kernel keeps global (``net.core.rmem_max``) are the host's too;
 - PCI devices whose config space reads 64 bytes (reads past the header need root in the initial

@@ -46,6 +46,25 @@ from ..runner import KINDS, run_spec
     ("net.ipv4.conf.eth0/100.rp_filter", NAMESPACE),  # a '/' in a part is a '.' of the name
     ("net/ipv4/tcp_wmem", NAMESPACE),
     ("net.ipv6.conf.all.forwarding", NAMESPACE),
+    # IPC namespace (ipc/ipc_sysctl.c, ipc/mq_sysctl.c): a container has its own
+    ("kernel.shmmax", NAMESPACE),
+    ("kernel.shmall", NAMESPACE),
+    ("kernel.shmmni", NAMESPACE),
+    ("kernel.shm_rmid_forced", NAMESPACE),
+    ("kernel.msgmax", NAMESPACE),
+    ("kernel.msgmnb", NAMESPACE),
+    ("kernel.msgmni", NAMESPACE),
+    ("kernel.sem", NAMESPACE),
+    ("kernel/shmmax", NAMESPACE),
+    ("fs.mqueue.msg_max", NAMESPACE),
+    ("fs.mqueue.queues_max", NAMESPACE),
+    # UTS namespace (kernel/utsname_sysctl.c): the writable names are the container's
+    ("kernel.hostname", NAMESPACE),
+    ("kernel.domainname", NAMESPACE),
+    ("kernel.osrelease", KERNEL),  # the running kernel's, the same in every namespace
+    ("kernel.shmmax_other", KERNEL),  # only the kernel's own names, not a prefix
+    ("fs.mqueue", KERNEL),
+    ("fs.file-max", KERNEL),
 ])
 def test_a_sysctl_lives_where_the_kernel_keeps_it(key: str, scope: str) -> None:
     assert sysctl_scope(key) == scope

@@ -490,6 +490,25 @@ def test_read_only_proc_sys_in_a_container(fake: FakeHost) -> None:
     assert result.after == "212992"
 
 
+@pytest.mark.parametrize("container", [False, True])
+def test_a_read_only_namespaced_sysctl_is_set_in_the_containers_configuration(
+        fake: FakeHost, container: bool) -> None:
+    """kernel.shmmax is the IPC namespace's: the host cannot set it for the container, so the
+    message names the container's own configuration, never the host (nor 'not namespaced')."""
+    fake.sysctl("kernel.shmmax", 33554432)
+    if container:
+        fake.file("proc/1/environ", b"container=lxc\0")
+    check = Check("sysctl", "kernel.shmmax", Exact("68719476736", Auto()),
+                  EntryOptions(where="spec.yaml:3"), SysctlProbe("proc/sys/kernel/shmmax"))
+    result = run_check(check, Refusing(fake.root, errno.EROFS), {}, FIX)
+    assert result.outcome is Outcome.FIX_FAILED
+    assert result.message.startswith(
+        "apply failed: read-only here: kernel.shmmax is this container's own (its IPC, UTS or "
+        "network namespace), not its host's: set it in the container's configuration "
+        "(LXC: lxc.sysctl.kernel.shmmax; Docker: --sysctl; Kubernetes: securityContext.sysctls)")
+    assert "on the host" not in result.message and "not namespaced" not in result.message
+
+
 def test_not_root(fake: FakeHost) -> None:
     fake.sysctl("net.core.rmem_max", 212992)
     result = run_check(sysctl_check(), Refusing(fake.root, errno.EACCES, privileged=False), {},
