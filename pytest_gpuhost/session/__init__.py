@@ -237,6 +237,9 @@ class Session(msgspec.Struct, dict=True):
         from .containers import placed
 
         found = placed(target, lambda where: self.expanded(spec, where))
+        for check, where in found:
+            if check.options.when is not None:  # asked of the target it was written for
+                where.asked_of.setdefault(id(check), {})[target.name] = target
         for where in dict.fromkeys(where for _, where in found):
             self.wake(where)
             if spec.name not in where.spec_names:

@@ -8,6 +8,9 @@ that kernel, and the rest (its network namespace's sysctls, its files and tools)
   and this machine under ``--gpuhost-host``: their ``kernel`` checks are expanded on that host's
   facts, run, fixed, journaled and persisted there, and named after it (``check@pve``);
   ``placed`` says where each check of a spec runs;
+- a ``when:`` condition of a check placed on another target is asked of the targets its entry
+  was written for (``written_for``): ``when: container`` in a container's spec holds there,
+  though its check runs on the host;
 - a target recognised as a container the way systemd-detect-virt does (``CONTAINER``) with no
   host named: its ``kernel`` checks are read as they are, never changed from inside (a change
   there is refused, or changes the host behind its back), and one that does not pass is an
@@ -18,13 +21,13 @@ No pytest here: the session uses it, and the plugin only names items after ``pla
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
 
 from ..checks import KERNEL, Check, Fact
-from ..checks.conditions import CONTAINER_READS, recognise_container
+from ..checks.conditions import CONTAINER_READS, ConditionFn, recognise_container
 from ..result import CheckResult, Outcome
 
 if TYPE_CHECKING:
@@ -86,3 +89,27 @@ def guarded(check: Check, result: CheckResult, reason: str, *, local: bool) -> C
         result, outcome=Outcome.ERROR,
         message=f"{words}; here ({reason}): {result.message}" if result.message else
         f"{words}; here ({reason})")
+
+
+def written_for(check: Check, where: Target, asked: Sequence[Target]
+                ) -> Mapping[str, ConditionFn] | None:
+    """The answer to ``check``'s ``when:`` as the targets its entry was written for give it
+    (``asked``: a container whose ``kernel`` check runs on ``where``, its host; the host
+    too when it runs the same spec), or None when that is ``where`` alone. The check runs
+    where any of them asks for it (one setting, one check); it is skipped only where every one
+    says no, with what each saw. Asked when the check runs, inside its error handling: a
+    target that cannot be read makes it an error."""
+    when = check.options.when
+    if when is None or [target.name for target in asked] in ([], [where.name]):
+        return None
+
+    def answer(_host: object) -> tuple[bool, str]:
+        seen = []
+        for target in asked:
+            holds, reason = target.conditions[when.name](target.host)
+            if holds != when.negate:
+                return holds, f"{target.name}: {reason}"
+            seen.append(f"{target.name}: {reason}")
+        return when.negate, "; ".join(seen)
+
+    return {when.name: answer}

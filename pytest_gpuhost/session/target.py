@@ -38,7 +38,7 @@ from ..reports import TargetInfo
 from ..result import CheckResult
 from ..settings import Settings
 from ..targets import TargetAddress
-from .containers import CONTAINER, guarded, in_kernel
+from .containers import CONTAINER, guarded, in_kernel, written_for
 from .hostfacts import HOST_FACTS as HOST_FACTS  # re-exported (session)
 from .hostfacts import HostFacts as HostFacts  # re-exported (session)
 
@@ -92,6 +92,9 @@ class Target:
         self.kernel_on: Target | None = None
         """The target whose kernel this one runs on (a container's host; this machine's under
         --gpuhost-host), where its ``kernel`` checks run (``containers.placed``)."""
+        self.asked_of: dict[int, dict[str, Target]] = {}
+        """Each check placed here with a ``when:`` (by id), and the targets its entry was
+        written for, whose answer it runs by (``containers.written_for``)."""
         self.spec_names: list[str] = []
         """The specs whose checks run here (its own, its containers'), for the reports."""
         self.dormant = self.address.implied is not None
@@ -122,9 +125,10 @@ class Target:
         self._finished = False
         """``finish``: this process is done with the target (its fixer is closed)."""
         self._container: tuple[bool, str] | None = None
-        if self.address.container is not None and self.address.kernel_on is not None:
+        if self.address.kernel_on is not None:  # by construction, or --gpuhost-host's word
             self.conditions.known("container", (True, f"{self.url} is a container of "
-                                                      f"{self.address.kernel_on}"))
+                                                      f"{self.address.kernel_on}" + (
+                "" if self.address.container else " (--gpuhost-host)")))
 
     # -- reads by phase ---------------------------------------------------------------------
 
@@ -195,8 +199,9 @@ class Target:
             seen = self.container() if in_kernel(check) else None
             if seen is not None:  # a container whose host the run does not know: read only
                 options = msgspec.structs.replace(options, fix=False, dry_run=False)
+            conditions = written_for(check, self, list(self.asked_of.get(id(check), {}).values()))
             with doing(f"checking {check.id}"):
-                result = run_check(check, self.host, self.conditions, options,
+                result = run_check(check, self.host, conditions or self.conditions, options,
                                    self.fixrun.fixer, self.fixrun.history)
             if seen is not None:
                 result = guarded(check, result, seen, local=self.url == LOCAL)

@@ -252,3 +252,44 @@ def test_in_a_container_a_boot_fix_is_never_promised(pytester: pytest.Pytester,
     assert record["message"].startswith("this is a container: check it where the kernel lives")
     assert not (container.root / "etc/default/grub.d").exists()
     assert "update-grub" not in result.stdout.str()
+
+
+WHEN_SPEC = textwrap.dedent("""\
+    version: 1
+    sysctl:
+      vm.swappiness: {value: 10, when: container}
+      vm.max_map_count: {value: 65530, when: not container}
+    """)
+
+
+def test_a_condition_is_asked_of_the_container_the_entry_was_written_for(
+        pytester: pytest.Pytester, tmp_path: Path) -> None:
+    """``when: container`` in a container's spec holds there, though its ``kernel`` check runs
+    on the host (which is no container): it runs; ``when: not container`` is skipped, saying
+    what the container showed."""
+    host, _ = pair(tmp_path / "pve")
+    host.sysctl("vm.max_map_count", 1)
+    spec = pytester.makefile(".yaml", spec=WHEN_SPEC)
+    pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={host.root}",
+                       "--gpuhost-target=lxc://101", "--gpuhost-report=r.json", *RUN)
+    records = {c["id"]: c for c in json.loads((pytester.path / "r.json").read_text())["checks"]}
+    swappiness, map_count = records["sysctl[vm.swappiness]"], records["sysctl[vm.max_map_count]"]
+    assert (swappiness["target"], swappiness["outcome"]) == ("local", "failed")
+    assert (map_count["target"], map_count["outcome"]) == ("local", "skipped")
+    assert map_count["message"] == ("when: not container is false: lxc-101: lxc://101 is a "
+                                    "container of local")
+
+
+def test_a_check_of_a_host_and_its_container_runs_where_either_target_asks_for_it(
+        pytester: pytest.Pytester, tmp_path: Path) -> None:
+    """The host named too runs the shared ``kernel`` check once: the container's spec asks for
+    it (``when: container`` holds there) though the host's own would skip it."""
+    host, _ = pair(tmp_path / "pve")
+    host.sysctl("vm.max_map_count", 1)
+    spec = pytester.makefile(".yaml", spec=WHEN_SPEC)
+    pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={host.root}",
+                       "--gpuhost-target=local", "--gpuhost-target=lxc://101",
+                       "--gpuhost-report=r.json", *RUN)
+    assert checks(pytester.path / "r.json") == [
+        ("sysctl[vm.max_map_count]", "local", "failed"),
+        ("sysctl[vm.swappiness]", "local", "failed")]
