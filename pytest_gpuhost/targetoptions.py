@@ -186,11 +186,16 @@ def place_kernels(targets: Sequence[TargetAddress], schemes: Schemes = BUILTIN,
     that is (``kernel_on``): a container by construction its host (``kernel_host``), and with
     ``host`` (--gpuhost-host) this machine's ``local`` targets that one. A host that is already
     a target of the run is that target (its ``kernel`` checks then run once); any other is
-    added after the named ones (``implied``), as ``name_targets`` names it."""
+    added after the named ones (``implied``), as ``name_targets`` names it; an added one is
+    placed in turn (``local`` implied as ``lxc://101``'s host is still the container
+    --gpuhost-host declares)."""
     placed = list(targets)
     kernel_of: dict[int, int] = {}
     by_place = {destination(target): index for index, target in enumerate(targets)}
-    for index, target in enumerate(targets):
+    index = -1
+    while index + 1 < len(placed):  # grows as hosts are added: each is placed in turn
+        index += 1
+        target = placed[index]
         wanted = host if host is not None and target.local else kernel_host(target, schemes)
         if wanted is None:
             continue

@@ -172,3 +172,49 @@ def test_an_lxc_target_whose_pid1_cgroup_says_init_scope_is_a_container(
                        "--gpuhost-report=r.json", "-p", "no:cacheprovider")
     [record] = json.loads((pytester.path / "r.json").read_text())["checks"]
     assert (record["target"], record["outcome"]) == (f"{sshd.alias}-lxc-101", "passed")
+
+
+def test_the_host_named_by_gpuhost_host_holds_where_local_is_only_a_containers_host(
+        pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path) -> None:
+    """``--gpuhost-host=ssh://pve`` with ``--gpuhost-target=lxc://101`` only: ``local`` enters the
+    run as the container's host, and is still the declared container of pve. The kernel's
+    setting is fixed on pve, over ssh, never in local's tree nor in 101's; the container's own
+    ``net.*`` one in 101; its ``when: container``, asked of 101, holds."""
+    pve = FakeHost(tmp_path / "pve").sysctl("vm.swappiness", 60)
+    local = FakeHost(tmp_path / "local").sysctls({"vm.swappiness": 60,
+                                                  "net.ipv4.tcp_rmem": "4096 131072 6291456"})
+    container = lxc_container(local, "101", link=False)
+    before_local = tree(local.root)
+    spec = pytester.makefile(".yaml", spec='version: 1\nsysctl:\n'
+                                           '  vm.swappiness: {value: 10, when: container}\n'
+                                           '  net.ipv4.tcp_rmem: "4096 87380 268435456"\n')
+    result = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={local.root}",
+                                f"--gpuhost-host={sshd.url(pve.root)}",
+                                f"--gpuhost-ssh-config={sshd.client_config}",
+                                "--gpuhost-target=lxc://101", "--fix",
+                                "--gpuhost-report=r.json", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-3000:]
+    assert once_each(pytester.path / "r.json") == {"sysctl[vm.swappiness]": sshd.alias,
+                                                   "sysctl[net.ipv4.tcp_rmem]": "lxc-101"}
+    assert (pve.root / "proc/sys/vm/swappiness").read_text().strip() == "10"
+    assert (container.root / "proc/sys/vm/swappiness").read_text().strip() == "60"
+    changed = [k for k in diff(tree(local.root), before_local)]
+    assert changed == [], changed  # the container's tree (var/lib/lxc) is compared apart
+    assert (container.root / "proc/sys/net/ipv4/tcp_rmem").read_text().split()[1] == "87380"
+
+
+def test_local_under_gpuhost_host_is_a_container_for_when(
+        pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path) -> None:
+    """``--gpuhost-host`` declares ``local`` a container: ``when: container`` holds there though
+    nothing in its tree says so (a cgroup namespace, no ``container=``)."""
+    pve = FakeHost(tmp_path / "pve")
+    local = FakeHost(tmp_path / "local").sysctl("net.ipv4.tcp_rmem", "4096 87380 268435456")
+    local.file("proc/1/cgroup", "0::/\n")
+    spec = pytester.makefile(".yaml", spec='version: 1\nsysctl:\n  net.ipv4.tcp_rmem: '
+                                           '{value: "4096 87380 268435456", when: container}\n')
+    pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={local.root}",
+                       f"--gpuhost-host={sshd.url(pve.root)}",
+                       f"--gpuhost-ssh-config={sshd.client_config}",
+                       "--gpuhost-report=r.json", "-p", "no:cacheprovider")
+    [record] = json.loads((pytester.path / "r.json").read_text())["checks"]
+    assert (record["target"], record["outcome"]) == ("local", "passed"), record["message"]

@@ -293,3 +293,15 @@ def test_a_check_of_a_host_and_its_container_runs_where_either_target_asks_for_i
     assert checks(pytester.path / "r.json") == [
         ("sysctl[vm.max_map_count]", "local", "failed"),
         ("sysctl[vm.swappiness]", "local", "failed")]
+
+
+def test_gpuhost_host_places_local_however_it_enters_the_run() -> None:
+    """``local`` implied as ``lxc://101``'s host is still the container ``--gpuhost-host``
+    declares: its kernel is pve's, and so, through it, 101's."""
+    from pytest_gpuhost.targetoptions import place_kernels
+    from pytest_gpuhost.targets import parse_target
+
+    pve = parse_target("ssh://root@pve/")
+    [container, local, host] = place_kernels([parse_target("lxc://101")], host=pve)
+    assert (container.kernel_on, local.url, local.kernel_on) == ("local", "local", "pve")
+    assert (host.url, host.implied) == ("ssh://root@pve/", "the host of local")
