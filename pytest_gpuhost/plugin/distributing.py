@@ -214,19 +214,28 @@ class Distributing:
         if error is None or owned is None:
             return
         finished = self.scheduler.finished_scopes() if self.scheduler is not None else set()
+        joined = self.scheduler.joined if self.scheduler is not None else {}
         self.orphans.append(([name for name in owned[0]
-                              if target_scope(name) not in finished], owned[1]))
+                              if target_scope(joined.get(name, name)) not in finished],
+                             owned[1]))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
-        """With targets, each target's checks go to one worker (``scheduling.py``)."""
+        """With targets, each target's checks go to one worker (``scheduling.py``), a
+        container's with its host's."""
         if not self.run.session.named or getattr(config.option, "dist", "load") not in \
                 DISTRIBUTIONS:
             return None
         from xdist.workermanage import parse_tx_spec_config
 
+        from ..session.containers import kernel_target
+
+        joined = {name: kernel_target(target).name  # a container's checks: its host's unit
+                  for name, target in self.run.session.targets.items()
+                  if kernel_target(target) is not target}
         self.scheduler = TargetScheduling(len(parse_tx_spec_config(config)),
-                                          lambda: bool(self.awaiting), self._counted, log)
+                                          lambda: bool(self.awaiting), self._counted, log,
+                                          joined=joined)
         return self.scheduler
 
     def _counted(self, count: int) -> None:

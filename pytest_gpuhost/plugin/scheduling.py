@@ -10,6 +10,10 @@ that is slow to connect holds up only the worker collecting it. Where every work
 everything (the controller collected for them), this is xdist's ``--dist loadscope`` with each
 target one scope.
 
+A container's checks join its host's unit (``joined``): its P2P measurements read the GPUs its
+host's PCIe fixes change, so they run after them on one worker in rank order, as a serial run
+runs them (on two workers they raced them and measured the unfixed path).
+
 A unit (a target's checks, or a test module's tests) goes to a worker whose collection holds
 it, in that worker's collection order (so a test that waits for the host checks comes after
 the checks the worker runs itself), once. A worker is given a unit while it has two tests or
@@ -24,7 +28,7 @@ test_scheduling.py`` drives it with nodes of its own, as xdist's tests drive its
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 Node = Any
@@ -46,11 +50,13 @@ def target_of(nodeid: str) -> str | None:
     return target
 
 
-def scope_of(nodeid: str) -> str:
-    """A check's unit is its target; any other test's, its module or class (as
-    ``--dist loadscope`` groups them)."""
+def scope_of(nodeid: str, joined: Mapping[str, str] | None = None) -> str:
+    """A check's unit is its target's (a container's: the host's whose unit it ``joined``);
+    any other test's, its module or class (as ``--dist loadscope`` groups them)."""
     target = target_of(nodeid)
-    return target_scope(target) if target is not None else nodeid.rsplit("::", 1)[0]
+    if target is None:
+        return nodeid.rsplit("::", 1)[0]
+    return target_scope((joined or {}).get(target, target))
 
 
 class TargetScheduling:
@@ -59,11 +65,14 @@ class TargetScheduling:
     ``numnodes``: the workers the run starts; ``awaiting``: whether a worker the run started
     (or a replacement) has still to send its collection; ``counted``: told how many distinct
     tests all collections hold (xdist takes the last collection's length for the session's
-    count, which here is one worker's share)."""
+    count, which here is one worker's share); ``joined``: a container's name -> its host's,
+    whose unit its checks join."""
 
     def __init__(self, numnodes: int, awaiting: Callable[[], bool],
                  counted: Callable[[int], None] = lambda count: None,
-                 log: Callable[..., None] = lambda *args: None) -> None:
+                 log: Callable[..., None] = lambda *args: None, *,
+                 joined: Mapping[str, str] | None = None) -> None:
+        self.joined = dict(joined or {})
         self.numnodes = numnodes
         self.awaiting = awaiting
         self.counted = counted
@@ -117,7 +126,7 @@ class TargetScheduling:
         order: dict[str, None] = {}
         for index, nodeid in enumerate(collection):
             positions.setdefault(nodeid, index)
-            scope = scope_of(nodeid)
+            scope = scope_of(nodeid, self.joined)
             order[scope] = None
             unit = self.units.get(scope)
             if unit is None:
@@ -156,7 +165,7 @@ class TargetScheduling:
 
     def mark_test_complete(self, node: Node, item_index: int, duration: float = 0) -> None:
         nodeid = self.collections[node][item_index]
-        self.assigned[node][scope_of(nodeid)][nodeid] = True
+        self.assigned[node][scope_of(nodeid, self.joined)][nodeid] = True
         self._reschedule(node)
 
     def mark_test_pending(self, item: str) -> None:

@@ -100,3 +100,26 @@ def test_a_dead_workers_unfinished_target_goes_to_the_worker_that_holds_it() -> 
     for index in range(3):
         scheduler.mark_test_complete(replacement, index)
     assert scheduler.tests_finished and replacement.shutting_down
+
+
+def test_a_containers_checks_join_its_hosts_unit_in_collection_order() -> None:
+    """A container's checks (``@lxc-101``) are one unit with its host's (``@local``): its P2P
+    measurements follow the host's PCIe fixes on one worker, in rank order, as a serial run
+    runs them; the other worker gets none of them."""
+    scheduler = TargetScheduling(2, lambda: False, joined={"lxc-101": "local"})
+    one, other = Node("one"), Node("other")
+    collection = ["spec.yaml::sysctl[vm.swappiness]@local",
+                  "spec.yaml::sysctl[net.ipv4.tcp_rmem]@lxc-101",
+                  "spec.yaml::pcie.max_read_request[0000:01:00.0]@local",
+                  "spec.yaml::p2p[0000:01:00.0->0000:21:00.0]@lxc-101",
+                  "spec.yaml::dmesg@local"]
+    for node in (one, other):
+        scheduler.add_node(node)
+        scheduler.add_node_collection(node, collection)
+    scheduler.schedule()
+    assert one.sent == [[0, 1, 2, 3, 4]]
+    assert other.sent == [] and other.shutting_down
+    assert scope_of(collection[3], {"lxc-101": "local"}) == "gpuhost target local"
+    for index in range(5):
+        scheduler.mark_test_complete(one, index)
+    assert scheduler.finished_scopes() == {"gpuhost target local"}
