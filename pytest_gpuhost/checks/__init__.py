@@ -236,6 +236,10 @@ class Facts:
         self.host = host
         self.shared_dir = shared_dir
         """Shared with the other xdist workers of this session; None without xdist."""
+        self.kernel: Host | None = None
+        """The machine whose kernel and hardware this root runs on, where that is another of
+        the run's targets (a container's host), read live: what a container sees only part
+        of (config space past its 64-byte header) is read there."""
         self._nvml = nvml
         self._cache: dict[Fact[Any] | Callable[[Host], Any], Any] = {}
         self.sleep: Callable[[float], None] = time.sleep

@@ -238,7 +238,7 @@ class P2pKind:
         key = cache_key([facts.host.describe(), section.probe, section.path, section.size,
                          gpus, wanted])
         shared = SharedMeasurement(key, measurer.measure, facts.shared_dir)
-        explainer = Explainer(found, facts.nvml, section.tuning)
+        explainer = Explainer(found, facts.nvml, section.tuning, kernel=facts.kernel)
         checks: list[Check] = []
 
         def add(kind: str, key: str, floor: float | None, label: str, cls: str) -> None:

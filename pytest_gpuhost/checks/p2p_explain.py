@@ -187,10 +187,15 @@ class Explained(msgspec.Struct, frozen=True):
 
 
 class Explainer:
-    """Explains the flows of one expansion: its GPUs' paths, NVML, and the spec's tuning."""
+    """Explains the flows of one expansion: its GPUs' paths, NVML, and the spec's tuning.
+    ``kernel``: the machine whose hardware a container's GPUs are (its host), where their
+    paths are read: inside, config space stops at its 64-byte header (no ACS, no MaxReadReq),
+    and the host's PCIe fixes are what the measurement saw."""
 
-    def __init__(self, gpus: Sequence[Gpu], nvml: NvmlSource | None, tuning: Tuning) -> None:
+    def __init__(self, gpus: Sequence[Gpu], nvml: NvmlSource | None, tuning: Tuning, *,
+                 kernel: Host | None = None) -> None:
         self.gpus = tuple(gpus)
+        self.kernel = kernel
         self.nvml = nvml
         self.tuning = tuning
         self._reads = path_reads(self.gpus)
@@ -198,13 +203,15 @@ class Explainer:
         self._facts: PathFacts | None = None
         self._status: dict[tuple[str, str], str] = {}
         self._nvml_note: str | None = None
+        self._path_note: str | None = None
 
     def reads(self) -> tuple[Request, ...]:
         """The paths' reads and a recorded NVML's files, until they were read: with every
         other check's, one batch."""
         if self._facts is not None:
             return ()
-        return (*self._reads, *(RecordedNvml.reads if self.nvml else ()))
+        paths = self._reads if self.kernel is None else ()  # else read on the host
+        return (*paths, *(RecordedNvml.reads if self.nvml else ()))
 
     def prepare(self, host: Host) -> PathFacts:
         """Read the paths and NVML's P2P status of every pair, once: before the measurement,
@@ -212,7 +219,7 @@ class Explainer:
         be another round trip to a remote target). The p2p checks run after every fix and fix
         nothing, so what the first of them reads holds for the others."""
         if self._facts is None:
-            self._facts = read_path_facts(host, self.gpus, self._reads)
+            self._facts = self._read_paths(host)
             if self.nvml is not None:
                 try:
                     nvml = self.nvml.get()
@@ -222,11 +229,21 @@ class Explainer:
                     self._nvml_note = f"NVML's P2P status: {exc}"
         return self._facts
 
+    def _read_paths(self, host: Host) -> PathFacts:
+        """The paths as the host of a container reads them (live: after its fixes), else as
+        ``host`` does; a host that cannot be read leaves what ``host`` reads, saying why."""
+        if self.kernel is not None:
+            try:
+                return read_path_facts(self.kernel, self.gpus, self._reads)
+            except HostError as exc:
+                self._path_note = f"the host's PCIe paths could not be read ({exc})"
+        return read_path_facts(host, self.gpus, self._reads)
+
     def explain(self, host: Host, flow: Flow, problem: str | None = None) -> Explained:
         facts = self.prepare(host)
         path = facts.pair(flow.source, flow.target) if flow.peer else \
             facts.host_path(flow.target if flow.kind == "h2d" else flow.source)
-        notes = list(path.problems)
+        notes = [*((self._path_note,) if self._path_note else ()), *path.problems]
         causes = self._unsupported(flow, problem, notes) if flow.peer else []
         causes += self._links(path)
         if flow.peer:

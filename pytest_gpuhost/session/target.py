@@ -38,7 +38,7 @@ from ..reports import TargetInfo
 from ..result import CheckResult
 from ..settings import Settings
 from ..targets import TargetAddress
-from .containers import CONTAINER, guarded, in_kernel, written_for
+from .containers import CONTAINER, guarded, in_kernel, kernel_target, written_for
 from .hostfacts import HOST_FACTS as HOST_FACTS  # re-exported (session)
 from .hostfacts import HostFacts as HostFacts  # re-exported (session)
 
@@ -262,8 +262,10 @@ class Target:
     def collect_facts(self, facts: Sequence[Fact[Any]], shared_dir: Path | None) -> None:
         """Read the facts a spec's expansion needs in one batch; a target that cannot be
         reached is lost (its checks are errors that say why)."""
+        kernel = kernel_target(self)
         with doing("collecting facts"):
             try:
+                self.facts.kernel = kernel.connection if kernel is not self else None
                 self.facts.prime(facts)
             except HostError as exc:
                 self.lose(exc)

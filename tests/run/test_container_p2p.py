@@ -28,6 +28,26 @@ def records(path: Path) -> list[dict[str, object]]:
     return checks
 
 
+def test_a_containers_failing_pair_is_explained_by_its_hosts_config_spaces(
+        pytester: pytest.Pytester, proxmox: Path) -> None:
+    """The host's bridges redirect P2P (ACS) and its GPUs read 512 bytes a request: the
+    container's failing pair names those causes, read on the host, not 'not judged: config
+    space is 64 bytes'."""
+    pytester.runpytest("--gpuhost-spec=blackwell8", f"--gpuhost-root={proxmox}",
+                       "--gpuhost-target=lxc://101", "--gpuhost-report=r.json", *RUN)
+    failing = [c for c in records(pytester.path / "r.json")
+               if c["kind"] == "p2p" and c["outcome"] == "failed"]
+    assert failing
+    for record in failing:
+        assert record["target"] == "lxc-101"
+        details = record["details"]
+        assert isinstance(details, dict)
+        causes = {cause["cause"] for cause in details["explain"]}
+        assert {"acs_redirect", "max_read_request"} <= causes, record["id"]
+        assert not details.get("explain_notes"), details.get("explain_notes")
+        assert "ACS redirect on" in str(record["message"])
+
+
 def test_under_xdist_a_containers_pairs_follow_its_hosts_pcie_fixes(
         pytester: pytest.Pytester, proxmox: Path) -> None:
     """``-n 2 --fix``: the container's pairs run on the worker that fixes its host's PCIe, after
