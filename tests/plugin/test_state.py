@@ -358,3 +358,39 @@ def test_a_performance_regression_still_says_whether_the_host_changed(
     result.stdout.fnmatch_lines(["*= gpuhost: host state of the compared benchmark =*",
                                  "0001_*.json: host state differs (* 1 check changed",
                                  "  sysctl[net.core.wmem_max]: 16777216 -> 33554432"])
+
+
+EDITS_THE_SPEC = """
+import json
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpuhost
+
+
+def test_edit_the_spec_then_read_the_state(benchmark, gpuhost_state):
+    benchmark.pedantic(sum, args=(range(10),), rounds=1, iterations=1)
+    spec = Path("node.yaml")
+    spec.write_text(spec.read_text() + "  vm.dirty_ratio: 5\\n")  # edited while the run goes on
+    Path("fixture-spec.json").write_text(json.dumps(dict(gpuhost_state["spec"])))
+"""
+
+
+def test_the_spec_digest_is_of_the_spec_that_ran_not_the_file_at_the_end(
+        pytester: pytest.Pytester, node: FakeHost) -> None:
+    import hashlib
+
+    loaded = hashlib.sha256((pytester.path / "node.yaml").read_bytes()).hexdigest()
+    pytester.makepyfile(test_edit=EDITS_THE_SPEC)
+    result = pytester.runpytest_subprocess("node.yaml", "test_edit.py",
+                                           f"--gpuhost-root={node.root}", "-p",
+                                           "no:cacheprovider", "--benchmark-json=b.json",
+                                           "--gpuhost-report=r.json")
+    assert result.ret == pytest.ExitCode.OK, output(result)
+    assert "vm.dirty_ratio" in (pytester.path / "node.yaml").read_text()  # it was edited
+    spec = {"name": "node", "digest": loaded}
+    assert json.loads((pytester.path / "fixture-spec.json").read_text()) == spec
+    assert state_of(pytester.path / "r.json")["spec"] == spec
+    benchmark = json.loads((pytester.path / "b.json").read_text())
+    assert benchmark["machine_info"]["gpuhost"]["spec"] == spec
