@@ -9,7 +9,9 @@ original is safe either way. Outcome lines are not fsync'd on their own: the nex
 makes them durable with its change lines, and one that a crash loses leaves its entry pending,
 which a rollback treats as possibly made (a lost read-back only makes it more cautious: it then
 restores only over the value the fix wrote); the run's end fsyncs the last fix's. A rollback
-appends a closing line, fsync'd.
+appends a closing line, fsync'd; one that leaves changes open appends instead a ``restored``
+line for each change it did bring back, so that its rerun judges only the rest (a change
+restored is never judged again: what the host holds there now is no longer the fix's).
 
 The first line names the host the journal changed (``Host.identity()``), the spec and the tool,
 so that a rollback can refuse another host (fix/rollback.py). Only a last line without its
@@ -34,12 +36,16 @@ import msgspec
 from .. import __version__
 from ..checks.changes import Change, ChangeError, from_dict, lossless_text, to_dict
 from ..host import HostError, HostIdentity, LocalHost
+from .journalfields import JournalError as JournalError  # re-exported
+from .journalfields import identity_field, read_back_field, text_field
 from .state import JOURNAL_DIR as JOURNAL_DIR
 from .state import StateFile, StateStore
 
 FORMAT = 2
 """1: no header line (before 0.1.0's identity); 2: a ``journal`` header names the host."""
 APPLIED, FAILED, PENDING, UNKNOWN = "applied", "failed", "pending", "unknown"
+RESTORED = "restored"
+"""A change an earlier rollback of a journal it could not close brought back."""
 OUTCOME_EVENTS = (APPLIED, FAILED, UNKNOWN)
 
 
@@ -172,6 +178,12 @@ class Journal:
         if records:
             self._append(*records, sync=False)  # durable with the next fix's change lines
 
+    def restored(self, entries: Sequence[str]) -> None:
+        """The changes a rollback that leaves the journal open brought back, fsync'd."""
+        if entries:
+            when = _now()
+            self._append(*({"event": RESTORED, "id": entry, "time": when} for entry in entries))
+
     def close_rollback(self, restored: int, failed: int) -> None:
         """Raises JournalError when the closing line cannot be written."""
         try:
@@ -185,10 +197,6 @@ class Journal:
         except HostError as exc:
             reason = os.strerror(exc.errno) if exc.errno else str(exc)
             raise JournalError(f"cannot mark {self.location} rolled back: {reason}") from exc
-
-
-class JournalError(Exception):
-    """A journal that cannot be rolled back as it is; the message names ``file:line``."""
 
 
 class JournalEntry(msgspec.Struct, frozen=True):
@@ -208,6 +216,8 @@ class JournalEntry(msgspec.Struct, frozen=True):
     """What the host held right after the write (a kernel may clamp or round a value)."""
     error: str | None = None
     """Why the host refused it (a ``failed`` or ``unknown`` change), as the run reported it."""
+    restored: bool = False
+    """An earlier rollback brought it back (and left the journal open for others)."""
 
 
 class JournalContents(msgspec.Struct, frozen=True):
@@ -283,40 +293,6 @@ def _closed_after(rest: Sequence[bytes]) -> bool:
     return found
 
 
-def _text(record: dict[str, Any], name: str, where: str, *, optional: bool = False) -> Any:
-    value = record.get(name)
-    if value is None and optional:
-        return None
-    if not isinstance(value, str):
-        shown = "nothing" if name not in record else f"{type(value).__name__} {value!r}"[:60]
-        raise JournalError(f"{where}: a change record without a usable {name!r}: expected a "
-                           f"string, got {shown}")
-    return value
-
-
-def _identity(record: dict[str, Any], where: str) -> HostIdentity | None:
-    data = record.get("identity")
-    if data is None:
-        return None
-    fields = ("root", "hostname", "machine_id", "boot_id")
-    if not isinstance(data, dict) or not isinstance(data.get("root"), str) or any(
-            not isinstance(data.get(name), str | None) for name in fields):
-        raise JournalError(f"{where}: the journal header's identity must be a mapping of "
-                           f"{', '.join(fields)} to strings, got {str(data)[:80]}")
-    return HostIdentity(data["root"], data.get("hostname"), data.get("machine_id"),
-                        data.get("boot_id"))
-
-
-def _read_back(record: dict[str, Any], where: str) -> bytes | None:
-    encoded = record.get("read_back_base64")
-    if encoded is None:
-        return None
-    try:
-        return base64.b64decode(str(encoded), validate=True)
-    except ValueError:
-        raise JournalError(f"{where}: 'read_back_base64' is not base64") from None
-
-
 def read_journal(source: StateFile | Path, data: bytes | None = None) -> JournalContents:
     """The journal's changes and their states; ``data``: its bytes, when already read."""
     location = _located(source)
@@ -325,6 +301,7 @@ def read_journal(source: StateFile | Path, data: bytes | None = None) -> Journal
     states: dict[str, str] = {}
     read_backs: dict[str, bytes | None] = {}
     errors: dict[str, str] = {}
+    restored: set[str] = set()
     rolled_back, damaged = False, 0
     identity: HostIdentity | None = None
     first = True
@@ -338,22 +315,28 @@ def read_journal(source: StateFile | Path, data: bytes | None = None) -> Journal
             if not first:
                 raise JournalError(f"{where}: a journal header after line 1: two journals were "
                                    "joined into one file; roll each back on its own")
-            identity = _identity(record, where)
+            identity = identity_field(record, where)
         elif event == "change":
-            entry = _text(record, "id", where)
+            entry = text_field(record, "id", where)
             if entry in changes:
                 raise JournalError(f"{where}: entry {entry!r} is recorded twice; a journal "
                                    "records one run")
             changes[entry] = (number, record)
             states.setdefault(entry, PENDING)
         elif event in OUTCOME_EVENTS:
-            entry = _text(record, "id", where)
+            entry = text_field(record, "id", where)
             if entry not in changes:
                 raise JournalError(f"{where}: an outcome for entry {entry!r}, which no earlier "
                                    "line records")
             states[entry] = str(event)
-            read_backs[entry] = _read_back(record, where)
+            read_backs[entry] = read_back_field(record, where)
             errors[entry] = str(record.get("error") or "")
+        elif event == RESTORED:
+            entry = text_field(record, "id", where)
+            if entry not in changes:
+                raise JournalError(f"{where}: a restored record for entry {entry!r}, which no "
+                                   "earlier line records")
+            restored.add(entry)
         elif event == "rolled_back":
             rolled_back = True
         first = False
@@ -366,19 +349,21 @@ def read_journal(source: StateFile | Path, data: bytes | None = None) -> Journal
             raise JournalError(f"{where}: a change record without a usable 'change': "
                                f"{exc}") from None
         entries.append(JournalEntry(
-            id=entry, time=_text(record, "time", where), spec=_text(record, "spec", where),
-            check=_text(record, "check", where), kind=_text(record, "kind", where),
-            key=_text(record, "key", where, optional=True), change=change,
+            id=entry, time=text_field(record, "time", where),
+            spec=text_field(record, "spec", where), check=text_field(record, "check", where),
+            kind=text_field(record, "kind", where),
+            key=text_field(record, "key", where, optional=True), change=change,
             state=states[entry], line=number, read_back=read_backs.get(entry),
-            error=errors.get(entry) or None))
+            error=errors.get(entry) or None, restored=entry in restored))
     return JournalContents(location, tuple(entries), rolled_back, damaged, identity)
 
 
 def has_undo(contents: JournalContents) -> bool:
     """Something to roll back: not closed, and not every change failed (a second --fix that
-    only retried a failing modprobe). A change in an ``unknown`` state (its command timed
-    out) may have been made, so it counts."""
-    return not contents.rolled_back and any(e.state != FAILED for e in contents.entries)
+    only retried a failing modprobe) or was restored by an earlier rollback. A change in an
+    ``unknown`` state (its command timed out) may have been made, so it counts."""
+    return not contents.rolled_back and any(e.state != FAILED and not e.restored
+                                            for e in contents.entries)
 
 
 def latest_journal(where: StateStore | Path) -> StateFile | None:

@@ -119,13 +119,21 @@ def default_journal(host: Host, option: Path | None, spec: str,
 
 
 def close_rollback(journal: JournalContents, results: Sequence[CheckResult]) -> bool:
-    """Mark the journal rolled back when every change is back to its original: each has a
-    record (one per change), and each passed or was fixed."""
+    """Mark the journal rolled back when every change is back to its original: each that an
+    earlier rollback did not restore has a record, and each passed or was fixed. Else the
+    changes that are back are written down as restored, so that a rerun finishes the rest."""
     from .journal import Journal
+    from .rollback import undo_id
 
-    if len(results) < len(journal.entries) or any(
-            r.outcome not in (Outcome.FIXED, Outcome.PASSED) for r in results):
-        return False  # a change not back, or one never judged (an interrupted run)
+    back = {r.id for r in results if r.outcome in (Outcome.FIXED, Outcome.PASSED)}
+    left = [(number, entry) for number, entry in enumerate(journal.entries, 1)
+            if not entry.restored]
+    writer = Journal(journal.location, "rollback")
+    if any(undo_id(number, entry) not in back for number, entry in left):
+        # a change not back, or one never judged (an interrupted run)
+        writer.restored([entry.id for number, entry in left
+                         if undo_id(number, entry) in back])
+        return False
     restored = sum(r.outcome is Outcome.FIXED for r in results)
-    Journal(journal.location, "rollback").close_rollback(restored, failed=0)
+    writer.close_rollback(restored, failed=0)
     return True

@@ -91,6 +91,9 @@ def _read_rollback(settings: Settings, target: Target) -> OpenRollback:
         contents = read_journal(journal)
         if not contents.entries:
             raise JournalError(f"{journal}: the journal records no change to roll back")
+        if all(entry.restored for entry in contents.entries):
+            raise JournalError(f"{journal}: every change it records was restored by an earlier "
+                               "rollback; nothing is left to roll back")
         refuse_foreign(contents, target.host.identity(), after_reboot=settings.after_reboot)
         checks = rollback_checks(contents, _shown(settings, journal), target.nvml)
     except JournalError as exc:
