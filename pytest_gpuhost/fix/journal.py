@@ -71,9 +71,14 @@ class Journal:
 
     def __init__(self, where: StateFile | Path, spec: str,
                  identity: HostIdentity | Callable[[], HostIdentity] | None = None, *,
-                 shared: bool = False) -> None:
+                 shared: bool = False, run: str | None = None,
+                 containers: Sequence[str] = ()) -> None:
         self.location = _located(where)
         self.spec = spec
+        self.run = run
+        """The run's id, the same in every journal of the run (a container's and its host's)."""
+        self.containers = tuple(containers)
+        """The containers whose host this journal's target was in the run (their URLs)."""
         self._identity = identity
         """The host's identity, or how to ask for it (``host.identity``): asked when the
         header is written, at the first change, so that opening a journal reaches no host."""
@@ -98,7 +103,9 @@ class Journal:
     def _header(self) -> dict[str, Any]:
         return {"event": "journal", "format": FORMAT, "time": _now(), "spec": self.spec,
                 "tool": f"pytest-gpuhost {__version__}",
-                "identity": self.identity.as_dict() if self.identity else None}
+                "identity": self.identity.as_dict() if self.identity else None,
+                **({"run": self.run} if self.run else {}),
+                **({"containers": list(self.containers)} if self.containers else {})}
 
     def _create(self) -> None:
         header = (json.dumps(self._header(), sort_keys=True) + "\n").encode()
@@ -228,6 +235,10 @@ class JournalContents(msgspec.Struct, frozen=True):
     """1 when the last line was cut short by a crash, else 0."""
     identity: HostIdentity | None = None
     """The host it changed; None in a journal older than the header."""
+    run: str | None = None
+    """The id of the run that wrote it (None: an older journal)."""
+    containers: tuple[str, ...] = ()
+    """The containers whose host it changed in that run, by URL."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.location, StateFile):  # a file of this machine, by its path
@@ -304,6 +315,7 @@ def read_journal(source: StateFile | Path, data: bytes | None = None) -> Journal
     restored: set[str] = set()
     rolled_back, damaged = False, 0
     identity: HostIdentity | None = None
+    header: dict[str, Any] = {}
     first = True
     for number, record in _records(location, data):
         if record is None:
@@ -316,6 +328,7 @@ def read_journal(source: StateFile | Path, data: bytes | None = None) -> Journal
                 raise JournalError(f"{where}: a journal header after line 1: two journals were "
                                    "joined into one file; roll each back on its own")
             identity = identity_field(record, where)
+            header = record
         elif event == "change":
             entry = text_field(record, "id", where)
             if entry in changes:
@@ -355,7 +368,12 @@ def read_journal(source: StateFile | Path, data: bytes | None = None) -> Journal
             key=text_field(record, "key", where, optional=True), change=change,
             state=states[entry], line=number, read_back=read_backs.get(entry),
             error=errors.get(entry) or None, restored=entry in restored))
-    return JournalContents(location, tuple(entries), rolled_back, damaged, identity)
+    run = header.get("run")
+    containers = header.get("containers")
+    return JournalContents(location, tuple(entries), rolled_back, damaged, identity,
+                           run if isinstance(run, str) else None,
+                           tuple(str(c) for c in containers)
+                           if isinstance(containers, list) else ())
 
 
 def has_undo(contents: JournalContents) -> bool:
@@ -366,13 +384,16 @@ def has_undo(contents: JournalContents) -> bool:
                                             for e in contents.entries)
 
 
-def latest_journal(where: StateStore | Path) -> StateFile | None:
+def latest_journal(where: StateStore | Path,
+                   accept: Callable[[JournalContents], bool] | None = None) -> StateFile | None:
     """The newest journal on the host (a ``Path``: under that root of this machine) with
-    something to undo (``has_undo``)."""
+    something to undo (``has_undo``), and that ``accept`` takes (a container's host: the
+    journal of the container's run)."""
     store = where if isinstance(where, StateStore) else StateStore(LocalHost(where), str(where))
     for path in reversed(store.journals()):
         journal = store.file(path)
-        if has_undo(read_journal(journal)):
+        contents = read_journal(journal)
+        if has_undo(contents) and (accept is None or accept(contents)):
             return journal
     return None
 

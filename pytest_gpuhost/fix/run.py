@@ -21,6 +21,16 @@ if TYPE_CHECKING:  # a verify run holds an empty FixRun: the fixer's modules loa
     from .journal import JournalContents
 
 JOURNAL_KEY = "gpuhost_journal"
+RUN_KEY = "gpuhost_run"
+"""The run's id, from the controller to its xdist workers: every journal of the run names it."""
+
+
+def new_run_id() -> str:
+    """A run's id: its journals (a container's and its host's) name it, and a rollback pairs
+    them by it."""
+    import uuid
+
+    return uuid.uuid4().hex
 
 
 class FixRun(msgspec.Struct):
@@ -64,7 +74,8 @@ class FixRun(msgspec.Struct):
 
 
 def make_fixer(host: Host, journal: StateFile | None, spec: str, *, worker: bool,
-               distributing: bool, lock_timeout: float, nvml: NvmlSource | None) -> Fixer:
+               distributing: bool, lock_timeout: float, nvml: NvmlSource | None,
+               run: str | None = None, containers: Sequence[str] = ()) -> Fixer:
     """A worker serializes its fixes on the apply lock (its controller holds the run lock); a
     single process (or the one worker that runs every check of a remote target) takes the
     run lock at its first fix and holds it to the end. Both locks are on the host."""
@@ -77,7 +88,8 @@ def make_fixer(host: Host, journal: StateFile | None, spec: str, *, worker: bool
     apply_lock = RootLock(store.file(f"{STATE_DIR}/apply.lock"), "apply") \
         if worker or distributing else None
     writer = None if journal is None else Journal(journal, spec, host.identity,
-                                                  shared=worker or distributing)
+                                                  shared=worker or distributing, run=run,
+                                                  containers=containers)
     return Fixer(host, writer, run_lock=run_lock, apply_lock=apply_lock,
                  lock_timeout=lock_timeout, nvml=nvml)
 
