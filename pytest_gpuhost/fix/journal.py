@@ -37,7 +37,7 @@ from .. import __version__
 from ..checks.changes import Change, ChangeError, from_dict, lossless_text, to_dict
 from ..host import HostError, HostIdentity, LocalHost
 from .journalfields import JournalError as JournalError  # re-exported
-from .journalfields import identity_field, read_back_field, text_field
+from .journalfields import identity_field, read_back_field, run_fields, text_field
 from .state import JOURNAL_DIR as JOURNAL_DIR
 from .state import StateFile, StateStore
 
@@ -186,10 +186,15 @@ class Journal:
             self._append(*records, sync=False)  # durable with the next fix's change lines
 
     def restored(self, entries: Sequence[str]) -> None:
-        """The changes a rollback that leaves the journal open brought back, fsync'd."""
+        """The changes a rollback that leaves the journal open brought back, fsync'd (raises
+        JournalError where they cannot be written: a rerun then judges them again)."""
         if entries:
             when = _now()
-            self._append(*({"event": RESTORED, "id": entry, "time": when} for entry in entries))
+            try:
+                self._append(*({"event": RESTORED, "id": e, "time": when} for e in entries))
+            except HostError as exc:
+                raise JournalError(f"cannot record the changes restored in {self.location}: "
+                                   f"{exc}") from exc
 
     def close_rollback(self, restored: int, failed: int) -> None:
         """Raises JournalError when the closing line cannot be written."""
@@ -368,12 +373,8 @@ def read_journal(source: StateFile | Path, data: bytes | None = None) -> Journal
             key=text_field(record, "key", where, optional=True), change=change,
             state=states[entry], line=number, read_back=read_backs.get(entry),
             error=errors.get(entry) or None, restored=entry in restored))
-    run = header.get("run")
-    containers = header.get("containers")
     return JournalContents(location, tuple(entries), rolled_back, damaged, identity,
-                           run if isinstance(run, str) else None,
-                           tuple(str(c) for c in containers)
-                           if isinstance(containers, list) else ())
+                           *run_fields(header))
 
 
 def has_undo(contents: JournalContents) -> bool:

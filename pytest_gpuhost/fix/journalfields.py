@@ -46,3 +46,11 @@ def read_back_field(record: dict[str, Any], where: str) -> bytes | None:
         return base64.b64decode(str(encoded), validate=True)
     except ValueError:
         raise JournalError(f"{where}: 'read_back_base64' is not base64") from None
+
+
+def run_fields(header: dict[str, Any]) -> tuple[str | None, tuple[str, ...]]:
+    """The header's run id and the containers whose host the journal's target was (a journal
+    older than them: None and none; a rollback then pairs a container with its host's newest)."""
+    run, containers = header.get("run"), header.get("containers")
+    return (run if isinstance(run, str) else None,
+            tuple(str(each) for each in containers) if isinstance(containers, list) else ())
