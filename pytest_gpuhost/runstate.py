@@ -62,17 +62,11 @@ def requests_state(item: pytest.Item) -> bool:
 
 
 def spec_digests(session: Any) -> list[SpecDigest]:
-    """Each spec's name and the digest of its file as it is now."""
-    from .state import spec_digest
+    """Each spec's name and the digest of the bytes the run loaded it from (never the file as
+    it is at the report: an edit during the run is not the spec that ran)."""
+    from .state import SpecDigest
 
-    digests = []
-    for spec in session.specs.values():
-        try:
-            content = spec.path.read_bytes()
-        except OSError as exc:  # gone since the run loaded it: no digest to vouch for it
-            content = f"unreadable: {exc}".encode()
-        digests.append(spec_digest(spec.name, content))
-    return digests
+    return [SpecDigest(spec.name, spec.digest) for spec in session.specs.values()]
 
 
 def state_of(session: Any, records: Sequence[CheckResult]) -> dict[str, Any] | None:

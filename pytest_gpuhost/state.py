@@ -13,7 +13,9 @@ records) are results, not settings: listed beside, never in the digest.
 compares the states of two JSON reports (``--gpuhost-report``), pytest-benchmark files (their
 ``machine_info["gpuhost"]``) or states written out (``gpuhost_state.as_dict()``), one of each
 too: exit 0 when the states are the same, 1 when they
-differ, 4 for a missing, unreadable or foreign file (one line on stderr).
+differ (a target that read nothing on either side is never the same: ``statecompare.py``), 4
+for a missing, unreadable or foreign file, or where neither state read anything (one line on
+stderr).
 
 No pytest here: the plugin, the pytest-benchmark hooks and the command share it.
 """
@@ -35,6 +37,16 @@ import msgspec
 
 from .reports.terminal import SESSION_KINDS
 from .result import OPEN_OUTCOMES, OUTCOMES, CheckResult
+from .statecompare import LIMIT as LIMIT  # re-exported, as the comparison's names below
+from .statecompare import SHORT as SHORT
+from .statecompare import Change as Change
+from .statecompare import changes as changes
+from .statecompare import diff_lines as diff_lines
+from .statecompare import neither, read_none
+from .statecompare import same as same
+from .statecompare import short as short
+from .statecompare import shown as shown
+from .statecompare import unread as unread
 
 VERSION = 1
 """The layout of a state; a reader refuses another."""
@@ -43,10 +55,6 @@ LOCAL = "local"
 OPEN = tuple(outcome.value for outcome in OPEN_OUTCOMES)
 """The outcomes that are not failing: the gate's. (``SESSION_KINDS``: the records of a run's
 own work, its persistence files and restored changes, are no part of a host's state.)"""
-LIMIT = 20
-"""Changed checks a comparison names; the rest are counted."""
-SHORT = 12
-"""Hex digits of a digest shown in a line (the reports hold all 64)."""
 MAX_FILE_BYTES = 512 * 1024 * 1024
 """A report or benchmark file larger than this is refused, not read."""
 
@@ -124,6 +132,7 @@ def build(entries: Iterable[Entry], specs: Sequence[SpecDigest]) -> dict[str, An
             target["failing"].append(entry.id)
     for target in targets.values():
         target["digest"] = checks_digest(target["checks"])
+        target["read"] = sum(value is not None for value in target["checks"].values())
     if len(specs) == 1:
         spec = {"name": specs[0].name, "digest": specs[0].digest}
     else:
@@ -135,6 +144,8 @@ def build(entries: Iterable[Entry], specs: Sequence[SpecDigest]) -> dict[str, An
         "spec": spec,
         "specs": [{"name": s.name, "digest": s.digest} for s in specs],
         "targets": targets,
+        "unread": [name for name, target in targets.items() if not target["read"]],
+        # the targets whose checks read nothing (errors, skipped): no state vouches for them
     }
 
 
@@ -186,91 +197,6 @@ class HostState(Mapping[str, Any]):
     def as_dict(self) -> dict[str, Any]:
         thawed: dict[str, Any] = _thawed(self._data)
         return thawed
-
-
-# -- comparing two states ------------------------------------------------------------------
-
-MISSING = object()
-"""A check one state holds and the other does not."""
-
-
-def shown(value: object) -> str:
-    """A host value in a line for operators: control characters escaped, nothing read said so."""
-    if value is None:
-        return "(nothing read)"
-    text = str(value)
-    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
-
-
-def short(digest: object) -> str:
-    return shown(digest)[:SHORT]
-
-
-class Change(msgspec.Struct, frozen=True):
-    name: str
-    """The check's id, with ``@target`` when the states have several targets."""
-    old: object
-    new: object
-
-    def line(self, old_label: str, new_label: str) -> str:
-        if self.old is MISSING:
-            return f"{shown(self.name)}: only in {new_label} ({shown(self.new)})"
-        if self.new is MISSING:
-            return f"{shown(self.name)}: only in {old_label} ({shown(self.old)})"
-        return f"{shown(self.name)}: {shown(self.old)} -> {shown(self.new)}"
-
-
-def _pairs(old: Mapping[str, Any], new: Mapping[str, Any]
-           ) -> list[tuple[str, Mapping[str, Any] | None, Mapping[str, Any] | None]]:
-    """The targets to compare: a single target with a single target whatever their names (the
-    digest does not depend on them), else by name."""
-    a, b = old.get("targets") or {}, new.get("targets") or {}
-    if len(a) == 1 and len(b) == 1:
-        return [("", next(iter(a.values())), next(iter(b.values())))]
-    names = list(dict.fromkeys([*a, *b]))
-    return [(f"@{name}", a.get(name), b.get(name)) for name in names]
-
-
-def changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
-    """The checks whose observed value differs, and those on one side only, by id."""
-    found: list[Change] = []
-    for suffix, a, b in _pairs(old, new):
-        before = dict((a or {}).get("checks") or {})
-        after = dict((b or {}).get("checks") or {})
-        for check_id in sorted({*before, *after}):
-            was, now = before.get(check_id, MISSING), after.get(check_id, MISSING)
-            if check_id in before and check_id in after and was == now:
-                continue
-            found.append(Change(check_id + suffix, was, now))
-    return found
-
-
-def same(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    return bool(old.get("digest")) and old.get("digest") == new.get("digest")
-
-
-def diff_lines(old: Mapping[str, Any], new: Mapping[str, Any], *, old_label: str,
-               new_label: str, limit: int | None = LIMIT, indent: str = "  ") -> list[str]:
-    """What a comparison says: same state or not (the digests), the spec if it changed, then
-    one line per changed check, at most ``limit`` (None: all) and how many more."""
-    lines: list[str] = []
-    if same(old, new):
-        lines.append(f"same host state ({short(new.get('digest'))})")
-    else:
-        found = changes(old, new)
-        lines.append(f"host state differs ({short(old.get('digest'))} in {old_label}, "
-                     f"{short(new.get('digest'))} in {new_label}): "
-                     f"{len(found)} check{'' if len(found) == 1 else 's'} changed")
-        shown_ = found if limit is None else found[:limit]
-        lines += [indent + change.line(old_label, new_label) for change in shown_]
-        if len(found) > len(shown_):
-            lines.append(f"{indent}and {len(found) - len(shown_)} more")
-    old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
-    if old_spec.get("digest") != new_spec.get("digest"):
-        lines.append(f"spec: {shown(old_spec.get('name'))} ({short(old_spec.get('digest'))}) "
-                     f"in {old_label}, {shown(new_spec.get('name'))} "
-                     f"({short(new_spec.get('digest'))}) in {new_label}")
-    return lines
 
 
 # -- reading a state from a file -----------------------------------------------------------
@@ -387,6 +313,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         old, new = read_state(args.old), read_state(args.new)
     except StateFileError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
+        return BAD_INPUT
+    if read_none(old) and read_none(new):
+        print(f"{PROG}: nothing was read {neither(old, new, ('OLD', 'NEW'))}: no host state to "
+              "compare; compare runs that reached their hosts", file=sys.stderr)
         return BAD_INPUT
     print(f"OLD: {shown(args.old)}")
     print(f"NEW: {shown(args.new)}")

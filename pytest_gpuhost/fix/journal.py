@@ -9,7 +9,9 @@ original is safe either way. Outcome lines are not fsync'd on their own: the nex
 makes them durable with its change lines, and one that a crash loses leaves its entry pending,
 which a rollback treats as possibly made (a lost read-back only makes it more cautious: it then
 restores only over the value the fix wrote); the run's end fsyncs the last fix's. A rollback
-appends a closing line, fsync'd.
+appends a closing line, fsync'd; one that leaves changes open appends instead a ``restored``
+line for each change it did bring back, so that its rerun judges only the rest (a change
+restored is never judged again: what the host holds there now is no longer the fix's).
 
 The first line names the host the journal changed (``Host.identity()``), the spec and the tool,
 so that a rollback can refuse another host (fix/rollback.py). Only a last line without its
@@ -34,12 +36,16 @@ import msgspec
 from .. import __version__
 from ..checks.changes import Change, ChangeError, from_dict, lossless_text, to_dict
 from ..host import HostError, HostIdentity, LocalHost
+from .journalfields import JournalError as JournalError  # re-exported
+from .journalfields import identity_field, read_back_field, run_fields, text_field
 from .state import JOURNAL_DIR as JOURNAL_DIR
 from .state import StateFile, StateStore
 
 FORMAT = 2
 """1: no header line (before 0.1.0's identity); 2: a ``journal`` header names the host."""
 APPLIED, FAILED, PENDING, UNKNOWN = "applied", "failed", "pending", "unknown"
+RESTORED = "restored"
+"""A change an earlier rollback of a journal it could not close brought back."""
 OUTCOME_EVENTS = (APPLIED, FAILED, UNKNOWN)
 
 
@@ -65,9 +71,14 @@ class Journal:
 
     def __init__(self, where: StateFile | Path, spec: str,
                  identity: HostIdentity | Callable[[], HostIdentity] | None = None, *,
-                 shared: bool = False) -> None:
+                 shared: bool = False, run: str | None = None,
+                 containers: Sequence[str] = ()) -> None:
         self.location = _located(where)
         self.spec = spec
+        self.run = run
+        """The run's id, the same in every journal of the run (a container's and its host's)."""
+        self.containers = tuple(containers)
+        """The containers whose host this journal's target was in the run (their URLs)."""
         self._identity = identity
         """The host's identity, or how to ask for it (``host.identity``): asked when the
         header is written, at the first change, so that opening a journal reaches no host."""
@@ -92,7 +103,9 @@ class Journal:
     def _header(self) -> dict[str, Any]:
         return {"event": "journal", "format": FORMAT, "time": _now(), "spec": self.spec,
                 "tool": f"pytest-gpuhost {__version__}",
-                "identity": self.identity.as_dict() if self.identity else None}
+                "identity": self.identity.as_dict() if self.identity else None,
+                **({"run": self.run} if self.run else {}),
+                **({"containers": list(self.containers)} if self.containers else {})}
 
     def _create(self) -> None:
         header = (json.dumps(self._header(), sort_keys=True) + "\n").encode()
@@ -172,6 +185,17 @@ class Journal:
         if records:
             self._append(*records, sync=False)  # durable with the next fix's change lines
 
+    def restored(self, entries: Sequence[str]) -> None:
+        """The changes a rollback that leaves the journal open brought back, fsync'd (raises
+        JournalError where they cannot be written: a rerun then judges them again)."""
+        if entries:
+            when = _now()
+            try:
+                self._append(*({"event": RESTORED, "id": e, "time": when} for e in entries))
+            except HostError as exc:
+                raise JournalError(f"cannot record the changes restored in {self.location}: "
+                                   f"{exc}") from exc
+
     def close_rollback(self, restored: int, failed: int) -> None:
         """Raises JournalError when the closing line cannot be written."""
         try:
@@ -185,10 +209,6 @@ class Journal:
         except HostError as exc:
             reason = os.strerror(exc.errno) if exc.errno else str(exc)
             raise JournalError(f"cannot mark {self.location} rolled back: {reason}") from exc
-
-
-class JournalError(Exception):
-    """A journal that cannot be rolled back as it is; the message names ``file:line``."""
 
 
 class JournalEntry(msgspec.Struct, frozen=True):
@@ -208,6 +228,8 @@ class JournalEntry(msgspec.Struct, frozen=True):
     """What the host held right after the write (a kernel may clamp or round a value)."""
     error: str | None = None
     """Why the host refused it (a ``failed`` or ``unknown`` change), as the run reported it."""
+    restored: bool = False
+    """An earlier rollback brought it back (and left the journal open for others)."""
 
 
 class JournalContents(msgspec.Struct, frozen=True):
@@ -218,6 +240,10 @@ class JournalContents(msgspec.Struct, frozen=True):
     """1 when the last line was cut short by a crash, else 0."""
     identity: HostIdentity | None = None
     """The host it changed; None in a journal older than the header."""
+    run: str | None = None
+    """The id of the run that wrote it (None: an older journal)."""
+    containers: tuple[str, ...] = ()
+    """The containers whose host it changed in that run, by URL."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.location, StateFile):  # a file of this machine, by its path
@@ -283,40 +309,6 @@ def _closed_after(rest: Sequence[bytes]) -> bool:
     return found
 
 
-def _text(record: dict[str, Any], name: str, where: str, *, optional: bool = False) -> Any:
-    value = record.get(name)
-    if value is None and optional:
-        return None
-    if not isinstance(value, str):
-        shown = "nothing" if name not in record else f"{type(value).__name__} {value!r}"[:60]
-        raise JournalError(f"{where}: a change record without a usable {name!r}: expected a "
-                           f"string, got {shown}")
-    return value
-
-
-def _identity(record: dict[str, Any], where: str) -> HostIdentity | None:
-    data = record.get("identity")
-    if data is None:
-        return None
-    fields = ("root", "hostname", "machine_id", "boot_id")
-    if not isinstance(data, dict) or not isinstance(data.get("root"), str) or any(
-            not isinstance(data.get(name), str | None) for name in fields):
-        raise JournalError(f"{where}: the journal header's identity must be a mapping of "
-                           f"{', '.join(fields)} to strings, got {str(data)[:80]}")
-    return HostIdentity(data["root"], data.get("hostname"), data.get("machine_id"),
-                        data.get("boot_id"))
-
-
-def _read_back(record: dict[str, Any], where: str) -> bytes | None:
-    encoded = record.get("read_back_base64")
-    if encoded is None:
-        return None
-    try:
-        return base64.b64decode(str(encoded), validate=True)
-    except ValueError:
-        raise JournalError(f"{where}: 'read_back_base64' is not base64") from None
-
-
 def read_journal(source: StateFile | Path, data: bytes | None = None) -> JournalContents:
     """The journal's changes and their states; ``data``: its bytes, when already read."""
     location = _located(source)
@@ -325,8 +317,10 @@ def read_journal(source: StateFile | Path, data: bytes | None = None) -> Journal
     states: dict[str, str] = {}
     read_backs: dict[str, bytes | None] = {}
     errors: dict[str, str] = {}
+    restored: set[str] = set()
     rolled_back, damaged = False, 0
     identity: HostIdentity | None = None
+    header: dict[str, Any] = {}
     first = True
     for number, record in _records(location, data):
         if record is None:
@@ -338,22 +332,29 @@ def read_journal(source: StateFile | Path, data: bytes | None = None) -> Journal
             if not first:
                 raise JournalError(f"{where}: a journal header after line 1: two journals were "
                                    "joined into one file; roll each back on its own")
-            identity = _identity(record, where)
+            identity = identity_field(record, where)
+            header = record
         elif event == "change":
-            entry = _text(record, "id", where)
+            entry = text_field(record, "id", where)
             if entry in changes:
                 raise JournalError(f"{where}: entry {entry!r} is recorded twice; a journal "
                                    "records one run")
             changes[entry] = (number, record)
             states.setdefault(entry, PENDING)
         elif event in OUTCOME_EVENTS:
-            entry = _text(record, "id", where)
+            entry = text_field(record, "id", where)
             if entry not in changes:
                 raise JournalError(f"{where}: an outcome for entry {entry!r}, which no earlier "
                                    "line records")
             states[entry] = str(event)
-            read_backs[entry] = _read_back(record, where)
+            read_backs[entry] = read_back_field(record, where)
             errors[entry] = str(record.get("error") or "")
+        elif event == RESTORED:
+            entry = text_field(record, "id", where)
+            if entry not in changes:
+                raise JournalError(f"{where}: a restored record for entry {entry!r}, which no "
+                                   "earlier line records")
+            restored.add(entry)
         elif event == "rolled_back":
             rolled_back = True
         first = False
@@ -366,28 +367,34 @@ def read_journal(source: StateFile | Path, data: bytes | None = None) -> Journal
             raise JournalError(f"{where}: a change record without a usable 'change': "
                                f"{exc}") from None
         entries.append(JournalEntry(
-            id=entry, time=_text(record, "time", where), spec=_text(record, "spec", where),
-            check=_text(record, "check", where), kind=_text(record, "kind", where),
-            key=_text(record, "key", where, optional=True), change=change,
+            id=entry, time=text_field(record, "time", where),
+            spec=text_field(record, "spec", where), check=text_field(record, "check", where),
+            kind=text_field(record, "kind", where),
+            key=text_field(record, "key", where, optional=True), change=change,
             state=states[entry], line=number, read_back=read_backs.get(entry),
-            error=errors.get(entry) or None))
-    return JournalContents(location, tuple(entries), rolled_back, damaged, identity)
+            error=errors.get(entry) or None, restored=entry in restored))
+    return JournalContents(location, tuple(entries), rolled_back, damaged, identity,
+                           *run_fields(header))
 
 
 def has_undo(contents: JournalContents) -> bool:
     """Something to roll back: not closed, and not every change failed (a second --fix that
-    only retried a failing modprobe). A change in an ``unknown`` state (its command timed
-    out) may have been made, so it counts."""
-    return not contents.rolled_back and any(e.state != FAILED for e in contents.entries)
+    only retried a failing modprobe) or was restored by an earlier rollback. A change in an
+    ``unknown`` state (its command timed out) may have been made, so it counts."""
+    return not contents.rolled_back and any(e.state != FAILED and not e.restored
+                                            for e in contents.entries)
 
 
-def latest_journal(where: StateStore | Path) -> StateFile | None:
+def latest_journal(where: StateStore | Path,
+                   accept: Callable[[JournalContents], bool] | None = None) -> StateFile | None:
     """The newest journal on the host (a ``Path``: under that root of this machine) with
-    something to undo (``has_undo``)."""
+    something to undo (``has_undo``), and that ``accept`` takes (a container's host: the
+    journal of the container's run)."""
     store = where if isinstance(where, StateStore) else StateStore(LocalHost(where), str(where))
     for path in reversed(store.journals()):
         journal = store.file(path)
-        if has_undo(read_journal(journal)):
+        contents = read_journal(journal)
+        if has_undo(contents) and (accept is None or accept(contents)):
             return journal
     return None
 

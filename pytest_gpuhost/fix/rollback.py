@@ -111,8 +111,8 @@ def _refuse_unidentified(journal: JournalContents, here: HostIdentity) -> None:
 def _refuse_rebooted(journal: JournalContents, made: HostIdentity, here: HostIdentity,
                      mine: str) -> None:
     """Runtime changes of a boot before this one: the reboot reset them."""
-    runtime = [e for e in journal.entries
-               if e.state != FAILED and not isinstance(e.change, ReplaceFile)]
+    runtime = [e for e in journal.entries if e.state != FAILED and not e.restored
+               and not isinstance(e.change, ReplaceFile)]
     rebooted = made.boot_id and here.boot_id and made.boot_id != here.boot_id
     if rebooted and runtime:
         raise JournalError(
@@ -344,10 +344,26 @@ def _restore(entry: JournalEntry, nvml: NvmlSource) -> tuple[Expectation, Probe]
     raise JournalError(f"no way to roll back {change.describe()}")
 
 
+def rollback_key(number: int, entry: JournalEntry) -> str:
+    """The key of the check that undoes the journal's ``number``th change (from 1): the
+    entry's number keeps keys unique when one target was changed twice."""
+    return f"{entry.check} {_target(entry.change)} #{number}"
+
+
+def undo_id(number: int, entry: JournalEntry) -> str:
+    """The id of that check, as its record carries it."""
+    return f"rollback[{rollback_key(number, entry)}]"
+
+
 def rollback_checks(journal: JournalContents, shown: str, nvml: NvmlSource) -> list[Check]:
+    """A check per change, newest first, but for those an earlier rollback of the journal
+    restored: never judged again (the host may rightly hold something else there now, such
+    as what undoing an older change of the same file left)."""
     checks = []
     entries = list(journal.entries)
     for number, entry in reversed(list(enumerate(entries, 1))):
+        if entry.restored:
+            continue
         try:
             expect, probe = _restore(entry, nvml)
         except JournalError as exc:
@@ -355,7 +371,5 @@ def rollback_checks(journal: JournalContents, shown: str, nvml: NvmlSource) -> l
         options = EntryOptions(where=f"{shown}:{entry.line}",
                                why=f"undo {entry.change.describe()} ({entry.state} at "
                                    f"{entry.time})")
-        # The entry's number keeps ids unique when one target was changed twice.
-        checks.append(Check("rollback", f"{entry.check} {_target(entry.change)} #{number}",
-                            expect, options, probe))
+        checks.append(Check("rollback", rollback_key(number, entry), expect, options, probe))
     return checks

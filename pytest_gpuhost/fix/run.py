@@ -21,6 +21,16 @@ if TYPE_CHECKING:  # a verify run holds an empty FixRun: the fixer's modules loa
     from .journal import JournalContents
 
 JOURNAL_KEY = "gpuhost_journal"
+RUN_KEY = "gpuhost_run"
+"""The run's id, from the controller to its xdist workers: every journal of the run names it."""
+
+
+def new_run_id() -> str:
+    """A run's id: its journals (a container's and its host's) name it, and a rollback pairs
+    them by it."""
+    import uuid
+
+    return uuid.uuid4().hex
 
 
 class FixRun(msgspec.Struct):
@@ -64,7 +74,8 @@ class FixRun(msgspec.Struct):
 
 
 def make_fixer(host: Host, journal: StateFile | None, spec: str, *, worker: bool,
-               distributing: bool, lock_timeout: float, nvml: NvmlSource | None) -> Fixer:
+               distributing: bool, lock_timeout: float, nvml: NvmlSource | None,
+               run: str | None = None, containers: Sequence[str] = ()) -> Fixer:
     """A worker serializes its fixes on the apply lock (its controller holds the run lock); a
     single process (or the one worker that runs every check of a remote target) takes the
     run lock at its first fix and holds it to the end. Both locks are on the host."""
@@ -77,7 +88,8 @@ def make_fixer(host: Host, journal: StateFile | None, spec: str, *, worker: bool
     apply_lock = RootLock(store.file(f"{STATE_DIR}/apply.lock"), "apply") \
         if worker or distributing else None
     writer = None if journal is None else Journal(journal, spec, host.identity,
-                                                  shared=worker or distributing)
+                                                  shared=worker or distributing, run=run,
+                                                  containers=containers)
     return Fixer(host, writer, run_lock=run_lock, apply_lock=apply_lock,
                  lock_timeout=lock_timeout, nvml=nvml)
 
@@ -119,13 +131,21 @@ def default_journal(host: Host, option: Path | None, spec: str,
 
 
 def close_rollback(journal: JournalContents, results: Sequence[CheckResult]) -> bool:
-    """Mark the journal rolled back when every change is back to its original: each has a
-    record (one per change), and each passed or was fixed."""
+    """Mark the journal rolled back when every change is back to its original: each that an
+    earlier rollback did not restore has a record, and each passed or was fixed. Else the
+    changes that are back are written down as restored, so that a rerun finishes the rest."""
     from .journal import Journal
+    from .rollback import undo_id
 
-    if len(results) < len(journal.entries) or any(
-            r.outcome not in (Outcome.FIXED, Outcome.PASSED) for r in results):
-        return False  # a change not back, or one never judged (an interrupted run)
+    back = {r.id for r in results if r.outcome in (Outcome.FIXED, Outcome.PASSED)}
+    left = [(number, entry) for number, entry in enumerate(journal.entries, 1)
+            if not entry.restored]
+    writer = Journal(journal.location, "rollback")
+    if any(undo_id(number, entry) not in back for number, entry in left):
+        # a change not back, or one never judged (an interrupted run)
+        writer.restored([entry.id for number, entry in left
+                         if undo_id(number, entry) in back])
+        return False
     restored = sum(r.outcome is Outcome.FIXED for r in results)
-    Journal(journal.location, "rollback").close_rollback(restored, failed=0)
+    writer.close_rollback(restored, failed=0)
     return True

@@ -131,6 +131,9 @@ class Controller:
             journal=first.journal or (fixrun.journal_path.shown if fixrun.journal_path and
                                       fixrun.journal_used() else None),
             rollback=fixrun.rollback.shown if fixrun.rollback else None,
+            restored_earlier=sum(
+                entry.restored for name in session.rollbacks
+                for entry in getattr(session.targets[name].fixrun.rollback, "entries", ())),
             json_report=settings.report is not None,
             targets=targets if session.named else (),
             stopped=self.run.stopped or self.stopped_early,

@@ -30,7 +30,7 @@ import pytest
 
 from ..files import write_atomically
 from ..fix import LockUnavailable
-from ..fix.run import JOURNAL_KEY
+from ..fix.run import JOURNAL_KEY, RUN_KEY
 from ..session.collecting import export_collection
 from .scheduling import TargetScheduling, target_scope
 from .workers import (
@@ -161,6 +161,7 @@ class Distributing:
         journal = fixrun.journal_path if fixrun is not None else None
         if journal is not None:
             self.shared.extra[JOURNAL_KEY] = str(journal)
+        self.shared.extra[RUN_KEY] = session.run_id  # every journal of the run names it
         self.run.config.pluginmanager.register(self.shared, "gpuhost-shared-dir")
         from .dead_workers import DeadWorkerSends
 

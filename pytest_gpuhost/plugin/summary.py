@@ -43,7 +43,7 @@ class Summary:
                 shown = self._on_target(target.name, target.url, str(target.journal))
                 write(f"journal of {target.name}: {shown}")
             write("undo: --gpuhost-rollback with the same target options (it restores the "
-                  "newest journal of each target)")
+                  "newest journal of each container and its host's journal of the same run)")
         elif info.journal is not None and not remote:
             changes = self.run.session.target.fixrun.journal_changes()
             write(f"journal: {info.journal} "

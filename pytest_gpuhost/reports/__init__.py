@@ -97,6 +97,9 @@ class RunInfo(msgspec.Struct, frozen=True):
     dry_run: bool = False
     journal: str | None = None
     rollback: str | None = None
+    restored_earlier: int = 0
+    """The rolled back journals' changes that an earlier rollback of them restored: not
+    judged again, so not among the records."""
     json_report: bool = False
     """Whether a JSON report is written (the terminal refers to it only then)."""
     targets: tuple[TargetInfo, ...] = ()

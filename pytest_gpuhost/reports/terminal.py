@@ -101,7 +101,7 @@ def _plan_lines(results: Sequence[CheckResult]) -> list[str]:
     return lines
 
 
-def _fix_lines(results: Sequence[CheckResult]) -> list[str]:
+def _fix_lines(results: Sequence[CheckResult], earlier: int = 0) -> list[str]:
     attempted = [r for r in results if r.outcome in (Outcome.FIXED, Outcome.FIX_FAILED)]
     fixes = [r for r in attempted if r.kind not in SESSION_KINDS]
     lines = []
@@ -114,14 +114,15 @@ def _fix_lines(results: Sequence[CheckResult]) -> list[str]:
         lines.append(f"--fix-persist: {done} of {counted(len(written), 'file')} written")
     undone = [r for r in results if r.kind == "rollback"]
     if undone:
-        lines.append(_rollback_line(undone))
+        lines.append(_rollback_line(undone, earlier))
     return lines + [f"  FIX_FAILED {r.id}: {r.message}" for r in attempted
                     if r.outcome is Outcome.FIX_FAILED]
 
 
-def _rollback_line(undone: Sequence[CheckResult]) -> str:
+def _rollback_line(undone: Sequence[CheckResult], earlier: int) -> str:
     """``--gpuhost-rollback: 1 of 2 changes restored, 1 not``: every change of the journal
-    counted, the ones left as they are (changed since the fix) and refused included."""
+    that is not back yet counted, the ones left as they are (changed since the fix) and
+    refused included, then those an earlier rollback restored (``earlier``)."""
     restored = sum(r.outcome is Outcome.FIXED for r in undone)
     back = sum(r.outcome is Outcome.PASSED for r in undone)
     line = f"--gpuhost-rollback: {restored} of {counted(len(undone), 'change')} restored"
@@ -129,6 +130,8 @@ def _rollback_line(undone: Sequence[CheckResult]) -> str:
         line += f", {back} already held {'its original' if back == 1 else 'their originals'}"
     if len(undone) - restored - back:
         line += f", {len(undone) - restored - back} not (below)"
+    if earlier:
+        line += f"; {earlier} restored by an earlier rollback"
     return line
 
 
@@ -156,7 +159,7 @@ def summary_lines(results: Sequence[CheckResult], info: RunInfo) -> list[str]:
     if info.dry_run:
         lines += _plan_lines(results)
     elif info.fix:
-        lines += _fix_lines(results)
+        lines += _fix_lines(results, info.restored_earlier)
     if info.fix:
         lines += [f"  NOT FIXED  {r.id}: {r.message}" for r in results
                   if r.outcome is Outcome.FAILED]

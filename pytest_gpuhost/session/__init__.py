@@ -23,7 +23,7 @@ from ..checks import Check, Fact, Kind, owned
 from ..checks.conditions import ConditionFn
 from ..checks.gpus import GPUS
 from ..engine import RunOptions
-from ..fix.run import close_rollback, default_journal, make_fixer
+from ..fix.run import RUN_KEY, close_rollback, default_journal, make_fixer, new_run_id
 from ..gpu.nvml import NvmlFactory
 from ..host import Host, HostError, doing
 from ..result import CheckResult
@@ -83,10 +83,15 @@ class Session(msgspec.Struct, dict=True):
     """Remote targets this process connects to at once; None: --gpuhost-connect-concurrency."""
     spec_cache: Path | None = None
     """Where parsed specs are kept between runs (``spec/cache.py``); None: parsed each run."""
+    run_id: str = ""
+    """The run's id, in every journal it writes (an xdist worker's: its controller's)."""
     _cleanup: list[Path] = msgspec.field(default_factory=list)
     _expanded: dict[tuple[Path, str], list[Check]] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if not self.run_id:
+            given = (self.workerinput or {}).get(RUN_KEY)
+            self.run_id = str(given) if given else new_run_id()
         for path in self.settings.specs:
             self.specs[path] = load_spec_cached(self.spec_cache, path, self.kinds,
                                                 self.conditions, display=self.settings.display)
@@ -202,7 +207,9 @@ class Session(msgspec.Struct, dict=True):
             target.host, journal, self._journal_name(target),
             worker=self.workerinput is not None and local,
             distributing=settings.distributing and local,
-            lock_timeout=settings.lock_timeout, nvml=target.nvml)
+            lock_timeout=settings.lock_timeout, nvml=target.nvml, run=self.run_id,
+            containers=[each.url for each in self.targets.values()
+                        if each.kernel_on is target])
 
     def _open_rollbacks(self) -> None:
         from .rollback import open_rollbacks

@@ -2,13 +2,18 @@
 first), the file pytest collects them from, and the fixer that restores them.
 
 A container and its host were changed by one --fix (each change journaled on the machine it
-changed), so the same targets roll back both: each target's newest journal; a target with none
-(its host had nothing to change) is left alone."""
+changed), so the same targets roll back both: the container's newest journal, and its host's
+journal of the same run (the two name the run's id; where the container has none, the host's
+newest journal of a run that had the container as a target). Never simply the host's newest:
+that may be another container's run since. A target with no such journal (its side had
+nothing to change) is left alone."""
 
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -18,6 +23,9 @@ from ..fix.state import JOURNAL_DIR, StateFile, StateStore
 from ..host import HostError
 from ..settings import Settings, SettingsError
 from .target import LOCAL, Target
+
+if TYPE_CHECKING:
+    from ..fix.journal import JournalContents
 
 
 class OpenRollback(msgspec.Struct, frozen=True):
@@ -39,10 +47,11 @@ def open_rollbacks(settings: Settings, targets: list[Target]) -> dict[str, OpenR
     chosen = targets[:1] if settings.rollback else targets
     opened: dict[str, OpenRollback] = {}
     nothing: list[SettingsError] = []
-    try:
-        for target in chosen:
+    try:  # the containers first: their hosts' journals are those of the containers' runs
+        for target in sorted(chosen, key=lambda each: each.kernel_on is None):
             try:
-                opened[target.name] = open_rollback(settings, target)
+                accept = None if settings.rollback else _pairing(target, chosen)
+                opened[target.name] = open_rollback(settings, target, accept)
             except NothingToRollBack as exc:
                 if len(chosen) == 1:
                     raise
@@ -62,7 +71,36 @@ class NothingToRollBack(SettingsError):
     """A target whose journals are all rolled back already."""
 
 
-def open_rollback(settings: Settings, target: Target) -> OpenRollback:
+Accept = Callable[["JournalContents"], bool]
+
+
+def _pairing(host: Target, chosen: list[Target]) -> Accept | None:
+    """Which of ``host``'s journals pairs with the containers of the rollback whose host it is
+    (their journals were opened first): the one of their journals' run, or, for a container
+    without one, of a run that had it as a target; None: no container of it, or one whose
+    journal is older than run ids (its host's newest, as then)."""
+    containers = [each for each in chosen if each.kernel_on is host]
+    if not containers:
+        return None
+    journals = [each.fixrun.rollback for each in containers if each.fixrun.rollback]
+    if any(journal.run is None for journal in journals):
+        return None
+    runs = {journal.run for journal in journals}
+    if len(runs) > 1:
+        names = ", ".join(f"{each.url} ({each.fixrun.rollback.shown})" for each in containers
+                          if each.fixrun.rollback)
+        raise SettingsError(f"--gpuhost-rollback: the newest journals of {names} are of "
+                            f"different runs, and their host {host.name} has one journal per "
+                            "run: roll each container back on its own (one --gpuhost-target)")
+    if runs:
+        run = runs.pop()
+        return lambda journal: journal.run == run
+    urls = {each.url for each in containers}
+    return lambda journal: bool(urls & set(journal.containers))
+
+
+def open_rollback(settings: Settings, target: Target,
+                  accept: Accept | None = None) -> OpenRollback:
     """Read the journal to roll back and refuse one that is not this target's (or was written
     before its last reboot, unless --gpuhost-rollback-after-reboot); outside a dry run, the
     target's fixer restores the changes, journaling nothing. Everything is read under the
@@ -75,22 +113,25 @@ def open_rollback(settings: Settings, target: Target) -> OpenRollback:
         except HostError as exc:  # the target cannot be reached
             raise SettingsError(f"--gpuhost-rollback: {exc}") from None
     try:
-        return _read_rollback(settings, target)
+        return _read_rollback(settings, target, accept)
     except BaseException:
         if target.fixrun.fixer is not None:  # the locks go with the run that failed
             target.fixrun.fixer.close()
         raise
 
 
-def _read_rollback(settings: Settings, target: Target) -> OpenRollback:
+def _read_rollback(settings: Settings, target: Target, accept: Accept | None) -> OpenRollback:
     from ..fix.journal import JournalError, read_journal
     from ..fix.rollback import refuse_foreign, rollback_checks
 
-    journal = _rollback_journal(settings, target)
+    journal = _rollback_journal(settings, target, accept)
     try:
         contents = read_journal(journal)
         if not contents.entries:
             raise JournalError(f"{journal}: the journal records no change to roll back")
+        if all(entry.restored for entry in contents.entries):
+            raise JournalError(f"{journal}: every change it records was restored by an earlier "
+                               "rollback; nothing is left to roll back")
         refuse_foreign(contents, target.host.identity(), after_reboot=settings.after_reboot)
         checks = rollback_checks(contents, _shown(settings, journal), target.nvml)
     except JournalError as exc:
@@ -100,10 +141,11 @@ def _read_rollback(settings: Settings, target: Target) -> OpenRollback:
     return OpenRollback(checks, anchor, copied)
 
 
-def _rollback_journal(settings: Settings, target: Target) -> StateFile:
+def _rollback_journal(settings: Settings, target: Target, accept: Accept | None) -> StateFile:
     """The journal to roll back: the one named (a file of this machine for the local
     target; a name in the target's journal directory, or a path under its root, for a
-    remote one), else the newest on the target with something to undo."""
+    remote one), else the newest on the target with something to undo (that ``accept``
+    takes: a container's host, the journal of the container's run)."""
     from ..fix.journal import JournalError, latest_journal
 
     option = settings.rollback
@@ -115,9 +157,12 @@ def _rollback_journal(settings: Settings, target: Target) -> StateFile:
             path = option.lstrip("/") if "/" in option else f"{JOURNAL_DIR}/{option}"
             journal = store.file(path)
         else:
-            journal = latest_journal(store)
+            journal = latest_journal(store, accept)
     except (JournalError, HostError) as exc:
         raise SettingsError(str(exc)) from None
+    if journal is None and accept is not None:
+        raise NothingToRollBack(f"no journal of the containers' run to roll back under "
+                                f"{store.journal_dir}: their host had nothing to change then")
     if journal is None:
         raise NothingToRollBack(f"no journal to roll back under {store.journal_dir} (every one "
                                 "there is rolled back already); pass --gpuhost-rollback=FILE")

@@ -11,6 +11,7 @@ keys) and ``Node``, a YAML node with typed accessors that raise SpecError.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -219,6 +220,9 @@ class Spec(msgspec.Struct, frozen=True):
     version: int
     sections: Mapping[str, object]
     """Section name -> the model its parser returned, in the parsers' registration order."""
+    digest: str = ""
+    """sha256 of the bytes this model was parsed from: the spec that ran, whatever the file
+    holds later (an edit during the run is the next run's spec)."""
 
 
 def load_spec(
@@ -278,4 +282,5 @@ def parse_spec(
         for section, parser in parsers.items()
         if section in pairs
     }
-    return Spec(path=path, name=name, version=SPEC_VERSION, sections=sections)
+    return Spec(path=path, name=name, version=SPEC_VERSION, sections=sections,
+                digest=hashlib.sha256(data).hexdigest())

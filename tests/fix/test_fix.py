@@ -323,6 +323,42 @@ def test_fix_journals_every_change_and_rollback_restores_the_originals(
                                 "is rolled back already); pass --gpuhost-rollback=FILE"])
 
 
+def test_a_partial_rollback_run_again_finishes_what_is_left(
+        pytester: pytest.Pytester, spec: Path, example_host: Path) -> None:
+    """An admin's edit and a changed sysctl stop the first rollback; once both are put back,
+    the rerun restores those two alone: what the first restored (the GRUB drop-in, written
+    twice in the fix) the journal records, and it is not judged again."""
+    untuned = host_state(example_host)
+    fixed = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}",
+                               "--fix", "--fix-persist", "-p", "no:cacheprovider")
+    assert fixed.ret == pytest.ExitCode.TESTS_FAILED  # nvidia_peermem cannot load there
+    persisted = example_host / "etc/sysctl.d/90-gpuhost-blackwell8.conf"
+    written = persisted.read_text()
+    persisted.write_text(written + "vm.dirty_ratio = 7\n")  # an admin's line
+    swappiness = example_host / "proc/sys/vm/swappiness"
+    swappiness.write_text("30\n")  # another tool's value
+    args = (f"--gpuhost-root={example_host}", "--gpuhost-rollback", "-p", "no:cacheprovider")
+    first = pytester.runpytest(*args)
+    assert first.ret == pytest.ExitCode.TESTS_FAILED
+    assert counts(first) == {"fixed": 178, "passed": 1, "failed": 2}
+    first.stdout.fnmatch_lines(["--gpuhost-rollback: 178 of 181 changes restored, 1 already "
+                                "held its original, 2 not (below)",
+                                "rollback: *.jsonl is still open*"])
+    [journal] = (example_host / STATE / "journal").glob("*.jsonl")
+    assert sum(entry.restored for entry in read_journal(journal).entries) == 179
+    persisted.write_text(written)  # both put back as the fix left them
+    swappiness.write_text("10\n")
+    again = pytester.runpytest(*args, "-v")
+    assert again.ret == pytest.ExitCode.OK, again.stdout.str()
+    assert counts(again) == {"fixed": 2}
+    again.stdout.fnmatch_lines(["*2 of 2 changes restored*179 restored by an earlier rollback*",
+                                "rollback: *.jsonl is closed"])
+    restored = host_state(example_host)
+    changed = {p for p in set(restored) | set(untuned) if restored.get(p, (None,))[0] !=
+               untuned.get(p, (None,))[0]}
+    assert changed == {"dev/kmsg", "sys/kernel/mm/transparent_hugepage/enabled"}
+
+
 def test_a_run_that_crashed_mid_fix_can_still_be_rolled_back(
         pytester: pytest.Pytester, spec: Path, example_host: Path) -> None:
     pytester.makeconftest("""

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -358,3 +359,80 @@ def test_a_performance_regression_still_says_whether_the_host_changed(
     result.stdout.fnmatch_lines(["*= gpuhost: host state of the compared benchmark =*",
                                  "0001_*.json: host state differs (* 1 check changed",
                                  "  sysctl[net.core.wmem_max]: 16777216 -> 33554432"])
+
+
+EDITS_THE_SPEC = """
+import json
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpuhost
+
+
+def test_edit_the_spec_then_read_the_state(benchmark, gpuhost_state):
+    benchmark.pedantic(sum, args=(range(10),), rounds=1, iterations=1)
+    spec = Path("node.yaml")
+    spec.write_text(spec.read_text() + "  vm.dirty_ratio: 5\\n")  # edited while the run goes on
+    Path("fixture-spec.json").write_text(json.dumps(dict(gpuhost_state["spec"])))
+"""
+
+
+def test_the_spec_digest_is_of_the_spec_that_ran_not_the_file_at_the_end(
+        pytester: pytest.Pytester, node: FakeHost) -> None:
+    import hashlib
+
+    loaded = hashlib.sha256((pytester.path / "node.yaml").read_bytes()).hexdigest()
+    pytester.makepyfile(test_edit=EDITS_THE_SPEC)
+    result = pytester.runpytest_subprocess("node.yaml", "test_edit.py",
+                                           f"--gpuhost-root={node.root}", "-p",
+                                           "no:cacheprovider", "--benchmark-json=b.json",
+                                           "--gpuhost-report=r.json")
+    assert result.ret == pytest.ExitCode.OK, output(result)
+    assert "vm.dirty_ratio" in (pytester.path / "node.yaml").read_text()  # it was edited
+    spec = {"name": "node", "digest": loaded}
+    assert json.loads((pytester.path / "fixture-spec.json").read_text()) == spec
+    assert state_of(pytester.path / "r.json")["spec"] == spec
+    benchmark = json.loads((pytester.path / "b.json").read_text())
+    assert benchmark["machine_info"]["gpuhost"]["spec"] == spec
+
+
+def test_runs_that_reached_no_host_or_skipped_every_check_never_compare_the_same(
+        pytester: pytest.Pytester, node: FakeHost, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two machines neither of which was reached, and a run whose checks were all skipped:
+    each state says it read nothing, and ``state diff`` never calls two of them the same."""
+    from pytest_gpuhost.state import main
+
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "ssh").write_text("#!/bin/sh\necho 'ssh: connect to host port 22: No route to "
+                               "host' >&2\nexit 255\n")
+    (tools / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    for name in ("gpu1", "gpu2"):
+        result = pytester.runpytest("node.yaml", f"--gpuhost-target=ssh://root@{name}",
+                                    f"--gpuhost-report={name}.json", "-p", "no:cacheprovider")
+        assert result.ret == pytest.ExitCode.TESTS_FAILED
+        state = state_of(pytester.path / f"{name}.json")
+        assert state["unread"] == [name] and state["targets"][name]["read"] == 0
+    pytester.makefile(".yaml", skipped="version: 1\nname: node\nsysctl:\n"
+                      "  vm.swappiness: {value: 10, when: container}\n")
+    skipped = pytester.runpytest("skipped.yaml", f"--gpuhost-root={node.root}",
+                                 "--gpuhost-report=skipped.json", "-p", "no:cacheprovider")
+    assert skipped.ret == pytest.ExitCode.OK  # a skip is no failure, and vouches for nothing
+    assert state_of(pytester.path / "skipped.json")["unread"] == ["local"]
+    read = pytester.runpytest("node.yaml", f"--gpuhost-root={node.root}",
+                              "--gpuhost-report=read.json", "-p", "no:cacheprovider")
+    assert read.ret == pytest.ExitCode.OK
+    assert state_of(pytester.path / "read.json")["unread"] == []
+
+    def diff(old: str, new: str) -> int:
+        return main(["diff", str(pytester.path / old), str(pytester.path / new)])
+
+    assert diff("gpu1.json", "gpu2.json") == 4
+    assert diff("gpu1.json", "skipped.json") == 4
+    assert diff("skipped.json", "skipped.json") == 4
+    assert diff("read.json", "gpu2.json") == 1
+    assert diff("skipped.json", "read.json") == 1
+    assert diff("read.json", "read.json") == 0

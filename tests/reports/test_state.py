@@ -300,3 +300,61 @@ def test_a_state_is_read_back_as_written(files: dict[str, Path]) -> None:
     assert [c.name for c in changes(read_state(files["old.json"]),
                                     read_state(files["new.json"]))] == \
         ["sysctl[net.core.rmem_max]"]
+
+
+# -- a state that read nothing ---------------------------------------------------------------
+
+UNREACHED = [entry("sysctl[net.core.rmem_max]", None, "error"),
+             entry("sysctl[vm.swappiness]", None, "error")]
+ALL_SKIPPED = [entry("sysctl[net.core.rmem_max]", None, "skipped"),
+               entry("sysctl[vm.swappiness]", None, "skipped")]
+
+
+def test_a_state_says_which_targets_read_nothing() -> None:
+    assert build(BASE, SPEC)["unread"] == []
+    assert build(BASE, SPEC)["targets"]["local"]["read"] == 2  # cpufreq.epp read nothing
+    unreached = build(UNREACHED, SPEC)
+    assert unreached["unread"] == ["local"] and unreached["targets"]["local"]["read"] == 0
+    two = build([*BASE, *(Entry(e.id, "gpu2", None, "error") for e in BASE)], SPEC)
+    assert two["unread"] == ["gpu2"]
+
+
+def test_states_that_read_nothing_are_never_the_same() -> None:
+    for nothing in (UNREACHED, ALL_SKIPPED):
+        old, new = build(nothing, SPEC), build(nothing, SPEC)
+        assert old["digest"] == new["digest"]  # the digest is of ids and values, as ever
+        lines = diff_lines(old, new, old_label="OLD", new_label="NEW")
+        assert not any(line.startswith("same host state") for line in lines)
+        assert lines[0] == ("not comparable: nothing was read in OLD (its 2 checks: errors "
+                            "or skipped) nor in NEW (its 2 checks: errors or skipped), so "
+                            "nothing says the host is the same")
+    read = build([*BASE, *(Entry(e.id, "gpu2", e.observed, e.outcome) for e in BASE)], SPEC)
+    half = build([*BASE, *(Entry(e.id, "gpu2", None, "error") for e in BASE)], SPEC)
+    lines = diff_lines(half, half, old_label="OLD", new_label="NEW")
+    assert lines[0] == ("host state not the same: nothing was read on gpu2 in OLD (its 4 "
+                        "checks: errors or skipped) nor in NEW (its 4 checks: errors or "
+                        "skipped), so nothing says it is the same")
+    lines = diff_lines(read, half, old_label="OLD", new_label="NEW")
+    assert lines[0].startswith("host state not the same: nothing was read on gpu2 in NEW (its "
+                               "4 checks: errors or skipped)")
+    assert "  sysctl[vm.swappiness]@gpu2: 10 -> (nothing read)" in lines
+
+
+def test_diff_of_states_that_read_nothing_exits_1_or_4_where_neither_read_anything(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    unreached = write(tmp_path / "unreached.json", report(build(UNREACHED, SPEC)))
+    skipped = write(tmp_path / "skipped.json", report(build(ALL_SKIPPED, SPEC)))
+    read = write(tmp_path / "read.json", report(build(BASE, SPEC)))
+    for old, new in ((unreached, unreached), (unreached, skipped), (skipped, skipped)):
+        assert main(["diff", str(old), str(new)]) == 4
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        [line] = captured.err.splitlines()
+        assert line == ("python -m pytest_gpuhost.state: nothing was read in OLD (its 2 "
+                        "checks: errors or skipped) nor in NEW (its 2 checks: errors or "
+                        "skipped): no host state to compare; compare runs that reached their "
+                        "hosts")
+    for old, new in ((read, unreached), (skipped, read)):
+        assert main(["diff", str(old), str(new)]) == 1
+        out = capsys.readouterr().out.splitlines()
+        assert out[2].startswith("host state not the same: nothing was read in ")

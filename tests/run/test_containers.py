@@ -95,6 +95,11 @@ def test_under_xdist_a_container_pair_runs_each_check_once_where_it_lives(
     assert [outcome for _, _, outcome in checks(pytester.path / "fixed.json")] == ["fixed"] * 3
     assert (host.root / "proc/sys/vm/swappiness").read_text().strip() == "10"
     assert (container.root / "proc/sys/net/ipv4/tcp_rmem").read_text().split()[1] == "87380"
+    from pytest_gpuhost.fix.journal import read_journal
+
+    runs = {read_journal(path).run for root in (host.root, container.root)
+            for path in (root / "var/lib/pytest-gpuhost/journal").glob("*.jsonl")}
+    assert len(runs) == 1 and None not in runs  # the workers' journals name their run
 
 
 def test_fix_changes_each_setting_where_it_lives_and_rollback_restores_both(
@@ -305,3 +310,43 @@ def test_gpuhost_host_places_local_however_it_enters_the_run() -> None:
     [container, local, host] = place_kernels([parse_target("lxc://101")], host=pve)
     assert (container.kernel_on, local.url, local.kernel_on) == ("local", "local", "pve")
     assert (host.url, host.implied) == ("ssh://root@pve/", "the host of local")
+
+
+@pytest.mark.parametrize("inside", [True, False], ids=["both-changed", "host-alone-changed"])
+def test_a_pairs_rollback_takes_its_own_runs_host_journal(pytester: pytest.Pytester,
+                                                          tmp_path: Path, inside: bool) -> None:
+    """Container 101 fixed, then container 102 of the same host with another spec: the undo
+    the first run printed restores the first run's host change and leaves the second's (the
+    host's newest journal is the second run's). The pair's journals share their run's id;
+    where the container changed nothing, its host's journal names it among its containers."""
+    from pytest_gpuhost.fix.journal import read_journal
+
+    host = FakeHost(tmp_path / "pve").sysctls({**UNTUNED, "vm.dirty_ratio": 20})
+    first, second = lxc_container(host, "101"), lxc_container(host, "102")
+    spec = pytester.makefile(".yaml", spec=SPEC if inside else
+                             "version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    other = pytester.makefile(".yaml", other="version: 1\nsysctl:\n  vm.dirty_ratio: 5\n"
+                              "  net.ipv4.tcp_rmem: \"4096 87380 268435456\"\n")
+    root = f"--gpuhost-root={host.root}"
+    one = pytester.runpytest(f"--gpuhost-spec={spec}", root, "--gpuhost-target=lxc://101",
+                             "--fix", *RUN)
+    assert one.ret == 0, one.stdout.str()
+    journal = "var/lib/pytest-gpuhost/journal"
+    [host_journal] = [read_journal(p) for p in (host.root / journal).glob("*.jsonl")]
+    assert host_journal.run is not None and host_journal.containers == ("lxc://101",)
+    own = [read_journal(p) for p in (first.root / journal).glob("*.jsonl")]
+    assert [j.run for j in own] == ([host_journal.run] if inside else [])
+    if inside:
+        one.stdout.fnmatch_lines(["undo: --gpuhost-rollback with the same target options*"])
+    two = pytester.runpytest(f"--gpuhost-spec={other}", root, "--gpuhost-target=lxc://102",
+                             "--fix", *RUN)
+    assert two.ret == 0, two.stdout.str()
+    sysctl = host.root / "proc/sys/vm"
+    assert (sysctl / "swappiness").read_text().strip() == "10"
+    assert (sysctl / "dirty_ratio").read_text().strip() == "5"
+    back = pytester.runpytest(root, "--gpuhost-target=lxc://101", "--gpuhost-rollback", *RUN)
+    assert back.ret == 0, back.stdout.str()
+    assert (sysctl / "swappiness").read_text().strip() == "60"  # the first run's, undone
+    assert (sysctl / "dirty_ratio").read_text().strip() == "5"  # the second run's, kept
+    assert (first.root / "proc/sys/net/ipv4/tcp_rmem").read_text().split()[1] == "131072"
+    assert (second.root / "proc/sys/net/ipv4/tcp_rmem").read_text().split()[1] == "87380"
