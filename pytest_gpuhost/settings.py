@@ -345,7 +345,7 @@ def resolve(raw: RawOptions) -> Settings:
     nfd_expiry = _seconds(raw, "nfd_expiry")
     # they have defaults
     assert lock_timeout is not None and connect_timeout is not None and nfd_expiry is not None
-    return Settings(
+    settings = Settings(
         invocation=raw.invocation, specs=specs, root=_root(raw) if active else Path("/"),
         fix=raw.flag("fix") or rollback is not None, dry_run=raw.flag("dry_run"),
         persist=raw.flag("persist"), fix_retry=raw.flag("fix_retry"), journal=_journal(raw),
@@ -366,6 +366,15 @@ def resolve(raw: RawOptions) -> Settings:
         raw.ini_flag("accept_new_host_keys"),
         nfd_expiry=nfd_expiry, connect_concurrency=_count(raw, "connect_concurrency"),
         default_specs=default_specs)
+    if not raw.worker:  # every output its own file, none an input of the run
+        from .fix.state import JOURNAL_DIR
+        from .outputs import OutputClash, refuse_run_clashes
+        from .targetoptions import target_files
+        try:
+            refuse_run_clashes(raw, settings, target_files(raw), settings.root / JOURNAL_DIR)
+        except OutputClash as exc:
+            raise SettingsError(str(exc)) from None
+    return settings
 
 
 def own_specs(targets: Sequence[TargetAddress]) -> tuple[Path, ...]:

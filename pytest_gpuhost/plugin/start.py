@@ -178,6 +178,7 @@ def raw_options(config: pytest.Config) -> RawOptions:
         str(config.inipath) if config.inipath else "the ini file", args=tuple(config.args),
         ini={each.name: config.getini(each.ini) for each in OPTIONS if each.ini is not None},
         alluredir=getattr(option, "allure_report_dir", None),
+        junitxml=getattr(option, "xmlpath", None),
         numprocesses=getattr(option, "numprocesses", None),
         worker=hasattr(config, "workerinput"),
         schemes=builtin.target_schemes(config.pluginmanager), **shared,
