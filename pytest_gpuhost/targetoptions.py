@@ -221,3 +221,11 @@ def place_kernels(targets: Sequence[TargetAddress], schemes: Schemes = BUILTIN,
     return [replace(target, kernel_on=named[kernel_of[index]].name) if index in kernel_of
             else target for index, target in enumerate(named)]
 
+
+def node_targets(targets: Sequence[TargetAddress]) -> tuple[str, ...]:
+    """The targets that describe the machine the run runs on: this machine (``local``), the
+    containers on its kernel, and the host ``--gpuhost-host`` added for its kernel checks."""
+    local = {target.name for target in targets if target.local}
+    hosts = {target.kernel_on for target in targets if target.local}
+    return tuple(target.name for target in targets if target.name in local or
+                 target.kernel_on in local or (target.name in hosts and target.implied))

@@ -133,6 +133,7 @@ class Controller:
             rollback=fixrun.rollback.shown if fixrun.rollback else None,
             json_report=settings.report is not None,
             targets=targets if session.named else (),
+            node_targets=settings.node_targets if session.named else None,
             stopped=self.run.stopped or self.stopped_early,
             topologies=tuple((name, target.topology()) for name, target in
                              session.targets.items() if target.unreachable is None)
@@ -191,8 +192,10 @@ class Controller:
                 at_least(session, pytest.ExitCode.TESTS_FAILED)
         if self.run.settings.npd:
             from ..reports import npd
+            from ..reports.nodehealth import on_node
 
-            session.exitstatus = npd.answer_run(records, int(session.exitstatus),
+            session.exitstatus = npd.answer_run(on_node(records, info.node_targets),
+                                                int(session.exitstatus),
                                                 self.run.config.stash.get(npd.STDOUT, None),
                                                 stopped_early=self.stopped_early is not None)
 

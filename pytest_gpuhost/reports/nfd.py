@@ -21,7 +21,7 @@ from pathlib import Path
 from ..files import write_output
 from ..result import CheckResult
 from . import ReportRun, RunInfo
-from .nodehealth import Health, clean, health_of_results
+from .nodehealth import Health, clean, health_of_results, on_node
 
 NAMESPACE = "feature.node.kubernetes.io/"
 """NFD's default label namespace, allowed by every nfd-master."""
@@ -55,10 +55,13 @@ class NfdFeatureFile:
         self.expiry = expiry
 
     def write(self, records: Sequence[CheckResult], info: RunInfo) -> None:
-        subject = f"{', '.join(info.spec_names)} on {info.hostname or info.root}"
-        write_output(self.path, feature_text(health_of_results(records), subject=subject,
-                                             expires=expiry_time(info.finished_at,
-                                                                 self.expiry)))
+        """The labels of the node the run ran on: its targets' checks alone."""
+        node = [t for t in info.targets if t.name in (info.node_targets or ())]
+        where = node[0].hostname if node else info.hostname
+        subject = f"{', '.join(info.spec_names)} on {where or info.root}"
+        text = feature_text(health_of_results(on_node(records, info.node_targets)),
+                            subject=subject, expires=expiry_time(info.finished_at, self.expiry))
+        write_output(self.path, text)
 
 
 def nfd_feature_file(path: Path, run: ReportRun) -> NfdFeatureFile:
