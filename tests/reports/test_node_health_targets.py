@@ -125,3 +125,41 @@ def test_the_npd_line_and_the_slurm_reason_say_which_side_of_a_container_pair_fa
     assert slurm.verdict(pytester.path / "report.json", 1) == (
         slurm.FAILED, "gpuhost: sysctl[vm.swappiness]@local")
 
+
+NO_SPACE = """\
+import errno
+
+import pytest_gpuhost.files as files
+
+_real = files.write_atomically
+
+
+def _full(path, text, **kwargs):
+    if path.name == "gpuhost":
+        raise OSError(errno.ENOSPC, "No space left on device")
+    return _real(path, text, **kwargs)
+
+
+def pytest_configure(config):
+    files.write_atomically = _full
+"""
+
+
+def test_an_nfd_file_that_cannot_be_written_is_no_healthy_answer_and_its_old_labels_go(
+        pytester: pytest.Pytester, tmp_path: Path, spec: Path) -> None:
+    """The file system is full when the labels are written (a conftest of the inner run, in a
+    process of its own): NPD's answer is not OK, and the earlier run's tuned=true is removed."""
+    root = host_tree(tmp_path / "host", 10)
+    features = pytester.path / "features.d"
+    features.mkdir()
+    (features / "gpuhost").write_text(OLD_LABELS)
+    pytester.makeconftest(NO_SPACE)
+    result = pytester.runpytest_subprocess(f"--gpuhost-spec={spec}", f"--gpuhost-root={root}",
+                                           "--gpuhost-nfd=features.d/gpuhost", "--gpuhost-npd",
+                                           *RUN)
+    assert result.ret == 2, result.stderr.str()[-2000:]
+    assert result.outlines == ["gpuhost: could not run: the nfd report not written (see the "
+                               "log)"]
+    result.stderr.fnmatch_lines(["*--gpuhost-nfd: cannot write *gpuhost: No space left on "
+                                 "device; the earlier labels in it were removed*"])
+    assert list(features.iterdir()) == []
