@@ -341,7 +341,8 @@ class RawOptions:
 
     def __init__(self, invocation: Path, ini_base: Path, ini_name: str = "the ini file", *,
                  args: Sequence[str] = (), ini: Mapping[str, object] | None = None,
-                 alluredir: str | None = None, numprocesses: object = None,
+                 alluredir: str | None = None, junitxml: str | None = None,
+                 numprocesses: object = None,
                  worker: bool = False, resolved_targets: Sequence[Mapping[str, Any]] = (),
                  ssh_masters: str | None = None, schemes: Mapping[str, Scheme] | None = None,
                  **given: object) -> None:
@@ -355,6 +356,8 @@ class RawOptions:
         """The ini file as errors name it (``tox.ini``), or ``the ini file``."""
         self.args = tuple(args)
         self.alluredir = alluredir
+        self.junitxml = junitxml
+        """pytest's ``--junitxml`` (an output of the run, as the reports are)."""
         self.numprocesses = numprocesses
         self.worker = worker
         self.resolved_targets = tuple(resolved_targets)

@@ -20,7 +20,7 @@ from .options import BY_NAME, OPTIONS, flag
 from .options import RawOptions as RawOptions
 from .specoptions import SpecOptionError, spec_path, spec_paths
 from .targetoptions import TARGET_SOURCES as TARGET_SOURCES  # re-exported
-from .targetoptions import TargetOptionError, TargetSpecError, resolve_targets
+from .targetoptions import TargetOptionError, TargetSpecError, node_targets, resolve_targets
 from .targetoptions import target_record as target_record  # re-exported
 from .targets import BUILTIN, Schemes, TargetAddress
 
@@ -107,6 +107,12 @@ class Settings(msgspec.Struct, frozen=True):
     def active(self) -> bool:
         """Whether this run has gpuhost work at all (a spec or a rollback)."""
         return bool(self.specs) or self.rollback is not None
+
+    @property
+    def node_targets(self) -> tuple[str, ...]:
+        """The targets NFD's labels, NPD's condition and a Slurm drain speak for
+        (``targetoptions.node_targets``)."""
+        return node_targets(self.targets)
 
     def display(self, path: Path) -> str:
         """A path as the user named it: relative to where pytest was invoked, if inside it."""
@@ -345,7 +351,7 @@ def resolve(raw: RawOptions) -> Settings:
     nfd_expiry = _seconds(raw, "nfd_expiry")
     # they have defaults
     assert lock_timeout is not None and connect_timeout is not None and nfd_expiry is not None
-    return Settings(
+    settings = Settings(
         invocation=raw.invocation, specs=specs, root=_root(raw) if active else Path("/"),
         fix=raw.flag("fix") or rollback is not None, dry_run=raw.flag("dry_run"),
         persist=raw.flag("persist"), fix_retry=raw.flag("fix_retry"), journal=_journal(raw),
@@ -366,6 +372,26 @@ def resolve(raw: RawOptions) -> Settings:
         raw.ini_flag("accept_new_host_keys"),
         nfd_expiry=nfd_expiry, connect_concurrency=_count(raw, "connect_concurrency"),
         default_specs=default_specs)
+    _node_health(settings)
+    if not raw.worker:  # every output its own file, none an input of the run
+        from .fix.state import JOURNAL_DIR
+        from .outputs import OutputClash, refuse_run_clashes
+        from .targetoptions import target_files
+        try:
+            refuse_run_clashes(raw, settings, target_files(raw), settings.root / JOURNAL_DIR)
+        except OutputClash as exc:
+            raise SettingsError(str(exc)) from None
+    return settings
+
+
+def _node_health(settings: Settings) -> None:
+    """NFD's labels and NPD's condition are this node's, never another machine's verdict."""
+    asked = ["--gpuhost-nfd"] * (settings.nfd is not None) + ["--gpuhost-npd"] * settings.npd
+    if asked and not settings.node_targets:
+        raise SettingsError(f"{' and '.join(asked)}: no target is this node ("
+                            f"{', '.join(t.name for t in settings.targets)}): they speak for "
+                            "the node the run runs on (this machine, a container on it): add "
+                            "--gpuhost-target=local, or run it on that machine")
 
 
 def own_specs(targets: Sequence[TargetAddress]) -> tuple[Path, ...]:

@@ -99,6 +99,20 @@ def resolve_targets(raw: RawOptions, schemes: Schemes, spec_path: SpecPath
         raise TargetOptionError(str(exc)) from None
 
 
+def target_files(raw: RawOptions) -> list[tuple[str, Path]]:
+    """The files the run reads its targets from, as ``resolve_targets`` chooses them: (how a
+    message names it, its path) for the inventory and the targets file."""
+    given = any(raw.value(name) for name in TARGET_SOURCES)
+    files = []
+    for name in ("inventory", "targets_file"):
+        value = raw.text(name) if given else raw.ini_text(name)
+        if value:
+            source = f"{flag(name)}={value}" if given else \
+                f"{BY_NAME[name].ini} in {raw.ini_name}={value}"
+            files.append((source, (raw.invocation if given else raw.ini_base) / value))
+    return files
+
+
 def _own_spec(target: TargetAddress, base: Path, source: str, spec_path: SpecPath
               ) -> TargetAddress:
     """``target`` with its own spec (if it has one) resolved: a file relative to ``base`` (where
@@ -211,3 +225,12 @@ def place_kernels(targets: Sequence[TargetAddress], schemes: Schemes = BUILTIN,
     named = name_targets(placed, schemes)
     return [replace(target, kernel_on=named[kernel_of[index]].name) if index in kernel_of
             else target for index, target in enumerate(named)]
+
+
+def node_targets(targets: Sequence[TargetAddress]) -> tuple[str, ...]:
+    """The targets that describe the machine the run runs on: this machine (``local``), the
+    containers on its kernel, and the host ``--gpuhost-host`` added for its kernel checks."""
+    local = {target.name for target in targets if target.local}
+    hosts = {target.kernel_on for target in targets if target.local}
+    return tuple(target.name for target in targets if target.name in local or
+                 target.kernel_on in local or (target.name in hosts and target.implied))

@@ -27,6 +27,8 @@ FLOORS: dict[str, int] = {
     "bounded": 1, "options": 1,
     # floor 1 too: a fleet's hosts as rows and plain targets files (no ansible-core)
     "hostlist": 1,
+    # floor 2 too: the run's outputs, each its own file and none an input (options' sources)
+    "outputs": 2,
     # floor 2: GPUs, inventories, the fleet view
     "gpu": 2, "inventory": 2, "fleet": 2,
     # floor 3: the kinds, the reporters

@@ -10,7 +10,9 @@
 #      pytest -q -m "not gpuhost_slow" --gpuhost-spec=$GPUHOST_SPEC --gpuhost-report=$GPUHOST_REPORT
 #    The p2p bandwidth checks (marker gpuhost_slow) are left out: Slurm kills a
 #    HealthCheckProgram after 60 s, and a Prolog must end within MessageTimeout.
-# 2. Makes the reason line from the report: python -m pytest_gpuhost.reports.slurm.
+# 2. Makes the reason line from the report: python -m pytest_gpuhost.reports.slurm. It describes
+#    this node only: checks of other targets in GPUHOST_ARGS never drain it, and a report with
+#    no target on this node "could not run".
 # 3. Reads this node's state and reason from slurmctld: sinfo -h -n NODE -o '%t %E'.
 # 4. Acts:
 #    - a check failed (anything but passed, fixed, skipped):

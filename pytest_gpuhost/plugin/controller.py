@@ -136,22 +136,23 @@ class Controller:
                 for entry in getattr(session.targets[name].fixrun.rollback, "entries", ())),
             json_report=settings.report is not None,
             targets=targets if session.named else (),
+            node_targets=settings.node_targets if session.named else None,
             stopped=self.run.stopped or self.stopped_early,
             topologies=tuple((name, target.topology()) for name, target in
                              session.targets.items() if target.unreachable is None)
             if settings.topology else ())
 
-    def reporters(self) -> list[Reporter]:
+    def reporters(self) -> list[tuple[str, Reporter]]:
         """The reports the run asks for, by name (``reports.REPORTS`` and every plugin's)."""
         chosen = []
-        for report in self.run.reports.values():
+        for name, report in self.run.reports.items():
             asked = self.asked(report.asked)
             if asked not in (None, False, "", ()):
                 module, _, factory = report.factory.partition(":")
                 make = getattr(importlib.import_module(module), factory)
                 made = make(asked, self.run) if report.run else make(asked)
                 if made is not None:  # None: nothing of this run to write
-                    chosen.append(made)
+                    chosen.append((name, made))
         return chosen
 
     def asked(self, name: str) -> object:
@@ -181,7 +182,8 @@ class Controller:
             at_least(session, pytest.ExitCode.TESTS_FAILED)
         if missing and not self.stopped_early and self.run.stopped is None:
             junit_test_cases(self.run.config, missing)
-        for reporter in self.reporters():
+        unwritten = []
+        for name, reporter in self.reporters():
             try:
                 reporter.write(records, info)
                 self.run.notes += getattr(reporter, "notes", ())  # the capture's
@@ -192,12 +194,16 @@ class Controller:
                     str(exc) if isinstance(exc, OutputError) else
                     f"{type(reporter).__name__}: not written: {type(exc).__name__}: {exc}")
                 at_least(session, pytest.ExitCode.TESTS_FAILED)
+                unwritten.append(name)
         if self.run.settings.npd:
             from ..reports import npd
+            from ..reports.nodehealth import on_node
 
-            session.exitstatus = npd.answer_run(records, int(session.exitstatus),
+            session.exitstatus = npd.answer_run(on_node(records, info.node_targets),
+                                                int(session.exitstatus),
                                                 self.run.config.stash.get(npd.STDOUT, None),
-                                                stopped_early=self.stopped_early is not None)
+                                                stopped_early=self.stopped_early is not None,
+                                                unwritten=unwritten)
 
     def _close_rollback(self, session: pytest.Session) -> None:
         from ..fix.journal import JournalError

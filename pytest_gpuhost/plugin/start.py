@@ -178,6 +178,7 @@ def raw_options(config: pytest.Config) -> RawOptions:
         str(config.inipath) if config.inipath else "the ini file", args=tuple(config.args),
         ini={each.name: config.getini(each.ini) for each in OPTIONS if each.ini is not None},
         alluredir=getattr(option, "allure_report_dir", None),
+        junitxml=getattr(option, "xmlpath", None),
         numprocesses=getattr(option, "numprocesses", None),
         worker=hasattr(config, "workerinput"),
         schemes=builtin.target_schemes(config.pluginmanager), **shared,
@@ -343,10 +344,14 @@ def _register(config: pytest.Config, run: Run) -> None:
     if settings.alluredir is not None:
         from ..reports.allure import AllureEvidence
 
-        def host_name() -> str:
-            return run.session.target.host_facts().hostname or "unknown"
+        def host_name(target: str | None) -> str:
+            """The machine a check ran on as it names itself, else its target's name."""
+            session = run.session
+            ran_on = session.targets.get(target) if target is not None else session.target
+            facts = ran_on.host_facts() if ran_on is not None else None
+            return (facts.hostname if facts is not None else None) or target or "unknown"
 
-        manager.register(AllureEvidence(host_name), "gpuhost-allure")
+        manager.register(AllureEvidence(host_name, config), "gpuhost-allure")
 
 
 def _add_spec_args(config: pytest.Config, paths: Sequence[Path]) -> None:

@@ -104,6 +104,9 @@ class RunInfo(msgspec.Struct, frozen=True):
     """Whether a JSON report is written (the terminal refers to it only then)."""
     targets: tuple[TargetInfo, ...] = ()
     """Every target of the run, in the order given; the fields above describe the first."""
+    node_targets: tuple[str, ...] | None = None
+    """The targets that describe the machine the run ran on (``settings.node_targets``), for
+    which NFD's labels and NPD's condition speak; None where the run named no target."""
     state: Mapping[str, Any] | None = None
     """The host state the run verified (``state.py``), where a report that shows it is
     written; None without one (a rollback, no host check selected)."""

@@ -23,7 +23,8 @@ from typing import Any
 
 import allure
 import pytest
-from allure_commons.types import AttachmentType
+from allure_commons.model2 import Label
+from allure_commons.types import AttachmentType, LabelType
 
 from ..files import write_output
 from ..result import CheckResult, Outcome
@@ -228,10 +229,15 @@ class AllureSessionFiles:
 
 
 class AllureEvidence:
-    """pytest hook: evidence on each check's Allure test, from its record."""
+    """pytest hook: evidence on each check's Allure test, from its record, and its ``host``
+    label: the machine the check judged (allure-pytest labels every test with the machine
+    pytest ran on, which for a remote target's check is another machine)."""
 
-    def __init__(self, host_name: Callable[[], str]) -> None:
+    def __init__(self, host_name: Callable[[str | None], str],
+                 config: pytest.Config) -> None:
         self.host_name = host_name
+        """The name of the machine a check ran on, by its record's target (None: the run's)."""
+        self.config = config
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, Any, Any]:
@@ -240,4 +246,22 @@ class AllureEvidence:
         finally:
             result = getattr(item, "result", None)
             if isinstance(result, CheckResult):
-                describe(result, self.host_name())
+                describe(result, self.host_name(result.target))
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)  # around allure-pytest's, which adds its label
+    def pytest_runtest_teardown(self, item: pytest.Item) -> Generator[None, Any, Any]:
+        try:
+            return (yield)
+        finally:
+            result = getattr(item, "result", None)
+            if isinstance(result, CheckResult):
+                self._relabel(self.host_name(result.target))
+
+    def _relabel(self, host: str) -> None:
+        """The current test's ``host`` label, one, naming ``host``."""
+        listener = self.config.pluginmanager.get_plugin("allure_listener")
+        test = listener.allure_logger.get_test(None) if listener is not None else None
+        if test is None:
+            return
+        test.labels = [label for label in test.labels if label.name != LabelType.HOST]
+        test.labels.append(Label(name=LabelType.HOST, value=host))

@@ -15,13 +15,15 @@ a file.
 from __future__ import annotations
 
 import datetime
+import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..files import write_output
+from ..files import OutputError, write_output
 from ..result import CheckResult
 from . import ReportRun, RunInfo
-from .nodehealth import Health, clean, health_of_results
+from .nodehealth import Health, clean, health_of_results, on_node
 
 NAMESPACE = "feature.node.kubernetes.io/"
 """NFD's default label namespace, allowed by every nfd-master."""
@@ -55,10 +57,32 @@ class NfdFeatureFile:
         self.expiry = expiry
 
     def write(self, records: Sequence[CheckResult], info: RunInfo) -> None:
-        subject = f"{', '.join(info.spec_names)} on {info.hostname or info.root}"
-        write_output(self.path, feature_text(health_of_results(records), subject=subject,
-                                             expires=expiry_time(info.finished_at,
-                                                                 self.expiry)))
+        """The labels of the node the run ran on: its targets' checks alone."""
+        node = [t for t in info.targets if t.name in (info.node_targets or ())]
+        where = node[0].hostname if node else info.hostname
+        subject = f"{', '.join(info.spec_names)} on {where or info.root}"
+        text = feature_text(health_of_results(on_node(records, info.node_targets)),
+                            subject=subject, expires=expiry_time(info.finished_at, self.expiry))
+        try:
+            write_output(self.path, text)
+        except OutputError as exc:
+            raise OutputError(f"--gpuhost-nfd: {exc}; {withdraw(self.path)}") from None
+
+
+def withdraw(path: Path) -> str:
+    """An earlier run's labels, taken away when this run's could not be written (NFD drops the
+    labels of a removed file): the node must not go on saying what the run could not say.
+    What happened, for the message."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return "it is not a file: nothing was removed"
+        os.unlink(path)
+    except FileNotFoundError:
+        return "no earlier labels stand"
+    except OSError as exc:
+        return (f"the earlier labels in it stand and could not be removed ({exc.strerror}): "
+                "remove it")
+    return "the earlier labels in it were removed"
 
 
 def nfd_feature_file(path: Path, run: ReportRun) -> NfdFeatureFile:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -79,23 +79,65 @@ def _reverts(warnings: object) -> bool:
         any(isinstance(w, str) and w.startswith(WILL_REVERT) for w in warnings)
 
 
+def named(check: str, target: object) -> str:
+    """A check's id with the target it ran on, where the run named targets
+    (``sysctl[vm.swappiness]@local``): a container and its host both have the check."""
+    return check if target is None else f"{check}@{target}"
+
+
+def on_node(results: Sequence[CheckResult], node: Collection[str] | None
+            ) -> list[CheckResult]:
+    """The records that speak for the node the run runs on: those of its targets ``node``
+    (``settings.node_targets``), or every one where the run named no target (None)."""
+    if node is None:
+        return list(results)
+    return [r for r in results if r.target is None or r.target in node]
+
+
 def health_of_results(results: Sequence[CheckResult]) -> Health:
     """A run's records (a check that never reported has an error record)."""
-    return _health(((r.id, r.outcome.value, r.message or "") for r in results),
-                   (r.id for r in results if r.outcome.value in GOOD_OUTCOMES and
-                    _reverts(r.warnings)))
+    return _health(((named(r.id, r.target), r.outcome.value, r.message or "") for r in results),
+                   (named(r.id, r.target) for r in results
+                    if r.outcome.value in GOOD_OUTCOMES and _reverts(r.warnings)))
 
 
-def health_of_report(data: Mapping[str, Any]) -> Health:
-    """From a ``--gpuhost-report`` JSON document (its ``checks[].id``, ``outcome`` and
-    ``warnings``)."""
+class NotThisNode(ValueError):
+    """A report of other machines only: it says nothing of the node that reads it."""
+
+
+def report_node(data: Mapping[str, Any]) -> set[str] | None:
+    """The targets of a ``--gpuhost-report`` that describe the node it ran on (its
+    ``node_targets``; in a report from before them, ``local`` and the containers on its kernel);
+    None: a report that named no target (this machine alone)."""
+    targets = [t for t in data.get("targets") or () if isinstance(t, Mapping)]
+    if not targets:
+        return None
+    node = data.get("node_targets")
+    if isinstance(node, list):
+        return {str(name) for name in node}
+    local = {t.get("name") for t in targets if t.get("url") == "local"}
+    return {str(t.get("name")) for t in targets
+            if t.get("name") in local or t.get("kernel_on") in local}
+
+
+def health_of_report(data: Mapping[str, Any], *, node_only: bool = True) -> Health:
+    """From a ``--gpuhost-report`` JSON document (its ``checks[].id``, ``target``, ``outcome``
+    and ``warnings``): the checks of the node it ran on alone (``report_node``; every check
+    without ``node_only``); NotThisNode for a report of other machines only."""
     checks = data.get("checks")
     if not isinstance(checks, list):
         raise ValueError("the report has no 'checks' list: is it a --gpuhost-report file?")
-    records = [c for c in checks if isinstance(c, Mapping)]
-    return _health(((str(c.get("id", "?")), str(c.get("outcome", "none")),
-                     str(c.get("message") or "")) for c in records),
-                   (str(c.get("id", "?")) for c in records
+    node = report_node(data) if node_only else None
+    records = [c for c in checks if isinstance(c, Mapping) and
+               (node is None or c.get("target") is None or c.get("target") in node)]
+    if node is not None and not records and checks:
+        others = sorted({str(t.get("name")) for t in data.get("targets") or ()
+                         if isinstance(t, Mapping)})
+        raise NotThisNode(f"no target of the report is this node ({', '.join(others)})")
+    return _health(((named(str(c.get("id", "?")), c.get("target")),
+                     str(c.get("outcome", "none")), str(c.get("message") or ""))
+                    for c in records),
+                   (named(str(c.get("id", "?")), c.get("target")) for c in records
                     if c.get("outcome") in GOOD_OUTCOMES and _reverts(c.get("warnings"))))
 
 

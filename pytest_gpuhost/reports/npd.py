@@ -60,12 +60,16 @@ def _failed(health: Health, note: str = "") -> NpdAnswer:
 
 
 def answer_run(records: Sequence[CheckResult], exit_status: int, stdout: TextIO | None, *,
-               stopped_early: bool = False) -> int:
+               stopped_early: bool = False, unwritten: Sequence[str] = ()) -> int:
     """Print the run's one line on ``stdout`` (the real one, kept at startup; else sys.stdout);
     NPD's exit status, which replaces pytest's. ``stopped_early``: the run stopped before its
-    last check (``-x``, ``--maxfail``, interrupted)."""
+    last check (``-x``, ``--maxfail``, interrupted). ``unwritten``: the reports (by name) that
+    could not be written: a run that would answer OK answers unknown instead, as a node whose
+    NFD label was not renewed is not known to be tuned (a failed check still answers 1)."""
     reply = answer(health_of_results(records), pytest_problem(exit_status),
                    stopped_early=stopped_early or exit_status == pytest.ExitCode.INTERRUPTED)
+    if unwritten and reply.status == OK:
+        reply = cannot_run(f"the {', '.join(unwritten)} report not written (see the log)")
     print(reply.message, file=stdout or sys.stdout, flush=True)
     return reply.status
 

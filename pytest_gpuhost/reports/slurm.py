@@ -15,7 +15,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .nodehealth import PREFIX, Health, cut, first_and_count, health_of_report, healthy_line
+from .nodehealth import (
+    PREFIX,
+    Health,
+    NotThisNode,
+    cut,
+    first_and_count,
+    health_of_report,
+    healthy_line,
+)
 
 HEALTHY, FAILED, CANNOT_RUN = 0, 1, 2
 REASON_WIDTH = 100
@@ -48,18 +56,21 @@ def verdict(report: Path, pytest_exit: int, timeout: float | None = None) -> tup
         known = PYTEST_EXITS.get(pytest_exit, "pytest failed")
         return CANNOT_RUN, cannot_run(f"{known} (exit {pytest_exit})")
     try:
-        health = health_of_report(json.loads(report.read_text(encoding="utf-8")))
+        data = json.loads(report.read_text(encoding="utf-8"))
+        health = health_of_report(data)
     except OSError as exc:
         return CANNOT_RUN, cannot_run(f"no report ({exc.strerror or exc}; pytest exit "
                                       f"{pytest_exit})")
+    except NotThisNode as exc:  # another machine's verdict never drains this node
+        return CANNOT_RUN, cannot_run(str(exc))
     except ValueError as exc:
         return CANNOT_RUN, cannot_run(f"not a gpuhost report: {exc}")
     if health.failing:
         return FAILED, reason(health)
     if not health.total:
         return CANNOT_RUN, cannot_run("the report lists no checks")
-    if pytest_exit == 0:
-        return HEALTHY, healthy_line(health, REASON_WIDTH)
+    if pytest_exit == 0 or health_of_report(data, node_only=False).failing:  # another
+        return HEALTHY, healthy_line(health, REASON_WIDTH)  # target's failure: not this node's
     return CANNOT_RUN, cannot_run("pytest exited 1 but no check failed in the report")
 
 

@@ -13,6 +13,7 @@ import re
 import textwrap
 import xml.etree.ElementTree as ET
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,22 @@ class Run:
     report: dict[str, Any]
     records: dict[tuple[str, str], dict[str, Any]]
     """(target or '', id) -> the JSON report's record."""
+    node_health: bool = True
+    """Whether NFD and NPD were asked for (a target on this node: ``on_this_node``)."""
+
+
+NODE_HEALTH = ("--gpuhost-nfd=out.nfd", "--gpuhost-npd")
+"""They speak for the node the run runs on: refused in a run of remote targets alone."""
+
+
+def on_this_node(args: Sequence[str]) -> bool:
+    """Whether a run of ``args`` checks this machine (no --gpuhost-target, or ``local``)."""
+    targets = [a.split("=", 1)[1] for a in args if a.startswith("--gpuhost-target=")]
+    return not targets or "local" in targets
+
+
+def reports_for(args: Sequence[str]) -> list[str]:
+    return [a for a in ALL_REPORTS if on_this_node(args) or a not in NODE_HEALTH]
 
 
 def run_all(pytester: pytest.Pytester, *args: str, env: dict[str, str] | None = None,
@@ -122,7 +139,8 @@ def run_all(pytester: pytest.Pytester, *args: str, env: dict[str, str] | None = 
     for name, value in (env or {}).items():
         os.environ[name] = value
     try:
-        result = pytester.runpytest_subprocess("spec.yaml", *ALL_REPORTS, *args, timeout=180)
+        result = pytester.runpytest_subprocess("spec.yaml", *reports_for(args), *args,
+                                               timeout=180)
     finally:
         for name in env or {}:
             del os.environ[name]
@@ -132,7 +150,7 @@ def run_all(pytester: pytest.Pytester, *args: str, env: dict[str, str] | None = 
         key = (record["target"] or "", record["id"])
         assert key not in records, f"{key} twice in the JSON report"
         records[key] = record
-    return Run(result, report, records)
+    return Run(result, report, records, on_this_node(args))
 
 
 def outcomes(run: Run) -> dict[tuple[str, str], str]:
@@ -210,7 +228,8 @@ Outcomes = dict[tuple[str, str], str]
 def _terminal_agrees(run: Run, expected: Outcomes, complete: bool) -> None:
     """The terminal summary's table, and pytest's own line where every check reported."""
     summary = run.report["summary"]
-    terminal = run.result.stderr.str()  # NPD sends pytest's terminal to stderr
+    # NPD sends pytest's terminal to stderr
+    terminal = (run.result.stderr if run.node_health else run.result.stdout).str()
     table = terminal_counts(terminal)
     assert table == {outcome: summary[outcome] for outcome in table}
     assert all(summary[outcome] == 0 for outcome in summary if outcome not in table)
@@ -287,8 +306,15 @@ def _allure_agrees(pytester: pytest.Pytester, expected: Outcomes, complete: bool
 
 
 def _node_health_agrees(pytester: pytest.Pytester, run: Run, expected: Outcomes) -> None:
-    """NFD and NPD: the number of checks not ok; Slurm's reason, from the JSON report."""
+    """NFD and NPD: the number of checks not ok; Slurm's reason, from the JSON report. In a
+    run of remote targets alone, none of them is this node: Slurm's helper says so."""
     failing = [key for key, outcome in expected.items() if outcome not in GOOD]
+    if not run.node_health:
+        assert all(target for target, _ in expected)
+        assert not (pytester.path / "out.nfd").exists()
+        assert slurm.verdict(pytester.path / "out.json", 1)[1].startswith(
+            "gpuhost: checks could not run: no target of the report is this node")
+        return
     nfd = (pytester.path / "out.nfd").read_text()
     assert f"gpuhost.failed={len(failing)}\n" in nfd
     assert f"gpuhost.tuned={'false' if failing else 'true'}\n" in nfd

@@ -358,7 +358,8 @@ RECORD = CheckResult(
 
 
 def pytest_configure(config):
-    config.pluginmanager.register(AllureEvidence(lambda: "gpu-node-07"), "gpuhost-allure")
+    config.pluginmanager.register(AllureEvidence(lambda target: "gpu-node-07", config),
+                                  "gpuhost-allure")
 """
 
 
@@ -375,6 +376,8 @@ def test_a_persistence_record_as_an_allure_test(pytester: pytest.Pytester) -> No
     labels = labels_of(test)
     assert (labels["feature"], labels["story"]) == ("persist", "etc/sysctl.d/90-gpuhost-s.conf")
     assert labels["gpuhost_outcome"] == "fixed" and tags_of(test) == ["fixed"]
+    assert [label["value"] for label in test["labels"] if label["name"] == "host"] == [
+        "gpu-node-07"]
     assert [s["name"] for s in test["steps"]] == [
         "observe: absent", "apply: create etc/sysctl.d/90-gpuhost-s.conf",
         "read back: current", "assert: current is current"]
