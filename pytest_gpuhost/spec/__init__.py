@@ -182,13 +182,15 @@ def parse_expectation(
         return Match(given["match"].regex(f"{what}: match")), options
     low = _value(given["min"], domain, what) if "min" in given else None
     high = _value(given["max"], domain, what) if "max" in given else None
+    for bound, key in ((low, "min"), (high, "max")):
+        if bound is not None:
+            try:
+                domain.order_key(bound)
+            except ValueError as exc:
+                raise given[key].error(f"{what}: min/max need a value with an order: "
+                                       f"{exc}") from None
     if low is not None and high is not None and domain.order_key(low) > domain.order_key(high):
         raise node.error(f"{what}: min {low} is greater than max {high}")
-    if (low is not None or high is not None):
-        try:
-            domain.order_key(low if low is not None else str(high))
-        except ValueError as exc:
-            raise node.error(f"{what}: min/max need a value with an order: {exc}") from None
     return Range(low, high, domain), options
 
 

@@ -14,6 +14,7 @@ writing the keys out is explicit, and the error says so. A value its tag cannot 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -287,6 +288,11 @@ class Node:
                 problem = problem.split(": '", 1)[0]  # int()'s message quotes the whole value
                 raise self.error(f"cannot read the value {excerpt(str(node.value))} as "
                                  f"{tag_name(tag)}: {problem}") from None
+        if type(value) is float and not math.isfinite(value):
+            raise self.error(f"the value {excerpt(str(node.value))} is "
+                             f"{'not a number' if value != value else 'an infinity'}: every "
+                             "number of a spec is a finite number (NaN passes every comparison, "
+                             "an infinity bounds nothing)")
         if isinstance(value, str) and not value.isascii() and not _encodable(value):
             raise self.error(f"the value {excerpt(value)} holds a lone surrogate (an escape like "
                              "\\ud800), which is no character")
