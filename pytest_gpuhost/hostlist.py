@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 import msgspec
 
+from .spec.specfile import excerpt
 from .targets import LOCAL, TargetAddress, valid_host, valid_name
 
 SSH_VALUE_OPTIONS = "BbcDEeFIiJLlmOoPpQRSWw"
@@ -106,6 +107,15 @@ class InventoryHost(msgspec.Struct, frozen=True):
                              spec=self.spec)
 
 
+def refuse_bad_name(name: str, source: object) -> None:
+    """InventoryError for a host name no target may have, before any message names it whole:
+    a file that is no inventory (an env file's ``TOKEN=...`` lines) is read as host names."""
+    if not valid_name(name):
+        raise InventoryError(f"{source}: host {excerpt(name)}: a target's name is letters, "
+                             "digits, '.', '_', ':' or '-' (it ends every check's id); is this "
+                             "file an inventory?")
+
+
 def not_ssh_options(words: Sequence[str]) -> str | None:
     """What is wrong with words given as ssh options: the first that is neither an option nor
     an option's value, or a last option that takes a value and has none (ssh would take the
@@ -158,10 +168,10 @@ def numbered_targets(text: str, source: str) -> list[TargetLine]:
         words = line.split()
         if len(words) > 2:
             raise InventoryError(f"{source}:{number}: one target a line and optionally its "
-                                 f"spec, got {line!r}")
+                                 f"spec, got {excerpt(line)}")
         if words[0] in seen:
-            raise InventoryError(f"{source}:{number}: {words[0]} is listed twice (first at "
-                                 f"line {seen[words[0]]})")
+            raise InventoryError(f"{source}:{number}: {excerpt(words[0])} is listed twice "
+                                 f"(first at line {seen[words[0]]})")
         seen[words[0]] = number
         targets.append(TargetLine(number, words[0], words[1] if len(words) > 1 else None))
     if not targets:

@@ -41,6 +41,7 @@ from .hostlist import (  # the host variables Ansible's ssh plugin and pytest-gp
     SSH_CONNECTIONS,
     USER_VARS,
     not_ssh_options,
+    refuse_bad_name,
 )
 from .hostlist import HostVariableError as HostVariableError  # re-exported
 from .hostlist import InventoryError as InventoryError  # re-exported
@@ -50,6 +51,7 @@ from .hostlist import numbered_targets as numbered_targets  # re-exported
 from .hostlist import parse_targets as parse_targets  # re-exported
 from .hostlist import read_numbered_targets as read_numbered_targets  # re-exported
 from .hostlist import read_targets_file as read_targets_file  # re-exported
+from .spec.specfile import excerpt
 from .targets import valid_host
 
 MISSING_EXTRA = ("reading an Ansible inventory needs ansible-core, which is not installed: "
@@ -298,8 +300,7 @@ class _AnsibleSays:
             text = " ".join(str(getattr(exc, "message", None) or exc).split())
             where = f"{path}:{line}:{column}: " if line is not None and column is not None \
                 else f"{path}:{line}: " if line is not None else ""
-            suits = plugin == ("ini" if path.suffix not in (".yml", ".yaml", ".json") else
-                               "yaml")
+            suits = plugin == ("yaml" if path.suffix in (".yml", ".yaml", ".json") else "ini")
             found.append((line is not None, suits, f"{where}{text} (Ansible's {plugin} plugin)"))
         if found:
             return ": " + max(found, key=lambda f: (f[0], f[1]))[2]
@@ -346,10 +347,11 @@ class _Resolver(msgspec.Struct, frozen=True):
 
 
 def _host(name: str, variables: _Resolver) -> InventoryHost:
+    refuse_bad_name(name, variables.source)
     port = variables.last(PORT_VARS)
     if port is not None and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
         raise InventoryError(f"{variables.source}: host {name}: ansible_port must be a port "
-                             f"number (1-65535), got {port!r}")
+                             f"number (1-65535), got {excerpt(port)}")
     args: list[str] = []
     for var in ARGS_VARS:
         if variables.values.get(var) is not None:
@@ -358,16 +360,16 @@ def _host(name: str, variables: _Resolver) -> InventoryHost:
                 words = shlex.split(text)
             except ValueError as exc:
                 raise InventoryError(f"{variables.source}: host {name}: {var}: {exc}: "
-                                     f"{text!r}") from None
+                                     f"{excerpt(text)}") from None
             stray = not_ssh_options(words)
             if stray is not None:
                 raise InventoryError(f"{variables.source}: host {name}: {var}: {stray}: "
-                                     f"{text!r}")
+                                     f"{excerpt(text)}")
             args += words
     root = variables.last(ROOT_VARS) or "/"
     if not root.startswith("/") or "\0" in root:
         raise InventoryError(f"{variables.source}: host {name}: gpuhost_root must be an absolute "
-                             f"path, got {root!r}")
+                             f"path, got {excerpt(root)}")
     connection = (variables.last(CONNECTION_VARS) or "ssh").removeprefix("ansible.builtin.")
     if connection not in (*SSH_CONNECTIONS, "local"):
         raise InventoryError(f"{variables.source}: host {name}: ansible_connection="
@@ -381,15 +383,15 @@ def _host(name: str, variables: _Resolver) -> InventoryHost:
                                (not python.startswith("/") and "/" in python) or
                                any(c.isspace() or c == "\0" for c in python)):
         raise InventoryError(f"{variables.source}: host {name}: ansible_python_interpreter "
-                             f"must be a command or an absolute path, got {python!r}")
+                             f"must be a command or an absolute path, got {excerpt(python)}")
     address = variables.last(HOST_VARS) or name
     if connection != "local" and not valid_host(address):
-        raise InventoryError(f"{variables.source}: host {name}: ansible_host={address!r} is not "
-                             "a host name or address")
+        raise InventoryError(f"{variables.source}: host {name}: ansible_host="
+                             f"{excerpt(address)} is not a host name or address")
     spec = variables.last(SPEC_VARS)
     if spec is not None and (not spec.strip() or "\0" in spec):
         raise InventoryError(f"{variables.source}: host {name}: gpuhost_spec must name a spec "
-                             f"(a bundled spec's name or a YAML file), got {spec!r}")
+                             f"(a bundled spec's name or a YAML file), got {excerpt(spec)}")
     return InventoryHost(name=name, address=address,
                          port=int(port) if port is not None else None,
                          user=variables.last(USER_VARS),

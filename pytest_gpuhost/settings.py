@@ -304,17 +304,38 @@ def _schemes(raw: RawOptions) -> Schemes:
 
 
 def _all_targets(raw: RawOptions, specs: tuple[Path, ...]) -> tuple[TargetAddress, ...]:
-    """The targets; a run with no spec of its own and none among its targets says first that
-    it needs one (as it did before targets could carry theirs)."""
+    """The targets; a run with no spec of its own, whose targets cannot carry one either, says
+    first that it needs one (as it did before targets could carry theirs). Where they may (a
+    ``?spec=``, a targets file, an inventory), the mistake in them is what it says."""
     try:
         targets = _targets(raw)
     except OwnSpecError:
         raise
     except SettingsError:
-        if not specs and raw.value("rollback") is None and not raw.text("capture"):
+        if not specs and raw.value("rollback") is None and not raw.text("capture") and \
+                not _may_carry_specs(raw):
             _usage(raw, False)
         raise
     return targets
+
+
+def _may_carry_specs(raw: RawOptions) -> bool:
+    """Whether the targets given could name their own specs: a targets file (its second
+    column), an inventory (``gpuhost_spec``) or a target URL with ``?spec=``."""
+    if any(raw.text(name) or raw.ini_text(name) for name in ("inventory", "targets_file")):
+        return True
+    return any("spec" in _query(url) for url in (*raw.words("targets"),
+                                                 *raw.ini_words("targets")))
+
+
+def _query(url: str) -> dict[str, list[str]]:
+    """The parameters of a target URL as given; none for one that is no URL."""
+    from urllib.parse import parse_qs, urlsplit
+
+    try:
+        return parse_qs(urlsplit(url.strip()).query, keep_blank_values=True)
+    except ValueError:
+        return {}
 
 
 def _with_target_specs(specs: tuple[Path, ...],

@@ -8,6 +8,7 @@ the same message): no pytest, and an inventory's ansible-core only when one is n
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import msgspec
 from msgspec.structs import replace
 
 from .options import BY_NAME, RawOptions, flag
+from .spec.specfile import excerpt
 from .targets import (
     BUILTIN,
     LOCAL,
@@ -176,8 +178,10 @@ def _listed_targets(path: Path, source: str, schemes: Schemes, spec_path: SpecPa
     for number, text, spec in lines:
         try:
             target = parse_target_line(text, schemes)
-        except TargetError as exc:
-            raise TargetOptionError(f"{source}: {path}:{number}: {exc}") from None
+        except TargetError as exc:  # each quoted part of the line bounded: a file that is
+            # no targets file (an env file with a token) is shown no further than an excerpt
+            reason = re.sub(r"'([^'\n]*)'", lambda found: excerpt(found.group(1)), str(exc))
+            raise TargetOptionError(f"{source}: {path}:{number}: {reason}") from None
         if spec is not None and target.spec is not None:
             raise TargetSpecError(f"{source}: {path}:{number}: the spec is given twice (?spec= "
                                   "and the second column): give it once")

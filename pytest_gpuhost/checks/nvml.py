@@ -19,7 +19,16 @@ from ..gpu.nvml import Nvml, NvmlSource, NvmlUnavailable, persistence_text
 from ..host import Host, Read, Request
 from ..linux.pciaddr import address_order
 from ..spec import EntryOptions
-from ..spec.matchers import Auto, Choice, Domain, Expectation, Integer, Verdict, Version
+from ..spec.matchers import (
+    Auto,
+    Choice,
+    Domain,
+    Expectation,
+    Integer,
+    Verdict,
+    Version,
+    finite,
+)
 from . import (
     KERNEL,
     USERSPACE,
@@ -53,10 +62,7 @@ class Watts(Auto):
             raise ValueError(f"not a positive number of watts: {value!r}")
 
     def order_key(self, raw: str) -> float:
-        try:
-            return float(raw.strip().removesuffix("W").strip())
-        except ValueError:
-            raise ValueError(f"not a power in W: {raw.strip()!r}") from None
+        return finite(raw.strip().removesuffix("W").strip(), "a power in W")
 
     def equal(self, observed: str, expected: str) -> bool:
         try:
@@ -81,7 +87,7 @@ class Bytes(Auto):
         match = _SIZE.fullmatch(raw.strip())
         if not match:
             raise ValueError(f"not a size like 96GiB: {raw.strip()!r}")
-        return int(float(match.group(1)) * _BINARY[match.group(2)])
+        return int(finite(match.group(1), "a size like 96GiB") * _BINARY[match.group(2)])
 
     def equal(self, observed: str, expected: str) -> bool:
         try:

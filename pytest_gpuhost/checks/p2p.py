@@ -19,6 +19,7 @@ and run: ``gpu/measure.py``.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from itertools import permutations
@@ -30,7 +31,7 @@ from ..gpu.measure import Measurer, SharedMeasurement, cache_key, probe_reads
 from ..gpu.nvml import NvmlSource, NvmlUnavailable
 from ..host import Host, HostError, Request
 from ..spec import EntryOptions, SpecContext, parse_expectation, section
-from ..spec.matchers import Floor
+from ..spec.matchers import Floor, finite
 from . import USERSPACE, Check, Evidence, Fact, Facts, NoFix, Observation
 from .gpus import GPUS
 from .p2p_explain import Explainer, PathFloor, Tuning, flow_of
@@ -78,9 +79,22 @@ class P2pSection(msgspec.Struct, frozen=True):
 
 def _number(node: Node, what: str) -> float:
     value = node.scalar() if not (node.is_mapping or node.is_sequence) else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+    number = _finite(value)
+    if number is None or number <= 0:
         raise node.error(f"{what} must be a positive number of GB/s, got {node.kind_name()}")
-    return float(value)
+    return number
+
+
+def _finite(value: object) -> float | None:
+    """A YAML number as a finite float; None for anything else (an integer of 400 digits is no
+    float: a floor that no bandwidth reaches is a mistake)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _seconds(node: Node) -> float:
@@ -105,12 +119,11 @@ def _share(node: Node) -> float:
     value = node.scalar() if not (node.is_mapping or node.is_sequence) else None
     if isinstance(value, str) and value.strip().endswith("%"):
         try:
-            return float(value.strip()[:-1]) / 100
+            return finite(value.strip()[:-1], "a percentage") / 100
         except ValueError:
             return -1.0
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    return -1.0
+    number = _finite(value)
+    return -1.0 if number is None else number
 
 
 def _margin(node: Node) -> float:

@@ -19,6 +19,7 @@ from ..result import NOT_RUN, CheckResult, Outcome
 from ..runstate import with_state
 from .book import RecordBook, never_collected
 from .items import GpuhostItem
+from .nodeids import ill_parsed, junit_name
 from .start import REPORT_ATTR
 
 if TYPE_CHECKING:
@@ -259,5 +260,7 @@ def junit_test_cases(config: pytest.Config, missing: Mapping[str, CheckResult]) 
         failed = pytest.TestReport(nodeid, location, {}, "failed", record.message, "setup")
         closed = pytest.TestReport(nodeid, location, {}, "passed", None, "teardown")
         add_junit_facts(closed, record, family)
+        if ill_parsed(nodeid):
+            junit_name(config, failed)
         xml.pytest_runtest_logreport(failed)
         xml.pytest_runtest_logreport(closed)

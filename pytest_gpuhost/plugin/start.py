@@ -328,6 +328,9 @@ def _register(config: pytest.Config, run: Run) -> None:
         manager.register(controller, "gpuhost-controller")
         benchmark_files(config, finished_state(run.session, controller.records))
         manager.register(Summary(controller), "gpuhost-summary")
+        from .nodeids import NodeNames
+
+        manager.register(NodeNames(config), "gpuhost-node-names")
         from .failures import register as fold_failures
 
         # the checks' failures in one pass, folded; registered after the summary, so written

@@ -36,8 +36,11 @@ def capture_reporter(session: Session, command: str) -> SpecCapture:
     assert settings.capture is not None
     target = capture_target(session)
     facts = target.host_facts()
-    shown = [(settings.display(path), spec) for path, spec in session.specs.items()]
-    keys = "the built-in catalog" if settings.catalog else ", ".join(s for s, _ in shown)
+    ran = session.specs_of(target)  # its own spec, else the run's: never another target's
+    shown = [(settings.display(path), spec) for path, spec in session.specs.items()
+             if any(spec is own for own in ran)]
+    catalog = settings.catalog and target.address.spec is None
+    keys = "the built-in catalog" if catalog else ", ".join(s for s, _ in shown)
     source = Source(target.name, facts.hostname, facts.kernel, facts.driver,
                     facts.gpu_models, len(facts.gpus), command, keys)
     return SpecCapture(settings.capture, settings.capture_shown,

@@ -23,7 +23,7 @@ from .matchers import Domain, Exact, Expectation, Match, OneOf, Range
 from .specfile import MAX_DEPTH as MAX_DEPTH  # re-exported
 from .specfile import MAX_SPEC_BYTES as MAX_SPEC_BYTES  # re-exported
 from .specfile import SpecError as SpecError  # re-exported
-from .specfile import closest, read_spec, shown_name
+from .specfile import closest, excerpt, read_spec, shown_name
 
 if TYPE_CHECKING:
     from .yamlfile import Node as Node  # re-exported, at first use (below)
@@ -183,13 +183,15 @@ def parse_expectation(
         return Match(given["match"].regex(f"{what}: match")), options
     low = _value(given["min"], domain, what) if "min" in given else None
     high = _value(given["max"], domain, what) if "max" in given else None
+    for bound, key in ((low, "min"), (high, "max")):
+        if bound is not None:
+            try:
+                domain.order_key(bound)
+            except ValueError as exc:
+                raise given[key].error(f"{what}: min/max need a value with an order: "
+                                       f"{exc}") from None
     if low is not None and high is not None and domain.order_key(low) > domain.order_key(high):
         raise node.error(f"{what}: min {low} is greater than max {high}")
-    if (low is not None or high is not None):
-        try:
-            domain.order_key(low if low is not None else str(high))
-        except ValueError as exc:
-            raise node.error(f"{what}: min/max need a value with an order: {exc}") from None
     return Range(low, high, domain), options
 
 
@@ -257,7 +259,7 @@ def parse_spec(
         raise top.error(f"the spec needs 'version: {SPEC_VERSION}' at the top")
     version_node = pairs.pop("version")
     if version_node.scalar() != SPEC_VERSION or isinstance(version_node.scalar(), bool):
-        raise version_node.error(f"unsupported spec version {version_node.scalar()!r}; "
+        raise version_node.error(f"unsupported spec version {excerpt(version_node.scalar())}; "
                                  f"this pytest-gpuhost reads version {SPEC_VERSION}")
     name = path.stem
     if "name" not in pairs and not name.isprintable():
@@ -268,12 +270,12 @@ def parse_spec(
         name_node = pairs.pop("name")
         name = name_node.string("name")
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
-            raise name_node.error(f"name {name!r} must be letters, digits, '.', '_' or '-'")
+            raise name_node.error(f"name {excerpt(name)} must be letters, digits, '.', '_' or '-'")
     context = SpecContext(frozenset(conditions), name, pairs)
     for key, node in pairs.items():
         if key not in parsers:
             known = ", ".join(parsers)
-            raise node.key_error(f"unknown section {key!r}{closest(key, parsers)}; "
+            raise node.key_error(f"unknown section {excerpt(key)}{closest(key, parsers)}; "
                                  f"known sections: {known}")
     if not pairs:
         raise top.error(f"the spec has no checks; add at least one of: {', '.join(parsers)}")

@@ -7,6 +7,7 @@ integers, link speeds by their GT/s number, text whitespace-normalized) and an *
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Protocol
 
@@ -41,6 +42,19 @@ def parse_int(raw: str) -> int:
     if not _INT.match(text):
         raise ValueError(f"not an integer: {raw.strip()!r}")
     return int(text)
+
+
+def finite(text: str, what: str) -> float:
+    """``text`` as a finite number; ValueError naming ``what`` for anything else: NaN passes
+    every comparison written as ``not observed < floor``, and an infinity (``inf``, ``1e999``,
+    400 digits) is a bound that means nothing."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"not {what}: {text.strip()[:40]!r}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"not {what}: {text.strip()[:40]!r} is not a finite number")
+    return value
 
 
 class Auto:
@@ -99,7 +113,7 @@ class LinkSpeed:
         match = _SPEED.match(raw)
         if not match:
             raise ValueError(f"not a link speed like '32.0 GT/s': {raw.strip()!r}")
-        return float(match.group(1))
+        return finite(match.group(1), "a link speed like '32.0 GT/s'")
 
     def equal(self, observed: str, expected: str) -> bool:
         try:
@@ -294,11 +308,8 @@ class Match(msgspec.Struct, frozen=True):
 def parse_rate(raw: str) -> float:
     """A bandwidth in GB/s as a probe wrote it (``26.34``); ValueError for anything else."""
     text = raw.strip()
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"not a bandwidth in GB/s: {text!r}") from None
-    if value != value or value < 0:  # NaN or negative
+    value = finite(text, "a bandwidth in GB/s")
+    if value < 0:
         raise ValueError(f"not a bandwidth in GB/s: {text!r}")
     return value
 

@@ -81,6 +81,25 @@ def shown_name(path: Path, display: Callable[[Path], str]) -> str:
     return shown
 
 
+EXCERPT_CHARS = 32
+"""The most of a value an error message shows: a file named as a spec, a targets file or an
+inventory may be a private key or an env file with a token, and its error goes into a CI log."""
+
+
+def excerpt(value: object, limit: int = EXCERPT_CHARS) -> str:
+    """``value`` as an error message may show it: its ``repr``, or for a string longer than
+    ``limit`` or of more than one line, its first line's first ``limit`` characters, escaped,
+    followed by ``...`` and how long it was (never more of a file than that)."""
+    if not isinstance(value, str):
+        shown = repr(value)
+        return shown if len(shown) <= 2 * limit else f"{shown[:limit]}... ({len(shown)} " \
+                                                     "characters)"
+    first = value.splitlines()[0] if value else value
+    if len(value) <= limit and first == value:
+        return repr(value)
+    return f"{first[:limit]!r}... ({len(value)} characters)"
+
+
 def closest(word: str, choices: Iterable[str]) -> str:
     """`` (did you mean 'x'?)`` where one of ``choices`` is close to ``word``, else ``""``."""
     import difflib  # for a message only

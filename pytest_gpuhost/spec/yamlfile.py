@@ -14,6 +14,7 @@ writing the keys out is explicit, and the error says so. A value its tag cannot 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 import yaml
 from yaml.constructor import SafeConstructor
 
-from .specfile import MAX_DEPTH, SpecError, closest
+from .specfile import MAX_DEPTH, SpecError, closest, excerpt
 
 FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 """libyaml's parser where PyYAML has it: composes a 300-entry spec about 10x faster. A spec it
@@ -221,7 +222,7 @@ class Node:
         """The one message for a key a section or an entry does not know: where, a "did you
         mean" and every key it takes (every kind says it the same way)."""
         choices = list(allowed)
-        return self.key_error(f"unknown key {key!r} in {what}{closest(key, choices)}; "
+        return self.key_error(f"unknown key {excerpt(key)} in {what}{closest(key, choices)}; "
                               f"expected one of: {', '.join(choices)}")
 
     @property
@@ -248,11 +249,11 @@ class Node:
                 key = Node(key_node, file, constructor=constructor)
                 name = key.scalar()
                 if not isinstance(name, str):
-                    raise key.error(f"keys in {what} must be strings, got {name!r}")
+                    raise key.error(f"keys in {what} must be strings, got {excerpt(name)}")
                 line = key.line
             if name in seen:
                 raise Node(key_node, file, constructor=constructor).error(
-                    f"duplicate key {name!r} in {what} (first at line {seen[name]})")
+                    f"duplicate key {excerpt(name)} in {what} (first at line {seen[name]})")
             seen[name] = line
             pairs.append((name, Node(value_node, file, line, constructor)))
         return pairs
@@ -284,10 +285,16 @@ class Node:
                     value = self._constructor.construct_object(node)
             except Exception as exc:  # ValueError, KeyError, ConstructorError: all the spec's
                 problem = getattr(exc, "problem", None) or str(exc) or type(exc).__name__
-                raise self.error(f"cannot read the value {str(node.value)[:40]!r} as "
+                problem = problem.split(": '", 1)[0]  # int()'s message quotes the whole value
+                raise self.error(f"cannot read the value {excerpt(str(node.value))} as "
                                  f"{tag_name(tag)}: {problem}") from None
+        if type(value) is float and not math.isfinite(value):
+            raise self.error(f"the value {excerpt(str(node.value))} is "
+                             f"{'not a number' if value != value else 'an infinity'}: every "
+                             "number of a spec is a finite number (NaN passes every comparison, "
+                             "an infinity bounds nothing)")
         if isinstance(value, str) and not value.isascii() and not _encodable(value):
-            raise self.error(f"the value {value[:40]!r} holds a lone surrogate (an escape like "
+            raise self.error(f"the value {excerpt(value)} holds a lone surrogate (an escape like "
                              "\\ud800), which is no character")
         return value
 
@@ -297,7 +304,7 @@ class Node:
         if self.is_sequence:
             return "a list"
         value = self._construct()
-        return "nothing" if value is None else f"{type(value).__name__} {value!r}"
+        return "nothing" if value is None else f"{type(value).__name__} {excerpt(value)}"
 
     def text(self, what: str) -> str:
         """A string, or an integer taken as its decimal string; booleans and floats are refused."""

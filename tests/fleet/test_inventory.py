@@ -206,7 +206,7 @@ def test_targets_file_lines_comments_and_blanks(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("text", "message"), [
     ("a\nb c d\n", r"targets:2: one target a line and optionally its spec, got 'b c d'"),
-    ("a\n\nb\na # again\n", r"targets:4: a is listed twice \(first at line 1\)"),
+    ("a\n\nb\na # again\n", r"targets:4: 'a' is listed twice \(first at line 1\)"),
     ("# nothing\n\n   \n", r"targets: no targets \(every line is blank or a comment\)"),
 ])
 def test_targets_file_errors_name_the_line(text: str, message: str) -> None:

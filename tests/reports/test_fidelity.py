@@ -179,9 +179,9 @@ def junit_cases(pytester: pytest.Pytester, *, interrupted: bool = False
         props = junit_facts(case)
         target = props.get("target") or ""
         check = name
-        if target:  # pytest 9.2 reads the id's params to its last "]": "sysctl[x]@a" is
-            # named "sysctl[x]@a]"; still one testcase per check and target, never merged
-            check = name.removesuffix("]" if "[" in name else "").removesuffix(f"@{target}")
+        if target:  # named as its test id: "sysctl[x]@a"
+            assert name.endswith(f"@{target}"), name
+            check = name.removesuffix(f"@{target}")
         key = (target, check)
         assert key not in cases, f"{key} twice in JUnit"
         cases[key] = case
