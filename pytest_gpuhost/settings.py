@@ -18,9 +18,15 @@ import msgspec
 
 from .options import BY_NAME, OPTIONS, flag
 from .options import RawOptions as RawOptions
-from .specoptions import SpecOptionError, spec_path, spec_paths
+from .specoptions import SpecOptionError, may_carry_specs, spec_path, spec_paths
 from .targetoptions import TARGET_SOURCES as TARGET_SOURCES  # re-exported
-from .targetoptions import TargetOptionError, TargetSpecError, node_targets, resolve_targets
+from .targetoptions import (
+    TargetOptionError,
+    TargetSpecError,
+    node_targets,
+    refuse_foreign_node_health,
+    resolve_targets,
+)
 from .targetoptions import target_record as target_record  # re-exported
 from .targets import BUILTIN, Schemes, TargetAddress
 
@@ -313,29 +319,10 @@ def _all_targets(raw: RawOptions, specs: tuple[Path, ...]) -> tuple[TargetAddres
         raise
     except SettingsError:
         if not specs and raw.value("rollback") is None and not raw.text("capture") and \
-                not _may_carry_specs(raw):
+                not may_carry_specs(raw):
             _usage(raw, False)
         raise
     return targets
-
-
-def _may_carry_specs(raw: RawOptions) -> bool:
-    """Whether the targets given could name their own specs: a targets file (its second
-    column), an inventory (``gpuhost_spec``) or a target URL with ``?spec=``."""
-    if any(raw.text(name) or raw.ini_text(name) for name in ("inventory", "targets_file")):
-        return True
-    return any("spec" in _query(url) for url in (*raw.words("targets"),
-                                                 *raw.ini_words("targets")))
-
-
-def _query(url: str) -> dict[str, list[str]]:
-    """The parameters of a target URL as given; none for one that is no URL."""
-    from urllib.parse import parse_qs, urlsplit
-
-    try:
-        return parse_qs(urlsplit(url.strip()).query, keep_blank_values=True)
-    except ValueError:
-        return {}
 
 
 def _with_target_specs(specs: tuple[Path, ...],
@@ -393,7 +380,10 @@ def resolve(raw: RawOptions) -> Settings:
         raw.ini_flag("accept_new_host_keys"),
         nfd_expiry=nfd_expiry, connect_concurrency=_count(raw, "connect_concurrency"),
         default_specs=default_specs)
-    _node_health(settings)
+    try:
+        refuse_foreign_node_health(targets, nfd=settings.nfd is not None, npd=settings.npd)
+    except TargetOptionError as exc:
+        raise SettingsError(str(exc)) from None
     if not raw.worker:  # every output its own file, none an input of the run
         from .fix.state import JOURNAL_DIR
         from .outputs import OutputClash, refuse_run_clashes
@@ -403,16 +393,6 @@ def resolve(raw: RawOptions) -> Settings:
         except OutputClash as exc:
             raise SettingsError(str(exc)) from None
     return settings
-
-
-def _node_health(settings: Settings) -> None:
-    """NFD's labels and NPD's condition are this node's, never another machine's verdict."""
-    asked = ["--gpuhost-nfd"] * (settings.nfd is not None) + ["--gpuhost-npd"] * settings.npd
-    if asked and not settings.node_targets:
-        raise SettingsError(f"{' and '.join(asked)}: no target is this node ("
-                            f"{', '.join(t.name for t in settings.targets)}): they speak for "
-                            "the node the run runs on (this machine, a container on it): add "
-                            "--gpuhost-target=local, or run it on that machine")
 
 
 def own_specs(targets: Sequence[TargetAddress]) -> tuple[Path, ...]:

@@ -64,3 +64,22 @@ def spec_paths(raw: RawOptions) -> tuple[Path, ...]:
     for path in paths:
         unique.setdefault(path.resolve(), None)
     return tuple(unique)
+
+
+def may_carry_specs(raw: RawOptions) -> bool:
+    """Whether the targets given could name their own specs: a targets file (its second
+    column), an inventory (``gpuhost_spec``) or a target URL with ``?spec=``."""
+    if any(raw.text(name) or raw.ini_text(name) for name in ("inventory", "targets_file")):
+        return True
+    return any("spec" in _query(url) for url in (*raw.words("targets"),
+                                                 *raw.ini_words("targets")))
+
+
+def _query(url: str) -> dict[str, list[str]]:
+    """The parameters of a target URL as given; none for one that is no URL."""
+    from urllib.parse import parse_qs, urlsplit
+
+    try:
+        return parse_qs(urlsplit(url.strip()).query, keep_blank_values=True)
+    except ValueError:
+        return {}

@@ -238,3 +238,13 @@ def node_targets(targets: Sequence[TargetAddress]) -> tuple[str, ...]:
     hosts = {target.kernel_on for target in targets if target.local}
     return tuple(target.name for target in targets if target.name in local or
                  target.kernel_on in local or (target.name in hosts and target.implied))
+
+
+def refuse_foreign_node_health(targets: Sequence[TargetAddress], *, nfd: bool, npd: bool) -> None:
+    """NFD's labels and NPD's condition are this node's, never another machine's verdict."""
+    asked = ["--gpuhost-nfd"] * nfd + ["--gpuhost-npd"] * npd
+    if asked and not node_targets(targets):
+        raise TargetOptionError(f"{' and '.join(asked)}: no target is this node ("
+                                f"{', '.join(t.name for t in targets)}): they speak for the node "
+                                "the run runs on (this machine, a container on it): add "
+                                "--gpuhost-target=local, or run it on that machine")
