@@ -55,3 +55,24 @@ def test_a_containers_host_spelt_another_way_is_the_target_that_names_it(
     assert sorted((c["id"], c["target"]) for c in report["checks"]) == [  # the kernel's once
         ("sysctl[net.ipv4.tcp_rmem]", f"{sshd.alias}-lxc-101"),
         ("sysctl[net.ipv4.tcp_rmem]", "pve"), ("sysctl[vm.swappiness]", "pve")]
+
+
+@pytest.mark.parametrize("workers", [(), ("-n", "2")])
+def test_a_containers_spec_that_sets_its_hosts_sysctl_another_way_is_refused(
+        pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path,
+        workers: tuple[str, ...]) -> None:
+    host = FakeHost(tmp_path / "pve").sysctls({"vm.swappiness": 30,
+                                               "net.ipv4.tcp_rmem": "4096 87380 268435456"})
+    lxc_container(host, "101")
+    pytester.makefile(".yaml", ten=SPEC, sixty="version: 1\nsysctl:\n  vm.swappiness: 60\n")
+    result = pytester.runpytest("--gpuhost-spec=ten.yaml", "--fix", "--fix-persist",
+                                f"--gpuhost-target={sshd.url(host.root)}?name=pve",
+                                f"--gpuhost-target={sshd.url(host.root)}?lxc=101&spec=sixty.yaml",
+                                f"--gpuhost-ssh-config={sshd.client_config}", *workers,
+                                "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*sysctl[[]vm.swappiness] on pve ({sshd.url(host.root)}*) "
+                                 "has two owners: ten.yaml:3 expects 10, sixty.yaml:3 expects "
+                                 "60*"])
+    assert (host.root / "proc/sys/vm/swappiness").read_text() == "30\n"
+    assert not (host.root / "etc/sysctl.d").exists()
