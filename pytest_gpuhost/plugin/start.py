@@ -363,10 +363,13 @@ def _add_spec_args(config: pytest.Config, paths: Sequence[Path]) -> None:
 
 def refuse_before_changes(session: Session) -> None:
     """Before any check runs (a run's collection, or an xdist controller's before its workers
-    start): a setting with two owners is a usage error (exit 4), nothing changed."""
+    start): one machine under two names, and a setting with two owners, are usage errors
+    (exit 4), nothing changed."""
+    from ..session.machines import SameMachine, refuse_one_machine_twice
     from ..session.owners import TwoOwners, refuse_two_owners
 
     try:
+        refuse_one_machine_twice(session)
         refuse_two_owners(session)
-    except TwoOwners as exc:
+    except (SameMachine, TwoOwners) as exc:
         raise pytest.UsageError(str(exc)) from None

@@ -281,6 +281,10 @@ class Session(msgspec.Struct, dict=True):
     def facts_of(self, spec: Spec) -> list[Fact[Any]]:
         """The facts the expansion of ``spec`` reads, for one batch."""
         facts: list[Fact[Any]] = [HOST_FACTS, CONTAINER, GPUS]
+        if len(self.settings.targets) > 1:  # which are one machine (``machines.py``)
+            from .machines import MACHINE
+
+            facts.append(MACHINE)
         for section, model in spec.sections.items():
             facts += getattr(self.kinds[section], "facts", lambda _: ())(model)
         return facts

@@ -76,3 +76,58 @@ def test_a_containers_spec_that_sets_its_hosts_sysctl_another_way_is_refused(
                                  "60*"])
     assert (host.root / "proc/sys/vm/swappiness").read_text() == "30\n"
     assert not (host.root / "etc/sysctl.d").exists()
+
+
+def two_aliases(sshd: SshServer, directory: Path) -> Path:
+    """The sshd's client configuration with two more names for it: ``gpu01`` and
+    ``10.0.0.1`` (a machine listed by its name and by its address)."""
+    config = directory / "ssh_config_aliases"
+    text = sshd.client_config.read_text()
+    config.write_text(text + text.replace(f"Host {sshd.alias}\n", "Host gpu01 10.0.0.1\n", 1))
+    return config
+
+
+def identified(host: FakeHost, machine_id: str = "0123456789abcdef0123456789abcdef") -> FakeHost:
+    host.file("etc/machine-id", f"{machine_id}\n")
+    host.file("proc/sys/kernel/random/boot_id", "6a1c3d4e-0000-4000-8000-000000000001\n")
+    host.file("proc/sys/kernel/hostname", "gpu01\n")
+    return host
+
+
+@pytest.mark.parametrize("workers", [(), ("-n", "2")])
+def test_one_machine_under_two_names_is_refused_before_either_fixes(
+        pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path,
+        workers: tuple[str, ...]) -> None:
+    host = identified(FakeHost(tmp_path / "gpu01").sysctl("vm.swappiness", 30))
+    config = two_aliases(sshd, tmp_path)
+    pytester.makefile(".yaml", ten=SPEC, sixty="version: 1\nsysctl:\n  vm.swappiness: 60\n")
+    (pytester.path / "fleet.txt").write_text(
+        f"ssh://{sshd.user}@gpu01{host.root} ten.yaml\n"
+        f"ssh://{sshd.user}@10.0.0.1{host.root}/ sixty.yaml\n")
+    result = pytester.runpytest("--gpuhost-targets-file=fleet.txt", "--fix",
+                                f"--gpuhost-ssh-config={config}", *workers,
+                                "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        f"*ssh://{sshd.user}@gpu01{host.root} (--gpuhost-targets-file=fleet.txt:1) and "
+        f"ssh://{sshd.user}@10.0.0.1{host.root}/ (--gpuhost-targets-file=fleet.txt:2) are the "
+        "same target "
+        f"(one machine and root: the same machine-id, boot id and hostname, root {host.root}), "
+        "under two names: give it once*"])
+    assert (host.root / "proc/sys/vm/swappiness").read_text() == "30\n"
+    assert not (host.root / "var/lib/pytest-gpuhost/journal").exists()
+
+
+def test_two_roots_of_one_machine_are_two_targets(
+        pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path) -> None:
+    """Copies of one tree (the same machine-id) at two roots are two places: both fixed."""
+    one = identified(FakeHost(tmp_path / "one").sysctl("vm.swappiness", 30))
+    two = identified(FakeHost(tmp_path / "two").sysctl("vm.swappiness", 30))
+    config = two_aliases(sshd, tmp_path)
+    pytester.makefile(".yaml", spec=SPEC)
+    result = pytester.runpytest("--gpuhost-spec=spec.yaml", "--fix",
+                                f"--gpuhost-target=ssh://gpu01{one.root}",
+                                f"--gpuhost-target=ssh://10.0.0.1{two.root}",
+                                f"--gpuhost-ssh-config={config}", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.OK
+    assert [(h.root / "proc/sys/vm/swappiness").read_text() for h in (one, two)] == ["10\n"] * 2
