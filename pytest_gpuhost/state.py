@@ -35,6 +35,7 @@ import msgspec
 
 from .reports.terminal import SESSION_KINDS
 from .result import OPEN_OUTCOMES, OUTCOMES, CheckResult
+from .statepairs import pairs, same_machines
 
 VERSION = 1
 """The layout of a state; a reader refuses another."""
@@ -110,9 +111,11 @@ def spec_digest(name: str, content: bytes) -> SpecDigest:
     return SpecDigest(name, sha256(content))
 
 
-def build(entries: Iterable[Entry], specs: Sequence[SpecDigest]) -> dict[str, Any]:
-    """The state (as plain JSON data) of a run's host checks, in the order they ran. An id
-    checked twice on one target (by two specs) is one setting of the host: its later value."""
+def build(entries: Iterable[Entry], specs: Sequence[SpecDigest],
+          machines: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The state (as plain JSON data) of a run's host checks, in the order they ran, with each
+    target's machine where known (``statepairs.py``). An id checked twice on one target (by two
+    specs) is one setting of the host: its later value."""
     targets: dict[str, dict[str, Any]] = {}
     for entry in entries:
         target = targets.setdefault(entry.target, {
@@ -122,8 +125,10 @@ def build(entries: Iterable[Entry], specs: Sequence[SpecDigest]) -> dict[str, An
         target["outcomes"][entry.outcome] = target["outcomes"].get(entry.outcome, 0) + 1
         if entry.outcome not in OPEN and entry.id not in target["failing"]:
             target["failing"].append(entry.id)
-    for target in targets.values():
+    for name, target in targets.items():
         target["digest"] = checks_digest(target["checks"])
+        if machines and machines.get(name):
+            target["machine"] = machines[name]
     if len(specs) == 1:
         spec = {"name": specs[0].name, "digest": specs[0].digest}
     else:
@@ -220,21 +225,10 @@ class Change(msgspec.Struct, frozen=True):
         return f"{shown(self.name)}: {shown(self.old)} -> {shown(self.new)}"
 
 
-def _pairs(old: Mapping[str, Any], new: Mapping[str, Any]
-           ) -> list[tuple[str, Mapping[str, Any] | None, Mapping[str, Any] | None]]:
-    """The targets to compare: a single target with a single target whatever their names (the
-    digest does not depend on them), else by name."""
-    a, b = old.get("targets") or {}, new.get("targets") or {}
-    if len(a) == 1 and len(b) == 1:
-        return [("", next(iter(a.values())), next(iter(b.values())))]
-    names = list(dict.fromkeys([*a, *b]))
-    return [(f"@{name}", a.get(name), b.get(name)) for name in names]
-
-
 def changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
     """The checks whose observed value differs, and those on one side only, by id."""
     found: list[Change] = []
-    for suffix, a, b in _pairs(old, new):
+    for suffix, a, b in pairs(old, new):
         before = dict((a or {}).get("checks") or {})
         after = dict((b or {}).get("checks") or {})
         for check_id in sorted({*before, *after}):
@@ -246,7 +240,9 @@ def changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
 
 
 def same(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    return bool(old.get("digest")) and old.get("digest") == new.get("digest")
+    """The same digest, or the same machines in the same state under other names."""
+    return (bool(old.get("digest")) and old.get("digest") == new.get("digest")) or \
+        same_machines(old, new)
 
 
 def diff_lines(old: Mapping[str, Any], new: Mapping[str, Any], *, old_label: str,
@@ -255,7 +251,10 @@ def diff_lines(old: Mapping[str, Any], new: Mapping[str, Any], *, old_label: str
     one line per changed check, at most ``limit`` (None: all) and how many more."""
     lines: list[str] = []
     if same(old, new):
-        lines.append(f"same host state ({short(new.get('digest'))})")
+        lines.append(f"same host state ({short(new.get('digest'))})" if old.get("digest") ==
+                     new.get("digest") else "same host state, the same machines under other "
+                     f"names ({short(old.get('digest'))} in {old_label}, "
+                     f"{short(new.get('digest'))} in {new_label})")
     else:
         found = changes(old, new)
         lines.append(f"host state differs ({short(old.get('digest'))} in {old_label}, "

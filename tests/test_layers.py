@@ -27,8 +27,8 @@ FLOORS: dict[str, int] = {
     "hostlist": 1,
     # floor 2: GPUs, inventories, the fleet view
     "gpu": 2, "inventory": 2, "fleet": 2,
-    # floor 3: the kinds, the reporters
-    "checks": 3, "reports": 3,
+    # floor 3: the kinds, the reporters; which target of one host state is which of another
+    "checks": 3, "reports": 3, "statepairs": 3,
     # floor 4: what acts on checks: capture, the fixer; the host state; the fake trees; an old
     # import path
     "capture": 4, "fix": 4, "state": 4, "testing": 4, "nvml": 4,

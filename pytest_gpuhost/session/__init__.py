@@ -273,6 +273,14 @@ class Session(msgspec.Struct, dict=True):
 
         return [observe_only(c) for c in checks]
 
+    def machine_keys(self) -> dict[str, str]:
+        """Each target's machine as a state names it, where collection told it (a keyed hash:
+        ``machines.Machine.key``); reads nothing."""
+        from .machines import machine_of
+
+        found = {name: machine_of(target) for name, target in self.targets.items()}
+        return {name: machine.key for name, machine in found.items() if machine is not None}
+
     def collects(self, target: Target) -> bool:
         """Whether this process collects (and runs) ``target``: this machine always, a remote
         target when it is this process's own (``own``)."""

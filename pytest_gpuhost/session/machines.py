@@ -82,7 +82,8 @@ MACHINE = Fact("machine", (Read(MACHINE_ID), Read(BOOT_ID), Read(HOSTNAME)), _pa
 def machine_of(target: Target) -> Machine | None:
     """What ``target`` is, once reached; None where it cannot be told (unreachable, or no
     machine-id or boot id to read)."""
-    if target.unreachable is not None or target.root is None:
+    if target.unreachable is not None or target.root is None or \
+            not target.facts.known(MACHINE):  # never read for this (a report's question)
         return None
     try:
         machine_id, boot_id, hostname = target.facts.get(MACHINE)

@@ -5,6 +5,7 @@ it, and (with the machine's own ids) two aliases of one machine."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,30 @@ def test_two_roots_of_one_machine_are_two_targets(
                                 f"--gpuhost-ssh-config={config}", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.OK
     assert [(h.root / "proc/sys/vm/swappiness").read_text() for h in (one, two)] == ["10\n"] * 2
+
+
+def test_a_container_pair_reached_two_ways_is_the_same_state(
+        pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path) -> None:
+    """``lxc://101`` on the host's root, then ``ssh://HOST/ROOT?lxc=101`` from elsewhere: other
+    names for every target, the same machines, so ``state diff`` says the same state."""
+    host = identified(FakeHost(tmp_path / "pve").sysctls(
+        {"vm.swappiness": 10, "net.ipv4.tcp_rmem": "4096 87380 268435456"}))
+    container = lxc_container(host, "101")
+    container.file("etc/machine-id", "fedcba9876543210fedcba9876543210\n")
+    container.file("proc/sys/kernel/hostname", "ct101\n")
+    pytester.makefile(".yaml", spec=CONTAINER_SPEC)
+    here = pytester.runpytest("--gpuhost-spec=spec.yaml", f"--gpuhost-root={host.root}",
+                              "--gpuhost-target=lxc://101", "--gpuhost-report=here.json",
+                              "-p", "no:cacheprovider")
+    there = pytester.runpytest("--gpuhost-spec=spec.yaml",
+                               f"--gpuhost-target={sshd.url(host.root, query='?lxc=101')}",
+                               f"--gpuhost-ssh-config={sshd.client_config}",
+                               "--gpuhost-report=there.json", "-p", "no:cacheprovider")
+    assert (here.ret, there.ret) == (pytest.ExitCode.OK, pytest.ExitCode.OK)
+    names = [sorted(json.loads((pytester.path / f"{run}.json").read_text())["state"]["targets"])
+             for run in ("here", "there")]
+    assert names == [["local", "lxc-101"], [sshd.alias, f"{sshd.alias}-lxc-101"]]
+    diff = pytester.run(sys.executable, "-m", "pytest_gpuhost.state", "diff", "here.json",
+                        "there.json")
+    assert diff.ret == 0, diff.stdout.str()
+    diff.stdout.fnmatch_lines(["same host state, the same machines under other names*"])
