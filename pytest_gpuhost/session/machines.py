@@ -119,9 +119,14 @@ def _read(session: Session, targets: Sequence[Target]) -> None:
 def refuse_one_machine_twice(session: Session) -> None:
     """SameMachine where two of the run's targets are one machine and root, or a container's
     known boot id is not its host's (see the module's docstring)."""
+    if not session.specs:  # a rollback checks its journal's own identity
+        return
+    from .owners import placements
+
+    placements(session)  # a host added for a container's checks wakes only if it gets one
     targets = [t for t in session.targets.values()
-               if session.collects(t) and t.unreachable is None]
-    if len(targets) < 2 or not session.specs:  # a rollback checks its journal's own identity
+               if session.collects(t) and t.unreachable is None and not t.dormant]
+    if len(targets) < 2:
         return
     _read(session, targets)
     machines = {target.name: machine_of(target) for target in targets}

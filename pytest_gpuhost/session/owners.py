@@ -41,30 +41,30 @@ def _changes(check: Check) -> bool:
     return bool(getattr(check.probe, "fixable", False)) and check.owner not in RUN_OWN
 
 
+def placements(session: Session) -> list[tuple[Check, Target]]:
+    """Every check of the run this process collects, with the target it runs on, as its
+    collection places them (the expansions kept for it); a host that gets a check wakes."""
+    return [placed for spec in session.specs.values() for target in session.runs(spec)
+            if session.collects(target) and target.unreachable is None
+            for placed in session.placed(spec, target)]
+
+
 def two_owners(session: Session) -> list[str]:
     """Each setting two checks of the run set two ways on one machine, as a line naming the
     setting, the machine, and each check's spec line and expectation."""
     first: dict[tuple[str, str], Check] = {}
-    where: dict[str, Target] = {}
     found: list[str] = []
-    for spec in session.specs.values():
-        for target in session.runs(spec):
-            if not session.collects(target) or target.unreachable is not None:
-                continue
-            for check, on in session.placed(spec, target):
-                if not _changes(check):
-                    continue
-                owner = first.setdefault((on.name, check.id), check)
-                where[on.name] = on
-                if owner.expect.describe() == check.expect.describe():
-                    continue
-                machine = _one_line(on.host.describe())
-                found.append(
-                    f"{_one_line(check.id)} on {on.name} ({machine}) has two owners: "
-                    f"{_one_line(owner.options.where)} expects "
-                    f"{_one_line(owner.expect.describe())}, "
-                    f"{_one_line(check.options.where)} expects "
-                    f"{_one_line(check.expect.describe())}")
+    for check, on in placements(session):
+        if not _changes(check):
+            continue
+        owner = first.setdefault((on.name, check.id), check)
+        if owner.expect.describe() == check.expect.describe():
+            continue
+        found.append(
+            f"{_one_line(check.id)} on {on.name} ({_one_line(on.host.describe())}) has two "
+            f"owners: {_one_line(owner.options.where)} expects "
+            f"{_one_line(owner.expect.describe())}, {_one_line(check.options.where)} expects "
+            f"{_one_line(check.expect.describe())}")
     return found
 
 
