@@ -76,7 +76,7 @@ def state_of(session: Any, records: Sequence[CheckResult]) -> dict[str, Any] | N
     entries = entries_of(records)
     if not session.specs or not entries:
         return None
-    return build(entries, spec_digests(session))
+    return build(entries, spec_digests(session), session.machine_keys())
 
 
 def finished_state(session: Any, records: Callable[[], Sequence[CheckResult]]
@@ -119,7 +119,7 @@ def fixture_state(run: StateRun | None) -> HostState:
         _fail(f"{len(missing)} of {len(indices)} host checks did not finish"
               f"{run.ledger.lost(missing)}: {_named([names.get(i, str(i)) for i in missing])}")
     entries = entries_of([records[i] for i in indices])
-    return HostState(build(entries, spec_digests(run.session)))
+    return HostState(build(entries, spec_digests(run.session), run.session.machine_keys()))
 
 
 def benchmark_files(config: pytest.Config,

@@ -118,9 +118,11 @@ def spec_digest(name: str, content: bytes) -> SpecDigest:
     return SpecDigest(name, sha256(content))
 
 
-def build(entries: Iterable[Entry], specs: Sequence[SpecDigest]) -> dict[str, Any]:
-    """The state (as plain JSON data) of a run's host checks, in the order they ran. An id
-    checked twice on one target (by two specs) is one setting of the host: its later value."""
+def build(entries: Iterable[Entry], specs: Sequence[SpecDigest],
+          machines: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The state (as plain JSON data) of a run's host checks, in the order they ran, with each
+    target's machine where known (``statepairs.py``). An id checked twice on one target (by two
+    specs) is one setting of the host: its later value."""
     targets: dict[str, dict[str, Any]] = {}
     for entry in entries:
         target = targets.setdefault(entry.target, {
@@ -130,9 +132,11 @@ def build(entries: Iterable[Entry], specs: Sequence[SpecDigest]) -> dict[str, An
         target["outcomes"][entry.outcome] = target["outcomes"].get(entry.outcome, 0) + 1
         if entry.outcome not in OPEN and entry.id not in target["failing"]:
             target["failing"].append(entry.id)
-    for target in targets.values():
+    for name, target in targets.items():
         target["digest"] = checks_digest(target["checks"])
         target["read"] = sum(value is not None for value in target["checks"].values())
+        if machines and machines.get(name):
+            target["machine"] = machines[name]
     if len(specs) == 1:
         spec = {"name": specs[0].name, "digest": specs[0].digest}
     else:

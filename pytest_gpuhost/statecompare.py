@@ -14,6 +14,8 @@ from typing import Any
 
 import msgspec
 
+from .statepairs import pairs, same_machines
+
 LIMIT = 20
 """Changed checks a comparison names; the rest are counted."""
 SHORT = 12
@@ -69,21 +71,10 @@ class Change(msgspec.Struct, frozen=True):
         return f"{shown(self.name)}: {shown(self.old)} -> {shown(self.new)}"
 
 
-def _pairs(old: Mapping[str, Any], new: Mapping[str, Any]
-           ) -> list[tuple[str, Mapping[str, Any] | None, Mapping[str, Any] | None]]:
-    """The targets to compare: a single target with a single target whatever their names (the
-    digest does not depend on them), else by name."""
-    a, b = old.get("targets") or {}, new.get("targets") or {}
-    if len(a) == 1 and len(b) == 1:
-        return [("", next(iter(a.values())), next(iter(b.values())))]
-    names = list(dict.fromkeys([*a, *b]))
-    return [(f"@{name}", a.get(name), b.get(name)) for name in names]
-
-
 def changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
     """The checks whose observed value differs, and those on one side only, by id."""
     found: list[Change] = []
-    for suffix, a, b in _pairs(old, new):
+    for suffix, a, b in pairs(old, new):
         before = dict((a or {}).get("checks") or {})
         after = dict((b or {}).get("checks") or {})
         for check_id in sorted({*before, *after}):
@@ -95,9 +86,10 @@ def changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
 
 
 def same(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    """The same state: the same digest, and every target of both read something."""
-    return bool(old.get("digest")) and old.get("digest") == new.get("digest") and \
-        not unread(old) and not unread(new)
+    """The same state: the same digest, or the same machines in the same state under other
+    names (``statepairs.py``), and every target of both read something."""
+    digests = bool(old.get("digest")) and old.get("digest") == new.get("digest")
+    return (digests or same_machines(old, new)) and not unread(old) and not unread(new)
 
 
 def nothing_in(count: int, label: str) -> str:
@@ -130,12 +122,12 @@ def unread_line(old: Mapping[str, Any], new: Mapping[str, Any], *, old_label: st
     if read_none(old) and read_none(new):
         return f"not comparable: nothing was read {neither(old, new, labels)}, so nothing says " \
                "the host is the same"
-    pairs = _pairs(old, new)
-    found = [(suffix, _unread_sides((a, b), labels)) for suffix, a, b in pairs]
+    paired = pairs(old, new)
+    found = [(suffix, _unread_sides((a, b), labels)) for suffix, a, b in paired]
     found = [(suffix, sides) for suffix, sides in found if sides]
     if not found:
         return None
-    if len(pairs) == 1:
+    if len(paired) == 1:
         return f"host state not the same: nothing was read {found[0][1]}, so nothing says " \
                "the host is the same"
     named = "; ".join(f"on {shown(suffix[1:])} {sides}" for suffix, sides in found)
@@ -154,7 +146,10 @@ def diff_lines(old: Mapping[str, Any], new: Mapping[str, Any], *, old_label: str
     if nothing is not None:
         lines.append(nothing)
     elif same(old, new):
-        lines.append(f"same host state ({short(new.get('digest'))})")
+        lines.append(f"same host state ({short(new.get('digest'))})" if old.get("digest") ==
+                     new.get("digest") else "same host state, the same machines under other "
+                     f"names ({short(old.get('digest'))} in {old_label}, "
+                     f"{short(new.get('digest'))} in {new_label})")
     else:
         lines.append(f"host state differs ({short(old.get('digest'))} in {old_label}, "
                      f"{short(new.get('digest'))} in {new_label}): "

@@ -24,8 +24,11 @@
   named by their inventory names, with a key file and ssh arguments of their own.
 
 The same target twice is refused wherever the two came from: the same name given twice, the same
-URL, the same machine and root (over the same ssh arguments) under two names, or a target named
-after its host when another source names a target so.
+URL, the same machine and root (over the same ssh arguments) under two names or two spellings
+(``ssh://h/R``, ``ssh://h:22/R/``, ``ssh://h/./R``: ``normal_root``, ``destination``), or a target
+named after its host when another source names a target so. Two names of one machine that its URLs
+do not tell apart (two aliases, a name and an address) are told by the machine itself once reached
+(``session/machines.py``).
 
 Pure: parsing and naming only, by the schemes a run was given (``BUILTIN`` by default); hosts
 are made by the ``pytest_gpuhost_make_host`` hook.
@@ -282,11 +285,19 @@ def _url(raw: str, scheme: Scheme) -> TargetUrl:
     root = unquote(parts.path) or "/"
     if "\0" in root or not root.startswith("/"):
         raise TargetError(f"{raw!r}: the root must be an absolute path")
+    root = normal_root(root)
     name = query.get("name")
     if name is not None and not re.match(_NAME, name):
         raise TargetError(f"{raw!r}: name={name!r} must be letters, digits, '.', '_', ':' or "
                           "'-'")
     return TargetUrl(raw, parts, query, root, name or "")
+
+
+def normal_root(root: str) -> str:
+    """An absolute root as one spelling: ``.`` and repeated or trailing ``/`` dropped
+    (``/./srv//tree/`` is ``/srv/tree``), as the kernel resolves them. ``..`` stays: behind a
+    link it leads elsewhere than the text says, so only the machine can resolve it."""
+    return "/" + "/".join(part for part in root.split("/") if part not in ("", "."))
 
 
 def parse_target(text: str, schemes: Schemes = BUILTIN) -> TargetAddress:
@@ -309,9 +320,17 @@ def parse_target_line(text: str, schemes: Schemes = BUILTIN) -> TargetAddress:
     return parse_target(raw if bare or "://" in raw else f"ssh://{raw}", schemes)
 
 
+SSH_PORT = 22
+"""ssh's own port: ``ssh://h:22`` and ``ssh://h`` reach one sshd (unless the user's ssh
+configuration gives ``h`` another port, a setup the docs tell to name with its port)."""
+
+
 def destination(target: TargetAddress) -> tuple[object, ...]:
-    """What makes two targets the same machine and root, whatever they are named."""
-    return (target.scheme, target.host, target.port, target.root, target.container,
+    """What makes two targets the same machine and root by their URLs, whatever they are named
+    or however they are spelt (the root normalised, ssh's port 22 the same as none). The
+    machine itself says the rest once reached (``session/machines.py``)."""
+    port = None if target.scheme == "ssh" and target.port == SSH_PORT else target.port
+    return (target.scheme, target.host, port, normal_root(target.root), target.container,
             target.ssh_args)
 
 

@@ -21,10 +21,13 @@ FLOORS: dict[str, int] = {
     # floor 0: the base, which imports no layer but the package root
     ROOT: 0, "result": 0, "files": 0, "progress": 0, "long_lived": 0, "printable": 0,
     "host": 0, "linux": 0, "spec": 0, "specs": 0, "targets": 0,
-    # floor 0 too: comparing two host states (plain data; the state's module builds them)
-    "statecompare": 0,
+    # floor 0 too: which target of one host state is which of another (plain data)
+    "statepairs": 0,
     # floor 1: waiting a bounded time (on the host's clock); the table of options
     "bounded": 1, "options": 1,
+    # floor 1 too: comparing two host states, their targets paired (the state's module builds
+    # them)
+    "statecompare": 1,
     # floor 1 too: a fleet's hosts as rows and plain targets files (no ansible-core)
     "hostlist": 1,
     # floor 2 too: the run's outputs, each its own file and none an input (options' sources)

@@ -19,7 +19,7 @@ from ..runstate import requests_state
 from ..session.collecting import collect_remote
 from .gate import OPEN_OUTCOMES, judge, verdict_text
 from .items import GpuhostItem, JournalFile, PersistFile, SpecFile, error_record
-from .start import REPORT_ATTR
+from .start import REPORT_ATTR, refuse_before_changes
 
 if TYPE_CHECKING:
     from .start import Run
@@ -53,6 +53,8 @@ class CheckHooks:
         """Connect to the remote targets together before the specs expand on them one by one
         (a worker started from the controller's collection has nothing left to read)."""
         collect_remote(self.session)
+        if self.session.workerinput is None:  # else the controller refused before it started
+            refuse_before_changes(self.session)
 
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector
                             ) -> pytest.File | None:

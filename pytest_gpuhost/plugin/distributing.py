@@ -33,6 +33,7 @@ from ..fix import LockUnavailable
 from ..fix.run import JOURNAL_KEY, RUN_KEY
 from ..session.collecting import export_collection
 from .scheduling import TargetScheduling, target_scope
+from .start import refuse_before_changes
 from .workers import (
     COLLECTED,
     CONCURRENCY_KEY,
@@ -58,8 +59,11 @@ def by_target(config: pytest.Config, settings: Settings) -> bool:
     xdist's default distribution, a run with targets, no capture (whose writer, on the
     controller, needs the target's facts), and no container whose kernel checks run on its
     host (a pair's checks are placed across both targets: the controller collects them once,
-    as under --dist loadfile)."""
+    as under --dist loadfile), and no --fix: a run that may change something is collected here
+    first, so that a setting with two owners is refused before any worker changes anything
+    (``session/owners.py``)."""
     return settings.remote and bool(settings.specs) and settings.capture is None and \
+        not settings.fix and \
         getattr(config.option, "dist", "no") in DISTRIBUTIONS and \
         not any(target.kernel_on for target in settings.targets)
 
@@ -180,6 +184,8 @@ class Distributing:
         self.pytest_session = session
         if self.run.session.named and self.run.session.specs and not self.targeted:
             self.shared.share_collection(export_collection(self.run.session))
+        if not self.targeted:  # every target collected here: refused before a worker starts
+            refuse_before_changes(self.run.session)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:

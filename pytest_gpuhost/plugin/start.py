@@ -367,3 +367,17 @@ def _add_spec_args(config: pytest.Config, paths: Sequence[Path]) -> None:
     args = [specs.from_argument(a, paths, base) for a in config.args]
     given = {(base / a.split("::", 1)[0]).resolve() for a in args}
     config.args = [*args, *(str(path) for path in paths if path not in given)]
+
+
+def refuse_before_changes(session: Session) -> None:
+    """Before any check runs (a run's collection, or an xdist controller's before its workers
+    start): one machine under two names, and a setting with two owners, are usage errors
+    (exit 4), nothing changed."""
+    from ..session.machines import SameMachine, refuse_one_machine_twice
+    from ..session.owners import TwoOwners, refuse_two_owners
+
+    try:
+        refuse_one_machine_twice(session)
+        refuse_two_owners(session)
+    except (SameMachine, TwoOwners) as exc:
+        raise pytest.UsageError(str(exc)) from None

@@ -283,6 +283,14 @@ class Session(msgspec.Struct, dict=True):
 
         return [observe_only(c) for c in checks]
 
+    def machine_keys(self) -> dict[str, str]:
+        """Each target's machine as a state names it, where collection told it (a keyed hash:
+        ``machines.Machine.key``); reads nothing."""
+        from .machines import machine_of
+
+        found = {name: machine_of(target) for name, target in self.targets.items()}
+        return {name: machine.key for name, machine in found.items() if machine is not None}
+
     def collects(self, target: Target) -> bool:
         """Whether this process collects (and runs) ``target``: this machine always, a remote
         target when it is this process's own (``own``)."""
@@ -291,6 +299,10 @@ class Session(msgspec.Struct, dict=True):
     def facts_of(self, spec: Spec) -> list[Fact[Any]]:
         """The facts the expansion of ``spec`` reads, for one batch."""
         facts: list[Fact[Any]] = [HOST_FACTS, CONTAINER, GPUS]
+        if len(self.settings.targets) > 1:  # which are one machine (``machines.py``)
+            from .machines import MACHINE
+
+            facts.append(MACHINE)
         for section, model in spec.sections.items():
             facts += getattr(self.kinds[section], "facts", lambda _: ())(model)
         return facts

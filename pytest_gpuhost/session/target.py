@@ -125,6 +125,9 @@ class Target:
         self._finished = False
         """``finish``: this process is done with the target (its fixer is closed)."""
         self._container: tuple[bool, str] | None = None
+        self.root: str | None = None
+        """The real path of its root, as its host says once reached (``Host.identity``): kept
+        at collection, so that telling machines apart (``machines.py``) connects to none."""
         if self.address.kernel_on is not None:  # by construction, or --gpuhost-host's word
             self.conditions.known("container", (True, f"{self.url} is a container of "
                                                       f"{self.address.kernel_on}" + (
@@ -240,7 +243,7 @@ class Target:
             self.host.replies().items()]
         return {"lost": self.unreachable,
                 "spent": self.remote.spent if self.remote is not None else 0.0,
-                "replies": encode(replies)}
+                "replies": encode(replies), "root": self.root}
 
     def seed(self, collected: Mapping[str, object]) -> None:
         """Start from what another process of the run read (``export``): the same facts, the
@@ -255,6 +258,8 @@ class Target:
             request = request_from_wire(wire)
             replies[request] = reply_from_wire(request, answer)
         self.host.seed(replies)
+        root = collected.get("root")
+        self.root = root if isinstance(root, str) else None
         spent = collected.get("spent")
         if isinstance(spent, (int, float)) and self.remote is not None:
             self.remote.spent += spent
@@ -272,6 +277,9 @@ class Target:
                 self.facts = Facts(self.host, nvml=self.nvml, shared_dir=shared_dir)
                 self.facts.prime(facts)
             self.host_facts()  # from the batch just read: what reports say of the target
+            if self.root is None and self.unreachable is None:
+                with contextlib.suppress(HostError):  # reached: its agent's hello says it
+                    self.root = self.host.identity().root
 
     def info(self) -> TargetInfo:
         """The target as it reported itself, and its connection's cost so far. Never makes a

@@ -238,3 +238,35 @@ def test_two_plugins_that_claim_one_scheme_are_a_usage_error(pytester: pytest.Py
                                 "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*two plugins register the target scheme 'docker': *"])
+
+
+@pytest.mark.parametrize(("first", "second"), [
+    ("ssh://h/srv/tree", "ssh://h/srv/tree/"),
+    ("ssh://h/srv/tree", "ssh://h/./srv//tree"),
+    ("ssh://h/srv/tree", "ssh://h//srv/tree/."),
+    ("ssh://root@h:22/srv", "ssh://h/srv"),
+    ("ssh://h", "ssh://h:22/"),
+])
+def test_two_spellings_of_one_ssh_target_are_the_same_target(first: str, second: str) -> None:
+    targets = [parse_target(first), parse_target(f"{second}{'&' if '?' in second else '?'}"
+                                                 "name=again")]
+    with pytest.raises(TargetError, match="are the same target"):
+        name_targets(targets)
+
+
+def test_a_root_written_with_dots_and_slashes_is_the_root_it_names() -> None:
+    assert [parse_target(url).root for url in (
+        "ssh://h/srv/tree/", "ssh://h/./srv//tree", "ssh://h//srv/tree/.", "ssh://h/")] == [
+        "/srv/tree", "/srv/tree", "/srv/tree", "/"]
+
+
+@pytest.mark.parametrize("container", ["ssh://h:22/srv/tree/?lxc=101",
+                                       "ssh://root@h/./srv/tree?lxc=101"])
+def test_a_containers_host_written_another_way_is_the_target_of_that_host(
+        container: str) -> None:
+    from pytest_gpuhost.targetoptions import place_kernels
+
+    placed = place_kernels([parse_target("ssh://h/srv/tree?name=pve"),
+                            parse_target(container)])
+    assert [t.name for t in placed] == ["pve", "h-lxc-101"]
+    assert placed[1].kernel_on == "pve"
