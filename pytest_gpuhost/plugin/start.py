@@ -235,7 +235,8 @@ def start_run(config: pytest.Config) -> None:
             settings = resolve(raw_options(config))
             if not settings.active:
                 return
-            config.add_cleanup(interrupts.install())  # SIGTERM, SIGHUP: as SIGINT does
+            config.add_cleanup(interrupts.install(  # SIGTERM, SIGHUP: as SIGINT does
+                worker=settings.worker, controller=settings.distributing))
             run = _make_run(config, settings)
         except SettingsError as exc:
             raise pytest.UsageError(str(exc)) from None
