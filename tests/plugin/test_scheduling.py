@@ -100,3 +100,22 @@ def test_a_dead_workers_unfinished_target_goes_to_the_worker_that_holds_it() -> 
     for index in range(3):
         scheduler.mark_test_complete(replacement, index)
     assert scheduler.tests_finished and replacement.shutting_down
+
+
+def test_a_worker_given_two_checks_or_fewer_is_given_more_at_once_or_told_to_stop() -> None:
+    """An xdist worker keeps the last test it was given until more come or it is told to stop
+    (it needs the next item for the teardown): a worker given one target of one check, its
+    other target left waiting, sent no completion and was never given anything again, and
+    the run waited forever (targets of one check each: a reachable spec of one, or an
+    unreachable target's error record)."""
+    scheduler = TargetScheduling(2, lambda: False)
+    early, late = Node("early"), Node("late")
+    scheduler.add_node(early)
+    scheduler.add_node(late)
+    scheduler.add_node_collection(early, checks("b", 1))
+    scheduler.schedule()
+    scheduler.add_node_collection(late, checks("a", 1) + checks("c", 1))
+    scheduler.schedule()
+    assert late.sent == [[0], [1]] and late.shutting_down  # both its targets, then told
+    assert early.sent == [[0]] and early.shutting_down
+    assert not scheduler.waiting
