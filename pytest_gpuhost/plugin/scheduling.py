@@ -16,9 +16,9 @@ the checks the worker runs itself), once. A worker is given units while it has t
 fewer left, as ``--dist loadscope`` gives them, and is told to stop once nothing it could run
 is left: never left holding two tests or fewer while a unit it holds waits (xdist's worker
 keeps its last test back until more come or it is told to stop: the run would wait forever). A
-worker that goes down gives its unfinished units back: another worker that collected them
-takes them, or the worker that replaces it (which collects the targets the dead one had not
-finished).
+worker that goes down gives its unfinished units back, less the test it crashed on (it would
+crash the next worker too): another worker that collected them takes them, or the worker that
+replaces it (which collects the targets the dead one had not finished).
 
 No pytest here, and nothing of xdist but the shape of its nodes: ``tests/plugin/
 test_scheduling.py`` drives it with nodes of its own, as xdist's tests drive its schedulers.
@@ -134,13 +134,17 @@ class TargetScheduling:
 
     def remove_node(self, node: Node) -> str | None:
         """The node is gone (finished, or down): its unfinished units wait for another node
-        that holds them; the first test it had not finished is what it crashed on."""
+        that holds them; the first test it had not finished is what it crashed on, whose
+        record is that crash (xdist reports it): it is not given out again, where it would
+        kill each replacement worker in turn."""
         workload = self.assigned.pop(node)
         self.collections.pop(node, None)
         self.positions.pop(node, None)
         self.orders.pop(node, None)
         crashed = next((nodeid for unit in workload.values()
                         for nodeid, done in unit.items() if not done), None)
+        if crashed is not None:  # its record is the crash's: never given to another worker
+            workload[scope_of(crashed)][crashed] = True
         for scope, unit in workload.items():
             if not all(unit.values()):
                 self.waiting[scope] = None
