@@ -6,7 +6,9 @@ Registered by ``plugin.py`` only where pytest-benchmark is active and saves or c
 in the run: without it nothing here is imported. pytest-benchmark compares ``machine_info``
 when it configures, before any host check ran: the ``gpuhost`` field is taken out of both sides
 of that comparison (it never warns "machine_info is different" for that field alone) and the
-compared one is kept for the terminal summary, made once the host checks ran. The exit status
+compared one is kept for the terminal summary, made once the host checks ran. Each xdist
+worker configures pytest-benchmark and compares too: there the field is taken out alike, and
+the summary is the controller's. The exit status
 is never touched: a host that changed but passes its spec is not a failure.
 """
 

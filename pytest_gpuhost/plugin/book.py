@@ -71,13 +71,16 @@ class RecordBook:
         return [result for _, result in sorted(self.results.values(), key=lambda p: p[0])]
 
     def records(self, stopped: str | None = None, progress: Progress | None = None,
-                missing: dict[str, CheckResult] | None = None) -> list[CheckResult]:
+                missing: dict[str, CheckResult] | None = None,
+                unreported: dict[str, CheckResult] | None = None) -> list[CheckResult]:
         """Every check's record in collection order; a collected check without one (its worker
         died, the run stopped before it: ``stopped`` says why) is an error record, and one
         whose worker crashed while it ran is an error even when a run of it elsewhere passed.
         ``progress``: the xdist workers' logs, which tell why a check never reported;
         ``missing`` gets nodeid -> the error record of each check no pytest report told of
-        (not one xdist reported as crashing its worker: that report is pytest's own)."""
+        (not one xdist reported as crashing its worker: that report is pytest's own);
+        ``unreported`` of each check no worker reported, those included (no worker wrote
+        their Allure results)."""
         placed = [(index, self._told_of(nodeid, record))
                   for nodeid, (index, record) in self.results.items()]
         if stopped == "interrupted":
@@ -95,6 +98,8 @@ class RecordBook:
                 placed.append((index, record))
                 if missing is not None and nodeid not in self.incidents:
                     missing[nodeid] = record
+                if unreported is not None:
+                    unreported[nodeid] = record
         return [record for _, record in sorted(placed, key=lambda pair: pair[0])]
 
     def _told_of(self, nodeid: str, record: CheckResult) -> CheckResult:

@@ -78,18 +78,22 @@ class Controller:
 
     # -- the end ----------------------------------------------------------------------------
 
-    def records(self, missing: dict[str, CheckResult] | None = None) -> list[CheckResult]:
+    def records(self, missing: dict[str, CheckResult] | None = None,
+                unreported: dict[str, CheckResult] | None = None) -> list[CheckResult]:
         """Every check's record in collection order (``RecordBook.records``); ``missing``
-        gets nodeid -> record of each that no pytest report told of."""
+        gets nodeid -> record of each that no pytest report told of, ``unreported`` of each
+        that no worker reported (a crash xdist reported included)."""
         if self.run.config.option.collectonly:
             return self.book.ordered()
         stopped = self.run.stopped or self.stopped_early
         progress = None if stopped else self.progress()  # the workers' logs: why not reported
-        return self.book.records(stopped, progress, missing) + \
-            self._never_collected(stopped, progress, missing)
+        return self.book.records(stopped, progress, missing, unreported) + \
+            self._never_collected(stopped, progress, missing, unreported)
 
     def _never_collected(self, stopped: str | None, progress: Progress | None,
-                         missing: dict[str, CheckResult] | None = None) -> list[CheckResult]:
+                         missing: dict[str, CheckResult] | None = None,
+                         unreported: dict[str, CheckResult] | None = None
+                         ) -> list[CheckResult]:
         """An error record per spec section of each remote target that no xdist worker
         collected: its checks are known to no process, yet the target is not checked
         (``missing``: each under the nodeid its section's checks would have had)."""
@@ -111,8 +115,10 @@ class Controller:
                 for section in spec.sections:
                     record = never_collected(name, location, section, why)
                     records.append(record)
-                    if missing is not None:
-                        missing[f"{self.run.spec_file_id(spec.path)}::{section}@{name}"] = record
+                    nodeid = f"{self.run.spec_file_id(spec.path)}::{section}@{name}"
+                    for each in (missing, unreported):
+                        if each is not None:
+                            each[nodeid] = record
         return records
 
     def info(self) -> RunInfo:
@@ -177,12 +183,21 @@ class Controller:
         if self.run.stopped is not None:
             at_least(session, pytest.ExitCode.INTERRUPTED)
         missing: dict[str, CheckResult] = {}
-        records, info = self.records(missing), self.info()
+        unreported: dict[str, CheckResult] = {}
+        records, info = self.records(missing, unreported), self.info()
         info = with_state(self.run.config, self.run.settings, self.run.session, records, info)
         if len(records) > len(self.book.results):  # a check that never reported
             at_least(session, pytest.ExitCode.TESTS_FAILED)
         if missing and not self.stopped_early and self.run.stopped is None:
             junit_test_cases(self.run.config, missing)
+        if unreported and not self.stopped_early and self.run.stopped is None and \
+                self.run.settings.alluredir is not None:
+            from ..reports.allure import unreported_results
+
+            names = {target.name: target.hostname for target in info.targets}
+            unreported_results(self.run.settings.alluredir, unreported,
+                               lambda target: names.get(target or "") or target or
+                               info.hostname or "unknown")
         unwritten = []
         for name, reporter in self.reporters():
             try:

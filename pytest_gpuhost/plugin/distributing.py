@@ -170,6 +170,9 @@ class Distributing:
         from .dead_workers import DeadWorkerSends
 
         self.run.config.pluginmanager.register(DeadWorkerSends(), "gpuhost-dead-worker-sends")
+        from .worker_signals import WorkerSignals
+
+        self.run.config.pluginmanager.register(WorkerSignals(), "gpuhost-worker-signals")
         fixer = fixrun.fixer if fixrun is not None else None
         if fixer is not None and fixer.run_lock is not None:
             try:  # before any worker starts: the workers' fixes run under this run's lock

@@ -16,11 +16,13 @@ runs them (on two workers they raced them and measured the unfixed path).
 
 A unit (a target's checks, or a test module's tests) goes to a worker whose collection holds
 it, in that worker's collection order (so a test that waits for the host checks comes after
-the checks the worker runs itself), once. A worker is given a unit while it has two tests or
+the checks the worker runs itself), once. A worker is given units while it has two tests or
 fewer left, as ``--dist loadscope`` gives them, and is told to stop once nothing it could run
-is left. A worker that goes down gives its unfinished units back: another worker that
-collected them takes them, or the worker that replaces it (which collects the targets the dead
-one had not finished).
+is left: never left holding two tests or fewer while a unit it holds waits (xdist's worker
+keeps its last test back until more come or it is told to stop: the run would wait forever). A
+worker that goes down gives its unfinished units back, less the test it crashed on (it would
+crash the next worker too): another worker that collected them takes them, or the worker that
+replaces it (which collects the targets the dead one had not finished).
 
 No pytest here, and nothing of xdist but the shape of its nodes: ``tests/plugin/
 test_scheduling.py`` drives it with nodes of its own, as xdist's tests drive its schedulers.
@@ -141,13 +143,17 @@ class TargetScheduling:
 
     def remove_node(self, node: Node) -> str | None:
         """The node is gone (finished, or down): its unfinished units wait for another node
-        that holds them; the first test it had not finished is what it crashed on."""
+        that holds them; the first test it had not finished is what it crashed on, whose
+        record is that crash (xdist reports it): it is not given out again, where it would
+        kill each replacement worker in turn."""
         workload = self.assigned.pop(node)
         self.collections.pop(node, None)
         self.positions.pop(node, None)
         self.orders.pop(node, None)
-        crashed = next((nodeid for unit in workload.values()
-                        for nodeid, done in unit.items() if not done), None)
+        unit_of, crashed = next(((unit, nodeid) for unit in workload.values()
+                                 for nodeid, done in unit.items() if not done), ({}, None))
+        if crashed is not None:  # its record is the crash's: never given to another worker
+            unit_of[crashed] = True
         for scope, unit in workload.items():
             if not all(unit.values()):
                 self.waiting[scope] = None
@@ -185,8 +191,11 @@ class TargetScheduling:
                    if not node.shutting_down)
 
     def _reschedule(self, node: Node) -> None:
-        """Give the node a unit if it has two tests or fewer left; tell it to stop once
-        nothing it holds is left to give."""
+        """Give the node units while it has two tests or fewer left; tell it to stop once
+        nothing it holds is left to give. Never leave it short while a unit it holds waits:
+        an xdist worker keeps its last test back until more come or it is told to stop, so a
+        worker left with one or two tests sends no completion, is never rescheduled, and the
+        run waits forever (targets of one check each: an unreachable one's error record)."""
         if node.shutting_down or node not in self.collections:
             return
         if _pending(self.assigned[node]) > 2:
@@ -205,8 +214,7 @@ class TargetScheduling:
         indices = [positions[nodeid] for nodeid, done in unit.items() if not done]
         if indices:
             node.send_runtest_some(indices)
-        else:
-            self._reschedule(node)
+        self._reschedule(node)
 
 
 def _pending(workload: dict[str, dict[str, bool]]) -> int:

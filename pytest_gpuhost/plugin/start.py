@@ -236,7 +236,8 @@ def start_run(config: pytest.Config) -> None:
             settings = resolve(raw_options(config))
             if not settings.active:
                 return
-            config.add_cleanup(interrupts.install())  # SIGTERM, SIGHUP: as SIGINT does
+            config.add_cleanup(interrupts.install(  # SIGTERM, SIGHUP: as SIGINT does
+                worker=settings.worker, controller=settings.distributing))
             run = _make_run(config, settings)
         except SettingsError as exc:
             raise pytest.UsageError(str(exc)) from None
@@ -320,6 +321,8 @@ def _register(config: pytest.Config, run: Run) -> None:
         from .worker import Worker
 
         manager.register(Worker(run), "gpuhost-worker")
+        # each worker compares machine_info itself: without the warning for the state alone
+        benchmark_files(config, None)
     else:
         from .controller import Controller
         from .summary import Summary

@@ -228,6 +228,46 @@ class AllureSessionFiles:
                      json.dumps(allure3_config(info), indent=2) + "\n")
 
 
+def unreported_results(directory: Path, records: Mapping[str, CheckResult],
+                       host_name: Callable[[str | None], str]) -> None:
+    """An Allure result for each check no worker reported (nodeid -> its error record): its
+    worker crashed while it ran, or died before it, or no worker collected its target; its
+    ``host`` the machine the check was to judge (``host_name`` of its target), as
+    ``AllureEvidence`` labels a check that reported.
+    allure-pytest writes a test's result in the worker that ran it, so these had none: Allure
+    lost the checks every other report counts as errors."""
+    import hashlib
+    import time
+    import uuid
+
+    from allure_commons import logger as allure_logger
+    from allure_commons.model2 import Label, Parameter, Status, StatusDetails, TestResult
+
+    def md5(text: str) -> str:  # allure's ids are MD5 hex digests: names, not secrets
+        return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()
+
+    untyped: Any = allure_logger  # allure-commons is untyped
+    logger = untyped.AllureFileLogger(str(directory))
+    for nodeid, record in records.items():
+        path, _, name = nodeid.partition("::")
+        full_name = f"{Path(path).with_suffix('').as_posix().replace('/', '.')}#{record.kind}"
+        host = host_name(record.target)
+        labels = [Label("tag", "gpuhost"), Label("host", host),
+                  Label("feature", record.kind), Label(OUTCOME_LABEL, record.outcome.value),
+                  Label("story", record.key if record.key is not None else record.kind)]
+        parameters = [Parameter("host", host)]
+        if record.target is not None:
+            parameters.append(Parameter("target", record.target))
+        if record.key is not None:
+            parameters.append(Parameter("key", record.key))
+        stamp = int(time.time() * 1000)
+        logger.report_result(TestResult(
+            name=name, fullName=full_name, uuid=str(uuid.uuid4()), historyId=md5(nodeid),
+            testCaseId=md5(full_name), status=Status.BROKEN,
+            statusDetails=StatusDetails(message=record.message), start=stamp, stop=stamp,
+            labels=labels, parameters=parameters))
+
+
 class AllureEvidence:
     """pytest hook: evidence on each check's Allure test, from its record, and its ``host``
     label: the machine the check judged (allure-pytest labels every test with the machine

@@ -6,6 +6,7 @@ end, kills the command's group before it exits and lets the target's lock go."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -78,3 +79,26 @@ def test_a_controller_killed_outright_leaves_no_command_running_on_the_target(
     assert rollback.ret == pytest.ExitCode.OK, rollback.stdout.str()
     assert counts(rollback) == {"passed": 1}  # the lock was free: the module never loaded
     assert read_journal(journal_of(fake.root)).rolled_back
+
+
+def test_a_signal_to_the_xdist_controller_alone_stops_the_command_on_the_target(
+        pytester: pytest.Pytester, sshd: SshServer, fake: FakeHost, blocked: Blocked) -> None:
+    """Under -n 2 the target's agent session is its worker's: the SIGTERM the controller
+    alone gets reaches that worker at once, whose agent stops the command on the target and
+    journals the change ``unknown`` for that signal."""
+    run = start_fix(pytester, *over_ssh(sshd, fake.root), "-n", "2",
+                    "--gpuhost-report=out.json")
+    modprobe = blocked.started()
+    run.send_signal(signal.SIGTERM)  # the controller's pid, not its process group
+    out, err = run.communicate(timeout=LIMIT_S)
+    said = out.decode() + err.decode()
+    assert run.returncode == pytest.ExitCode.INTERRUPTED, said
+    until(lambda: gone(modprobe) and gone(blocked.child()), "the remote modprobe's group ending")
+    blocked.release()
+    assert not blocked.loaded()
+    [entry] = read_journal(journal_of(fake.root)).entries
+    assert entry.state == "unknown"
+    assert entry.error is not None and entry.error.startswith(
+        "the run was interrupted (SIGTERM received) during run modprobe -- nvidia"), entry.error
+    [check] = json.loads((pytester.path / "out.json").read_text())["checks"]
+    assert check["outcome"] == "error" and "interrupted" in check["message"], check

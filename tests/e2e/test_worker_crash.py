@@ -106,11 +106,13 @@ CRASHING_ONCE = "from pathlib import Path\n" + CRASHING_KIND.replace(DIES, DIES_
     ONE_TREE_PER_TARGET
 
 
-def test_a_check_that_crashed_its_worker_is_an_error_even_when_its_rerun_passes(
+def test_a_check_that_crashed_its_worker_is_an_error_and_is_not_run_again(
         pytester: pytest.Pytester, tmp_path: Path) -> None:
     """With targets, xdist schedules each target's checks as one scope and runs a crashed
-    worker's unfinished checks again on its replacement, the crashed one included. pytest
-    counts the crash (1 failed, exit 1); the reports said every check passed (NPD: exit 0)."""
+    worker's unfinished checks on its replacement, but not the one it crashed on (it ran it
+    again, and a check that crashes every time killed each replacement in turn): that one is
+    an error in every report, which said every check passed (NPD: exit 0) when its run on the
+    new worker passed."""
     for name in ("a", "b"):
         FakeHost(pytester.path / name).sysctl("vm.swappiness", 10).kmsg([(6, "hello")])
     pytester.makeconftest(CRASHING_ONCE)
@@ -126,7 +128,7 @@ def test_a_check_that_crashed_its_worker_is_an_error_even_when_its_rerun_passes(
     assert [c["id"] for c in crashed] == ["crash"], report["checks"]
     assert crashed[0]["outcome"] == "error"
     assert "crashed while running" in crashed[0]["message"]
-    assert "passed" in crashed[0]["message"]  # what its run on the new worker said
+    assert "never reported" in crashed[0]["message"]  # not run again on the new worker
     (pytester.path / "crashed").unlink()
     # NPD speaks for this node: its crash, on this machine's tree (remote targets alone are
     # refused, as they are not this node)
@@ -311,3 +313,63 @@ def test_a_target_whose_collection_xdist_never_took_says_so(pytester: pytest.Pyt
     assert messages["a"].startswith("not run: no xdist worker collected the checks of a: "
                                     "xdist ended worker gw"), messages["a"]
     assert "before it took its collection" in messages["a"]
+
+
+def test_a_check_that_kills_its_worker_is_not_given_to_the_next_one(
+        pytester: pytest.Pytester) -> None:
+    """A check that kills every worker that runs it (a driver call that segfaults each time),
+    on remote targets: it was given again to each replacement worker, which died on it too,
+    until xdist stopped replacing them (9 crashes: JUnit held the check 9 times, the targets'
+    other checks were never run and Allure lost them). Now each target's crashing check is
+    its error record, once, and every other check runs: every report holds every check once,
+    Allure included."""
+    for name in ("a", "b"):
+        FakeHost(pytester.path / name).sysctl("vm.swappiness", 10).sysctl("vm.dirty_ratio", 10)
+    pytester.makeconftest("from pathlib import Path\n" + CRASHING_KIND + ONE_TREE_PER_TARGET)
+    pytester.makefile(".yaml", spec="version: 1\ncrash: 1\nsysctl:\n  vm.swappiness: 10\n"
+                                    "  vm.dirty_ratio: 10\n")
+    result = pytester.runpytest_subprocess(
+        "spec.yaml", "--gpuhost-target=ssh://fake/a?name=a",
+        "--gpuhost-target=ssh://fake/b?name=b", "-n", "2", "--gpuhost-report=out.json",
+        "--junitxml=junit.xml", "--alluredir=allure", "-p", "no:cacheprovider", timeout=240)
+    out = result.stdout.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, out
+    crashes = [line for line in result.stdout.lines if line.startswith("worker 'gw")]
+    assert len(crashes) == 2, out  # once a target
+    report = json.loads((pytester.path / "out.json").read_text())
+    outcomes = sorted((c["target"], c["id"], c["outcome"]) for c in report["checks"])
+    assert outcomes == [(target, check, "error" if check == "crash" else "passed")
+                        for target in ("a", "b") for check in
+                        ("crash", "sysctl[vm.dirty_ratio]", "sysctl[vm.swappiness]")], outcomes
+    for check in report["checks"]:
+        if check["id"] == "crash":
+            assert "crashed while running 'spec.yaml::crash@" in check["message"], check
+    assert_valid_junit(pytester.path / "junit.xml")
+    cases = [case.get("name") for case in ET.parse(pytester.path / "junit.xml").iter("testcase")]
+    assert len(cases) == len(set(cases)) == 6, cases  # each check once
+    assert {"crash@a", "crash@b"} <= set(cases), cases
+    allure = [json.loads(path.read_text())
+              for path in (pytester.path / "allure").glob("*-result.json")]
+    names = sorted(result["name"] for result in allure)
+    assert len(names) == len(set(names)) == 6, names
+    assert [r["status"] for r in allure if r["name"].startswith("crash")] == ["broken"] * 2
+
+
+def test_a_check_that_crashed_its_worker_on_this_machine_is_in_allure(
+        pytester: pytest.Pytester, fake: FakeHost) -> None:
+    """allure-pytest writes a test's result in its worker: one that died on the check wrote
+    none, and Allure lost the check every other report counts as an error."""
+    fake.sysctl("vm.swappiness", 10)
+    pytester.makeconftest(CRASHING_KIND)
+    pytester.makefile(".yaml", spec="version: 1\ncrash: 1\nsysctl:\n  vm.swappiness: 10\n")
+    result = pytester.runpytest_subprocess(
+        "spec.yaml", f"--gpuhost-root={fake.root}", "-n", "2", "--alluredir=allure",
+        "-p", "no:cacheprovider", timeout=120)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    allure = {json.loads(path.read_text())["name"]: json.loads(path.read_text())
+              for path in (pytester.path / "allure").glob("*-result.json")}
+    assert sorted(allure) == ["crash", "sysctl[vm.swappiness]"], sorted(allure)
+    assert allure["crash"]["status"] == "broken"
+    assert "crashed while running 'spec.yaml::crash'" in \
+        allure["crash"]["statusDetails"]["message"]
+    assert {"name": "gpuhost_outcome", "value": "error"} in allure["crash"]["labels"]

@@ -87,3 +87,73 @@ def test_a_rollback_judges_nothing_while_a_killed_run_s_command_still_runs(
     assert counts(rollback) == {"fixed": 1}
     assert not blocked.loaded()
     assert read_journal(journal_of(fake.root)).rolled_back
+
+
+@pytest.mark.parametrize("signum", SIGNALS, ids=[s.name for s in SIGNALS])
+def test_a_signal_to_the_xdist_controller_alone_stops_the_worker_s_command(
+        pytester: pytest.Pytester, fake: FakeHost, blocked: Blocked,
+        signum: signal.Signals) -> None:
+    """``kill PID``, ``docker stop`` with pytest as PID 1: the signal reaches the controller
+    and no worker. The worker running the fix gets it too, at once: its command's group is
+    killed and the change journaled ``unknown`` for that signal (not xdist's SIGINT seconds
+    later, while the worker went on with its checks)."""
+    run = start_fix(pytester, f"--gpuhost-root={fake.root}", "--gpuhost-report=out.json",
+                    "-n", "2")
+    modprobe = blocked.started()
+    run.send_signal(signum)  # the controller's pid, not its process group
+    out, err = run.communicate(timeout=LIMIT_S)
+    said = out.decode() + err.decode()
+    assert run.returncode == pytest.ExitCode.INTERRUPTED, said
+    until(lambda: gone(modprobe) and gone(blocked.child()), "the modprobe's group ending")
+    blocked.release()
+    assert not blocked.loaded()
+    [entry] = read_journal(journal_of(fake.root)).entries
+    assert entry.state == "unknown"
+    why = "KeyboardInterrupt" if signum == signal.SIGINT else f"{signum.name} received"
+    assert entry.error is not None and entry.error.startswith(
+        f"the run was interrupted ({why}) during run modprobe -- nvidia"), entry.error
+    [check] = json.loads((pytester.path / "out.json").read_text())["checks"]
+    assert (check["id"], check["outcome"]) == ("module[nvidia]", "error")
+    assert "interrupted" in check["message"]
+
+
+SIGNALLED_WITH_A_REPORT_QUEUED = """
+import os, signal, time
+import pytest
+
+CHECK = "spec.yaml::sysctl[vm.swappiness]"
+LIMIT_S = {limit!r}
+
+
+def pytest_runtest_logreport(report):
+    # On the controller, at CHECK's setup report: once its worker's later reports (the fix's
+    # record among them) wait in the controller's queue, the controller alone gets SIGTERM.
+    if "PYTEST_XDIST_WORKER" in os.environ or report.nodeid != CHECK or report.when != "setup":
+        return
+    dsession = report.node.config.pluginmanager.getplugin("dsession")
+    deadline = time.monotonic() + LIMIT_S
+    while dsession.queue.qsize() < 2:
+        if time.monotonic() > deadline:
+            raise AssertionError("the worker's reports of " + CHECK + " never came")
+        time.sleep(0.01)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(LIMIT_S)  # the handler raises here
+"""
+
+
+def test_a_fix_whose_report_waits_in_the_controller_s_queue_is_in_the_reports(
+        pytester: pytest.Pytester, fake: FakeHost) -> None:
+    """The controller signalled while a worker's report of a fix it made waits unread: the
+    report is read before the run ends, so the JSON report says ``fixed`` where the journal
+    says the change was made (it said the check never ran)."""
+    fake.sysctl("vm.swappiness", 60)
+    pytester.makeconftest(SIGNALLED_WITH_A_REPORT_QUEUED.format(limit=LIMIT_S))
+    pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n")
+    result = pytester.runpytest_subprocess(
+        "spec.yaml", "--fix", f"--gpuhost-root={fake.root}", "-n", "2",
+        "--gpuhost-report=out.json", "-p", "no:cacheprovider", timeout=LIMIT_S * 2)
+    assert result.ret == pytest.ExitCode.INTERRUPTED, result.stdout.str()
+    [entry] = read_journal(journal_of(fake.root)).entries
+    assert entry.state == "applied", entry
+    [check] = json.loads((pytester.path / "out.json").read_text())["checks"]
+    assert (check["id"], check["outcome"]) == ("sysctl[vm.swappiness]", "fixed"), check

@@ -81,6 +81,8 @@ def test_a_unit_collected_by_every_worker_runs_once() -> None:
 
 
 def test_a_dead_workers_unfinished_target_goes_to_the_worker_that_holds_it() -> None:
+    """Less the check it crashed on: xdist reports that one's crash, its record, and given
+    out again it killed each replacement worker in turn, until xdist replaced no more."""
     scheduler = TargetScheduling(2, lambda: False)
     dead, replacement = Node("dead"), Node("replacement")
     scheduler.add_node(dead)
@@ -96,8 +98,8 @@ def test_a_dead_workers_unfinished_target_goes_to_the_worker_that_holds_it() -> 
     scheduler.add_node(replacement)
     scheduler.add_node_collection(replacement, checks("b"))
     scheduler.schedule()
-    assert replacement.sent == [[0, 1, 2]]
-    for index in range(3):
+    assert replacement.sent == [[1, 2]]  # not what it crashed on: that would kill it too
+    for index in (1, 2):
         scheduler.mark_test_complete(replacement, index)
     assert scheduler.tests_finished and replacement.shutting_down
 
@@ -123,3 +125,43 @@ def test_a_containers_checks_join_its_hosts_unit_in_collection_order() -> None:
     for index in range(5):
         scheduler.mark_test_complete(one, index)
     assert scheduler.finished_scopes() == {"gpuhost target local"}
+
+
+def test_a_worker_given_two_checks_or_fewer_is_given_more_at_once_or_told_to_stop() -> None:
+    """An xdist worker keeps the last test it was given until more come or it is told to stop
+    (it needs the next item for the teardown): a worker given one target of one check, its
+    other target left waiting, sent no completion and was never given anything again, and
+    the run waited forever (targets of one check each: a reachable spec of one, or an
+    unreachable target's error record)."""
+    scheduler = TargetScheduling(2, lambda: False)
+    early, late = Node("early"), Node("late")
+    scheduler.add_node(early)
+    scheduler.add_node(late)
+    scheduler.add_node_collection(early, checks("b", 1))
+    scheduler.schedule()
+    scheduler.add_node_collection(late, checks("a", 1) + checks("c", 1))
+    scheduler.schedule()
+    assert late.sent == [[0], [1]] and late.shutting_down  # both its targets, then told
+    assert early.sent == [[0]] and early.shutting_down
+    assert not scheduler.waiting
+
+
+def test_a_containers_check_that_killed_its_worker_is_not_given_out_again() -> None:
+    """A container's checks are in its host's unit: the one its worker died on is taken out
+    of that unit (its record is the crash), and the replacement gets the rest of it."""
+    scheduler = TargetScheduling(2, lambda: False, joined={"lxc-101": "local"})
+    dead, replacement = Node("dead"), Node("replacement")
+    collection = ["spec.yaml::sysctl[vm.swappiness]@local",
+                  "spec.yaml::p2p[0000:01:00.0->0000:21:00.0]@lxc-101",
+                  "spec.yaml::dmesg@local"]
+    scheduler.add_node(dead)
+    scheduler.add_node_collection(dead, collection)
+    scheduler.schedule()
+    scheduler.mark_test_complete(dead, 0)
+    assert scheduler.remove_node(dead) == collection[1]
+    scheduler.add_node(replacement)
+    scheduler.add_node_collection(replacement, collection)
+    scheduler.schedule()
+    assert replacement.sent == [[2]]
+    scheduler.mark_test_complete(replacement, 2)
+    assert scheduler.tests_finished and replacement.shutting_down

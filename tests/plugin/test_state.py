@@ -436,3 +436,29 @@ def test_runs_that_reached_no_host_or_skipped_every_check_never_compare_the_same
     assert diff("read.json", "gpu2.json") == 1
     assert diff("skipped.json", "read.json") == 1
     assert diff("read.json", "read.json") == 0
+
+
+def test_a_comparison_under_xdist_warns_of_no_worker_s_machine_info_for_the_state_alone(
+        pytester: pytest.Pytester, node: FakeHost) -> None:
+    """Each xdist worker configures pytest-benchmark and compares ``machine_info`` itself: the
+    ``gpuhost`` field is taken out of its comparison too, with a spec and without one."""
+    pytester.makepyfile(test_bench=BENCH, test_plain_bench=PLAIN_BENCH)
+    args = ("test_bench.py", "node.yaml", f"--gpuhost-root={node.root}", "-p", "no:cacheprovider")
+    first = pytester.runpytest_subprocess(*args, "--benchmark-autosave")
+    assert first.ret == pytest.ExitCode.OK, output(first)
+    assert "gpuhost" in saved(pytester)[0]["machine_info"]
+    gated = pytester.runpytest_subprocess(*args, "-n", "2", "--benchmark-compare")
+    assert gated.ret == pytest.ExitCode.OK, output(gated)
+    assert DIFFERENT not in output(gated)
+    plain = pytester.runpytest_subprocess("test_plain_bench.py", "-n", "2", "-p",
+                                          "no:cacheprovider", "--benchmark-compare")
+    assert plain.ret == pytest.ExitCode.OK, output(plain)
+    assert DIFFERENT not in output(plain)
+    # the check can fail: a field of its own in the saved file is still warned of by each
+    data = pytester.path / ".benchmarks"
+    [path] = data.glob("*/*.json")
+    changed = json.loads(path.read_text())
+    changed["machine_info"]["node"] = "elsewhere"
+    path.write_text(json.dumps(changed))
+    other = pytester.runpytest_subprocess(*args, "-n", "2", "--benchmark-compare")
+    assert DIFFERENT in output(other)

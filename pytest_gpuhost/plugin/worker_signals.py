@@ -1,0 +1,97 @@
+"""On an xdist controller: a signal the controller gets reaches every worker, and the reports
+of what the workers did before it stopped them are taken in before the run ends.
+
+A signal may reach the controller alone (``kill PID``, ``timeout``, ``docker stop`` with pytest
+as PID 1). xdist's controller then unwinds at once: its workers go on with their checks (a
+``modprobe`` runs to its end, the next fixes are applied) until xdist's teardown interrupts them
+seconds later, and the reports they sent meanwhile are never read: a journal says ``applied``
+where every report says the check did not run. Here the controller hands each signal to every
+worker it started (``interrupts.forward``), each worker unwinds as a run without xdist does (its
+command's group killed, its remote agents told to cancel, the change journaled ``unknown``), and
+the controller reads the workers' reports until each has finished, or ``DRAIN_S`` has passed
+(xdist gives its workers as long before it kills them).
+"""
+
+from __future__ import annotations
+
+import queue
+import subprocess
+import time
+from collections.abc import Callable, Generator
+from typing import Any
+
+import pytest
+
+from . import interrupts
+
+DRAIN_S = 10.0
+"""How long the controller reads the reports of interrupted workers: xdist's own wait for its
+workers to end (``NodeManager.EXIT_TIMEOUT``) before it kills them."""
+
+
+class WorkerSignals:
+    """Registered on an xdist controller (``distributing.Distributing.start``)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.gateways: list[Any] = []
+        self.up: set[Any] = set()
+        """The workers that have not yet finished or gone down."""
+        self.stop = interrupts.forward(self.signal_workers)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_newgateway(self, gateway: Any) -> None:
+        self.gateways.append(gateway)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        self.up.add(node)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object | None) -> None:
+        self.up.discard(node)
+
+    def signal_workers(self, signum: int) -> None:
+        """Each worker process this controller started and that has not ended gets the
+        signal (``Popen.send_signal`` signals no process it has already reaped)."""
+        for gateway in self.gateways:
+            popen = getattr(getattr(gateway, "_io", None), "popen", None)
+            if isinstance(popen, subprocess.Popen):
+                popen.send_signal(signum)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
+        try:
+            return (yield)
+        except KeyboardInterrupt as exc:
+            from xdist.dsession import Interrupted as Stopped  # xdist's own stop, drained
+
+            if not isinstance(exc, Stopped):
+                self.drain(session.config.pluginmanager.getplugin("dsession"))
+            raise
+
+    def drain(self, dsession: Any) -> None:
+        """Read the workers' reports until every worker has finished (or gone down), for at
+        most ``DRAIN_S``: the checks they finished are in every report."""
+        if dsession is None or getattr(dsession, "sched", None) is None:
+            return
+        dsession.triggershutdown()  # nothing more is sent to any worker
+        deadline = self.clock() + DRAIN_S
+        while self.up:
+            left = deadline - self.clock()
+            if left <= 0:
+                return
+            try:
+                name, kwargs = dsession.queue.get(timeout=left)
+            except queue.Empty:
+                return
+            if name in ("workerfinished", "errordown"):
+                self.up.discard(kwargs.get("node"))
+            elif name == "testreport":
+                try:
+                    dsession.worker_testreport(**kwargs)
+                except Exception:  # a report's hook failing ends the reading, not the run
+                    return
+
+    def pytest_unconfigure(self) -> None:
+        self.stop()
