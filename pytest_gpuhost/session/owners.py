@@ -43,10 +43,20 @@ def _changes(check: Check) -> bool:
 
 def placements(session: Session) -> list[tuple[Check, Target]]:
     """Every check of the run this process collects, with the target it runs on, as its
-    collection places them (the expansions kept for it); a host that gets a check wakes."""
-    return [placed for spec in session.specs.values() for target in session.runs(spec)
-            if session.collects(target) and target.unreachable is None
-            for placed in session.placed(spec, target)]
+    collection places them (the expansions kept for it); a host that gets a check wakes. A
+    spec whose expansion raises on a target (a plugin kind's bug) places nothing here: its
+    collection expands it again and reports that error where it belongs, as a collection
+    error of the spec (exit 2), not as an internal error of this early look."""
+    found: list[tuple[Check, Target]] = []
+    for spec in session.specs.values():
+        for target in session.runs(spec):
+            if not session.collects(target) or target.unreachable is not None:
+                continue
+            try:
+                found += session.placed(spec, target)
+            except Exception:  # reported by the spec's collection
+                continue
+    return found
 
 
 def two_owners(session: Session) -> list[str]:
