@@ -45,13 +45,13 @@ sys.path.insert(0, str(REPO))
 
 from pytest_gpuhost import builtin  # noqa: E402
 from pytest_gpuhost.checks import Facts  # noqa: E402
+from pytest_gpuhost.config.settings import RawOptions, Settings, resolve  # noqa: E402
+from pytest_gpuhost.config.targets import TargetAddress  # noqa: E402
 from pytest_gpuhost.fix.state import STATE_DIR  # noqa: E402
 from pytest_gpuhost.gpu.nvml import default_factory  # noqa: E402
 from pytest_gpuhost.host import Host, LocalHost  # noqa: E402
 from pytest_gpuhost.session import Session  # noqa: E402
-from pytest_gpuhost.settings import RawOptions, Settings, resolve  # noqa: E402
 from pytest_gpuhost.spec import load_spec  # noqa: E402
-from pytest_gpuhost.targets import TargetAddress  # noqa: E402
 from pytest_gpuhost.testing.counting import CountingHost  # noqa: E402
 from pytest_gpuhost.testing.fakehost import FakeHost  # noqa: E402
 

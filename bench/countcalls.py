@@ -16,8 +16,8 @@ from collections import Counter
 
 import pytest
 
+from pytest_gpuhost.config.settings import Settings
 from pytest_gpuhost.host import Host, LocalHost
-from pytest_gpuhost.settings import Settings
 from pytest_gpuhost.testing.counting import CountingHost
 
 HOSTS: list[CountingHost] = []

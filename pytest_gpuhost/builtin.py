@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .checks import kind_name as kind_name
+from .config.targets import BUILTIN_SCHEMES, Scheme, TargetAddress, TargetError, scheme_registry
 from .hookspecs import hookimpl
-from .targets import BUILTIN_SCHEMES, Scheme, TargetAddress, TargetError, scheme_registry
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -24,13 +24,13 @@ if TYPE_CHECKING:
 
     from .checks import Capturer, Check, Fact, Facts, Kind, PersistLine
     from .checks.conditions import ConditionFn
+    from .config.settings import Settings
+    from .config.targets import TargetAddress
     from .gpu.nvml import NvmlFactory
     from .host import Host
     from .reports import Report
     from .result import CheckResult
-    from .settings import Settings
     from .spec import Node, SpecContext
-    from .targets import TargetAddress
 
 BUILTIN_KINDS = (
     ("sysctl", "sysctl", "SysctlKind"),
@@ -141,7 +141,7 @@ def pytest_gpuhost_target_schemes() -> Sequence[Scheme]:
 def target_schemes(pluginmanager: pluggy.PluginManager) -> dict[str, Scheme]:
     """Every plugin's target schemes, the built-in ones among them (this module is registered
     first if it is not yet); SettingsError when two plugins claim one scheme."""
-    from .settings import SettingsError
+    from .config.settings import SettingsError
 
     this = sys.modules[__name__]
     if not pluginmanager.is_registered(this):

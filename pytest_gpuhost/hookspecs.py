@@ -18,11 +18,11 @@ import pluggy
 if TYPE_CHECKING:  # imported by every pytest run: nothing heavy at import time
     from .checks import Kind
     from .checks.conditions import ConditionFn
+    from .config.settings import Settings
+    from .config.targets import Scheme, TargetAddress
     from .gpu.nvml import NvmlFactory
     from .host import Host
     from .reports import Report
-    from .settings import Settings
-    from .targets import Scheme, TargetAddress
 
 hookspec = pluggy.HookspecMarker("pytest")
 hookimpl = pluggy.HookimplMarker("pytest")

@@ -18,7 +18,7 @@ from .reports import RunInfo
 from .result import CheckResult
 
 if TYPE_CHECKING:  # the state's module (hashlib, json) loads when a run uses the state
-    from .settings import Settings
+    from .config.settings import Settings
     from .state import HostState, SpecDigest
 
 STATE_FIXTURE = "gpuhost_state"

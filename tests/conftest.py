@@ -23,7 +23,7 @@ from .runner import Runner
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_HOST = REPO / "examples" / "hosts" / "blackwell8-untuned"
-BLACKWELL8 = REPO / "pytest_gpuhost" / "specs" / "blackwell8.yaml"
+BLACKWELL8 = REPO / "pytest_gpuhost" / "bundled" / "blackwell8.yaml"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 

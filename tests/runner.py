@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, TypedDict
 
 from pytest_gpuhost import builtin
 from pytest_gpuhost.checks import Check
+from pytest_gpuhost.config.settings import RawOptions, Settings, resolve
+from pytest_gpuhost.config.targets import TargetAddress
 from pytest_gpuhost.gpu.nvml import Nvml, NvmlFactory, default_factory
 from pytest_gpuhost.host import Clock, Host, LocalHost
 from pytest_gpuhost.reports import RunInfo
 from pytest_gpuhost.result import CheckResult, Outcome
 from pytest_gpuhost.session import Session
-from pytest_gpuhost.settings import RawOptions, Settings, resolve
-from pytest_gpuhost.targets import TargetAddress
 from pytest_gpuhost.testing.clock import FakeClock
 
 if TYPE_CHECKING:  # typing's own Unpack of keyword arguments is Python 3.12's

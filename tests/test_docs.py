@@ -296,8 +296,8 @@ def test_what_fix_persist_writes_is_named_in_its_help_and_the_docs(
 
 def test_the_reference_table_of_options_is_the_one_the_options_table_makes() -> None:
     """Each option is declared once, in pytest_gpuhost/options.py: the reference's table is
-    made from it (``python -m pytest_gpuhost.options``), and so is --help."""
-    from pytest_gpuhost.options import OPTIONS, docs_table
+    made from it (``python -m pytest_gpuhost.config.options``), and so is --help."""
+    from pytest_gpuhost.config.options import OPTIONS, docs_table
 
     section = (REPO / "docs" / "reference.md").read_text().split("## Command line", 1)[1]
     start = section.index("| option | ini | meaning |")

@@ -20,30 +20,25 @@ ROOT = ""
 FLOORS: dict[str, int] = {
     # floor 0: the base, which imports no layer but the package root
     ROOT: 0, "result": 0, "files": 0, "progress": 0, "long_lived": 0, "printable": 0,
-    "host": 0, "linux": 0, "spec": 0, "specs": 0, "targets": 0,
+    "host": 0, "linux": 0, "spec": 0, "bundled": 0,
     # floor 0 too: which target of one host state is which of another (plain data)
     "statepairs": 0,
-    # floor 1: waiting a bounded time (on the host's clock); the table of options
-    "bounded": 1, "options": 1,
+    # floor 1: waiting a bounded time (on the host's clock)
+    "bounded": 1,
     # floor 1 too: comparing two host states, their targets paired (the state's module builds
     # them)
     "statecompare": 1,
-    # floor 1 too: a fleet's hosts as rows and plain targets files (no ansible-core)
-    "hostlist": 1,
-    # floor 2 too: the run's outputs, each its own file and none an input (options' sources)
-    "outputs": 2,
-    # floor 2: GPUs, inventories, the fleet view
-    "gpu": 2, "inventory": 2, "fleet": 2,
+    # floor 2: GPUs, the fleet view
+    "gpu": 2, "fleet": 2,
     # floor 3: the kinds, the reporters
     "checks": 3, "reports": 3,
     # floor 4: what acts on checks: capture, the fixer; the host state; the fake trees; an old
     # import path
     "capture": 4, "fix": 4, "state": 4, "testing": 4, "nvml": 4,
-    # floor 4 too: the run's targets as its options name them (settings resolves them)
-    "targetoptions": 4, "specoptions": 4,
-    # floor 5: one check's run; the settings (they validate a capture's target);
+    # floor 5: one check's run; the run's configuration: options, targets, inventories, the
+    # settings resolved (they validate a capture's target and name the journals' directory);
     # pytest-benchmark's hooks; an old import path
-    "engine": 5, "settings": 5, "benchmark": 5, "fakehost": 5,
+    "engine": 5, "config": 5, "benchmark": 5, "fakehost": 5,
     # floor 6: the session without pytest; the hooks' specifications; the state's pytest side
     "session": 6, "hookspecs": 6, "runstate": 6,
     # floor 7: the built-in kinds, schemes, hosts and reports as a plugin registers them
@@ -59,9 +54,9 @@ ALONE = {
 """Layers that import nothing of the package at all."""
 FORBIDDEN = {
     # lower layers that a layer still must not import
-    "checks": {"fleet", "inventory", "hostlist"},
-    "reports": {"host", "gpu", "inventory", "hostlist"},
-    "fleet": {"host", "gpu", "spec", "inventory", "hostlist"},
+    "checks": {"fleet"},
+    "reports": {"host", "gpu"},
+    "fleet": {"host", "gpu", "spec"},
 }
 ROOT_SHIM = (ROOT, "plugin")
 """The package's ``__init__`` registers the plugin when ``-p pytest_gpuhost`` names the package

@@ -18,12 +18,13 @@ from typing import Any
 
 import msgspec
 
-from .. import specs
+from .. import bundled
 
 GOOD = frozenset({"passed", "fixed", "skipped"})
 """Outcomes that leave a target healthy (as the node-health integrations judge)."""
-BUNDLED_DIRECTORY = specs.DIRECTORY.parts[-2:]
-"""Where a bundled spec lies in an installed (or checked out) package: ``pytest_gpuhost/specs``."""
+BUNDLED_DIRECTORY = bundled.DIRECTORY.parts[-2:]
+"""Where a bundled spec lies in an installed (or checked out) package:
+``pytest_gpuhost/bundled``."""
 OUTCOME_ORDER = ("error", "fix_failed", "failed", "reboot_required", "would_fix", "fixed",
                  "passed", "skipped")
 """Worst first: a cell of several checks shows the worst outcome among them."""

@@ -22,8 +22,8 @@ from typing import Any, Literal
 
 import pytest
 
-from .. import hookspecs, specs
-from ..options import COUNT, FLAG, OPTIONAL, OPTIONS, SECONDS, SPEC_SUFFIXES, WORDS
+from .. import bundled, hookspecs
+from ..config.options import COUNT, FLAG, OPTIONAL, OPTIONS, SECONDS, SPEC_SUFFIXES, WORDS
 
 MARKERS = (
     "gpuhost: on a generated host check: its kind; on a test of yours: run it only after every "
@@ -68,7 +68,7 @@ def _rewrite_only_the_testing_helpers(pluginmanager: pytest.PytestPluginManager)
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Every option of ``options.OPTIONS``, and its ini twin."""
     group = parser.getgroup("gpuhost", "GPU host tuning checks (pytest-gpuhost)")
-    bundled = ", ".join(specs.names())
+    names = ", ".join(bundled.names())
     for option in OPTIONS:
         extra: dict[str, object] = {"metavar": option.metavar} if option.metavar else {}
         if option.kind == OPTIONAL:
@@ -77,7 +77,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             extra["action"] = _ACTIONS[option.kind]
         if option.kind in _TYPES:
             extra["type"] = _TYPES[option.kind]
-        group.addoption(option.flag, default=option.default, help=option.help_text(bundled),
+        group.addoption(option.flag, default=option.default, help=option.help_text(names),
                         **extra)
     for option in OPTIONS:
         if option.ini is None:

@@ -46,7 +46,7 @@ from .workers import (
 )
 
 if TYPE_CHECKING:
-    from ..settings import Settings
+    from ..config.settings import Settings
     from .book import RecordBook
     from .start import Run
 
@@ -120,7 +120,7 @@ def share(config: pytest.Config, settings: Settings) -> tuple[SharedDirectory, S
     """The directory the workers will share, with the targets as resolved here; where a
     worker's ssh session rides on a connection another process made (the controller's
     collection), the directory of their OpenSSH masters too."""
-    from ..settings import target_record
+    from ..config.settings import target_record
     from .workers import TARGETS_KEY
 
     shared = SharedDirectory({TARGETS_KEY: [target_record(t) for t in settings.targets]})

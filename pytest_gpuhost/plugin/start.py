@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .. import builtin, long_lived, specs
+from .. import builtin, bundled, long_lived
 from ..builtin import kind_name
+from ..config.options import OPTIONS, RawOptions
+from ..config.settings import Settings, SettingsError, resolve
 from ..fix import LockUnavailable
-from ..options import OPTIONS, RawOptions
 from ..result import CheckResult
 from ..runstate import benchmark_files, finished_state
 from ..session import Session
-from ..settings import Settings, SettingsError, resolve
 from ..spec import SpecError
 from . import interrupts
 from .items import RUN, GpuhostItem
@@ -38,10 +38,10 @@ from .ledger import Ledger
 if TYPE_CHECKING:  # xdist's modules load when a run uses it
     from ..checks import Check, Kind
     from ..checks.conditions import ConditionFn
+    from ..config.targets import TargetAddress
     from ..host import Host
     from ..reports import Report
     from ..session import Target
-    from ..targets import TargetAddress
     from .distributing import SharedDirectory
 
 REPORT_ATTR = "gpuhost"
@@ -122,7 +122,7 @@ class Run:
         rootdir, unless such a copy runs too. Else pytest's own id for a file under the
         rootdir, or for one outside it the path as the user named it, so every id names its
         spec."""
-        name = specs.bundled_name(path)
+        name = bundled.bundled_name(path)
         if name is not None and (self.config.rootpath / name).resolve() not in self.session.specs:
             return name
         own = self._own_id(path)
@@ -367,7 +367,7 @@ def _add_spec_args(config: pytest.Config, paths: Sequence[Path]) -> None:
     if config.args_source != pytest.Config.ArgsSource.ARGS:
         config.args = [str(path) for path in paths]
         return
-    args = [specs.from_argument(a, paths, base) for a in config.args]
+    args = [bundled.from_argument(a, paths, base) for a in config.args]
     given = {(base / a.split("::", 1)[0]).resolve() for a in args}
     config.args = [*args, *(str(path) for path in paths if path not in given)]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..options import BY_NAME
+from ..config.options import BY_NAME
 from ..printable import printable
 from ..reports.terminal import TerminalSummary
 

@@ -11,9 +11,9 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from ..bundled import bundled_name
 from ..files import write_output
 from ..result import OPEN_OUTCOMES, OUTCOMES, CheckResult
-from ..specs import bundled_name
 from . import RunInfo, reverting
 
 _NUMBER = re.compile(r"-?\d{1,20}(\.\d{1,20})?")

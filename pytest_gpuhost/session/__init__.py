@@ -22,12 +22,12 @@ import msgspec
 from ..checks import Check, Fact, Kind, owned
 from ..checks.conditions import ConditionFn
 from ..checks.gpus import GPUS
+from ..config.settings import Settings, SettingsError
 from ..engine import RunOptions
 from ..fix.run import RUN_KEY, close_rollback, default_journal, make_fixer, new_run_id
 from ..gpu.nvml import NvmlFactory
 from ..host import Host, HostError, doing
 from ..result import CheckResult
-from ..settings import Settings, SettingsError
 from ..spec import EntryOptions, Spec
 from ..spec.cache import load_spec_cached
 from .containers import CONTAINER
@@ -37,8 +37,8 @@ from .target import HOST_FACTS, LOCAL, HostFacts, Target
 
 if TYPE_CHECKING:  # a rollback's, persistence's and a capture's modules load when used
     from ..capture.writer import SpecCapture
+    from ..config.targets import TargetAddress
     from ..fix.journal import JournalContents
-    from ..targets import TargetAddress
     from .capturing import capture_report as capture_report
     from .rollback import OpenRollback
     from .unreachable import UnreachableHost as UnreachableHost

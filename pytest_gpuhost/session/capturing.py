@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..settings import SettingsError
+from ..config.settings import SettingsError
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -25,8 +25,8 @@ from collections.abc import Callable, Collection, Iterable
 from typing import Protocol, TypeVar
 
 from ..checks import Check
+from ..config.settings import Settings
 from ..host import HostError, doing
-from ..settings import Settings
 from ..spec import Spec
 from .collecting import each_at_once
 from .target import LOCAL, Target

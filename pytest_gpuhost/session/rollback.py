@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from ..checks import Check
+from ..config.settings import Settings, SettingsError
 from ..fix.run import rollback_fixer
 from ..fix.state import JOURNAL_DIR, StateFile, StateStore
 from ..host import HostError
-from ..settings import Settings, SettingsError
 from .target import LOCAL, Target
 
 if TYPE_CHECKING:

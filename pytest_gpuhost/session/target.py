@@ -17,6 +17,8 @@ import msgspec
 from ..checks import Check, Fact, Facts
 from ..checks.conditions import ConditionFn
 from ..checks.gpus import GPUS
+from ..config.settings import Settings
+from ..config.targets import TargetAddress
 from ..engine import RunOptions, error_result, run_check
 from ..fix.run import FixRun
 from ..gpu.nvml import NvmlFactory, NvmlSource, NvmlUnavailable
@@ -36,8 +38,6 @@ from ..host import (
 from ..host.agent import decode, encode
 from ..reports import TargetInfo
 from ..result import CheckResult
-from ..settings import Settings
-from ..targets import TargetAddress
 from .containers import CONTAINER, guarded, in_kernel, kernel_target, written_for
 from .hostfacts import HOST_FACTS as HOST_FACTS  # re-exported (session)
 from .hostfacts import HostFacts as HostFacts  # re-exported (session)

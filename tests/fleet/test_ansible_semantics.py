@@ -18,9 +18,9 @@ import msgspec
 import pytest
 
 from pytest_gpuhost.builtin import pytest_gpuhost_make_host
+from pytest_gpuhost.config.inventory import InventoryError, InventoryHost, read_inventory
+from pytest_gpuhost.config.settings import RawOptions, resolve
 from pytest_gpuhost.host.remote import AgentHost
-from pytest_gpuhost.inventory import InventoryError, InventoryHost, read_inventory
-from pytest_gpuhost.settings import RawOptions, resolve
 from pytest_gpuhost.testing.fakehost import FakeHost
 
 SPEC = "version: 1\nsysctl:\n  vm.swappiness: 10\n"

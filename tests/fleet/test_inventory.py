@@ -10,15 +10,20 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpuhost.host.remote import ssh_argv
-from pytest_gpuhost.inventory import (
+from pytest_gpuhost.config.inventory import (
     InventoryError,
     InventoryHost,
     parse_targets,
     read_inventory,
     read_targets_file,
 )
-from pytest_gpuhost.targets import TargetAddress, TargetError, name_targets, parse_target_line
+from pytest_gpuhost.config.targets import (
+    TargetAddress,
+    TargetError,
+    name_targets,
+    parse_target_line,
+)
+from pytest_gpuhost.host.remote import ssh_argv
 
 from ..conftest import ended_within
 
@@ -181,7 +186,7 @@ def test_without_ansible_the_error_names_the_extra(tmp_path: Path,
 
 
 def test_importing_the_module_does_not_import_ansible() -> None:
-    code = ("import sys, pytest_gpuhost.inventory, pytest_gpuhost.plugin; "
+    code = ("import sys, pytest_gpuhost.config.inventory, pytest_gpuhost.plugin; "
             "print(any(m.split('.')[0] == 'ansible' for m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
@@ -371,7 +376,7 @@ def test_an_inventory_script_that_never_answers_is_given_up_at_the_timeout(
     import os
     import signal
 
-    from pytest_gpuhost import inventory as module
+    from pytest_gpuhost.config import inventory as module
 
     monkeypatch.setattr(module, "INVENTORY_TIMEOUT_S", 1.0)
     script = tmp_path / "cmdb.sh"

@@ -127,7 +127,7 @@ def test_a_bundled_spec_is_one_spec_across_installs(tmp_path: Path) -> None:
     """Two nodes' reports of the bundled spec, installed under two Pythons: their checks are the
     same checks, so a value that differs is drift (it was two specs, each holding one value)."""
     def report(name: str, site: str, swappiness: str) -> dict[str, Any]:
-        location = f"{site}/pytest_gpuhost/specs/blackwell8.yaml:14"
+        location = f"{site}/pytest_gpuhost/bundled/blackwell8.yaml:14"
         return {"host": name, "checks": [
             {"id": "sysctl[vm.swappiness]", "kind": "sysctl", "key": "vm.swappiness",
              "observed": swappiness, "outcome": "passed" if swappiness == "10" else "failed",

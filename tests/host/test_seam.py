@@ -12,6 +12,7 @@ import pytest
 
 from pytest_gpuhost.bounded import StillRunning, within
 from pytest_gpuhost.checks.cpuidle import ResidencyProbe, find_idle_states
+from pytest_gpuhost.config.settings import RawOptions, resolve
 from pytest_gpuhost.gpu.nvml import default_factory
 from pytest_gpuhost.host import (
     WIRE_FORMS,
@@ -37,7 +38,6 @@ from pytest_gpuhost.host import (
 )
 from pytest_gpuhost.host.remote import AgentHost, Traffic
 from pytest_gpuhost.session import Target
-from pytest_gpuhost.settings import RawOptions, resolve
 from pytest_gpuhost.testing.clock import FakeClock
 from pytest_gpuhost.testing.counting import CountingHost
 from pytest_gpuhost.testing.fakehost import FakeHost

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from pytest_gpuhost.targets import TargetError, parse_target, parse_targets, valid_name
+from pytest_gpuhost.config.targets import TargetError, parse_target, parse_targets, valid_name
 from pytest_gpuhost.testing.fakehost import FakeHost
 
 PASSWORD = "hunter2-secret"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import pytest_gpuhost.specs as pytest_gpuhost_specs
+import pytest_gpuhost.bundled as pytest_gpuhost_bundled
 from pytest_gpuhost.testing.fakehost import FakeHost
 
 from ..conftest import REPO
@@ -52,11 +52,12 @@ def test_a_run_that_asks_nothing_of_gpuhost_imports_its_entry_point_only(
         def test_trivial(n):
             assert n >= 0
     """)
-    # specs: a directory listing (no YAML) for --gpuhost-spec's help, which names them;
-    # options: the table every option is declared in (no import of its own)
-    assert loaded(pytester) == ["pytest_gpuhost", "pytest_gpuhost.hookspecs",
-                                "pytest_gpuhost.options", "pytest_gpuhost.plugin",
-                                "pytest_gpuhost.specs"]
+    # bundled: a directory listing (no YAML) for --gpuhost-spec's help, which names them;
+    # config.options: the table every option is declared in (no import of its own; its
+    # folder's __init__ imports nothing)
+    assert loaded(pytester) == ["pytest_gpuhost", "pytest_gpuhost.bundled",
+                                "pytest_gpuhost.config", "pytest_gpuhost.config.options",
+                                "pytest_gpuhost.hookspecs", "pytest_gpuhost.plugin"]
 
 
 def test_a_verify_run_imports_the_kinds_of_its_spec_and_no_fix_or_unasked_report(
@@ -123,7 +124,7 @@ def test_a_node_problem_detector_run_measures_nothing_and_opens_no_library(
     """What NPD runs every interval (examples/k8s/gpuhost-monitor.json) on the example host:
     the p2p checks are left out (``-m "not gpuhost_slow"``), so neither the bandwidth parsers
     nor the CUDA probe load, and a fake root's recorded NVML needs no nvidia-ml-py wrapper."""
-    spec = Path(pytest_gpuhost_specs.__file__).parent / "blackwell8.yaml"
+    spec = Path(pytest_gpuhost_bundled.__file__).parent / "blackwell8.yaml"
     modules = loaded(pytester, "-m", "not gpuhost_slow", "--gpuhost-npd", f"--gpuhost-spec={spec}",
                      f"--gpuhost-root={example_host}", ret=1)
     assert "pytest_gpuhost.gpu.measure" in modules  # p2p's checks are expanded, then left out
@@ -142,7 +143,7 @@ def test_the_example_monitors_runs_after_the_first_load_the_spec_without_yaml(
     [args] = [r["args"] for r in rule["rules"]]
     cache = tmp_path / "npd-cache"
     cache.mkdir(mode=0o700)
-    spec = Path(pytest_gpuhost_specs.__file__).parent / "blackwell8.yaml"
+    spec = Path(pytest_gpuhost_bundled.__file__).parent / "blackwell8.yaml"
     here = {"--gpuhost-spec=": str(spec), "--gpuhost-root=": str(example_host),
             "--gpuhost-nfd=": str(pytester.path / "features"), "cache_dir=": str(cache)}
     words = [next((prefix + value for prefix, value in here.items() if word.startswith(prefix)),

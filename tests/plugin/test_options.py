@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_gpuhost.options import BY_NAME, FLAG, OPTIONAL, OPTIONS, WORDS, RawOptions
+from pytest_gpuhost.config.options import BY_NAME, FLAG, OPTIONAL, OPTIONS, WORDS, RawOptions
 from pytest_gpuhost.plugin import _asked
 
 pytest_plugins = ["pytester"]

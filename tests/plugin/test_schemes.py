@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from pytest_gpuhost import builtin
-from pytest_gpuhost.targets import (
+from pytest_gpuhost.config.targets import (
     BUILTIN,
     BUILTIN_SCHEMES,
     Scheme,
@@ -228,7 +228,7 @@ def test_two_plugins_that_claim_one_scheme_are_a_usage_error(pytester: pytest.Py
     pytester.syspathinsert()
     pytester.makepyfile(otherdocker=(
         "from pytest_gpuhost.hookspecs import hookimpl\n"
-        "from pytest_gpuhost.targets import Scheme, TargetAddress\n\n"
+        "from pytest_gpuhost.config.targets import Scheme, TargetAddress\n\n"
         "@hookimpl\n"
         "def pytest_gpuhost_target_schemes():\n"
         "    return [Scheme('docker', ('docker://ID',),\n"
@@ -264,7 +264,7 @@ def test_a_root_written_with_dots_and_slashes_is_the_root_it_names() -> None:
                                        "ssh://root@h/./srv/tree?lxc=101"])
 def test_a_containers_host_written_another_way_is_the_target_of_that_host(
         container: str) -> None:
-    from pytest_gpuhost.targetoptions import place_kernels
+    from pytest_gpuhost.config.targetoptions import place_kernels
 
     placed = place_kernels([parse_target("ssh://h/srv/tree?name=pve"),
                             parse_target(container)])

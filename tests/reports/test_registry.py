@@ -77,7 +77,7 @@ def test_two_reports_may_not_claim_one_name(pytester: pytest.Pytester, fake: Fak
 def test_every_built_in_report_names_a_setting_and_a_maker_that_exist() -> None:
     import importlib
 
-    from pytest_gpuhost.settings import Settings
+    from pytest_gpuhost.config.settings import Settings
 
     fields = set(Settings.__struct_fields__)
     for name, report in REPORTS.items():

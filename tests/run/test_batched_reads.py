@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_gpuhost.config.settings import Settings
 from pytest_gpuhost.host import Host, LocalHost
-from pytest_gpuhost.settings import Settings
 from pytest_gpuhost.testing.counting import CountingHost
 from pytest_gpuhost.testing.fakehost import FakeHost
 

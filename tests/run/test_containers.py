@@ -197,8 +197,8 @@ def test_a_container_is_recognised_as_systemd_detect_virt_does(
 def test_an_lxc_target_of_ssh_is_a_container_whatever_its_cgroup_says(tmp_path: Path) -> None:
     """``ssh://HOST?lxc=CTID`` whose PID 1 cgroup reads ``0::/init.scope`` is a container by
     construction: its host is ssh://HOST, where its kernel checks go."""
-    from pytest_gpuhost.targetoptions import place_kernels
-    from pytest_gpuhost.targets import parse_target
+    from pytest_gpuhost.config.targetoptions import place_kernels
+    from pytest_gpuhost.config.targets import parse_target
 
     [container, host] = place_kernels([parse_target("ssh://root@pve?lxc=101")])
     assert container.kernel_on == host.name == "pve"
@@ -303,8 +303,8 @@ def test_a_check_of_a_host_and_its_container_runs_where_either_target_asks_for_i
 def test_gpuhost_host_places_local_however_it_enters_the_run() -> None:
     """``local`` implied as ``lxc://101``'s host is still the container ``--gpuhost-host``
     declares: its kernel is pve's, and so, through it, 101's."""
-    from pytest_gpuhost.targetoptions import place_kernels
-    from pytest_gpuhost.targets import parse_target
+    from pytest_gpuhost.config.targetoptions import place_kernels
+    from pytest_gpuhost.config.targets import parse_target
 
     pve = parse_target("ssh://root@pve/")
     [container, local, host] = place_kernels([parse_target("lxc://101")], host=pve)

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
+from pytest_gpuhost.config.settings import Settings
+from pytest_gpuhost.config.targets import Scheme, TargetAddress, TargetError, TargetUrl
 from pytest_gpuhost.host import Host, HostError, LocalHost, Reply, Request
 from pytest_gpuhost.session.observing import fresh_together, read_fresh_together
 from pytest_gpuhost.session.target import LOCAL
-from pytest_gpuhost.settings import Settings
-from pytest_gpuhost.targets import Scheme, TargetAddress, TargetError, TargetUrl
 from pytest_gpuhost.testing.counting import CountingHost
 from pytest_gpuhost.testing.fakehost import FakeHost
 

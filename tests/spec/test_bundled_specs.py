@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpuhost import specs
+from pytest_gpuhost import bundled
 
 from ..conftest import BLACKWELL8, REPO, assert_valid_junit, crash_worker_at
 
@@ -21,18 +21,18 @@ SMALL = "version: 1\nname: mine\nsysctl:\n  vm.swappiness: 10\n"
 
 
 def test_the_bundled_specs_are_the_package_s_yaml_files() -> None:
-    assert specs.names() == ["blackwell8"]
-    assert specs.find("blackwell8") == BLACKWELL8
-    assert specs.find("blackwell9") is None
+    assert bundled.names() == ["blackwell8"]
+    assert bundled.find("blackwell8") == BLACKWELL8
+    assert bundled.find("blackwell9") is None
 
 
 def test_the_checkout_copy_is_the_bundled_spec() -> None:
     """specs/blackwell8.yaml stays for paths that name it in a checkout (bench/ reads it)."""
     copy = (REPO / "specs" / "blackwell8.yaml").read_text()
     header, _, rest = copy.partition("\n# Tuning")
-    assert header.startswith("# A copy of pytest_gpuhost/specs/blackwell8.yaml"), header
+    assert header.startswith("# A copy of pytest_gpuhost/bundled/blackwell8.yaml"), header
     assert "# Tuning" + rest == BLACKWELL8.read_text(), (
-        "specs/blackwell8.yaml differs from pytest_gpuhost/specs/blackwell8.yaml: edit the "
+        "specs/blackwell8.yaml differs from pytest_gpuhost/bundled/blackwell8.yaml: edit the "
         "bundled one, then copy it below the two header lines")
 
 
@@ -164,14 +164,15 @@ def test_the_wheel_ships_the_bundled_specs_and_data(tmp_path: Path) -> None:
         names = set(archive.namelist())
         metadata = next(archive.read(n).decode() for n in names if n.endswith("/METADATA"))
         archive.extractall(tmp_path / "unpacked")
-    assert {"pytest_gpuhost/specs/blackwell8.yaml", "pytest_gpuhost/capture/catalog.yaml",
+    assert {"pytest_gpuhost/bundled/blackwell8.yaml", "pytest_gpuhost/capture/catalog.yaml",
             "pytest_gpuhost/fleet/page.js", "pytest_gpuhost/fleet/page.css"} <= names
     assert "License-Expression: Apache-2.0" in metadata.splitlines()
     assert "project.license" not in built.stdout + built.stderr  # no deprecation warning
     found = subprocess.run(
-        [sys.executable, "-c", "from pytest_gpuhost import specs; print(specs.find('blackwell8'))"],
+        [sys.executable, "-c",
+         "from pytest_gpuhost import bundled; print(bundled.find('blackwell8'))"],
         cwd=tmp_path / "unpacked", capture_output=True, text=True, timeout=60, check=True)
-    assert found.stdout.strip() == str(tmp_path / "unpacked/pytest_gpuhost/specs/blackwell8.yaml")
+    assert found.stdout.strip() == str(tmp_path / "unpacked/pytest_gpuhost/bundled/blackwell8.yaml")
 
 
 def test_under_xdist_a_bundled_spec_s_check_whose_worker_died_is_in_the_report(

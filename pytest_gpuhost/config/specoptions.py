@@ -22,14 +22,14 @@ def spec_path(base: Path, value: str, source: str) -> Path:
     if "/" in value or value.endswith(SPEC_SUFFIXES) or path.exists():
         _not_the_bundled(path, value, f"{source}={value}")
         return path
-    from . import specs
+    from .. import bundled
 
-    bundled = specs.find(value)
-    if bundled is None:
+    found = bundled.find(value)
+    if found is None:
         raise SpecOptionError(f"{source}={value}: no such file, and no bundled spec of that "
-                              f"name; the bundled specs: {', '.join(specs.names()) or 'none'} "
+                              f"name; the bundled specs: {', '.join(bundled.names()) or 'none'} "
                               "(or name a YAML file)")
-    return bundled
+    return found
 
 
 def _not_the_bundled(path: Path, value: str, shown: str) -> None:
@@ -37,11 +37,11 @@ def _not_the_bundled(path: Path, value: str, shown: str) -> None:
     say so, and how to run the bundled one, rather than only "not found"."""
     if "/" in value or path.exists():
         return
-    from . import specs
+    from .. import bundled
 
     stem = next((value[:-len(suffix)] for suffix in SPEC_SUFFIXES if value.endswith(suffix)),
                 None)
-    if stem is not None and specs.find(stem) is not None:
+    if stem is not None and bundled.find(stem) is not None:
         raise SpecOptionError(f"{shown}: no such file here ({path.parent}); the bundled "
                               f"spec of that name runs as --gpuhost-spec={stem} (a bundled spec "
                               "is named without .yaml)")
@@ -53,10 +53,10 @@ def spec_paths(raw: RawOptions) -> tuple[Path, ...]:
     if not paths:
         paths = [spec_path(raw.ini_base, p, f"gpuhost_spec in {raw.ini_name}")
                  for p in raw.ini_words("spec")]
-    from . import specs
+    from .. import bundled
 
     for arg in raw.args:  # a bundled spec's check by its id (blackwell8.yaml::dmesg) too
-        candidate = Path(specs.from_argument(arg, paths, raw.invocation).split("::", 1)[0])
+        candidate = Path(bundled.from_argument(arg, paths, raw.invocation).split("::", 1)[0])
         if candidate.suffix in SPEC_SUFFIXES:
             _not_the_bundled(raw.invocation / candidate, str(candidate), str(candidate))
             paths.append(raw.invocation / candidate)

@@ -125,8 +125,8 @@ OPTIONS: tuple[Option, ...] = (
                 "({bundled}); may be given more than once.",
            doc="the spec (may be repeated): a YAML file, or a bare name (no `/`, no `.yaml` "
                "suffix, no file of that name) naming a bundled spec; `pytest --help` lists them "
-               "(today `blackwell8`, [pytest_gpuhost/specs/blackwell8.yaml](../pytest_gpuhost/"
-               "specs/blackwell8.yaml)); an unknown name is exit 4, listing them, and so is a "
+               "(today `blackwell8`, [pytest_gpuhost/bundled/blackwell8.yaml](../pytest_gpuhost/"
+               "bundled/blackwell8.yaml)); an unknown name is exit 4, listing them, and so is a "
                "bundled spec's file name where no such file is "
                "(`--gpuhost-spec=blackwell8.yaml`: the message names "
                "`--gpuhost-spec=blackwell8`). A `.yaml` spec "

@@ -16,8 +16,8 @@ from typing import Any
 import msgspec
 from msgspec.structs import replace
 
+from ..spec.specfile import excerpt
 from .options import BY_NAME, RawOptions, flag
-from .spec.specfile import excerpt
 from .targets import (
     BUILTIN,
     LOCAL,

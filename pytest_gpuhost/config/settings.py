@@ -216,7 +216,7 @@ def _output(raw: RawOptions, name: str) -> Path | None:
     value = raw.text(name)
     if not value or raw.worker:
         return None
-    from .files import OutputError, check_output  # a report's: a verify asks for none
+    from ..files import OutputError, check_output  # a report's: a verify asks for none
 
     try:
         return check_output(raw.invocation / value, f"{flag(name)}={value}")
@@ -285,7 +285,7 @@ def _capture(raw: RawOptions, specs: tuple[Path, ...]) -> tuple[Path | None, boo
 def _capture_from(raw: RawOptions, targets: Sequence[TargetAddress]) -> str:
     """The name of the target --gpuhost-capture writes down: --gpuhost-capture-from (a target's
     name or its URL as given), else the only target."""
-    from .capture.writer import pick_target
+    from ..capture.writer import pick_target
 
     chosen = raw.text("capture_from")
     named = [target for target in targets if target.implied is None]  # not a host it added
@@ -342,7 +342,7 @@ def resolve(raw: RawOptions) -> Settings:
     own = raw.value("rollback") is None and any(target.spec is not None for target in targets)
     capture, catalog = _capture(raw, specs or own_specs(targets))
     if catalog:
-        from .capture.catalog import CATALOG
+        from ..capture.catalog import CATALOG
 
         specs = (CATALOG,)
     _usage(raw, bool(specs) or own)
@@ -385,7 +385,7 @@ def resolve(raw: RawOptions) -> Settings:
     except TargetOptionError as exc:
         raise SettingsError(str(exc)) from None
     if not raw.worker:  # every output its own file, none an input of the run
-        from .fix.state import JOURNAL_DIR
+        from ..fix.state import JOURNAL_DIR
         from .outputs import OutputClash, refuse_run_clashes
         from .targetoptions import target_files
         try:

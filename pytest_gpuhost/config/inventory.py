@@ -27,7 +27,8 @@ from typing import Any
 
 import msgspec
 
-from .bounded import StillRunning, within
+from ..bounded import StillRunning, within
+from ..spec.specfile import excerpt
 from .hostlist import (  # the host variables Ansible's ssh plugin and pytest-gpuhost read
     ARGS_VARS,
     CONNECTION_VARS,
@@ -51,7 +52,6 @@ from .hostlist import numbered_targets as numbered_targets  # re-exported
 from .hostlist import parse_targets as parse_targets  # re-exported
 from .hostlist import read_numbered_targets as read_numbered_targets  # re-exported
 from .hostlist import read_targets_file as read_targets_file  # re-exported
-from .spec.specfile import excerpt
 from .targets import valid_host
 
 MISSING_EXTRA = ("reading an Ansible inventory needs ansible-core, which is not installed: "
