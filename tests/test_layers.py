@@ -23,8 +23,8 @@ FLOORS: dict[str, int] = {
     "host": 0, "linux": 0, "spec": 0, "bundled": 0,
     # floor 0 too: which target of one host state is which of another (plain data)
     "statepairs": 0,
-    # floor 1: waiting a bounded time (on the host's clock)
-    "bounded": 1,
+    # floor 1: waiting a bounded time (on the host's clock); the old import path of bundled/
+    "bounded": 1, "specs": 1,
     # floor 1 too: comparing two host states, their targets paired (the state's module builds
     # them)
     "statecompare": 1,
@@ -39,8 +39,11 @@ FLOORS: dict[str, int] = {
     # settings resolved (they validate a capture's target and name the journals' directory);
     # pytest-benchmark's hooks; an old import path
     "engine": 5, "config": 5, "benchmark": 5, "fakehost": 5,
-    # floor 6: the session without pytest; the hooks' specifications; the state's pytest side
+    # floor 6: the session without pytest; the hooks' specifications; the state's pytest side;
+    # the old import paths of config/'s modules
     "session": 6, "hookspecs": 6, "runstate": 6,
+    "options": 6, "settings": 6, "targetoptions": 6, "specoptions": 6, "targets": 6,
+    "hostlist": 6, "inventory": 6,
     # floor 7: the built-in kinds, schemes, hosts and reports as a plugin registers them
     "builtin": 7,
     # floor 8: pytest's glue
@@ -58,6 +61,13 @@ FORBIDDEN = {
     "reports": {"host", "gpu"},
     "fleet": {"host", "gpu", "spec"},
 }
+OLD_PATHS = {
+    "fakehost": "testing.fakehost", "nvml": "gpu.nvml", "specs": "bundled",
+    **{name: f"config.{name}" for name in ("options", "settings", "targetoptions", "specoptions",
+                                           "targets", "hostlist", "inventory")},
+}
+"""Modules kept at an old import path for users (a conftest, a script): each re-exports the
+module that moved; the package itself imports the new path."""
 ROOT_SHIM = (ROOT, "plugin")
 """The package's ``__init__`` registers the plugin when ``-p pytest_gpuhost`` names the package
 (a lazy import inside ``pytest_plugin_registered``): the one import that goes up."""
@@ -163,6 +173,14 @@ def test_a_layer_imports_only_what_sits_below_it(name: str) -> None:
 def test_only_pytests_glue_imports_the_session() -> None:
     importers = {name for name, targets in LAYERS.items() if "session" in targets}
     assert importers == {"plugin"}, sorted(importers)
+
+
+def test_the_package_imports_no_old_import_path() -> None:
+    old = {f"pytest_gpuhost.{name}" for name in OLD_PATHS}
+    found = sorted(f"{module} imports {target}" for module, targets in GRAPH.items()
+                   if module not in old for target in targets & old)
+    assert not found, (f"{found}: import the module where it lives now "
+                       f"({', '.join(f'{k} -> {v}' for k, v in sorted(OLD_PATHS.items()))})")
 
 
 KNOWN_CYCLES: dict[frozenset[str], str] = {

@@ -25,6 +25,9 @@ GOOD = frozenset({"passed", "fixed", "skipped"})
 BUNDLED_DIRECTORY = bundled.DIRECTORY.parts[-2:]
 """Where a bundled spec lies in an installed (or checked out) package:
 ``pytest_gpuhost/bundled``."""
+BUNDLED_DIRECTORIES = frozenset({BUNDLED_DIRECTORY, ("pytest_gpuhost", "specs")})
+"""Where it lies, or lay before the folder was named apart from ``spec/``: the reports of a
+fleet's nodes not upgraded yet name ``pytest_gpuhost/specs``."""
 OUTCOME_ORDER = ("error", "fix_failed", "failed", "reboot_required", "would_fix", "fixed",
                  "passed", "skipped")
 """Worst first: a cell of several checks shows the worst outcome among them."""
@@ -58,7 +61,7 @@ def spec_file(record: Record) -> str:
     location = str(record.get("location") or "")
     path = location.rsplit(":", 1)[0] if location else ""
     parts = PurePosixPath(path).parts
-    return parts[-1] if parts[-3:-1] == BUNDLED_DIRECTORY else path
+    return parts[-1] if parts[-3:-1] in BUNDLED_DIRECTORIES else path
 
 
 def check_key(record: Record) -> tuple[str, str]:

@@ -123,11 +123,18 @@ def test_drift_groups_targets_by_value_majority_first(fleet_reports: list[Path])
     assert all("node05" not in d.minority and "node06" not in d.minority for d in drifts.values())
 
 
-def test_a_bundled_spec_is_one_spec_across_installs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("folders", [("bundled", "bundled"), ("specs", "bundled")],
+                         ids=["one-version", "a-node-before-the-rename-of-bundled"])
+def test_a_bundled_spec_is_one_spec_across_installs(tmp_path: Path,
+                                                    folders: tuple[str, str]) -> None:
     """Two nodes' reports of the bundled spec, installed under two Pythons: their checks are the
-    same checks, so a value that differs is drift (it was two specs, each holding one value)."""
+    same checks, so a value that differs is drift (it was two specs, each holding one value).
+    So too where one node runs a version from before the bundled specs' folder was renamed
+    (``pytest_gpuhost/specs``, now ``pytest_gpuhost/bundled``): a fleet upgrades node by node."""
+    folder = dict(zip(("node01", "node02"), folders, strict=True))
+
     def report(name: str, site: str, swappiness: str) -> dict[str, Any]:
-        location = f"{site}/pytest_gpuhost/bundled/blackwell8.yaml:14"
+        location = f"{site}/pytest_gpuhost/{folder[name]}/blackwell8.yaml:14"
         return {"host": name, "checks": [
             {"id": "sysctl[vm.swappiness]", "kind": "sysctl", "key": "vm.swappiness",
              "observed": swappiness, "outcome": "passed" if swappiness == "10" else "failed",

@@ -1,0 +1,6 @@
+"""The old import path of ``pytest_gpuhost.config.settings``: the run's configuration
+moved into ``config/``, and its names are re-exported here."""
+
+from __future__ import annotations
+
+from .config.settings import *  # noqa: F403
