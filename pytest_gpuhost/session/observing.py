@@ -28,7 +28,7 @@ from ..checks import Check
 from ..host import HostError, doing
 from ..settings import Settings
 from ..spec import Spec
-from .collecting import each_at_once
+from .limits import each_at_once
 from .target import LOCAL, Target
 
 
