@@ -15,7 +15,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_gpuhost"
 ROOT = ""
-"""The package itself (``pytest_gpuhost/__init__.py``, ``__version__``)."""
+"""The package itself (``pytest_gpuhost/__init__.py``, and its version: ``version.py``)."""
 
 FLOORS: dict[str, int] = {
     # floor 0: the base, which imports no layer but the package root
@@ -70,7 +70,7 @@ ROOT_SHIM = (ROOT, "plugin")
 
 def layer(module: str) -> str:
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 and parts[1] != "__version__" else ROOT
+    return parts[1] if len(parts) > 1 and parts[1] not in ("__version__", "version") else ROOT
 
 
 def _imported(node: ast.AST, package: str) -> Iterator[str]:

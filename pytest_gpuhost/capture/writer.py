@@ -12,11 +12,11 @@ from typing import Any
 
 import msgspec
 
-from .. import __version__
 from ..checks.capturing import ARGUED_AGAINST
 from ..files import OutputError, write_atomically, write_output
 from ..result import CheckResult
 from ..spec import SPEC_VERSION, SectionParser, Spec, SpecError, load_spec
+from ..version import __version__
 from . import yamltext
 from .sections import capture_sections
 

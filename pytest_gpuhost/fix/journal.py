@@ -33,9 +33,9 @@ from typing import Any
 
 import msgspec
 
-from .. import __version__
 from ..checks.changes import Change, ChangeError, from_dict, lossless_text, to_dict
 from ..host import HostError, HostIdentity, LocalHost
+from ..version import __version__
 from .journalfields import JournalError as JournalError  # re-exported
 from .journalfields import identity_field, read_back_field, run_fields, text_field
 from .state import JOURNAL_DIR as JOURNAL_DIR
