@@ -1,4 +1,4 @@
-"""Issue 25, item 7: a host's own values never make its capture fail. A value with DEL, C1
+"""A host's own values never make its capture fail. A value with DEL, C1
 controls or U+FFFE (one USB product string in the kernel log is enough) once made the captured
 YAML refuse to load; U+0085 and U+2028, folded by YAML inside double quotes, made the captured
 dmesg allow-patterns fail on their own host; three 1.5 MB values pushed the spec past what a
