@@ -27,9 +27,6 @@ FLOORS: dict[str, int] = {
     "statepairs": 0,
     # floor 1: waiting a bounded time (on the host's clock); the table of options
     "bounded": 1, "options": 1,
-    # floor 1 too: comparing two host states, their targets paired (the state's module builds
-    # them)
-    "statecompare": 1,
     # floor 1 too: a fleet's hosts as rows and plain targets files (no ansible-core)
     "hostlist": 1,
     # floor 2 too: the run's outputs, each its own file and none an input (options' sources)
