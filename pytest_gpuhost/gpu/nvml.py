@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from ..host import Host, HostError, Request
 from .nvmlapi import (  # re-exported: the interface every NVML builds on
+    INSTALL_HINT,
     NVML_TIMEOUT_S,
     PERSISTENCE,
     RECORDED_NVML,
@@ -123,6 +124,7 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
+    "INSTALL_HINT",
     "NVML_TIMEOUT_S",
     "P2P_STATUS",
     "PERSISTENCE",
