@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
-
 PLUGIN_NAME = "gpuhost"
 
 
@@ -26,3 +24,13 @@ def pytest_plugin_registered(plugin: Any, manager: Any) -> None:
 
     if not manager.is_registered(gpuhost_plugin) and not manager.is_blocked(PLUGIN_NAME):
         manager.register(gpuhost_plugin, PLUGIN_NAME)
+
+
+def __getattr__(name: str) -> str:
+    """``pytest_gpuhost.__version__`` (``version.py``), read only where asked: a pytest run that
+    asks nothing of gpuhost imports this module alone."""
+    if name == "__version__":
+        from .version import __version__
+
+        return __version__
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,7 +2,7 @@
 checks as a gated test does (under xdist, for every worker's), the state of a finished run for
 its reports, and JUnit's suite properties. The state itself is ``state.py``'s.
 
-The run (``plugin.start.Run``) is handed in, never imported: what is needed of it is
+The run (``plugin.run.Run``) is handed in, never imported: what is needed of it is
 ``StateRun``.
 """
 
@@ -43,7 +43,7 @@ class StateLedger(Protocol):
 
 
 class StateRun(Protocol):
-    """What the fixture needs of a run (``plugin.start.Run``)."""
+    """What the fixture needs of a run (``plugin.run.Run``)."""
 
     @property
     def session(self) -> Any: ...

@@ -1,4 +1,4 @@
-"""A fake ``modprobe`` that blocks until the test releases it (issue 25, items 1 and 2): the
+"""A fake ``modprobe`` that blocks until the test releases it: the
 interrupt tests signal a run while its fix's command is running, and see what was left.
 
 Every wait here is bounded by an event (a file appearing, a process ending) and a generous

@@ -106,7 +106,7 @@ EXTRAS = (
     ("ansible", "ansible", ("read_inventory(", "--gpuhost-inventory")),
     ("pytest_benchmark", "benchmark", ("--benchmark-",)),
 )
-"""Tests of optional extras skip where the extra is not installed, naming it (issue 10): found by
+"""Tests of optional extras skip where the extra is not installed, naming it: found by
 what the test runs, so a new test of -n or --alluredir is covered without a marker to forget."""
 
 

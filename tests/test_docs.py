@@ -188,7 +188,7 @@ def test_the_readme_demo_works_in_a_directory_mktemp_made() -> None:
 
 
 def test_the_readme_says_the_suite_takes_minutes() -> None:
-    """A newcomer waited on a silent suite expecting seconds (issue 24, item 11): the README
+    """A newcomer waited on a silent suite expecting seconds: the README
     says, beside the command that runs it, that it takes minutes and how to leave out the slow
     part."""
     section = README.read_text().split("Run the project's own tests", 1)[1].split("```", 1)[0]
@@ -503,7 +503,7 @@ def test_the_fleet_sample_is_what_the_fleet_command_prints(
                          ids=lambda words: " ".join(words))
 def test_every_option_of_a_python_m_command_is_documented(command: tuple[str, ...]) -> None:
     """``python -m pytest_gpuhost.fleet --title``, ``... reports.slurm --timeout`` were in no
-    doc (issue 24, item 13): each command of the package is named in the docs, and so is every
+    doc: each command of the package is named in the docs, and so is every
     option its --help lists."""
     import subprocess
     import sys
@@ -519,8 +519,8 @@ def test_every_option_of_a_python_m_command_is_documented(command: tuple[str, ..
 
 
 def test_the_p2p_defaults_the_reference_names_are_the_defaults(tmp_path: Path) -> None:
-    """Each ``(default X)`` of the reference's p2p example (the warn_margin's was nowhere:
-    issue 24, item 13): a spec that sets X is the spec that leaves the key out."""
+    """Each ``(default X)`` of the reference's p2p example (the warn_margin's was
+    nowhere): a spec that sets X is the spec that leaves the key out."""
     from pytest_gpuhost import builtin
     from pytest_gpuhost.spec import load_spec
 
@@ -584,7 +584,7 @@ def test_the_fleet_examples_print_what_fleets_md_shows(
 
 def test_a_json_record_keeps_the_id_and_its_target_apart(
         pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """docs/reference.md said the JSON ``id`` carries ``@TARGET`` (issue 24, item 13): the
+    """docs/reference.md said the JSON ``id`` carries ``@TARGET``: the
     record the reference now quotes is what a run over a target named node02 writes, and the
     test id is the one with ``@node02``."""
     import os

@@ -12,11 +12,11 @@ from typing import Any
 
 import msgspec
 
-from .. import __version__
-from ..checks.capturing import ARGUED_AGAINST
+from ..checks.capturing import ARGUED_AGAINST, Captured
 from ..files import OutputError, write_atomically, write_output
 from ..result import CheckResult
 from ..spec import SPEC_VERSION, SectionParser, Spec, SpecError, load_spec
+from ..version import __version__
 from . import yamltext
 from .sections import capture_sections
 
@@ -81,11 +81,33 @@ def capture_text(specs: Sequence[tuple[str, Spec]], records: Sequence[CheckResul
                  name: str, header_lines: Sequence[str], kinds: Mapping[str, object]) -> str:
     """The captured spec: each spec's sections in order, as their kinds capture them, the first
     spec's entry winning where two specs name one key."""
-    sections = capture_sections(specs, records, kinds)
+    return sections_text(capture_sections(specs, records, kinds), name=name,
+                         header_lines=header_lines)
+
+
+def sections_text(sections: Mapping[str, Captured], *, name: str,
+                  header_lines: Sequence[str]) -> str:
+    """The captured spec's text, of its sections as captured."""
     top = {"version": SPEC_VERSION, "name": name}
     return yamltext.spec_text(header_lines, top, {
         section: (captured.entries or None, captured.notes)
         for section, captured in sections.items()})
+
+
+SHOWN_REASONS = 3
+"""How many entries left out a capture that kept none names (each with why), before a count."""
+
+
+def nothing_kept(sections: Mapping[str, Captured]) -> str | None:
+    """Why a capture holds no entry, where it holds none: each entry left out, with why (a
+    spec with no entry would not load: it has no checks)."""
+    if any(captured.entries for captured in sections.values()):
+        return None
+    notes = [note for captured in sections.values() for note in captured.notes]
+    if not notes:
+        return "no section captured anything"
+    more = len(notes) - SHOWN_REASONS
+    return "; ".join(notes[:SHOWN_REASONS]) + (f"; and {more} more" if more > 0 else "")
 
 
 class SpecCapture:
@@ -115,9 +137,13 @@ class SpecCapture:
             raise OutputError(f"--gpuhost-capture={self.shown}: no check ran on target "
                               f"{self.source.target}, so there is nothing to capture; nothing "
                               "was written")
-        text = capture_text(self.specs, mine, name=spec_name(self.path),
-                            header_lines=header(self.source, info.finished_at, self.shown),
-                            kinds=self.parsers)
+        sections = capture_sections(self.specs, mine, self.parsers)
+        why = nothing_kept(sections)
+        if why is not None:
+            raise OutputError(f"--gpuhost-capture={self.shown}: every entry was left out, so "
+                              f"nothing was written: {why}")
+        text = sections_text(sections, name=spec_name(self.path),
+                             header_lines=header(self.source, info.finished_at, self.shown))
         self._check_loads(text)
         self._write(text)
         on = " and ".join((self.source.target, *self.also))

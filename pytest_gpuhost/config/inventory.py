@@ -347,11 +347,35 @@ class _Resolver(msgspec.Struct, frozen=True):
 
 
 def _host(name: str, variables: _Resolver) -> InventoryHost:
+    """One host of an inventory, each of its variables checked in turn (the first wrong one
+    is the error, naming the inventory and the host)."""
     refuse_bad_name(name, variables.source)
+    port = _port(name, variables)
+    args = _ssh_args(name, variables)
+    root = _root(name, variables)
+    connection = _connection(name, variables)
+    python = _python(name, variables)
+    address = variables.last(HOST_VARS) or name
+    if connection != "local" and not valid_host(address):
+        raise InventoryError(f"{variables.source}: host {name}: ansible_host="
+                             f"{excerpt(address)} is not a host name or address")
+    spec = _spec(name, variables)
+    return InventoryHost(name=name, address=address, port=port,
+                         user=variables.last(USER_VARS),
+                         identity_file=variables.last(KEY_VARS), ssh_args=args,
+                         root=root, local=connection == "local", python=python, spec=spec)
+
+
+def _port(name: str, variables: _Resolver) -> int | None:
     port = variables.last(PORT_VARS)
     if port is not None and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
         raise InventoryError(f"{variables.source}: host {name}: ansible_port must be a port "
                              f"number (1-65535), got {excerpt(port)}")
+    return int(port) if port is not None else None
+
+
+def _ssh_args(name: str, variables: _Resolver) -> tuple[str, ...]:
+    """The ssh options a host's variables add, each a word ssh reads as an option."""
     args: list[str] = []
     for var in ARGS_VARS:
         if variables.values.get(var) is not None:
@@ -366,35 +390,44 @@ def _host(name: str, variables: _Resolver) -> InventoryHost:
                 raise InventoryError(f"{variables.source}: host {name}: {var}: {stray}: "
                                      f"{excerpt(text)}")
             args += words
+    return tuple(args)
+
+
+def _root(name: str, variables: _Resolver) -> str:
     root = variables.last(ROOT_VARS) or "/"
     if not root.startswith("/") or "\0" in root:
         raise InventoryError(f"{variables.source}: host {name}: gpuhost_root must be an absolute "
                              f"path, got {excerpt(root)}")
+    return root
+
+
+def _connection(name: str, variables: _Resolver) -> str:
+    """``ssh`` (or one of its plugins' names) or ``local``: how the host is reached."""
     connection = (variables.last(CONNECTION_VARS) or "ssh").removeprefix("ansible.builtin.")
     if connection not in (*SSH_CONNECTIONS, "local"):
         raise InventoryError(f"{variables.source}: host {name}: ansible_connection="
                              f"{connection}: pytest-gpuhost reaches a host over ssh, or with "
                              "local this machine; give the host ssh access (or check its "
                              "containers through ssh://HOST?lxc=CTID)")
+    return connection
+
+
+def _python(name: str, variables: _Resolver) -> str | None:
+    """The host's python where the inventory names one (None: discovered, as Ansible does)."""
     python = variables.last(PYTHON_VARS)
     if python is not None and (python in DISCOVERED_PYTHON or not python):
-        python = None
+        return None
     if python is not None and (python.startswith("-") or
                                (not python.startswith("/") and "/" in python) or
                                any(c.isspace() or c == "\0" for c in python)):
         raise InventoryError(f"{variables.source}: host {name}: ansible_python_interpreter "
                              f"must be a command or an absolute path, got {excerpt(python)}")
-    address = variables.last(HOST_VARS) or name
-    if connection != "local" and not valid_host(address):
-        raise InventoryError(f"{variables.source}: host {name}: ansible_host="
-                             f"{excerpt(address)} is not a host name or address")
+    return python
+
+
+def _spec(name: str, variables: _Resolver) -> str | None:
     spec = variables.last(SPEC_VARS)
     if spec is not None and (not spec.strip() or "\0" in spec):
         raise InventoryError(f"{variables.source}: host {name}: gpuhost_spec must name a spec "
                              f"(a bundled spec's name or a YAML file), got {excerpt(spec)}")
-    return InventoryHost(name=name, address=address,
-                         port=int(port) if port is not None else None,
-                         user=variables.last(USER_VARS),
-                         identity_file=variables.last(KEY_VARS), ssh_args=tuple(args),
-                         root=root, local=connection == "local", python=python,
-                         spec=spec.strip() if spec is not None else None)
+    return spec.strip() if spec is not None else None

@@ -1,6 +1,5 @@
 """Every option of pytest-gpuhost, declared once: its flag, ini twin, default, type, what it needs
 and its help, as ansible-core's ``config/base.yml`` declares its settings.
-(One file over 400 lines on purpose: it is one table, read top to bottom as the options' index.)
 
 Everything else is made from this table: ``plugin.pytest_addoption`` (flags and ini values),
 whether a run asks anything of gpuhost, the raw options ``settings.RawOptions`` holds, the

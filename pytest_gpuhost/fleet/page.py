@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
+from ..version import __version__
 from . import OUTCOME_ORDER, FleetRow, Sections, check_key
 from .drift import Drift
 from .matrix import columns, short_key

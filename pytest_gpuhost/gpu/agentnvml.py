@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from ..host import GpuControl, GpuQuery, Host, HostError
 from ..linux.pciaddr import normalize_address
-from .nvml import NvmlPermissionError, NvmlUnavailable, persistence_text
+from .nvmlapi import NvmlPermissionError, NvmlUnavailable, persistence_text
 
 
 def agent_facts(host: Host) -> Mapping[str, object]:

@@ -15,7 +15,7 @@ from typing import Any
 from ..bounded import StillRunning, within
 from ..host import SYSTEM_CLOCK, Clock, HostError
 from ..linux.pciaddr import normalize_address
-from .nvml import (
+from .nvmlapi import (
     INSTALL_HINT,
     NVML_TIMEOUT_S,
     NvmlHung,

@@ -10,7 +10,7 @@ import msgspec
 
 from ..host import Host, HostError, Read, Reply
 from ..linux.pciaddr import normalize_address
-from .nvml import (
+from .nvmlapi import (
     PERSISTENCE,
     RECORDED_NVML,
     RECORDED_READS,

@@ -13,23 +13,11 @@ import errno
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from . import (
-    COMMAND_TIMEOUT_S,
-    SYSTEM_CLOCK,
-    BatchReads,
-    Clock,
-    CommandResult,
-    GpuControl,
-    Host,
-    HostError,
-    HostIdentity,
-    Kmsg,
-    ListDir,
-    Read,
-    Reply,
-    Request,
-    Stat,
-)
+from .agent import COMMAND_TIMEOUT_S
+from .clock import SYSTEM_CLOCK, Clock
+from .errors import HostError
+from .interface import BatchReads, CommandResult, GpuControl, Host, HostIdentity
+from .requests import Kmsg, ListDir, Read, Reply, Request, Stat
 
 
 class CachedHost(BatchReads):

@@ -11,15 +11,13 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from . import (
-    COMMAND_TIMEOUT_S,
-    CommandResult,
-    CommandTimeout,
+from .agent import COMMAND_TIMEOUT_S, DEFAULT_LIMIT, OpError, Root, gpus_of
+from .errors import CommandTimeout, HostError
+from .interface import CommandResult, HostIdentity
+from .requests import (
     FileInfo,
     Glob,
     GpuQuery,
-    HostError,
-    HostIdentity,
     Kmsg,
     Link,
     ListDir,
@@ -32,7 +30,6 @@ from . import (
     checked_command,
     checked_relative,
 )
-from .agent import DEFAULT_LIMIT, OpError, Root, gpus_of
 
 
 def _error(exc: OpError) -> HostError:

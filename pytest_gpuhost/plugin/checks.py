@@ -19,10 +19,10 @@ from ..runstate import requests_state
 from ..session.collecting import collect_remote
 from .gate import OPEN_OUTCOMES, judge, verdict_text
 from .items import GpuhostItem, JournalFile, PersistFile, SpecFile, error_record
-from .start import REPORT_ATTR, refuse_before_changes
+from .run import REPORT_ATTR, refuse_before_changes
 
 if TYPE_CHECKING:
-    from .start import Run
+    from .run import Run
 
 PHASES = {"setup": "at setup", "call": "while it ran", "teardown": "at teardown"}
 

@@ -20,10 +20,10 @@ from ..runstate import with_state
 from .book import RecordBook, never_collected
 from .items import GpuhostItem
 from .nodeids import ill_parsed, junit_name
-from .start import REPORT_ATTR
+from .run import REPORT_ATTR
 
 if TYPE_CHECKING:
-    from .start import Run
+    from .run import Run
     from .workers import Progress
 
 STATUSES = {

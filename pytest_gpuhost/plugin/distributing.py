@@ -32,8 +32,8 @@ from ..files import write_atomically
 from ..fix import LockUnavailable
 from ..fix.run import JOURNAL_KEY, RUN_KEY
 from ..session.collecting import export_collection
+from .run import refuse_before_changes
 from .scheduling import TargetScheduling, target_scope
-from .start import refuse_before_changes
 from .workers import (
     COLLECTED,
     CONCURRENCY_KEY,
@@ -48,7 +48,7 @@ from .workers import (
 if TYPE_CHECKING:
     from ..config.settings import Settings
     from .book import RecordBook
-    from .start import Run
+    from .run import Run
 
 DISTRIBUTIONS = ("load", "loadscope")
 """xdist's distributions a run with targets replaces with its own scheduler."""

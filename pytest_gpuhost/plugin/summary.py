@@ -4,6 +4,7 @@ journal and how to undo it, a rollback's state, and what went wrong at the end."
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..config.options import BY_NAME
@@ -11,6 +12,7 @@ from ..printable import printable
 from ..reports.terminal import TerminalSummary
 
 if TYPE_CHECKING:
+    from ..reports import RunInfo
     from .controller import Controller
 
 
@@ -21,19 +23,34 @@ class Summary:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         write = terminalreporter.write_line
-        rollback = self.run.session.rollback
         info = self.controller.info()
-        this = self.run.session.target
-        undone = self._on_target(this.name, this.url, rollback.shown) if rollback else ""
-        subject = (f"rollback of {undone}" if rollback is not None else
-                   ", ".join(name for name in info.spec_names))
-        where = ", ".join(t.name for t in info.targets) if len(info.targets) > 1 else info.root
-        terminalreporter.section(f"gpuhost: {subject} on {where}")
+        terminalreporter.section(self._title(info))
         TerminalSummary(write).write(self.controller.records(), info)
         if info.topologies:
             from ..reports.topology import TopologyView
 
             TopologyView(write).write(self.controller.records(), info)
+        self._journals(write, info)
+        self._rollback(write)
+        for note in self.run.notes:
+            write(printable(note), yellow="warning" in note)
+        for problem in self.run.problems:
+            write(printable(problem), red=True)
+
+    def _title(self, info: RunInfo) -> str:
+        """The section's title: what ran (the specs, or the rollback of a journal) and where
+        (the targets, or the root)."""
+        rollback = self.run.session.rollback
+        this = self.run.session.target
+        undone = self._on_target(this.name, this.url, rollback.shown) if rollback else ""
+        subject = (f"rollback of {undone}" if rollback is not None else
+                   ", ".join(name for name in info.spec_names))
+        where = ", ".join(t.name for t in info.targets) if len(info.targets) > 1 else info.root
+        return f"gpuhost: {subject} on {where}"
+
+    def _journals(self, write: Callable[..., None], info: RunInfo) -> None:
+        """Each journal the run wrote and what undoes it: a container's and its host's as one
+        undo, this machine's, each remote target's."""
         remote = [t for t in info.targets if t.journal and t.url != "local"]
         # a container and its host both changed: both journals, one undo for the pair
         paired = any(t.kernel_on for t in info.targets) and \
@@ -44,33 +61,36 @@ class Summary:
                 write(f"journal of {target.name}: {shown}")
             write("undo: --gpuhost-rollback with the same target options (it restores the "
                   "newest journal of each container and its host's journal of the same run)")
-        elif info.journal is not None and not remote:
+            return
+        if info.journal is not None and not remote:
             changes = self.run.session.target.fixrun.journal_changes()
             write(f"journal: {info.journal} "
                   f"{_undo(changes, f'--gpuhost-rollback={info.journal}', *self._root())}")
-        for target in remote if not paired else ():
+        for target in remote:
             name = str(target.journal).rsplit("/", 1)[-1]
             undo = _undo(target.journal_changes, f"--gpuhost-rollback={name}",
                          *self._naming(target.name, target.url))
             shown = self._on_target(target.name, target.url, str(target.journal))
             write(f"journal of {target.name}: {shown} {undo}")
-        if rollback is not None and rollback.damaged_lines:
+
+    def _rollback(self, write: Callable[..., None]) -> None:
+        """A rollback's lines skipped, and whether each journal it restored is closed."""
+        rollback = self.run.session.rollback
+        if rollback is None:
+            return
+        if rollback.damaged_lines:
             write(f"journal: {rollback.damaged_lines} line(s) cut short by a crash were skipped")
-        if rollback is not None and not self.run.settings.dry_run and \
-                not self.controller.close_failed:
-            for each in self.run.session.rollbacks:  # a container's and its host's
-                rolled = self.run.session.targets[each]
-                journal = rolled.fixrun.rollback
-                done = self.run.session.rollback_closed.get(each, False)
-                shown = self._on_target(rolled.name, rolled.url, journal.shown) \
-                    if journal is not None else each
-                write(f"rollback: {shown} is {'closed' if done else 'still open'}"
-                      + ("" if done else " (some changes are not back: run it again once "
-                                         "fixed)"))
-        for note in self.run.notes:
-            write(printable(note), yellow="warning" in note)
-        for problem in self.run.problems:
-            write(printable(problem), red=True)
+        if self.run.settings.dry_run or self.controller.close_failed:
+            return
+        for each in self.run.session.rollbacks:  # a container's and its host's
+            rolled = self.run.session.targets[each]
+            journal = rolled.fixrun.rollback
+            done = self.run.session.rollback_closed.get(each, False)
+            shown = self._on_target(rolled.name, rolled.url, journal.shown) \
+                if journal is not None else each
+            write(f"rollback: {shown} is {'closed' if done else 'still open'}"
+                  + ("" if done else " (some changes are not back: run it again once "
+                                     "fixed)"))
 
     def _root(self) -> list[str]:
         """What a rollback of this machine's journal needs besides it: its root, unless ``/``."""

@@ -28,7 +28,7 @@ NEVER_COLLECTED = -(1 << 256)
 """Below every check's index: where the checks of a target no worker collected stand."""
 
 if TYPE_CHECKING:
-    from .start import Run
+    from .run import Run
 
 
 class Worker:

@@ -8,9 +8,9 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .. import __version__
 from ..files import write_output
 from ..result import CheckResult, summarize
+from ..version import __version__
 from . import RunInfo
 
 

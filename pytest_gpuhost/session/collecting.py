@@ -4,17 +4,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-from .limits import room_for_sessions
+from .limits import each_at_once, room_for_sessions
 from .target import LOCAL, Target
 
 if TYPE_CHECKING:
     from . import Session
-
-T = TypeVar("T")
-
 
 def collect_remote(session: Session, *, observe: bool = True) -> None:
     """The first batch of collection (every spec's facts) from every remote target this
@@ -41,17 +38,6 @@ def collect_remote(session: Session, *, observe: bool = True) -> None:
                           session.specs_of(target))
 
     each_at_once(collect, remote, session.connect_at_once, "gpuhost-collect")
-
-
-def each_at_once(work: Callable[[T], None], items: Sequence[T], at_once: int,
-                 name: str) -> None:
-    """``work`` on every item, ``at_once`` threads at a time (named ``name``), returning once
-    all are done; an exception of ``work`` is raised here."""
-    from concurrent.futures import ThreadPoolExecutor  # remote targets only
-
-    with ThreadPoolExecutor(min(at_once, len(items)), thread_name_prefix=name) as pool:
-        for _ in pool.map(work, items):
-            pass
 
 
 def export_collection(session: Session) -> dict[str, object]:

@@ -1,6 +1,12 @@
-"""What a process may hold open: a fleet's agent sessions against the soft limit on open files."""
+"""What a process may hold and do at once: a fleet's agent sessions against the soft limit on
+open files, and work on a few targets at a time."""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+T = TypeVar("T")
 
 FILES_PER_SESSION = 3
 """An agent session held open costs this process three file descriptors (the ssh client's
@@ -24,3 +30,14 @@ def room_for_sessions(sessions: int) -> None:
     wanted = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
     if wanted > soft:
         resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+
+
+def each_at_once(work: Callable[[T], None], items: Sequence[T], at_once: int,
+                 name: str) -> None:
+    """``work`` on every item, ``at_once`` threads at a time (named ``name``), returning once
+    all are done; an exception of ``work`` is raised here."""
+    from concurrent.futures import ThreadPoolExecutor  # remote targets only
+
+    with ThreadPoolExecutor(min(at_once, len(items)), thread_name_prefix=name) as pool:
+        for _ in pool.map(work, items):
+            pass

@@ -28,7 +28,7 @@ from ..checks import Check
 from ..config.settings import Settings
 from ..host import HostError, doing
 from ..spec import Spec
-from .collecting import each_at_once
+from .limits import each_at_once
 from .target import LOCAL, Target
 
 

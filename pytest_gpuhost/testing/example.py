@@ -12,8 +12,8 @@ from ..gpu.nvml import FakeGpu, FakeNvml
 from .faketools import PEERMEM_FAILURE
 from .pcispace import ACS_KERNEL_DEFAULT
 
-if TYPE_CHECKING:  # fakehost re-exports this module's names: imported when the box is built
-    from .fakehost import FakeHost
+if TYPE_CHECKING:  # imported when the box is built
+    from .hosttree import FakeHost
 
 UNTUNED_SYSCTLS: dict[str, str | int] = {
     "kernel.numa_balancing": 1,
@@ -62,7 +62,7 @@ def blackwell8_untuned(root: Path, *, cpus: int = 64) -> FakeHost:
     """The 8x RTX PRO 6000 Blackwell PCIe box before tuning (the bundled example host): every
     GPU behind its own root port, each with the ACS redirect Linux sets with the IOMMU on;
     acpi-cpufreq where amd-pstate-epp is wanted; an old kernel; THP always."""
-    from .fakehost import FakeHost
+    from .hosttree import FakeHost
 
     host = FakeHost(root, release=BLACKWELL8_RELEASE)
     host.sysctls(UNTUNED_SYSCTLS)

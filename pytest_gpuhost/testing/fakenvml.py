@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..gpu.nvml import FakeGpu
-from .fakehost import FakeHost
 from .faketools import FAKE_TOOL_START
+from .hosttree import FakeHost
 
 LIBRARY_DIR = "usr/lib/x86_64-linux-gnu"
 STATE = "nvml-fake.state"

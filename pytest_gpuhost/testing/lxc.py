@@ -35,8 +35,8 @@ from pathlib import Path
 
 from ..checks.sysctl import sysctl_scope
 from ..gpu.nvml import RECORDED_NVML
-from .fakehost import FakeHost
 from .faketools import LXC_ATTACH, nvbandwidth_config, nvbandwidth_script
+from .hosttree import FakeHost
 
 LXC_DIR = "var/lib/lxc"
 CONFIG_SEEN = 64

@@ -24,8 +24,7 @@ from pytest_gpuhost.capture.yamltext import scalar
 from pytest_gpuhost.checks import cpufreq, memory, nvml, pcie
 from pytest_gpuhost.checks.dmesg import allow_patterns, generalize
 from pytest_gpuhost.checks.kernel import KEYS as KERNEL_KEYS
-from pytest_gpuhost.checks.p2p import FLOORS
-from pytest_gpuhost.checks.p2p_capture import p2p_floor
+from pytest_gpuhost.checks.p2p import FLOORS, p2p_floor
 from pytest_gpuhost.config.settings import SettingsError
 from pytest_gpuhost.gpu.nvml import FakeGpu, FakeNvml
 from pytest_gpuhost.result import Outcome

@@ -1,4 +1,4 @@
-"""Issue 24: a kernel parameter means what the program that acts on it reads. kmod reads every
+"""A kernel parameter means what the program that acts on it reads. kmod reads every
 ``modprobe.blacklist=`` and splits it at commas; dracut acts on every ``rd.driver.pre=``; the
 kernel's ``iommu=`` handler acts on each occurrence, option by option (``iommu=pt iommu=1`` is
 passthrough); ``video=`` gives a driver the options of the last occurrence naming it; most
@@ -185,7 +185,7 @@ def modeset(value: str) -> str:
 
 
 @pytest.mark.parametrize(("spec_value", "shown", "outcome"), [
-    ("1", "Y", Outcome.PASSED),   # issue 24: reboot_required forever before
+    ("1", "Y", Outcome.PASSED),   # reboot_required forever before
     ("on", "Y", Outcome.PASSED),
     ("y", "Y", Outcome.PASSED),
     ("true", "Y", Outcome.PASSED),

@@ -1,4 +1,4 @@
-"""gpus.driver_match on a container target (issue 12): the container's NVML library against the
+"""gpus.driver_match on a container target: the container's NVML library against the
 host's kernel module, without NVML in this process: the library's file name holds its version."""
 
 from __future__ import annotations

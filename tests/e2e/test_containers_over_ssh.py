@@ -1,4 +1,4 @@
-"""The issue 22 acceptance: from inside a container, one command checks (and fixes) each setting
+"""A container pair over ssh: from inside a container, one command checks (and fixes) each setting
 where it lives, over the tests' real sshd on 127.0.0.1: the emulated Proxmox host ``pve`` is a
 copy of the example host tree, its container 101 a tree under it as LXC shows one (``/proc/sys``
 of the host's kernel but its own ``net.*``, 64-byte config spaces, the host's kmsg; see

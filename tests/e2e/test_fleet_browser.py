@@ -118,7 +118,7 @@ def test_the_fleet_page_in_headless_chromium(page: Path, fleet_reports: list[Pat
                                             tmp_path: Path) -> None:
     seen = driven(page)
     assert seen["summary"].startswith("6 targets: 3 healthy, 1 with problems, 2 no result; ")
-    # The columns are the sections, as the terminal matrix has them (issue 24, 12)
+    # The columns are the sections, as the terminal matrix has them
     terminal = matrix_lines(read_reports(fleet_reports))[3].split()
     assert seen["header"] == terminal == ["target", "sysctl", "gpus", "pcie", "modules"]
     assert seen["rows"] == ["node01", "node02", "node03", "node04", "node05", "node06"]
@@ -161,7 +161,7 @@ def test_the_fleet_page_in_headless_chromium(page: Path, fleet_reports: list[Pat
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-# -- the layout at the widths people use (issue 24, 12) ----------------------------------------
+# -- the layout at the widths people use ----------------------------------------
 
 LAYOUT = r"""
 <script>

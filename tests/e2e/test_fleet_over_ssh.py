@@ -1,4 +1,4 @@
-"""Issue 13 over real remote targets: one run over several ssh targets (fake roots behind a real
+"""Fleets over real remote targets: one run over several ssh targets (fake roots behind a real
 OpenSSH server on 127.0.0.1, keys under tmp_path) writes the fleet page, the JSON report that
 ``python -m pytest_gpuhost.fleet`` merges into the same rows, and a capture of the golden target
 that then holds the others to it."""

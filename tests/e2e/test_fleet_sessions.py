@@ -1,4 +1,4 @@
-"""Fleets under xdist (issue 26): one login and one agent session a target, counted from the
+"""Fleets under xdist: one login and one agent session a target, counted from the
 server's side, and a target slow to collect that holds up no other target's checks.
 
 The server is a real OpenSSH server on 127.0.0.1 (keys under tmp_path) logging at VERBOSE:

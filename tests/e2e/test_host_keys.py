@@ -1,4 +1,4 @@
-"""Issue 24: a --fix or a rollback changes the target as root, so it reaches only a target
+"""A --fix or a rollback changes the target as root, so it reaches only a target
 whose host key known_hosts already holds, even where the ssh configuration or an inventory's
 ansible_ssh_common_args say ``StrictHostKeyChecking accept-new`` or ``no``; a run that only
 verifies obeys them, and ``--gpuhost-accept-new-host-keys`` (ini twin

@@ -1,4 +1,4 @@
-"""Issue 25, item 6, in a real browser: a host value ``<!--<script>`` in the fleet page's data
+"""In a real browser: a host value ``<!--<script>`` in the fleet page's data
 once put the HTML parser in the script's "double escaped" state, so that the page's own script
 never ran and the page stayed blank. Skipped without Chromium."""
 

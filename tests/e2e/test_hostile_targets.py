@@ -1,4 +1,4 @@
-"""Issue 25, items 3 and 4, over a real OpenSSH server: one target that answers something other
+"""Over a real OpenSSH server: one target that answers something other
 than the agent's answer (JSON of the wrong types, an array nested 200,000 deep, a hello of the
 wrong shape) or writes megabytes to stderr without a newline is that target's trouble alone: it
 is lost saying so, and every other target runs and is reported."""

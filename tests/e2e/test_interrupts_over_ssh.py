@@ -1,4 +1,4 @@
-"""Issue 25, item 2, over a real OpenSSH server on 127.0.0.1: a remote --fix interrupted while
+"""Over a real OpenSSH server on 127.0.0.1: a remote --fix interrupted while
 the target runs its command (SIGTERM, SIGHUP, Ctrl-C) stops that command there at once instead
 of waiting for it, journals the change ``unknown`` on the target and leaves the journal open;
 when the controller dies outright (SIGKILL), its ssh closes, and the agent, seeing its input

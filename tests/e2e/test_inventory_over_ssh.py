@@ -1,4 +1,4 @@
-"""Fleets (issue 14): Ansible inventories, --gpuhost-limit, targets files and the per-target time
+"""Fleets: Ansible inventories, --gpuhost-limit, targets files and the per-target time
 limit, run over a real OpenSSH server on 127.0.0.1.
 
 Every "host" of an inventory is the same sshd (started by the tests, keys and known_hosts under
@@ -313,7 +313,7 @@ def test_fix_an_inventory_then_undo_one_host_as_the_summary_says(
     assert fixed.ret == pytest.ExitCode.OK, fixed.stdout.str()
     [line] = [text for text in fixed.stdout.lines if text.startswith("journal of node01: ")]
     undo = line.split("(undo: ", 1)[1].rstrip(")").split()
-    # as printed: the ssh configuration that reached node01 too (issue 24, item 11)
+    # as printed: the ssh configuration that reached node01 too
     assert undo[1:] == ["--gpuhost-inventory=hosts.ini", "--gpuhost-limit=node01", config]
     back = pytester.runpytest(*undo, "-p", "no:cacheprovider")
     assert back.ret == pytest.ExitCode.OK, back.stdout.str()
@@ -636,7 +636,7 @@ def test_hung_targets_cost_one_time_limit_together_and_xdist_waits_no_longer(
 
 def test_the_agent_runs_under_the_hosts_ansible_python_interpreter(
         pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path) -> None:
-    """Issue 24: RHEL 8's python3 is 3.6, below the agent's floor; Ansible works there with
+    """RHEL 8's python3 is 3.6, below the agent's floor; Ansible works there with
     ansible_python_interpreter=/usr/bin/python3.9, and so does the run now. The interpreter
     here is a wrapper that leaves a mark, then runs this python."""
     roots = fleet(tmp_path, {"rhel8": 10, "other": 10})

@@ -1,4 +1,4 @@
-"""A real LXC container (issue 22): Debian's lxc runs a busybox container under a private lxcpath
+"""A real LXC container: Debian's lxc runs a busybox container under a private lxcpath
 in tmp (never the machine's default one), this machine's /usr/bin and libraries bind-mounted
 read-only so python3 runs inside. ``lxc://NAME`` runs against it with a fake host tree as
 ``--gpuhost-root``: the tree's ``usr/bin/lxc-attach`` is a wrapper that runs the real one with

@@ -1,4 +1,4 @@
-"""examples/slurm/gpuhost-healthcheck.sh judged by Slurm itself (issue 24, 9b): Debian's
+"""examples/slurm/gpuhost-healthcheck.sh judged by Slurm itself: Debian's
 slurm-wlm daemons and munge as a one-node cluster on 127.0.0.1 (free ports, key, socket, state
 and logs under tmp_path; ``pytest_gpuhost.testing.slurm``), the node's ``HealthCheckProgram``
 the example, run by slurmd every 5 s on a copy of the example host.

@@ -1,4 +1,4 @@
-"""Remote targets over a real OpenSSH server on 127.0.0.1 (issue 11).
+"""Remote targets over a real OpenSSH server on 127.0.0.1.
 
 The server is started by the tests on a free port with host and user keys, authorized_keys and
 known_hosts made under tmp_path, and a client configuration given with --gpuhost-ssh-config:

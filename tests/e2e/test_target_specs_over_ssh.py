@@ -1,4 +1,4 @@
-"""A spec per target over the tests' sshd (issue 22): an Ansible inventory's two groups, each
+"""A spec per target over the tests' sshd: an Ansible inventory's two groups, each
 with its ``gpuhost_spec`` (group vars, a file relative to the inventory), run two specs in one
 run; the report and the fleet page say which spec each target ran. Two hosts of one group are
 the same sshd with a fake root each; the third is this run's ``local`` (a fake root too)."""

@@ -1,4 +1,4 @@
-"""A crashed xdist worker ends the waits on its checks within seconds (issue 9, case 11)."""
+"""A crashed xdist worker ends the waits on its checks within seconds."""
 
 from __future__ import annotations
 

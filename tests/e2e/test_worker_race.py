@@ -1,4 +1,4 @@
-"""Issue 25, item 3b: xdist's controller sending tests to a worker that has just died (xdist's
+"""xdist's controller sending tests to a worker that has just died (xdist's
 own race, pytest-xdist issue 204) once ended the run in INTERNALERROR (``OSError: cannot send
 (already closed?)``) instead of exit 1 with the lost check in every report.
 

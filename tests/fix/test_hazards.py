@@ -1,4 +1,4 @@
-"""Issue 9 ("Safety first"): each case that once wrote the wrong place, lost an undo, hung or
+"""Safety first: each case that once wrote the wrong place, lost an undo, hung or
 gave a traceback, on fake trees, with canaries outside the tree where anything is written."""
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ def test_a_second_fix_does_not_retry_a_failed_modprobe(pytester: pytest.Pytester
     third = records(pytester.path / "third.json")
     assert third[PEERMEM]["message"] == f"apply failed: {ERROR}"
     assert third["dmesg"]["observed"] == "4"  # what a retry costs: two more records
-    # its journal holds the refused modprobe alone: named, with nothing to undo (issue 24)
+    # its journal holds the refused modprobe alone: named, with nothing to undo
     retried.stdout.fnmatch_lines(["journal: *.jsonl (nothing to undo: the host refused every "
                                   "change)"])
     assert "undo: --gpuhost-rollback" not in retried.stdout.str()

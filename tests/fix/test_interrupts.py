@@ -1,4 +1,4 @@
-"""Issue 25, item 1: a --fix run interrupted while its command runs (SIGTERM from ``timeout``,
+"""A --fix run interrupted while its command runs (SIGTERM from ``timeout``,
 systemd, Slurm or CI; SIGHUP from a closed terminal; Ctrl-C) kills that command's process group,
 journals the change ``unknown`` and leaves the journal open; a rollback judges nothing while a
 command a run started may still be making its change (it waits for the target's lock, which the

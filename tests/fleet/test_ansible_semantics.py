@@ -1,4 +1,4 @@
-"""Issue 24: an inventory means what it means to Ansible. Vault secrets come as Ansible's own
+"""An inventory means what it means to Ansible. Vault secrets come as Ansible's own
 commands load them (ANSIBLE_VAULT_PASSWORD_FILE, vault_password_file in ansible.cfg, vault ids),
 files encrypted by the real ``ansible-vault``; ``ansible_connection=local`` is this machine;
 ``ansible_python_interpreter`` is the agent's python; one host's undefined variable fails that

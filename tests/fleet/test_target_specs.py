@@ -1,4 +1,4 @@
-"""A spec per target (issue 22): an inventory's ``gpuhost_spec`` (host or group vars; a bundled
+"""A spec per target: an inventory's ``gpuhost_spec`` (host or group vars; a bundled
 name or a file relative to the inventory), a targets file's second column and ``?spec=``;
 ``--gpuhost-spec`` stays the default; the reports and the fleet page say which spec each ran."""
 

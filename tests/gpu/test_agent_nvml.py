@@ -1,4 +1,4 @@
-"""NVML facts from the machine that has the GPUs (issue 22): a host that is not this machine
+"""NVML facts from the machine that has the GPUs: a host that is not this machine
 answers from its own NVIDIA driver, asked by its agent: its libnvidia-ml.so.1 through ctypes (a
 fake library built here with the system's cc), or ``nvidia-smi --query-gpu`` where no library
 loads (a fake nvidia-smi); fixes of persistence mode and the power limit are made there."""

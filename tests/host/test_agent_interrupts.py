@@ -1,4 +1,4 @@
-"""Issue 25, item 2, at the agent: a command keeps the target's lock until it has ended, and
+"""At the agent: a command keeps the target's lock until it has ended, and
 whatever ends the agent's wait (its connection closing, a cancel, the agent killed) ends the
 command's whole process group first. The agent runs here over pipes, as ssh runs it there."""
 
@@ -159,7 +159,7 @@ os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
 
 def test_stderr_without_a_newline_is_kept_to_its_last_few_kib(fake: FakeHost,
                                                               tmp_path: Path) -> None:
-    """Issue 25, item 4: a target writing megabytes to stderr without a newline grew the
+    """A target writing megabytes to stderr without a newline grew the
     controller without bound (a line was read whole before being kept)."""
     from pytest_gpuhost.host.pipes import STDERR_KEPT
 
@@ -181,7 +181,7 @@ def test_stderr_without_a_newline_is_kept_to_its_last_few_kib(fake: FakeHost,
 
 def test_the_read_limit_names_the_step_it_cut_short(fake: FakeHost,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 25, item 12: the 60 s limit of a read said "waiting for 1 request(s)"."""
+    """The 60 s limit of a read said "waiting for 1 request(s)"."""
     from pytest_gpuhost.host import TargetLost, doing, remote
 
     monkeypatch.setattr(remote, "OPERATION_TIMEOUT_S", 1.0)
@@ -215,7 +215,7 @@ class Jumps:
 
 
 def test_the_agent_s_deadlines_read_its_injected_clock(fake: FakeHost) -> None:
-    """Issue 21: the agent takes a monotonic clock, so its limits are tested without waiting
+    """The agent takes a monotonic clock, so its limits are tested without waiting
     for them: a command past its timeout is killed with its group, a lock wait past its own
     ends naming the holder."""
     from pytest_gpuhost.host.agent import OpError, Root

@@ -1,4 +1,4 @@
-"""Issue 25, item 3: every answer of a target is checked for its shape before anything reads
+"""Every answer of a target is checked for its shape before anything reads
 it; what is not the agent's is said, never a TypeError, AssertionError or RecursionError."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 25, items 9, 11 and 12: target URLs, targets files, the ini and the fleet CLI's input
+"""Target URLs, targets files, the ini and the fleet CLI's input
 that once gave a traceback, were accepted when they must not be, or named a target with
 characters a name cannot hold. Each is exit 4 (a usage error) with a message saying what to
 do, never a traceback, and a password never reaches any output."""

@@ -1,4 +1,4 @@
-"""Issue 25: a run's reports survive what a run or a host throws at them: a run that crashed is
+"""A run's reports survive what a run or a host throws at them: a run that crashed is
 never reported as clean (item 3), a report writer that fails takes no other report down with it
 (item 5), host values reach the terminal escaped (item 10), and many failing checks cost time
 and output in proportion (item 8)."""

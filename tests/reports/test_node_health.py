@@ -294,7 +294,7 @@ def nfd_lines(path: Path) -> list[str]:
 
 def test_nfd_file_of_a_failing_and_a_healthy_run(pytester: pytest.Pytester, spec: Path,
                                                  good_root: Path) -> None:
-    """Issue 24: the labels carry NFD's namespace (nfd-master's DisableAutoPrefix gate leaves
+    """The labels carry NFD's namespace (nfd-master's DisableAutoPrefix gate leaves
     an unprefixed name bare, and nodeSelectors on feature.node.kubernetes.io/gpuhost.tuned
     stop matching) and lapse an hour after the run (--gpuhost-nfd-expiry), so a removed
     DaemonSet does not leave tuned=true forever."""

@@ -29,7 +29,7 @@ def spec(pytester: pytest.Pytester) -> Path:
 def test_junit_properties_per_check_under_xunit1(pytester: pytest.Pytester, spec: Path,
                                                 example_host: Path) -> None:
     """junit_family=xunit1 (or legacy): each check's facts as <property>s of its test case,
-    the persistence files' too (issue 24: they had none)."""
+    the persistence files' too (they once had none)."""
     result = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}",
                                 "--fix", "--fix-persist", "--junitxml=junit.xml",
                                 "-o", "junit_family=xunit1")
@@ -59,7 +59,7 @@ def test_junit_properties_per_check_under_xunit1(pytester: pytest.Pytester, spec
 
 def test_junit_is_valid_xunit2_by_default(pytester: pytest.Pytester, spec: Path,
                                           example_host: Path) -> None:
-    """Issue 24: pytest's default junit_family is xunit2, whose schema (Jenkins' xUnit
+    """pytest's default junit_family is xunit2, whose schema (Jenkins' xUnit
     plugin's junit-10.xsd) has no <properties> in a test case; the plugin skipped the file.
     Now no test case carries them, the file validates, and with junit_logging=system-out the
     facts are in each test case's <system-out>."""
@@ -267,7 +267,7 @@ def test_allure_results_of_a_fix_run(pytester: pytest.Pytester, spec: Path,
     assert [c["name"] for c in categories] == ["Fix failed", "Hardware fault",
                                                "Reboot required", "Would fix", "Mis-tuned",
                                                "Not applicable"]
-    # issue 24: a fixed check is passed to pytest, so to Allure: its label and tag tell it apart
+    # a fixed check is passed to pytest, so to Allure: its label and tag tell it apart
     assert labels_of(swap)["gpuhost_outcome"] == "fixed"
     assert set(tags_of(swap)) == {"fixed", "gpuhost"}  # allure-pytest tags each marker too
     gpus = tests["gpu_count"]
@@ -327,7 +327,7 @@ def test_categories_sort_the_checks(pytester: pytest.Pytester, spec: Path,
 
 
 def test_would_fix_category(pytester: pytest.Pytester, example_host: Path) -> None:
-    """Issue 24: a dry run's would_fix had no category of its own (it fell into Mis-tuned)."""
+    """A dry run's would_fix had no category of its own (it fell into Mis-tuned)."""
     pytester.makefile(".yaml", s="version: 1\nsysctl:\n  vm.swappiness: 10\n")
     pytester.runpytest("--gpuhost-spec=s.yaml", f"--gpuhost-root={example_host}", "--fix",
                        "--gpuhost-dry-run", "--alluredir=out")
@@ -364,9 +364,9 @@ def pytest_configure(config):
 
 
 def test_a_persistence_record_as_an_allure_test(pytester: pytest.Pytester) -> None:
-    """The reporter's side of issue 24's missing --fix-persist records: a test whose record is
-    a persistence file's gets its labels, the fixed tag, the steps of the write and the file
-    it wrote (the records become pytest items of their own in the plugin's glue)."""
+    """The reporter's side of the --fix-persist records that once went missing: a test whose
+    record is a persistence file's gets its labels, the fixed tag, the steps of the write and
+    the file it wrote (the records become pytest items of their own in the plugin's glue)."""
     pytester.makeconftest(PERSIST_CONFTEST)
     pytester.makepyfile(test_p="def test_persist(request):\n    from conftest import RECORD\n"
                                "    request.node.result = RECORD\n")
@@ -592,7 +592,7 @@ def test_an_interrupted_run_says_its_checks_did_not_run(
 
 def test_a_bundled_specs_series_keep_their_identity_wherever_it_is_installed(
         pytester: pytest.Pytester, example_host: Path) -> None:
-    """Issue 24: spec_file was the bundled spec's absolute install path, so rebuilding the venv
+    """spec_file was the bundled spec's absolute install path, so rebuilding the venv
     changed every series; now it is the stable name the check ids use."""
     pytester.runpytest("--gpuhost-spec=blackwell8", f"--gpuhost-root={example_host}",
                        "--gpuhost-prom=out.prom")

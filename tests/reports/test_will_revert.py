@@ -1,6 +1,6 @@
 """A sysctl that is right now but that the boot configuration sets back (docs/fix-safety.md,
 "Will revert"): passed, the exit status 0, and every report says WILL REVERT, naming the file
-and line that sets it back (issue 24, item 13: the docs promised it; the run only warned in the
+and line that sets it back (the docs promised it; the run only warned in the
 terminal, and --gpuhost-npd said "checks ok")."""
 
 from __future__ import annotations

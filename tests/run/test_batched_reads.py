@@ -129,7 +129,7 @@ def test_a_verify_run_asks_the_host_a_constant_number_of_times(
 
 def test_the_example_host_through_a_counting_host_gives_the_same_outcomes(
         pytester: pytest.Pytester, example_host: Path, tmp_path: Path) -> None:
-    """Acceptance of issue 10: a wrapping host changes nothing but the counting."""
+    """A wrapping host changes nothing but the counting."""
     other = tmp_path / "copy"
     import shutil
 

@@ -1,4 +1,4 @@
-"""A container and its host checked as one machine (issue 22), without ssh: ``lxc://101`` of a
+"""A container and its host checked as one machine, without ssh: ``lxc://101`` of a
 fake host tree (``--gpuhost-root``) whose ``usr/bin/lxc-attach`` enters the container's tree
 (``testing.lxc``). Its ``kernel`` checks run on the host (``@local``), the rest inside
 (``@lxc-101``); a recognised container without its host says where to check."""

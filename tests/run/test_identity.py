@@ -1,5 +1,5 @@
 """Every report holds every check: a check's identity is its spec file plus its id, ids always
-name the spec, and what a report says is what the run did (issue 10, D1-D11)."""
+name the spec, and what a report says is what the run did."""
 
 from __future__ import annotations
 

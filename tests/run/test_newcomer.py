@@ -1,4 +1,4 @@
-"""What a newcomer met on a first run (issue 24, item 11), each as it was met and as it is now:
+"""What a newcomer met on a first run, each as it was met and as it is now:
 a journal shown as a path on its target with an undo that works as printed, no undo after a run
 that changed nothing, a bundled spec named as a file, an unreachable target said once, a sysctl
 typo, counts in words that agree, and a rollback that counts every change of its journal."""

@@ -115,7 +115,7 @@ def test_the_ini_names_a_bundled_spec_too(pytester: pytest.Pytester,
 @pytest.mark.parametrize(("given", "line"), [
     ("blackwell9", "ERROR: --gpuhost-spec=blackwell9: no such file, and no bundled spec of "
                    "that name; the bundled specs: blackwell8 (or name a YAML file)"),
-    # still a file, never the bundled spec; but the message names the bundled one (issue 24)
+    # still a file, never the bundled spec; but the message names the bundled one
     ("blackwell8.yaml", "ERROR: --gpuhost-spec=blackwell8.yaml: no such file here (*); the "
                         "bundled spec of that name runs as --gpuhost-spec=blackwell8 (a bundled "
                         "spec is named without .yaml)"),

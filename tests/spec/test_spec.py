@@ -284,7 +284,7 @@ def test_an_unknown_section_key_says_what_was_meant(tmp_path: Path, section: str
 ])
 def test_every_kind_says_unknown_keys_the_same_way(tmp_path: Path, text: str,
                                                    meant: str) -> None:
-    """Issue 10: one schema helper: where, a "did you mean", and every key the place takes."""
+    """One schema helper: where, a "did you mean", and every key the place takes."""
     with pytest.raises(SpecError, match=rf"unknown key '\w+' in [^;]+ \(did you mean "
                                         rf"'{meant}'\?\); expected one of: .*{meant}"):
         load(tmp_path, f"version: 1\n{text}")
