@@ -11,8 +11,9 @@ files) never replaces anything but a file.
 ``Host`` is what every host must answer. What only some hosts have is declared too, each as a
 small protocol that a host has whole or not at all: ``Closable`` (something to end when the run
 is done), ``Connection`` (a target reached over a connection: its cost, its time against
---gpuhost-target-timeout, why it was lost) and ``PhaseCache`` (a phase's reads served from one
-batch). The run asks ``isinstance(host, Connection)``, never for an attribute by name.
+--gpuhost-target-timeout, why it was lost), ``Releasable`` (a connection let go without waiting
+for its process) and ``PhaseCache`` (a phase's reads served from one batch). The run asks
+``isinstance(host, Connection)``, never for an attribute by name.
 
 Implementations: ``LocalHost`` (this machine, in-process) here, others by URL scheme through the
 ``pytest_gpuhost_make_host`` hook (``targets`` keeps the schemes). ``CachedHost`` wraps any of
@@ -234,6 +235,15 @@ class Connection(Protocol):
 
 
 @runtime_checkable
+class Releasable(Protocol):
+    """A connection that can end without waiting for its process to exit (``close`` reaps it):
+    a run that ends many lets each go, then closes them, and they end together."""
+
+    def let_go(self, *, wait: bool = False) -> None:
+        """End the session now; ``wait``: for its process too, as ``close`` does."""
+
+
+@runtime_checkable
 class GpuControl(Protocol):
     """A host whose own NVIDIA driver changes a GPU's settings (the agent's ``Gpus.set``,
     through the machine's libnvidia-ml.so.1 or nvidia-smi): the NVML fixes of a target that is
@@ -254,6 +264,9 @@ class PhaseCache(Protocol):
 
     def fetched_at(self, request: Request) -> float | None:
         """When the cached reply of ``request`` was read (``clock.now()``), None when none is."""
+
+    def cached(self, request: Request) -> bool:
+        """Whether ``request``'s reply is served from the cache (its read costs nothing)."""
 
     def forget(self, requests: Iterable[Request]) -> None:
         """Forget these replies only: their next read is live."""
@@ -334,6 +347,7 @@ __all__ = [
     "Match",
     "PhaseCache",
     "Read",
+    "Releasable",
     "Reply",
     "Request",
     "Stat",

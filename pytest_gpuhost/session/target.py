@@ -26,6 +26,7 @@ from ..host import (
     Connection,
     Host,
     HostError,
+    Releasable,
     Reply,
     Request,
     doing,
@@ -305,9 +306,8 @@ class Target:
         """End a remote target's connection for now (the next read connects again), without
         waiting for its process to exit: ``close`` reaps it."""
         if isinstance(self.connection, Closable) and not self.connection.local_machine():
-            let_go = getattr(self.connection, "let_go", None)
-            if let_go is not None:
-                let_go()
+            if isinstance(self.connection, Releasable):
+                self.connection.let_go()
             else:
                 self.connection.close()
 
