@@ -1,7 +1,8 @@
 """What a kind or a host may have is declared, never asked for by name: read from the package's
 source with ast, no ``getattr``/``hasattr`` names (as a string literal) a member that a kind's or
 a host's protocol declares (``checks.kind``: the optional half of a kind; ``host``: ``Host`` and
-``Closable``, ``Connection``, ``Releasable``, ``GpuControl``, ``PhaseCache``). Such a member is
+``Closable``, ``Connection``, ``Releasable``, ``GpuControl``, ``PhaseCache``; a check's probe:
+``checks.Probe``, ``Batched``, ``BootTime``). Such a member is
 asked for with ``isinstance`` on its protocol, which says in one place what its absence means."""
 
 from __future__ import annotations
@@ -9,14 +10,14 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from pytest_gpuhost import host
+from pytest_gpuhost import checks, host
 from pytest_gpuhost.checks import kind
 
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_gpuhost"
 PROTOCOLS = (kind.Kind, kind.Scoped, kind.Measured, kind.NeedsFacts, kind.Persisting,
              kind.PersistsTo, kind.Capturing, kind.StandIn, kind.NamedKind,
              host.Host, host.Closable, host.Connection, host.Releasable, host.GpuControl,
-             host.PhaseCache)
+             host.PhaseCache, checks.Probe, checks.Batched, checks.BootTime)
 
 
 def declared() -> dict[str, str]:
@@ -49,7 +50,7 @@ def test_the_protocols_declare_the_optional_members() -> None:
     members = declared()
     for name in ("section", "parse", "expand", "scope", "measured", "facts", "persistence",
                  "persists_to", "capture", "standing_for", "loaded", "let_go", "cached",
-                 "lost", "traffic", "close", "batch"):
+                 "lost", "traffic", "close", "batch", "reads", "boot_time", "fixable"):
         assert name in members, name
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
 import msgspec
 
@@ -126,9 +126,8 @@ class CannotFix(Exception):
 class Probe(Protocol):
     """Observes one value; if ``fixable``, plans the changes that would make it right.
 
-    A probe may also have ``reads() -> Sequence[Request]``: the host reads its ``observe`` makes,
-    which the session fetches for every check of a run in one batch (a remote host then costs
-    one round trip for all of them). Without it the probe's reads are simply live.
+    A probe may also be ``Batched`` (``reads()``: the host reads its ``observe`` makes, read
+    for every check of a run in one batch) and ``BootTime`` (``boot_time``).
     """
 
     fixable: bool
@@ -140,10 +139,31 @@ class Probe(Protocol):
         CannotFix when there is no safe way. Planning reads but never writes."""
 
 
+@runtime_checkable
+class Batched(Protocol):
+    """A probe that declares the host reads its ``observe`` makes, which the session fetches for
+    every check of a run in one batch (a remote host then costs one round trip for all of
+    them). Without it the probe's reads are simply live."""
+
+    def reads(self) -> Sequence[Request]: ...
+
+
+@runtime_checkable
+class BootTime(Protocol):
+    """A probe that says whether its fix writes the boot configuration."""
+
+    boot_time: bool
+
+
+def reads_of(probe: object) -> tuple[Request, ...]:
+    """The reads a probe declares (``Batched``), none for one that declares none."""
+    return tuple(probe.reads()) if isinstance(probe, Batched) else ()
+
+
 def is_boot_time(probe: Probe) -> bool:
     """A probe whose fix writes the boot configuration (``boot_time = True``): it runs only
     under --fix --fix-persist and takes effect at the next boot."""
-    return bool(getattr(probe, "boot_time", False))
+    return isinstance(probe, BootTime) and bool(probe.boot_time)
 
 
 class NoFix:

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from ..checks import Check, Fact, Facts
+from ..checks import Check, Fact, Facts, reads_of
 from ..checks.conditions import ConditionFn
 from ..checks.gpus import GPUS
 from ..engine import RunOptions, error_result, run_check
@@ -141,7 +141,7 @@ class Target:
         self._pending = {id(check): check for check in checks}
 
     def _reads(self, check: Check) -> list[Request]:
-        reads = list(getattr(check.probe, "reads", tuple)())
+        reads = list(reads_of(check.probe))
         if check.options.when is not None:
             reads += self.conditions.requests(check.options.when.name)
         return reads
