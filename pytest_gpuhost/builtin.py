@@ -22,14 +22,13 @@ if TYPE_CHECKING:
 
     import pluggy
 
-    from .checks import Capturer, Check, Fact, Facts, Kind, PersistLine
+    from .checks import Check, Facts, Kind
     from .checks.conditions import ConditionFn
     from .config.settings import Settings
     from .config.targets import TargetAddress
     from .gpu.nvml import NvmlFactory
     from .host import Host
     from .reports import Report
-    from .result import CheckResult
     from .spec import Node, SpecContext
 
 BUILTIN_KINDS = (
@@ -49,7 +48,8 @@ BUILTIN_KINDS = (
 
 
 class BuiltinKind:
-    """A built-in kind by name: its module is imported on the first parse, facts or expand."""
+    """A built-in kind by name: its module is imported on the first parse, expand or look at its
+    optional half (``checks.kind.StandIn``)."""
 
     def __init__(self, section: str, module: str, name: str) -> None:
         self.section = section
@@ -75,39 +75,17 @@ class BuiltinKind:
     def parse(self, node: Node, context: SpecContext) -> object:
         return self.kind.parse(node, context)
 
-    def facts(self, section: Any) -> Sequence[Fact[Any]]:
-        facts: Sequence[Fact[Any]] = getattr(self.kind, "facts", lambda _: ())(section)
-        return facts
-
     def expand(self, section: Any, facts: Facts) -> Sequence[Check]:
         return self.kind.expand(section, facts)
 
-    def persistence(self, results: Sequence[CheckResult]) -> list[PersistLine]:
-        """The kind's own --fix-persist lines: none from a kind this run never loaded (it has
-        no records), else what the kind supplies, if it supplies any."""
-        supply = getattr(self._kind, "persistence", None) if self._kind is not None else None
-        return list(supply(results)) if supply is not None else []
+    def standing_for(self) -> Kind:
+        """Its optional half (``checks.kind``) is the kind's."""
+        return self.kind
 
-    def persists_to(self, check: Check) -> Sequence[str]:
-        from .checks import persists_to_of
-
-        return persists_to_of(self.kind)(check)
-
-    @property
-    def scope(self) -> str:
-        from .checks import scope_of
-
-        return scope_of(self.kind)
-
-    @property
-    def measured(self) -> bool:
-        return bool(getattr(self.kind, "measured", False))
-
-    @property
-    def capture(self) -> Capturer | None:
-        from .checks import capturer_of
-
-        return capturer_of(self.kind)
+    def loaded(self) -> Kind | None:
+        """The kind if a parse, facts or expand of this run imported it (its persistence lines
+        are of its records: a kind never loaded has none)."""
+        return self._kind
 
     @property
     def qualname(self) -> str:

@@ -12,7 +12,7 @@ import msgspec
 
 from .checks import KERNEL, CannotFix, Check, NotApplicable, Observation, is_boot_time
 from .host import Host, HostError, PhaseCache, TargetLost, doing
-from .result import WILL_REVERT, CheckResult, Outcome
+from .result import WILL_REVERT, CheckResult, FixFailure, Outcome
 
 if TYPE_CHECKING:  # the fixer (journal, locks, NVML settings) is imported by a fix only
     from .checks.changes import Plan
@@ -195,7 +195,7 @@ def _fix(check: Check, host: Host, fixer: Fixer, problem: str,
         return _result(check, Outcome.ERROR, f"planning the fix failed: {exc}", before)
     earlier = history.failed_before(check.id, plan.changes) if history else None
     if earlier is not None:  # the host refused this very change before: nothing is run
-        return _result(check, Outcome.FIX_FAILED, earlier.message(), before)
+        return _fix_failed(check, FixFailure(plan.summary, refused=earlier.message()), before)
     apply_error: str | None = None
     try:
         applied = fixer.apply(check.id, check.kind, check.key, plan)
@@ -205,12 +205,12 @@ def _fix(check: Check, host: Host, fixer: Fixer, problem: str,
     try:
         after = check.probe.observe(host)
     except HostError as exc:
-        reason = apply_error or f"{applied.action}, then the read-back failed: {exc}"
-        return _result(check, Outcome.FIX_FAILED, reason, before, before=before, applied=applied,
-                       plan=plan)
+        return _fix_failed(check, FixFailure(applied.action, apply_error=apply_error,
+                                             read_error=str(exc)),
+                           before, before=before, applied=applied, plan=plan)
     if apply_error is not None:
-        return _result(check, Outcome.FIX_FAILED, f"apply failed: {apply_error}", after,
-                       before=before, applied=applied, plan=plan)
+        return _fix_failed(check, FixFailure(applied.action, apply_error=apply_error), after,
+                           before=before, applied=applied, plan=plan)
     verdict = check.expect.judge(after.value)
     printed = f"; it printed: {applied.output}" if applied.output else ""
     if verdict.ok:
@@ -221,12 +221,18 @@ def _fix(check: Check, host: Host, fixer: Fixer, problem: str,
     if pending is not None:
         return _result(check, Outcome.REBOOT_REQUIRED, pending.message, after, before=before,
                        applied=applied, plan=plan)
-    message = (f"{applied.action}, but read back {after.value!r}: "
-               f"{_explain(verdict.reason, after)}{printed}")
-    if not printed:
-        message += _read_back_reason(check, before, after, len(plan.changes))
-    return _result(check, Outcome.FIX_FAILED, message, after, before=before, applied=applied,
-                   plan=plan)
+    reason = _explain(verdict.reason, after) + (
+        printed or _read_back_reason(check, before, after, len(plan.changes)))
+    return _fix_failed(check, FixFailure(applied.action, read_back=after.value, reason=reason),
+                       after, before=before, applied=applied, plan=plan)
+
+
+def _fix_failed(check: Check, failure: FixFailure, observed: Observation, *,
+                before: Observation | None = None, applied: Applied | None = None,
+                plan: Plan | None = None) -> CheckResult:
+    """The one place a check's outcome is ``fix_failed``: its message is how it failed."""
+    return _result(check, Outcome.FIX_FAILED, failure.worded(), observed, before=before,
+                   applied=applied, plan=plan)
 
 
 def _read_back_reason(check: Check, before: Observation, after: Observation,

@@ -26,6 +26,11 @@ class Outcome(str, enum.Enum):
     def __str__(self) -> str:
         return self.value
 
+    @property
+    def shown(self) -> str:
+        """The outcome as a report's line names it: ``FIX_FAILED``."""
+        return self.value.upper()
+
 
 OUTCOMES = tuple(o.value for o in Outcome)
 OPEN_OUTCOMES = (Outcome.PASSED, Outcome.FIXED, Outcome.SKIPPED)
@@ -41,6 +46,43 @@ begins: the check passed (or was fixed), and the reports show it as ``WILL REVER
 NOT_RUN = "not run: "
 """How the record of a check that never ran begins (the run stopped before it, or no xdist
 worker started it): an error record, told apart from a check that ran and failed."""
+
+
+APPLY_FAILED = "apply failed"
+"""How the record of a fix whose apply itself failed begins (the host refused the write or the
+command failed), told apart from a fix that was applied but did not hold."""
+
+
+class FixFailure(msgspec.Struct, frozen=True):
+    """How a fix failed, each way worded once (``worded``) for the ``fix_failed`` record's
+    message, which every report shows as it is."""
+
+    action: str
+    """What the fix did, or was to do."""
+    refused: str | None = None
+    """The journal's earlier failure of this very change: it was not tried again."""
+    apply_error: str | None = None
+    read_error: str | None = None
+    """Why the value could not be read back after the apply."""
+    read_back: str | None = None
+    """The value read back, still wrong."""
+    reason: str = ""
+    """Why the value read back is wrong (and what the fix's command printed)."""
+
+    def worded(self) -> str:
+        if self.refused is not None:
+            return self.refused
+        if self.read_error is not None:
+            return self.apply_error or f"{self.action}, then the read-back failed: " \
+                                       f"{self.read_error}"
+        if self.apply_error is not None:
+            return f"{APPLY_FAILED}: {self.apply_error}"
+        return f"{self.action}, but read back {self.read_back!r}: {self.reason}"
+
+
+def apply_failed(record: CheckResult) -> bool:
+    """Whether the record is of a fix whose apply itself failed (``FixFailure``)."""
+    return record.outcome is Outcome.FIX_FAILED and record.message.startswith(APPLY_FAILED)
 
 
 class CheckResult(msgspec.Struct, frozen=True):

@@ -61,7 +61,9 @@ def _name(cls: type) -> str:
 
 
 def test_no_dataclass_is_left() -> None:
-    assert [_name(c) for c in _classes() if dataclasses.is_dataclass(c)] == []
+    assert [_name(c) for c in _classes() if dataclasses.is_dataclass(c)] == [], \
+        "the package's models are frozen msgspec.Structs (a built-in kind's section model and " \
+        "probes too: docs/adding-a-kind.md), never dataclasses"
 
 
 def test_the_agent_stays_stdlib_only() -> None:

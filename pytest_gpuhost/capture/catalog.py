@@ -14,7 +14,7 @@ from pathlib import Path
 
 import msgspec
 
-from ..checks import Check, NoFix, NotApplicable, Observation, Probe
+from ..checks import Check, NoFix, NotApplicable, Observation, Probe, reads_of
 from ..host import Host, Request
 from ..spec.matchers import Verdict
 
@@ -40,7 +40,7 @@ class ObserveOnly(NoFix, msgspec.Struct, frozen=True):
     probe: Probe
 
     def reads(self) -> Sequence[Request]:
-        return tuple(getattr(self.probe, "reads", tuple)())
+        return reads_of(self.probe)
 
     def observe(self, host: Host) -> Observation:
         observed = self.probe.observe(host)

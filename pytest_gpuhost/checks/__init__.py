@@ -3,8 +3,9 @@
 A *kind* (one module per kind) owns a top-level spec section. It parses the section (the spec
 side), then, given a host, expands it into ``Check`` objects with stable ids. Each check carries
 an expectation and a *probe* that observes the host and, where the value is fixable, applies it.
-A kind also says where its settings live (``scope``), which lines make them survive a reboot
-(``persistence``) and how a host's values are written back as a spec (``capture``).
+A kind may also say where its settings live (``scope``), which lines make them survive a reboot
+(``persistence``) and how a host's values are written back as a spec (``capture``): its
+optional half, declared in ``kind``.
 Built-in kinds register through the ``pytest_gpuhost_check_kinds`` hook like third-party ones do.
 """
 
@@ -18,8 +19,31 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast, runtime
 import msgspec
 
 from ..host import Host, HostError, Reply, Request, raised
-from ..spec import EntryOptions, SpecContext
+from ..spec import EntryOptions
 from ..spec.matchers import Expectation
+from .kind import KERNEL as KERNEL
+from .kind import NAMESPACE as NAMESPACE
+from .kind import SCOPES as SCOPES
+from .kind import USERSPACE as USERSPACE
+from .kind import Capturer as Capturer
+from .kind import Capturing as Capturing
+from .kind import Kind as Kind
+from .kind import Measured as Measured
+from .kind import NamedKind as NamedKind
+from .kind import NeedsFacts as NeedsFacts
+from .kind import PersistenceSupply as PersistenceSupply
+from .kind import Persisting as Persisting
+from .kind import PersistsTo as PersistsTo
+from .kind import PersistTargets as PersistTargets
+from .kind import Scoped as Scoped
+from .kind import StandIn as StandIn
+from .kind import capturer_of as capturer_of
+from .kind import facts_of as facts_of
+from .kind import kind_name as kind_name
+from .kind import measured_of as measured_of
+from .kind import persistence_of as persistence_of
+from .kind import persists_to_of as persists_to_of
+from .kind import scope_of as scope_of
 from .persistence import PERSIST_TARGETS as PERSIST_TARGETS
 from .persistence import BootCommand as BootCommand
 from .persistence import PersistLine as PersistLine
@@ -28,9 +52,6 @@ from .persistence import settled as settled
 
 if TYPE_CHECKING:
     from ..gpu.nvml import NvmlSource
-    from ..result import CheckResult
-    from ..spec import Node
-    from .capturing import Captured, Records
     from .changes import Plan
     from .persistence import CONTROL as CONTROL  # re-exported: a kind's persistence names it
 
@@ -45,16 +66,6 @@ def __getattr__(name: str) -> object:
 
 
 T = TypeVar("T")
-
-KERNEL, NAMESPACE, USERSPACE = "kernel", "namespace", "userspace"
-SCOPES = (KERNEL, NAMESPACE, USERSPACE)
-"""Where a setting lives (docs/reference.md, "Where a setting lives"): ``kernel``, the running
-kernel and the hardware (the machine that runs the kernel); ``namespace``, what a container owns
-of it (the sysctls the kernel keeps per namespace: a network namespace's ``net.*``, an IPC
-namespace's ``kernel.shm*``, ``kernel.msg*``, ``kernel.sem``, ``fs.mqueue.*``, a UTS
-namespace's ``kernel.hostname``);
-``userspace``, files and tools of the root the check runs in (the NVML library, the bandwidth
-the benchmark sees)."""
 
 
 class Evidence(msgspec.Struct, frozen=True):
@@ -115,9 +126,8 @@ class CannotFix(Exception):
 class Probe(Protocol):
     """Observes one value; if ``fixable``, plans the changes that would make it right.
 
-    A probe may also have ``reads() -> Sequence[Request]``: the host reads its ``observe`` makes,
-    which the session fetches for every check of a run in one batch (a remote host then costs
-    one round trip for all of them). Without it the probe's reads are simply live.
+    A probe may also be ``Batched`` (``reads()``: the host reads its ``observe`` makes, read
+    for every check of a run in one batch) and ``BootTime`` (``boot_time``).
     """
 
     fixable: bool
@@ -129,10 +139,31 @@ class Probe(Protocol):
         CannotFix when there is no safe way. Planning reads but never writes."""
 
 
+@runtime_checkable
+class Batched(Protocol):
+    """A probe that declares the host reads its ``observe`` makes, which the session fetches for
+    every check of a run in one batch (a remote host then costs one round trip for all of
+    them). Without it the probe's reads are simply live."""
+
+    def reads(self) -> Sequence[Request]: ...
+
+
+@runtime_checkable
+class BootTime(Protocol):
+    """A probe that says whether its fix writes the boot configuration."""
+
+    boot_time: bool
+
+
+def reads_of(probe: object) -> tuple[Request, ...]:
+    """The reads a probe declares (``Batched``), none for one that declares none."""
+    return tuple(probe.reads()) if isinstance(probe, Batched) else ()
+
+
 def is_boot_time(probe: Probe) -> bool:
     """A probe whose fix writes the boot configuration (``boot_time = True``): it runs only
     under --fix --fix-persist and takes effect at the next boot."""
-    return bool(getattr(probe, "boot_time", False))
+    return isinstance(probe, BootTime) and bool(probe.boot_time)
 
 
 class NoFix:
@@ -287,97 +318,13 @@ class Facts:
             self._cache[reader] = _Unread(exc)
 
 
-class Kind(Protocol):
-    """A check kind, as registered through the ``pytest_gpuhost_check_kinds`` hook.
-
-    Beside ``section``, ``parse`` and ``expand``, a kind may have (each read through the
-    functions below, which say what its absence means):
-
-    - ``scope``: where its settings live, one of ``SCOPES`` (absent: ``kernel``);
-    - ``measured``: its checks are measurements, not settings (absent: False);
-    - ``facts(section) -> Sequence[Fact]``: the facts its ``expand`` will get, read for every
-      kind of the spec in one batch beforehand;
-    - ``persistence(results) -> Sequence[PersistLine]``: the lines ``--fix-persist`` writes
-      for its checks' values (absent: none);
-    - ``persists_to(check) -> Sequence[str]``: the persistence targets (``PERSIST_TARGETS``)
-      a check's lines may go to, known at collection so that each file --fix-persist may write
-      is an item of its own (absent: every target, for a kind with ``persistence``);
-    - ``capture(section, records) -> Captured``: the section as the records say the host
-      holds it, for ``--gpuhost-capture`` (``checks.capturing`` has the usual forms; absent:
-      the captured spec says the kind has no capture)."""
-
-    section: str
-
-    def parse(self, node: Node, context: SpecContext) -> object:
-        """Validate the spec section into a frozen model; raise SpecError."""
-
-    def expand(self, section: Any, facts: Facts) -> Sequence[Check]:
-        """One check per item of the section on this host, in a stable order."""
-
-
-Capturer = Callable[[Any, "Records"], "Captured"]
-"""A kind's ``capture(section, records)``."""
-PersistenceSupply = Callable[[Sequence["CheckResult"]], Sequence[PersistLine]]
-"""A kind's ``persistence(results)``."""
-PersistTargets = Callable[[Check], Sequence[str]]
-"""A kind's ``persists_to(check)``."""
-
-
-def scope_of(kind: object) -> str:
-    """The scope a kind declares; ValueError naming the kind for one that is not a scope."""
-    scope = getattr(kind, "scope", KERNEL)
-    if scope not in SCOPES:
-        raise ValueError(f"check kind {type(kind).__module__}.{type(kind).__qualname__} of "
-                         f"section {getattr(kind, 'section', '?')!r} declares scope {scope!r}; "
-                         f"a scope is one of {', '.join(SCOPES)}")
-    return str(scope)
-
-
-def capturer_of(kind: object) -> Capturer | None:
-    """The kind's ``capture``, or None where it has none."""
-    found: Capturer | None = getattr(kind, "capture", None)
-    return found
-
-
-def persistence_of(kind: object) -> PersistenceSupply | None:
-    """The kind's ``persistence``, or None where it has none."""
-    found: PersistenceSupply | None = getattr(kind, "persistence", None)
-    return found
-
-
-def persists_to_of(kind: object) -> PersistTargets:
-    """Where the kind's persistence lines for a check may go: its ``persists_to``, else every
-    target for a kind with ``persistence`` and none for a kind without."""
-    found: PersistTargets | None = getattr(kind, "persists_to", None)
-    if found is not None:
-        return found
-    if persistence_of(kind) is None:
-        return lambda check: ()
-    return lambda check: PERSIST_TARGETS
-
-
 def owned(kind: object, section: str, checks: Iterable[Check]) -> list[Check]:
     """``checks`` as the kind made them for ``section``: each names the section, and takes the
     kind's scope and ``measured`` where it says none of its own."""
     scope = scope_of(kind)
-    measured = bool(getattr(kind, "measured", False))
+    measured = measured_of(kind)
     return [check if check.section == section and check.scope is not None
             and check.measured is not None else
             msgspec.structs.replace(check, section=section, scope=check.scope or scope,
                                 measured=measured if check.measured is None else check.measured)
             for check in checks]
-
-
-@runtime_checkable
-class NamedKind(Protocol):
-    """A kind that stands for another and names it (a built-in kind imported on first use)."""
-
-    @property
-    def qualname(self) -> str: ...
-
-
-def kind_name(kind: object) -> str:
-    """``pytest_gpuhost.checks.sysctl.SysctlKind``: the class of a kind, built-in or not."""
-    if isinstance(kind, NamedKind):
-        return kind.qualname
-    return f"{type(kind).__module__}.{type(kind).__qualname__}"

@@ -25,7 +25,8 @@ from collections.abc import Callable, Mapping, Sequence
 import msgspec
 
 from ..checks import CONTROL, CannotFix, Check, Evidence, NotApplicable, Observation, PersistLine
-from ..checks.bootconfig import GRUB, dropin_path, dropin_text, parse_boot_config, read_all
+from ..checks.bootpersist import CMDLINE, cmdline_file, cmdline_path
+from ..checks.bootpersist import boot_texts as read_boot_texts
 from ..checks.changes import Plan, ReplaceFile
 from ..host import COMMAND_DIRS, FileInfo, Host, Stat
 from ..result import CheckResult
@@ -69,7 +70,8 @@ FILES = {
     "tmpfiles": ("etc/tmpfiles.d/gpuhost-{spec}.conf", "tmpfiles.d"),
 }
 """A line's target -> its file under the root, and what a line of it is called. ``cmdline``
-words go into the grub.d drop-in instead (``bootconfig``), merged with boot-time fixes'."""
+words go into the grub.d drop-in instead (``checks.bootpersist``), merged with boot-time
+fixes'."""
 
 Tools = Mapping[str, "str | None"]
 """A command the files run -> its absolute path on the target (None: it has none)."""
@@ -132,20 +134,11 @@ def _file_text(target: str, lines: Sequence[PersistLine], tools: Tools) -> str |
 
 def _dropin(spec: str, lines: Sequence[PersistLine], read: Callable[[str], str | None],
             boot_texts: dict[str, str | None]) -> dict[str, str | Unsafe]:
-    """The kernel parameters merged into our grub.d drop-in (which boot-time fixes of this run
-    may have written already), only where the host boots with GRUB."""
-    words = [line for line in lines if line.target == "cmdline"]
-    if not words or parse_boot_config(boot_texts).loader != GRUB:
+    """The kernel parameters' file (``checks.bootpersist``), if the host has one for them."""
+    made = cmdline_file(spec, lines, read, boot_texts)
+    if made is None:
         return {}
-    path = dropin_path(spec)
-    refused = next((line.refused for line in words if line.refused is not None), None)
-    if refused is not None:
-        return {path: Unsafe(refused)}
-    unsafe = [line.text for line in words if CONTROL.search(line.text) or " " in line.text]
-    if unsafe:
-        return {path: Unsafe(f"a kernel parameter holds a space or a control character: "
-                             f"{unsafe[0]!r}")}
-    return {path: dropin_text(read(path), spec, [line.text for line in words])}
+    return {made.path: Unsafe(made.refused) if made.text is None else made.text}
 
 
 def persistence_files(spec: str, source: str, results: Sequence[CheckResult],
@@ -156,7 +149,7 @@ def persistence_files(spec: str, source: str, results: Sequence[CheckResult],
     """Path under the root -> content, for every file the kinds (``supplies``: their
     ``persistence``) give lines for; Unsafe in place of the content of a file that would hold
     something it cannot hold safely. ``read`` gives a file's current text (the drop-in shared
-    with boot-time fixes), ``boot_texts`` the boot configuration as ``bootconfig`` reads it,
+    with boot-time fixes), ``boot_texts`` the boot configuration as ``bootpersist`` reads it,
     ``tools`` where the target keeps the commands the files run (``command_paths``; None:
     where Debian keeps them)."""
     return files_of(spec, source, lines_of(results, supplies), read, boot_texts or {}, tools)
@@ -254,7 +247,7 @@ def persistence_checks(spec: str, source: str, results: Sequence[CheckResult],
     def read(path: str) -> str | None:
         return host.read_text(path) if host is not None and host.exists(path) else None
 
-    boot = read_all(host) if host is not None else {}
+    boot = read_boot_texts(host) if host is not None else {}
     lines = lines_of(results, supplies)
     needed = commands_of(lines)
     tools = command_paths(host, needed) if host is not None and needed else None
@@ -295,8 +288,8 @@ def candidate_files(spec: str, checks: Sequence[Check],
         _token(spec, "the spec name")
     except Unsafe:
         return [EVERY]
-    return sorted(dropin_path(spec) if target == "cmdline" else FILES[target][0].format(spec=spec)
-                  for target in targets if target == "cmdline" or target in FILES)
+    return sorted(cmdline_path(spec) if target == CMDLINE else FILES[target][0].format(spec=spec)
+                  for target in targets if target == CMDLINE or target in FILES)
 
 
 class NothingToPersist(msgspec.Struct, frozen=True):

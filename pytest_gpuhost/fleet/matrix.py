@@ -22,9 +22,9 @@ def columns(targets: Sequence[FleetRow], sections: Sections) -> list[str]:
 
 
 def short_id(record: Record, section: str | None = None) -> str:
-    """The id in its section's column (the record's own, unless given):
-    ``pcie.max_read_request[0000:81:00.0]`` under ``pcie`` is ``max_read_request[81:00.0]``,
-    ``sysctl[vm.swappiness]`` under ``sysctl`` is ``vm.swappiness``."""
+    """The id in its section's column (the record's own, unless given), whatever the kind: a
+    check ``SECTION.NAME[0000:81:00.0]`` under ``SECTION`` is ``NAME[81:00.0]``, a check
+    ``SECTION[KEY]`` is ``KEY``."""
     text = _PCI_DOMAIN.sub("", str(record.get("id", "?")))
     section = section or str(record.get("section") or "")
     if not section:

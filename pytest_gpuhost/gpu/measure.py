@@ -4,11 +4,12 @@ under a file lock in the directory shared with the xdist workers; the others rea
 Without xdist there is one process and the result is kept in memory. A failed measurement is
 kept too, so each check reports the same reason instead of trying again.
 
-``Measurer`` takes the measurement with the section's probe: ``cuda`` (ours, cuda-python),
-``nvbandwidth`` (the binary, ``-j``), ``file:PATH`` (a saved output; a relative PATH is under
-the host root, an absolute one is read as is) and ``auto``: on ``/``, cuda if cuda-python is
-installed, else nvbandwidth if found; on any other root (a fake tree) an ``nvbandwidth`` under
-the root, else a recorded output in ``var/lib/pytest-gpuhost/``.
+``Measurer`` takes the measurement with the section's probe, found by name in ``probes.PROBES``:
+``cuda`` (ours, cuda-python), ``nvbandwidth`` (the binary, ``-j``), ``file:PATH`` (a saved
+output; a relative PATH is under the host root, an absolute one is read as is) and ``auto``: the
+first of them that is here (on ``/``, cuda if cuda-python is installed, else nvbandwidth if
+found; on any other root (a fake tree) an ``nvbandwidth`` under the root, else a recorded output
+in ``var/lib/pytest-gpuhost/``).
 """
 
 from __future__ import annotations
@@ -18,38 +19,21 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ..files import write_atomically
-from ..host import CommandTimeout, Host, HostError, Read, Request, Which
-from ..progress import report_progress
+from ..host import Host, HostError, Request
+from .nvbandwidthrun import NVBANDWIDTH_ENV as NVBANDWIDTH_ENV
+from .nvbandwidthrun import SLOW_HINT as SLOW_HINT
+from .probe import RECORDED as RECORDED
+from .probe import RECORDED_DIR as RECORDED_DIR
+from .probe import ProbeSettings as ProbeSettings
+from .probes import PROBES, every_probe, probe_named
 
 if TYPE_CHECKING:  # the parsers and the CUDA probe load when a measurement is taken or read
     from .bandwidth import Measurements
 
 LOCK_NAME = "p2p-measure.lock"
-RECORDED_DIR = "var/lib/pytest-gpuhost"
-RECORDED = ("nvbandwidth.json", "nvbandwidth.txt", "p2pBandwidthLatencyTest.txt")
-NVBANDWIDTH_ENV = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
-SLOW_HINT = ("links slower than expected make it slower (try a smaller size, or raise the p2p "
-             "section's timeout: SECONDS); if a GPU fell off the bus, the kernel log says so "
-             "(Xid 79)")
-
-
-class ProbeSettings(Protocol):
-    """What taking a measurement needs of the p2p section."""
-
-    @property
-    def probe(self) -> str: ...
-
-    @property
-    def path(self) -> str | None: ...
-
-    @property
-    def size(self) -> int: ...
-
-    @property
-    def timeout(self) -> float: ...
 
 
 class MeasurementFailed(HostError):
@@ -115,14 +99,9 @@ class SharedMeasurement:
 
 def probe_reads(section: ProbeSettings) -> tuple[Request, ...]:
     """The host reads of choosing the probe (``auto``) and of a saved output under the root."""
-    if section.probe == "file":
-        relative = section.path is not None and not Path(section.path).is_absolute()
-        return (Read(section.path),) if relative and section.path else ()
-    if section.probe == "nvbandwidth":
-        return (Which("nvbandwidth"),)
     if section.probe == "auto":
-        return (Which("nvbandwidth"), *(Read(f"{RECORDED_DIR}/{name}") for name in RECORDED))
-    return ()
+        return tuple(read for probe in every_probe() for read in probe.auto_reads())
+    return probe_named(section.probe).reads(section) if section.probe in PROBES else ()
 
 
 class Measurer:
@@ -140,99 +119,17 @@ class Measurer:
         return self.host.local_machine()
 
     def measure(self) -> Measurements:
-        from .cudaprobe import INSTALL_HINT as CUDA_INSTALL_HINT
-        from .cudaprobe import cuda_available
-
-        probe = self.section.probe
-        if probe == "file":
-            assert self.section.path is not None
-            return self.from_file(self.section.path)
-        if probe == "cuda":
-            return self.cuda()
-        if probe == "nvbandwidth":
-            return self.nvbandwidth()
-        if self.real and cuda_available():
-            return self.cuda()
-        if self.host.which("nvbandwidth") is not None:
-            return self.nvbandwidth()
+        if self.section.probe != "auto":
+            return probe_named(self.section.probe).measure(self, self.section.path)
+        for probe in every_probe():  # the first that can measure here
+            source = probe.here(self)
+            if source is not None:
+                return probe.measure(self, source)
         if not self.real:
-            for name in RECORDED:
-                if self.host.exists(f"{RECORDED_DIR}/{name}"):
-                    return self.from_file(f"{RECORDED_DIR}/{name}")
             raise HostError(f"probe auto: the host root {self.host.describe()} is not this "
                             "machine and has no nvbandwidth under it nor a recorded output in "
                             f"{RECORDED_DIR}/ ({', '.join(RECORDED)})")
+        from .cudaprobe import INSTALL_HINT as CUDA_INSTALL_HINT
+
         raise HostError(f"probe auto found no way to measure: {CUDA_INSTALL_HINT}, or put "
                         "nvbandwidth on PATH")
-
-    def from_file(self, path: str) -> Measurements:
-        from .bandwidth import Measurements, ParseError, parse_output, to_measurements
-
-        if Path(path).is_absolute():
-            try:
-                text = Path(path).read_text(encoding="utf-8", errors="replace")
-            except OSError as exc:
-                raise HostError(f"cannot read {path}: {exc.strerror}") from exc
-        else:
-            text = self.host.read_text(path)
-        try:
-            output = parse_output(text)
-        except ParseError as exc:
-            raise HostError(f"{path}: {exc}") from exc
-        measured = to_measurements(output, self.gpus, f"recorded in {path}")
-        stale = ("a saved output: it does not change with --fix; re-measure with probe cuda or "
-                 "nvbandwidth to see a fix's effect")
-        return Measurements(measured.source, measured.rates, (*measured.notes, stale))
-
-    def nvbandwidth(self) -> Measurements:
-        from .bandwidth import (
-            D2H_TEST,
-            H2D_TEST,
-            P2P_TESTS,
-            ParseError,
-            parse_output,
-            to_measurements,
-        )
-
-        tests = ([P2P_TESTS[0]] if self.wanted["pairs"] else []) + \
-                ([H2D_TEST] if self.wanted["h2d"] else []) + \
-                ([D2H_TEST] if self.wanted["d2h"] else [])
-        argv = ["nvbandwidth", "-j", "-b", str(max(1, self.section.size // 2**20))]
-        for test in tests:
-            argv += ["-t", test]
-        # CUDA ordinal i = the i-th GPU in PCI order, our mapping when the output names no bus ids.
-        report_progress(f"running {' '.join(argv)} (every pair, serially; this takes a while)")
-        try:
-            done = self.host.run(argv, env=NVBANDWIDTH_ENV, timeout=self.section.timeout)
-        except CommandTimeout:
-            raise HostError(f"{' '.join(argv)} did not finish within {self.section.timeout:g} "
-                            f"s and was killed: {SLOW_HINT}") from None
-        if done.returncode != 0:
-            raise HostError(f"{done.shown} exited {done.returncode}: "
-                            f"{(done.stderr or done.stdout).strip()[-500:]}")
-        try:
-            output = parse_output(done.stdout)
-        except ParseError as exc:
-            raise HostError(f"{done.shown} printed no usable JSON: {exc}") from exc
-        return to_measurements(output, self.gpus, "ran " + done.shown)
-
-    def cuda(self) -> Measurements:
-        from .cudaprobe import (
-            CudaBandwidth,
-            CudaError,
-            CudaUnavailable,
-            load_runtime,
-            measure_within,
-        )
-
-        if not self.real:
-            raise HostError(f"probe cuda measures this machine, but the host root "
-                            f"{self.host.describe()} is not it")
-        try:
-            runtime = load_runtime()
-            probe = CudaBandwidth(runtime, self.section.size)
-            return measure_within(self.section.timeout, lambda: probe.measure(
-                self.gpus, pairs=self.wanted["pairs"], h2d=self.wanted["h2d"],
-                d2h=self.wanted["d2h"], ring=self.wanted["ring"]))
-        except (CudaUnavailable, CudaError) as exc:
-            raise HostError(f"probe cuda: {exc}") from exc

@@ -8,7 +8,7 @@ import errno
 
 import msgspec
 
-from ..host import Host, HostError, Read, Reply
+from ..host import Host, HostError, PhaseCache, Read, Reply
 from ..linux.pciaddr import normalize_address
 from .nvmlapi import (
     PERSISTENCE,
@@ -167,8 +167,8 @@ class RecordedNvml:
         """One recorded file: from the directory's batch while the host's cache holds it (a
         session's prefetch), else that file alone (after a change made the cache forget
         everything, a fact reads its own file, not the whole directory again)."""
-        cached = getattr(self.host, "cached", None)
-        if cached is None or all(cached(request) for request in self.reads):
+        host = self.host
+        if not isinstance(host, PhaseCache) or all(host.cached(r) for r in self.reads):
             return self._files().get(name)
         [reply] = self.host.batch([Read(f"{RECORDED_NVML}/{name}")])
         if reply.missing:

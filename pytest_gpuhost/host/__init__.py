@@ -11,8 +11,9 @@ files) never replaces anything but a file.
 ``Host`` is what every host must answer. What only some hosts have is declared too, each as a
 small protocol that a host has whole or not at all: ``Closable`` (something to end when the run
 is done), ``Connection`` (a target reached over a connection: its cost, its time against
---gpuhost-target-timeout, why it was lost) and ``PhaseCache`` (a phase's reads served from one
-batch). The run asks ``isinstance(host, Connection)``, never for an attribute by name.
+--gpuhost-target-timeout, why it was lost), ``Releasable`` (a connection let go without waiting
+for its process) and ``PhaseCache`` (a phase's reads served from one batch). The run asks
+``isinstance(host, Connection)``, never for an attribute by name.
 
 Implementations: ``LocalHost`` (this machine, in-process) here, others by URL scheme through the
 ``pytest_gpuhost_make_host`` hook (``targets`` keeps the schemes). ``CachedHost`` wraps any of
@@ -45,6 +46,7 @@ from .interface import (
     Host,
     HostIdentity,
     PhaseCache,
+    Releasable,
     current_step,
     doing,
 )
@@ -99,6 +101,7 @@ __all__ = [
     "Match",
     "PhaseCache",
     "Read",
+    "Releasable",
     "Reply",
     "Request",
     "Stat",

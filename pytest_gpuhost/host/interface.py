@@ -1,8 +1,8 @@
 """The host interface: ``Host``, what every host must answer, and the small protocols of what
-only some hosts have (``Closable``, ``Connection``, ``GpuControl``, ``PhaseCache``), with the
-records they answer in and the step a host call is made for (``doing``). The package's
-``__init__`` re-exports every name; ``LocalHost`` and ``CachedHost`` build on these, so they
-import this module, never the package."""
+only some hosts have (``Closable``, ``Connection``, ``Releasable``, ``GpuControl``,
+``PhaseCache``), with the records they answer in and the step a host call is made for
+(``doing``). The package's ``__init__`` re-exports every name; ``LocalHost`` and
+``CachedHost`` build on these, so they import this module, never the package."""
 
 from __future__ import annotations
 
@@ -188,6 +188,15 @@ class Connection(Protocol):
 
 
 @runtime_checkable
+class Releasable(Protocol):
+    """A connection that can end without waiting for its process to exit (``close`` reaps it):
+    a run that ends many lets each go, then closes them, and they end together."""
+
+    def let_go(self, *, wait: bool = False) -> None:
+        """End the session now; ``wait``: for its process too, as ``close`` does."""
+
+
+@runtime_checkable
 class GpuControl(Protocol):
     """A host whose own NVIDIA driver changes a GPU's settings (the agent's ``Gpus.set``,
     through the machine's libnvidia-ml.so.1 or nvidia-smi): the NVML fixes of a target that is
@@ -208,6 +217,9 @@ class PhaseCache(Protocol):
 
     def fetched_at(self, request: Request) -> float | None:
         """When the cached reply of ``request`` was read (``clock.now()``), None when none is."""
+
+    def cached(self, request: Request) -> bool:
+        """Whether ``request``'s reply is served from the cache (its read costs nothing)."""
 
     def forget(self, requests: Iterable[Request]) -> None:
         """Forget these replies only: their next read is live."""

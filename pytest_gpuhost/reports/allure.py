@@ -27,7 +27,7 @@ from allure_commons.model2 import Label
 from allure_commons.types import AttachmentType, LabelType
 
 from ..files import write_output
-from ..result import CheckResult, Outcome
+from ..result import CheckResult, Outcome, apply_failed
 from . import RunInfo, reverting
 from .topology import path_text
 
@@ -38,7 +38,7 @@ _ANY = r"[\s\S]*"
 ALLURE3_CONFIG = "allurerc.json"
 CATEGORIES = [
     {"name": "Fix failed", "matchedStatuses": ["failed"],
-     "traceRegex": f"{_ANY}  FIX_FAILED {_ANY}",
+     "traceRegex": f"{_ANY}  {Outcome.FIX_FAILED.shown} {_ANY}",  # format_failure's line
      "description": "--fix applied the value but it did not hold, or the apply itself failed"},
     {"name": "Hardware fault", "matchedStatuses": ["failed", "broken"],
      "traceRegex": f"{_ANY}  (FAILED|ERROR) [^\\n]* \\[hardware\\]{_ANY}",
@@ -160,12 +160,11 @@ def describe(result: CheckResult, host_name: str) -> None:
     observed = result.before if fixing else result.observed
     _step(f"observe: {observed}", [("read", _read(before if fixing else after))])
     if fixing:
-        apply_failed = result.outcome is Outcome.FIX_FAILED and \
-            result.message.startswith("apply failed")
-        output = result.action_output or ("" if not apply_failed else result.message)
+        refused = apply_failed(result)
+        output = result.action_output or ("" if not refused else result.message)
         _step(f"apply: {result.action}", [("command and output",
                                            _text([result.action or "", output]))],
-              failure=result.message if apply_failed else None)
+              failure=result.message if refused else None)
         _step(f"read back: {result.after}", [("read", _read(after))])
     ok = result.outcome in (Outcome.PASSED, Outcome.FIXED)
     final = result.after if fixing else result.observed

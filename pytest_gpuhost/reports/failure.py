@@ -11,7 +11,7 @@ def format_failure(result: CheckResult) -> str:
     observed, why it matters, what a fix did and what was read; host values escaped
     (``printable``)."""
     lines = [result.message or result.outcome.value,
-             f"  {result.outcome.value.upper()} {result.id} at {result.location}"
+             f"  {result.outcome.shown} {result.id} at {result.location}"
              + (f" on {result.target}" if result.target else "")
              + (" [hardware]" if result.hardware else "")]
 

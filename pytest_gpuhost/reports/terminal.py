@@ -115,7 +115,7 @@ def _fix_lines(results: Sequence[CheckResult], earlier: int = 0) -> list[str]:
     undone = [r for r in results if r.kind == "rollback"]
     if undone:
         lines.append(_rollback_line(undone, earlier))
-    return lines + [f"  FIX_FAILED {r.id}: {r.message}" for r in attempted
+    return lines + [f"  {r.outcome.shown} {r.id}: {r.message}" for r in attempted
                     if r.outcome is Outcome.FIX_FAILED]
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ..checks import Check, Fact, Kind, owned
+from ..checks import Check, Fact, Kind, facts_of, owned
 from ..checks.conditions import ConditionFn
 from ..checks.gpus import GPUS
 from ..config.settings import Settings, SettingsError
@@ -304,7 +304,7 @@ class Session(msgspec.Struct, dict=True):
 
             facts.append(MACHINE)
         for section, model in spec.sections.items():
-            facts += getattr(self.kinds[section], "facts", lambda _: ())(model)
+            facts += facts_of(self.kinds[section], model)
         return facts
 
     def run(self, check: Check, target: Target | None = None) -> CheckResult:

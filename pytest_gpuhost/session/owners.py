@@ -38,7 +38,7 @@ def _one_line(text: str) -> str:
 def _changes(check: Check) -> bool:
     """Whether a fix may change the check's setting (a persistence file, a rollback's restore
     are the run's own)."""
-    return bool(getattr(check.probe, "fixable", False)) and check.owner not in RUN_OWN
+    return bool(check.probe.fixable) and check.owner not in RUN_OWN
 
 
 def placements(session: Session) -> list[tuple[Check, Target]]:

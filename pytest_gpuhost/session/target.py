@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from ..checks import Check, Fact, Facts
+from ..checks import Check, Fact, Facts, reads_of
 from ..checks.conditions import ConditionFn
 from ..checks.gpus import GPUS
 from ..config.settings import Settings
@@ -28,6 +28,7 @@ from ..host import (
     Connection,
     Host,
     HostError,
+    Releasable,
     Reply,
     Request,
     doing,
@@ -140,7 +141,7 @@ class Target:
         self._pending = {id(check): check for check in checks}
 
     def _reads(self, check: Check) -> list[Request]:
-        reads = list(getattr(check.probe, "reads", tuple)())
+        reads = list(reads_of(check.probe))
         if check.options.when is not None:
             reads += self.conditions.requests(check.options.when.name)
         return reads
@@ -305,9 +306,8 @@ class Target:
         """End a remote target's connection for now (the next read connects again), without
         waiting for its process to exit: ``close`` reaps it."""
         if isinstance(self.connection, Closable) and not self.connection.local_machine():
-            let_go = getattr(self.connection, "let_go", None)
-            if let_go is not None:
-                let_go()
+            if isinstance(self.connection, Releasable):
+                self.connection.let_go()
             else:
                 self.connection.close()
 

@@ -12,9 +12,11 @@ from pytest_gpuhost.checks import (
     NAMESPACE,
     SCOPES,
     USERSPACE,
+    Capturing,
     Check,
     NoFix,
     Observation,
+    StandIn,
     capturer_of,
     owned,
     scope_of,
@@ -157,5 +159,9 @@ def test_an_unknown_scope_is_refused_naming_the_check_or_the_kind() -> None:
 
 def test_every_builtin_kind_declares_a_scope_and_a_capture() -> None:
     for section, kind in KINDS.items():
-        assert getattr(kind, "scope", None) in SCOPES, section  # declared, not the default
-        assert capturer_of(kind) is not None, section
+        assert isinstance(kind, StandIn), section
+        own = kind.standing_for()
+        assert scope_of(kind) in SCOPES, section  # its own, or the default (kernel)
+        assert isinstance(own, Capturing) and capturer_of(kind) is not None, \
+            f"built-in kind {section} has no capture (checks.kind.Capturing): every built-in " \
+            "kind writes its section back for --gpuhost-capture (docs/adding-a-kind.md)"

@@ -67,11 +67,12 @@ def test_a_verify_run_imports_the_kinds_of_its_spec_and_no_fix_or_unasked_report
     modules = loaded(pytester, "spec.yaml", f"--gpuhost-root={fake.root}")
     kinds = [m for m in modules if m.startswith("pytest_gpuhost.checks.")]
     # gpus: every run reads the GPU list for its reports; conditions: the `when:` names;
-    # persistence: the lines a kind supplies (part of what a Kind is, stdlib only); no
-    # capture's helpers (checks.capturing), no plan's changes (checks.changes: a check that
-    # passes plans nothing)
+    # kind: what a Kind is and its optional half; persistence: the lines a kind supplies (part
+    # of what a Kind is, stdlib only); no capture's helpers (checks.capturing), no plan's
+    # changes (checks.changes: a check that passes plans nothing)
     assert kinds == ["pytest_gpuhost.checks.conditions", "pytest_gpuhost.checks.gpus",
-                     "pytest_gpuhost.checks.persistence", "pytest_gpuhost.checks.sysctl"]
+                     "pytest_gpuhost.checks.kind", "pytest_gpuhost.checks.persistence",
+                     "pytest_gpuhost.checks.sysctl"]
     fix = [m for m in modules if m.startswith("pytest_gpuhost.fix.")]
     # fix.run: the empty FixRun every target holds; fix.state: where journals are named (its
     # count of this process's journals must outlive a run: pytester drops the modules an
