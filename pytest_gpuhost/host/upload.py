@@ -78,16 +78,23 @@ def module_order(package: Path = AGENT_PACKAGE) -> list[str]:
 
 
 def _without_imports(lines: list[str], tree: ast.Module, name: str) -> list[str]:
-    """``lines`` less the imports of sibling modules and ``from __future__`` (said once at the
-    top); an import inside a block becomes ``pass``, so the block stays one."""
+    """``lines`` less the imports of sibling modules, ``from __future__`` (said once at the
+    top) and the module's docstring (the reader's, not the target's); an import inside a block
+    becomes ``pass``, so the block stays one."""
     kept = list(lines)
-    dropped = _relative(tree, name) + [
+    dropped: list[ast.stmt] = [*_relative(tree, name), *(
         node for node in tree.body
-        if isinstance(node, ast.ImportFrom) and node.module == "__future__"]
+        if isinstance(node, ast.ImportFrom) and node.module == "__future__")]
+    first = tree.body[0] if tree.body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and \
+            isinstance(first.value.value, str):
+        dropped.append(first)
     for node in sorted(dropped, key=lambda node: node.lineno, reverse=True):
         end = node.end_lineno or node.lineno
         stand_in = [" " * node.col_offset + "pass"] if node.col_offset else []
         kept[node.lineno - 1:end] = stand_in
+    while kept and not kept[0].strip():
+        del kept[0]
     return kept
 
 
@@ -98,7 +105,7 @@ def joined(package: Path = AGENT_PACKAGE) -> str:
              "", "from __future__ import annotations"]
     for name in module_order(package):
         lines, tree = parsed[name]
-        parts += ["", "", f"# -- {name}.py " + "-" * (93 - len(name)), "",
+        parts += ["", "", f"# -- {name}.py " + "-" * (91 - len(name)), "",
                   *_without_imports(lines, tree, name)]
     text = "\n".join(parts) + "\n"
     if text.count(f"\n{DIGEST_LINE}\n") != 1:
