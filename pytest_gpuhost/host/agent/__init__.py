@@ -22,12 +22,12 @@ kernel log (1:11), non-blocking and bounded. Commands resolve under the root's s
 directories, run without a shell in their own session, and a timeout kills their process group.
 
 Errors are ``OpError(message, errno)``; a batch answers each request with its value or its error.
-This ``__init__`` only gathers the modules' names (it is not sent).
+This ``__init__`` gathers the names the package's other modules use (it is not sent); the GPUs'
+modules load at the first ``gpus_of``, and the connection and its serving loop only on a target.
 """
 
 from __future__ import annotations
 
-from .channel import Channel as Channel
 from .commands import COMMAND_DIRS as COMMAND_DIRS
 from .commands import COMMAND_TIMEOUT_S as COMMAND_TIMEOUT_S
 from .commands import EXIT_POLL_S as EXIT_POLL_S
@@ -38,9 +38,6 @@ from .containment import check_relative as check_relative
 from .errors import OpError as OpError
 from .errors import file_type as file_type
 from .files import DEFAULT_LIMIT as DEFAULT_LIMIT
-from .gpus import NVML_DIRS as NVML_DIRS
-from .gpus import NVML_LIBRARY as NVML_LIBRARY
-from .gpus import Gpus as Gpus
 from .kmsg import KMSG_DEVICE as KMSG_DEVICE
 from .kmsg import KMSG_LIMIT as KMSG_LIMIT
 from .locks import LOCK_MARK as LOCK_MARK
@@ -50,9 +47,5 @@ from .operations import batch as batch
 from .operations import execute as execute
 from .root import Root as Root
 from .root import gpus_of as gpus_of
-from .serving import PROTOCOL as PROTOCOL
-from .serving import Ended as Ended
-from .serving import serve as serve
-from .smi import SMI_FIELDS as SMI_FIELDS
 from .wire import decode as decode
 from .wire import encode as encode

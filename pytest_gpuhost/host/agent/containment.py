@@ -9,7 +9,6 @@ The root ``/`` needs neither: there the kernel's own resolution is it.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import stat
@@ -20,6 +19,7 @@ from .errors import OpError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # for the type checker only: a start on the target imports neither
+    import ctypes
     import subprocess
     from collections.abc import Callable
 
@@ -44,11 +44,6 @@ def check_relative(path: str) -> str:
     return path
 
 
-class _OpenHow(ctypes.Structure):
-    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64),
-                ("resolve", ctypes.c_uint64)]
-
-
 _SYS_OPENAT2 = 437  # the same number on every architecture (the unified syscall table)
 _RESOLVE_NO_MAGICLINKS = 0x02
 _RESOLVE_IN_ROOT = 0x10
@@ -58,9 +53,13 @@ _openat2_state: list[ctypes.CDLL | None] = []  # [libc] once probed and usable, 
 
 
 def _libc_openat2() -> ctypes.CDLL | None:
+    """This process's libc for the openat2 syscall, probed at the first open through a root
+    (ctypes is imported then, not with this module, nor when a root is made at start-up)."""
     if not _openat2_state:
         libc = None
         if sys.platform.startswith("linux"):
+            import ctypes
+
             try:
                 candidate = ctypes.CDLL(None, use_errno=True)
                 candidate.syscall  # noqa: B018 - probe that the symbol exists
@@ -69,6 +68,13 @@ def _libc_openat2() -> ctypes.CDLL | None:
                 libc = None
         _openat2_state.append(libc)
     return _openat2_state[0]
+
+
+def _open_how(flags: int, mode: int, resolve: int) -> ctypes.Array[ctypes.c_uint64]:
+    """``struct open_how`` (three u64: flags, mode, resolve) for openat2."""
+    import ctypes
+
+    return (ctypes.c_uint64 * 3)(flags, mode, resolve)
 
 
 class Contained:
@@ -90,7 +96,9 @@ class Contained:
         self.fd = os.open(self.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         self._locks: dict[int, str] = {}
         """Lock handles (their descriptors) this process holds, for ``unlock``."""
-        self._openat2 = prefer_openat2 and not self.real and _libc_openat2() is not None
+        self._openat2 = prefer_openat2 and not self.real
+        """Whether openat2 is (still) tried: false once this kernel or libc is seen without it
+        (probed at the first open, so that a root made and not yet used imports no ctypes)."""
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -137,8 +145,11 @@ class Contained:
         node; an EAGAIN taken for an unreadable file left a GPU out of the inventory)."""
         libc = _libc_openat2()
         if libc is None:
+            self._openat2 = False
             return None
-        how = _OpenHow(flags, mode, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
+        import ctypes
+
+        how = _open_how(flags, mode, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
         for _ in range(_OPENAT2_TRIES):
             fd = libc.syscall(_SYS_OPENAT2, self.fd, os.fsencode(rel), ctypes.byref(how),
                               ctypes.sizeof(how))
@@ -159,7 +170,9 @@ class Contained:
         libc = _libc_openat2()
         if libc is None:
             return False
-        how = _OpenHow(os.O_PATH | os.O_CLOEXEC, 0, _RESOLVE_IN_ROOT)
+        import ctypes
+
+        how = _open_how(os.O_PATH | os.O_CLOEXEC, 0, _RESOLVE_IN_ROOT)
         fd = libc.syscall(_SYS_OPENAT2, self.fd, b".", ctypes.byref(how), ctypes.sizeof(how))
         if fd >= 0:
             os.close(fd)

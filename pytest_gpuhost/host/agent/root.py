@@ -8,13 +8,14 @@ import time
 
 from .commands import Commands
 from .globs import Globs
-from .gpus import Gpus
 from .kmsg import KernelLog
 from .locks import Locks
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # for the type checker only: a start on the target imports neither
     from collections.abc import Callable
+
+    from .gpus import Gpus
 
 
 class Root(Globs, KernelLog, Locks, Commands):
@@ -41,8 +42,12 @@ class Root(Globs, KernelLog, Locks, Commands):
 
 
 def gpus_of(root: Root) -> Gpus:
-    """The root's ``Gpus``, made at its first use (the library stays loaded)."""
+    """The root's ``Gpus``, made at its first use (the library stays loaded; ctypes and the
+    module are imported then, not at a run's start-up)."""
     if root.gpus is None:
+        from .gpus import Gpus
+
+
         root.gpus = Gpus(root)
     return root.gpus
 
