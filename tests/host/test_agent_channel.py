@@ -40,16 +40,25 @@ def test_messages_come_whole_however_the_bytes_arrive(pipe: tuple[int, int]) -> 
     assert channel.receive() is None  # the connection closed
 
 
-def test_a_cancel_stops_a_command_and_another_message_waits(pipe: tuple[int, int]) -> None:
+def test_a_message_that_comes_while_a_command_runs_waits_its_turn(
+        pipe: tuple[int, int]) -> None:
     read, write = pipe
     channel = Channel(read, io.BytesIO())
     os.write(write, b"2\n[]")
     assert channel.stop() is None  # a batch while a command runs: not taken
+    os.close(write)
     assert channel.receive() == []
+    assert channel.receive() is None
+
+
+def test_a_cancel_or_the_connection_closing_stops_a_command(pipe: tuple[int, int]) -> None:
+    read, write = pipe
+    channel = Channel(read, io.BytesIO())
     os.write(write, b'15\n{"cancel":"^C"}')
     assert channel.stop() == "the controller cancelled it: ^C"
     os.close(write)
     assert channel.stop() == "the connection to the controller closed"
+    assert channel.receive() is None  # the cancel was taken off the input
 
 
 def test_a_stream_that_is_not_the_protocol_is_refused(pipe: tuple[int, int]) -> None:

@@ -114,8 +114,6 @@ class Contained:
         return OpError(f"cannot {action} {self.shown(rel)}: {reason}"
                        + (f" ({name})" if name else ""), exc.errno)
 
-    # -- resolution -------------------------------------------------------------------------
-
     def open(self, rel: str, flags: int, mode: int = 0) -> int:
         """Open ``rel`` (its last component followed too) inside the root; raises OSError."""
         check_relative(rel)

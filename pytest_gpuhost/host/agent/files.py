@@ -24,7 +24,6 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-
 class Files(Contained):
     """Every operation on a file of the root that is not pytest-gpuhost's own."""
 
