@@ -1,10 +1,11 @@
 """A host reached through a command: over one OpenSSH session, or into an LXC container.
 
 Nothing is installed on the target. The connection's command starts ``python3`` there with a
-two-line bootstrap that reads the agent's source (``agent.py``) from standard input and runs it;
-from then on each ``batch`` is one message each way, one round trip. The connection is made at
-the first call and kept for the run; if it cannot be made, or is lost, every later call fails at
-once with the same reason (ssh's own words), and nothing waits past its timeout.
+short bootstrap that reads the agent's source (the modules of ``agent/`` joined into one, by
+``upload.py``) from standard input and runs it; from then on each ``batch`` is one message each
+way, one round trip. The connection is made at the first call and kept for the run; if it cannot
+be made, or is lost, every later call fails at once with the same reason (ssh's own words), and
+nothing waits past its timeout.
 
 A time limit (--gpuhost-target-timeout) bounds the sum of this process's waits on the target:
 connecting, and every answer after. A wait that would pass it is cut short: the connection is
@@ -25,7 +26,6 @@ cancel in CANCEL_WAIT_S is cut off, and its agent, seeing its input close, does 
 from __future__ import annotations
 
 import errno
-import functools
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -49,7 +49,7 @@ from . import (
     doing,
     reply_from_wire,
 )
-from .agent import decode, encode
+from .agent.wire import decode, encode
 from .answers import HEADER_LIMIT as HEADER_LIMIT
 from .answers import MAX_MESSAGE as MAX_MESSAGE
 from .answers import batch_problem, hello_problem
@@ -61,8 +61,12 @@ from .ssh import end_masters as end_masters
 from .ssh import lxc_argv as lxc_argv
 from .ssh import masters_directory as masters_directory
 from .ssh import ssh_argv as ssh_argv
+from .upload import AGENT_NAME as AGENT_NAME
+from .upload import AGENT_PACKAGE
+from .upload import agent_upload as agent_upload
 
-AGENT_SOURCE = Path(__file__).with_name("agent.py")
+AGENT_SOURCE = AGENT_PACKAGE
+"""Where the agent's source is: the folder of its modules (``upload.py`` joins them)."""
 HOST_KEY_REFUSED = "Host key verification failed"
 """What ssh says when it refuses a target's host key (unknown under strict checking, or
 changed)."""
@@ -70,8 +74,6 @@ OPERATION_TIMEOUT_S = 60.0
 """The longest a read, write or listing may take on the target before the host is lost."""
 CANCEL_WAIT_S = 10.0
 """How long an interrupted run waits for the agent to stop what it was doing and answer."""
-AGENT_NAME = "pytest-gpuhost-agent"
-"""The agent's file name in a traceback on the target."""
 BOOTSTRAP = (
     "import sys\n"
     f"if sys.version_info < {MINIMUM_PYTHON}: sys.exit('pytest-gpuhost needs python3 "
@@ -274,6 +276,13 @@ class AgentHost(Pipes, BatchReads):
         self._connect()
         return self._hello.get("euid") == 0
 
+    def agent_digest(self) -> str:
+        """The digest of the source the target's agent was sent as, as its hello says it
+        (``agent.serving.AGENT_DIGEST``): what the tests compare with the source joined here."""
+        self._connect()
+        digest = self._hello.get("agent")
+        return digest if isinstance(digest, str) else ""
+
     def identity(self) -> HostIdentity:
         self._connect()
         identity = self._hello.get("identity")
@@ -350,17 +359,3 @@ def agent_command(root: str, python: str | None = None) -> list[str]:
     """The target's command line: ``python`` (an inventory's ansible_python_interpreter;
     default python3) running the bootstrap, the root as its argument."""
     return [python or "python3", *AGENT_FLAGS, "-c", BOOTSTRAP, root]
-
-
-@functools.cache
-def agent_upload() -> bytes:
-    """What ``BOOTSTRAP`` reads: a line of the source's length, the compiled code's length and
-    this Python's bytecode magic number (hex), then the source, then the code (``marshal``;
-    made once a process)."""
-    import importlib.util
-    import marshal
-
-    source = AGENT_SOURCE.read_bytes()
-    code = marshal.dumps(compile(source, AGENT_NAME, "exec", dont_inherit=True))
-    head = b"%d %d %s\n" % (len(source), len(code), importlib.util.MAGIC_NUMBER.hex().encode())
-    return head + source + code

@@ -17,6 +17,10 @@ from pathlib import Path
 import pytest
 
 from pytest_gpuhost.checks.memory import THP, THP_MODES
+from pytest_gpuhost.host import Read
+from pytest_gpuhost.host.remote import AgentHost, agent_command, ssh_argv
+from pytest_gpuhost.host.ssh import lxc_under
+from pytest_gpuhost.host.upload import agent_source, digest_of
 from pytest_gpuhost.linux.sysfs import bracketed
 from pytest_gpuhost.testing.fakehost import FakeHost
 from pytest_gpuhost.testing.lxc import lxc_container
@@ -76,6 +80,27 @@ def test_the_example_host_over_ssh_gives_the_local_outcomes_in_six_round_trips(
     assert target["kernel"] == "6.5.0-44-generic"
     assert {check["target"] for check in report["checks"]} == {sshd.alias}
     there.stdout.fnmatch_lines([f"*::sysctl[[]vm.swappiness]@{sshd.alias}*"])
+
+
+def test_an_ssh_target_runs_the_agents_joined_source(sshd: SshServer, tmp_path: Path) -> None:
+    """What the target's python3 runs is the agent's modules joined here (its hello says the
+    joined source's digest), on an ssh target and on a container entered through one."""
+    host_tree = FakeHost(tmp_path / "node")
+    host_tree.sysctl("vm.swappiness", 10)
+    lxc_container(host_tree, "101").sysctl("net.core.somaxconn", 4096)
+    expected = digest_of(agent_source().decode())
+    for inner, path, value in (
+            (agent_command(str(host_tree.root)), "proc/sys/vm/swappiness", b"10\n"),
+            (lxc_under(str(host_tree.root), "101", agent_command("/")),
+             "proc/sys/net/core/somaxconn", b"4096\n")):
+        argv = ssh_argv(sshd.alias, port=None, user=None, config=sshd.client_config,
+                        connect_timeout=10, inner=inner)
+        host = AgentHost(sshd.url(host_tree.root), argv, str(host_tree.root))
+        try:
+            assert host.agent_digest() == expected
+            assert host.batch([Read(path)])[0].data() == value
+        finally:
+            host.close()
 
 
 def test_fix_over_ssh_then_rollback_over_ssh(pytester: pytest.Pytester, sshd: SshServer,

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from pytest_gpuhost.host import HostError, Read, TargetLost
 from pytest_gpuhost.host.answers import take_message
-from pytest_gpuhost.host.remote import AGENT_SOURCE, AgentHost, agent_command, agent_upload
+from pytest_gpuhost.host.remote import AgentHost, agent_command, agent_upload
+from pytest_gpuhost.host.upload import agent_source
 from pytest_gpuhost.testing.fakehost import FakeHost
 
 from ..conftest import ended_within
@@ -41,7 +42,7 @@ def parts() -> tuple[bytes, bytes, str]:
     head, rest = sent.split(b"\n", 1)
     sizes = head.split()
     source_size = int(sizes[0])
-    assert rest[:source_size] == AGENT_SOURCE.read_bytes()
+    assert rest[:source_size] == agent_source()  # the agent's modules, joined
     assert len(rest) == source_size + int(sizes[1])
     return rest[:source_size], rest[source_size:], sizes[2].decode()
 

@@ -137,7 +137,7 @@ def _null_device(path: Path) -> None:
 def test_kmsg_from_a_character_device_reads_until_the_end(
         fake: FakeHost, host: LocalHost, monkeypatch: pytest.MonkeyPatch) -> None:
     _null_device(fake.root / "dev/kmsg")
-    monkeypatch.setattr(agent, "KMSG_DEVICE", (1, 3))  # take the null device for the log
+    monkeypatch.setattr(agent.kmsg, "KMSG_DEVICE", (1, 3))  # take the null device for the log
     assert host.read_kmsg() == []
 
 
@@ -149,11 +149,13 @@ def test_kmsg_refuses_a_character_device_that_is_not_the_kernel_log(
 
 
 def test_the_agent_is_python_3_8_and_stdlib_only() -> None:
-    """It runs on targets with only python3 3.8+: its syntax, and no import from the package."""
+    """It runs on targets with only python3 3.8+: its syntax, and no import from the package
+    (the source they run: the agent's modules joined)."""
     import ast
 
-    source = Path(agent.__file__).read_text()
-    tree = ast.parse(source, feature_version=(3, 8))
+    from pytest_gpuhost.host.upload import joined
+
+    tree = ast.parse(joined(), feature_version=(3, 8))
     imported = {alias.name.split(".")[0] for node in ast.walk(tree)
                 if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module.split(".")[0] for node in ast.walk(tree)
@@ -487,10 +489,10 @@ def test_a_lookup_raced_by_a_mount_is_retried_then_walked(
     host = LocalHost(fake.root)
     if not host._root._openat2:
         pytest.skip("no openat2 here: the walk is all there is")
-    libc = agent._libc_openat2()
+    libc = agent.containment._libc_openat2()
     assert libc is not None  # openat2 is used here
     raced = RacedLibc(libc, times)
-    monkeypatch.setattr(agent, "_openat2_state", [raced])
+    monkeypatch.setattr(agent.containment, "_openat2_state", [raced])
     assert host.read_text("sys/bus/pci/devices/0000:01:00.0/vendor").strip() == "0x10de"
-    assert raced.calls == min(times + 1, agent._OPENAT2_TRIES)
+    assert raced.calls == min(times + 1, agent.containment._OPENAT2_TRIES)
     assert host._root._openat2  # still used for the next lookups
