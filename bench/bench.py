@@ -51,7 +51,7 @@ from pytest_gpuhost.fix.state import STATE_DIR  # noqa: E402
 from pytest_gpuhost.gpu.nvml import default_factory  # noqa: E402
 from pytest_gpuhost.host import Host, LocalHost  # noqa: E402
 from pytest_gpuhost.session import Session  # noqa: E402
-from pytest_gpuhost.spec import load_spec  # noqa: E402
+from pytest_gpuhost.specmodel import load_spec  # noqa: E402
 from pytest_gpuhost.testing.counting import CountingHost  # noqa: E402
 from pytest_gpuhost.testing.fakehost import FakeHost  # noqa: E402
 
@@ -63,7 +63,8 @@ COMMON = ("-q", "-p", "no:cacheprovider")
 
 def cached(name: str) -> tuple[str, ...]:
     """(1c)'s flags of a run as pytest runs by default, its cache on: the case's own cache
-    directory, in which a gpuhost run's spec is kept once parsed (pytest_gpuhost/spec/cache.py)."""
+    directory, in which a gpuhost run's spec is kept once parsed
+    (pytest_gpuhost/specmodel/cache.py)."""
     return ("-q", "-o", f"cache_dir=.cache-{name.replace(' ', '-')}")
 
 
@@ -1133,7 +1134,7 @@ def figure_npd(base: Path, repeat: int, warmup: int) -> Figure:
          f"{med(rss):.1f} MB",
          "the rule keeps pytest's cache in a directory of the image only root can write "
          f"(`-o cache_dir=/var/cache/gpuhost`; here `{NPD_CACHE}`, mode 0700): every run after "
-         "a container's first loads the spec the run before it parsed (pytest_gpuhost/spec/"
+         "a container's first loads the spec the run before it parsed (pytest_gpuhost/specmodel/"
          f"cache.py). A first run, the cache emptied before it: CPU {med(first_cpu):.3f} s, "
          f"peak RSS {med(first_rss):.1f} MB; what the kept spec saves a run: "
          f"{1000 * med(saved):.0f} ms of CPU ({1000 * min(saved):.0f} to "

@@ -16,7 +16,7 @@ from pathlib import Path
 from pytest_gpuhost.checks import Facts
 from pytest_gpuhost.checks.dmesg import DmesgKind
 from pytest_gpuhost.host import LocalHost
-from pytest_gpuhost.spec import Node, SpecContext
+from pytest_gpuhost.specmodel import Node, SpecContext
 
 ALLOW = "{allow: ['vxlan: non-ECT from .* with TOS=0x2']}"
 

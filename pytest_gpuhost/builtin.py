@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from .gpu.nvml import NvmlFactory
     from .host import Host
     from .reports import Report
-    from .spec import Node, SpecContext
+    from .specmodel import Node, SpecContext
 
 BUILTIN_KINDS = (
     ("sysctl", "sysctl", "SysctlKind"),

@@ -241,7 +241,7 @@ def test_the_readme_outcomes_are_the_outcomes() -> None:
                          ids=lambda p: p.name)
 def test_the_spec_examples_load(document: Path, tmp_path: Path) -> None:
     from pytest_gpuhost import builtin
-    from pytest_gpuhost.spec import load_spec
+    from pytest_gpuhost.specmodel import load_spec
 
     kinds = {kind.section: kind for kind in builtin.pytest_gpuhost_check_kinds()}
     conditions = dict(builtin.pytest_gpuhost_conditions())
@@ -522,7 +522,7 @@ def test_the_p2p_defaults_the_reference_names_are_the_defaults(tmp_path: Path) -
     """Each ``(default X)`` of the reference's p2p example (the warn_margin's was
     nowhere): a spec that sets X is the spec that leaves the key out."""
     from pytest_gpuhost import builtin
-    from pytest_gpuhost.spec import load_spec
+    from pytest_gpuhost.specmodel import load_spec
 
     kinds = {kind.section: kind for kind in builtin.pytest_gpuhost_check_kinds()}
     conditions = dict(builtin.pytest_gpuhost_conditions())

@@ -22,11 +22,12 @@ ROOT = ""
 FLOORS: dict[str, int] = {
     # floor 0: the base, which imports no layer but the package root
     ROOT: 0, "result": 0, "files": 0, "progress": 0, "long_lived": 0, "printable": 0,
-    "host": 0, "linux": 0, "spec": 0, "bundled": 0,
+    "host": 0, "linux": 0, "specmodel": 0, "bundled": 0,
     # floor 0 too: which target of one host state is which of another (plain data)
     "statepairs": 0,
-    # floor 1: waiting a bounded time (on the host's clock); the old import path of bundled/
-    "bounded": 1, "specs": 1,
+    # floor 1: waiting a bounded time (on the host's clock); the old import paths of bundled/
+    # and specmodel/
+    "bounded": 1, "specs": 1, "spec": 1,
     # floor 2: GPUs, the fleet view
     "gpu": 2, "fleet": 2,
     # floor 3: the kinds, the reporters
@@ -51,17 +52,17 @@ FLOORS: dict[str, int] = {
 ALONE = {
     "host": "it is the only code that touches a machine, and knows no check",
     "linux": "pure parsers of kernel formats",
-    "spec": "YAML to a frozen model, no host, no pytest",
+    "specmodel": "YAML to a frozen model, no host, no pytest",
 }
 """Layers that import nothing of the package at all."""
 FORBIDDEN = {
     # lower layers that a layer still must not import
     "checks": {"fleet"},
     "reports": {"host", "gpu"},
-    "fleet": {"host", "gpu", "spec"},
+    "fleet": {"host", "gpu", "specmodel"},
 }
 OLD_PATHS = {
-    "fakehost": "testing.fakehost", "nvml": "gpu.nvml", "specs": "bundled",
+    "fakehost": "testing.fakehost", "nvml": "gpu.nvml", "specs": "bundled", "spec": "specmodel",
     **{name: f"config.{name}" for name in ("options", "settings", "targetoptions", "specoptions",
                                            "targets", "hostlist", "inventory")},
 }

@@ -23,8 +23,8 @@ from pytest_gpuhost.checks.gpus import GPUS
 from pytest_gpuhost.checks.sysctl import SysctlProbe
 from pytest_gpuhost.host import Host, Read, Reply, Request, Stat
 from pytest_gpuhost.result import CheckResult, Outcome
-from pytest_gpuhost.spec import EntryOptions
-from pytest_gpuhost.spec.matchers import Auto, Exact
+from pytest_gpuhost.specmodel import EntryOptions
+from pytest_gpuhost.specmodel.matchers import Auto, Exact
 
 STDLIB_ONLY = {"pytest_gpuhost.host.agent"}
 """Shipped to targets over stdin and run there with the standard library alone: no msgspec."""

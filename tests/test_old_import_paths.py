@@ -18,6 +18,8 @@ MOVED = {
        for name in ("options", "settings", "targetoptions", "specoptions", "targets", "hostlist",
                     "inventory")},
     "pytest_gpuhost.specs": "pytest_gpuhost.bundled",
+    **{f"pytest_gpuhost.spec{part}": f"pytest_gpuhost.specmodel{part}"
+       for part in ("", ".cache", ".matchers", ".specfile", ".yamlfile")},
 }
 
 

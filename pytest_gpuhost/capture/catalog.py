@@ -16,7 +16,7 @@ import msgspec
 
 from ..checks import Check, NoFix, NotApplicable, Observation, Probe, reads_of
 from ..host import Host, Request
-from ..spec.matchers import Verdict
+from ..specmodel.matchers import Verdict
 
 CATALOG = Path(__file__).with_name("catalog.yaml")
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from ..checks import capturer_of, kind_name
 from ..checks.capturing import Captured
 from ..result import CheckResult
-from ..spec import Spec
+from ..specmodel import Spec
 from .yamltext import flow
 
 MAX_ENTRY_CHARS = 64 * 1024

@@ -15,7 +15,7 @@ import msgspec
 from ..checks.capturing import ARGUED_AGAINST, Captured
 from ..files import OutputError, write_atomically, write_output
 from ..result import CheckResult
-from ..spec import SPEC_VERSION, SectionParser, Spec, SpecError, load_spec
+from ..specmodel import SPEC_VERSION, SectionParser, Spec, SpecError, load_spec
 from ..version import __version__
 from . import yamltext
 from .sections import capture_sections

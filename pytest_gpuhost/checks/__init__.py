@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast, runtime
 import msgspec
 
 from ..host import Host, HostError, Reply, Request, raised
-from ..spec import EntryOptions
-from ..spec.matchers import Expectation
+from ..specmodel import EntryOptions
+from ..specmodel.matchers import Expectation
 from .kind import KERNEL as KERNEL
 from .kind import NAMESPACE as NAMESPACE
 from .kind import SCOPES as SCOPES

@@ -19,8 +19,8 @@ from typing import Any
 import msgspec
 
 from ..result import CheckResult, Outcome
-from ..spec import EntryOptions
-from ..spec.matchers import Auto, Domain, Exact, Expectation, Match, OneOf, Range
+from ..specmodel import EntryOptions
+from ..specmodel.matchers import Auto, Domain, Exact, Expectation, Match, OneOf, Range
 
 OBSERVED = frozenset({Outcome.PASSED, Outcome.FAILED, Outcome.FIXED, Outcome.FIX_FAILED,
                       Outcome.WOULD_FIX, Outcome.REBOOT_REQUIRED})

@@ -20,8 +20,8 @@ from ..linux.cmdline import Parameter
 from ..linux.cpufreq import CPUFREQ, GLOBAL_BOOST, INTEL_NO_TURBO, policies, policy_path
 from ..linux.cpulist import fold_cpu_list, parse_cpu_list
 from ..result import CheckResult, Outcome
-from ..spec import EntryOptions, SpecContext, parse_expectation
-from ..spec.matchers import Auto, Domain, Expectation, Integer
+from ..specmodel import EntryOptions, SpecContext, parse_expectation
+from ..specmodel.matchers import Auto, Domain, Expectation, Integer
 from . import (
     CannotFix,
     Check,
@@ -35,7 +35,7 @@ from . import (
 from .bootconfig import BOOT_READS, dropin_path, plan_dropin, read_boot_config
 
 if TYPE_CHECKING:  # capture's helpers and a plan's changes load when used
-    from ..spec import Node
+    from ..specmodel import Node
     from .capturing import Captured, Records
     from .changes import Plan, WriteText
 

@@ -16,8 +16,8 @@ import msgspec
 from ..host import Host, HostError, PhaseCache, Read, Request
 from ..linux.cpulist import fold_cpu_list
 from ..result import CheckResult
-from ..spec import OPTION_KEYS, EntryOptions, SpecContext
-from ..spec.matchers import Choice, Exact
+from ..specmodel import OPTION_KEYS, EntryOptions, SpecContext
+from ..specmodel.matchers import Choice, Exact
 from . import CannotFix, Check, Evidence, Fact, Facts, NoFix, NotApplicable, Observation
 from .cpuidle_states import CPU as CPU  # re-exported
 from .cpuidle_states import DRIVER as DRIVER  # re-exported
@@ -29,7 +29,7 @@ from .cpuidle_states import read_counters as read_counters  # re-exported
 from .persistence import PersistLine, right_now
 
 if TYPE_CHECKING:  # capture's helpers and a plan's changes load when used
-    from ..spec import Node
+    from ..specmodel import Node
     from .capturing import Captured, Records
     from .changes import Plan
 

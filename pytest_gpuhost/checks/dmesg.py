@@ -21,12 +21,12 @@ import msgspec
 
 from ..host import Host, Kmsg, Reply, Request
 from ..linux.kmsg import LEVELS, Record, iter_records, level_number
-from ..spec import EntryOptions, SpecContext, section
-from ..spec.matchers import Verdict
+from ..specmodel import EntryOptions, SpecContext, section
+from ..specmodel.matchers import Verdict
 from . import Check, Evidence, Fact, Facts, NoFix, Observation
 
 if TYPE_CHECKING:  # capture's helpers load when a capture asks
-    from ..spec import Node
+    from ..specmodel import Node
     from .capturing import Captured, Records
 
 KMSG = "dev/kmsg"

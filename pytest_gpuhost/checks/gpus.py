@@ -13,12 +13,12 @@ import msgspec
 
 from ..host import Glob, Host, HostError, Reply, Request, TargetLost, unreadable
 from ..linux.pciaddr import address_order, normalize_address
-from ..spec import EntryOptions, SpecContext, parse_expectation
-from ..spec.matchers import Choice, Exact, Expectation, Integer
+from ..specmodel import EntryOptions, SpecContext, parse_expectation
+from ..specmodel.matchers import Choice, Exact, Expectation, Integer
 from . import Check, Evidence, Fact, Facts, NoFix, Observation
 
 if TYPE_CHECKING:  # the NVML checks' module loads when a spec has an NVML key
-    from ..spec import Node
+    from ..specmodel import Node
     from .capturing import Captured, Records
     from .nvml import NvmlEntry
 

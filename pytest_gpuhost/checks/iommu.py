@@ -17,14 +17,14 @@ import msgspec
 from ..host import Host, Read, Request
 from ..linux.cmdline import Parameter
 from ..linux.pcitopo import PCI_DEVICES, resolve_link
-from ..spec import EntryOptions, SpecContext, parse_expectation
-from ..spec.matchers import Auto, Expectation
+from ..specmodel import EntryOptions, SpecContext, parse_expectation
+from ..specmodel.matchers import Auto, Expectation
 from . import CannotFix, Check, Evidence, Fact, Facts, NextBoot, NotApplicable, Observation
 from .bootconfig import BOOT_READS, dropin_path, plan_dropin, read_boot_config
 from .gpus import GPUS, Gpu, MissingGpus
 
 if TYPE_CHECKING:  # capture's helpers and a plan's changes load when used
-    from ..spec import Node
+    from ..specmodel import Node
     from .capturing import Captured, Records
     from .changes import Plan
 

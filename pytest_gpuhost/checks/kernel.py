@@ -20,13 +20,13 @@ import msgspec
 from ..host import Host, Read, Request
 from ..linux.cmdline import Parameter, split_words, unsafe_word
 from ..linux.sysfs import release_version
-from ..spec import OPTION_KEYS, EntryOptions, SpecContext, parse_expectation
-from ..spec.matchers import Expectation, Verdict, Version
+from ..specmodel import OPTION_KEYS, EntryOptions, SpecContext, parse_expectation
+from ..specmodel.matchers import Expectation, Verdict, Version
 from . import CannotFix, Check, Evidence, Facts, NextBoot, NoFix, Observation
 from .bootconfig import BOOT_READS, dropin_path, plan_dropin, read_boot_config
 
 if TYPE_CHECKING:  # capture's helpers and a plan's changes load when used
-    from ..spec import Node
+    from ..specmodel import Node
     from .capturing import Captured, Records
     from .changes import Plan
 

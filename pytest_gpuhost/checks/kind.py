@@ -16,7 +16,7 @@ from .persistence import PERSIST_TARGETS, PersistLine
 
 if TYPE_CHECKING:
     from ..result import CheckResult
-    from ..spec import Node, SpecContext
+    from ..specmodel import Node, SpecContext
     from . import Check, Fact, Facts
     from .capturing import Captured, Records
 

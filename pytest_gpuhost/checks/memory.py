@@ -14,12 +14,12 @@ import msgspec
 from ..host import Host, Read, Request
 from ..linux.sysfs import bracketed
 from ..result import CheckResult, Outcome
-from ..spec import EntryOptions, SpecContext, parse_expectation
-from ..spec.matchers import Choice, Expectation
+from ..specmodel import EntryOptions, SpecContext, parse_expectation
+from ..specmodel.matchers import Choice, Expectation
 from . import Check, Evidence, Facts, NotApplicable, Observation, PersistLine
 
 if TYPE_CHECKING:  # capture's helpers and a plan's changes load when used
-    from ..spec import Node
+    from ..specmodel import Node
     from .capturing import Captured, Records
     from .changes import Plan
 

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from ..host import Glob, Host, HostError, Read, Reply, Request, Stat
-from ..spec import EntryOptions
-from ..spec.matchers import Auto, Expectation
+from ..specmodel import EntryOptions
+from ..specmodel.matchers import Auto, Expectation
 from . import CannotFix, Evidence, NextBoot, Observation
 
 if TYPE_CHECKING:  # a plan's changes load when used

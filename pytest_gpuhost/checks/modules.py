@@ -14,8 +14,8 @@ import msgspec
 
 from ..host import Host, HostError, Read, Reply, Request, Stat
 from ..result import CheckResult, Outcome
-from ..spec import OPTION_KEYS, EntryOptions, SpecContext, parse_expectation
-from ..spec.matchers import Choice, Exact, Expectation
+from ..specmodel import OPTION_KEYS, EntryOptions, SpecContext, parse_expectation
+from ..specmodel.matchers import Choice, Exact, Expectation
 from . import CannotFix, Check, Evidence, Fact, Facts, Observation, PersistLine, right_now
 from .module_params import (
     PARAMETER_ORDER,
@@ -26,7 +26,7 @@ from .module_params import (
 from .module_params import canonical as canonical  # re-exported
 
 if TYPE_CHECKING:  # capture's helpers and a plan's changes load when used
-    from ..spec import Node
+    from ..specmodel import Node
     from .capturing import Captured, Records
     from .changes import Plan
 

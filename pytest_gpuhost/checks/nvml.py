@@ -18,8 +18,8 @@ from ..gpu.nvml import PERSISTENCE as PERSISTENCE  # re-exported: defined once, 
 from ..gpu.nvml import Nvml, NvmlSource, NvmlUnavailable, persistence_text
 from ..host import Host, Read, Request
 from ..linux.pciaddr import address_order
-from ..spec import EntryOptions
-from ..spec.matchers import (
+from ..specmodel import EntryOptions
+from ..specmodel.matchers import (
     Auto,
     Choice,
     Domain,

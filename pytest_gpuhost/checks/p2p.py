@@ -31,15 +31,15 @@ import msgspec
 from ..gpu.measure import Measurer, SharedMeasurement, cache_key, probe_reads
 from ..gpu.nvml import NvmlSource, NvmlUnavailable
 from ..host import Host, HostError, Request
-from ..spec import EntryOptions, SpecContext, parse_expectation, section
-from ..spec.matchers import Floor, finite
+from ..specmodel import EntryOptions, SpecContext, parse_expectation, section
+from ..specmodel.matchers import Floor, finite
 from . import USERSPACE, Check, Evidence, Fact, Facts, NoFix, Observation
 from .gpus import GPUS
 from .p2p_explain import Explainer, PathFloor, Tuning, flow_of
 
 if TYPE_CHECKING:  # capture's module loads when a capture asks
     from ..result import CheckResult
-    from ..spec import Node
+    from ..specmodel import Node
     from .capturing import Captured, Records
 
 ORDER = 5_000  # after the checks whose fixes change bandwidth (pcie), before dmesg

@@ -37,7 +37,7 @@ import msgspec
 from ..gpu.nvml import NvmlSource, NvmlUnavailable, RecordedNvml
 from ..host import Host, HostError, Request
 from ..linux.pciext import acs_names
-from ..spec.matchers import Expectation, Floor
+from ..specmodel.matchers import Expectation, Floor
 from . import Evidence
 from .gpus import Gpu
 from .p2p_path import HOST, PairPath, PathFacts, path_reads, read_path_facts

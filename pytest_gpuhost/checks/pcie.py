@@ -15,8 +15,8 @@ from ..host import Host, HostError, Read, Request
 from ..linux.pciaddr import normalize_address
 from ..linux.pciconfig import BCR_FLR, SIZES, ConfigError, DeviceControl, device_control
 from ..result import CheckResult, Outcome
-from ..spec import EntryOptions, SpecContext, parse_expectation
-from ..spec.matchers import Domain, Expectation, Integer, LinkSpeed
+from ..specmodel import EntryOptions, SpecContext, parse_expectation
+from ..specmodel.matchers import Domain, Expectation, Integer, LinkSpeed
 from . import (
     BootCommand,
     CannotFix,
@@ -33,7 +33,7 @@ from .conditions import in_container
 from .gpus import GPUS, Gpu, MissingGpus
 
 if TYPE_CHECKING:  # the bridges' checks (ACS, ASPM, AER) load when a spec has one of their keys
-    from ..spec import Node
+    from ..specmodel import Node
     from .capturing import Captured, Records
     from .changes import Plan
     from .pcie_path import PathEntry

@@ -35,8 +35,8 @@ from ..linux.pciconfig import (
 from ..linux.pciext import AcsControl, acs_control
 from ..linux.pcitopo import PCI_DEVICES, TopologyError, bridge_path
 from ..result import CheckResult, Outcome
-from ..spec import OPTION_KEYS, EntryOptions, SpecContext
-from ..spec.matchers import Choice, Exact, Expectation
+from ..specmodel import OPTION_KEYS, EntryOptions, SpecContext
+from ..specmodel.matchers import Choice, Exact, Expectation
 from . import (
     CannotFix,
     Check,
@@ -51,7 +51,7 @@ from . import (
 from .gpus import GPUS, Gpu, MissingGpus
 
 if TYPE_CHECKING:  # capture's helpers and a plan's changes load when used
-    from ..spec import Node
+    from ..specmodel import Node
     from .capturing import Captured
     from .changes import Plan
 

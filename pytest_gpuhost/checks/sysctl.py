@@ -17,8 +17,8 @@ import msgspec
 
 from ..host import Glob, Host, HostError, ListDir, Match, Read, Reply, Request
 from ..result import CheckResult
-from ..spec import EntryOptions, SpecContext, parse_expectation
-from ..spec.matchers import Auto, Expectation, normalize_ws
+from ..specmodel import EntryOptions, SpecContext, parse_expectation
+from ..specmodel.matchers import Auto, Expectation, normalize_ws
 from . import (
     KERNEL,
     NAMESPACE,
@@ -33,7 +33,7 @@ from . import (
 )
 
 if TYPE_CHECKING:  # capture's helpers and a plan's changes load when used
-    from ..spec import Node
+    from ..specmodel import Node
     from .capturing import Captured, Records
     from .changes import Plan
 

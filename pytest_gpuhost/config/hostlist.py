@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import msgspec
 
-from ..spec.specfile import excerpt
+from ..specmodel.specfile import excerpt
 from .targets import LOCAL, TargetAddress, valid_host, valid_name
 
 SSH_VALUE_OPTIONS = "BbcDEeFIiJLlmOoPpQRSWw"

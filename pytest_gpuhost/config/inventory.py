@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 
 from ..bounded import StillRunning, within
-from ..spec.specfile import excerpt
+from ..specmodel.specfile import excerpt
 from .hostlist import (  # the host variables Ansible's ssh plugin and pytest-gpuhost read
     ARGS_VARS,
     CONNECTION_VARS,

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 from msgspec.structs import replace
 
-from ..spec.specfile import excerpt
+from ..specmodel.specfile import excerpt
 from .options import BY_NAME, RawOptions, flag
 from .targets import (
     BUILTIN,

@@ -30,8 +30,8 @@ from ..checks.bootpersist import boot_texts as read_boot_texts
 from ..checks.changes import Plan, ReplaceFile
 from ..host import COMMAND_DIRS, FileInfo, Host, Stat
 from ..result import CheckResult
-from ..spec import EntryOptions
-from ..spec.matchers import Choice, Exact
+from ..specmodel import EntryOptions
+from ..specmodel.matchers import Choice, Exact
 
 CURRENT, ABSENT, DIFFERS = "current", "absent", "differs"
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\Z")

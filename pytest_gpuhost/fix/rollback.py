@@ -42,8 +42,8 @@ from ..gpu.nvml import NvmlSource
 from ..host import Host, HostError, HostIdentity
 from ..linux.pciconfig import short_config
 from ..linux.sysfs import bracketed
-from ..spec import EntryOptions
-from ..spec.matchers import Auto, Choice, Domain, Exact, Expectation
+from ..specmodel import EntryOptions
+from ..specmodel.matchers import Auto, Choice, Domain, Exact, Expectation
 from .journal import FAILED, JOURNAL_DIR, JournalContents, JournalEntry, JournalError
 from .persist import FileContentProbe, expected_state
 

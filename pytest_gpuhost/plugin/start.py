@@ -28,7 +28,7 @@ from ..config.settings import Settings, SettingsError, resolve
 from ..fix import LockUnavailable
 from ..runstate import benchmark_files, finished_state
 from ..session import Session
-from ..spec import SpecError
+from ..specmodel import SpecError
 from . import interrupts
 from .items import RUN
 from .ledger import Ledger
@@ -73,7 +73,7 @@ def spec_cache(config: pytest.Config) -> Path | None:
     cache = getattr(config, "cache", None)
     if cache is None:
         return None
-    from ..spec.cache import DIRECTORY
+    from ..specmodel.cache import DIRECTORY
 
     try:
         directory: Path = cache.mkdir(DIRECTORY)

@@ -28,8 +28,8 @@ from ..fix.run import RUN_KEY, close_rollback, default_journal, make_fixer, new_
 from ..gpu.nvml import NvmlFactory
 from ..host import Host, HostError, doing
 from ..result import CheckResult
-from ..spec import EntryOptions, Spec
-from ..spec.cache import load_spec_cached
+from ..specmodel import EntryOptions, Spec
+from ..specmodel.cache import load_spec_cached
 from .containers import CONTAINER
 from .limits import FILES_PER_SESSION as FILES_PER_SESSION  # re-exported
 from .limits import FILES_SPARE as FILES_SPARE  # re-exported

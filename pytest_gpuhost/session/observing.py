@@ -27,7 +27,7 @@ from typing import Protocol, TypeVar
 from ..checks import Check
 from ..config.settings import Settings
 from ..host import HostError, doing
-from ..spec import Spec
+from ..specmodel import Spec
 from .limits import each_at_once
 from .target import LOCAL, Target
 

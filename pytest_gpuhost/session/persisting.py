@@ -12,7 +12,7 @@ from ..result import CheckResult
 from .containers import in_kernel
 
 if TYPE_CHECKING:
-    from ..spec import Spec
+    from ..specmodel import Spec
     from . import Session
     from .target import Target
 

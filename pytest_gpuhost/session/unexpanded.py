@@ -6,7 +6,7 @@ import msgspec
 
 from ..checks import NoFix, Observation
 from ..host import Host, HostError, raised
-from ..spec.matchers import Verdict
+from ..specmodel.matchers import Verdict
 
 
 class Unexpanded(msgspec.Struct, frozen=True):

@@ -28,7 +28,7 @@ from pytest_gpuhost.checks.p2p import FLOORS, p2p_floor
 from pytest_gpuhost.config.settings import SettingsError
 from pytest_gpuhost.gpu.nvml import FakeGpu, FakeNvml
 from pytest_gpuhost.result import Outcome
-from pytest_gpuhost.spec import load_spec
+from pytest_gpuhost.specmodel import load_spec
 from pytest_gpuhost.testing.fakehost import (
     ACS_KERNEL_DEFAULT,
     FakeHost,

@@ -16,7 +16,7 @@ from pytest_gpuhost.gpu.measure import MeasurementFailed, SharedMeasurement
 from pytest_gpuhost.gpu.nvml import FakeGpu, FakeNvml
 from pytest_gpuhost.host import CommandResult, HostError, LocalHost
 from pytest_gpuhost.result import CheckResult, Outcome
-from pytest_gpuhost.spec import SpecError
+from pytest_gpuhost.specmodel import SpecError
 from pytest_gpuhost.testing.fakehost import FakeHost, nvbandwidth_text
 
 from ..conftest import FIXTURES
@@ -359,7 +359,7 @@ def test_auto_without_any_probe_says_what_to_install(monkeypatch: pytest.MonkeyP
                                                      tmp_path: Path) -> None:
     from pytest_gpuhost.checks import p2p
     from pytest_gpuhost.gpu import cudaprobe, measure
-    from pytest_gpuhost.spec import EntryOptions
+    from pytest_gpuhost.specmodel import EntryOptions
 
     monkeypatch.setattr(cudaprobe, "cuda_available", lambda: False)  # measure's, on first use
     section = p2p.P2pSection("auto", None, 1, (), 0.0, None, EntryOptions("spec.yaml:2"))

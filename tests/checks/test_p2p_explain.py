@@ -290,7 +290,7 @@ def test_a_path_floor_without_the_link_registers_is_an_error(tmp_path: Path) -> 
                      "cross_numa, h2d, d2h, path, of"),
 ])
 def test_bad_path_floors_are_spec_errors(tmp_path: Path, floors: str, message: str) -> None:
-    from pytest_gpuhost.spec import SpecError
+    from pytest_gpuhost.specmodel import SpecError
 
     fake = build(tmp_path / "host")
     with pytest.raises(SpecError, match=message.replace("(", r"\(")):

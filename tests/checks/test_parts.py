@@ -23,8 +23,8 @@ from pytest_gpuhost.checks import (
 )
 from pytest_gpuhost.checks.sysctl import GLOBAL_NET, sysctl_scope
 from pytest_gpuhost.host import Host
-from pytest_gpuhost.spec import EntryOptions
-from pytest_gpuhost.spec.matchers import Auto, Exact
+from pytest_gpuhost.specmodel import EntryOptions
+from pytest_gpuhost.specmodel.matchers import Auto, Exact
 from pytest_gpuhost.testing.fakehost import blackwell8_untuned
 
 from ..conftest import BLACKWELL8

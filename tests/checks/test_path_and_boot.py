@@ -19,7 +19,7 @@ from pytest_gpuhost.linux.pciconfig import ConfigError
 from pytest_gpuhost.linux.pciext import acs_control, extended_capabilities
 from pytest_gpuhost.linux.pcitopo import TopologyError, bridge_path, resolve_link
 from pytest_gpuhost.result import Outcome
-from pytest_gpuhost.spec import SpecError, load_spec
+from pytest_gpuhost.specmodel import SpecError, load_spec
 from pytest_gpuhost.testing.fakehost import (
     ACS_KERNEL_DEFAULT,
     FakeHost,

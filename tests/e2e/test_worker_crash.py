@@ -17,8 +17,8 @@ CRASHING_KIND = textwrap.dedent("""\
     import os
     from pytest_gpuhost.checks import Check, NoFix, Observation
     from pytest_gpuhost.hookspecs import hookimpl
-    from pytest_gpuhost.spec.matchers import Auto, Exact
-    from pytest_gpuhost.spec import EntryOptions
+    from pytest_gpuhost.specmodel.matchers import Auto, Exact
+    from pytest_gpuhost.specmodel import EntryOptions
 
     class Crash(NoFix):
         def observe(self, host):

@@ -38,8 +38,8 @@ from pytest_gpuhost.fix.state import StateFile, StateStore
 from pytest_gpuhost.host import HostError, LocalHost, Reply, Request
 from pytest_gpuhost.linux.sysfs import bracketed
 from pytest_gpuhost.result import Outcome
-from pytest_gpuhost.spec import EntryOptions
-from pytest_gpuhost.spec.matchers import Auto, Exact, Integer
+from pytest_gpuhost.specmodel import EntryOptions
+from pytest_gpuhost.specmodel.matchers import Auto, Exact, Integer
 from pytest_gpuhost.testing.fakehost import FakeHost
 
 from ..conftest import BLACKWELL8, counts, snapshot

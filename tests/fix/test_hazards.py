@@ -38,8 +38,8 @@ from pytest_gpuhost.gpu.nvml import Nvml, NvmlSource
 from pytest_gpuhost.host import HostError, HostIdentity, LocalHost
 from pytest_gpuhost.linux.cpulist import parse_cpu_list
 from pytest_gpuhost.result import Outcome
-from pytest_gpuhost.spec import EntryOptions
-from pytest_gpuhost.spec.matchers import Auto, Exact
+from pytest_gpuhost.specmodel import EntryOptions
+from pytest_gpuhost.specmodel.matchers import Auto, Exact
 from pytest_gpuhost.testing.fakehost import FakeHost, config_space
 
 from ..conftest import counts, snapshot

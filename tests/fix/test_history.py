@@ -19,8 +19,8 @@ from pytest_gpuhost.fix.journal import Journal
 from pytest_gpuhost.fix.state import JOURNAL_DIR, StateFile, StateStore
 from pytest_gpuhost.host import HostIdentity, LocalHost
 from pytest_gpuhost.result import Outcome
-from pytest_gpuhost.spec import EntryOptions
-from pytest_gpuhost.spec.matchers import Exact
+from pytest_gpuhost.specmodel import EntryOptions
+from pytest_gpuhost.specmodel.matchers import Exact
 from pytest_gpuhost.testing.fakehost import FakeHost
 
 from ..conftest import BLACKWELL8

@@ -27,7 +27,7 @@ from pytest_gpuhost.gpu.nvml import (
 from pytest_gpuhost.host import HostError, LocalHost, Read, Reply, Request
 from pytest_gpuhost.host.cache import CachedHost
 from pytest_gpuhost.result import Outcome
-from pytest_gpuhost.spec.matchers import Range, Version
+from pytest_gpuhost.specmodel.matchers import Range, Version
 from pytest_gpuhost.testing.clock import FakeClock
 from pytest_gpuhost.testing.counting import CountingHost
 from pytest_gpuhost.testing.fakehost import FakeHost

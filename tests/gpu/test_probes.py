@@ -12,7 +12,7 @@ from pytest_gpuhost.checks import p2p
 from pytest_gpuhost.gpu import measure, probes
 from pytest_gpuhost.gpu.probe import BandwidthProbe
 from pytest_gpuhost.host import LocalHost, Read, Which
-from pytest_gpuhost.spec import EntryOptions
+from pytest_gpuhost.specmodel import EntryOptions
 
 
 def test_every_probe_the_p2p_section_names_is_registered_and_only_those() -> None:

@@ -240,9 +240,9 @@ from dataclasses import dataclass
 
 from pytest_gpuhost.checks import Check, Evidence, NoFix, Observation
 from pytest_gpuhost.hookspecs import hookimpl
-from pytest_gpuhost.spec.matchers import Integer
+from pytest_gpuhost.specmodel.matchers import Integer
 from pytest_gpuhost.progress import report_progress
-from pytest_gpuhost.spec import parse_expectation
+from pytest_gpuhost.specmodel import parse_expectation
 
 
 @dataclass(frozen=True)

@@ -112,7 +112,7 @@ def test_a_spec_parsed_by_an_earlier_run_is_loaded_without_yaml(pytester: pytest
     assert "yaml" in first and len(list(kept.glob("*.pickle"))) == 1
     second = loaded(pytester, *run, cache=True)
     assert not [m for m in second if m.split(".")[0] in ("yaml", "_yaml")]
-    assert "pytest_gpuhost.spec.yamlfile" not in second
+    assert "pytest_gpuhost.specmodel.yamlfile" not in second
     assert [m for m in second if m.startswith("pytest_gpuhost.checks.")] == \
         [m for m in first if m.startswith("pytest_gpuhost.checks.")]
     assert "yaml" in loaded(pytester, *run, "--cache-clear", cache=True)
@@ -154,7 +154,7 @@ def test_the_example_monitors_runs_after_the_first_load_the_spec_without_yaml(
     assert "yaml" in first
     assert [path.name for path in (cache / "d" / "gpuhost-spec").iterdir()]  # kept
     second = loaded(pytester, *words, ret=1, cache=True)
-    assert "yaml" not in second and "pytest_gpuhost.spec.yamlfile" not in second
+    assert "yaml" not in second and "pytest_gpuhost.specmodel.yamlfile" not in second
     features = (pytester.path / "features").read_text()
     assert "feature.node.kubernetes.io/gpuhost.tuned=false" in features
 
@@ -317,7 +317,8 @@ LOADERS = """
         import pytest_gpuhost.testing.fakehost
 
     def pytest_unconfigure(config):
-        names = ("pytest_gpuhost.session", "pytest_gpuhost.spec", "pytest_gpuhost.testing.fakehost")
+        names = ("pytest_gpuhost.session", "pytest_gpuhost.specmodel",
+                 "pytest_gpuhost.testing.fakehost")
         with open("loaders.txt", "w") as out:
             out.write(" ".join(type(sys.modules[n].__loader__).__name__ for n in names))
 """

@@ -336,8 +336,8 @@ from dataclasses import dataclass
 
 from pytest_gpuhost.checks import Check, Evidence, NoFix, Observation
 from pytest_gpuhost.hookspecs import hookimpl
-from pytest_gpuhost.spec.matchers import Integer
-from pytest_gpuhost.spec import parse_expectation
+from pytest_gpuhost.specmodel.matchers import Integer
+from pytest_gpuhost.specmodel import parse_expectation
 
 
 @dataclass(frozen=True)
@@ -478,8 +478,8 @@ import time
 from pathlib import Path
 from pytest_gpuhost.checks import Check, NoFix, Observation
 from pytest_gpuhost.hookspecs import hookimpl
-from pytest_gpuhost.spec import EntryOptions
-from pytest_gpuhost.spec.matchers import Auto, Exact
+from pytest_gpuhost.specmodel import EntryOptions
+from pytest_gpuhost.specmodel.matchers import Auto, Exact
 
 HEARD = Path(__file__).parent / "heard-gw1"
 

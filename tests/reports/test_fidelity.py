@@ -45,8 +45,8 @@ ODD_KIND = textwrap.dedent("""\
     from pytest_gpuhost.checks import Check, NoFix, Observation
     from pytest_gpuhost.hookspecs import hookimpl
     from pytest_gpuhost.host import LocalHost
-    from pytest_gpuhost.spec.matchers import Auto, Exact
-    from pytest_gpuhost.spec import EntryOptions
+    from pytest_gpuhost.specmodel.matchers import Auto, Exact
+    from pytest_gpuhost.specmodel import EntryOptions
 
     class Value(NoFix):
         def __init__(self, value):

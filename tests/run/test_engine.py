@@ -14,8 +14,8 @@ from pytest_gpuhost.checks.sysctl import SysctlProbe
 from pytest_gpuhost.engine import RunOptions, run_check
 from pytest_gpuhost.host import Host, HostError, LocalHost
 from pytest_gpuhost.result import Outcome
-from pytest_gpuhost.spec import Condition, EntryOptions
-from pytest_gpuhost.spec.matchers import Auto, Exact, Integer
+from pytest_gpuhost.specmodel import Condition, EntryOptions
+from pytest_gpuhost.specmodel.matchers import Auto, Exact, Integer
 from pytest_gpuhost.testing.fakehost import FakeHost
 
 FIX = RunOptions(fix=True)

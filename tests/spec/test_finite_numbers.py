@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from pytest_gpuhost import builtin
-from pytest_gpuhost.spec import SpecError, load_spec
+from pytest_gpuhost.specmodel import SpecError, load_spec
 
 KINDS = {kind.section: kind for kind in builtin.pytest_gpuhost_check_kinds()}
 CONDITIONS = set(builtin.pytest_gpuhost_conditions())

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from pytest_gpuhost.spec.matchers import (
+from pytest_gpuhost.specmodel.matchers import (
     Auto,
     Exact,
     Integer,

@@ -14,8 +14,8 @@ from pytest_gpuhost.checks.dmesg import DmesgSection
 from pytest_gpuhost.checks.modules import ModulesSection
 from pytest_gpuhost.checks.p2p import P2pSection
 from pytest_gpuhost.checks.sysctl import SysctlEntry, sysctl_path
-from pytest_gpuhost.spec import Spec, SpecError, load_spec
-from pytest_gpuhost.spec.matchers import Exact, Match, OneOf, Range
+from pytest_gpuhost.specmodel import Spec, SpecError, load_spec
+from pytest_gpuhost.specmodel.matchers import Exact, Match, OneOf, Range
 
 from ..conftest import BLACKWELL8
 

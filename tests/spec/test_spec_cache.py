@@ -19,9 +19,9 @@ import msgspec
 import pytest
 
 from pytest_gpuhost import builtin
-from pytest_gpuhost.spec import SectionParser, Spec, SpecError, cache, load_spec, parse_spec
-from pytest_gpuhost.spec.cache import load_spec_cached
-from pytest_gpuhost.spec.matchers import Exact
+from pytest_gpuhost.specmodel import SectionParser, Spec, SpecError, cache, load_spec, parse_spec
+from pytest_gpuhost.specmodel.cache import load_spec_cached
+from pytest_gpuhost.specmodel.matchers import Exact
 from pytest_gpuhost.testing.fakehost import FakeHost
 
 from ..conftest import BLACKWELL8
