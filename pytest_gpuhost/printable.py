@@ -1,5 +1,6 @@
 """Host values as an operator's terminal shows them: data, never instructions to the terminal;
-and counts in words that agree with them (``counted``).
+and counts in words that agree with them (``counted``). ``one_line`` puts a value on one line
+of a message, its newlines escaped too.
 
 A value read from a host (an ``observed`` sysctl, a USB product string in the kernel log, a
 tool's stderr) can hold control characters: ``ESC ] 0 ; ... BEL`` sets the terminal's title,
@@ -35,6 +36,12 @@ def printable(text: str) -> str:
     if text.isprintable():  # nothing to escape
         return text
     return re.sub(_UNSAFE, _escape, text)
+
+
+def one_line(text: str) -> str:
+    """``text`` as one line of a message: where any character of it is not printable (a newline
+    or a tab too), every such character escaped as Python's ``unicode_escape`` writes it."""
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
 
 
 def counted(count: int, singular: str, plural: str | None = None) -> str:

@@ -35,6 +35,7 @@ from typing import Any, NoReturn
 
 import msgspec
 
+from .printable import one_line
 from .reports.terminal import SESSION_KINDS
 from .result import OPEN_OUTCOMES, OUTCOMES, CheckResult
 from .statepairs import pairs, same_machines
@@ -300,8 +301,7 @@ def shown(value: object) -> str:
     """A host value in a line for operators: control characters escaped, nothing read said so."""
     if value is None:
         return "(nothing read)"
-    text = str(value)
-    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+    return one_line(str(value))
 
 
 def short(digest: object) -> str:

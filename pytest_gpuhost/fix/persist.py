@@ -29,6 +29,7 @@ from ..checks.bootpersist import CMDLINE, cmdline_file, cmdline_path
 from ..checks.bootpersist import boot_texts as read_boot_texts
 from ..checks.changes import Plan, ReplaceFile
 from ..host import COMMAND_DIRS, FileInfo, Host, Stat
+from ..printable import one_line
 from ..result import CheckResult
 from ..specmodel import EntryOptions
 from ..specmodel.matchers import Choice, Exact
@@ -51,7 +52,7 @@ def _token(value: str | None, what: str) -> str:
 
 def _escaped(text: str) -> str:
     """``text`` on one line, whatever it holds (the spec's path in a comment)."""
-    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+    return one_line(text)
 
 
 def _header(spec: str, source: str) -> str:

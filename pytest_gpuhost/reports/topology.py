@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..linux.pcipath import LEGEND
+from ..printable import one_line
 from ..result import CheckResult
 from . import RunInfo
 
@@ -16,8 +17,7 @@ from . import RunInfo
 def _shown(value: object) -> str:
     """A host value as one printable line (an IOMMU type or a host bridge name is the
     host's text: a terminal escape sequence in it is printed escaped, never obeyed)."""
-    text = "-" if value is None else str(value)
-    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+    return one_line("-" if value is None else str(value))
 
 
 def _table(rows: Sequence[Sequence[str]]) -> list[str]:

@@ -30,6 +30,7 @@ import msgspec
 
 from ..checks import Fact
 from ..host import HostError, Read, Reply
+from ..printable import one_line
 
 if TYPE_CHECKING:
     from . import Session
@@ -102,8 +103,7 @@ def _boot_id(target: Target) -> str | None:
 
 
 def _shown(target: Target) -> str:
-    text = target.address.shown
-    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+    return one_line(target.address.shown)
 
 
 def _read(session: Session, targets: Sequence[Target]) -> None:

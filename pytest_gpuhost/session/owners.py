@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..checks import Check
+from ..printable import one_line
 from .containers import RUN_OWN
 
 if TYPE_CHECKING:
@@ -29,10 +30,6 @@ if TYPE_CHECKING:
 
 class TwoOwners(Exception):
     """Two checks set one setting of one machine two ways; the message names both."""
-
-
-def _one_line(text: str) -> str:
-    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
 
 
 def _changes(check: Check) -> bool:
@@ -71,10 +68,10 @@ def two_owners(session: Session) -> list[str]:
         if owner.expect.describe() == check.expect.describe():
             continue
         found.append(
-            f"{_one_line(check.id)} on {on.name} ({_one_line(on.host.describe())}) has two "
-            f"owners: {_one_line(owner.options.where)} expects "
-            f"{_one_line(owner.expect.describe())}, {_one_line(check.options.where)} expects "
-            f"{_one_line(check.expect.describe())}")
+            f"{one_line(check.id)} on {on.name} ({one_line(on.host.describe())}) has two "
+            f"owners: {one_line(owner.options.where)} expects "
+            f"{one_line(owner.expect.describe())}, {one_line(check.options.where)} expects "
+            f"{one_line(check.expect.describe())}")
     return found
 
 
