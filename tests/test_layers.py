@@ -35,6 +35,8 @@ FLOORS: dict[str, int] = {
     # floor 4: what acts on checks: capture, the fixer; the host state; the fake trees; an old
     # import path
     "capture": 4, "fix": 4, "state": 4, "testing": 4, "nvml": 4,
+    # floor 4 too: a benchmark's envelope (its facts, verdict, sampler and host half)
+    "envelope": 4,
     # floor 5: one check's run; the run's configuration: options, targets, inventories, the
     # settings resolved (they validate a capture's target and name the journals' directory);
     # pytest-benchmark's hooks; an old import path
