@@ -210,3 +210,13 @@ def pytest_gpuhost_nvml(host: Host) -> NvmlFactory:
     from .gpu.nvml import default_factory
 
     return default_factory(host)
+
+
+NO_GPU_SAMPLER = ("no GPU sampler: NVML's envelope reads (violation times, clock event reasons, "
+                  "processes, ECC, replays) are not built in yet")
+
+
+@hookimpl(trylast=True)
+def pytest_gpuhost_envelope_sampler(host: Host) -> str:
+    """Why the envelope has no GPU half here: no plugin sampled the GPUs."""
+    return NO_GPU_SAMPLER

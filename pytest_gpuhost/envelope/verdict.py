@@ -58,6 +58,11 @@ class Reason(msgspec.Struct, frozen=True):
                 "limit": self.limit, "text": self.text}
 
 
+def duration(seconds: float) -> str:
+    """12.1 -> ``12.1 s``, 0.0512 -> ``0.0512 s``, 345.6 -> ``346 s``."""
+    return f"{seconds:.3g} s"
+
+
 def percent(share: float) -> str:
     """0.34 -> ``34%``, 0.005 -> ``0.5%``, 1/3 -> ``33.3%``."""
     return f"{share * 100:.3g}%"
@@ -123,7 +128,7 @@ def _share_reasons(gpu: str, during: Mapping[str, Any], limits: Limits, window_s
         limit = getattr(limits, key)
         if share is not None and share > limit:
             found.append(Reason(gpu, what, share, limit,
-                                f"{gpu}: {what} {percent(share)} of {window_s:.1f} s "
+                                f"{gpu}: {what} {percent(share)} of {duration(window_s)} "
                                 f"(limit {percent(limit)})"))
     return found
 
@@ -291,7 +296,8 @@ def judge(samples: Sequence[Sample], host: HostWindow, limits: Limits, *,
     reasons += _xid_reasons(host.kernel_log, limits)
     reasons += _aer_reasons(host, limits)
     reasons += _state_reasons(host, limits)
-    errors = [f"sample at {s.at - samples[0].at:.1f} s: {s.error}" for s in samples if s.error]
+    errors = [f"sample at {duration(s.at - samples[0].at)}: {s.error}"
+              for s in samples if s.error]
     return {
         "valid": not reasons,
         "reasons": [reason.as_dict() for reason in reasons],
@@ -315,7 +321,7 @@ def summary(verdict: Mapping[str, Any]) -> str:
     if verdict.get("valid"):
         missing = verdict.get("missing") or []
         without = f"; without {'; '.join(missing)}" if missing else ""
-        return f"valid ({verdict.get('window_s', 0):.1f} s, {verdict.get('samples', 0)} " \
+        return f"valid ({duration(verdict.get('window_s', 0))}, {verdict.get('samples', 0)} " \
                f"samples{without})"
     texts = [str(reason.get("text", reason.get("what"))) for reason in verdict.get("reasons", [])]
     return "invalid: " + "; ".join(texts)

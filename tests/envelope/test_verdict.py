@@ -45,7 +45,7 @@ def test_a_quiet_window_is_valid_and_says_what_it_measured() -> None:
     assert verdict["during"][A]["sm_clock"] == {"min": 1980, "median": 1980, "max": 1980}
     assert verdict["during"][A]["HW slowdown"] == {"share": 0.0}
     assert verdict["before"]["gpus"][A]["pcie_replays"] == 0
-    assert summary(verdict) == "valid (12.0 s, 13 samples)"
+    assert summary(verdict) == "valid (12 s, 13 samples)"
 
 
 def test_hw_slowdown_for_a_third_of_the_run_is_named_with_the_gpu_and_its_share() -> None:
@@ -53,7 +53,7 @@ def test_hw_slowdown_for_a_third_of_the_run_is_named_with_the_gpu_and_its_share(
     samples = window(gpus, 10, during={3: {"reasons": HW_SLOWDOWN}, 6: {"reasons": 0}})
     verdict = judge(samples, HostWindow(), DEFAULTS)
     assert verdict["valid"] is False
-    assert reasons(verdict) == [f"{A}: HW slowdown 30% of 9.0 s (limit 1%)"]
+    assert reasons(verdict) == [f"{A}: HW slowdown 30% of 9 s (limit 1%)"]
     assert verdict["reasons"][0] == {"gpu": A, "what": "HW slowdown", "observed": 0.3,
                                      "limit": 0.01, "text": reasons(verdict)[0]}
 
@@ -66,7 +66,7 @@ def test_a_slowdown_under_the_limit_stays_valid() -> None:
     assert verdict["valid"] is True, reasons(verdict)
     assert verdict["during"][A]["HW slowdown"] == {"share": 0.005}
     strict = judge(samples, HostWindow(), msgspec.structs.replace(DEFAULTS, slowdown=0.004))
-    assert reasons(strict) == [f"{A}: HW slowdown 0.5% of 199.0 s (limit 0.4%)"]
+    assert reasons(strict) == [f"{A}: HW slowdown 0.5% of 199 s (limit 0.4%)"]
 
 
 @pytest.mark.parametrize(("thermal_ns", "valid"), [(int(0.005 * 100e9), True),
@@ -80,7 +80,7 @@ def test_the_violation_time_is_a_share_of_the_wall_time(thermal_ns: int, valid: 
     verdict = judge([first, Sample(100.0, gpus.sample())], HostWindow(), DEFAULTS)
     assert verdict["valid"] is valid
     if not valid:
-        assert reasons(verdict) == [f"{A}: thermal violation 34% of 100.0 s (limit 1%)"]
+        assert reasons(verdict) == [f"{A}: thermal violation 34% of 100 s (limit 1%)"]
 
 
 def test_a_power_cap_is_judged_by_its_own_limit() -> None:
@@ -89,7 +89,7 @@ def test_a_power_cap_is_judged_by_its_own_limit() -> None:
     longer = window(FakeGpus(A), 100, during={10: {"reasons": SW_POWER_CAP},
                                               20: {"reasons": 0}})
     assert reasons(judge(longer, HostWindow(), DEFAULTS)) == [
-        f"{A}: SW power cap 10% of 99.0 s (limit 5%)"]
+        f"{A}: SW power cap 10% of 99 s (limit 5%)"]
 
 
 def test_a_low_median_clock_while_busy_is_named_and_idle_samples_do_not_count() -> None:
@@ -175,7 +175,7 @@ def test_a_failed_sample_is_a_line_and_the_rest_are_judged() -> None:
                Sample(1006.0, gpus.sample())]
     verdict = judge(samples, HostWindow(), DEFAULTS)
     assert verdict["valid"] is True
-    assert verdict["errors"] == ["sample at 5.0 s: NVML: GPU is lost"]
+    assert verdict["errors"] == ["sample at 5 s: NVML: GPU is lost"]
 
 
 def test_only_the_gpus_the_benchmark_uses_are_judged() -> None:
