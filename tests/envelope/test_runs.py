@@ -9,7 +9,6 @@ time the test asks for, so the share does not depend on how fast the machine is.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -110,9 +109,9 @@ def run(pytester: pytest.Pytester, node: FakeHost, monkeypatch: pytest.MonkeyPat
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    return pytester.runpytest_subprocess("test_bench.py", "node.yaml", f"--gpuhost-root={node.root}",
-                                         "-p", "no:cacheprovider", "--benchmark-json=b.json",
-                                         *args)
+    return pytester.runpytest_subprocess("test_bench.py", "node.yaml",
+                                         f"--gpuhost-root={node.root}", "-p",
+                                         "no:cacheprovider", "--benchmark-json=b.json", *args)
 
 
 def envelopes(pytester: pytest.Pytester) -> dict[str, dict[str, Any]]:
