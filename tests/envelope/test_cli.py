@@ -101,3 +101,25 @@ def test_help_answers_usage_and_writes_nothing(tmp_path: Path) -> None:
     assert done.returncode == 0 and done.stdout.startswith("usage: python -m "
                                                             "pytest_gpuhost.envelope")
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_the_examples_command_runs_the_serving_standin_inside_an_envelope(
+        tmp_path: Path, example_host: Path) -> None:
+    from ..conftest import REPO
+    from ..test_docs import block_with
+
+    example = REPO / "examples" / "benchmark"
+    command = block_with(example / "README.md", "python -m pytest_gpuhost.envelope")
+    args = command.split()[3:]
+    args = [arg.replace("/tmp/gpuhost-bench", str(example_host)) for arg in args]
+    for name in ("inference-node.yaml", "serving_standin.py"):
+        (tmp_path / name).write_text((example / name).read_text())
+    done = envelope(tmp_path, *[sys.executable if arg == "python" else arg for arg in args])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.endswith("output tokens/s over 200 prompts\n")
+    written = json.loads((tmp_path / "envelope.json").read_text())
+    assert written["envelope"]["valid"] is True
+    assert written["state"]["spec"]["name"] == "inference-node"
+    aer = written["envelope"]["before"]["aer"]
+    assert "0000:01:00.0" in aer and "0000:00:01.1" in aer  # a GPU and the bridge above it
+    assert done.stderr.startswith("gpuhost envelope: valid (")
