@@ -13,9 +13,17 @@ from __future__ import annotations
 import errno
 from collections.abc import Mapping
 
+import msgspec
+
 from ..host import GpuControl, GpuQuery, Host, HostError
 from ..linux.pciaddr import normalize_address
-from .nvmlapi import NvmlPermissionError, NvmlUnavailable, persistence_text
+from .nvmlapi import (
+    NvmlNotSupported,
+    NvmlPermissionError,
+    NvmlUnavailable,
+    RemappedRows,
+    persistence_text,
+)
 
 
 def agent_facts(host: Host) -> Mapping[str, object]:
@@ -47,6 +55,8 @@ class AgentNvml:
     def _value(self, facts: Mapping[str, object], key: str, source: str = "") -> object:
         value = facts.get(key)
         if isinstance(value, Mapping) and "error" in value:
+            if value.get("unsupported") is True:
+                raise NvmlNotSupported(str(value["error"]))
             raise HostError(str(value["error"]))
         if value is None:
             raise HostError(f"{source or self._source(facts)} does not report {key}")
@@ -109,6 +119,38 @@ class AgentNvml:
 
     def bar1_total(self, address: str) -> int:
         return self._number(address, "bar1_total")
+
+    def name(self, address: str) -> str:
+        value = self._gpu(address, "name")
+        if not isinstance(value, str):
+            raise HostError(f"NVML name of {address} is not text: {value!r:.40}")
+        return value
+
+    def ecc_errors(self, address: str, count: str) -> int:
+        counts = self._gpu(address, "ecc_errors")
+        if not isinstance(counts, Mapping):
+            raise HostError(f"NVML ecc_errors of {address} is not a mapping: {counts!r:.40}")
+        value = self._value(counts, count, self._source(self._facts()))
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise HostError(f"NVML {count} ECC errors of {address} is not a number: "
+                            f"{value!r:.40}")
+        return value
+
+    def remapped_rows(self, address: str) -> RemappedRows:
+        rows = self._gpu(address, "remapped_rows")
+        try:
+            return msgspec.convert(rows, RemappedRows)
+        except msgspec.ValidationError as exc:
+            raise HostError(f"NVML remapped_rows of {address}: {exc}") from None
+
+    def retired_pages_pending(self, address: str) -> bool:
+        return self._gpu(address, "retired_pages_pending") is True
+
+    def temperature(self, address: str) -> int:
+        return self._number(address, "temperature")
+
+    def clocks_event_reasons(self, address: str) -> int:
+        return self._number(address, "clocks_event_reasons")
 
     def _levels(self, key: str) -> Mapping[str, object]:
         facts = self._facts()

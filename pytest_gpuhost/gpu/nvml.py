@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 
 from ..host import Host, HostError, Request
 from .nvmlapi import (  # re-exported: the interface every NVML builds on
+    ECC_COUNTS,
+    HEALTH,
     INSTALL_HINT,
     NVML_TIMEOUT_S,
     PERSISTENCE,
@@ -28,8 +30,10 @@ from .nvmlapi import (  # re-exported: the interface every NVML builds on
     Nvml,
     NvmlFactory,
     NvmlHung,
+    NvmlNotSupported,
     NvmlPermissionError,
     NvmlUnavailable,
+    RemappedRows,
     persistence_text,
 )
 
@@ -124,6 +128,8 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
+    "ECC_COUNTS",
+    "HEALTH",
     "INSTALL_HINT",
     "NVML_TIMEOUT_S",
     "P2P_STATUS",
@@ -137,11 +143,13 @@ __all__ = [
     "Nvml",
     "NvmlFactory",
     "NvmlHung",
+    "NvmlNotSupported",
     "NvmlPermissionError",
     "NvmlSource",
     "NvmlUnavailable",
     "PynvmlNvml",
     "RecordedNvml",
+    "RemappedRows",
     "default_factory",
     "persistence_text",
 ]

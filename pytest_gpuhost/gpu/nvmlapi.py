@@ -9,6 +9,8 @@ import errno
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
+import msgspec
+
 from ..host import Glob, HostError, Request
 
 RECORDED_NVML = "var/lib/pytest-gpuhost/nvml"
@@ -25,6 +27,33 @@ class NvmlUnavailable(Exception):
 
 class NvmlPermissionError(Exception):
     """A setter NVML refused for lack of privilege (persistence mode needs root)."""
+
+
+class NvmlNotSupported(HostError):
+    """The GPU or its driver does not support a fact (NVML_ERROR_NOT_SUPPORTED, a call the
+    library lacks, nvidia-smi's ``[N/A]``): that fact alone is missing, never the others."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, errno.EOPNOTSUPP)
+
+
+ECC_COUNTS = ("corrected_volatile", "corrected_aggregate", "uncorrected_volatile",
+              "uncorrected_aggregate")
+"""nvmlDeviceGetTotalEccErrors's counts: (corrected, uncorrected) x (volatile: since the
+driver loaded, aggregate: the card's life)."""
+HEALTH = ("name", "ecc_errors", "remapped_rows", "retired_pages_pending", "temperature",
+          "clocks_event_reasons")
+"""The health facts of a GPU, as the agent's facts and a recorded snapshot's files name them."""
+
+
+class RemappedRows(msgspec.Struct, frozen=True):
+    """nvmlDeviceGetRemappedRows: rows remapped for corrected and uncorrected errors, a remap
+    waiting for the GPU's next reset, and whether a remap failed."""
+
+    corrected: int
+    uncorrected: int
+    pending: bool
+    failure: bool
 
 
 NVML_TIMEOUT_S = 60.0
@@ -84,6 +113,26 @@ class Nvml(Protocol):
 
     def bar1_total(self, address: str) -> int:
         """nvmlDeviceGetBAR1MemoryInfo(...).bar1Total, in bytes."""
+
+    # The health facts: each raises NvmlNotSupported where the GPU or driver lacks it.
+
+    def name(self, address: str) -> str:
+        """nvmlDeviceGetName: the model (``NVIDIA RTX PRO 6000 Blackwell Server Edition``)."""
+
+    def ecc_errors(self, address: str, count: str) -> int:
+        """nvmlDeviceGetTotalEccErrors of one of ``ECC_COUNTS``."""
+
+    def remapped_rows(self, address: str) -> RemappedRows:
+        """nvmlDeviceGetRemappedRows."""
+
+    def retired_pages_pending(self, address: str) -> bool:
+        """nvmlDeviceGetRetiredPagesPendingStatus: a page retirement waits for a reset."""
+
+    def temperature(self, address: str) -> int:
+        """nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU), C, now."""
+
+    def clocks_event_reasons(self, address: str) -> int:
+        """nvmlDeviceGetCurrentClocksEventReasons's bits (``nvmlcodes.CLOCKS_EVENT_REASONS``)."""
 
 
 PERSISTENCE = ("enabled", "disabled")

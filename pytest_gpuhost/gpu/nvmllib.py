@@ -16,17 +16,24 @@ from ..bounded import StillRunning, within
 from ..host import SYSTEM_CLOCK, Clock, HostError
 from ..linux.pciaddr import normalize_address
 from .nvmlapi import (
+    ECC_COUNTS,
     INSTALL_HINT,
     NVML_TIMEOUT_S,
     NvmlHung,
+    NvmlNotSupported,
     NvmlPermissionError,
     NvmlUnavailable,
+    RemappedRows,
 )
 from .nvmlcodes import P2P_STATUS as P2P_STATUS  # re-exported
 from .nvmlcodes import TOPOLOGY as TOPOLOGY  # re-exported
 
 P2P_CAPS_INDEX_READ = 0
 """nvmlGpuP2PCapsIndex_t NVML_P2P_CAPS_INDEX_READ."""
+NOT_SUPPORTED = (3, 13)
+"""NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND (an NVMLError's ``value``)."""
+TEMPERATURE_GPU = 0
+"""nvmlTemperatureSensors_t NVML_TEMPERATURE_GPU."""
 
 class Watchdog:
     """Makes each call into the NVML library in a thread of its own, waited for ``timeout``
@@ -99,6 +106,8 @@ class PynvmlNvml:
         try:
             return self._watchdog.call(name, getattr(self._nv, name), *args)
         except self._nv.NVMLError as exc:
+            if getattr(exc, "value", None) in NOT_SUPPORTED:
+                raise NvmlNotSupported(f"NVML {name}: {exc}") from exc
             raise HostError(f"NVML {name} failed: {exc}") from exc
         except (ctypes.ArgumentError, TypeError, ValueError, OSError, AttributeError) as exc:
             raise HostError(f"NVML {name} failed in nvidia-ml-py: {type(exc).__name__}: "
@@ -180,3 +189,30 @@ class PynvmlNvml:
     def bar1_total(self, address: str) -> int:
         info = self._call("nvmlDeviceGetBAR1MemoryInfo", self._handle(address))
         return int(info.bar1Total)
+
+    def name(self, address: str) -> str:
+        return _text(self._call("nvmlDeviceGetName", self._handle(address)))
+
+    def ecc_errors(self, address: str, count: str) -> int:
+        index = ECC_COUNTS.index(count)  # (corrected, uncorrected) x (volatile, aggregate)
+        return int(self._call("nvmlDeviceGetTotalEccErrors", self._handle(address),
+                              index // 2, index % 2))
+
+    def remapped_rows(self, address: str) -> RemappedRows:
+        corrected, uncorrected, pending, failure = self._call("nvmlDeviceGetRemappedRows",
+                                                              self._handle(address))
+        return RemappedRows(int(corrected), int(uncorrected), bool(pending), bool(failure))
+
+    def retired_pages_pending(self, address: str) -> bool:
+        state = self._call("nvmlDeviceGetRetiredPagesPendingStatus", self._handle(address))
+        return bool(state == self._nv.NVML_FEATURE_ENABLED)
+
+    def temperature(self, address: str) -> int:
+        return int(self._call("nvmlDeviceGetTemperature", self._handle(address),
+                              TEMPERATURE_GPU))
+
+    def clocks_event_reasons(self, address: str) -> int:
+        name = ("nvmlDeviceGetCurrentClocksEventReasons"
+                if hasattr(self._nv, "nvmlDeviceGetCurrentClocksEventReasons")
+                else "nvmlDeviceGetCurrentClocksThrottleReasons")
+        return int(self._call(name, self._handle(address)))

@@ -11,12 +11,18 @@ import msgspec
 from ..host import Host, HostError, PhaseCache, Read, Reply
 from ..linux.pciaddr import normalize_address
 from .nvmlapi import (
+    ECC_COUNTS,
     PERSISTENCE,
     RECORDED_NVML,
     RECORDED_READS,
+    NvmlNotSupported,
     NvmlPermissionError,
+    RemappedRows,
     persistence_text,
 )
+
+UNSUPPORTED = "[Not Supported]"
+"""A recorded health fact the GPU does not support, as nvidia-smi prints it."""
 
 
 class FakeGpu(msgspec.Struct):
@@ -28,6 +34,18 @@ class FakeGpu(msgspec.Struct):
     ecc_current: bool = True
     ecc_pending: bool = True
     bar1_total: int = 128 * 2**30
+    name: str = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+    temperature: int = 40
+    """nvmlDeviceGetTemperature(GPU), C."""
+    clocks_event_reasons: int = 0x1
+    """nvmlDeviceGetCurrentClocksEventReasons's bits (0x1: GPU idle)."""
+    ecc_errors: dict[str, int] = msgspec.field(default_factory=dict)
+    """nvmlDeviceGetTotalEccErrors by count (``ECC_COUNTS``); a count not named is 0."""
+    remapped_rows: tuple[int, int, bool, bool] = (0, 0, False, False)
+    """nvmlDeviceGetRemappedRows: (corrected, uncorrected, pending, failure)."""
+    retired_pages_pending: bool = False
+    unsupported: tuple[str, ...] = ()
+    """Health facts the driver does not support on this GPU (``HEALTH``' names)."""
 
 
 class FakeNvml(msgspec.Struct):
@@ -110,6 +128,30 @@ class FakeNvml(msgspec.Struct):
     def bar1_total(self, address: str) -> int:
         return self._gpu(address).bar1_total
 
+    def _health(self, address: str, fact: str) -> FakeGpu:
+        gpu = self._gpu(address)
+        if fact in gpu.unsupported:
+            raise NvmlNotSupported(f"NVML {fact} of {address}: Not Supported")
+        return gpu
+
+    def name(self, address: str) -> str:
+        return self._health(address, "name").name
+
+    def ecc_errors(self, address: str, count: str) -> int:
+        return self._health(address, "ecc_errors").ecc_errors.get(count, 0)
+
+    def remapped_rows(self, address: str) -> RemappedRows:
+        return RemappedRows(*self._health(address, "remapped_rows").remapped_rows)
+
+    def retired_pages_pending(self, address: str) -> bool:
+        return self._health(address, "retired_pages_pending").retired_pages_pending
+
+    def temperature(self, address: str) -> int:
+        return self._health(address, "temperature").temperature
+
+    def clocks_event_reasons(self, address: str) -> int:
+        return self._health(address, "clocks_event_reasons").clocks_event_reasons
+
     def files(self) -> dict[str, str]:
         """This state as the files of a recorded NVML directory (see ``RecordedNvml``)."""
         files = {"driver_version": self.driver + "\n",
@@ -128,7 +170,21 @@ class FakeNvml(msgspec.Struct):
                 persistence_text(m).capitalize() for m in (gpu.ecc_current, gpu.ecc_pending)) \
                 + "\n"
             files[f"{address}/bar1_total"] = f"{gpu.bar1_total}\n"
+            rows = gpu.remapped_rows
+            health = {"name": gpu.name, "temperature": str(gpu.temperature),
+                      "clocks_event_reasons": f"{gpu.clocks_event_reasons:#x}",
+                      "ecc_errors": " ".join(f"{count}={gpu.ecc_errors.get(count, 0)}"
+                                             for count in ECC_COUNTS),
+                      "remapped_rows": f"{rows[0]} {rows[1]} {_yes(rows[2])} {_yes(rows[3])}",
+                      "retired_pages_pending": _yes(gpu.retired_pages_pending)}
+            for fact, text in health.items():
+                files[f"{address}/{fact}"] = \
+                    (UNSUPPORTED if fact in gpu.unsupported else text) + "\n"
         return files
+
+
+def _yes(flag: bool) -> str:
+    return "Yes" if flag else "No"
 
 
 class RecordedNvml:
@@ -137,7 +193,13 @@ class RecordedNvml:
     Disabled; a setter writes it, never creates it), ``ADDR/max_link_generation``, and
     ``p2p_read_status`` / ``topology`` lines ``A->B VALUE``, ``library_version``,
     ``ADDR/power_limit`` (mW) and ``power_limit_range`` (``MIN MAX`` mW), ``ADDR/ecc_mode``
-    (``CURRENT PENDING``, Enabled or Disabled) and ``ADDR/bar1_total`` (bytes). Setters write
+    (``CURRENT PENDING``, Enabled or Disabled) and ``ADDR/bar1_total`` (bytes); the health
+    facts ``ADDR/name``, ``ADDR/temperature`` (C), ``ADDR/clocks_event_reasons`` (the bits, as
+    ``0x1``), ``ADDR/ecc_errors`` (``corrected_volatile=N corrected_aggregate=N
+    uncorrected_volatile=N uncorrected_aggregate=N``), ``ADDR/remapped_rows`` (``CORRECTED
+    UNCORRECTED PENDING FAILURE``, Yes or No for the last two) and
+    ``ADDR/retired_pages_pending`` (Yes or No), each ``[Not Supported]`` where the GPU does
+    not support it. Setters write
     the files, never create them. Read fresh on every call: the whole directory in one batch
     (the same requests as ``reads``, so a session's prefetch serves it), or, once a change
     made the host's cache forget it, the one file a fact needs."""
@@ -261,3 +323,55 @@ class RecordedNvml:
 
     def bar1_total(self, address: str) -> int:
         return self._numbers(address, "bar1_total")[0]
+
+    def _health(self, address: str, fact: str) -> str:
+        text = self._read(self._gpu_file(address, fact))
+        if text in (UNSUPPORTED, "[N/A]"):
+            raise NvmlNotSupported(f"{RECORDED_NVML}/{address}/{fact}: {text}")
+        return text
+
+    def _flag(self, address: str, fact: str, text: str) -> bool:
+        if text not in ("Yes", "No"):
+            raise HostError(f"{RECORDED_NVML}/{address}/{fact}: not Yes or No: {text!r}")
+        return text == "Yes"
+
+    def name(self, address: str) -> str:
+        return self._health(address, "name")
+
+    def ecc_errors(self, address: str, count: str) -> int:
+        text = self._health(address, "ecc_errors")
+        counts = dict(word.partition("=")[::2] for word in text.split())
+        try:
+            return int(counts[count])
+        except (KeyError, ValueError):
+            raise HostError(f"{RECORDED_NVML}/{address}/ecc_errors: no number {count}= in "
+                            f"{text!r}") from None
+
+    def remapped_rows(self, address: str) -> RemappedRows:
+        words = self._health(address, "remapped_rows").split()
+        if len(words) != 4 or not all(w.isdigit() for w in words[:2]):
+            raise HostError(f"{RECORDED_NVML}/{address}/remapped_rows: expected CORRECTED "
+                            f"UNCORRECTED PENDING FAILURE, not {' '.join(words)!r}")
+        return RemappedRows(int(words[0]), int(words[1]),
+                            self._flag(address, "remapped_rows", words[2]),
+                            self._flag(address, "remapped_rows", words[3]))
+
+    def retired_pages_pending(self, address: str) -> bool:
+        return self._flag(address, "retired_pages_pending",
+                          self._health(address, "retired_pages_pending"))
+
+    def temperature(self, address: str) -> int:
+        text = self._health(address, "temperature")
+        try:
+            return int(text)
+        except ValueError:
+            raise HostError(f"{RECORDED_NVML}/{address}/temperature: not a number: "
+                            f"{text!r}") from None
+
+    def clocks_event_reasons(self, address: str) -> int:
+        text = self._health(address, "clocks_event_reasons")
+        try:
+            return int(text, 0)
+        except ValueError:
+            raise HostError(f"{RECORDED_NVML}/{address}/clocks_event_reasons: not a number: "
+                            f"{text!r}") from None

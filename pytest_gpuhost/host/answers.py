@@ -115,6 +115,7 @@ VALUES: dict[str, Callable[[object], bool]] = {
     "run": _ran, "identity": _identity, "lock": _whole, "write": _nothing,
     "replace": _nothing, "remove": _nothing, "create": _nothing, "append": _nothing,
     "unlock": _nothing, "nvml": lambda value: isinstance(value, dict), "nvml_set": _nothing,
+    "nvml_sample": lambda value: isinstance(value, dict),
 }
 """The shape of each operation's value, as the agent gives it (bytes already decoded)."""
 

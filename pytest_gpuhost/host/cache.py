@@ -16,7 +16,14 @@ from pathlib import Path
 from .agent import COMMAND_TIMEOUT_S
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import HostError
-from .interface import BatchReads, CommandResult, GpuControl, Host, HostIdentity
+from .interface import (
+    BatchReads,
+    CommandResult,
+    GpuControl,
+    GpuSampling,
+    Host,
+    HostIdentity,
+)
 from .requests import Kmsg, ListDir, Read, Reply, Request, Stat
 
 
@@ -145,6 +152,13 @@ class CachedHost(BatchReads):
             timeout: float = COMMAND_TIMEOUT_S) -> CommandResult:
         self.invalidate()
         return self.host.run(argv, env, timeout=timeout)
+
+    def sample_gpus(self) -> Mapping[str, object]:
+        """``GpuSampling`` of the host it caches, never from the cache (nor forgetting it: a
+        sample changes nothing); a host that has none refuses (HostError)."""
+        if not isinstance(self.host, GpuSampling):
+            raise HostError(f"{self.host.describe()} has no NVIDIA driver of its own to sample")
+        return self.host.sample_gpus()
 
     def set_gpu(self, address: str, setting: str, value: str) -> None:
         """``GpuControl`` of the host it caches; a host that has none refuses (HostError)."""

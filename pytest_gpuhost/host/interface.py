@@ -1,7 +1,7 @@
 """The host interface: ``Host``, what every host must answer, and the small protocols of what
 only some hosts have (``Closable``, ``Connection``, ``Releasable``, ``GpuControl``,
-``PhaseCache``), with the records they answer in and the step a host call is made for
-(``doing``). The package's ``__init__`` re-exports every name; ``LocalHost`` and
+``GpuSampling``, ``PhaseCache``), with the records they answer in and the step a host call is
+made for (``doing``). The package's ``__init__`` re-exports every name; ``LocalHost`` and
 ``CachedHost`` build on these, so they import this module, never the package."""
 
 from __future__ import annotations
@@ -205,6 +205,17 @@ class GpuControl(Protocol):
     def set_gpu(self, address: str, setting: str, value: str) -> None:
         """``persistence_mode`` or ``ecc`` to ``enabled``/``disabled``, ``power_limit`` to a
         number of W; HostError (EPERM: not allowed) when the driver refuses."""
+
+
+@runtime_checkable
+class GpuSampling(Protocol):
+    """A host whose own NVIDIA driver gives one sample of every GPU in one round trip, read
+    fresh at each call and never cached (the agent's ``Gpus.sample``): what a benchmark's
+    envelope compares between its samples (``gpu.agentnvml.gpu_sample``)."""
+
+    def sample_gpus(self) -> Mapping[str, object]:
+        """``{"source", "monotonic", "gpus": {address: {...}}}`` or ``{"unavailable": why}``;
+        HostError where the target cannot be asked."""
 
 
 @runtime_checkable

@@ -223,6 +223,14 @@ class LocalHost:
         except OpError as exc:
             raise _error(exc) from None
 
+    def sample_gpus(self) -> Mapping[str, object]:
+        """``GpuSampling``: the root's own NVIDIA driver, asked now (the agent's
+        ``Gpus.sample``)."""
+        try:
+            return gpus_of(self._root).sample()
+        except OpError as exc:
+            raise _error(exc) from None
+
     def run(self, argv: list[str], env: Mapping[str, str] | None = None, *,
             timeout: float = COMMAND_TIMEOUT_S) -> CommandResult:
         checked_command(argv[0] if argv else "")

@@ -336,6 +336,12 @@ class AgentHost(Pipes, BatchReads):
         nvidia-smi there)."""
         self._op({"op": "nvml_set", "address": address, "setting": setting, "value": value})
 
+    def sample_gpus(self) -> Mapping[str, object]:
+        """``GpuSampling``: the target's own NVIDIA driver, asked now, in one round trip."""
+        sample = self._op({"op": "nvml_sample"})
+        assert isinstance(sample, dict)  # the answer's shape is checked (``answers``)
+        return sample
+
     def which(self, name: str) -> str | None:
         found = self._op({"op": "which", "name": checked_command(name)})
         return str(found) if found is not None else None

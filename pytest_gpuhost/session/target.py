@@ -36,7 +36,7 @@ from ..host import (
     reply_to_wire,
     request_from_wire,
 )
-from ..host.agent import decode, encode
+from ..host.agent.wire import decode, encode
 from ..reports import TargetInfo
 from ..result import CheckResult
 from .containers import CONTAINER, guarded, in_kernel, kernel_target, written_for

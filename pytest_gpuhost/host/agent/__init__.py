@@ -24,6 +24,9 @@ directories, run without a shell in their own session, and a timeout kills their
 Errors are ``OpError(message, errno)``; a batch answers each request with its value or its error.
 This ``__init__`` gathers the names the package's other modules use (it is not sent); the GPUs'
 modules load at the first ``gpus_of``, and the connection and its serving loop only on a target.
+The requests' table and batch (``operations``) and the wire forms (``wire``) are what a remote
+target's connection needs; a local run calls ``Root`` in-process and never uses them, so they
+are loaded at their first use (``agent.batch``, ``agent.encode``), not at every run's start-up.
 """
 
 from __future__ import annotations
@@ -42,10 +45,30 @@ from .kmsg import KMSG_DEVICE as KMSG_DEVICE
 from .kmsg import KMSG_LIMIT as KMSG_LIMIT
 from .locks import LOCK_MARK as LOCK_MARK
 from .locks import LOCK_POLL_S as LOCK_POLL_S
-from .operations import OPERATIONS as OPERATIONS
-from .operations import batch as batch
-from .operations import execute as execute
 from .root import Root as Root
 from .root import gpus_of as gpus_of
-from .wire import decode as decode
-from .wire import encode as encode
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the names below, for the type checker; at run time ``__getattr__``
+    from .operations import OPERATIONS as OPERATIONS
+    from .operations import batch as batch
+    from .operations import execute as execute
+    from .wire import decode as decode
+    from .wire import encode as encode
+
+_LATER = {"OPERATIONS": "operations", "batch": "operations", "execute": "operations",
+          "decode": "wire", "encode": "wire"}
+"""The names loaded at their first use, and the module of each."""
+
+
+def __getattr__(name: str) -> object:
+    """``OPERATIONS``, ``batch``, ``execute`` (``operations``), ``encode`` and ``decode``
+    (``wire``), each imported when first asked for."""
+    module = _LATER.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value: object = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

@@ -1,6 +1,7 @@
 """The GPUs' facts on the machine that has them: the root's own libnvidia-ml.so.1 through ctypes
-(nothing installed), everything the NVML checks ask in one answer, and the settings a fix
-changes; ``nvidia-smi`` (``smi.py``) where the library cannot be loaded."""
+(nothing installed), everything the NVML checks ask in one answer (their health included,
+``nvmlreads.py``), one fresh sample of every GPU, and the settings a fix changes;
+``nvidia-smi`` (``smi.py``) where the library cannot be loaded."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import ctypes
 import errno
 import os
 import stat
+import time
 
 from .commands import COMMAND_DIRS
 from .errors import OpError
-from .smi import bus_id, smi_facts, smi_set
+from .nvmlreads import health_of, moment_of
+from .smi import bus_id, smi_facts, smi_sample, smi_set
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # for the type checker only: a start on the target imports neither
@@ -25,6 +28,9 @@ NVML_DIRS = ("usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib64
              "lib/x86_64-linux-gnu", "lib/aarch64-linux-gnu", "lib64", "lib")
 """Where distributions, the NVIDIA installer and the container toolkit put the NVML library."""
 NVML_NO_PERMISSION = 4
+NVML_NOT_SUPPORTED = (3, 13)
+"""NVML_ERROR_NOT_SUPPORTED and NVML_ERROR_FUNCTION_NOT_FOUND: the fact is "not supported" (a
+GPU or driver without it), never a failure that loses the others."""
 
 
 class _PciInfo(ctypes.Structure):
@@ -101,16 +107,36 @@ class Gpus:
             return f"error {code}"
 
     def _call(self, name: str, *args: Any) -> None:
-        code = getattr(self.lib, name)(*args)
+        self.check(name, getattr(self.lib, name)(*args))
+
+    call = _call
+    """``nvmlreads``' way in: AttributeError where the library lacks ``name``."""
+
+    def check(self, name: str, code: int) -> None:
+        """OpError for an NVML return code that is not NVML_SUCCESS (EOPNOTSUPP: not
+        supported, EPERM: not allowed)."""
         if code != 0:
             raise OpError(f"NVML {name} failed: {self._words(self.lib, code)}",
-                          errno.EPERM if code == NVML_NO_PERMISSION else errno.EIO)
+                          errno.EPERM if code == NVML_NO_PERMISSION else
+                          errno.EOPNOTSUPP if code in NVML_NOT_SUPPORTED else errno.EIO)
 
     def _each(self, facts: dict[str, object], key: str, read: Callable[[], object]) -> None:
+        """``facts[key]``: what ``read`` gives, or ``{"error": why}`` (with ``"unsupported":
+        true`` where the driver does not support it or the library lacks the call)."""
         try:
             facts[key] = read()
-        except (OpError, OSError, AttributeError, ValueError) as exc:
+        except AttributeError as exc:
+            facts[key] = {"error": f"not supported by this library: {exc}",
+                          "unsupported": True}
+        except OpError as exc:
+            failed: dict[str, object] = {"error": str(exc)}
+            if exc.errno == errno.EOPNOTSUPP:
+                failed["unsupported"] = True
+            facts[key] = failed
+        except (OSError, ValueError) as exc:
             facts[key] = {"error": str(exc)}
+
+    each = _each
 
     def _text(self, name: str) -> str:
         buffer = ctypes.create_string_buffer(96)
@@ -168,6 +194,7 @@ class Gpus:
         self._each(gpu, "power_limit_range", limits)
         self._each(gpu, "ecc_mode", ecc)
         self._each(gpu, "bar1_total", bar1_total)
+        health_of(self, handle, gpu)
         return gpu
 
     def _pairs(self, handles: dict[str, Any]) -> tuple[dict[str, int], dict[str, int]]:
@@ -210,6 +237,22 @@ class Gpus:
             return {"unavailable": f"{self.problem}; and no nvidia-smi in "
                                    + ", ".join(self.root.shown(d) for d in COMMAND_DIRS)}
         return smi_facts(self.root, self.problem)
+
+    def sample(self) -> dict[str, object]:
+        """Every GPU now, read fresh (never kept): ``{"source", "monotonic", "gpus": {address:
+        {...}}}`` (``nvmlreads.moment_of``; nvidia-smi's fields where the library cannot be
+        loaded), ``monotonic`` the agent's clock when the sample began; or ``{"unavailable":
+        why}``."""
+        began = time.monotonic()
+        if self._load():
+            gpus = {address: moment_of(self, handle) for address, handle in
+                    self._handles().items()}
+            return {"source": f"{NVML_LIBRARY} ({self.where})", "monotonic": began,
+                    "gpus": gpus}
+        if self.root.which("nvidia-smi") is None:
+            return {"unavailable": f"{self.problem}; and no nvidia-smi in "
+                                   + ", ".join(self.root.shown(d) for d in COMMAND_DIRS)}
+        return dict(smi_sample(self.root, self.problem), monotonic=began)
 
     def set(self, address: str, setting: str, value: str) -> None:
         """Persistence mode and ECC ``enabled``/``disabled``, the power limit in W: through

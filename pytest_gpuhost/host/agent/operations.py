@@ -106,6 +106,7 @@ OPERATIONS: dict[str, Callable[[Root, dict[str, Any]], object]] = {
     "run": _run, "write": _write, "replace": _replace, "create": _create, "append": _append,
     "remove": _remove, "unlock": _unlock,
     "nvml": lambda root, r: gpus_of(root).facts(),
+    "nvml_sample": lambda root, r: gpus_of(root).sample(),
     "nvml_set": lambda root, r: gpus_of(root).set(_text(r, "address"), _text(r, "setting"),
                                                   _text(r, "value")),
 }

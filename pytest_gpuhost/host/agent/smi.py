@@ -1,10 +1,14 @@
 """The GPUs through ``nvidia-smi`` under the root, where the NVML library cannot be loaded: its
-``--query-gpu`` answer in the form the library's facts have, and a setting changed with its
-flags."""
+``--query-gpu`` answer in the form the library's facts have (settings, then health in a query of
+its own, so that a driver whose nvidia-smi lacks a health field loses those facts only), one
+sample (``--query-gpu`` and ``--query-compute-apps``) in the form of the library's, and a
+setting changed with its flags. A field nvidia-smi reports as ``[N/A]`` or ``[Not Supported]``
+is ``{"error": ..., "unsupported": true}``, as a call the library does not support."""
 
 from __future__ import annotations
 
 import errno
+import time
 
 from .errors import OpError
 
@@ -18,6 +22,28 @@ SMI_FIELDS = ("pci.bus_id", "driver_version", "persistence_mode", "pcie.link.gen
               "enforced.power.limit", "power.min_limit", "power.max_limit", "ecc.mode.current",
               "ecc.mode.pending")
 """What ``nvidia-smi --query-gpu`` reports of each GPU where the library cannot be loaded."""
+
+
+HEALTH_FIELDS = ("pci.bus_id", "name", "temperature.gpu", "clocks_event_reasons.active",
+                 "ecc.errors.corrected.volatile.total", "ecc.errors.corrected.aggregate.total",
+                 "ecc.errors.uncorrected.volatile.total",
+                 "ecc.errors.uncorrected.aggregate.total", "retired_pages.pending",
+                 "remapped_rows.correctable", "remapped_rows.uncorrectable",
+                 "remapped_rows.pending", "remapped_rows.failure")
+"""The health facts' fields (``nvmlreads.health_of``'s)."""
+SAMPLE_FIELDS = ("pci.bus_id", "clocks_event_reasons.active", "clocks.sm", "clocks.mem",
+                 "clocks.max.sm", "clocks.max.mem", "temperature.gpu", "power.draw",
+                 "enforced.power.limit", "ecc.errors.corrected.volatile.total",
+                 "ecc.errors.uncorrected.volatile.total", "remapped_rows.correctable",
+                 "remapped_rows.uncorrectable", "remapped_rows.pending", "remapped_rows.failure",
+                 "pcie.link.gen.gpucurrent", "pcie.link.width.current")
+"""A sample's fields (``nvmlreads.moment_of``'s; nvidia-smi has no violation times nor replay
+counter to query: those are not supported here)."""
+OLD_FIELD_NAMES = {"clocks_event_reasons.active": "clocks_throttle_reasons.active"}
+"""What a driver before 535 calls a field (its nvidia-smi refuses the whole query otherwise)."""
+APPS_FIELDS = ("gpu_bus_id", "pid", "process_name", "used_memory")
+"""``--query-compute-apps``: the compute processes (used memory in MiB)."""
+UNSUPPORTED = ("[N/A]", "[Not Supported]", "N/A", "Not Supported")
 
 
 def bus_id(raw: str) -> str:
@@ -53,8 +79,92 @@ def smi_facts(root: Commands, problem: str) -> dict[str, object]:
             "ecc_mode": _smi(f"{row['ecc.mode.current']} {row['ecc.mode.pending']}",
                              lambda text: [_enabled(word) for word in text.split()]),
         }
+    smi_health(root, gpus)
     return {"source": "nvidia-smi --query-gpu", "library_problem": problem,
             "driver_version": driver, "gpus": gpus}
+
+
+def smi_query(root: Commands, option: str, fields: tuple[str, ...]
+              ) -> tuple[list[dict[str, str]], str]:
+    """``nvidia-smi --query-...=FIELDS``'s rows by field name, or why there are none (a
+    field the driver's nvidia-smi does not know is asked again by its older name)."""
+    asked, problem = fields, ""
+    for _ in range(2):
+        done = root.run(["nvidia-smi", f"{option}={','.join(asked)}",
+                         "--format=csv,noheader,nounits"], timeout=60.0)
+        if done["returncode"] == 0:
+            return [{field: cells[i] for i, field in enumerate(fields)} for cells in
+                    ([cell.strip() for cell in line.split(",")]
+                     for line in str(done["stdout"]).splitlines())
+                    if len(cells) == len(fields)], ""
+        said = f"{str(done['stderr']).strip()} {str(done['stdout']).strip()}".strip()
+        problem = f"nvidia-smi {option} exited {done['returncode']}: {said[-300:]}"
+        older = tuple(OLD_FIELD_NAMES.get(field, field) for field in asked)
+        if older == asked:
+            break
+        asked = older
+    return [], problem
+
+
+def smi_health(root: Commands, gpus: dict[str, object]) -> None:
+    """Each GPU's health facts (as ``nvmlreads.health_of`` gives them) added to ``gpus``."""
+    rows, problem = smi_query(root, "--query-gpu", HEALTH_FIELDS)
+    by_address = {bus_id(row["pci.bus_id"]): row for row in rows}
+    for address, gpu in gpus.items():
+        row = by_address.get(address)
+        if not isinstance(gpu, dict):
+            continue
+        if row is None:
+            for key in ("name", "ecc_errors", "remapped_rows", "retired_pages_pending",
+                        "temperature", "clocks_event_reasons"):
+                gpu[key] = {"error": problem or f"nvidia-smi did not list {address}"}
+            continue
+        gpu["name"] = _smi(row["name"], _name)
+        gpu["ecc_errors"] = {count: _smi(row[f"ecc.errors.{kind}.{counter}.total"], int)
+                             for count, kind, counter in _ECC}
+        gpu["remapped_rows"] = _remapped(row)
+        gpu["retired_pages_pending"] = _smi(row["retired_pages.pending"], _yes)
+        gpu["temperature"] = _smi(row["temperature.gpu"], int)
+        gpu["clocks_event_reasons"] = _smi(row["clocks_event_reasons.active"], _bits)
+
+
+def smi_sample(root: Commands, problem: str) -> dict[str, object]:
+    """Every GPU now, as ``--query-gpu`` and ``--query-compute-apps`` report it, in the form of
+    the library's sample (``problem``: why the library could not be loaded)."""
+    rows, failed = smi_query(root, "--query-gpu", SAMPLE_FIELDS)
+    if failed:
+        return {"unavailable": f"{problem}; and {failed}"}
+    apps, apps_failed = smi_query(root, "--query-compute-apps", APPS_FIELDS)
+    gpus: dict[str, object] = {}
+    for row in rows:
+        address = bus_id(row["pci.bus_id"])
+        mine = [app for app in apps if bus_id(app["gpu_bus_id"]) == address]
+        unsupported = {"error": "nvidia-smi --query-gpu does not report it",
+                       "unsupported": True}
+        gpus[address] = {
+            "monotonic": time.monotonic(),
+            "violations": {policy: dict(unsupported) for policy in SMI_POLICIES},
+            "clocks_event_reasons": _smi(row["clocks_event_reasons.active"], _bits),
+            "sm_clock": _smi(row["clocks.sm"], int), "mem_clock": _smi(row["clocks.mem"], int),
+            "max_sm_clock": _smi(row["clocks.max.sm"], int),
+            "max_mem_clock": _smi(row["clocks.max.mem"], int),
+            "temperature": _smi(row["temperature.gpu"], int),
+            "power_usage": _smi(row["power.draw"], _milliwatts),
+            "power_limit": _smi(row["enforced.power.limit"], _milliwatts),
+            "processes": {"error": apps_failed} if apps_failed else [
+                {"pid": int(app["pid"]), "name": app["process_name"],
+                 "used_memory": _smi(app["used_memory"], lambda mib: int(mib) * 2**20)}
+                for app in mine if app["pid"].isdigit()],
+            "ecc_errors": {"corrected_volatile":
+                           _smi(row["ecc.errors.corrected.volatile.total"], int),
+                           "uncorrected_volatile":
+                           _smi(row["ecc.errors.uncorrected.volatile.total"], int)},
+            "remapped_rows": _remapped(row),
+            "pcie_replays": dict(unsupported),
+            "link_generation": _smi(row["pcie.link.gen.gpucurrent"], int),
+            "link_width": _smi(row["pcie.link.width.current"], int),
+        }
+    return {"source": "nvidia-smi --query-gpu", "library_problem": problem, "gpus": gpus}
 
 
 def smi_set(root: Commands, address: str, setting: str, value: str) -> None:
@@ -71,6 +181,44 @@ def smi_set(root: Commands, address: str, setting: str, value: str) -> None:
                       errno.EPERM if "permission" in said.lower() else errno.EIO)
 
 
+_ECC = (("corrected_volatile", "corrected", "volatile"),
+        ("corrected_aggregate", "corrected", "aggregate"),
+        ("uncorrected_volatile", "uncorrected", "volatile"),
+        ("uncorrected_aggregate", "uncorrected", "aggregate"))
+SMI_POLICIES = ("power", "thermal", "sync_boost", "board_limit", "reliability",
+                "total_app_clocks", "total_base_clocks")
+
+
+def _remapped(row: dict[str, str]) -> object:
+    """remapped_rows.* as nvmlDeviceGetRemappedRows gives them, or why not."""
+    cells = [row["remapped_rows.correctable"], row["remapped_rows.uncorrectable"],
+             row["remapped_rows.pending"], row["remapped_rows.failure"]]
+    for cell in cells:
+        if cell in UNSUPPORTED:
+            return {"error": f"nvidia-smi reports {cell!r}", "unsupported": True}
+    try:
+        return {"corrected": int(cells[0]), "uncorrected": int(cells[1]),
+                "pending": _yes(cells[2]), "failure": _yes(cells[3])}
+    except ValueError as exc:
+        return {"error": f"nvidia-smi reports remapped rows {', '.join(cells)!r}: {exc}"}
+
+
+def _yes(word: str) -> bool:
+    if word not in ("Yes", "No", "1", "0"):
+        raise ValueError(f"not Yes or No: {word!r}")
+    return word in ("Yes", "1")
+
+
+def _bits(text: str) -> int:
+    return int(text, 16) if text.lower().startswith("0x") else int(text)
+
+
+def _name(text: str) -> str:
+    if not text:
+        raise ValueError("an empty name")
+    return text
+
+
 def _enabled(word: str) -> bool:
     if word not in ("Enabled", "Disabled"):
         raise ValueError(f"not Enabled or Disabled: {word!r}")
@@ -82,8 +230,11 @@ def _milliwatts(text: str) -> int:
 
 
 def _smi(text: str, parse: Callable[[str], object]) -> object:
-    """A value nvidia-smi reported, or why it did not (``[N/A]``, ``[Not Supported]``)."""
+    """A value nvidia-smi reported, or why it did not (``[N/A]``, ``[Not Supported]``: not
+    supported)."""
     try:
         return parse(text)
     except ValueError:
+        if text in UNSUPPORTED:
+            return {"error": f"nvidia-smi reports {text!r}", "unsupported": True}
         return {"error": f"nvidia-smi reports {text!r}"}

@@ -1,0 +1,153 @@
+"""One sample of every GPU of a host, for a benchmark's envelope: what its own NVIDIA driver
+says now, in one round trip, never from a cache (``take_sample``).
+
+The host's agent reads it (``Gpus.sample``: the root's libnvidia-ml.so.1 through ctypes, or
+``nvidia-smi --query-gpu`` and ``--query-compute-apps`` where no library loads) on the machine
+that has the GPUs: this one for a local root, the target for ssh://, the container's host for
+lxc://. Each ``Moment`` holds what the driver answered; a fact it does not support (or that
+failed) is None, and ``missing`` says why, by the fact's name (``violations.thermal`` for one
+policy), so one missing fact never loses the others.
+
+Units are NVML's: clocks in MHz, temperature in C, power in mW, memory in bytes, violation
+times in ns against a ``reference_time`` in us (the driver's own stamp); ``monotonic`` is the
+agent's clock (seconds) when that GPU's reads began.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from ..host import GpuSampling, Host, HostError
+from ..linux.pciaddr import normalize_address
+from .nvmlapi import NvmlUnavailable, RemappedRows
+
+POLICIES = ("power", "thermal", "sync_boost", "board_limit", "reliability", "total_app_clocks",
+            "total_base_clocks")
+"""nvmlDeviceGetViolationStatus's NVML_PERF_POLICY_* as ``Moment.violations`` names them."""
+
+
+class Violation(msgspec.Struct, frozen=True):
+    """nvmlViolationTime_t: the driver's stamp (us) and the time spent in violation (ns)."""
+
+    reference_time: int
+    violation_time: int
+
+
+class Process(msgspec.Struct, frozen=True):
+    """A compute process on the GPU: its pid in the GPU's host's pid namespace, its used memory
+    (bytes; None where the driver does not say), its name where nvidia-smi gave it."""
+
+    pid: int
+    used_memory: int | None = None
+    name: str | None = None
+
+
+class Moment(msgspec.Struct, frozen=True):
+    """One GPU at one moment."""
+
+    monotonic: float
+    violations: dict[str, Violation]
+    clocks_event_reasons: int | None = None
+    sm_clock: int | None = None
+    mem_clock: int | None = None
+    max_sm_clock: int | None = None
+    max_mem_clock: int | None = None
+    temperature: int | None = None
+    power_usage: int | None = None
+    power_limit: int | None = None
+    processes: tuple[Process, ...] | None = None
+    ecc_errors: dict[str, int] = msgspec.field(default_factory=dict)
+    """corrected_volatile, uncorrected_volatile."""
+    remapped_rows: RemappedRows | None = None
+    pcie_replays: int | None = None
+    link_generation: int | None = None
+    link_width: int | None = None
+    missing: dict[str, str] = msgspec.field(default_factory=dict)
+    """Each fact the driver did not give, and why (``not supported: ...`` where it does not
+    support it)."""
+
+
+class Sample(msgspec.Struct, frozen=True):
+    source: str
+    """Which driver answered: the library (and its path) or nvidia-smi."""
+    monotonic: float
+    """The agent's clock when the sample began."""
+    gpus: dict[str, Moment]
+
+
+_PLAIN = ("clocks_event_reasons", "sm_clock", "mem_clock", "max_sm_clock", "max_mem_clock",
+          "temperature", "power_usage", "power_limit", "pcie_replays", "link_generation",
+          "link_width")
+
+
+def _why(value: object) -> str | None:
+    """Why a fact is missing (the agent's ``{"error": ..., "unsupported": true}``), or None."""
+    if isinstance(value, Mapping) and "error" in value:
+        said = str(value["error"])
+        return f"not supported: {said}" if value.get("unsupported") is True else said
+    return None
+
+
+def moment(wire: Mapping[str, object]) -> Moment:
+    """A GPU's moment from the agent's answer (a value of the wrong shape is missing)."""
+    missing: dict[str, str] = {}
+    found: dict[str, Any] = {}
+    for key in (*_PLAIN, "processes", "remapped_rows"):
+        value = wire.get(key)
+        why = _why(value) or (None if value is not None else "not reported")
+        if why is not None:
+            missing[key] = why
+        else:
+            found[key] = value
+    violations: dict[str, Violation] = {}
+    reported = wire.get("violations")
+    for policy in POLICIES:
+        value = reported.get(policy) if isinstance(reported, Mapping) else None
+        why = _why(value) or (None if value is not None else "not reported")
+        if why is not None:
+            missing[f"violations.{policy}"] = why
+            continue
+        try:
+            violations[policy] = msgspec.convert(value, Violation)
+        except msgspec.ValidationError as exc:
+            missing[f"violations.{policy}"] = str(exc)
+    ecc: dict[str, int] = {}
+    counts = wire.get("ecc_errors")
+    for count in ("corrected_volatile", "uncorrected_volatile"):
+        value = counts.get(count) if isinstance(counts, Mapping) else None
+        if isinstance(value, int) and not isinstance(value, bool):
+            ecc[count] = value
+        else:
+            missing[f"ecc_errors.{count}"] = _why(value) or "not reported"
+    for key, value in list(found.items()):
+        try:
+            found[key] = msgspec.convert(value, _TYPES[key])
+        except msgspec.ValidationError as exc:
+            missing[key] = f"not understood: {exc}"
+            del found[key]
+    return Moment(float(str(wire.get("monotonic", 0.0))), violations, ecc_errors=ecc,
+                  missing=missing, **found)
+
+
+_TYPES: dict[str, Any] = {**dict.fromkeys(_PLAIN, int), "processes": tuple[Process, ...],
+                             "remapped_rows": RemappedRows}
+
+
+def take_sample(host: Host) -> Sample:
+    """Every GPU of ``host`` now, in one round trip (``GpuSampling.sample_gpus``);
+    NvmlUnavailable with why where the host has no NVIDIA driver to ask, HostError where it
+    cannot be reached."""
+    if not isinstance(host, GpuSampling):
+        raise NvmlUnavailable(f"{host.describe()} has no NVIDIA driver of its own to sample")
+    wire = host.sample_gpus()
+    if "unavailable" in wire:
+        raise NvmlUnavailable(str(wire["unavailable"]))
+    gpus = wire.get("gpus")
+    if not isinstance(gpus, Mapping):
+        raise HostError(f"{host.describe()}: the GPU sample lists no GPUs: {wire!r:.80}")
+    return Sample(str(wire.get("source", "")), float(str(wire.get("monotonic", 0.0))),
+                  {normalize_address(str(address)): moment(gpu) for address, gpu in
+                   gpus.items() if isinstance(gpu, Mapping)})
