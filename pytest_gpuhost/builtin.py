@@ -212,11 +212,15 @@ def pytest_gpuhost_nvml(host: Host) -> NvmlFactory:
     return default_factory(host)
 
 
-NO_GPU_SAMPLER = ("no GPU sampler: NVML's envelope reads (violation times, clock event reasons, "
-                  "processes, ECC, replays) are not built in yet")
-
 
 @hookimpl(trylast=True)
-def pytest_gpuhost_envelope_sampler(host: Host) -> str:
-    """Why the envelope has no GPU half here: no plugin sampled the GPUs."""
-    return NO_GPU_SAMPLER
+def pytest_gpuhost_envelope_sampler(host: Host) -> Any:
+    """The host's own NVIDIA driver, asked by its agent (the library, else nvidia-smi);
+    why there is none where the host cannot sample its GPUs."""
+    from .host import GpuSampling
+
+    if not isinstance(host, GpuSampling):
+        return f"{host.describe()} has no NVIDIA driver of its own to sample"
+    from .envelope.nvml import NvmlSampler
+
+    return NvmlSampler(host)

@@ -44,6 +44,9 @@ class GpuFacts(msgspec.Struct, frozen=True, omit_defaults=True):
 
     violation_ns: Mapping[str, int] = msgspec.field(default_factory=dict)
     """Policy (``POLICIES``) -> nanoseconds spent in violation since the driver loaded."""
+    violation_at_us: int | None = None
+    """The driver's own timestamp of those times (``referenceTime``, microseconds): where two
+    samples have it, a share is over its difference, the driver's clock for its counters."""
     reasons: int | None = None
     """The clock event reasons' bit mask."""
     sm_clock: int | None = None
@@ -74,6 +77,11 @@ class Sample(msgspec.Struct, frozen=True):
     ours: frozenset[int] = frozenset()
     """The benchmark's processes at that moment (its process tree, as the GPUs' host numbers
     them): a process on a GPU that is not among them is another's."""
+
+
+class NoGpus(Exception):
+    """A sampler has no GPUs to read on this host (no NVIDIA driver, no nvidia-smi): the
+    envelope holds its host half and says the GPU half is missing, once, not at every sample."""
 
 
 class GpuSampler(Protocol):

@@ -99,6 +99,17 @@ def process_tree(host: Host, roots: Iterable[int]) -> frozenset[int]:
     return frozenset(seen)
 
 
+def process_names(host: Host, pids: Iterable[int]) -> dict[int, str]:
+    """Each process's name (``proc/PID/comm``) where it can still be read."""
+    found = {}
+    for pid in pids:
+        try:
+            found[pid] = host.read_text(f"proc/{pid}/comm").strip()
+        except HostError:
+            continue
+    return found
+
+
 class HostHalf:
     """``open()`` at the window's start, ``close()`` at its end: the host's half between."""
 

@@ -87,12 +87,22 @@ def reason_shares(samples: Sequence[Sample], gpu: str) -> dict[str, float]:
             for name, bit in {**SLOWDOWNS, **POWER_CAPS}.items()}
 
 
+def violation_window(first: GpuFacts, last: GpuFacts, window_s: float) -> float:
+    """The seconds between two samples as the driver stamped its violation times, where both
+    have a stamp that moved on; else the window's own."""
+    if first.violation_at_us is not None and last.violation_at_us is not None and \
+            last.violation_at_us > first.violation_at_us:
+        return (last.violation_at_us - first.violation_at_us) / 1e6
+    return window_s
+
+
 def violation_shares(first: GpuFacts, last: GpuFacts, window_s: float) -> dict[str, float]:
     """Each policy's share of the window in violation: the difference of its violation time
-    over the difference of wall time."""
-    if window_s <= 0:
+    over the difference of wall time (the driver's, ``violation_window``)."""
+    seconds = violation_window(first, last, window_s)
+    if seconds <= 0:
         return {}
-    return {policy: max(0, last.violation_ns[policy] - ns) / 1e9 / window_s
+    return {policy: min(1.0, max(0, last.violation_ns[policy] - ns) / 1e9 / seconds)
             for policy, ns in first.violation_ns.items() if policy in last.violation_ns}
 
 
@@ -113,8 +123,9 @@ def during_of(samples: Sequence[Sample], gpu: str, window_s: float) -> dict[str,
         shown[name] = {"share": share}
     ends = _facts(samples, gpu)
     if len(ends) >= 2:
+        seconds = violation_window(ends[0], ends[-1], window_s)
         for policy, share in violation_shares(ends[0], ends[-1], window_s).items():
-            shown[f"{policy} violation"] = {"share": share}
+            shown[f"{policy} violation"] = {"share": share, "of_s": round(seconds, 6)}
     return shown
 
 
@@ -127,8 +138,9 @@ def _share_reasons(gpu: str, during: Mapping[str, Any], limits: Limits, window_s
         share = during.get(what, {}).get("share")
         limit = getattr(limits, key)
         if share is not None and share > limit:
+            of = during[what].get("of_s", window_s)
             found.append(Reason(gpu, what, share, limit,
-                                f"{gpu}: {what} {percent(share)} of {duration(window_s)} "
+                                f"{gpu}: {what} {percent(share)} of {duration(of)} "
                                 f"(limit {percent(limit)})"))
     return found
 

@@ -18,7 +18,7 @@ from ..host import Host
 from ..host.clock import SYSTEM_CLOCK, Clock
 from ..specmodel.envelope import DEFAULTS, Limits
 from .facts import GpuSampler, Sample
-from .hostside import HostHalf, StateReader, process_tree
+from .hostside import HostHalf, StateReader, process_names, process_tree
 from .sampling import Sampling
 from .verdict import judge, summary
 
@@ -53,7 +53,8 @@ class Envelope:
         self._start = self.clock.now()
         if self.sampler is not None:
             self.sampling = Sampling(self.sampler, self.limits.sample_every, clock=self.clock,
-                                     ours=self.ours)
+                                     ours=self.ours,
+                                     names=lambda pids: process_names(self.host, pids))
             self.sampling.start()
         return self
 
@@ -70,8 +71,11 @@ class Envelope:
         else:
             samples = [Sample(self._start), Sample(self.clock.now())]
         host = self.half.close()
-        missing = [] if self.sampler is not None else \
-            [f"the GPU half ({self.without or 'no GPU sampler'})"]
+        why = self.without or "no GPU sampler"
+        if self.sampling is not None and self.sampling.unavailable is not None:
+            why = self.sampling.unavailable
+        missing = [] if self.sampling is not None and self.sampling.unavailable is None else \
+            [f"the GPU half ({why})"]
         described = self.sampler.describe() if self.sampler is not None else None
         self.verdict = judge(samples, host, self.limits, gpus=self.gpus, missing=missing,
                              sampler=described)

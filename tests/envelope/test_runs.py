@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
+from pytest_gpuhost.gpu.nvml import FakeGpu
 from pytest_gpuhost.testing.fakehost import FakeHost
+from pytest_gpuhost.testing.fakenvml import NvmlCounters, compiler, nvml_library
 
 pytest_plugins = ["pytester"]
 
@@ -218,3 +220,50 @@ def test_without_a_spec_the_fixture_says_what_to_pass(pytester: pytest.Pytester)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*gpuhost_envelope: no gpuhost run takes envelopes here: "
                                  "pass --gpuhost-spec=FILE*"])
+
+
+LIBRARY_BENCH = """\
+import os
+import time
+
+import pytest
+
+from pytest_gpuhost.testing.fakenvml import NvmlCounters
+
+pytestmark = pytest.mark.gpuhost
+
+
+def test_decode(benchmark):
+    counters = NvmlCounters(__import__("pathlib").Path(os.environ["NVML_STATE"]))
+    start = counters.get("0000:01:00.0", "reference_time")
+    counters.set("0000:01:00.0", "reference_time", start + 10_000_000)  # 10 s, the driver's
+    counters.add("0000:01:00.0", "violation.thermal", int(os.environ["THERMAL_NS"]))
+    benchmark.pedantic(time.sleep, args=(0.001,), rounds=1, iterations=1)
+"""
+
+
+@pytest.mark.skipif(compiler() is None, reason="no C compiler to build the fake library with")
+@pytest.mark.parametrize(("thermal_ns", "valid"), [("3000000000", False), ("50000000", True)])
+def test_the_fake_library_throttled_for_30_percent_is_invalid_and_half_a_percent_valid(
+        pytester: pytest.Pytester, fake: FakeHost, monkeypatch: pytest.MonkeyPatch,
+        thermal_ns: str, valid: bool) -> None:
+    fake.sysctl("kernel.numa_balancing", 0)
+    fake.gpu("0000:01:00.0", audio=False)
+    fake.kmsg([(6, "Linux version 6.8.0")])
+    state = nvml_library(fake, {"0000:01:00.0": FakeGpu(clocks_event_reasons=0)})
+    NvmlCounters(state).set("0000:01:00.0", "reference_time", 1_000_000)
+    pytester.makefile(".yaml", node=SPEC)
+    pytester.makepyfile(test_bench=LIBRARY_BENCH)
+    monkeypatch.setenv("NVML_STATE", str(state))
+    monkeypatch.setenv("THERMAL_NS", thermal_ns)
+    result = pytester.runpytest_subprocess("test_bench.py", "node.yaml",
+                                           f"--gpuhost-root={fake.root}", "-p",
+                                           "no:cacheprovider", "--benchmark-json=b.json")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    decode = envelopes(pytester)["test_decode"]
+    assert "libnvidia-ml.so.1" in decode["sampler"]
+    assert decode["valid"] is valid, texts(decode)
+    if not valid:
+        assert texts(decode) == ["0000:01:00.0: thermal violation 30% of 10 s (limit 1%)"]
+        result.stdout.fnmatch_lines(["gpuhost: 1 of 1 benchmark invalid: test_decode: "
+                                     "0000:01:00.0: thermal violation 30% of 10 s (limit 1%)"])
