@@ -99,6 +99,21 @@ def process_tree(host: Host, roots: Iterable[int]) -> frozenset[int]:
     return frozenset(seen)
 
 
+def innermost_pid(host: Host, pid: int) -> int | None:
+    """The pid a process has in its own (innermost) pid namespace: the last of ``NSpid`` in
+    ``proc/PID/status`` (a container's process, as its container numbers it); None where it
+    cannot be read."""
+    try:
+        status = host.read_text(f"proc/{pid}/status")
+    except HostError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("NSpid:"):
+            words = line.split()[1:]
+            return int(words[-1]) if words and words[-1].isdigit() else None
+    return None
+
+
 def process_names(host: Host, pids: Iterable[int]) -> dict[int, str]:
     """Each process's name (``proc/PID/comm``) where it can still be read."""
     found = {}

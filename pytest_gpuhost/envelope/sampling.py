@@ -40,7 +40,15 @@ def _named(gpus: dict[str, GpuFacts], names: Names) -> dict[str, GpuFacts]:
         if facts.processes else facts for address, facts in gpus.items()}
 
 
-def take(sampler: GpuSampler, clock: Clock, ours: Callable[[], frozenset[int]],
+Ours = Callable[[frozenset[int]], frozenset[int]]
+"""Of the pids on the GPUs (as the GPUs' host numbers them), the benchmark's."""
+
+
+def _none_of(pids: frozenset[int]) -> frozenset[int]:
+    return frozenset()
+
+
+def take(sampler: GpuSampler, clock: Clock, ours: Ours,
          names: Names | None = None) -> Sample:
     """One sample now: every GPU's facts and, where a GPU runs a process, the benchmark's
     processes (its tree is read only then) and the names the sampler did not give, or the
@@ -51,7 +59,8 @@ def take(sampler: GpuSampler, clock: Clock, ours: Callable[[], frozenset[int]],
         busy = any(facts.processes for facts in gpus.values())
         if busy and names is not None:
             gpus = _named(gpus, names)
-        return Sample(at, gpus, ours=ours() if busy else frozenset())
+        pids = frozenset(pid for facts in gpus.values() for pid in facts.processes or {})
+        return Sample(at, gpus, ours=ours(pids) if busy else frozenset())
     except NoGpus:
         raise
     except Exception as exc:  # the sampler's failure is a line of the envelope
@@ -64,7 +73,7 @@ class Sampling:
     in time order."""
 
     def __init__(self, sampler: GpuSampler, every: float, *, clock: Clock = SYSTEM_CLOCK,
-                 ours: Callable[[], frozenset[int]] = frozenset,
+                 ours: Ours = _none_of,
                  names: Names | None = None) -> None:
         self.sampler = sampler
         self.names = names

@@ -297,6 +297,10 @@ def judge(samples: Sequence[Sample], host: HostWindow, limits: Limits, *,
     for gpu in chosen:
         ends = _ends(samples, gpu)
         during[gpu] = during_of(samples, gpu, window_s)
+        seen = {pid: name for s in samples if s.error is None and gpu in s.gpus
+                for pid, name in (s.gpus[gpu].processes or {}).items()}
+        if seen:
+            during[gpu]["processes"] = {str(pid): name for pid, name in sorted(seen.items())}
         reasons += _share_reasons(gpu, during[gpu], limits, window_s)
         clock = _clock_reason(gpu, samples, limits)
         reasons += [clock] if clock is not None else []

@@ -44,10 +44,14 @@ class EnvelopeHooks:
 
     def opener(self, item: pytest.Item) -> Callable[..., Envelope]:
         """The ``gpuhost_envelope`` fixture's value: ``gpuhost_envelope(target=None,
-        gpus=None, limits=None, name=None)`` makes an envelope to enter around a benchmark."""
+        gpus=None, limits=None, name=None, pids=None)`` makes an envelope to enter around a
+        benchmark (``pids``: the benchmark's processes as the target numbers them, for one
+        that runs there rather than in this process)."""
         def open_one(*, target: str | None = None, gpus: Sequence[str] | None = None,
-                     limits: Limits | None = None, name: str | None = None) -> Envelope:
-            envelope = self._open(target=target, gpus=gpus, limits=limits)
+                     limits: Limits | None = None, name: str | None = None,
+                     pids: Sequence[int] | None = None) -> Envelope:
+            there = {} if pids is None else {"roots": lambda: list(pids), "pids_there": True}
+            envelope = self._open(target=target, gpus=gpus, limits=limits, **there)
             item.stash.setdefault(TAKEN, []).append((name or item.name, envelope))
             return envelope
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from ..checks import Check, NotApplicable, reads_of
 from ..host import CachedHost, Host, HostError, Request
 from ..specmodel.envelope import DEFAULTS, Limits
+from .target import LOCAL
 
 if TYPE_CHECKING:
     from ..envelope.facts import GpuSampler
@@ -80,16 +81,22 @@ def observe(checks: Sequence[tuple[Check, Target]], named: bool) -> dict[str, st
 def open_envelope(session: Session, sampler_for: SamplerFor, *,
                   target: str | None = None, gpus: Sequence[str] | None = None,
                   roots: Callable[[], Sequence[int]] | None = None,
-                  limits: Limits | None = None) -> Envelope:
-    """An envelope (not yet entered) on ``target`` (None: the run's first)."""
+                  limits: Limits | None = None, pids_there: bool = False) -> Envelope:
+    """An envelope (not yet entered) on ``target`` (None: the run's first), taken on the
+    machine whose GPUs and kernel it uses. The benchmark runs here (``roots``: this process,
+    or the pids given): on a target that is this machine, or a container of it, its process
+    tree is read there; on a remote target only when ``pids_there`` says the ``roots`` are
+    that target's pids."""
     from ..envelope.window import Envelope
 
     chosen = session.targets[target] if target is not None else session.target
     kernel = kernel_of(chosen)
     found = sampler_for(kernel.connection)
     checks = settings_of(session, chosen) if session.specs else []
+    here = chosen.url == LOCAL  # this machine at its root, or a container of it
+    runs_on = chosen.connection if here or pids_there else None
     return Envelope(kernel.connection, limits=limits or limits_of(session, chosen),
                     sampler=None if isinstance(found, str) else found,
                     without=found if isinstance(found, str) else None,
                     state=(lambda: observe(checks, session.named)) if checks else None,
-                    gpus=gpus, roots=roots)
+                    gpus=gpus, roots=roots, runs_on=runs_on)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from pathlib import Path
 
 from pytest_gpuhost.envelope.facts import HW_SLOWDOWN
 from pytest_gpuhost.envelope.hostside import HostHalf, process_tree
@@ -109,3 +110,19 @@ def test_without_a_sampler_the_host_half_holds_and_the_verdict_says_what_is_miss
     assert verdict["missing"] == ["the GPU half (no NVML library nor nvidia-smi on this host)"]
     assert envelope.reasons == [f"{A}: Xid 79 during the run (hardware): GPU has fallen off "
                                 "the bus."]
+
+
+def test_a_benchmark_in_a_container_is_never_its_own_stray_process(
+        fake: FakeHost, tmp_path: Path) -> None:
+    """The GPUs' host names the container's processes by its own pids; their innermost pid
+    (``NSpid``) is the one the benchmark's tree has in the container."""
+    host = gpu_host(fake)
+    container = FakeHost(tmp_path / "ct")
+    container.file("proc/42/task/42/children", "43")
+    fake.file("proc/48113/status", "Name:\tpython3\nNSpid:\t48113\t43\n")
+    fake.file("proc/50000/status", "Name:\tpython3\nNSpid:\t50000\t77\n")
+    gpus = FakeGpus(A)
+    with Envelope(host, sampler=gpus, roots=lambda: [42], runs_on=LocalHost(container.root),
+                  clock=FakeClock()) as envelope:
+        gpus.set(A, processes={48113: "python3", 50000: "python3"})
+    assert envelope.reasons == [f"{A}: pid 50000 (python3) on the GPU, not the benchmark's"]
