@@ -267,3 +267,14 @@ def test_the_fake_library_throttled_for_30_percent_is_invalid_and_half_a_percent
         assert texts(decode) == ["0000:01:00.0: thermal violation 30% of 10 s (limit 1%)"]
         result.stdout.fnmatch_lines(["gpuhost: 1 of 1 benchmark invalid: test_decode: "
                                      "0000:01:00.0: thermal violation 30% of 10 s (limit 1%)"])
+
+
+def test_a_compared_result_saved_under_an_invalid_envelope_is_named(
+        pytester: pytest.Pytester, node: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = run(pytester, node, monkeypatch, "--benchmark-autosave", THROTTLED="0.3")
+    assert first.ret == pytest.ExitCode.OK, first.stdout.str()
+    second = run(pytester, node, monkeypatch, "--benchmark-compare=0001")
+    assert second.ret == pytest.ExitCode.OK, second.stdout.str()
+    second.stdout.fnmatch_lines(["*= gpuhost: host state of the compared benchmark =*",
+                                 "test_decode in 0001: taken under an invalid envelope: "
+                                 "0000:41:00.0: thermal violation 30% of * (limit 1%)"])
