@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from ..checks.gpus import PCI_DEVICES, find_gpus
+from ..checks.gpus import PCI_DEVICES, Gpu, find_gpus
 from ..checks.pcie_path import AER_FILES, gpu_paths, parse_aer
-from ..host import Host, HostError
+from ..host import Host, HostError, Read
 from ..linux.kmsg import iter_records
 from .facts import HostSide, HostWindow
 
@@ -29,26 +29,30 @@ StateReader = Callable[[], Mapping[str, "str | None"]]
 """The host checks' values now, by id (the session observes them live)."""
 
 
-def devices(host: Host, gpus: Sequence[str] | None) -> list[str]:
-    """The GPUs (those named, else all) and every bridge on their paths, each once."""
-    found = find_gpus(host)
+def devices_of(found: Sequence[Gpu], gpus: Sequence[str] | None) -> list[str]:
+    """Of the GPUs ``found``, those named (else all) and every bridge on their paths, once."""
     chosen = [g for g in found if gpus is None or g.address in gpus]
     paths = gpu_paths(chosen)
     return list(dict.fromkeys([*(g.address for g in chosen),
                                *(b for g in chosen for b in paths[g.address])]))
 
 
+def devices(host: Host, gpus: Sequence[str] | None) -> list[str]:
+    """The GPUs of ``host`` (those named, else all) and every bridge on their paths."""
+    return devices_of(find_gpus(host), gpus)
+
+
 def read_aer(host: Host, addresses: Iterable[str]) -> dict[str, dict[str, int]]:
-    """Device -> aer_dev_* -> total, for those that have the files (one batch of globs)."""
+    """Device -> aer_dev_* -> total, for those that have the files (one batch of reads)."""
+    wanted = [(address, name) for address in addresses for name in AER_FILES]
+    replies = host.batch([Read(f"{PCI_DEVICES}/{address}/{name}") for address, name in wanted])
     totals: dict[str, dict[str, int]] = {}
-    for address in addresses:
-        for path, data in host.glob(f"{PCI_DEVICES}/{address}/aer_dev_*"):
-            name = path.rsplit("/", 1)[-1]
-            if name in AER_FILES and isinstance(data, bytes):
-                try:
-                    totals.setdefault(address, {})[name] = parse_aer(data.decode())
-                except ValueError:
-                    continue
+    for (address, name), reply in zip(wanted, replies, strict=True):
+        if reply.error is None and isinstance(reply.value, bytes):
+            try:
+                totals.setdefault(address, {})[name] = parse_aer(reply.value.decode())
+            except ValueError:
+                continue
     return totals
 
 
@@ -129,9 +133,13 @@ class HostHalf:
     """``open()`` at the window's start, ``close()`` at its end: the host's half between."""
 
     def __init__(self, host: Host, *, gpus: Sequence[str] | None = None,
-                 state: StateReader | None = None) -> None:
+                 state: StateReader | None = None,
+                 known: Callable[[], Sequence[Gpu]] | None = None) -> None:
         self.host = host
         self.gpus = gpus
+        self.known = known
+        """The host's GPUs as the run already read them (its collection's facts); None:
+        read here."""
         self.state = state
         self.errors: list[str] = []
         self._devices: list[str] = []
@@ -152,7 +160,9 @@ class HostHalf:
                         state=dict(state) if isinstance(state, Mapping) else None)
 
     def open(self) -> None:
-        found = self._try("the GPUs' PCI paths", lambda: devices(self.host, self.gpus))
+        known = self.known
+        found = self._try("the GPUs' PCI paths", (lambda: devices(self.host, self.gpus))
+                          if known is None else (lambda: devices_of(known(), self.gpus)))
         self._devices = found if isinstance(found, list) else []
         seq = self._try("the kernel log", lambda: last_seq(self.host))
         self._seq = seq if isinstance(seq, int) else None

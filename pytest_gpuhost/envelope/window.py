@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 
+from ..checks.gpus import Gpu
 from ..host import Host
 from ..host.clock import SYSTEM_CLOCK, Clock
 from ..specmodel.envelope import DEFAULTS, Limits
@@ -36,7 +37,8 @@ class Envelope:
                  sampler: GpuSampler | None = None, without: str | None = None,
                  state: StateReader | None = None, gpus: Sequence[str] | None = None,
                  roots: Callable[[], Sequence[int]] | None = None,
-                 runs_on: Host | bool | None = True, clock: Clock = SYSTEM_CLOCK) -> None:
+                 runs_on: Host | bool | None = True, clock: Clock = SYSTEM_CLOCK,
+                 known_gpus: Callable[[], Sequence[Gpu]] | None = None) -> None:
         self.host = host
         self.limits = limits
         self.sampler = sampler
@@ -46,7 +48,7 @@ class Envelope:
         self.runs_on: Host | None = host if runs_on is True else \
             runs_on if not isinstance(runs_on, bool) else None
         self.clock = clock
-        self.half = HostHalf(host, gpus=gpus, state=state)
+        self.half = HostHalf(host, gpus=gpus, state=state, known=known_gpus)
         self.sampling: Sampling | None = None
         self.verdict: dict[str, Any] | None = None
         self._start = 0.0

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ..checks import Check, NotApplicable, reads_of
+from ..checks.gpus import GPUS
 from ..host import CachedHost, Host, HostError, Request
 from ..specmodel.envelope import DEFAULTS, Limits
 from .target import LOCAL
@@ -99,4 +100,5 @@ def open_envelope(session: Session, sampler_for: SamplerFor, *,
                     sampler=None if isinstance(found, str) else found,
                     without=found if isinstance(found, str) else None,
                     state=(lambda: observe(checks, session.named)) if checks else None,
-                    gpus=gpus, roots=roots, runs_on=runs_on)
+                    gpus=gpus, roots=roots, runs_on=runs_on,
+                    known_gpus=lambda: kernel.facts.get(GPUS))
