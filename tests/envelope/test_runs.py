@@ -200,12 +200,17 @@ def test_serving(gpuhost_envelope, gpus):
 """
 
 
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["alone", "xdist"])
 def test_the_fixture_is_a_context_manager_whose_verdict_lands_in_the_json_report(
-        pytester: pytest.Pytester, node: FakeHost) -> None:
+        pytester: pytest.Pytester, node: FakeHost, xdist: tuple[str, ...]) -> None:
+    """Under xdist the verdict crosses to the controller on the test's report."""
+    if xdist:
+        pytest.importorskip("xdist", reason="needs the [xdist] extra: pip install '.[xdist]'")
     pytester.makepyfile(test_fixture=FIXTURE_TEST)
     result = pytester.runpytest_subprocess("test_fixture.py", "node.yaml",
                                            f"--gpuhost-root={node.root}", "-p",
-                                           "no:cacheprovider", "--gpuhost-report=r.json")
+                                           "no:cacheprovider", "--gpuhost-report=r.json",
+                                           *xdist)
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     [one] = json.loads((pytester.path / "r.json").read_text())["benchmarks"]
     assert (one["test"], one["name"], one["envelope"]["valid"]) == (
@@ -278,3 +283,19 @@ def test_a_compared_result_saved_under_an_invalid_envelope_is_named(
     second.stdout.fnmatch_lines(["*= gpuhost: host state of the compared benchmark =*",
                                  "test_decode in 0001: taken under an invalid envelope: "
                                  "0000:41:00.0: thermal violation 30% of * (limit 1%)"])
+
+
+def test_each_envelope_is_an_allure_attachment_of_its_test(
+        pytester: pytest.Pytester, node: FakeHost) -> None:
+    pytest.importorskip("allure", reason="needs allure-pytest")
+    pytester.makepyfile(test_fixture=FIXTURE_TEST)
+    result = pytester.runpytest_subprocess("test_fixture.py", "node.yaml",
+                                           f"--gpuhost-root={node.root}", "-p",
+                                           "no:cacheprovider", "--alluredir=allure")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    [test] = [json.loads(path.read_text()) for path in (pytester.path / "allure").glob(
+        "*-result.json") if json.loads(path.read_text())["name"] == "test_serving"]
+    [attached] = [a for a in test.get("attachments", [])
+                  if a["name"] == "gpuhost envelope: serving"]
+    envelope = json.loads((pytester.path / "allure" / attached["source"]).read_text())
+    assert envelope["valid"] is False and envelope["reasons"][0]["what"] == "process"
