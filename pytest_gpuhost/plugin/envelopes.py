@@ -137,8 +137,11 @@ def summary_lines(benchmarks: Sequence[dict[str, Any]]) -> list[str]:
     invalid = [each for each in benchmarks if not each["envelope"].get("valid")]
     count = len(benchmarks)
     noun = "benchmark" if count == 1 else "benchmarks"
+    partial = [each for each in benchmarks if each["envelope"].get("missing")]
+    without = f" ({len(partial)} without {partial[0]['envelope']['missing'][0]})" \
+        if partial else ""
     if not invalid:
-        return [f"gpuhost: {count} {noun}, every envelope valid"]
+        return [f"gpuhost: {count} {noun}, every envelope valid{without}"]
     lines = [f"gpuhost: {len(invalid)} of {count} {noun} invalid:"]
     for each in invalid:
         texts = [str(r.get("text")) for r in each["envelope"].get("reasons", [])]

@@ -299,3 +299,18 @@ def test_each_envelope_is_an_allure_attachment_of_its_test(
                   if a["name"] == "gpuhost envelope: serving"]
     envelope = json.loads((pytester.path / "allure" / attached["source"]).read_text())
     assert envelope["valid"] is False and envelope["reasons"][0]["what"] == "process"
+
+
+def test_the_summary_says_which_half_an_envelope_lacks(pytester: pytest.Pytester,
+                                                       node: FakeHost) -> None:
+    """No conftest sampler and no driver in the tree: the host half alone, and said."""
+    pytester.makepyfile(test_fixture="def test_serving(gpuhost_envelope):\n"
+                                     "    with gpuhost_envelope(name='serving'):\n"
+                                     "        pass\n")
+    (pytester.path / "conftest.py").unlink()
+    result = pytester.runpytest_subprocess("test_fixture.py", "node.yaml",
+                                           f"--gpuhost-root={node.root}", "-p",
+                                           "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(["gpuhost: 1 benchmark, every envelope valid (1 without the "
+                                 "GPU half (*))"])
