@@ -19,8 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..envelope.verdict import FIELD
-
 if TYPE_CHECKING:
     from ..envelope.window import Envelope
     from ..specmodel.envelope import Limits
@@ -70,6 +68,8 @@ class EnvelopeHooks:
         fixture = getattr(item, "funcargs", {}).get(BENCHMARK)
         if fixture is None or not hasattr(fixture, "extra_info"):
             return (yield)
+        from ..envelope.verdict import FIELD  # a run's first benchmark loads the envelope
+
         envelope = self._open()
         item.stash.setdefault(TAKEN, []).append((item.name, envelope))
         with envelope:
