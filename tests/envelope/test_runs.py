@@ -314,3 +314,15 @@ def test_the_summary_says_which_half_an_envelope_lacks(pytester: pytest.Pytester
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.stdout.fnmatch_lines(["gpuhost: 1 benchmark, every envelope valid (1 without the "
                                  "GPU half (*))"])
+
+
+def test_an_envelope_that_cannot_be_opened_is_a_warning_not_a_failed_benchmark(
+        pytester: pytest.Pytester, node: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makeconftest(CONFTEST.replace(
+        "    GPUS.since, GPUS.throttled, GPUS.processes = None, 0.0, {}",
+        "    raise RuntimeError('the sampler plugin is broken')"))
+    result = run(pytester, node, monkeypatch)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert result.parseoutcomes()["passed"] == 3
+    result.stdout.fnmatch_lines(["*PytestWarning: gpuhost: no envelope for test_decode: the "
+                                 "sampler plugin is broken*"])
