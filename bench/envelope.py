@@ -110,7 +110,7 @@ def pair(root: Path, spec: Path = SPEC) -> tuple[float, float]:
     """The wall and CPU seconds of one envelope's before and after (no samples during), the
     run's collection done (as a pytest run has it when a benchmark starts)."""
     options = argparse.Namespace(gpuhost_spec=[str(spec)], gpuhost_target=[],
-                                 gpuhost_root=str(root), plugins=[])
+                                 gpuhost_root=str(root), gpuhost_ssh_config=None, plugins=[])
     manager = _hooks([])
     session = _session(options, manager, spec)
     try:

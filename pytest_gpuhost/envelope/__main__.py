@@ -2,7 +2,7 @@
 SGLang's serving benchmark, nccl-tests) run inside an envelope.
 
     python -m pytest_gpuhost.envelope [--gpuhost-spec=FILE] [--gpuhost-target=URL]
-        [--gpuhost-root=DIR] [--out FILE] [-p MODULE] -- CMD ARGS...
+        [--gpuhost-root=DIR] [--gpuhost-ssh-config=FILE] [--out FILE] [-p MODULE] -- CMD ARGS...
 
 The host's checks are read first (their state and its digest, as a pytest run records them),
 the command runs with its output passed through, and the envelope around it is judged by the
@@ -47,7 +47,8 @@ class _Parser(argparse.ArgumentParser):
 def parser() -> argparse.ArgumentParser:
     made = _Parser(prog="python -m pytest_gpuhost.envelope",
                    usage="%(prog)s [--gpuhost-spec=FILE] [--gpuhost-target=URL] "
-                         "[--gpuhost-root=DIR] [--out FILE] [-p MODULE] -- CMD [ARGS...]",
+                         "[--gpuhost-root=DIR] [--gpuhost-ssh-config=FILE] [--out FILE] "
+                         "[-p MODULE] -- CMD [ARGS...]",
                    description="Run CMD inside a benchmark envelope: what the host did while "
                                "it ran (throttling, other processes on its GPUs, new Xids and "
                                "AER errors, a host check changed), judged by the spec's "
@@ -59,6 +60,8 @@ def parser() -> argparse.ArgumentParser:
                       help="where the GPUs are (ssh://host, lxc://..., as pytest's option); "
                            "default: this machine")
     made.add_argument("--gpuhost-root", metavar="DIR", help="the host root (default: /)")
+    made.add_argument("--gpuhost-ssh-config", metavar="FILE",
+                      help="the ssh client configuration for ssh:// targets (as pytest's)")
     made.add_argument("--out", metavar="FILE", type=Path,
                       help="write the envelope, with the host state, as JSON here")
     made.add_argument("-p", dest="plugins", action="append", default=[], metavar="MODULE",
@@ -101,7 +104,8 @@ def _session(options: argparse.Namespace, manager: Any, bare: Path) -> Any:
     settings = resolve(RawOptions(here, here, schemes=builtin.target_schemes(manager),
                                   spec=tuple(options.gpuhost_spec) or (str(bare),),
                                   targets=tuple(options.gpuhost_target),
-                                  root=options.gpuhost_root))
+                                  root=options.gpuhost_root,
+                                  ssh_config=options.gpuhost_ssh_config))
     kinds = {kind.section: kind for batch in manager.hook.pytest_gpuhost_check_kinds()
              for kind in batch}
     conditions = {name: fn for batch in manager.hook.pytest_gpuhost_conditions()

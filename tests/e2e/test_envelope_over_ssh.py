@@ -98,3 +98,26 @@ def test_the_envelope_of_a_container_target_is_taken_on_its_host(
     assert f"{A}: Xid 79 during the run (hardware): GPU has fallen off the bus." in \
         texts(envelope)
     assert f"{A}: thermal violation 30% of 10 s (limit 1%)" in texts(envelope)
+
+
+def test_the_wrapper_takes_a_remote_targets_envelope(sshd: SshServer, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    host, state = pve(tmp_path / "pve")
+    (tmp_path / "node.yaml").write_text(SPEC)
+    move = (f"from pathlib import Path; from pytest_gpuhost.testing.fakenvml import "
+            f"NvmlCounters; c = NvmlCounters(Path({str(state)!r})); "
+            f"c.set('{A}', 'reference_time', 11_000_000); "
+            f"c.add('{A}', 'violation.thermal', 3_000_000_000)")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_gpuhost.envelope", "--gpuhost-spec=node.yaml",
+         f"--gpuhost-target={sshd.url(host.root)}",
+         f"--gpuhost-ssh-config={sshd.client_config}", "--out", "e.json", "--",
+         sys.executable, "-c", move], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == f"gpuhost envelope: invalid: {A}: thermal violation 30% of 10 s " \
+                          "(limit 1%)\n"
+    written = json.loads((tmp_path / "e.json").read_text())
+    assert "libnvidia-ml.so.1" in written["envelope"]["sampler"]
+    assert written["state"]["targets"]
