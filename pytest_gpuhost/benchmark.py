@@ -85,6 +85,8 @@ class BenchmarkState:
                                 strict=True):
             for line in compared_lines(name, theirs, now):
                 terminalreporter.write_line(line)
+        for line in envelope_lines(config):
+            terminalreporter.write_line(line)
 
 
 def _names(config: pytest.Config, count: int) -> list[str]:
@@ -94,6 +96,46 @@ def _names(config: pytest.Config, count: int) -> list[str]:
     if len(paths) != count:
         return [f"compared result {n}" for n in range(1, count + 1)]
     return [Path(str(path)).name for path in paths]
+
+
+def _label(path: object) -> str:
+    """``0003`` of ``.../0003_abc_20261204.json``: the compared run as its table names it."""
+    name = Path(str(path)).name
+    return name.split("_", 1)[0] if "_" in name else name
+
+
+def envelope_lines(config: pytest.Config) -> list[str]:
+    """Of each compared benchmark: taken under an invalid envelope, and where this run's is
+    slower, what differed between the two envelopes (``envelope.compare``)."""
+    from .envelope.compare import differences
+    from .envelope.verdict import FIELD as ENVELOPE
+    from .state import shown
+
+    session = getattr(config, "_benchmarksession", None)
+    mapping = getattr(session, "compared_mapping", None) or {}
+    now = {bench.fullname: bench for bench in getattr(session, "benchmarks", None) or [] if bench}
+    lines = []
+    for path, benchmarks in mapping.items():
+        label = _label(path)
+        for fullname, bench in benchmarks.items():
+            theirs = (bench.get("extra_info") or {}).get(ENVELOPE)
+            name = shown(bench.get("name", fullname))
+            if isinstance(theirs, dict) and theirs.get("valid") is False:
+                texts = "; ".join(str(r.get("text")) for r in theirs.get("reasons") or [])
+                lines.append(f"{name} in {label}: taken under an invalid envelope: {texts}")
+            current = now.get(fullname)
+            if current is None:
+                continue
+            mean, was = getattr(current.stats, "mean", None), (bench.get("stats") or {}).get(
+                "mean")
+            if not mean or not was or mean <= was:
+                continue
+            found = differences(current.extra_info.get(ENVELOPE), theirs, label)
+            why = ": " + "; ".join(found) if found else \
+                ": nothing of the envelopes differs" if isinstance(theirs, dict) else \
+                f"; {label} was saved without an envelope"
+            lines.append(f"{name}: {(mean / was - 1) * 100:+.1f}% slower than in {label}{why}")
+    return lines
 
 
 def compared_lines(name: str, theirs: Any, now: dict[str, Any] | None) -> list[str]:

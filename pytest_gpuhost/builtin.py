@@ -210,3 +210,17 @@ def pytest_gpuhost_nvml(host: Host) -> NvmlFactory:
     from .gpu.nvml import default_factory
 
     return default_factory(host)
+
+
+
+@hookimpl(trylast=True)
+def pytest_gpuhost_envelope_sampler(host: Host) -> Any:
+    """The host's own NVIDIA driver, asked by its agent (the library, else nvidia-smi);
+    why there is none where the host cannot sample its GPUs."""
+    from .host import GpuSampling
+
+    if not isinstance(host, GpuSampling):
+        return f"{host.describe()} has no NVIDIA driver of its own to sample"
+    from .envelope.nvml import NvmlSampler
+
+    return NvmlSampler(host)

@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # imported by every pytest run: nothing heavy at import time
     from .checks.conditions import ConditionFn
     from .config.settings import Settings
     from .config.targets import Scheme, TargetAddress
+    from .envelope.facts import GpuSampler
     from .gpu.nvml import NvmlFactory
     from .host import Host
     from .reports import Report
@@ -65,6 +66,17 @@ def pytest_gpuhost_nvml(host: Host) -> NvmlFactory | None:
     needs NVML; it raises ``NvmlUnavailable`` with the reason). The built-in implementation runs
     last: the real library on ``/``, a recorded snapshot in a fake tree. A conftest returns
     ``lambda: FakeNvml(...)`` to run the NVML checks against a fake."""
+    raise NotImplementedError
+
+
+@hookspec(firstresult=True)
+def pytest_gpuhost_envelope_sampler(host: Host) -> GpuSampler | str | None:
+    """Return what samples the GPUs of ``host`` for a benchmark's envelope
+    (``envelope.facts.GpuSampler``: ``describe()`` and ``sample()``, every GPU's facts by PCI
+    address), a sentence saying why there is none (the envelope then holds its host half and
+    says the GPU half is missing), or None to let another plugin answer. The built-in
+    implementation runs last. ``host`` is where the GPUs are (a container target's host). A
+    conftest returns a fake sampler to test a benchmark's envelope without a GPU."""
     raise NotImplementedError
 
 

@@ -35,6 +35,8 @@ FLOORS: dict[str, int] = {
     # floor 4: what acts on checks: capture, the fixer; the host state; the fake trees; an old
     # import path
     "capture": 4, "fix": 4, "state": 4, "testing": 4, "nvml": 4,
+    # floor 4 too: a benchmark's envelope (its facts, verdict, sampler and host half)
+    "envelope": 4,
     # floor 5: one check's run; the run's configuration: options, targets, inventories, the
     # settings resolved (they validate a capture's target and name the journals' directory);
     # pytest-benchmark's hooks; an old import path
@@ -48,7 +50,13 @@ FLOORS: dict[str, int] = {
     "builtin": 7,
     # floor 8: pytest's glue
     "plugin": 8,
+    # floor 9: programs imported by nothing, over the session and the built-ins (a package's
+    # __main__ named in PROGRAMS)
+    "envelope.__main__": 9,
 }
+PROGRAMS = {"envelope.__main__"}
+"""A package's ``__main__`` that is a program over the whole run (``python -m
+pytest_gpuhost.envelope``): its own layer, on the top floor, which nothing imports."""
 ALONE = {
     "host": "it is the only code that touches a machine, and knows no check",
     "linux": "pure parsers of kernel formats",
@@ -75,6 +83,8 @@ ROOT_SHIM = (ROOT, "plugin")
 
 def layer(module: str) -> str:
     parts = module.split(".")
+    if ".".join(parts[1:]) in PROGRAMS:
+        return ".".join(parts[1:])
     return parts[1] if len(parts) > 1 and parts[1] not in ("__version__", "version") else ROOT
 
 
@@ -193,8 +203,9 @@ def test_a_layer_imports_only_what_sits_below_it(name: str) -> None:
 
 
 def test_only_pytests_glue_imports_the_session() -> None:
+    """pytest's glue, and the programs over a whole run without pytest (``PROGRAMS``)."""
     importers = {name for name, targets in LAYERS.items() if "session" in targets}
-    assert importers == {"plugin"}, sorted(importers)
+    assert importers - PROGRAMS == {"plugin"}, sorted(importers)
 
 
 def test_the_package_imports_no_old_import_path() -> None:

@@ -327,7 +327,20 @@ OPTIONS: tuple[Option, ...] = (
                "ACS and the measured pairs ([the path, shown](#the-path-shown---gpuhost-"
                "topology)); the JSON report carries it as `topology`. Needs a spec (any: `-m "
                "gpuhost_slow` keeps a run to the P2P checks)."),
+    Option("envelope", "--gpuhost-envelope", TEXT, metavar="on|off|strict",
+           ini="gpuhost_envelope",
+           help="the envelope of each benchmark (what the host did while it ran, judged by the "
+                "spec's envelope: limits): on (default: kept beside its result, an invalid one "
+                "named in the summary), strict (an invalid one is an error of its test), off",
+           doc="each benchmark's envelope: what the host did while it ran (throttling, other "
+               "processes, new Xids and AER errors, a host check changed), judged by the "
+               "spec's `envelope:` limits; `on` (the default) keeps it beside the result "
+               "(pytest-benchmark's `extra_info[\"gpuhost_envelope\"]`, the JSON report's "
+               "`benchmarks`) and names an invalid one in the summary, `strict` makes an "
+               "invalid one an error of its test, `off` takes none "
+               "([the envelope](benchmarks.md#the-envelope-what-happened-while-it-ran))."),
 )
+ENVELOPE_MODES = ("on", "off", "strict")
 
 BY_NAME: dict[str, Option] = {option.name: option for option in OPTIONS}
 SPEC_SUFFIXES = (".yaml", ".yml")

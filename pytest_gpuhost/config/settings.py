@@ -16,7 +16,7 @@ from pathlib import Path
 
 import msgspec
 
-from .options import BY_NAME, OPTIONS, flag
+from .options import BY_NAME, ENVELOPE_MODES, OPTIONS, flag
 from .options import RawOptions as RawOptions
 from .specoptions import SpecOptionError, may_carry_specs, spec_path, spec_paths
 from .targetoptions import TARGET_SOURCES as TARGET_SOURCES  # re-exported
@@ -94,6 +94,9 @@ class Settings(msgspec.Struct, frozen=True):
     """--gpuhost-connect-concurrency: remote targets connected at once, the whole run."""
     default_specs: tuple[Path, ...] | None = None
     """The specs a target without one of its own runs (--gpuhost-spec); None: ``specs``."""
+    envelope: str = "on"
+    """--gpuhost-envelope: each benchmark's envelope taken (on), an invalid one an error of
+    its test (strict), or none taken (off)."""
 
     def specs_of(self, target: TargetAddress) -> tuple[Path, ...]:
         """The specs ``target`` runs: its own, the run's, or none for a target added to the
@@ -379,7 +382,7 @@ def resolve(raw: RawOptions) -> Settings:
         accept_new_host_keys=raw.flag("accept_new_host_keys") or
         raw.ini_flag("accept_new_host_keys"),
         nfd_expiry=nfd_expiry, connect_concurrency=_count(raw, "connect_concurrency"),
-        default_specs=default_specs)
+        default_specs=default_specs, envelope=_envelope(raw))
     try:
         refuse_foreign_node_health(targets, nfd=settings.nfd is not None, npd=settings.npd)
     except TargetOptionError as exc:
@@ -393,6 +396,14 @@ def resolve(raw: RawOptions) -> Settings:
         except OutputClash as exc:
             raise SettingsError(str(exc)) from None
     return settings
+
+
+def _envelope(raw: RawOptions) -> str:
+    mode = (raw.text("envelope") or "on").strip()
+    if mode not in ENVELOPE_MODES:
+        raise SettingsError(f"{flag('envelope')}={mode!r}: expected one of "
+                            f"{', '.join(ENVELOPE_MODES)}")
+    return mode
 
 
 def own_specs(targets: Sequence[TargetAddress]) -> tuple[Path, ...]:

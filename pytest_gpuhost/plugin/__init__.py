@@ -196,3 +196,18 @@ def gpuhost_state(request: pytest.FixtureRequest) -> Any:
     from ..runstate import fixture_state
 
     return fixture_state(request.config.pluginmanager.get_plugin("gpuhost-run"))
+
+
+@pytest.fixture
+def gpuhost_envelope(request: pytest.FixtureRequest) -> Any:
+    """Opens a benchmark's envelope: ``with gpuhost_envelope() as envelope: run()``, then
+    ``envelope.valid``, ``envelope.reasons`` and ``envelope.verdict`` say what the host did
+    while it ran, judged by the spec's ``envelope:`` limits. Its keywords: ``target`` (a target's
+    name; the run's first), ``gpus`` (the PCI addresses the benchmark uses; all), ``limits``,
+    ``name``. Each verdict lands in the JSON report's ``benchmarks`` and in Allure; without a
+    spec it is an error."""
+    hooks = request.config.pluginmanager.get_plugin("gpuhost-envelopes")
+    if hooks is None:
+        pytest.fail("gpuhost_envelope: no gpuhost run takes envelopes here: pass "
+                    "--gpuhost-spec=FILE (and leave out --gpuhost-envelope=off)", pytrace=False)
+    return hooks.opener(request.node)

@@ -23,6 +23,7 @@ from .nodeids import ill_parsed, junit_name
 from .run import REPORT_ATTR
 
 if TYPE_CHECKING:
+    from .envelopes import EnvelopeBook
     from .run import Run
     from .workers import Progress
 
@@ -50,6 +51,8 @@ class Controller:
         self.close_failed = False
         self.stopped_early: str | None = None
         """pytest's own reason to stop (-x, --maxfail, an interrupt)."""
+        self.envelopes: EnvelopeBook | None = None
+        """The benchmarks' envelopes (``envelopes.py``); None under --gpuhost-envelope=off."""
 
     # -- the checks' reports ----------------------------------------------------------------
 
@@ -147,7 +150,8 @@ class Controller:
             stopped=self.run.stopped or self.stopped_early,
             topologies=tuple((name, target.topology()) for name, target in
                              session.targets.items() if target.unreachable is None)
-            if settings.topology else ())
+            if settings.topology else (),
+            benchmarks=tuple(self.envelopes.benchmarks) if self.envelopes is not None else ())
 
     def reporters(self) -> list[tuple[str, Reporter]]:
         """The reports the run asks for, by name (``reports.REPORTS`` and every plugin's)."""

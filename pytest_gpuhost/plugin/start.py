@@ -199,6 +199,10 @@ def _register(config: pytest.Config, run: Run) -> None:
         from .checks import CheckHooks
 
         manager.register(CheckHooks(run), "gpuhost-checks")
+        if settings.envelope != "off":
+            from .envelopes import EnvelopeHooks
+
+            manager.register(EnvelopeHooks(run), "gpuhost-envelopes")
     if settings.worker:
         from .worker import Worker
 
@@ -211,6 +215,11 @@ def _register(config: pytest.Config, run: Run) -> None:
 
         controller = Controller(run)
         manager.register(controller, "gpuhost-controller")
+        if settings.envelope != "off":
+            from .envelopes import EnvelopeBook
+
+            controller.envelopes = EnvelopeBook()
+            manager.register(controller.envelopes, "gpuhost-envelope-book")
         benchmark_files(config, finished_state(run.session, controller.records))
         manager.register(Summary(controller), "gpuhost-summary")
         from .nodeids import NodeNames

@@ -112,6 +112,9 @@ class RunInfo(msgspec.Struct, frozen=True):
     written; None without one (a rollback, no host check selected)."""
     topologies: tuple[tuple[str, dict[str, Any]], ...] = ()
     """--gpuhost-topology: (target name, its GPUs' PCIe topology) for each target."""
+    benchmarks: tuple[Mapping[str, Any], ...] = ()
+    """Each benchmark's envelope (``{"test", "name", "envelope"}``), in the order they ran:
+    pytest-benchmark's tests and each ``gpuhost_envelope`` a test took."""
     stopped: str | None = None
     """Why the run ended before its checks did (an interrupt, a lock it could not have, an
     internal error); None when it ran to its end."""

@@ -42,6 +42,7 @@ def json_report(records: Sequence[CheckResult], info: RunInfo,
         "checks": [record.as_dict() for record in records],
         "summary": summarize(records),
         "state": dict(info.state) if info.state is not None else None,
+        **({"benchmarks": [dict(each) for each in info.benchmarks]} if info.benchmarks else {}),
     }
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
+from .envelope import Limits, parse_limits
 from .matchers import Domain, Exact, Expectation, Match, OneOf, Range
 from .specfile import MAX_DEPTH as MAX_DEPTH  # re-exported
 from .specfile import MAX_SPEC_BYTES as MAX_SPEC_BYTES  # re-exported
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
     from .yamlfile import Node as Node  # re-exported, at first use (below)
 
 SPEC_VERSION = 1
+ENVELOPE = "envelope"
+"""The section that holds a benchmark envelope's limits (``envelope.py``), not a check kind's."""
 
 
 def __getattr__(name: str) -> object:
@@ -225,6 +228,9 @@ class Spec(msgspec.Struct, frozen=True):
     digest: str = ""
     """sha256 of the bytes this model was parsed from: the spec that ran, whatever the file
     holds later (an edit during the run is the next run's spec)."""
+    envelope: Limits | None = None
+    """The ``envelope:`` section's limits (``envelope.py``): no check of the host, but how a
+    benchmark's window on it is judged; None where the spec has no such section."""
 
 
 def load_spec(
@@ -271,13 +277,16 @@ def parse_spec(
         name = name_node.string("name")
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
             raise name_node.error(f"name {excerpt(name)} must be letters, digits, '.', '_' or '-'")
+    envelope = None
+    if ENVELOPE in pairs:
+        envelope = parse_limits(pairs.pop(ENVELOPE))
     context = SpecContext(frozenset(conditions), name, pairs)
     for key, node in pairs.items():
         if key not in parsers:
             known = ", ".join(parsers)
             raise node.key_error(f"unknown section {excerpt(key)}{closest(key, parsers)}; "
-                                 f"known sections: {known}")
-    if not pairs:
+                                 f"known sections: {known}, {ENVELOPE}")
+    if not pairs and envelope is None:
         raise top.error(f"the spec has no checks; add at least one of: {', '.join(parsers)}")
     sections = {
         section: parser.parse(pairs[section], context)
@@ -285,4 +294,4 @@ def parse_spec(
         if section in pairs
     }
     return Spec(path=path, name=name, version=SPEC_VERSION, sections=sections,
-                digest=hashlib.sha256(data).hexdigest())
+                digest=hashlib.sha256(data).hexdigest(), envelope=envelope)

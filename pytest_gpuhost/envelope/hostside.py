@@ -1,0 +1,179 @@
+"""The host's half of a benchmark's envelope, read without NVML through a ``Host``: the kernel
+log's new records (Xid, NVRM, AER) since the window opened, the AER counters of each GPU and of
+each bridge on its path, the host checks' values at both ends, and which processes are the
+benchmark's (its process tree).
+
+Each read that fails is a line of the envelope's errors, never an exception: the window is
+taken whatever part of the host can be read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from ..checks.gpus import PCI_DEVICES, Gpu, find_gpus
+from ..checks.pcie_path import AER_FILES, gpu_paths, parse_aer
+from ..host import Host, HostError, Read
+from ..linux.kmsg import iter_records
+from .facts import HostSide, HostWindow
+
+KMSG = "dev/kmsg"
+LOGGED = ("NVRM:", "Xid", "AER:")
+"""A new kernel log record that holds one of these is the envelope's."""
+MAX_LOGGED = 200
+"""Kernel log records kept; a storm of them is cut there, and says how many more."""
+MAX_DEPTH = 64
+"""Generations of a process tree followed (a fork bomb is not followed forever)."""
+
+StateReader = Callable[[], Mapping[str, "str | None"]]
+"""The host checks' values now, by id (the session observes them live)."""
+
+
+def devices_of(found: Sequence[Gpu], gpus: Sequence[str] | None) -> list[str]:
+    """Of the GPUs ``found``, those named (else all) and every bridge on their paths, once."""
+    chosen = [g for g in found if gpus is None or g.address in gpus]
+    paths = gpu_paths(chosen)
+    return list(dict.fromkeys([*(g.address for g in chosen),
+                               *(b for g in chosen for b in paths[g.address])]))
+
+
+def devices(host: Host, gpus: Sequence[str] | None) -> list[str]:
+    """The GPUs of ``host`` (those named, else all) and every bridge on their paths."""
+    return devices_of(find_gpus(host), gpus)
+
+
+def read_aer(host: Host, addresses: Iterable[str]) -> dict[str, dict[str, int]]:
+    """Device -> aer_dev_* -> total, for those that have the files (one batch of reads)."""
+    wanted = [(address, name) for address in addresses for name in AER_FILES]
+    replies = host.batch([Read(f"{PCI_DEVICES}/{address}/{name}") for address, name in wanted])
+    totals: dict[str, dict[str, int]] = {}
+    for (address, name), reply in zip(wanted, replies, strict=True):
+        if reply.error is None and isinstance(reply.value, bytes):
+            try:
+                totals.setdefault(address, {})[name] = parse_aer(reply.value.decode())
+            except ValueError:
+                continue
+    return totals
+
+
+def last_seq(host: Host) -> int:
+    """The newest kernel log record's sequence number (-1: none)."""
+    newest = -1
+    for record in iter_records(host.read_kmsg(KMSG)):
+        if record is not None:
+            newest = max(newest, record.seq)
+    return newest
+
+
+def new_records(host: Host, after: int) -> list[str]:
+    """The texts of the records after ``after`` that are the envelope's (``LOGGED``)."""
+    found: list[str] = []
+    more = 0
+    for record in iter_records(host.read_kmsg(KMSG)):
+        if record is None or record.seq <= after or not any(w in record.text for w in LOGGED):
+            continue
+        if len(found) < MAX_LOGGED:
+            found.append(record.text)
+        else:
+            more += 1
+    if more:
+        found.append(f"... and {more} more records")
+    return found
+
+
+def process_tree(host: Host, roots: Iterable[int]) -> frozenset[int]:
+    """``roots`` and every descendant, from ``proc/PID/task/TID/children`` (the kernel's
+    CONFIG_PROC_CHILDREN, which every distribution's kernel has)."""
+    seen = set(roots)
+    generation = set(seen)
+    for _ in range(MAX_DEPTH):
+        children: set[int] = set()
+        for pid in generation:
+            try:
+                matches = host.glob(f"proc/{pid}/task/*/children")
+            except HostError:
+                continue
+            for _, data in matches:
+                if isinstance(data, bytes):
+                    children.update(int(word) for word in data.split() if word.isdigit())
+        generation = children - seen
+        if not generation:
+            break
+        seen |= generation
+    return frozenset(seen)
+
+
+def innermost_pid(host: Host, pid: int) -> int | None:
+    """The pid a process has in its own (innermost) pid namespace: the last of ``NSpid`` in
+    ``proc/PID/status`` (a container's process, as its container numbers it); None where it
+    cannot be read."""
+    try:
+        status = host.read_text(f"proc/{pid}/status")
+    except HostError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("NSpid:"):
+            words = line.split()[1:]
+            return int(words[-1]) if words and words[-1].isdigit() else None
+    return None
+
+
+def process_names(host: Host, pids: Iterable[int]) -> dict[int, str]:
+    """Each process's name (``proc/PID/comm``) where it can still be read."""
+    found = {}
+    for pid in pids:
+        try:
+            found[pid] = host.read_text(f"proc/{pid}/comm").strip()
+        except HostError:
+            continue
+    return found
+
+
+class HostHalf:
+    """``open()`` at the window's start, ``close()`` at its end: the host's half between."""
+
+    def __init__(self, host: Host, *, gpus: Sequence[str] | None = None,
+                 state: StateReader | None = None,
+                 known: Callable[[], Sequence[Gpu]] | None = None) -> None:
+        self.host = host
+        self.gpus = gpus
+        self.known = known
+        """The host's GPUs as the run already read them (its collection's facts); None:
+        read here."""
+        self.state = state
+        self.errors: list[str] = []
+        self._devices: list[str] = []
+        self._seq: int | None = None
+        self._before = HostSide()
+
+    def _try(self, what: str, read: Callable[[], object]) -> object:
+        try:
+            return read()
+        except (HostError, OSError, ValueError) as exc:
+            self.errors.append(f"{what}: {exc}")
+            return None
+
+    def _side(self) -> HostSide:
+        aer = self._try("the AER counters", lambda: read_aer(self.host, self._devices))
+        state = self._try("the host checks", self.state) if self.state is not None else None
+        return HostSide(aer=aer if isinstance(aer, dict) else {},
+                        state=dict(state) if isinstance(state, Mapping) else None)
+
+    def open(self) -> None:
+        known = self.known
+        found = self._try("the GPUs' PCI paths", (lambda: devices(self.host, self.gpus))
+                          if known is None else (lambda: devices_of(known(), self.gpus)))
+        self._devices = found if isinstance(found, list) else []
+        seq = self._try("the kernel log", lambda: last_seq(self.host))
+        self._seq = seq if isinstance(seq, int) else None
+        self._before = self._side()
+
+    def close(self) -> HostWindow:
+        logged: object = None
+        if self._seq is not None:
+            seq = self._seq
+            logged = self._try("the kernel log", lambda: new_records(self.host, seq))
+        after = self._side()
+        return HostWindow(self._before, after,
+                          tuple(logged) if isinstance(logged, list) else (),
+                          tuple(self.errors))
