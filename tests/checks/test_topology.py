@@ -191,7 +191,7 @@ def test_the_readme_shows_a_failing_pairs_explanation_and_the_topology(
     from ..test_docs import DEMO_ROOT, README, block_with, demo_args, demo_steps, sample_patterns
 
     *copy, run = demo_steps("-m gpuhost_slow --gpuhost-topology")
-    assert copy == ["rm -rf $demo/host", "cp -r examples/hosts/blackwell8-untuned $demo/host"]
+    assert copy == ['rm -rf "${demo:?}/host"', "cp -r examples/hosts/blackwell8-untuned $demo/host"]
     args = demo_args(run)
     result = pytester.runpytest(*(arg.replace(DEMO_ROOT, str(example_host)) for arg in args))
     assert result.ret == pytest.ExitCode.TESTS_FAILED
