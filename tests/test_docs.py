@@ -212,7 +212,7 @@ def test_the_readme_demo_prints_its_sample_and_a_second_fix_retries_nothing(
 def test_the_readme_test_command_is_what_ci_runs() -> None:
     ci = (REPO / ".ci" / "run").read_text().strip().splitlines()
     command = block_with(README, "pip install -q -e '.[test]'").strip().splitlines()
-    assert command[-1] == ci[-1] == ".venv/bin/pytest"
+    assert command[-1] == ci[-1] == ".venv/bin/pytest -n auto"  # every test, a worker a core
     assert "python3 -m venv .venv" in ci and ".venv/bin/pip install -q -e '.[test]'" in ci
 
 
