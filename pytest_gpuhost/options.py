@@ -5,7 +5,7 @@ into ``config/``, and its names are re-exported here."""
 from __future__ import annotations
 
 from .config.options import *  # noqa: F403
-from .config.options import docs_table
+from .config.options import main
 
 if __name__ == "__main__":
-    print(docs_table(), end="")
+    raise SystemExit(main(prog="python -m pytest_gpuhost.options"))

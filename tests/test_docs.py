@@ -212,7 +212,7 @@ def test_the_readme_demo_prints_its_sample_and_a_second_fix_retries_nothing(
 def test_the_readme_test_command_is_what_ci_runs() -> None:
     ci = (REPO / ".ci" / "run").read_text().strip().splitlines()
     command = block_with(README, "pip install -q -e '.[test]'").strip().splitlines()
-    assert command[-1] == ci[-1] == ".venv/bin/pytest"
+    assert command[-1] == ci[-1] == ".venv/bin/pytest -n auto"  # every test, a worker a core
     assert "python3 -m venv .venv" in ci and ".venv/bin/pip install -q -e '.[test]'" in ci
 
 
@@ -399,7 +399,10 @@ JOURNAL_NAME = re.compile(r"\d{8}T\d{6}Z-[\w.-]+?-\d+(?:-\d+)?\.jsonl")
 def run_transcript(pytester: pytest.Pytester, block: str, names: dict[str, str], *,
                    subprocess: bool = False) -> None:
     """Run a transcript's commands in ``pytester.path``, ``names`` (``$root``, a port) put in
-    first: ``cat FILE`` writes the file it shows, ``pytest ...`` runs (in a process of its
+    first: ``cat FILE`` shows a file a command before it made (it must hold what is shown;
+    one on the host, an absolute path, must be there), or writes the file it shows (a spec the
+    doc gives, a relative path); a command other than ``pytest`` runs
+    in bash and must succeed, printing what is shown; ``pytest ...`` runs (in a process of its
     own with ``subprocess``, and under ``--gpuhost-npd``, whose line is the real standard
     output; ``2>/dev/null`` keeps standard output alone, ``; echo $?`` prints the exit status
     after it), and what it printed (standard output, then standard error) must hold the
@@ -416,8 +419,20 @@ def run_transcript(pytester: pytest.Pytester, block: str, names: dict[str, str],
         command, shown = named(command), [named(line) for line in printed]
         if command.startswith("cat "):
             path = pytester.path / command[4:]
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("".join(f"{line}\n" for line in shown))
+            text = "".join(f"{line}\n" for line in shown)
+            if path.exists() or Path(command[4:]).is_absolute():  # on the host: made before
+                assert path.read_text() == text, command
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+            continue
+        if not command.startswith("pytest "):
+            import subprocess as shell
+
+            ran = shell.run(["bash", "-c", command], cwd=pytester.path, capture_output=True,
+                            text=True, timeout=60)
+            assert ran.returncode == 0, f"{command}: {ran.stderr}"
+            assert ran.stdout.splitlines() == shown, command
             continue
         run, _, after = command.partition(";")
         words = shlex.split(run)

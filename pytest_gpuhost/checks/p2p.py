@@ -13,7 +13,8 @@ MaxReadReq, a downtrained link, crossing sockets, IOMMU translation, ASPM, no P2
 every other observation in one batch (``p2p_path``), and gives what its path carries
 (``limit_gbps``) and the share of it measured (``fraction``). ``floors: {path: 0.85}`` holds each
 pair to that share of its path's limit as negotiated (``of: capability``: as the hardware could
-train); the class floor and the path floor combine, the higher wins. How the probe is chosen
+train), a cross-socket pair's path including the hop between sockets (``between_sockets``, in
+GB/s); the class floor and the path floor combine, the higher wins. How the probe is chosen
 and run: ``gpu/measure.py``. Captured (``capture_p2p``), each floor is 90% of the lowest
 measured, rounded down.
 """
@@ -36,6 +37,7 @@ from ..specmodel.matchers import Floor, finite
 from . import USERSPACE, Check, Evidence, Fact, Facts, NoFix, Observation
 from .gpus import GPUS
 from .p2p_explain import Explainer, PathFloor, Tuning, flow_of
+from .p2p_path import SOCKET_HOP_GBPS
 
 if TYPE_CHECKING:  # capture's module loads when a capture asks
     from ..result import CheckResult
@@ -46,8 +48,10 @@ ORDER = 5_000  # after the checks whose fixes change bandwidth (pcie), before dm
 PROBES = ("auto", "cuda", "nvbandwidth", "file:PATH")
 CLASSES = ("same_numa", "cross_numa")
 FLOORS = (*CLASSES, "h2d", "d2h")
-PATH_KEYS = ("path", "of")
-"""``floors: {path: FRACTION, of: negotiated|capability}``: a share of the path's limit."""
+PATH_KEYS = ("path", "of", "between_sockets")
+"""``floors: {path: FRACTION, of: negotiated|capability}``: a share of the path's limit;
+``between_sockets: GB/s``: what the hop between sockets carries (a part of a ``SYS`` pair's
+path, ``p2p_path.SOCKET_HOP_GBPS`` where the spec does not say)."""
 OF = ("negotiated", "capability")
 KEYS = ("probe", "size", "floors", "warn_margin", "concurrent", "timeout")
 MEASURE_TIMEOUT_S = 600.0
@@ -136,13 +140,18 @@ def _margin(node: Node) -> float:
     return fraction
 
 
-def _floors(node: Node) -> tuple[dict[str, float], PathFloor | None]:
-    """The GB/s floors by name, and ``path: FRACTION`` with ``of:`` beside them."""
+def _floors(node: Node) -> tuple[dict[str, float], PathFloor | None, float | None]:
+    """The GB/s floors by name, ``path: FRACTION`` with ``of:`` beside them, and what the hop
+    between sockets carries where the spec says."""
     floors: dict[str, float] = {}
     fraction: float | None = None
     of: Node | None = None
+    between_sockets: float | None = None
     for name, floor in node.mapping("p2p floors"):
-        if name == "path":
+        if name == "between_sockets":
+            between_sockets = _number(floor, "p2p floors between_sockets (what the hop "
+                                             "between sockets carries a pair)")
+        elif name == "path":
             fraction = _share(floor)
             if not 0 < fraction <= 1:
                 raise floor.error(f"p2p floor path must be a share of the path's limit like 0.85 "
@@ -159,8 +168,9 @@ def _floors(node: Node) -> tuple[dict[str, float], PathFloor | None]:
     if of is not None and fraction is None:
         raise of.error("p2p floors of: says what path: is a share of; add path: 0.85 beside it")
     if fraction is None:
-        return floors, None
-    return floors, PathFloor(fraction, of is not None and of.string("of") == "capability")
+        return floors, None, between_sockets
+    return (floors, PathFloor(fraction, of is not None and of.string("of") == "capability"),
+            between_sockets)
 
 
 def _tuning(context: SpecContext) -> Tuning:
@@ -206,6 +216,7 @@ class P2pKind:
         probe, path, size, margin = "auto", None, 256 * 2**20, 0.0
         floors: dict[str, float] = {}
         path_floor: PathFloor | None = None
+        between_sockets: float | None = None
         concurrent: float | None = None
         timeout = MEASURE_TIMEOUT_S
         for key, value in given.values.items():
@@ -218,7 +229,7 @@ class P2pKind:
             elif key == "timeout":
                 timeout = _seconds(value)
             elif key == "floors":
-                floors, path_floor = _floors(value)
+                floors, path_floor, between_sockets = _floors(value)
             elif key == "concurrent":
                 for name, floor in value.mapping("p2p concurrent"):
                     if name != "floor":
@@ -232,8 +243,11 @@ class P2pKind:
         if concurrent is not None and probe in ("nvbandwidth", "file"):
             raise node.error("p2p concurrent needs probe: cuda (or auto): nvbandwidth and saved "
                              "outputs measure one pair at a time")
+        tuning = _tuning(context)
+        if between_sockets is not None:
+            tuning = msgspec.structs.replace(tuning, between_sockets=between_sockets)
         return P2pSection(probe, path, size, tuple(sorted(floors.items())), margin, concurrent,
-                          given.options, timeout, path_floor, _tuning(context))
+                          given.options, timeout, path_floor, tuning)
 
     def expand(self, section: P2pSection, facts: Facts) -> Sequence[Check]:
         found = facts.get(GPUS)
@@ -479,8 +493,10 @@ def _p2p_settings(model: P2pSection, floors: Mapping[str, float | int],
     path = model.path_floor if share is not None else None
     shares = {"path": share, **({"of": "capability"} if path.capability else {})} \
         if path is not None else {}
+    hop = model.tuning.between_sockets
+    stated = {"between_sockets": hop} if hop != SOCKET_HOP_GBPS else {}
     if floors or shares:
-        settings["floors"] = {**floors, **shares}
+        settings["floors"] = {**floors, **shares, **stated}
     if concurrent:
         settings["concurrent"] = {"floor": concurrent}
     if model.warn_margin:

@@ -40,7 +40,7 @@ from ..linux.pciext import acs_names
 from ..specmodel.matchers import Expectation, Floor
 from . import Evidence
 from .gpus import Gpu
-from .p2p_path import HOST, PairPath, PathFacts, path_reads, read_path_facts
+from .p2p_path import HOST, SOCKET_HOP_GBPS, PairPath, PathFacts, path_reads, read_path_facts
 
 CAUSES = ("p2p_unsupported", "link_downtrained", "acs_redirect", "max_read_request",
           "cross_socket", "iommu_translated", "aspm")
@@ -63,6 +63,9 @@ class Tuning(msgspec.Struct, frozen=True):
     acs_redirect: bool = False
     aspm: bool = False
     iommu: bool = False
+    between_sockets: float = SOCKET_HOP_GBPS
+    """GB/s the hop between sockets carries a pair (``p2p: floors: {between_sockets: ...}``):
+    part of a ``SYS`` pair's path, its limit and its path floor."""
 
 
 class PathFloor(msgspec.Struct, frozen=True):
@@ -158,9 +161,14 @@ class Explained(msgspec.Struct, frozen=True):
         found = self.path.limit()
         hops = [self.path.source, *(f"{b} ({role})" for b, role in self.path.bridges),
                 self.path.target]
-        limit = (f"; carries {found[0]:.2f} GB/s (narrowest link: "
-                 f"{found[1].negotiated.describe()} at {found[1].lower}, MPS "
-                 f"{self.path.max_payload})" if found else "")
+        links = self.path.links_limit()
+        limit = "" if found is None or links is None else \
+            f"; carries {found[0]:.2f} GB/s (narrowest link: " \
+            f"{links[1].negotiated.describe()} at {links[1].lower}, MPS " \
+            f"{self.path.max_payload})" if found[1] is not None else \
+            f"; carries {found[0]:.2f} GB/s (the hop between sockets, p2p floors " \
+            f"between_sockets; its links {links[0]:.2f}: {links[1].negotiated.describe()} at " \
+            f"{links[1].lower}, MPS {self.path.max_payload})"
         shown = [Evidence(f"path ({self.path.level})", " > ".join(hops) + limit)]
         shown += [Evidence(f"explain: {c.cause}", f"{c.at}: {c.observed} (expected "
                                                   f"{c.expected}): {c.effect}")
@@ -180,10 +188,11 @@ class Explained(msgspec.Struct, frozen=True):
         value = round(path.fraction * limit, 2)
         if floor is not None and floor >= value:
             return Floor(floor, label, margin)
-        speed = (link.capable if path.capability else link.negotiated).describe()
-        return Floor(value, f"path: {path.fraction:.0%} of {limit:.2f} GB/s, {speed} at MPS "
-                            f"{self.path.max_payload}" + (" as capable" if path.capability
-                                                          else ""), margin)
+        narrowest = "the hop between sockets" if link is None else \
+            f"{(link.capable if path.capability else link.negotiated).describe()} at MPS " \
+            f"{self.path.max_payload}"
+        return Floor(value, f"path: {path.fraction:.0%} of {limit:.2f} GB/s, {narrowest}"
+                            + (" as capable" if path.capability else ""), margin)
 
 
 class Explainer:
@@ -234,10 +243,11 @@ class Explainer:
         ``host`` does; a host that cannot be read leaves what ``host`` reads, saying why."""
         if self.kernel is not None:
             try:
-                return read_path_facts(self.kernel, self.gpus, self._reads)
+                return read_path_facts(self.kernel, self.gpus, self._reads,
+                                       self.tuning.between_sockets)
             except HostError as exc:
                 self._path_note = f"the host's PCIe paths could not be read ({exc})"
-        return read_path_facts(host, self.gpus, self._reads)
+        return read_path_facts(host, self.gpus, self._reads, self.tuning.between_sockets)
 
     def explain(self, host: Host, flow: Flow, problem: str | None = None) -> Explained:
         facts = self.prepare(host)
@@ -257,7 +267,9 @@ class Explainer:
                                 "one NUMA node (PIX, PXB, PHB or NODE)",
                                 "crosses the sockets' interconnect",
                                 "the board decides it: keep the pair's work on GPUs of one "
-                                "socket, and hold the pair to the cross_numa floor",
+                                "socket; the path's limit counts the hop between sockets at "
+                                f"{path.between_sockets:g} GB/s (p2p floors between_sockets: "
+                                "the board's figure)",
                                 LOSS["cross_socket"],
                                 f"the pair (NUMA node {numa[0]} -> {numa[1]}, SYS)"))
         causes += self._iommu(facts, flow, notes)

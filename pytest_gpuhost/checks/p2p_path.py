@@ -26,6 +26,13 @@ from . import NotApplicable
 from .gpus import Gpu
 from .iommu import group_paths
 
+SOCKET_HOP_GBPS = 45.0
+"""What the hop between sockets (UPI, Infinity Fabric, the link a ``SYS`` pair crosses) carries
+one pair's copy each way, where the spec does not say (``p2p: floors: {between_sockets: GB/s}``):
+public measurements of the example box's GPU (RTX PRO 6000 Blackwell, PCIe Gen5 x16) read
+39-51 GB/s across sockets against 53-57 within one, where the PCIe links alone carry 57.61. 45
+puts the low end of that range at 87% of it, as copies within a socket reach ~91% of their links:
+``path: 0.85`` is reachable across the sockets of a tuned board of that range."""
 HOST = "host"
 """The far end of a host copy's path (h2d, d2h): host memory, behind the root complex."""
 
@@ -155,19 +162,30 @@ class PairPath(msgspec.Struct, frozen=True):
     """The smallest Max Payload Size on the path (what every TLP is cut to)."""
     problems: tuple[str, ...] = ()
     """Facts of the path that could not be read: what the diagnosis cannot judge."""
+    between_sockets: float | None = None
+    """GB/s the hop between sockets carries, where the path crosses it (a ``SYS`` pair)."""
 
     @property
     def level(self) -> str:
         return self.route.level if self.route is not None else HOST
 
-    def limit(self, capability: bool = False) -> tuple[float, PathLink] | None:
-        """(GB/s, the narrowest link): what the path carries each way at its MPS, by the links
-        as negotiated (or, ``capability``, as the hardware could train); None when unknown."""
+    def links_limit(self, capability: bool = False) -> tuple[float, PathLink] | None:
+        """(GB/s, the narrowest link): what the path's PCIe links carry each way at its MPS, as
+        negotiated (or, ``capability``, as the hardware could train); None when unknown."""
         if self.max_payload is None or not self.links or self.problems:
             return None
         carried = [((link.capable if capability else link.negotiated).gbps(self.max_payload),
                     link) for link in self.links]
         return min(carried, key=lambda item: item[0])
+
+    def limit(self, capability: bool = False) -> tuple[float, PathLink | None] | None:
+        """(GB/s, the narrowest link, None where it is the hop between sockets): what the whole
+        path carries, its links (``links_limit``) and the hop between sockets it crosses."""
+        found = self.links_limit(capability)
+        if found is not None and self.between_sockets is not None \
+                and self.between_sockets < found[0]:
+            return self.between_sockets, None
+        return found
 
     def as_dict(self) -> dict[str, object]:
         """The path for a report: its class, each bridge with its role and ACS, each link."""
@@ -200,7 +218,10 @@ class PathFacts:
     """The GPUs' paths on one host: placements, NUMA nodes, ports, IOMMU group types."""
 
     def __init__(self, gpus: Sequence[Gpu], ports: Mapping[str, Port],
-                 iommu: Mapping[str, tuple[str, str | None]]) -> None:
+                 iommu: Mapping[str, tuple[str, str | None]],
+                 between_sockets: float = SOCKET_HOP_GBPS) -> None:
+        self.between_sockets = between_sockets
+        """GB/s the hop between sockets carries (the spec's ``between_sockets``)."""
         self.gpus = {gpu.address: gpu for gpu in gpus}
         self.places = {gpu.address: _placement(gpu) for gpu in gpus}
         self.ports = dict(ports)
@@ -254,7 +275,9 @@ class PathFacts:
                 problems.append(f"{_config(device)} was not read")
         ports = {d: self.ports[d] for d in on_path if d in self.ports}
         return PairPath(source, target, found, (*up, *down[::-1]), tuple(bridges), ports,
-                        min(sizes) if sizes else None, tuple(dict.fromkeys(problems)))
+                        min(sizes) if sizes else None, tuple(dict.fromkeys(problems)),
+                        self.between_sockets if found is not None and found.level == "SYS"
+                        else None)
 
     def pair(self, source: str, target: str) -> PairPath:
         """The path from GPU ``source`` to GPU ``target``."""
@@ -320,14 +343,16 @@ class PathFacts:
                           for key, path in pairs.items()}}
 
 
-def _rounded(found: tuple[float, PathLink] | None) -> float | None:
+def _rounded(found: tuple[float, PathLink | None] | None) -> float | None:
     return round(found[0], 2) if found is not None else None
 
 
 def read_path_facts(host: Host, gpus: Sequence[Gpu],
-                    requests: Sequence[Request] | None = None) -> PathFacts:
+                    requests: Sequence[Request] | None = None,
+                    between_sockets: float = SOCKET_HOP_GBPS) -> PathFacts:
     """The paths of ``gpus``, read in one batch (served from a phase's batch where the checks
-    declared these reads; ``requests``: ``path_reads(gpus)`` made already)."""
+    declared these reads; ``requests``: ``path_reads(gpus)`` made already), the hop between
+    sockets carrying ``between_sockets`` GB/s."""
     requests = tuple(requests) if requests is not None else path_reads(gpus)
     replies = dict(zip(requests, host.batch(requests), strict=True))
     ports = {}
@@ -342,4 +367,4 @@ def read_path_facts(host: Host, gpus: Sequence[Gpu],
             reply = replies[Read(group[1])]
             kind = reply.text().strip() if reply.error is None else None
             iommu[gpu.address] = (group[0], kind)
-    return PathFacts(gpus, ports, iommu)
+    return PathFacts(gpus, ports, iommu, between_sockets)

@@ -430,5 +430,18 @@ def docs_table() -> str:
                       *(option.doc_row() for option in OPTIONS)]) + "\n"
 
 
-if __name__ == "__main__":
+def main(argv: Sequence[str] | None = None, prog: str = "python -m pytest_gpuhost.config.options"
+         ) -> int:
+    """``python -m pytest_gpuhost.config.options``: print docs/reference.md's table of
+    options (``--help`` says so)."""
+    import argparse
+
+    argparse.ArgumentParser(prog=prog, description="Print the table of pytest-gpuhost's "
+                            "options and ini values that docs/reference.md holds (Markdown)."
+                            ).parse_args(argv)
     print(docs_table(), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

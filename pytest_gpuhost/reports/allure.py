@@ -35,6 +35,9 @@ dynamic: Any = allure.dynamic
 """allure's dynamic API is untyped."""
 
 _ANY = r"[\s\S]*"
+NOT_ON_THIS_KERNEL = "this kernel has no such"
+"""How the message of a check whose setting the kernel does not have goes on (a sysctl's
+``... does not exist: this kernel has no such sysctl``): failed, the host read, not mis-tuned."""
 ALLURE3_CONFIG = "allurerc.json"
 CATEGORIES = [
     {"name": "Fix failed", "matchedStatuses": ["failed"],
@@ -49,6 +52,10 @@ CATEGORIES = [
     {"name": "Would fix", "matchedStatuses": ["failed"],
      "traceRegex": f"{_ANY}  WOULD_FIX {_ANY}",
      "description": "--fix --gpuhost-dry-run: failing, and the plan says what --fix would change"},
+    {"name": "Not on this kernel", "matchedStatuses": ["failed"],
+     "messageRegex": f"{_ANY}{NOT_ON_THIS_KERNEL}{_ANY}",
+     "description": "a sysctl the running kernel does not have: its module is not loaded, or "
+                    "the spec misspells it (the message's did you mean); --fix never creates it"},
     {"name": "Mis-tuned", "matchedStatuses": ["failed"], "traceRegex": f"{_ANY}  FAILED {_ANY}",
      "description": "a setting differs from the spec (run with --fix)"},
     {"name": "Not applicable", "matchedStatuses": ["skipped"],
@@ -77,6 +84,9 @@ ALLURE3_CATEGORIES = [
      "matchers": {"statuses": ["failed"], "labels": _outcome_is(Outcome.REBOOT_REQUIRED)}},
     {"id": "gpuhost-would-fix", "name": "Would fix",
      "matchers": {"statuses": ["failed"], "labels": _outcome_is(Outcome.WOULD_FIX)}},
+    {"id": "gpuhost-not-on-this-kernel", "name": "Not on this kernel",
+     "matchers": {"statuses": ["failed"], "labels": _outcome_is(Outcome.FAILED),
+                  "message": NOT_ON_THIS_KERNEL}},
     {"id": "gpuhost-mis-tuned", "name": "Mis-tuned",
      "matchers": {"statuses": ["failed"], "labels": _outcome_is(Outcome.FAILED)}},
     {"id": "gpuhost-unreadable", "name": "Host not read",

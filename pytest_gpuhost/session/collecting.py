@@ -37,7 +37,24 @@ def collect_remote(session: Session, *, observe: bool = True) -> None:
             observe_early(target, lambda spec: session.expanded(spec, target),
                           session.specs_of(target))
 
-    each_at_once(collect, remote, session.connect_at_once, "gpuhost-collect")
+    def collect_machine(group: list[Target]) -> None:
+        for target in group:
+            collect(target)
+
+    each_at_once(collect_machine, by_machine(remote), session.connect_at_once,
+                 "gpuhost-collect")
+
+
+def by_machine(remote: list[Target]) -> list[list[Target]]:
+    """The targets grouped by the machine they reach, its host first, then its containers:
+    a container of an ssh host rides on its host's ssh connection (one login), which exists
+    only once its host has connected; connecting both at once would make two."""
+    groups: dict[str, list[Target]] = {}
+    for target in remote:
+        host = target.kernel_on if target.kernel_on in remote else None
+        groups.setdefault((host or target).name, []).append(target)
+    return [sorted(group, key=lambda target: target.kernel_on is not None)
+            for group in groups.values()]
 
 
 def export_collection(session: Session) -> dict[str, object]:

@@ -148,13 +148,22 @@ def proxmox_lxc(root: Path) -> FakeHost:
 
 def main(argv: list[str]) -> int:
     """``python -m pytest_gpuhost.fakehost [--proxmox] DIR``: write the bundled example host
-    (with ``--proxmox``, the Proxmox-like one with its LXC container) to DIR."""
-    proxmox = argv[:1] == ["--proxmox"]
-    argv = argv[1:] if proxmox else argv
-    if len(argv) != 1:
-        print("usage: python -m pytest_gpuhost.fakehost [--proxmox] DIR", flush=True)
-        return 2
-    target = Path(argv[0])
+    (with ``--proxmox``, the Proxmox-like one with its LXC container) to DIR; ``--help`` says
+    so and writes nothing."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m pytest_gpuhost.fakehost",
+        description="Write the bundled example host, a fake tree of an untuned 8-GPU server, "
+                    "to DIR, a new or empty directory (a fresh copy of examples/hosts/).")
+    parser.add_argument("--proxmox", action="store_true",
+                        help=f"the Proxmox-like example instead: the same host with LXC "
+                             f"container {PROXMOX_CONTAINER}'s tree and a fake lxc-attach "
+                             "(examples/hosts/pve-lxc)")
+    parser.add_argument("directory", metavar="DIR", help="where to write it")
+    args = parser.parse_args(argv)
+    proxmox = bool(args.proxmox)
+    target = Path(args.directory)
     if target.exists() and any(target.iterdir()):
         print(f"{target} is not empty; choose a new directory", flush=True)
         return 1

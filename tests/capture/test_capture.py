@@ -285,10 +285,12 @@ def test_values_follow_the_rules_for_switches_buffers_links_and_p2p(tmp_path: Pa
 
 
 def test_a_path_floor_is_90_percent_of_the_lowest_share_measured(tmp_path: Path) -> None:
-    """The untuned example: its pairs read 29.4% to 50.5% of the 57.61 GB/s Gen5 x16 carries."""
+    """The untuned example: its pairs read 37.7% (across sockets, of the 45 GB/s the hop
+    between them carries) to 50.5% (of the 57.61 GB/s Gen5 x16 carries) of their paths; a spec
+    that states the hop between sockets keeps it in the capture."""
     root = tmp_path / "host"
     untuned(root)
-    for of, share in (("negotiated", 0.26), ("capability", 0.26)):
+    for of, share in (("negotiated", 0.33), ("capability", 0.33)):
         spec = tmp_path / f"{of}.yaml"
         spec.write_text(f"version: 1\np2p: {{floors: {{path: 0.85, of: {of}}}}}\n")
         text, verified = round_trip(root, tmp_path, [spec], name=f"{of}-captured.yaml")
@@ -296,6 +298,12 @@ def test_a_path_floor_is_90_percent_of_the_lowest_share_measured(tmp_path: Path)
         floors = _kept(text)["p2p"]["floors"]
         assert floors == ({"path": share} if of == "negotiated" else
                           {"path": share, "of": "capability"})
+    spec = tmp_path / "board.yaml"
+    spec.write_text("version: 1\np2p: {floors: {path: 0.85, between_sockets: 51}}\n")
+    text, verified = round_trip(root, tmp_path, [spec], name="board-captured.yaml")
+    assert verified.bad() == []
+    # 16.96 GB/s of 51: 33.3%, 90% of it 0.29
+    assert _kept(text)["p2p"]["floors"] == {"path": 0.29, "between_sockets": 51}
 
 
 def test_p2p_floors_are_90_percent_of_the_lowest_pair_rounded_down() -> None:

@@ -214,3 +214,31 @@ def test_a_fleet_larger_than_the_soft_limit_on_open_files_still_runs(
         "--gpuhost-report=r.json -p no:cacheprovider")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     assert outcomes(pytester.path / "r.json") == dict.fromkeys(names, CHECKS)
+
+
+@pytest.mark.parametrize("fix", [False, True], ids=["verify", "fix"])
+def test_a_container_of_an_ssh_host_and_its_host_share_one_login(
+        pytester: pytest.Pytester, verbose_sshd: SshServer, tmp_path: Path, fix: bool) -> None:
+    """``ssh://HOST/ROOT?lxc=101``: the host's kernel checks and the container's own run over
+    one ssh login (a master connection both agent sessions ride on), as README and
+    docs/remote.md say; counted from the server's log, not from what the run says of itself."""
+    from pytest_gpuhost.testing.lxc import lxc_container
+
+    host = FakeHost(tmp_path / "pve").sysctls({"vm.swappiness": 60,
+                                               "net.ipv4.tcp_rmem": "4096 87380 268435456"})
+    lxc_container(host, "101")
+    spec = pytester.makefile(".yaml", spec="version: 1\nsysctl:\n  vm.swappiness: 10\n"
+                                           "  net.ipv4.tcp_rmem: \"4096 87380 268435456\"\n")
+    url = verbose_sshd.url(host.root, query="?lxc=101")
+    since = verbose_sshd.log.stat().st_size
+    result = pytester.runpytest_subprocess(
+        f"--gpuhost-spec={spec}", f"--gpuhost-target={url}",
+        f"--gpuhost-ssh-config={verbose_sshd.client_config}", "-v", "-p", "no:cacheprovider",
+        *(["--fix"] if fix else []))
+    outcome = "FIXED" if fix else "FAILED"
+    result.stdout.fnmatch_lines_random([
+        f"*::sysctl[[]vm.swappiness]@{verbose_sshd.alias} {outcome}*",
+        f"*::sysctl[[]net.ipv4.tcp_rmem]@{verbose_sshd.alias}-lxc-101 PASSED*"])
+    logins, sessions = server_counts(verbose_sshd, since)
+    assert logins == 1, verbose_sshd.log.read_bytes()[since:].decode(errors="replace")
+    assert sessions == 2  # an agent on the host, one entering the container

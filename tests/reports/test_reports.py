@@ -265,7 +265,8 @@ def test_allure_results_of_a_fix_run(pytester: pytest.Pytester, spec: Path,
     assert re.search(r"^kernel=\S+$", env, re.M)
     categories = json.loads((out / "categories.json").read_text())
     assert [c["name"] for c in categories] == ["Fix failed", "Hardware fault",
-                                               "Reboot required", "Would fix", "Mis-tuned",
+                                               "Reboot required", "Would fix",
+                                               "Not on this kernel", "Mis-tuned",
                                                "Not applicable"]
     # a fixed check is passed to pytest, so to Allure: its label and tag tell it apart
     assert labels_of(swap)["gpuhost_outcome"] == "fixed"
@@ -275,8 +276,8 @@ def test_allure_results_of_a_fix_run(pytester: pytest.Pytester, spec: Path,
     assert set(tags_of(peermem)) == {"fix_failed", "gpuhost"}
     config = json.loads((out / "allurerc.json").read_text())  # Allure 3's categories
     assert [c["name"] for c in config["categories"]["rules"]] == [
-        "Fix failed", "Hardware fault", "Reboot required", "Would fix", "Mis-tuned",
-        "Host not read", "Not applicable", "Will revert at boot", "Fixed by --fix"]
+        "Fix failed", "Hardware fault", "Reboot required", "Would fix", "Not on this kernel",
+        "Mis-tuned", "Host not read", "Not applicable", "Will revert at boot", "Fixed by --fix"]
 
 
 def category_of(categories: list[dict[str, Any]], status: str, message: str,
@@ -404,6 +405,29 @@ def test_mis_tuned_category(pytester: pytest.Pytester, example_host: Path) -> No
     assert test["status"] == "failed"
     assert category_of(categories, "failed", details["message"], details["trace"]) == \
         "Mis-tuned"
+
+
+def test_a_sysctl_the_kernel_does_not_have_is_failed_and_not_mis_tuned(
+        pytester: pytest.Pytester, example_host: Path) -> None:
+    """The host was read and the key is not there: ``failed`` (not ``error``, which is a host
+    that could not be read), with a did-you-mean, and neither "run with --fix" (a fix never
+    creates a sysctl) nor Allure's Mis-tuned: a category of its own, in both generations."""
+    pytester.makefile(".yaml", s="version: 1\nsysctl:\n  vm.swapiness: 10\n")
+    result = pytester.runpytest("--gpuhost-spec=s.yaml", f"--gpuhost-root={example_host}",
+                                "--alluredir=out", "--fix")
+    result.assert_outcomes(failed=1)
+    [test] = allure_results(pytester.path / "out").values()
+    details = test["statusDetails"]
+    assert test["status"] == "failed" and labels_of(test)["gpuhost_outcome"] == "failed"
+    assert "did you mean vm.swappiness?" in details["message"]
+    assert "--fix" not in details["message"]
+    categories = json.loads((pytester.path / "out/categories.json").read_text())
+    assert category_of(categories, "failed", details["message"], details["trace"]) == \
+        "Not on this kernel"
+    rules = json.loads((pytester.path / "out/allurerc.json").read_text())["categories"]["rules"]
+    [rule] = [r for r in rules if r["name"] == "Not on this kernel"]
+    assert rules.index(rule) < [r["name"] for r in rules].index("Mis-tuned")
+    assert rule["matchers"]["message"] in details["message"]
 
 
 def test_allure_under_xdist_writes_the_session_files_once(pytester: pytest.Pytester, spec: Path,

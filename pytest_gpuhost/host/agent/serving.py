@@ -65,5 +65,16 @@ def _answer(root: Root, channel: Channel) -> int:
         channel.send(encode(batch(root, requests)))
 
 
+USAGE = """usage: python -m pytest_gpuhost.host.agent.serving [ROOT]
+
+pytest-gpuhost's agent: answers batches of requests (JSON) on stdin, carried out inside ROOT
+(default /), until stdin closes. A run starts it on each target over ssh or lxc-attach; it is
+not run by hand.
+"""
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] in (["-h"], ["--help"]):  # a root is a path: never either word
+        sys.stdout.write(USAGE)
+        sys.exit(0)
     sys.exit(serve(sys.argv[1] if len(sys.argv) > 1 else "/"))
