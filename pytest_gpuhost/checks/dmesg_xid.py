@@ -186,7 +186,7 @@ class Judged:
             out["xid_worst"] = {"action": worst.entry.action, "advice": worst.entry.advice(),
                                 "code": worst.event.code, "kind": worst.event.kind,
                                 "gpu": worst.event.gpu, "class": worst.entry.cls,
-                                "short": _brief(worst)}
+                                "short": _brief(worst), "rank": severity(worst.entry.action)}
         if self.set_aside:
             out["xid_set_aside"] = self.set_aside
         return out

@@ -50,7 +50,8 @@ def test_a_hardware_xid_fails_naming_each_action_most_severe_first(fake: FakeHos
         "service if it repeats; 0000:9b:00.0: Xid 119 (GSP RPC Timeout) x2: reset the GPU")
     assert result.details["xid_worst"] == {
         "action": "service", "advice": "service the card", "code": 999, "kind": "Xid",
-        "gpu": "0000:e1:00.0", "class": "unknown", "short": "service (Xid 999 0000:e1:00.0)"}
+        "gpu": "0000:e1:00.0", "class": "unknown", "short": "service (Xid 999 0000:e1:00.0)",
+        "rank": 5}
     counts = {(c["gpu"], c["code"]): (c["class"], c["action"], c["verdict"], c["count"])
               for c in result.details["xid_counts"]}
     assert counts == {("0000:e1:00.0", 999): ("unknown", "service", "fail", 1),
