@@ -29,7 +29,7 @@ import msgspec
 
 from ..host import Host, HostError, Kmsg, Read, Reply, Request
 from ..linux.kmsg import LEVELS, Record, iter_records, level_number
-from ..linux.xid import code_span
+from ..linux.xid import DRIVERS, code_span
 from ..specmodel import EntryOptions, SpecContext, section
 from ..specmodel.matchers import Verdict
 from . import Check, Evidence, Fact, Facts, NoFix, Observation
@@ -199,7 +199,7 @@ def _partition(records: Iterable[Record | None], section: DmesgSection, after_se
         if record.seq <= after_seq or (after_usec is not None and record.usec < after_usec):
             continue
         considered += 1
-        event = xids.feed(record)
+        event = xids.feed(record, considered) if record.text.startswith(DRIVERS) else None
         at = record.level in levels
         at_level += at
         if event is not None:

@@ -104,12 +104,19 @@ class XidLog:
         """(sequence number of its first record, what) of the last driver load."""
         self.uuids: dict[str, str] = {}
         self._run_start: int | None = None
+        self._last = -2
         self._the_gpu: str | None = None
 
-    def feed(self, record: Record) -> parse.XidEvent | None:
-        """The GPU event ``record`` is, or None (a reset or load is noted on the way)."""
+    def feed(self, record: Record, index: int) -> parse.XidEvent | None:
+        """The GPU event ``record``, a record of NVIDIA's modules (``parse.DRIVERS``) and
+        the ``index``-th record considered, is, or None (a reset or load is noted on the way).
+        The other records are never fed (a million records of noise cost nothing here): a gap
+        in ``index`` is one of them, which ends a run of the driver's records."""
         text = record.text
-        if not parse.drivers_own(text) or parse.unloading(text):
+        if index != self._last + 1:
+            self._run_start = None
+        self._last = index
+        if parse.unloading(text):
             self._run_start = None  # a load's run of records starts after these
             return None
         event = parse.parse_event(text)

@@ -38,6 +38,10 @@ _UNLOADING = re.compile(r"\bUnload(?:ing|ed)\b|\bUnregistered\b")
 _UUID = re.compile(rf"NVRM: GPU at PCI:(?P<address>{_ADDRESS}): (?P<uuid>GPU-[0-9a-fA-F-]+)")
 
 FALLEN_OFF, INIT_FAILED = "fallen off the bus", "RmInitAdapter failed"
+DRIVERS = ("NVRM", "nvidia")
+"""How the records of NVIDIA's kernel modules begin (``NVRM:``, ``nvidia:``, ``nvidia-nvlink:``,
+``nvidia 0000:01:00.0: ...``): only these can be GPU events or resets, and a driver load's own
+records run together before its ``loading`` line."""
 
 
 class XidEvent(NamedTuple):
@@ -135,13 +139,6 @@ def uuid_of(text: str) -> tuple[str, str] | None:
     """(UUID, address) from ``NVRM: GPU at PCI:0000:9b:00: GPU-509665ad-...``."""
     found = _UUID.search(text)
     return (found.group("uuid").lower(), gpu_address(found.group("address"))) if found else None
-
-
-def drivers_own(text: str) -> bool:
-    """A record of NVIDIA's kernel modules (``NVRM:``, ``nvidia:``, ``nvidia-nvlink:``,
-    ``nvidia 0000:01:00.0: ...``): a driver load's own records run together before its
-    ``loading`` line."""
-    return text.startswith(("NVRM", "nvidia"))
 
 
 def unloading(text: str) -> bool:
