@@ -48,7 +48,7 @@ def answer(health: Health, problem: str | None = None, *, stopped_early: bool = 
     problem on the node, so the answer is 1 saying so and how many did not run; with none
     failed, nothing is known (unknown)."""
     if stopped_early:
-        seen = Health(health.total, health.failed)
+        seen = Health(health.total, health.failed, action=health.action)
         if seen.failing:
             return _failed(seen, f" (stopped early, {len(health.not_run)} not run)"
                                  if health.not_run else " (stopped early)")

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from pytest_gpuhost.reports import slurm
+from pytest_gpuhost.reports import npd, slurm
+from pytest_gpuhost.reports.nodehealth import Health, health_of_report, healthy_line
 
 from ..conftest import BLACKWELL8
 from .test_reports import allure_results, attachment, tags_of
@@ -146,3 +147,23 @@ def test_an_xid_before_a_driver_reload_is_set_aside_with_a_note(
         [e["raw"] for e in record["evidence"]]
     assert record["warnings"] == [] and sample(reports.prom, "gpuhost_xid_total") == []
     assert npd == ["0", "gpuhost: 1 check ok"] and reason == (0, "gpuhost: 1 check ok")
+
+
+def test_the_drain_reason_names_the_most_severe_action_of_every_failing_record() -> None:
+    def check(name: str, outcome: str, **details: Any) -> dict[str, Any]:
+        return {"id": name, "outcome": outcome, "message": "", "details": details}
+
+    report = {"checks": [
+        check("dmesg@a", "failed",
+              xid_worst={"rank": 2, "short": "reset_gpu (Xid 48 0000:01:00.0)"}),
+        check("dmesg@b", "failed", xid_worst={"rank": 3, "short": "reboot (Xid 79 0000:41:00.0)"}),
+        check("sysctl[vm.swappiness]", "passed", xid_worst={"rank": 5, "short": "not failing"}),
+        check("gpu_count", "failed")]}
+    health = health_of_report(report)
+    assert health.action == "reboot (Xid 79 0000:41:00.0)"
+    assert slurm.reason(health) == "gpuhost: reboot (Xid 79 0000:41:00.0): dmesg@a (+2 more)"
+    assert npd.answer(health).message == \
+        "gpuhost: 3 failed: reboot (Xid 79 0000:41:00.0): dmesg@a +2"
+    shy = Health(4, (), reverting=("sysctl[vm.swappiness]",), warned=("dmesg", "p2p[x]"))
+    assert healthy_line(shy, 100) == ("gpuhost: 4 checks ok, 1 will revert at boot: "
+                                      "sysctl[vm.swappiness], 2 warned: dmesg +1")
