@@ -70,6 +70,9 @@ class NoRecords(msgspec.Struct, frozen=True):
     warning: str = ""
     """The GPU events that leave the check passed (an application's Xid), as the observation
     found them."""
+    lead: str = ""
+    """The failing GPU events, each with its action: what a failure's message says first (the
+    line pytest's short summary cuts)."""
 
     def scope(self) -> str:
         levels = ", ".join(LEVELS[level] for level in self.section.levels)
@@ -85,7 +88,8 @@ class NoRecords(msgspec.Struct, frozen=True):
             return Verdict(False, "the kernel log could not be read")
         if observed == "0":
             return Verdict(True, warning=self.warning)
-        return Verdict(False, f"{observed} kernel log record(s) {self.scope()}")
+        counted = f"{observed} kernel log record(s) {self.scope()}"
+        return Verdict(False, f"{self.lead}; {counted}" if self.lead else counted)
 
     def fix_value(self, observed: str | None) -> str | None:
         return None
@@ -147,16 +151,14 @@ class DmesgProbe(NoFix, msgspec.Struct, frozen=True):
         others = walk.offending
         named = "; ".join(_short(str(r)) for r in others[:NAMED])
         more = f" (and {len(others) - NAMED} more)" if len(others) > NAMED else ""
-        culprits = [judged.failure()] if judged.failing else []
-        culprits += [f"first {named}{more}"] if others else []
         texts = list(dict.fromkeys(r.text for r in others))
         details: dict[str, Any] = {"offending": texts[:KEPT], **judged.details()}
         if len(texts) > KEPT:
             details["offending_cut"] = len(texts) - KEPT
         return Observation(str(len(offending)), tuple(evidence), details=details,
-                           culprits="; ".join(culprits) or None,
-                           expect=NoRecords(self.section, judged.warning())
-                           if judged.warned else None)
+                           culprits=f"first {named}{more}" if others else None,
+                           expect=NoRecords(self.section, judged.warning(), judged.failure())
+                           if judged.warned or judged.failing else None)
 
 
 def _boot_time(host: Host) -> float | None:

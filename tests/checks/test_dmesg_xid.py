@@ -43,11 +43,11 @@ def test_a_hardware_xid_fails_naming_each_action_most_severe_first(fake: FakeHos
                (4, "NVRM: Xid (PCI:0000:e1:00): 999, pid=7, name=x, what is this")])
     result = run_spec(SPEC, fake.root)["dmesg"]
     assert (result.outcome, result.observed) == (Outcome.FAILED, "4")  # info level, too
-    assert result.message == (
-        "4 kernel log record(s) at emerg, alert, crit, err, warn since boot: "
+    assert result.message == (  # what to do first: pytest's short summary cuts the line
         "0000:e1:00.0: Xid 999 (Xid 999, not in NVIDIA's catalog of 2025-10 (codes 1-172)): "
         "service the card; 0000:41:00.0: Xid 79 (GPU has fallen off the bus): reboot, then "
-        "service if it repeats; 0000:9b:00.0: Xid 119 (GSP RPC Timeout) x2: reset the GPU")
+        "service if it repeats; 0000:9b:00.0: Xid 119 (GSP RPC Timeout) x2: reset the GPU; "
+        "4 kernel log record(s) at emerg, alert, crit, err, warn since boot")
     assert result.details["xid_worst"] == {
         "action": "service", "advice": "service the card", "code": 999, "kind": "Xid",
         "gpu": "0000:e1:00.0", "class": "unknown", "short": "service (Xid 999 0000:e1:00.0)",
@@ -115,8 +115,9 @@ def test_the_xid_rule_moves_classes_and_allow_still_allows(fake: FakeHost) -> No
             "  allow: ['GPU has fallen off the bus']\n")
     result = run_spec(spec, fake.root)["dmesg"]
     assert result.outcome is Outcome.FAILED  # the application's Xid fails now
-    assert result.message.endswith("0000:a1:00.0: Xid 13 (Graphics Engine Exception): restart "
-                                   "the application")
+    assert result.message == ("0000:a1:00.0: Xid 13 (Graphics Engine Exception): restart the "
+                              "application; 1 kernel log record(s) at emerg, alert, crit, err, "
+                              "warn since boot, 1 allowed pattern")
     assert "1 allowed as noise" in result.evidence[0]["raw"]  # Xid 79, by the allow pattern
     spec = "version: 1\ndmesg:\n  levels: [err]\n  xid: {fail: [hardware], warn: []}\n"
     result = run_spec(spec, fake.root)["dmesg"]
