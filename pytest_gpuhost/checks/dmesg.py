@@ -193,12 +193,13 @@ def _partition(records: Iterable[Record | None], section: DmesgSection, after_se
     rule = section.xid
     walk = Walk()
     offending = walk.offending
+    since_usec = float("-inf") if after_usec is None else after_usec
     considered = at_level = malformed = allowed = 0
     for record in records:
         if record is None:
             malformed += 1
             continue
-        if record.seq <= after_seq or (after_usec is not None and record.usec < after_usec):
+        if record.seq <= after_seq or record.usec < since_usec:
             continue
         considered += 1
         event = xids.feed(record, considered) if record.text.startswith(DRIVERS) else None
@@ -208,8 +209,10 @@ def _partition(records: Iterable[Record | None], section: DmesgSection, after_se
             entry = entry_of(event)
             verdict = rule.verdict(entry)
             if verdict is not None:
-                if any(search(record.text) for search in searches):
-                    allowed += 1
+                for search in searches:
+                    if search(record.text):
+                        allowed += 1
+                        break
                 else:
                     xids.keep(record, event, entry)
                 continue

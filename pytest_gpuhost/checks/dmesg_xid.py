@@ -116,13 +116,13 @@ class XidLog:
         if index != self._last + 1:
             self._run_start = None
         self._last = index
-        if parse.unloading(text):
-            self._run_start = None  # a load's run of records starts after these
-            return None
         event = parse.parse_event(text)
         if event is not None and event.kind != "NVRM":
             self._run_start = None  # an Xid is no part of a load's probe
             return event
+        if event is None and parse.unloading(text):
+            self._run_start = None  # a load's run of records starts after these
+            return None
         if self._run_start is None:
             self._run_start = record.seq
         if event is not None:
@@ -159,6 +159,8 @@ class XidLog:
             (out.failing if verdict == FAIL else out.warned).append(seen)
         out.set_aside = [{"gpu": gpu, "count": count, "why": f"before {why}"}
                          for (gpu, why), count in aside.items()]
+        out.failing.sort(key=_severe)  # once: each list is read most severe first
+        out.warned.sort(key=_severe)
         return out
 
     def _reset_of(self, gpu: str | None) -> tuple[int, str] | None:
@@ -168,7 +170,8 @@ class XidLog:
 
 
 class Judged:
-    """The events sorted: failing, warnings, and what was set aside and why."""
+    """The events sorted: failing, warnings (each most severe first), and what was set aside
+    and why."""
 
     def __init__(self) -> None:
         self.failing: list[Seen] = []
@@ -180,8 +183,7 @@ class Judged:
         GPU, code and class, how many; ``xid_worst``: the most severe failing one's action;
         ``xid_set_aside``: what was set aside and why."""
         out: dict[str, Any] = {}
-        events = sorted(((FAIL, s) for s in self.failing), key=_severe) + \
-            sorted(((WARN, s) for s in self.warned), key=_severe)
+        events = [(FAIL, s) for s in self.failing] + [(WARN, s) for s in self.warned]
         if events:
             out["xid"] = [_event(verdict, seen) for verdict, seen in events[:KEPT]]
             if len(events) > KEPT:
@@ -189,7 +191,7 @@ class Judged:
             out["xid_counts"] = [{**group, "count": count}
                                  for group, count in _groups(events)]
         if self.failing:
-            _, worst = min(((FAIL, s) for s in self.failing), key=_severe)
+            worst = self.failing[0]
             out["xid_worst"] = {"action": worst.entry.action, "advice": worst.entry.advice(),
                                 "code": worst.event.code, "kind": worst.event.kind,
                                 "gpu": worst.event.gpu, "class": worst.entry.cls,
@@ -212,8 +214,7 @@ class Judged:
                          for a in self.set_aside)
 
 
-def _severe(item: tuple[str, Seen]) -> tuple[int, str, int, int]:
-    seen = item[1]
+def _severe(seen: Seen) -> tuple[int, str, int, int]:
     return (-severity(seen.entry.action), seen.event.gpu or "", seen.event.code or 0,
             seen.record.seq)
 
@@ -251,9 +252,10 @@ def _brief(seen: Seen) -> str:
 
 def _named(seen: Sequence[Seen]) -> str:
     """``0000:41:00.0: Xid 79 (GPU has fallen off the bus): reboot, then service if it
-    repeats``, per GPU and code, most severe first, repeats counted, NAMED of them."""
+    repeats``, per GPU and code, most severe first (as ``seen`` is), repeats counted, NAMED of
+    them."""
     groups: dict[tuple[str, str], list[Seen]] = {}
-    for each in sorted(seen, key=lambda s: _severe((FAIL, s))):
+    for each in seen:
         groups.setdefault((each.event.gpu or "GPU ?", _label(each)), []).append(each)
     parts = [f"{gpu}: {label}{f' x{len(items)}' if len(items) > 1 else ''}: "
              f"{items[0].entry.advice()}" for (gpu, label), items in groups.items()]

@@ -20,14 +20,15 @@ GPUs are named in the sysfs form (``0000:9b:00.0``), or by UUID where the log na
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import NamedTuple
 
 _ADDRESS = r"(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
 _WHERE = rf"\((?:PCI:)?(?P<where>{_ADDRESS}|GPU-[0-9a-fA-F-]+)\)"
-_XID = re.compile(rf"\b(?P<kind>S?Xid) {_WHERE}: (?P<code>\d+)\b,? ?(?P<rest>.*)", re.DOTALL)
-_PID = re.compile(r"pid=(?:'?<unknown>'?|(?P<pid>\d+))(?:, |,?$)")
-_NAME = re.compile(r"name=(?P<name>[^,]*)(?:, |,?$)")
+_XID = re.compile(rf"\b(?P<kind>S?Xid) {_WHERE}: (?P<code>\d+)\b,? ?"
+                  r"(?:pid=(?:'?<unknown>'?|(?P<pid>\d+))(?:, |,?$))?"
+                  r"(?:name=(?P<name>[^,]*)(?:, |,?$))?(?P<rest>.*)", re.DOTALL)
 _ANY_ADDRESS = re.compile(
     rf"(?<![0-9a-fA-F:])(?:PCI:)?(?P<address>{_ADDRESS})(?![0-9a-fA-F]|:[0-9a-fA-F])")
 _THE_GPU = re.compile(rf"NVRM: The NVIDIA GPU (?P<address>{_ADDRESS})")
@@ -69,6 +70,7 @@ class Marker(NamedTuple):
     what: str
 
 
+@functools.lru_cache(maxsize=1024)  # a flood of one GPU's Xid names it 50,000 times
 def gpu_address(text: str) -> str:
     """``0000:9b:00``, ``9b:00``, ``00000000:9b:00.0`` -> ``0000:9b:00.0``; a UUID as it is."""
     if text.startswith("GPU-"):
@@ -90,19 +92,11 @@ def parse_event(text: str) -> XidEvent | None:
     """The Xid, SXid or event without an Xid in one record's text, or None."""
     match = _XID.search(text)
     if match is not None:
-        rest = match.group("rest").strip()
-        pid = name = None
-        found = _PID.match(rest)
-        if found is not None:
-            pid = int(found.group("pid")) if found.group("pid") else None
-            rest = rest[found.end():]
-        found = _NAME.match(rest)
-        if found is not None:
-            name = found.group("name").strip() or None
-            name = None if name == "<unknown>" else name
-            rest = rest[found.end():]
-        return XidEvent(match.group("kind"), int(match.group("code")),
-                        gpu_address(match.group("where")), pid, name, text, rest.strip())
+        kind, where, code, pid, name, rest = match.group("kind", "where", "code", "pid", "name",
+                                                         "rest")
+        name = name.strip() if name else None
+        return XidEvent(kind, int(code), gpu_address(where), int(pid) if pid else None,
+                        None if not name or name == "<unknown>" else name, text, rest.strip())
     if "NVRM" not in text:
         return None
     for what in (FALLEN_OFF, INIT_FAILED):

@@ -16,6 +16,7 @@ dropped. Codes 162 to 172 have no resolution in the table: their action here is 
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 SOURCE = "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"
@@ -49,9 +50,12 @@ class Entry(NamedTuple):
             self.action not in (SERVICE, NONE) else words
 
 
+_RANK = {action: rank for rank, action in enumerate(ACTIONS)}
+
+
 def severity(action: str) -> int:
     """The action's rank in ``ACTIONS``: higher is more severe."""
-    return ACTIONS.index(action)
+    return _RANK[action]
 
 
 _A, _D, _H, _I = APPLICATION, DRIVER, HARDWARE, INTERCONNECT
@@ -165,13 +169,18 @@ def xid_entry(code: int, text: str = "") -> Entry:
     """The entry of Xid ``code``; Xid 154 says in ``text`` which recovery it now asks for."""
     entry = CATALOG.get(code)
     if entry is None:
-        return unknown(f"Xid {code}, not in NVIDIA's catalog of {VERSION}")
+        return _unknown_xid(code)
     if code == 154:
         after = text.rpartition(" to ")[2].lower()
         for word, action in (("reboot", REBOOT), ("reset", RESET_GPU), ("none", NONE)):
             if word in after:
                 return entry._replace(action=action)
     return entry
+
+
+@functools.lru_cache(maxsize=256)  # one entry for a flood of one unknown code
+def _unknown_xid(code: int) -> Entry:
+    return unknown(f"Xid {code}, not in NVIDIA's catalog of {VERSION}")
 
 
 def sxid_entry(code: int, text: str) -> Entry:
