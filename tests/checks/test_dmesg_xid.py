@@ -159,3 +159,19 @@ def test_an_xid_right_before_a_load_is_no_part_of_it(fake: FakeHost) -> None:
     result = run_spec(SPEC, fake.root)["dmesg"]
     assert result.outcome is Outcome.PASSED
     assert result.details["xid_set_aside"][0]["gpu"] == "0000:41:00.0"
+
+
+def test_an_nvswitch_fatal_sxid_fails_and_a_non_fatal_one_warns(fake: FakeHost) -> None:
+    fake.kmsg([(4, "nvidia-nvswitch1: SXid (PCI:0000:c5:00.0): 19084, Non-fatal, Link 12 AN1 "
+                   "Heartbeat Timeout Error (First)")])
+    result = run_spec(SPEC, fake.root)["dmesg"]
+    assert result.outcome is Outcome.PASSED
+    assert result.warnings == ("GPU event(s) that leave the node open: 0000:c5:00.0: SXid 19084 "
+                               "(NVSwitch non-fatal error): nothing to do",)
+    fake.kmsg([(4, "nvidia-nvswitch2: SXid (PCI:0000:c6:00.0): 20034, Fatal, Link 30 LTSSM "
+                   "Fault Up")])
+    result = run_spec(SPEC, fake.root)["dmesg"]
+    assert result.outcome is Outcome.FAILED
+    assert result.message.startswith("0000:c6:00.0: SXid 20034 (NVSwitch fatal error): reset "
+                                     "the GPU, then service if it repeats; 1 kernel log record")
+    assert result.details["xid_worst"]["class"] == "interconnect"
