@@ -1,13 +1,20 @@
 """dmesg: one check that the kernel log has no records at the chosen levels, bar allowed noise.
 
 Records come from dev/kmsg, whose ``PRIO`` field gives reliable levels. ``since: session`` judges
-only records after the sequence number seen when the session collected its checks. The check runs
-after every other check, so under --fix it sees what the fixes caused.
+only records after the sequence number seen when the session collected its checks, ``since:`` a
+time only those logged from then on (the boot's time, ``btime`` of proc/stat, plus a record's
+time since boot). The check runs after every other check, so under --fix it sees what the fixes
+caused. NVIDIA's GPU events (Xid, SXid, a GPU off the bus) are judged by ``xid:`` instead of
+their level (``dmesg_xid``): a failing one fails the check, naming its action; a warning leaves
+it passed, as a value close to its floor does.
 
 Capture allows the records that offended now by pattern: a record such as ``nvidia 0000:81:00.0:
 Xid 79, pid=4242`` becomes ``^nvidia (?:H{4}:)?H{2}:H{2}\\.[0-7]: Xid \\d+, pid=\\d+$`` (H
 stands for ``[0-9a-fA-F]``): anchored, its words literal (every regex metacharacter escaped), so
-it allows the same message from another device, process or boot, and nothing else.
+it allows the same message from another device, process or boot, and nothing else. An Xid's
+pattern keeps its code (``Xid \\(PCI:H{4}:H{2}:H{2}\\): 13, pid=\\d+``): allowing Xid 13 never
+allows Xid 79. A failing Xid (a hardware one) is never allowed: capture writes its pattern
+commented out, with a line saying why.
 """
 
 from __future__ import annotations
@@ -15,15 +22,18 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable, Sequence
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ..host import Host, Kmsg, Reply, Request
+from ..host import Host, HostError, Kmsg, Read, Reply, Request
 from ..linux.kmsg import LEVELS, Record, iter_records, level_number
+from ..linux.xid import DRIVERS, code_span
 from ..specmodel import EntryOptions, SpecContext, section
 from ..specmodel.matchers import Verdict
 from . import Check, Evidence, Fact, Facts, NoFix, Observation
+from .dmesg_xid import FAIL, XidLog, XidRule, entry_of, rule_of
 
 if TYPE_CHECKING:  # capture's helpers load when a capture asks
     from ..specmodel import Node
@@ -32,6 +42,8 @@ if TYPE_CHECKING:  # capture's helpers load when a capture asks
 KMSG = "dev/kmsg"
 DEFAULT_LEVELS = ("emerg", "alert", "crit", "err", "warn")
 SINCE = ("boot", "session")
+"""Besides a time (``2026-12-01T00:00:00Z``; without a zone, UTC)."""
+BOOT_TIME = "proc/stat"
 SHOWN = 20
 NAMED, SHORT = 3, 100
 """The failure's message names the first NAMED offending records, each cut to SHORT chars."""
@@ -46,12 +58,21 @@ class DmesgSection(msgspec.Struct, frozen=True):
     since: str
     allow: tuple[re.Pattern[str], ...]
     options: EntryOptions
+    xid: XidRule = XidRule()
+    after: float | None = None
+    """``since:`` a time: seconds since the epoch."""
 
 
 class NoRecords(msgspec.Struct, frozen=True):
     """The dmesg expectation: zero offending records."""
 
     section: DmesgSection
+    warning: str = ""
+    """The GPU events that leave the check passed (an application's Xid), as the observation
+    found them."""
+    lead: str = ""
+    """The failing GPU events, each with its action: what a failure's message says first (the
+    line pytest's short summary cuts)."""
 
     def scope(self) -> str:
         levels = ", ".join(LEVELS[level] for level in self.section.levels)
@@ -66,8 +87,9 @@ class NoRecords(msgspec.Struct, frozen=True):
         if observed is None:
             return Verdict(False, "the kernel log could not be read")
         if observed == "0":
-            return Verdict(True)
-        return Verdict(False, f"{observed} kernel log record(s) {self.scope()}")
+            return Verdict(True, warning=self.warning)
+        counted = f"{observed} kernel log record(s) {self.scope()}"
+        return Verdict(False, f"{self.lead}; {counted}" if self.lead else counted)
 
     def fix_value(self, observed: str | None) -> str | None:
         return None
@@ -92,56 +114,119 @@ class DmesgProbe(NoFix, msgspec.Struct, frozen=True):
     after_seq: int
 
     def reads(self) -> Sequence[Request]:
-        return (Kmsg(KMSG),)
+        return (Kmsg(KMSG),) if self.section.after is None else (Kmsg(KMSG), Read(BOOT_TIME))
 
     def observe(self, host: Host) -> Observation:
         if not host.exists(KMSG):
             return Observation(None, problem=f"{KMSG} does not exist")
-        considered, at_level, allowed, malformed, offending = _partition(
-            iter_records(host.read_kmsg(KMSG)), self.section, self.after_seq)
-        summary = (f"{considered} records since {self.section.since}, {at_level} at the "
-                   f"levels, {allowed} allowed as noise, {len(offending)} offending")
-        if malformed:
-            summary += f"; {malformed} malformed line(s) skipped"
+        after_usec = None
+        if self.section.after is not None:
+            boot = _boot_time(host)
+            if boot is None:
+                return Observation(None, problem=f"'since: {self.section.since}' needs the "
+                                   f"boot's time, and {BOOT_TIME} has no btime line")
+            after_usec = (self.section.after - boot) * 1e6
+        xids = XidLog()
+        walk = _partition(iter_records(host.read_kmsg(KMSG)), self.section, self.after_seq,
+                          after_usec, xids)
+        judged = xids.judged(self.section.xid)
+        offending = sorted([*walk.offending, *(s.record for s in judged.failing)],
+                           key=lambda r: r.seq)
+        summary = (f"{walk.considered} records since {self.section.since}, {walk.at_level} at "
+                   f"the levels, {walk.allowed} allowed as noise, {len(offending)} offending")
+        if walk.malformed:
+            summary += f"; {walk.malformed} malformed line(s) skipped"
+        events = len(judged.failing) + len(judged.warned)
+        if events or judged.set_aside:
+            summary += (f"; GPU events: {len(judged.failing)} failing, {len(judged.warned)} "
+                        f"warning(s), {sum(a['count'] for a in judged.set_aside)} set aside")
         evidence = [Evidence(KMSG, summary)]
+        if judged.set_aside:
+            evidence.append(Evidence(KMSG, judged.note()))
         evidence += [Evidence(f"{KMSG} seq {r.seq}", str(r)) for r in offending[:SHOWN]]
         if len(offending) > SHOWN:
             evidence.append(Evidence(KMSG, f"... and {len(offending) - SHOWN} more"))
-        named = "; ".join(_short(str(r)) for r in offending[:NAMED])
-        more = f" (and {len(offending) - NAMED} more)" if len(offending) > NAMED else ""
-        texts = list(dict.fromkeys(r.text for r in offending))
-        details: dict[str, Any] = {"offending": texts[:KEPT]}
+        evidence += [Evidence(f"{KMSG} seq {s.record.seq} (warning)", str(s.record))
+                     for s in judged.warned[:SHOWN]]
+        others = walk.offending
+        named = "; ".join(_short(str(r)) for r in others[:NAMED])
+        more = f" (and {len(others) - NAMED} more)" if len(others) > NAMED else ""
+        texts = list(dict.fromkeys(r.text for r in others))
+        details: dict[str, Any] = {"offending": texts[:KEPT], **judged.details()}
         if len(texts) > KEPT:
             details["offending_cut"] = len(texts) - KEPT
         return Observation(str(len(offending)), tuple(evidence), details=details,
-                           culprits=f"first {named}{more}" if offending else None)
+                           culprits=f"first {named}{more}" if others else None,
+                           expect=NoRecords(self.section, judged.warning(), judged.failure())
+                           if judged.warned or judged.failing else None)
 
 
-def _partition(records: Iterable[Record | None], section: DmesgSection, after_seq: int
-               ) -> tuple[int, int, int, int, list[Record]]:
-    """(considered, at the levels, allowed, malformed lines, the offending records), in one
-    pass that keeps only the offending records: linear in the records (a membership test of
-    each record in the allowed ones was quadratic: 40,000 vxlan lines took 76 s)."""
+def _boot_time(host: Host) -> float | None:
+    """The boot's time (seconds since the epoch) from proc/stat's ``btime``, or None."""
+    try:
+        text = host.read_text(BOOT_TIME)
+    except HostError:
+        return None
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == "btime" and value.strip().isdigit():
+            return float(value)
+    return None
+
+
+class Walk(msgspec.Struct):
+    considered: int = 0
+    at_level: int = 0
+    allowed: int = 0
+    malformed: int = 0
+    offending: list[Record] = msgspec.field(default_factory=list)
+    """The records at the levels, not allowed, that are no GPU event the ``xid:`` rule judges."""
+
+
+def _partition(records: Iterable[Record | None], section: DmesgSection, after_seq: int,
+               after_usec: float | None, xids: XidLog) -> Walk:
+    """The records counted, in one pass that keeps only the offending records and the GPU
+    events: linear in the records (a membership test of each record in the allowed ones was
+    quadratic: 40,000 vxlan lines took 76 s)."""
     levels = frozenset(section.levels)
     searches = [pattern.search for pattern in section.allow]
-    considered = at_level = malformed = 0
-    offending: list[Record] = []
+    rule = section.xid
+    walk = Walk()
+    offending = walk.offending
+    since_usec = float("-inf") if after_usec is None else after_usec
+    considered = at_level = malformed = allowed = 0
     for record in records:
         if record is None:
             malformed += 1
             continue
-        if record.seq <= after_seq:
+        if record.seq <= after_seq or record.usec < since_usec:
             continue
         considered += 1
-        if record.level not in levels:
+        event = xids.feed(record, considered) if record.text.startswith(DRIVERS) else None
+        at = record.level in levels
+        at_level += at
+        if event is not None:
+            entry = entry_of(event)
+            verdict = rule.verdict(entry)
+            if verdict is not None:
+                for search in searches:
+                    if search(record.text):
+                        allowed += 1
+                        break
+                else:
+                    xids.keep(record, event, entry)
+                continue
+        if not at:
             continue
-        at_level += 1
         for search in searches:
             if search(record.text):
+                allowed += 1
                 break
         else:
             offending.append(record)
-    return considered, at_level, at_level - len(offending), malformed, offending
+    walk.considered, walk.at_level, walk.malformed, walk.allowed = (
+        considered, at_level, malformed, allowed)
+    return walk
 
 
 def _short(text: str, width: int = SHORT) -> str:
@@ -183,6 +268,20 @@ def escape(text: str) -> str:
 
 def generalize(text: str) -> str:
     """The anchored pattern that allows ``text`` and its kin (see the module's docstring)."""
+    return "^" + _general(text) + "$"
+
+
+def xid_pattern(text: str) -> str:
+    """``generalize`` of an Xid or SXid record, its code kept as it is: Xid 13's pattern
+    never allows Xid 79."""
+    span = code_span(text)
+    if span is None:
+        return generalize(text)
+    start, end = span
+    return "^" + _general(text[:start]) + text[start:end] + _general(text[end:]) + "$"
+
+
+def _general(text: str) -> str:
     parts: list[str] = []
     position = 0
     for match in _patterns()[0].finditer(text):
@@ -191,7 +290,7 @@ def generalize(text: str) -> str:
         parts.append(_PIECES[index][1])
         position = match.end()
     parts.append(escape(text[position:]))
-    return "^" + "".join(parts) + "$"
+    return "".join(parts)
 
 
 def allow_patterns(texts: Iterable[str], existing: Iterable[re.Pattern[str]] = ()) -> list[str]:
@@ -216,6 +315,8 @@ def capture_dmesg(model: DmesgSection, records: Records) -> Captured:
     found = records_of(records, "dmesg")
     settings: dict[str, Any] = {"levels": [LEVELS[level] for level in model.levels],
                                 "since": model.since}
+    if model.xid != XidRule():
+        settings["xid"] = {"fail": list(model.xid.fail), "warn": list(model.xid.warn)}
     existing = [p.pattern for p in model.allow]
     if when_false(found, model.options):
         out.entries.update({**settings, **({"allow": existing} if existing else {}),
@@ -231,20 +332,79 @@ def capture_dmesg(model: DmesgSection, records: Records) -> Captured:
         out.leave_out("dmesg", f"{cut} more distinct offending records than the record keeps: "
                       "they are not allowed here")
     allow = existing + allow_patterns(offending, model.allow)
+    allow += _xid_patterns(out, [e for r in found for e in r.details.get("xid", ())],
+                           [*model.allow, *(re.compile(p) for p in allow)])
     out.entries.update({**settings, **({"allow": allow} if allow else {}),
                         **options_of(model.options)})
     return out
 
 
+def _xid_patterns(out: Captured, events: Iterable[Any], allowed: list[re.Pattern[str]]
+                  ) -> list[str]:
+    """A pattern for each kind of GPU event that left the check passed (an application's
+    Xid); a failing one (a hardware Xid) is never allowed: its pattern is written commented
+    out, below the reason."""
+    patterns: list[str] = []
+    refused: set[str] = set()
+    for event in events:
+        if not isinstance(event, dict) or not isinstance(event.get("text"), str):
+            continue
+        text = event["text"]
+        if any(p.search(text) for p in allowed):
+            continue
+        pattern = xid_pattern(text)
+        if event.get("verdict") == FAIL:
+            if pattern not in refused:
+                refused.add(pattern)
+                what = f"{event.get('kind')} {event.get('code')}" \
+                    if event.get("code") is not None else "NVRM"
+                out.leave_out("dmesg", f"{what} ({event.get('description')}) on "
+                              f"{event.get('gpu')} is {event.get('class')}, never allowed: "
+                              f"{event.get('advice')}")
+                out.notes.append(f"allow: - '{pattern}'")
+            continue
+        patterns.append(pattern)
+        allowed.append(re.compile(pattern))
+    return patterns
+
+
+def _time(text: str, node: Node) -> float:
+    """``2026-12-01T00:00:00Z`` -> seconds since the epoch (a time without a zone is UTC)."""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise node.error(f"dmesg since must be one of: {', '.join(SINCE)}, or a time such as "
+                         f"2026-12-01T00:00:00Z; got {text!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.timestamp()
+
+
+def _xid_rule(node: Node) -> XidRule:
+    """``{fail: [hardware, ...], warn: [application]}``."""
+    lists: dict[str, tuple[str, ...]] = {}
+    for key, value in node.mapping("dmesg xid"):
+        if key not in ("fail", "warn"):
+            raise value.unknown_key(key, "dmesg xid", ("fail", "warn"))
+        lists[key] = tuple(item.string(f"an Xid class of xid.{key}")
+                           for item in value.sequence(f"dmesg xid.{key}"))
+    try:
+        return rule_of(lists.get("fail"), lists.get("warn"))
+    except ValueError as exc:
+        raise node.error(str(exc)) from None
+
+
 class DmesgKind:
     section = "dmesg"
-    keys = ("levels", "since", "allow")
+    keys = ("levels", "since", "xid", "allow")
     capture = staticmethod(capture_dmesg)
 
     def parse(self, node: Node, context: SpecContext) -> DmesgSection:
         levels: tuple[int, ...] = tuple(level_number(name) for name in DEFAULT_LEVELS)
         since = "boot"
         allow: tuple[re.Pattern[str], ...] = ()
+        after: float | None = None
+        rule = XidRule()
         given = section(node, "dmesg", self.keys, context, empty=True)
         for key, value in given.values.items():
             if key == "levels":
@@ -254,11 +414,14 @@ class DmesgKind:
             elif key == "since":
                 since = value.string("dmesg since")
                 if since not in SINCE:
-                    raise value.error(f"dmesg since must be one of: {', '.join(SINCE)}")
+                    after = _time(since, value)
+            elif key == "xid":
+                rule = _xid_rule(value)
             elif key == "allow":
                 allow = tuple(item.regex("a dmesg allow pattern")
                               for item in value.sequence("dmesg allow"))
-        return DmesgSection(tuple(sorted(set(levels))), since, allow, given.options)
+        return DmesgSection(tuple(sorted(set(levels))), since, allow, given.options, rule,
+                            after)
 
     @staticmethod
     def _level(node: Node) -> int:

@@ -27,7 +27,7 @@ from allure_commons.model2 import Label
 from allure_commons.types import AttachmentType, LabelType
 
 from ..files import write_output
-from ..result import CheckResult, Outcome, apply_failed
+from ..result import WILL_REVERT, CheckResult, Outcome, apply_failed
 from . import RunInfo, reverting
 from .topology import path_text
 
@@ -68,6 +68,9 @@ TAGGED = (Outcome.FIXED, Outcome.FIX_FAILED, Outcome.WOULD_FIX, Outcome.REBOOT_R
 """The outcomes pytest's statuses hide (fixed looks passed; the others look failed): tagged."""
 WILL_REVERT_TAG = "will_revert"
 """The tag of a passed (or fixed) check whose value the boot configuration sets back."""
+WARNING_TAG = "warning"
+"""The tag of a passed check with a warning: a value close to its floor, a GPU event that
+leaves the node open (an application's Xid)."""
 
 
 def _outcome_is(*outcomes: Outcome) -> dict[str, str]:
@@ -97,6 +100,8 @@ ALLURE3_CATEGORIES = [
      "matchers": {"statuses": ["passed"], "labels": {"tag": f"^{WILL_REVERT_TAG}$"}}},
     {"id": "gpuhost-fixed", "name": "Fixed by --fix",
      "matchers": {"statuses": ["passed"], "labels": _outcome_is(Outcome.FIXED)}},
+    {"id": "gpuhost-warning", "name": "Passed with a warning",
+     "matchers": {"statuses": ["passed"], "labels": {"tag": f"^{WARNING_TAG}$"}}},
 ]
 """Allure 3's categories (its configuration's ``categories``): matched in order, a test by its
 ``gpuhost_outcome`` label, a regex anywhere in the message or trace; passed tests too (the
@@ -124,8 +129,8 @@ def _read(evidence: Sequence[Mapping[str, str]]) -> str:
     return _text([f"{e['source']}: {e['raw']}" for e in evidence]) if evidence else "(nothing)\n"
 
 
-def describe(result: CheckResult, host_name: str) -> None:
-    """Labels, parameters, description, attachments and steps of the current Allure test."""
+def _label(result: CheckResult) -> None:
+    """The current Allure test's labels and tags."""
     dynamic.feature(result.kind)
     dynamic.story(result.key if result.key is not None else result.kind)
     dynamic.severity(result.severity)
@@ -134,6 +139,13 @@ def describe(result: CheckResult, host_name: str) -> None:
         dynamic.tag(result.outcome.value)
     if reverting(result):  # right now, but not after the next boot
         dynamic.tag(WILL_REVERT_TAG)
+    if _warnings(result):
+        dynamic.tag(WARNING_TAG)
+
+
+def describe(result: CheckResult, host_name: str) -> None:
+    """Labels, parameters, description, attachments and steps of the current Allure test."""
+    _label(result)
     if result.why:
         dynamic.description(result.why)
     # Identity parameters stay in the history id (one history per check and host); the value
@@ -157,6 +169,9 @@ def describe(result: CheckResult, host_name: str) -> None:
                   name="expected vs observed", attachment_type=AttachmentType.TEXT)
     allure.attach(json.dumps(result.as_dict(), indent=2), name="gpuhost record",
                   attachment_type=AttachmentType.JSON)
+    events = _gpu_events(result)
+    if events is not None:  # the kernel log's Xid: GPU, code, class and what to do
+        allure.attach(events, name="GPU events", attachment_type=AttachmentType.TEXT)
     path = path_text(result.details)
     if path is not None:  # a P2P or host copy: its PCIe path and what limits it
         allure.attach(path, name="PCIe path", attachment_type=AttachmentType.TEXT)
@@ -181,6 +196,23 @@ def describe(result: CheckResult, host_name: str) -> None:
     _step(f"assert: {final} is {result.expected}", failure=None if ok else result.message)
     for why in reverting(result):
         _step(f"will revert: {why}")
+    for warning in _warnings(result):
+        _step(f"warning: {warning}")
+
+
+def _warnings(result: CheckResult) -> list[str]:
+    """The record's warnings that are not ``will revert``: shown as steps, tagged."""
+    return [w for w in result.warnings if not w.startswith(WILL_REVERT)]
+
+
+def _gpu_events(result: CheckResult) -> str | None:
+    """The GPU events a dmesg record judged, one kind a line, or None."""
+    groups = [g for g in result.details.get("xid_counts", ()) if isinstance(g, dict)]
+    if not groups:
+        return None
+    return _text([f"{g.get('gpu') or 'GPU ?'}: {g.get('kind')} {g.get('code') or ''} "
+                  f"({g.get('description')}) x{g.get('count')}: {g.get('class')}, "
+                  f"{g.get('action')} -> {g.get('verdict')}" for g in groups])
 
 
 def environment(info: RunInfo) -> dict[str, str]:

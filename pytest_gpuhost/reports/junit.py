@@ -7,7 +7,9 @@ facts go where each family has room for them:
 
 - ``xunit1`` and ``legacy``: ``<property>`` elements of its test case (``kind``, ``key``,
   ``expected``, ``observed``, ``outcome``, ``before``/``after``, ``severity``, ``target``, and a
-  ``warning`` per warning: a value close to its floor, or ``will revert: ...``);
+  ``warning`` per warning: a value close to its floor, a GPU event that leaves the node open,
+  or ``will revert: ...``; an ``xid`` per kind of GPU event the kernel log held: GPU, code,
+  class and action);
 - ``xunit2``: the same facts as lines of the test case's captured output, which pytest writes
   to its ``<system-out>`` when ``junit_logging`` is ``system-out``, ``out-err`` or ``all``
   (with the default ``no``, a failing check's facts are in its ``<failure>`` text).
@@ -33,8 +35,18 @@ def junit_properties(result: CheckResult) -> list[tuple[str, str]]:
               ("observed", result.observed), ("outcome", result.outcome.value),
               ("before", result.before), ("after", result.after),
               ("severity", result.severity), ("target", result.target),
-              *(("warning", warning) for warning in result.warnings)]
+              *(("warning", warning) for warning in result.warnings),
+              *(("xid", _xid(group)) for group in result.details.get("xid_counts", ())
+                if isinstance(group, dict))]
     return [(name, value) for name, value in values if value is not None]
+
+
+def _xid(group: dict[str, Any]) -> str:
+    """``0000:41:00.0 Xid 79 (GPU has fallen off the bus) x1: hardware, reboot, fail``."""
+    code = f" {group.get('code')}" if group.get("code") is not None else ""
+    return (f"{group.get('gpu') or 'GPU ?'} {group.get('kind')}{code} "
+            f"({group.get('description')}) x{group.get('count')}: {group.get('class')}, "
+            f"{group.get('action')}, {group.get('verdict')}")
 
 
 def facts_text(result: CheckResult) -> str:

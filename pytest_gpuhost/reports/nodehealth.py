@@ -39,6 +39,12 @@ class Health(msgspec.Struct, frozen=True):
     reverting: tuple[str, ...] = ()
     """Ids of the good checks whose value the boot configuration sets back (``WILL REVERT``):
     right now, so the node is healthy, but not after its next boot."""
+    warned: tuple[str, ...] = ()
+    """Ids of the good checks with another warning (an application's Xid in the kernel log, a
+    value close to its floor): healthy, and named."""
+    action: str = ""
+    """What the most severe failing GPU event asks (``reboot (Xid 79 0000:41:00.0)``), from
+    the records' ``details.xid_worst``; empty where none failed."""
 
     @property
     def healthy(self) -> bool:
@@ -64,19 +70,34 @@ def health_of(outcomes: Iterable[tuple[str, str]]) -> Health:
 
 
 def _health(records: Iterable[tuple[str, str, str]],
-            reverting: Iterable[str] = ()) -> Health:
-    """From (check id, outcome, message) triples, and the ids of the checks that will revert."""
+            reverting: Iterable[str] = (), warned: Iterable[str] = (),
+            worst: Iterable[object] = ()) -> Health:
+    """From (check id, outcome, message) triples, the ids of the checks that will revert and
+    of those with another warning, and the failing records' ``details.xid_worst``."""
     triples = list(records)
     bad = [(check, message) for check, outcome, message in triples
            if outcome not in GOOD_OUTCOMES]
     return Health(len(triples), tuple(check for check, _ in bad),
                   tuple(check for check, message in bad if message.startswith(NOT_RUN)),
-                  tuple(reverting))
+                  tuple(reverting), tuple(warned), _worst(worst))
+
+
+def _worst(found: Iterable[object]) -> str:
+    """The short text of the most severe (highest ``rank``) of the records' worst events."""
+    ranked = [(w.get("rank"), str(w.get("short"))) for w in found
+              if isinstance(w, Mapping) and isinstance(w.get("rank"), int) and w.get("short")]
+    return max(ranked)[1] if ranked else ""
 
 
 def _reverts(warnings: object) -> bool:
     return isinstance(warnings, (list, tuple)) and \
         any(isinstance(w, str) and w.startswith(WILL_REVERT) for w in warnings)
+
+
+def _warns(warnings: object) -> bool:
+    """A warning other than ``will revert``."""
+    return isinstance(warnings, (list, tuple)) and \
+        any(isinstance(w, str) and not w.startswith(WILL_REVERT) for w in warnings)
 
 
 def named(check: str, target: object) -> str:
@@ -98,7 +119,11 @@ def health_of_results(results: Sequence[CheckResult]) -> Health:
     """A run's records (a check that never reported has an error record)."""
     return _health(((named(r.id, r.target), r.outcome.value, r.message or "") for r in results),
                    (named(r.id, r.target) for r in results
-                    if r.outcome.value in GOOD_OUTCOMES and _reverts(r.warnings)))
+                    if r.outcome.value in GOOD_OUTCOMES and _reverts(r.warnings)),
+                   (named(r.id, r.target) for r in results
+                    if r.outcome.value in GOOD_OUTCOMES and _warns(r.warnings)),
+                   (r.details.get("xid_worst") for r in results
+                    if r.outcome.value not in GOOD_OUTCOMES))
 
 
 class NotThisNode(ValueError):
@@ -138,20 +163,31 @@ def health_of_report(data: Mapping[str, Any], *, node_only: bool = True) -> Heal
                      str(c.get("outcome", "none")), str(c.get("message") or ""))
                     for c in records),
                    (named(str(c.get("id", "?")), c.get("target")) for c in records
-                    if c.get("outcome") in GOOD_OUTCOMES and _reverts(c.get("warnings"))))
+                    if c.get("outcome") in GOOD_OUTCOMES and _reverts(c.get("warnings"))),
+                   (named(str(c.get("id", "?")), c.get("target")) for c in records
+                    if c.get("outcome") in GOOD_OUTCOMES and _warns(c.get("warnings"))),
+                   (_details(c).get("xid_worst") for c in records
+                    if c.get("outcome") not in GOOD_OUTCOMES))
+
+
+def _details(check: Mapping[str, Any]) -> Mapping[str, Any]:
+    details = check.get("details")
+    return details if isinstance(details, Mapping) else {}
 
 
 def healthy_line(health: Health, width: int) -> str:
     """A healthy node's line: ``gpuhost: 67 checks ok``, and, where a check's value will not
     survive the next boot, ``gpuhost: 67 checks ok, 1 will revert at boot: sysctl[vm.swappiness]``
-    (the first named, the rest counted), within ``width``."""
+    (the first named, the rest counted), then the checks with another warning (``1 warned:
+    dmesg``), within ``width``."""
     line = f"{PREFIX} {counted(health.total, 'check')} ok"
-    if not health.reverting:
-        return line
-    more = f" +{len(health.reverting) - 1}" if len(health.reverting) > 1 else ""
-    head = f"{line}, {len(health.reverting)} will revert at boot: "
-    return cut(head + short_id(health.reverting[0], max(width - len(head) - len(more), 8)) + more,
-               width)
+    for ids, what in ((health.reverting, "will revert at boot"), (health.warned, "warned")):
+        if not ids:
+            continue
+        more = f" +{len(ids) - 1}" if len(ids) > 1 else ""
+        head = f"{line}, {len(ids)} {what}: "
+        line = head + short_id(ids[0], max(width - len(head) - len(more), 8)) + more
+    return cut(line, width)
 
 
 def clean(text: str) -> str:
@@ -176,6 +212,14 @@ def short_id(check_id: str, width: int) -> str:
     if len(text) > width:
         text = _PCI_DOMAIN.sub("", text)
     return cut(text, width)
+
+
+def action_template(health: Health) -> str:
+    """``reboot (Xid 79 0000:41:00.0): `` where a failing GPU event asks for an action, for a
+    template of ``first_and_count`` (its braces doubled)."""
+    if not health.action:
+        return ""
+    return clean(health.action).replace("{", "{{").replace("}", "}}") + ": "
 
 
 def first_and_count(health: Health, *, width: int, template: str) -> str:

@@ -17,7 +17,15 @@ import msgspec
 import pytest
 
 from ..result import CheckResult
-from .nodehealth import PREFIX, Health, cut, first_and_count, health_of_results, healthy_line
+from .nodehealth import (
+    PREFIX,
+    Health,
+    action_template,
+    cut,
+    first_and_count,
+    health_of_results,
+    healthy_line,
+)
 
 OK, PROBLEM, UNKNOWN = 0, 1, 2
 """NPD's exit statuses: every check good; one is not; the checks could not run."""
@@ -40,7 +48,7 @@ def answer(health: Health, problem: str | None = None, *, stopped_early: bool = 
     problem on the node, so the answer is 1 saying so and how many did not run; with none
     failed, nothing is known (unknown)."""
     if stopped_early:
-        seen = Health(health.total, health.failed)
+        seen = Health(health.total, health.failed, action=health.action)
         if seen.failing:
             return _failed(seen, f" (stopped early, {len(health.not_run)} not run)"
                                  if health.not_run else " (stopped early)")
@@ -56,7 +64,8 @@ def answer(health: Health, problem: str | None = None, *, stopped_early: bool = 
 def _failed(health: Health, note: str = "") -> NpdAnswer:
     more = " +{more}" if len(health.failing) > 1 else ""
     return NpdAnswer(PROBLEM, first_and_count(
-        health, width=MAX_MESSAGE, template=PREFIX + " {count} failed: {first}" + more + note))
+        health, width=MAX_MESSAGE,
+        template=PREFIX + " {count} failed: " + action_template(health) + "{first}" + more + note))
 
 
 def answer_run(records: Sequence[CheckResult], exit_status: int, stdout: TextIO | None, *,

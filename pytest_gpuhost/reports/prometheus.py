@@ -76,6 +76,13 @@ def textfile(results: Sequence[CheckResult], *, specs: Sequence[str], timestamp:
     observed = [(check_labels(r), float(r.observed) if "." in r.observed else int(r.observed))
                 for r in results if r.observed is not None and _NUMBER.fullmatch(r.observed)]
     reverts = [(check_labels(r), 1) for r in results if reverting(r)]
+    warned = [(check_labels(r), len(r.warnings)) for r in results if r.warnings]
+    xids = [(_labels((*((("target", r.target),) if r.target is not None else ()),
+                      ("gpu", str(group.get("gpu") or "")), ("code", _code(group)),
+                      ("class", str(group.get("class"))), ("action", str(group.get("action"))),
+                      ("event", str(group.get("kind"))))), int(group.get("count", 0)))
+            for r in results for group in r.details.get("xid_counts", ())
+            if isinstance(group, dict)]
     groups = sorted({(r.target or "", r.spec_file) for r in results}) or \
         [("", each) for each in files]
 
@@ -101,11 +108,23 @@ def textfile(results: Sequence[CheckResult], *, specs: Sequence[str], timestamp:
                  info),
         *_metric("gpuhost_check_will_revert", "1 for a check whose value is right now but that "
                  "the boot configuration sets back (absent for every other check)", reverts),
+        *_metric("gpuhost_check_warnings", "warnings of a check that passed: a value close to "
+                 "its floor, a GPU event that leaves the node open, a value that will revert "
+                 "(absent for a check without one)", warned),
+        *_metric("gpuhost_xid_total", "GPU events (Xid, SXid, a GPU off the bus) in the kernel "
+                 "log judged by the dmesg check, per GPU, code, class and action (those set "
+                 "aside after a GPU reset or driver load are not counted)", xids),
         *_metric("gpuhost_checks", "number of checks per outcome in the last run", counts),
         *_metric("gpuhost_last_run_timestamp_seconds", "when the last run finished (Unix time)",
                  [(_labels(group_labels(*group)), round(timestamp, 3)) for group in groups]),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _code(group: dict[str, object]) -> str:
+    """An Xid's or SXid's code; for an event without one, what it is."""
+    code = group.get("code")
+    return str(code) if code is not None else str(group.get("description") or "")
 
 
 class PrometheusTextfile:

@@ -2,7 +2,8 @@
 
 ``python -m pytest_gpuhost.reports.slurm REPORT.json --pytest-exit=N [--timeout=S]`` prints one
 line and exits 0 when the node is healthy (``gpuhost: 67 checks ok``), 1 when a check failed
-(``gpuhost: <first failing check> (+N more)``), 2 when the checks could not run
+(``gpuhost: <first failing check> (+N more)``; where a GPU event in the kernel log failed, its
+action first: ``gpuhost: reboot (Xid 79 0000:41:00.0): dmesg``), 2 when the checks could not run
 (``gpuhost: checks could not run: ...``). examples/slurm/gpuhost-healthcheck.sh drains the node
 with that line as the reason on 1 and 2, and resumes only nodes drained by a ``gpuhost:`` reason.
 """
@@ -19,6 +20,7 @@ from .nodehealth import (
     PREFIX,
     Health,
     NotThisNode,
+    action_template,
     cut,
     first_and_count,
     health_of_report,
@@ -39,7 +41,8 @@ PYTEST_EXITS = {2: "interrupted (a collection error, or a held --fix lock)",
 def reason(health: Health) -> str:
     """The drain reason of a run in which checks failed."""
     more = f" (+{len(health.failing) - 1} more)" if len(health.failing) > 1 else ""
-    return first_and_count(health, width=REASON_WIDTH, template=PREFIX + " {first}" + more)
+    return first_and_count(health, width=REASON_WIDTH,
+                           template=PREFIX + " " + action_template(health) + "{first}" + more)
 
 
 def cannot_run(why: str) -> str:

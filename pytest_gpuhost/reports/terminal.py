@@ -177,7 +177,8 @@ def summary_lines(results: Sequence[CheckResult], info: RunInfo) -> list[str]:
     warned = [(r.id, warning) for r in results for warning in r.warnings
               if not warning.startswith(WILL_REVERT)]
     if warned:
-        lines.append(f"warnings: {len(warned)} (a value close to its floor)")
+        lines.append(f"warnings: {len(warned)} (passed, but close to failing: a value near its "
+                     "floor, a GPU event that leaves the node open)")
         lines += _first([f"  WARN {check}: {warning}" for check, warning in warned], info)
     return lines
 

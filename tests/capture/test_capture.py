@@ -392,9 +392,11 @@ def test_dmesg_patterns_allow_the_records_they_came_from(tmp_path: Path) -> None
     assert verified["dmesg"].outcome is Outcome.PASSED
     allow = _kept(text)["dmesg"]["allow"]
     assert len(allow) == len(NOISE) + 1  # each kind of record once; the vxlan one too
-    for pattern, record in zip(allow, [*NOISE, "vxlan: non-ECT from 10.233.64.17 with TOS=0x2"],
-                               strict=True):
-        assert re.search(pattern, record)
+    for record in [*NOISE, "vxlan: non-ECT from 10.233.64.17 with TOS=0x2"]:
+        assert [bool(re.search(pattern, record)) for pattern in allow].count(True) == 1, record
+    # The application's Xid 13 is allowed by a pattern that keeps its code: never Xid 79.
+    hardware = NOISE[0].replace("): 13, pid=4242", "): 79, pid=17")
+    assert not any(re.search(pattern, hardware) for pattern in allow)
 
 
 @pytest.mark.parametrize(("record", "kin", "stranger"), [
@@ -637,3 +639,25 @@ def test_acs_redirect_on_stays_out_and_bridges_without_acs_pass(tmp_path: Path) 
     text, verified = round_trip(root, tmp_path)
     assert verified.bad() == []
     assert _kept(text)["pcie"]["acs_redirect"]["value"] == "off"
+
+
+def test_capture_allows_an_application_xid_and_never_a_hardware_one(tmp_path: Path) -> None:
+    fake = FakeHost(tmp_path / "host")
+    fake.kmsg([(4, "NVRM: Xid (PCI:0000:41:00): 13, pid=4242, name=python3, Graphics SM"),
+               (3, "NVRM: Xid (PCI:0000:81:00): 79, pid='<unknown>', name=<unknown>, GPU has "
+                   "fallen off the bus.")])
+    spec = tmp_path / "dmesg.yaml"
+    spec.write_text("version: 1\ndmesg: {}\n")
+    text, verified = round_trip(fake.root, tmp_path, [spec])
+    assert _kept(text)["dmesg"]["allow"] == [
+        r"^NVRM: Xid \(PCI:[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\): 13, pid=\d+, "
+        r"name=python3, Graphics SM$"]  # the code kept: it allows no other Xid
+    lines = text.splitlines()
+    why = lines.index("  # left out: dmesg: Xid 79 (GPU has fallen off the bus) on 0000:81:00.0 "
+                      "is hardware, never allowed: reboot, then service if it repeats")
+    assert lines[why + 1].startswith(r"  # left out: allow: - '^NVRM: Xid \(PCI:")
+    assert "79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus\\.$'" in \
+        lines[why + 1]
+    result = verified["dmesg"]
+    assert result.outcome is Outcome.FAILED  # the hardware Xid still fails the captured spec
+    assert result.warnings == ()  # and the application's is allowed: not even a warning

@@ -412,8 +412,10 @@ def test_dmesg_judges_levels_and_allows_noise(fake: FakeHost) -> None:
     result = run_spec(DMESG_SPEC, fake.root)["dmesg"]
     assert result.outcome is Outcome.FAILED
     assert result.observed == "2"
-    assert result.message.startswith("2 kernel log record(s) at emerg, alert, crit, err, warn "
-                                     "since boot, 1 allowed pattern: first [")
+    assert result.message.startswith(  # the Xid first, with what to do; then the others
+        "0000:01:00.0: Xid 79 (GPU has fallen off the bus): reboot, then service if it repeats; "
+        "2 kernel log record(s) at emerg, alert, crit, err, warn since boot, 1 allowed pattern: "
+        "first [")
     shown = [e["raw"] for e in result.evidence[1:]]
     assert shown[0].endswith("err    NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.")
     assert "crit   pcieport" in shown[1]

@@ -534,3 +534,27 @@ def test_a_host_without_lxc_attach_says_so_not_python3(
     assert check["outcome"] == "error"
     assert "lxc-attach" in check["message"] and "not found" in check["message"]
     assert "python3 is not installed" not in check["message"]
+
+
+def test_gpu_events_over_ssh_are_judged_as_locally(pytester: pytest.Pytester, sshd: SshServer,
+                                                   tmp_path: Path) -> None:
+    """The target's kernel log and boot time, read by its agent: an application's Xid warns, a
+    hardware one fails naming its action, and Prometheus counts them under the target."""
+    host = FakeHost(tmp_path / "gpu")
+    host.file("proc/stat", "cpu  1 2 3\nbtime 1796083200\n")
+    host.kmsg([(3, "NVRM: Xid (PCI:0000:41:00): 79, GPU has fallen off the bus."),
+               (4, "NVRM: Xid (PCI:0000:81:00): 13, pid=9, name=python3, Graphics Exception")])
+    spec = pytester.makefile(".yaml", spec="version: 1\ndmesg: {since: '2026-12-01T00:00:00Z'}\n")
+    result = pytester.runpytest(f"--gpuhost-spec={spec}", *ssh_args(sshd, host.root,
+                                                                     names=("gpu",)),
+                                "--gpuhost-report=r.json", "--gpuhost-prom=m.prom")
+    [record] = json.loads((pytester.path / "r.json").read_text())["checks"]
+    assert (record["id"], record["outcome"]) == ("dmesg", "failed")
+    assert record["target"] == "gpu"
+    assert "0000:41:00.0: Xid 79 (GPU has fallen off the bus): reboot, then service if it " \
+        "repeats" in record["message"]
+    assert [e["verdict"] for e in record["details"]["xid"]] == ["fail", "warn"]
+    prom = (pytester.path / "m.prom").read_text()
+    assert ('gpuhost_xid_total{target="gpu",gpu="0000:81:00.0",code="13",class="application",'
+            'action="restart_app",event="Xid"} 1') in prom
+    assert result.ret == pytest.ExitCode.TESTS_FAILED

@@ -747,7 +747,8 @@ def test_dmesg_filters_a_large_log_in_one_pass(fake: FakeHost) -> None:
     result = run_spec(spec, fake.root)["dmesg"]
     assert result.observed == "2"
     assert result.evidence[0]["raw"] == ("200003 records since boot, 200002 at the levels, "
-                                         "200000 allowed as noise, 2 offending")
+                                         "200000 allowed as noise, 2 offending; GPU events: "
+                                         "1 failing, 0 warning(s), 0 set aside")
 
 
 def test_kmsg_escapes_are_decoded_before_matching_and_shown_decoded(fake: FakeHost) -> None:

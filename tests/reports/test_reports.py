@@ -277,7 +277,8 @@ def test_allure_results_of_a_fix_run(pytester: pytest.Pytester, spec: Path,
     config = json.loads((out / "allurerc.json").read_text())  # Allure 3's categories
     assert [c["name"] for c in config["categories"]["rules"]] == [
         "Fix failed", "Hardware fault", "Reboot required", "Would fix", "Not on this kernel",
-        "Mis-tuned", "Host not read", "Not applicable", "Will revert at boot", "Fixed by --fix"]
+        "Mis-tuned", "Host not read", "Not applicable", "Will revert at boot", "Fixed by --fix",
+        "Passed with a warning"]
 
 
 def category_of(categories: list[dict[str, Any]], status: str, message: str,
