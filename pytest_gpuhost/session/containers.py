@@ -45,6 +45,26 @@ RUN_OWN = ("persist", "rollback")
 """The run's own work (its --fix-persist files, a rollback's restores): files of the root it
 runs in and changes it made itself, never refused as another machine's."""
 PASSING = (Outcome.PASSED, Outcome.SKIPPED, Outcome.FIXED)
+LXC_ROOTFS = "var/lib/lxc/{ctid}/rootfs"
+"""Where LXC keeps container CTID's tree on its host (its default lxcpath; Proxmox mounts every
+running container's root file system there): a container's file as a path of its host."""
+
+
+def on_host(container: Target, path: str) -> str | None:
+    """``path`` (under the container target's root) as a path of the machine whose kernel it
+    runs on, which the operator can open there: the LXC container's tree under its host's root
+    (``/var/lib/lxc/101/rootfs/var/lib/...``). None for a target that is no LXC container, and
+    for one whose host is this machine but that keeps its tree elsewhere (another lxcpath):
+    what is shown must open."""
+    host, address = container.kernel_on, container.address
+    if host is None or address.container is None:
+        return None
+    inside = "/".join(part for part in (address.root.strip("/"), path.strip("/")) if part)
+    under = f"{LXC_ROOTFS.format(ctid=address.container)}/{inside}"
+    local = host.connection.local_path(under)  # a directory of this machine: seen to open
+    if local is not None:
+        return str(local) if local.exists() else None
+    return f"{host.address.root.rstrip('/')}/{under}"
 
 
 def in_kernel(check: Check) -> bool:

@@ -7,6 +7,7 @@ of the host's kernel but its own ``net.*``, 64-byte config spaces, the host's km
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 from pathlib import Path
 from xml.etree import ElementTree
@@ -85,7 +86,8 @@ def test_one_command_from_the_container_gates_fixes_and_rolls_back_both_sides(
     opened.stdout.fnmatch_lines_random([
         f"journal of {sshd.alias}: /*/var/lib/pytest-gpuhost/journal/*.jsonl",
         "journal of local: */var/lib/pytest-gpuhost/journal/*.jsonl",
-        "undo: --gpuhost-rollback with the same target options*"])
+        f"undo: --gpuhost-rollback --gpuhost-root={container.root} "
+        f"--gpuhost-host={sshd.url(host.root)} --gpuhost-ssh-config=* (*)"])
     assert not [line for line in opened.outlines  # a path on its target, never its URL glued on
                 if line.startswith("journal of") and "ssh://" in line]
     fixed = once_each(pytester.path / "fixed.json")
@@ -95,10 +97,9 @@ def test_one_command_from_the_container_gates_fixes_and_rolls_back_both_sides(
     assert not (container.root / "etc/modprobe.d").exists()
     assert (container.root / "proc/sys/net/ipv4/tcp_rmem").read_text().split()[1] == "87380"
 
-    back = pytester.runpytest(f"--gpuhost-root={container.root}",
-                              f"--gpuhost-host={sshd.url(host.root)}",
-                              f"--gpuhost-ssh-config={sshd.client_config}",
-                              "--gpuhost-rollback", "-p", "no:cacheprovider")
+    [undo] = [line for line in opened.outlines if line.startswith("undo: ")]
+    back = pytester.runpytest(*shlex.split(undo.removeprefix("undo: ").rsplit(" (", 1)[0]),
+                              "-p", "no:cacheprovider")  # the undo as printed (the host as given)
     assert back.ret == pytest.ExitCode.OK, back.stdout.str()[-3000:]
     back.stdout.fnmatch_lines_random(["rollback: * is closed", "rollback: * is closed"])
     assert tree(container.root) == before_container

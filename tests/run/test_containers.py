@@ -337,7 +337,8 @@ def test_a_pairs_rollback_takes_its_own_runs_host_journal(pytester: pytest.Pytes
     own = [read_journal(p) for p in (first.root / journal).glob("*.jsonl")]
     assert [j.run for j in own] == ([host_journal.run] if inside else [])
     if inside:
-        one.stdout.fnmatch_lines(["undo: --gpuhost-rollback with the same target options*"])
+        one.stdout.fnmatch_lines([f"undo: --gpuhost-rollback --gpuhost-root={host.root} "
+                                  "--gpuhost-target=lxc://101 (*)"])
     two = pytester.runpytest(f"--gpuhost-spec={other}", root, "--gpuhost-target=lxc://102",
                              "--fix", *RUN)
     assert two.ret == 0, two.stdout.str()
