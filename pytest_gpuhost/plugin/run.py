@@ -54,6 +54,10 @@ class Run:
         """Work that failed (a report that could not be written): summary lines."""
         self.stopped: str | None = None
         """Why the run stopped early (the root's lock could not be had)."""
+        self.cut_short: dict[str, tuple[int, CheckResult]] = {}
+        """nodeid -> (index, record) of a check whose fix an interrupt cut short in this
+        process: pytest reports no test it interrupts, so the controller's book takes it
+        from here (its change is ``unknown`` in the journal, never "not run")."""
         self._persistence: dict[str, dict[str, Check]] = {}
 
     def stop(self, item: GpuhostItem, reason: str) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ..printable import counted, printable
-from ..result import OUTCOMES, WILL_REVERT, CheckResult, Outcome, summarize
+from ..result import INTERRUPTED_FIX, OUTCOMES, WILL_REVERT, CheckResult, Outcome, summarize
 from . import RunInfo, TargetInfo, reverting
 
 ALWAYS_SHOWN = ("passed", "failed", "fixed", "fix_failed", "skipped")
@@ -105,9 +105,13 @@ def _fix_lines(results: Sequence[CheckResult], earlier: int = 0) -> list[str]:
     attempted = [r for r in results if r.outcome in (Outcome.FIXED, Outcome.FIX_FAILED)]
     fixes = [r for r in attempted if r.kind not in SESSION_KINDS]
     lines = []
+    cut = [r for r in results if r.outcome is Outcome.ERROR and
+           r.message.startswith(INTERRUPTED_FIX) and r.kind not in SESSION_KINDS]
     if any(r.kind != "rollback" for r in results):
         applied = sum(r.outcome is Outcome.FIXED for r in fixes)
-        lines.append(f"--fix: {applied} of {counted(len(fixes), 'fix', 'fixes')} applied")
+        lines.append(f"--fix: {applied} of {counted(len(fixes) + len(cut), 'fix', 'fixes')} "
+                     "applied" + (f", {len(cut)} cut short by the interrupt (journaled "
+                                  "unknown)" if cut else ""))
     if any(r.kind == "persist" for r in results):
         written = [r for r in attempted if r.kind == "persist"]
         done = sum(r.outcome is Outcome.FIXED for r in written)

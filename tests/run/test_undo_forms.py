@@ -126,3 +126,27 @@ def test_a_pair_whose_host_journal_was_named_later_is_still_one_run(
     assert back.ret == pytest.ExitCode.OK, back.stdout.str()
     assert (host.root / "proc/sys/vm/swappiness").read_text().strip() == "60"
     assert (container.root / "proc/sys/net/ipv4/tcp_rmem").read_text().split()[1] == "131072"
+
+
+def test_a_second_rollback_exits_4_as_the_documented_statuses_say(
+        pytester: pytest.Pytester, fake: FakeHost) -> None:
+    from ..conftest import REPO
+
+    fake.sysctl("vm.swappiness", 60)
+    pytester.makefile(".yaml", spec=HOST_SIDE)
+    root = f"--gpuhost-root={fake.root}"
+    pytester.runpytest("--gpuhost-spec=spec.yaml", root, "--fix", *RUN)
+    assert pytester.runpytest("--gpuhost-rollback", root, *RUN).ret == pytest.ExitCode.OK
+    again = pytester.runpytest("--gpuhost-rollback", root, *RUN)
+    assert again.ret == pytest.ExitCode.USAGE_ERROR
+    again.stderr.fnmatch_lines(["ERROR: no journal to roll back under */var/lib/pytest-gpuhost/"
+                                "journal (every one there is rolled back already)*"])
+    none = pytester.runpytest("--gpuhost-rollback=nope.jsonl", root, *RUN)
+    assert none.ret == pytest.ExitCode.USAGE_ERROR
+    none.stderr.fnmatch_lines(["ERROR: --gpuhost-rollback=nope.jsonl: no such journal *"])
+    reference = (REPO / "docs" / "reference.md").read_text()
+    statuses = " ".join(reference.split("Exit status: ", 1)[1].split("\n\n", 1)[0].split())
+    assert "`4` for" in statuses
+    assert "`no journal to roll back under ROOT/var/lib/pytest-gpuhost/journal (every one " \
+           "there is rolled back already)`, which a second `--gpuhost-rollback` says" in statuses
+    assert "`--gpuhost-rollback=FILE: no such journal`" in statuses
