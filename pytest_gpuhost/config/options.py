@@ -175,7 +175,9 @@ OPTIONS: tuple[Option, ...] = (
                 "newest journal under the root not yet rolled back)",
            doc="restore the originals of a journal, newest change first, each read back "
                "(default: the newest journal under the root not yet rolled back). Runs without "
-               "a spec, serially."),
+               "a spec, serially: a spec the ini names (`gpuhost_spec`, as in "
+               "`examples/benchmark/`) is left out, and the summary says so; one on the command "
+               "line is exit 4."),
     Option("after_reboot", "--gpuhost-rollback-after-reboot", FLAG, needs_spec=False,
            help="with --gpuhost-rollback: restore the runtime changes of a journal written "
                 "before the host's last reboot (refused by default: the reboot reset them)",

@@ -49,7 +49,7 @@ class Run:
         """(collection index, id) of every selected host check, which the gate and the host
         state wait for (the persistence files are the run's own work, not host checks)."""
         self.problems: list[str] = []
-        self.notes: list[str] = []
+        self.notes: list[str] = list(settings.notes)
         """What a reporter says at the end that is no failure (where a capture was written)."""
         """Work that failed (a report that could not be written): summary lines."""
         self.stopped: str | None = None

@@ -150,3 +150,23 @@ def test_a_second_rollback_exits_4_as_the_documented_statuses_say(
     assert "`no journal to roll back under ROOT/var/lib/pytest-gpuhost/journal (every one " \
            "there is rolled back already)`, which a second `--gpuhost-rollback` says" in statuses
     assert "`--gpuhost-rollback=FILE: no such journal`" in statuses
+
+
+def test_a_rollback_leaves_the_inis_spec_out_and_refuses_one_on_the_command_line(
+        pytester: pytest.Pytester, fake: FakeHost) -> None:
+    """The benchmark example's directory: its ini names the spec for every run there."""
+    fake.sysctl("vm.swappiness", 60)
+    pytester.makefile(".yaml", spec=HOST_SIDE)
+    pytester.makeini("[pytest]\ngpuhost_spec = spec.yaml\n")
+    root = f"--gpuhost-root={fake.root}"
+    assert pytester.runpytest(root, "--fix", *RUN).ret == pytest.ExitCode.OK
+    back = pytester.runpytest("--gpuhost-rollback", root, *RUN)
+    assert back.ret == pytest.ExitCode.OK, back.stdout.str() + back.stderr.str()
+    assert (fake.root / "proc/sys/vm/swappiness").read_text() == "60\n"
+    back.stdout.fnmatch_lines(["gpuhost_spec in *.ini left out: --gpuhost-rollback restores a "
+                               "journal, not a spec"])
+    refused = pytester.runpytest("--gpuhost-rollback", "--gpuhost-spec=spec.yaml", root, *RUN)
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines(["ERROR: --gpuhost-rollback restores a journal (the originals "
+                                  "it recorded), not a spec: drop --gpuhost-spec=spec.yaml from "
+                                  "the command line *"])
