@@ -28,6 +28,7 @@ import msgspec
 
 from ..checks import KERNEL, Check, Fact
 from ..checks.conditions import CONTAINER_READS, ConditionFn, recognise_container
+from ..engine import OFFERS
 from ..result import CheckResult, Outcome
 
 if TYPE_CHECKING:
@@ -105,10 +106,28 @@ def guarded(check: Check, result: CheckResult, reason: str, *, local: bool) -> C
     if result.outcome in PASSING:
         return result
     words = HERE if local else THERE
+    seen = result.message
+    for offer in OFFERS:  # --fix changes no kernel setting from here
+        seen = seen.removesuffix(offer)
     return msgspec.structs.replace(
         result, outcome=Outcome.ERROR,
-        message=f"{words}; here ({reason}): {result.message}" if result.message else
-        f"{words}; here ({reason})")
+        message=f"{words}; here ({reason}): {seen}" if seen else f"{words}; here ({reason})")
+
+
+def unjudged(messages: Sequence[str]) -> str | None:
+    """What a run says once, before its failures, where a container's ``kernel`` checks could
+    not be judged (``guarded``): how many, and the option that judges them; None where none."""
+    here = sum(message.startswith(HERE) for message in messages)
+    there = sum(message.startswith(THERE) for message in messages)
+    if not here and not there:
+        return None
+    where = ("name its host with --gpuhost-host=ssh://[USER@]HOST[:PORT][/ROOT] (the machine "
+             "whose kernel it runs on)" if here else
+             "name the container as ssh://HOST?lxc=CTID, or check HOST itself")
+    return (f"this is a container: {here + there} of its kernel checks (sysctls other than its "
+            "own namespaces', modules, PCIe registers, C-states, NVML device settings, dmesg) "
+            f"cannot be judged from inside it, and --fix changes none of them here: {where} "
+            "(docs/remote.md)")
 
 
 def written_for(check: Check, where: Target, asked: Sequence[Target]
