@@ -60,10 +60,11 @@ def summary_table(results: Sequence[CheckResult]) -> list[str]:
 
 
 def _cell(group: Sequence[CheckResult]) -> str:
-    """``9 passed``, ``7 failed 2 passed``: a target's outcomes of one kind, worst first."""
+    """``9 passed``, ``7 failed, 2 passed``: a target's outcomes of one kind, worst first (a
+    comma between them: two spaces part the cells, which a long total row fills)."""
     counts = summarize(group)
     order = [o for o in reversed(OUTCOMES) if o != "passed"] + ["passed"]
-    return " ".join(f"{counts[o]} {o}" for o in order if counts.get(o)) or "-"
+    return ", ".join(f"{counts[o]} {o}" for o in order if counts.get(o)) or "-"
 
 
 def target_matrix(results: Sequence[CheckResult]) -> list[str]:
