@@ -134,8 +134,8 @@ def test_a_failing_pair_names_its_top_cause_first(tmp_path: Path) -> None:
     failed = results[f"p2p[{C}->{B}]"]  # 40 + 2 + 1 GB/s, B reading at 512 through RP_C
     assert failed.outcome is Outcome.FAILED
     assert failed.message == (
-        "43.00 GB/s < floor 47 GB/s (same_numa), 91% of the floor: ACS redirect on 0000:00:03.1 (root "
-        "port of the source) sends this pair through the root complex; add pcie: "
+        "43.00 GB/s < floor 47 GB/s (same_numa), 91% of the floor: ACS redirect on 0000:00:03.1 "
+        "(root port of the source) sends this pair through the root complex; add pcie: "
         "{acs_redirect: off} to the spec and --fix clears it (and 1 more: max_read_request at "
         "0000:04:00.0)")
     with_keys = run_spec("version: 1\npcie: {acs_redirect: off, max_read_request: 4096}\n"
@@ -253,7 +253,8 @@ def test_a_path_floor_holds_each_pair_to_a_share_of_its_path(tmp_path: Path) -> 
     assert held.expected == ">= 48.97 GB/s (path: 85% of 57.61 GB/s, Gen5 x16 at MPS 256 as " \
                             "capable)"
     assert held.message.endswith("reseat the card and check the riser and slot (hardware: no "
-                                 "setting fixes it) (and 1 more: cross_socket at pci0000:00 -> pci0000:80)")
+                                 "setting fixes it) (and 1 more: cross_socket at pci0000:00 -> "
+                                 "pci0000:80)")
 
 
 def test_class_and_path_floors_combine_the_higher_wins(tmp_path: Path) -> None:
