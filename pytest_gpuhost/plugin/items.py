@@ -16,8 +16,9 @@ from ..checks import KERNEL, Check
 from ..fix import LockUnavailable
 from ..host import HostError, TargetLost
 from ..printable import printable
-from ..progress import progress_to
+from ..progress import progress_to, step_times
 from ..result import CheckResult, Outcome
+from .steptimes import step_times_of
 
 if TYPE_CHECKING:
     from ..session import Session, Target
@@ -153,7 +154,7 @@ class GpuhostItem(pytest.Item):
                 raise CheckError(self.result)
         self.prepare(run)
         try:
-            with progress_to(self._progress_sink()):
+            with progress_to(self._progress_sink()), step_times(step_times_of(self.config)):
                 self.result = run.session.run(self.check, self.target)
         except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP: no report of this test follows
             fixer = self.target.fixrun.fixer
