@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ..config.options import BY_NAME, flag
 from ..printable import printable
 from ..reports.terminal import TerminalSummary
+from ..session.containers import own_root
 
 if TYPE_CHECKING:
     from ..reports import RunInfo, TargetInfo
@@ -59,15 +60,25 @@ class Summary:
                 write(f"journal: {info.journal} "
                       f"{_undo(changes, f'--gpuhost-rollback={info.journal}', *self._root())}")
             return
-        hosts = {t.kernel_on for t in info.targets if t.kernel_on}
+        kernel_on = {a.name: a.kernel_on for a in self.run.settings.targets} | \
+            {t.name: t.kernel_on for t in info.targets}  # a host that ran no check included
+        hosts = {host for host in kernel_on.values() if host}
+
+        def kernel_of(name: str) -> str:  # a container's host's host (--gpuhost-host), ...
+            seen = [name]
+            while kernel_on.get(seen[-1]) and kernel_on[seen[-1]] not in seen:
+                seen.append(str(kernel_on[seen[-1]]))
+            return seen[-1]
+
         done: set[str] = set()
         for target in info.targets:
-            unit = target.kernel_on or (target.name if target.name in hosts else None)
+            unit = kernel_of(target.name) if target.kernel_on or target.name in hosts else None
             if unit is not None:  # a host and its containers: one undo
                 if unit not in done:
                     done.add(unit)
                     self._unit(write, unit, [t for t in info.targets
-                                             if unit in (t.name, t.kernel_on)])
+                                             if kernel_of(t.name) == unit],
+                               {name for name in kernel_on if kernel_of(name) == unit})
             elif target.journal:
                 if target.url == "local":
                     undo = _undo(target.journal_changes,
@@ -78,7 +89,8 @@ class Summary:
                                  *self._naming(target.name, target.url))
                 write(f"journal of {target.name}: {self._shown(target)} {undo}")
 
-    def _unit(self, write: Callable[..., None], host: str, unit: list[TargetInfo]) -> None:
+    def _unit(self, write: Callable[..., None], host: str, unit: list[TargetInfo],
+              names: set[str]) -> None:
         """The journals of a host and its containers, and one undo of them in the form the
         run was given: a container's alone by its name (the host left alone), else every
         one of them without a name (a rollback pairs the host's journal of the containers'
@@ -95,13 +107,24 @@ class Summary:
             alone = journaled[0]
             journal = str(alone.journal)
             named = journal if alone.url == "local" else journal.rsplit("/", 1)[-1]
-            options = self._pair({alone.name, host}, alone.name)
+            options = self._pair({alone.name, *(name for name in names
+                                                if name != alone.name and name in
+                                                self._hosts_of(alone.name))}, alone.name)
             write(f"undo: --gpuhost-rollback={named} {' '.join(options)} (its host had "
                   "nothing to change)")
             return
-        options = self._pair({host, *(t.name for t in unit)})
+        options = self._pair(names)
         write(f"undo: --gpuhost-rollback {' '.join(options)} (the newest journal of each "
               "container, and its host's of the same run)")
+
+    def _hosts_of(self, name: str) -> list[str]:
+        """The targets whose kernel ``name`` runs on: its host, that host's host, ..."""
+        kernel_on = {a.name: a.kernel_on for a in self.run.settings.targets}
+        found: list[str] = []
+        while kernel_on.get(name) and kernel_on[name] not in found:
+            name = str(kernel_on[name])
+            found.append(name)
+        return found
 
     def _shown(self, target: TargetInfo) -> str:
         """A target's journal as a path of the machine that holds it, and a container's as a
@@ -169,7 +192,7 @@ class Summary:
         given = next((t for t in self.run.settings.targets if t.name == name), None)
         if url == "local" or given is None or not journal.startswith(url):
             return journal
-        return given.root.rstrip("/") + "/" + journal[len(url):].lstrip("/")
+        return own_root(given).rstrip("/") + "/" + journal[len(url):].lstrip("/")
 
     def _naming(self, name: str, url: str) -> list[str]:
         """The options that reach one target again: an inventory's host by the inventory (its

@@ -32,6 +32,7 @@ from ..engine import OFFERS
 from ..result import CheckResult, Outcome
 
 if TYPE_CHECKING:
+    from ..config.targets import TargetAddress
     from .target import Target
 
 CONTAINER = Fact("container", CONTAINER_READS, recognise_container)
@@ -51,6 +52,12 @@ LXC_ROOTFS = "var/lib/lxc/{ctid}/rootfs"
 running container's root file system there): a container's file as a path of its host."""
 
 
+def own_root(address: TargetAddress) -> str:
+    """The root a container target's agent runs at, inside it: an ``lxc://CTID/ROOT``'s
+    ``ROOT``; ``/`` for ``ssh://HOST/ROOT?lxc=CTID``, whose ``ROOT`` is its host's."""
+    return address.root if address.scheme == "lxc" or address.container is None else "/"
+
+
 def on_host(container: Target, path: str) -> str | None:
     """``path`` (under the container target's root) as a path of the machine whose kernel it
     runs on, which the operator can open there: the LXC container's tree under its host's root
@@ -60,7 +67,7 @@ def on_host(container: Target, path: str) -> str | None:
     host, address = container.kernel_on, container.address
     if host is None or address.container is None:
         return None
-    inside = "/".join(part for part in (address.root.strip("/"), path.strip("/")) if part)
+    inside = "/".join(part for part in (own_root(address).strip("/"), path.strip("/")) if part)
     under = f"{LXC_ROOTFS.format(ctid=address.container)}/{inside}"
     local = host.connection.local_path(under)  # a directory of this machine: seen to open
     if local is not None:
