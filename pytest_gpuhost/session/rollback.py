@@ -25,6 +25,7 @@ from ..config.settings import Settings, SettingsError
 from ..fix.run import rollback_fixer
 from ..fix.state import JOURNAL_DIR, StateFile, StateStore
 from ..host import HostError
+from .containers import own_root
 from .target import LOCAL, Target
 
 if TYPE_CHECKING:
@@ -197,11 +198,13 @@ def _rollback_journal(settings: Settings, target: Target, accept: Accept | None)
             journal = latest_journal(store, accept)
     except (JournalError, HostError) as exc:
         raise SettingsError(str(exc)) from None
+    where = store.journal_dir if target.url == LOCAL else \
+        f"{own_root(target.address).rstrip('/')}/{JOURNAL_DIR} of {target.name}"  # openable there
     if journal is None and accept is not None:
         raise NothingToRollBack(f"no journal of the containers' run to roll back under "
-                                f"{store.journal_dir}: their host had nothing to change then")
+                                f"{where}: their host had nothing to change then")
     if journal is None:
-        raise NothingToRollBack(f"no journal to roll back under {store.journal_dir} (every one "
+        raise NothingToRollBack(f"no journal to roll back under {where} (every one "
                                 "there is rolled back already); pass --gpuhost-rollback=FILE")
     try:
         found = journal.exists()

@@ -79,6 +79,12 @@ def test_a_containers_journal_is_shown_by_its_hosts_path_too(
     assert back.ret == pytest.ExitCode.OK, back.stdout.str()
     assert (container.root / "proc/sys/net/ipv4/tcp_rmem").read_text().split()[1] == "131072"
     assert "pytest-gpuhost-rollback-" not in back.stdout.str()  # never a temporary copy
+    again = pytester.runpytest("--gpuhost-rollback", f"--gpuhost-root={host.root}",
+                               "--gpuhost-target=lxc://101", *RUN)
+    assert again.ret == pytest.ExitCode.USAGE_ERROR
+    again.stderr.fnmatch_lines([f"ERROR: no journal to roll back under /{JOURNALS} of lxc-101 "
+                                "(every one there is rolled back already)*"])
+    assert "lxc://101/var" not in again.stderr.str()  # a path there, never the URL glued on
 
 
 def test_the_undo_of_a_later_run_that_changed_the_host_alone_is_that_runs(
