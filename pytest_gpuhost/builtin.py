@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -190,19 +190,30 @@ def strict_host_keys(settings: Settings) -> bool:
     return settings.fix and not settings.accept_new_host_keys
 
 
-def refused_key_hint(settings: Settings, target: TargetAddress) -> str:
-    """What to do when ssh refuses the target's host key in a run that changes it."""
+def refused_key_hint(settings: Settings, target: TargetAddress) -> Callable[[], str] | str:
+    """What to do when ssh refuses the target's host key in a run that changes it, made when
+    ssh refuses it: ssh-keyscan is given the HostName and port the ssh configuration
+    resolves an alias to (``ssh -G``), which it cannot resolve itself."""
     if not strict_host_keys(settings):
         return ""
     what = "--gpuhost-rollback" if settings.rollback is not None else "--fix"
-    port = f"-p {target.port} " if target.port else ""
-    return (f" ({what} changes the target as root, so it takes only a host key known_hosts "
-            "already holds, whatever StrictHostKeyChecking the ssh configuration or the "
-            "inventory sets: check the key's fingerprint (ssh-keyscan "
-            f"{port}{target.host} | ssh-keygen -lf -, against ssh-keygen -lf "
-            "/etc/ssh/ssh_host_ed25519_key.pub run there) and add it to known_hosts; "
-            "--gpuhost-accept-new-host-keys lets the configuration's StrictHostKeyChecking "
-            "(accept-new, no) decide instead)")
+
+    def hint() -> str:
+        from .host.ssh import keyscan_address  # only once ssh refused a key
+
+
+        name, port = keyscan_address(target.host or "", port=target.port,
+                                     config=settings.ssh_config, extra=target.ssh_args)
+        shown = f"-p {port} " if port != 22 else ""
+        return (f" ({what} changes the target as root, so it takes only a host key "
+                "known_hosts already holds, whatever StrictHostKeyChecking the ssh "
+                "configuration or the inventory sets: check the key's fingerprint (ssh-keyscan "
+                f"{shown}{name} | ssh-keygen -lf -, against ssh-keygen -lf "
+                "/etc/ssh/ssh_host_ed25519_key.pub run there) and add it to known_hosts; "
+                "--gpuhost-accept-new-host-keys lets the configuration's StrictHostKeyChecking "
+                "(accept-new, no) decide instead)")
+
+    return hint
 
 
 @hookimpl(trylast=True)

@@ -14,6 +14,14 @@ from .checks import KERNEL, CannotFix, Check, NotApplicable, Observation, is_boo
 from .host import Host, HostError, PhaseCache, TargetLost, doing
 from .result import WILL_REVERT, CheckResult, FixFailure, Outcome
 
+FIXABLE = " (fixable: run with --fix)"
+"""How a failure that --fix would fix ends (``_hint``)."""
+BOOT_FIXABLE = " (a boot-time setting: --fix --fix-persist writes it, then reboot)"
+"""How a failure of a boot-time setting that --fix --fix-persist would write ends."""
+OFFERS = (FIXABLE, BOOT_FIXABLE)
+"""The endings that offer --fix: left out where --fix would not do it (a container's own
+run of its host's kernel checks)."""
+
 if TYPE_CHECKING:  # the fixer (journal, locks, NVML settings) is imported by a fix only
     from .checks.changes import Plan
     from .checks.conditions import ConditionFn
@@ -115,8 +123,8 @@ def _hint(check: Check, host: Host, observed: Observation) -> str:
     except (HostError, ValueError):
         return ""
     if is_boot_time(check.probe):
-        return " (a boot-time setting: --fix --fix-persist writes it, then reboot)"
-    return " (fixable: run with --fix)"
+        return BOOT_FIXABLE
+    return FIXABLE
 
 
 def _reboot_required(check: Check, observed: Observation, problem: str,

@@ -38,6 +38,10 @@ OPEN_OUTCOMES = (Outcome.PASSED, Outcome.FIXED, Outcome.SKIPPED)
 (failed, fix_failed, error, and any outcome added later) is not."""
 
 
+INTERRUPTED_FIX = "the run was interrupted ("
+"""How the message of a check whose fix the run's interrupt cut short begins (``(SIGTERM
+received) during ...; what it did is unknown``): an ``error``, its change ``unknown`` in the
+journal, and the terminal's ``--fix`` line counts it as a fix not applied."""
 WILL_REVERT = "will revert: "
 """How the warning of a value that is right now but that boot-time configuration sets back
 begins: the check passed (or was fixed), and the reports show it as ``WILL REVERT``."""

@@ -31,6 +31,17 @@ def document_sample(document: Path, first: str) -> list[str]:
 EXAMPLE = REPO / "examples" / "benchmark"
 
 
+def documented_diff(where: Path) -> subprocess.CompletedProcess[str]:
+    """The state diff as the example's README and docs/benchmarks.md write it, run by the
+    shell in ``where`` (this interpreter as ``python``)."""
+    [line] = [line for line in (EXAMPLE / "README.md").read_text().splitlines()
+              if line.startswith("python -m pytest_gpuhost.state diff ")]
+    command = line.split("  #", 1)[0]
+    assert command in (REPO / "docs" / "benchmarks.md").read_text().splitlines()
+    return subprocess.run(["bash", "-c", command.replace("python ", f"{sys.executable} ", 1)],
+                          cwd=where, capture_output=True, text=True, timeout=60)
+
+
 def test_the_benchmark_example_saves_compares_and_diffs(pytester: pytest.Pytester,
                                                        example_host: Path) -> None:
     for path in EXAMPLE.iterdir():
@@ -68,6 +79,7 @@ def test_the_benchmark_example_saves_compares_and_diffs(pytester: pytest.Pyteste
                            str(new)], capture_output=True, text=True, timeout=60)
     assert diff.returncode == 1, diff.stderr
     assert "  sysctl[net.core.rmem_max]: 16777216 -> 33554432" in diff.stdout.splitlines()
+    assert documented_diff(pytester.path).returncode == 1  # two runs: theirs
 
     # docs/benchmarks.md's two blocks of the compare: the same state once the value is back,
     # then the value raised again and `nvidia_peermem: absent` added to the spec
@@ -81,6 +93,10 @@ def test_the_benchmark_example_saves_compares_and_diffs(pytester: pytest.Pyteste
                                              "  nouveau: absent\n  nvidia_peermem: absent\n"))
     changed = pytester.runpytest_subprocess(".", root, "--benchmark-compare")
     assert changed.ret == pytest.ExitCode.OK, changed.stdout.str()
+    documented_twice = documented_diff(pytester.path)  # four runs: the newest two
+    assert documented_twice.returncode == 1, documented_twice.stderr
+    assert "  sysctl[net.core.rmem_max]: 16777216 -> 33554432" in \
+        documented_twice.stdout.splitlines()
     for compared, heading in (
             (same, "0001_09ee7161d5eb..._20261204_190531.json: same host state"),
             (changed, "0001_unversioned_20261204_190629.json: host state differs")):

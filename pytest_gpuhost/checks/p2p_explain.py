@@ -140,7 +140,9 @@ class Explained(msgspec.Struct, frozen=True):
         if not self.causes:
             return None
         top, rest = self.causes[0], self.causes[1:]
-        more = f" (and {len(rest)} more: {', '.join(c.cause for c in rest)})" if rest else ""
+        # each by where it is: the same cause on another bridge is another cause
+        more = f" (and {len(rest)} more: {'; '.join(f'{c.cause} at {c.at}' for c in rest)})" \
+            if rest else ""
         return top.words + more
 
     def details(self, gbps: float | None) -> dict[str, Any]:

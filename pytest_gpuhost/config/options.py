@@ -165,14 +165,19 @@ OPTIONS: tuple[Option, ...] = (
                 "journal/<time>-<spec>-<pid>.jsonl; <pid>-<n> for a process's n-th journal)",
            doc="where `--fix` journals its changes (default `ROOT/var/lib/pytest-gpuhost/"
                "journal/<time>-<spec>-<pid>.jsonl`; `<time>-<spec>-<pid>-<n>.jsonl` for a "
-               "process's n-th journal when it makes more than one: a run of several targets "
-               "journals on each, and the first keeps the plain name)."),
+               "process's n-th journal name when it makes more than one: a `--fix` run names "
+               "one journal on each target, in the order of the targets (a container before "
+               "its host), and writes it only where there is something to change, so a run "
+               "of `lxc://101` whose changes were all its host's writes only the host's, "
+               "ending in `-2`; the summary names each journal written)."),
     Option("rollback", "--gpuhost-rollback", OPTIONAL, metavar="JOURNAL", needs_spec=False,
            help="restore the originals recorded in JOURNAL, newest change first (default: the "
                 "newest journal under the root not yet rolled back)",
            doc="restore the originals of a journal, newest change first, each read back "
                "(default: the newest journal under the root not yet rolled back). Runs without "
-               "a spec, serially."),
+               "a spec, serially: a spec the ini names (`gpuhost_spec`, as in "
+               "`examples/benchmark/`) is left out, and the summary says so; one on the command "
+               "line is exit 4."),
     Option("after_reboot", "--gpuhost-rollback-after-reboot", FLAG, needs_spec=False,
            help="with --gpuhost-rollback: restore the runtime changes of a journal written "
                 "before the host's last reboot (refused by default: the reboot reset them)",
@@ -230,8 +235,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("host", "--gpuhost-host", TEXT, metavar="URL", ini="gpuhost_host",
            ini_help="the machine whose kernel this one runs on (see --gpuhost-host)",
            help="from inside a container: the machine whose kernel it runs on "
-                "(ssh://[USER@]HOST[:PORT][/ROOT]); the local run's kernel checks (sysctls "
-                "other than net.*, modules, PCIe, NVML settings...) run and are fixed there.",
+                "(ssh://[USER@]HOST[:PORT][/ROOT]); the local run's kernel checks run and "
+                "are fixed there: every sysctl but a namespace's own (the per-namespace net.*, "
+                "the IPC and UTS ones; the global net.* such as net.core.rmem_max go there), "
+                "modules, PCIe, C-states, cpufreq, IOMMU, NVML device settings, dmesg (docs/"
+                "reference.md#where-a-setting-lives).",
            doc="from inside a container: the machine whose kernel it runs on "
                "(`ssh://[USER@]HOST[:PORT][/ROOT]`, named as a target is). The `local` "
                "target's `kernel` checks run, are fixed and journaled there, reported under "

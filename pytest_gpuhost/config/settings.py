@@ -97,6 +97,9 @@ class Settings(msgspec.Struct, frozen=True):
     envelope: str = "on"
     """--gpuhost-envelope: each benchmark's envelope taken (on), an invalid one an error of
     its test (strict), or none taken (off)."""
+    notes: tuple[str, ...] = ()
+    """What the run says at its end of how it read its options (a spec of the ini ignored by
+    a rollback)."""
 
     def specs_of(self, target: TargetAddress) -> tuple[Path, ...]:
         """The specs ``target`` runs: its own, the run's, or none for a target added to the
@@ -185,9 +188,25 @@ def _usage(raw: RawOptions, has_specs: bool) -> None:
             raise SettingsError(f"{option.flag} only makes sense with --fix")
 
 
+def _rollback_specs(raw: RawOptions, specs: tuple[Path, ...]) -> tuple[Path, ...]:
+    """A rollback's specs: a spec of the ini is not one (the ini of a benchmark's directory
+    names its spec for every run there; a rollback restores a journal): left out."""
+    if raw.value("rollback") is None or raw.words("spec") or not raw.ini_words("spec"):
+        return specs
+    ini = {spec_path(raw.ini_base, p, f"gpuhost_spec in {raw.ini_name}").resolve()
+           for p in raw.ini_words("spec")}
+    return tuple(spec for spec in specs if spec not in ini)
+
+
 def _rollback_usage(raw: RawOptions, has_specs: bool) -> None:
     if has_specs:
-        raise SettingsError("--gpuhost-rollback restores a journal; run it without a spec")
+        given = " ".join([*(f"--gpuhost-spec={p}" for p in raw.words("spec")),
+                          *(arg for arg in raw.args if Path(arg.split("::", 1)[0]).suffix
+                            in (".yaml", ".yml"))])
+        raise SettingsError(f"--gpuhost-rollback restores a journal (the originals it "
+                            f"recorded), not a spec: drop {given or 'the spec'} from the "
+                            "command line (a spec the ini names is left out of a rollback "
+                            "by itself)")
     for name in ("persist", "journal"):
         if raw.value(name):
             raise SettingsError(f"{flag(name)} does not go with --gpuhost-rollback (a "
@@ -340,7 +359,10 @@ def _with_target_specs(specs: tuple[Path, ...],
 
 def resolve(raw: RawOptions) -> Settings:
     """The run's settings; SettingsError for the first thing that cannot be used."""
-    specs = _spec_paths(raw)
+    given = _spec_paths(raw)
+    specs = _rollback_specs(raw, given)
+    notes = (f"{BY_NAME['spec'].ini} in {raw.ini_name} left out: --gpuhost-rollback restores "
+             "a journal, not a spec",) if specs != given else ()
     targets = _all_targets(raw, specs)
     own = raw.value("rollback") is None and any(target.spec is not None for target in targets)
     capture, catalog = _capture(raw, specs or own_specs(targets))
@@ -377,7 +399,7 @@ def resolve(raw: RawOptions) -> Settings:
         nfd=_output(raw, "nfd"), capture=capture, capture_shown=raw.text("capture") or "",
         capture_from=_capture_from(raw, targets) if capture is not None or catalog else None,
         capture_overwrite=raw.flag("capture_overwrite"), catalog=catalog,
-        fleet_html=_output(raw, "fleet_html"),
+        fleet_html=_output(raw, "fleet_html"), notes=notes,
         topology=raw.flag("topology") and not raw.worker,
         accept_new_host_keys=raw.flag("accept_new_host_keys") or
         raw.ini_flag("accept_new_host_keys"),

@@ -24,6 +24,7 @@ from ..checks.conditions import in_container
 from ..checks.sysctl import sysctl_scope
 from ..gpu.nvml import NvmlPermissionError, NvmlSource, NvmlUnavailable
 from ..host import COMMAND_TIMEOUT_S, CommandTimeout, Host, HostError, Read, TargetLost
+from ..result import INTERRUPTED_FIX
 from .journal import Journal
 from .locking import RootLock
 
@@ -130,6 +131,8 @@ class Fixer:
         self.run_lock = run_lock
         self.apply_lock = apply_lock
         self.lock_timeout = lock_timeout
+        self.interrupted: str | None = None
+        """What the change an interrupt cut short is journaled as (``_interrupted``)."""
 
     @contextmanager
     def locked(self) -> Iterator[None]:
@@ -188,11 +191,12 @@ class Fixer:
         fix wrote), those after it not made. Lines that cannot be written stay pending,
         which a rollback treats the same."""
         why = str(exc) or type(exc).__name__
+        self.interrupted = (f"{INTERRUPTED_FIX}{why}) during {change.describe()}; what it did "
+                            "is unknown: see what the host holds now, or undo it with "
+                            "--gpuhost-rollback")
         self._journal_outcomes([
             *((done, None, False, None) for done, _ in made),
-            (entry, f"the run was interrupted ({why}) during {change.describe()}; what it "
-                    "did is unknown: see what the host holds now, or undo it with "
-                    "--gpuhost-rollback", True, None),
+            (entry, self.interrupted, True, None),
             *((rest, f"not made: the run was interrupted ({why}) before it", False, None)
               for rest in later)])
         with contextlib.suppress(OSError, HostError):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..host import CommandTimeout, HostError, Which
-from ..progress import report_progress
+from ..progress import long_step
 
 if TYPE_CHECKING:
     from ..host import Request
@@ -47,9 +47,10 @@ class NvbandwidthProbe:
         for test in tests:
             argv += ["-t", test]
         # CUDA ordinal i = the i-th GPU in PCI order, our mapping when the output names no bus ids.
-        report_progress(f"running {' '.join(argv)} (every pair, serially; this takes a while)")
         try:
-            done = measuring.host.run(argv, env=NVBANDWIDTH_ENV, timeout=section.timeout)
+            with long_step(f"{measuring.host.describe()} {' '.join(argv)}",
+                           f"running {' '.join(argv)} (every pair, serially)"):
+                done = measuring.host.run(argv, env=NVBANDWIDTH_ENV, timeout=section.timeout)
         except CommandTimeout:
             raise HostError(f"{' '.join(argv)} did not finish within {section.timeout:g} "
                             f"s and was killed: {SLOW_HINT}") from None

@@ -28,7 +28,7 @@ from __future__ import annotations
 import errno
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import cast
 
@@ -107,7 +107,8 @@ class AgentHost(Pipes, BatchReads):
 
     def __init__(self, url: str, argv: Sequence[str], root: str, *,
                  connect_timeout: float = 10.0, time_limit: float | None = None,
-                 name: str | None = None, refused_key_hint: str = "") -> None:
+                 name: str | None = None,
+                 refused_key_hint: str | Callable[[], str] = "") -> None:
         super().__init__(list(argv), name or url, time_limit)
         self.url = url
         self.refused_key_hint = refused_key_hint
@@ -168,8 +169,9 @@ class AgentHost(Pipes, BatchReads):
             hint = " (a shell startup file there that prints on a non-interactive login, " \
                 "such as an echo in ~/.bashrc, comes before the agent: make it print only in " \
                 "an interactive shell)" if exc.errno == errno.EPROTO else ""
-            if HOST_KEY_REFUSED in str(exc):
-                hint = self.refused_key_hint
+            if HOST_KEY_REFUSED in str(exc):  # made only now: it may ask ssh (ssh -G)
+                given = self.refused_key_hint
+                hint = given() if callable(given) else given
             self._lost = TargetLost(f"cannot reach {self.url}: {exc}{hint}", exc.errno)
         else:  # an interrupt while connecting
             self._lost = TargetLost(f"cannot reach {self.url}: the run was interrupted while "

@@ -1,6 +1,6 @@
 """The command lines that reach a target: OpenSSH (with a master connection shared by the
 processes of one run) and ``lxc-attach``. Pure but for ``masters_directory`` and ``end_masters``,
-which make and end the run's control sockets."""
+which make and end the run's control sockets, and ``keyscan_address`` (one ``ssh -G``)."""
 
 from __future__ import annotations
 
@@ -54,6 +54,25 @@ def ssh_argv(destination: str, *, port: int | None, user: str | None, config: Pa
     if user is not None:
         argv += ["-l", user]
     return [*argv, "--", destination, shlex.join(inner)]
+
+
+def keyscan_address(destination: str, *, port: int | None, config: Path | None,
+                    extra: Sequence[str] = (), timeout: float = 10.0) -> tuple[str, int]:
+    """The host name and port ssh connects to for ``destination`` (an alias of the ssh
+    configuration resolved to its ``HostName`` and ``Port``, as ``ssh -G`` prints them), which
+    ssh-keyscan, knowing no configuration, needs; the destination as given (port 22) where
+    ssh cannot say. Runs one ``ssh -G``, which connects nowhere."""
+    argv = ["ssh", "-G", *(["-F", str(config)] if config is not None else []), *extra,
+            *(["-p", str(port)] if port is not None else []), "--", destination]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                              check=False)
+    except (OSError, subprocess.SubprocessError):
+        return destination, port or 22
+    values = dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
+    name = values.get("hostname", "").strip() or destination
+    given = values.get("port", "").strip()
+    return name, int(given) if done.returncode == 0 and given.isdigit() else port or 22
 
 
 def masters_directory(parent: Path) -> Path | None:

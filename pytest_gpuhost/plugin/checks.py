@@ -64,8 +64,16 @@ class CheckHooks:
                                         nodeid=self.run.spec_nodeid(file_path))
         if self.session.rollback_of(resolved) is not None:
             return JournalFile.from_parent(parent, path=file_path,
-                                           nodeid=self.run.spec_nodeid(file_path))
+                                           nodeid=self._journal_nodeid(file_path))
         return None
+
+    def _journal_nodeid(self, path: Path) -> str | None:
+        """A journal's id: a remote target's by its file name (what pytest collects is a copy
+        made for the run, in a temporary directory no progress line or id should show), one
+        of this machine's as a spec's."""
+        copied = any(opened.copied is not None and opened.anchor == path
+                     for opened in self.session.rollbacks.values())
+        return path.name if copied else self.run.spec_nodeid(path)
 
     def pytest_collection_modifyitems(self, config: pytest.Config,
                                       items: list[pytest.Item]) -> None:

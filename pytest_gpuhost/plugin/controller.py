@@ -89,6 +89,9 @@ class Controller:
         if self.run.config.option.collectonly:
             return self.book.ordered()
         stopped = self.run.stopped or self.stopped_early
+        for nodeid, (index, record) in self.run.cut_short.items():
+            if nodeid not in self.book.results:
+                self.book.add(nodeid, index, record)
         progress = None if stopped else self.progress()  # the workers' logs: why not reported
         return self.book.records(stopped, progress, missing, unreported) + \
             self._never_collected(stopped, progress, missing, unreported)

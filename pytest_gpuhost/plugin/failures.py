@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from ..session.containers import unjudged
+
 FOLD_AFTER = 20
 CATEGORIES = ("failed", "error")
 """pytest's report categories that its FAILURES and ERRORS sections write."""
@@ -70,6 +72,10 @@ class Written:
         written, repeated = _once_per_target(reports, self.taken.marker)
         shown = written if config.get_verbosity() >= 2 else written[:FOLD_AFTER]
         terminalreporter.write_sep("=", f"FAILURES of gpuhost checks ({len(reports)})")
+        first = unjudged([str(getattr(_record(report, self.taken.marker), "message", ""))
+                          for _, report in reports])
+        if first is not None:  # said once, before the blocks it would otherwise hide among
+            terminalreporter.write_line(first, yellow=True, bold=True)
         for category, report in shown:
             prefix = "ERROR " if category == "error" else ""
             terminalreporter.write_sep("_", f"{prefix}{report.head_line}", red=True, bold=True)
@@ -86,6 +92,12 @@ class Written:
                 "test summary below and its record in every report (-vv writes them all here)")
 
 
+def _record(report: Any, marker: str) -> object:
+    """The check's record a report carries, else None."""
+    payload = getattr(report, marker, None)
+    return payload.get("result") if isinstance(payload, dict) else None
+
+
 def _once_per_target(reports: list[tuple[str, Any]], marker: str
                      ) -> tuple[list[tuple[str, Any]], dict[str, int]]:
     """The reports to write, each error of a target that could not be reached once (its
@@ -94,8 +106,7 @@ def _once_per_target(reports: list[tuple[str, Any]], marker: str
     repeated: dict[str, int] = {}
     seen: set[tuple[str, str]] = set()
     for category, report in reports:
-        payload = getattr(report, marker, None)
-        record = payload.get("result") if isinstance(payload, dict) else None
+        record = _record(report, marker)
         target = getattr(record, "target", None)
         if category == "error" and target is not None and \
                 getattr(record, "outcome", None) == "error":

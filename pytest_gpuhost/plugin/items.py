@@ -16,8 +16,9 @@ from ..checks import KERNEL, Check
 from ..fix import LockUnavailable
 from ..host import HostError, TargetLost
 from ..printable import printable
-from ..progress import progress_to
+from ..progress import progress_to, step_times
 from ..result import CheckResult, Outcome
+from .steptimes import step_times_of
 
 if TYPE_CHECKING:
     from ..session import Session, Target
@@ -31,6 +32,8 @@ class RunState(Protocol):
     ledger: Ledger
     names: dict[int, str]
     """Collection index -> id of every selected check."""
+    cut_short: dict[str, tuple[int, CheckResult]]
+    """nodeid -> (index, record) of a check whose fix an interrupt cut short."""
 
     def stop(self, item: GpuhostItem, reason: str) -> None: ...
 
@@ -151,8 +154,14 @@ class GpuhostItem(pytest.Item):
                 raise CheckError(self.result)
         self.prepare(run)
         try:
-            with progress_to(self._progress_sink()):
+            with progress_to(self._progress_sink()), step_times(step_times_of(self.config)):
                 self.result = run.session.run(self.check, self.target)
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP: no report of this test follows
+            fixer = self.target.fixrun.fixer
+            if fixer is not None and fixer.interrupted is not None:
+                run.cut_short[self.nodeid] = (self.index, error_record(
+                    self.check, fixer.interrupted, self._target_name(run)))
+            raise
         except LockUnavailable as exc:
             reason = str(exc)
             if len(run.session.targets) > 1:  # a fleet: that target's lock, not the run's

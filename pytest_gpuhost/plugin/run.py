@@ -49,11 +49,15 @@ class Run:
         """(collection index, id) of every selected host check, which the gate and the host
         state wait for (the persistence files are the run's own work, not host checks)."""
         self.problems: list[str] = []
-        self.notes: list[str] = []
+        self.notes: list[str] = list(settings.notes)
         """What a reporter says at the end that is no failure (where a capture was written)."""
         """Work that failed (a report that could not be written): summary lines."""
         self.stopped: str | None = None
         """Why the run stopped early (the root's lock could not be had)."""
+        self.cut_short: dict[str, tuple[int, CheckResult]] = {}
+        """nodeid -> (index, record) of a check whose fix an interrupt cut short in this
+        process: pytest reports no test it interrupts, so the controller's book takes it
+        from here (its change is ``unknown`` in the journal, never "not run")."""
         self._persistence: dict[str, dict[str, Check]] = {}
 
     def stop(self, item: GpuhostItem, reason: str) -> None:

@@ -32,6 +32,9 @@ class TargetInfo(msgspec.Struct, frozen=True):
     unreachable: str | None = None
     journal: str | None = None
     """The journal of the changes made on it, where there were any."""
+    journal_on_host: str | None = None
+    """A container's journal as a path of the machine whose kernel it runs on (under LXC's
+    ``/var/lib/lxc/CTID/rootfs``), where the operator can open it too; None for any other."""
     journal_changes: int | None = None
     """How many of the journal's changes a rollback may undo (every one but those the host
     refused: 0 after a run whose only fixes failed); None without a journal."""
@@ -76,6 +79,7 @@ class TargetInfo(msgspec.Struct, frozen=True):
             connect_seconds=total(self.connect_seconds, other.connect_seconds),
             unreachable=self.unreachable or other.unreachable,
             journal=self.journal or other.journal,
+            journal_on_host=self.journal_on_host or other.journal_on_host,
             journal_changes=total(self.journal_changes, other.journal_changes),
             specs=tuple(dict.fromkeys((*self.specs, *other.specs))))
 

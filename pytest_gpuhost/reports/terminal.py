@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ..printable import counted, printable
-from ..result import OUTCOMES, WILL_REVERT, CheckResult, Outcome, summarize
+from ..result import INTERRUPTED_FIX, OUTCOMES, WILL_REVERT, CheckResult, Outcome, summarize
 from . import RunInfo, TargetInfo, reverting
 
 ALWAYS_SHOWN = ("passed", "failed", "fixed", "fix_failed", "skipped")
@@ -60,10 +60,11 @@ def summary_table(results: Sequence[CheckResult]) -> list[str]:
 
 
 def _cell(group: Sequence[CheckResult]) -> str:
-    """``9 passed``, ``7 failed 2 passed``: a target's outcomes of one kind, worst first."""
+    """``9 passed``, ``7 failed, 2 passed``: a target's outcomes of one kind, worst first (a
+    comma between them: two spaces part the cells, which a long total row fills)."""
     counts = summarize(group)
     order = [o for o in reversed(OUTCOMES) if o != "passed"] + ["passed"]
-    return " ".join(f"{counts[o]} {o}" for o in order if counts.get(o)) or "-"
+    return ", ".join(f"{counts[o]} {o}" for o in order if counts.get(o)) or "-"
 
 
 def target_matrix(results: Sequence[CheckResult]) -> list[str]:
@@ -105,9 +106,13 @@ def _fix_lines(results: Sequence[CheckResult], earlier: int = 0) -> list[str]:
     attempted = [r for r in results if r.outcome in (Outcome.FIXED, Outcome.FIX_FAILED)]
     fixes = [r for r in attempted if r.kind not in SESSION_KINDS]
     lines = []
+    cut = [r for r in results if r.outcome is Outcome.ERROR and
+           r.message.startswith(INTERRUPTED_FIX) and r.kind not in SESSION_KINDS]
     if any(r.kind != "rollback" for r in results):
         applied = sum(r.outcome is Outcome.FIXED for r in fixes)
-        lines.append(f"--fix: {applied} of {counted(len(fixes), 'fix', 'fixes')} applied")
+        lines.append(f"--fix: {applied} of {counted(len(fixes) + len(cut), 'fix', 'fixes')} "
+                     "applied" + (f", {len(cut)} cut short by the interrupt (journaled "
+                                  "unknown)" if cut else ""))
     if any(r.kind == "persist" for r in results):
         written = [r for r in attempted if r.kind == "persist"]
         done = sum(r.outcome is Outcome.FIXED for r in written)

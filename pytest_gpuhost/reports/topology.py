@@ -52,7 +52,8 @@ def _measured(topology: Mapping[str, Any], records: Sequence[CheckResult]) -> li
     labels = [f"GPU{i}" for i in range(len(addresses))]
     rows = [["", *labels]] + [[labels[i], *(cell(a, b) for b in addresses)]
                               for i, a in enumerate(addresses)]
-    return ["P2P measured, GB/s from row to column and its share of the path's limit:",
+    return ["P2P measured, GB/s from row to column and its share of what the pair's path "
+            "carries (a failure's share is of the spec's floor):",
             *_table(rows)]
 
 
@@ -106,7 +107,7 @@ def path_text(details: Mapping[str, Any]) -> str | None:
                      f"{link['capable']}{aspm}")
     limit, gbps = details.get("limit_gbps"), details.get("gbps")
     if limit is not None:
-        measured = f"; measured {gbps:.2f} GB/s, {details['fraction']:.0%} of it" \
+        measured = f"; measured {gbps:.2f} GB/s, {details['fraction']:.0%} of what it carries" \
             if gbps is not None and details.get("fraction") is not None else ""
         lines.append(f"carries {limit:.2f} GB/s at MPS {path['max_payload']}{measured}")
     causes = details.get("explain") or []

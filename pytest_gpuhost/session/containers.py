@@ -28,9 +28,11 @@ import msgspec
 
 from ..checks import KERNEL, Check, Fact
 from ..checks.conditions import CONTAINER_READS, ConditionFn, recognise_container
+from ..engine import OFFERS
 from ..result import CheckResult, Outcome
 
 if TYPE_CHECKING:
+    from ..config.targets import TargetAddress
     from .target import Target
 
 CONTAINER = Fact("container", CONTAINER_READS, recognise_container)
@@ -45,6 +47,32 @@ RUN_OWN = ("persist", "rollback")
 """The run's own work (its --fix-persist files, a rollback's restores): files of the root it
 runs in and changes it made itself, never refused as another machine's."""
 PASSING = (Outcome.PASSED, Outcome.SKIPPED, Outcome.FIXED)
+LXC_ROOTFS = "var/lib/lxc/{ctid}/rootfs"
+"""Where LXC keeps container CTID's tree on its host (its default lxcpath; Proxmox mounts every
+running container's root file system there): a container's file as a path of its host."""
+
+
+def own_root(address: TargetAddress) -> str:
+    """The root a container target's agent runs at, inside it: an ``lxc://CTID/ROOT``'s
+    ``ROOT``; ``/`` for ``ssh://HOST/ROOT?lxc=CTID``, whose ``ROOT`` is its host's."""
+    return address.root if address.scheme == "lxc" or address.container is None else "/"
+
+
+def on_host(container: Target, path: str) -> str | None:
+    """``path`` (under the container target's root) as a path of the machine whose kernel it
+    runs on, which the operator can open there: the LXC container's tree under its host's root
+    (``/var/lib/lxc/101/rootfs/var/lib/...``). None for a target that is no LXC container, and
+    for one whose host is this machine but that keeps its tree elsewhere (another lxcpath):
+    what is shown must open."""
+    host, address = container.kernel_on, container.address
+    if host is None or address.container is None:
+        return None
+    inside = "/".join(part for part in (own_root(address).strip("/"), path.strip("/")) if part)
+    under = f"{LXC_ROOTFS.format(ctid=address.container)}/{inside}"
+    local = host.connection.local_path(under)  # a directory of this machine: seen to open
+    if local is not None:
+        return str(local) if local.exists() else None
+    return f"{host.address.root.rstrip('/')}/{under}"
 
 
 def in_kernel(check: Check) -> bool:
@@ -85,10 +113,28 @@ def guarded(check: Check, result: CheckResult, reason: str, *, local: bool) -> C
     if result.outcome in PASSING:
         return result
     words = HERE if local else THERE
+    seen = result.message
+    for offer in OFFERS:  # --fix changes no kernel setting from here
+        seen = seen.removesuffix(offer)
     return msgspec.structs.replace(
         result, outcome=Outcome.ERROR,
-        message=f"{words}; here ({reason}): {result.message}" if result.message else
-        f"{words}; here ({reason})")
+        message=f"{words}; here ({reason}): {seen}" if seen else f"{words}; here ({reason})")
+
+
+def unjudged(messages: Sequence[str]) -> str | None:
+    """What a run says once, before its failures, where a container's ``kernel`` checks could
+    not be judged (``guarded``): how many, and the option that judges them; None where none."""
+    here = sum(message.startswith(HERE) for message in messages)
+    there = sum(message.startswith(THERE) for message in messages)
+    if not here and not there:
+        return None
+    where = ("name its host with --gpuhost-host=ssh://[USER@]HOST[:PORT][/ROOT] (the machine "
+             "whose kernel it runs on)" if here else
+             "name the container as ssh://HOST?lxc=CTID, or check HOST itself")
+    return (f"this is a container: {here + there} of its kernel checks (sysctls other than its "
+            "own namespaces', modules, PCIe registers, C-states, NVML device settings, dmesg) "
+            f"cannot be judged from inside it, and --fix changes none of them here: {where} "
+            "(docs/remote.md)")
 
 
 def written_for(check: Check, where: Target, asked: Sequence[Target]

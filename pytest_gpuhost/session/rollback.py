@@ -5,8 +5,11 @@ A container and its host were changed by one --fix (each change journaled on the
 changed), so the same targets roll back both: the container's newest journal, and its host's
 journal of the same run (the two name the run's id; where the container has none, the host's
 newest journal of a run that had the container as a target). Never simply the host's newest:
-that may be another container's run since. A target with no such journal (its side had
-nothing to change) is left alone."""
+that may be another container's run since. The pair's newest run is rolled back: where the
+host's newest journal of a run with the container is newer than the container's own newest
+(a later run changed the host alone), that one, and the container's older journal is left for
+a rollback of its own run. A target with no such journal (its side had nothing to change) is
+left alone."""
 
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from ..config.settings import Settings, SettingsError
 from ..fix.run import rollback_fixer
 from ..fix.state import JOURNAL_DIR, StateFile, StateStore
 from ..host import HostError
+from .containers import own_root
 from .target import LOCAL, Target
 
 if TYPE_CHECKING:
@@ -45,10 +49,14 @@ def open_rollbacks(settings: Settings, targets: list[Target]) -> dict[str, OpenR
                             "name one --gpuhost-target, or leave the journal out to roll back "
                             "the newest journal of each target")
     chosen = targets[:1] if settings.rollback else targets
+    older = [] if settings.rollback else [each for each in chosen
+                                          if _host_ran_since(each, chosen)]
     opened: dict[str, OpenRollback] = {}
     nothing: list[SettingsError] = []
     try:  # the containers first: their hosts' journals are those of the containers' runs
         for target in sorted(chosen, key=lambda each: each.kernel_on is None):
+            if target in older:  # its newest journal is of a run before its host's newest
+                continue
             try:
                 accept = None if settings.rollback else _pairing(target, chosen)
                 opened[target.name] = open_rollback(settings, target, accept)
@@ -65,6 +73,36 @@ def open_rollbacks(settings: Settings, targets: list[Target]) -> dict[str, OpenR
     if not opened:
         raise nothing[0]
     return opened
+
+
+def _host_ran_since(container: Target, chosen: list[Target]) -> bool:
+    """Whether ``container``'s host holds a journal of a run that had the container as a
+    target and is newer than the container's own newest journal (that run changed its host
+    alone): the pair's newest run is then the host's, and the container's older journal is
+    left for a rollback of its own run. Read before the locks: it only chooses; what is rolled
+    back is read again under them."""
+    from ..fix.journal import JournalError, latest_journal, read_journal
+
+    host = container.kernel_on
+    if host is None or host not in chosen:
+        return False
+    try:
+        own = latest_journal(StateStore.of(container.host))
+        if own is None:
+            return False
+        theirs = latest_journal(StateStore.of(host.host),
+                                lambda journal: container.url in journal.containers)
+        if theirs is None or _stamp(theirs) <= _stamp(own):
+            return False
+        run = read_journal(own).run
+        return run is None or read_journal(theirs).run != run  # the same run: a pair
+    except (JournalError, HostError):
+        return False  # the rollback itself says why
+
+
+def _stamp(journal: StateFile) -> str:
+    """When a journal was begun, from its name (``20261202T143351Z-...``), to the second."""
+    return journal.path.rsplit("/", 1)[-1][:16]
 
 
 class NothingToRollBack(SettingsError):
@@ -160,11 +198,13 @@ def _rollback_journal(settings: Settings, target: Target, accept: Accept | None)
             journal = latest_journal(store, accept)
     except (JournalError, HostError) as exc:
         raise SettingsError(str(exc)) from None
+    where = store.journal_dir if target.url == LOCAL else \
+        f"{own_root(target.address).rstrip('/')}/{JOURNAL_DIR} of {target.name}"  # openable there
     if journal is None and accept is not None:
         raise NothingToRollBack(f"no journal of the containers' run to roll back under "
-                                f"{store.journal_dir}: their host had nothing to change then")
+                                f"{where}: their host had nothing to change then")
     if journal is None:
-        raise NothingToRollBack(f"no journal to roll back under {store.journal_dir} (every one "
+        raise NothingToRollBack(f"no journal to roll back under {where} (every one "
                                 "there is rolled back already); pass --gpuhost-rollback=FILE")
     try:
         found = journal.exists()

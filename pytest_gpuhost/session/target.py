@@ -39,7 +39,7 @@ from ..host import (
 from ..host.agent.wire import decode, encode
 from ..reports import TargetInfo
 from ..result import CheckResult
-from .containers import CONTAINER, guarded, in_kernel, kernel_target, written_for
+from .containers import CONTAINER, guarded, in_kernel, kernel_target, on_host, written_for
 from .hostfacts import HOST_FACTS as HOST_FACTS  # re-exported (session)
 from .hostfacts import HostFacts as HostFacts  # re-exported (session)
 
@@ -298,6 +298,7 @@ class Target:
         return TargetInfo(self.name, self.url, facts.hostname, facts.kernel, facts.driver,
                           facts.gpus, facts.gpu_models, unreachable,
                           journal.shown if journal and used else None,
+                          on_host(self, journal.path) if journal and used else None,
                           self.fixrun.journal_changes() if used else None, **cost,
                           specs=tuple(self.spec_names),
                           kernel_on=self.kernel_on.name if self.kernel_on else None)

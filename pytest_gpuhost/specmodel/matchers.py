@@ -335,7 +335,7 @@ class Floor(msgspec.Struct, frozen=True):
             return Verdict(False, str(exc))
         if value < self.floor:
             return Verdict(False, f"{value:.2f} GB/s < floor {self.floor:g} GB/s ({self.label}), "
-                                  f"{value / self.floor:.0%} of it")
+                                  f"{value / self.floor:.0%} of the floor")
         if value < self.floor * (1 + self.warn_margin):
             return Verdict(True, warning=f"{value:.2f} GB/s is within {self.warn_margin:.0%} "
                                          f"above the floor {self.floor:g} GB/s ({self.label})")

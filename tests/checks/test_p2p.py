@@ -75,10 +75,11 @@ def test_one_check_per_ordered_pair_classed_by_numa_node(fake: FakeHost) -> None
     assert [c["cause"] for c in same.details["explain"]] == ["max_read_request"]
     cross = results[f"p2p[{G[0]}->{G[3]}]"]
     assert cross.outcome is Outcome.FAILED
-    assert cross.message == ("31.00 GB/s < floor 32 GB/s (cross_numa), 97% of it: MaxReadReq 512 "
-                             "on 0000:a1:00.0 (the reading GPU) keeps fewer bytes in flight than "
-                             "4096 would; add pcie: {max_read_request: 4096} to the spec and "
-                             "--fix raises it (and 1 more: cross_socket)")
+    assert cross.message == ("31.00 GB/s < floor 32 GB/s (cross_numa), 97% of the floor: "
+                             "MaxReadReq 512 on 0000:a1:00.0 (the reading GPU) keeps fewer bytes "
+                             "in flight than 4096 would; add pcie: {max_read_request: 4096} to "
+                             "the spec and --fix raises it (and 1 more: cross_socket at "
+                             "pci0000:01 -> pci0000:a1)")
     assert results[f"p2p[{G[2]}->{G[3]}]"].message.startswith("44.90 GB/s < floor 45")
 
 
@@ -166,8 +167,8 @@ def test_host_copies_have_one_check_per_gpu(fake: FakeHost) -> None:
     results = run_spec(text, fake.root)
     assert list(results) == [f"p2p.h2d[{G[0]}]", f"p2p.d2h[{G[0]}]"]
     assert results[f"p2p.h2d[{G[0]}]"].message.startswith(
-        "24.61 GB/s < floor 24.65 GB/s (h2d), 100% of it: MaxReadReq 512 on 0000:01:00.0 (the "
-        "GPU)")
+        "24.61 GB/s < floor 24.65 GB/s (h2d), 100% of the floor: MaxReadReq 512 on 0000:01:00.0 "
+        "(the GPU)")
     assert results[f"p2p.d2h[{G[0]}]"].outcome is Outcome.PASSED
 
 

@@ -135,13 +135,14 @@ def test_a_failing_pair_names_its_top_cause_first(tmp_path: Path) -> None:
     failed = results[f"p2p[{C}->{B}]"]  # 40 + 2 + 1 GB/s, B reading at 512 through RP_C
     assert failed.outcome is Outcome.FAILED
     assert failed.message == (
-        "43.00 GB/s < floor 47 GB/s (same_numa), 91% of it: ACS redirect on 0000:00:03.1 (root "
-        "port of the source) sends this pair through the root complex; add pcie: "
-        "{acs_redirect: off} to the spec and --fix clears it (and 1 more: max_read_request)")
+        "43.00 GB/s < floor 47 GB/s (same_numa), 91% of the floor: ACS redirect on 0000:00:03.1 "
+        "(root port of the source) sends this pair through the root complex; add pcie: "
+        "{acs_redirect: off} to the spec and --fix clears it (and 1 more: max_read_request at "
+        "0000:04:00.0)")
     with_keys = run_spec("version: 1\npcie: {acs_redirect: off, max_read_request: 4096}\n"
                          "p2p: {floors: {same_numa: 47}}\n", fake.root)[f"p2p[{C}->{B}]"]
     assert with_keys.message.endswith("the root complex; --fix clears it (and 1 more: "
-                                      "max_read_request)")
+                                      "max_read_request at 0000:04:00.0)")
 
 
 def test_host_copies_are_explained_by_the_gpus_own_path(tmp_path: Path) -> None:

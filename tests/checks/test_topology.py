@@ -129,7 +129,8 @@ def test_gpuhost_topology_prints_the_view_and_reports_it(pytester: pytest.Pytest
         "  0000:00:03.1  root port               GPU2       ACSCtl 0x001d: ReqRedir+ "
         "CmpltRedir+ EgressCtrl-",
         "  0000:01:00.0  switch upstream port    GPU0 GPU1  no ACS capability",
-        "P2P measured, GB/s from row to column and its share of the path's limit:",
+        "P2P measured, GB/s from row to column and its share of what the pair's path carries "
+        "(a failure's share is of the spec's floor):",
         "GPU0  X          41.00 71%  42.00 73%   43.00 96%",  # of the hop between sockets
     ])
     report = json.loads((pytester.path / "out.json").read_text())
@@ -176,7 +177,7 @@ def test_allure_attaches_each_pairs_path(pytester: pytest.Pytester, tmp_path: Pa
         f"link {C} - 0000:00:03.1: Gen5 x16 of Gen5 x16",
         "link 0000:01:00.0 - 0000:00:01.1: Gen5 x8 of Gen5 x16",
         f"link {A} - 0000:02:00.0: Gen5 x16 of Gen5 x16",
-        "carries 28.81 GB/s at MPS 256; measured 42.00 GB/s, 146% of it",
+        "carries 28.81 GB/s at MPS 256; measured 42.00 GB/s, 146% of what it carries",
         "limited by, largest cost first:",
         "  link_downtrained at 0000:01:00.0 - 0000:00:01.1: Gen5 x8 (expected Gen5 x16): leaves "
         "the path 28.81 of 57.61 GB/s; reseat the card and check the riser and slot (hardware: "

@@ -7,6 +7,7 @@ of the host's kernel but its own ``net.*``, 64-byte config spaces, the host's km
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 from pathlib import Path
 from xml.etree import ElementTree
@@ -85,7 +86,8 @@ def test_one_command_from_the_container_gates_fixes_and_rolls_back_both_sides(
     opened.stdout.fnmatch_lines_random([
         f"journal of {sshd.alias}: /*/var/lib/pytest-gpuhost/journal/*.jsonl",
         "journal of local: */var/lib/pytest-gpuhost/journal/*.jsonl",
-        "undo: --gpuhost-rollback with the same target options*"])
+        f"undo: --gpuhost-rollback --gpuhost-root={container.root} "
+        f"--gpuhost-host={sshd.url(host.root)} --gpuhost-ssh-config=* (*)"])
     assert not [line for line in opened.outlines  # a path on its target, never its URL glued on
                 if line.startswith("journal of") and "ssh://" in line]
     fixed = once_each(pytester.path / "fixed.json")
@@ -95,10 +97,9 @@ def test_one_command_from_the_container_gates_fixes_and_rolls_back_both_sides(
     assert not (container.root / "etc/modprobe.d").exists()
     assert (container.root / "proc/sys/net/ipv4/tcp_rmem").read_text().split()[1] == "87380"
 
-    back = pytester.runpytest(f"--gpuhost-root={container.root}",
-                              f"--gpuhost-host={sshd.url(host.root)}",
-                              f"--gpuhost-ssh-config={sshd.client_config}",
-                              "--gpuhost-rollback", "-p", "no:cacheprovider")
+    [undo] = [line for line in opened.outlines if line.startswith("undo: ")]
+    back = pytester.runpytest(*shlex.split(undo.removeprefix("undo: ").rsplit(" (", 1)[0]),
+                              "-p", "no:cacheprovider")  # the undo as printed (the host as given)
     assert back.ret == pytest.ExitCode.OK, back.stdout.str()[-3000:]
     back.stdout.fnmatch_lines_random(["rollback: * is closed", "rollback: * is closed"])
     assert tree(container.root) == before_container
@@ -201,6 +202,57 @@ def test_the_host_named_by_gpuhost_host_holds_where_local_is_only_a_containers_h
     changed = [k for k in diff(tree(local.root), before_local)]
     assert changed == [], changed  # the container's tree (var/lib/lxc) is compared apart
     assert (container.root / "proc/sys/net/ipv4/tcp_rmem").read_text().split()[1] == "87380"
+    # one undo for the three (the container, its host local, local's host pve), as given
+    result.stdout.fnmatch_lines([
+        f"undo: --gpuhost-rollback --gpuhost-root={local.root} --gpuhost-target=lxc://101 "
+        f"--gpuhost-host={sshd.url(pve.root)} --gpuhost-ssh-config=* (*)"])
+    [undo] = [line for line in result.outlines if line.startswith("undo: ")]
+    back = pytester.runpytest(*shlex.split(undo.removeprefix("undo: ").rsplit(" (", 1)[0]),
+                              "-p", "no:cacheprovider")
+    assert back.ret == pytest.ExitCode.OK, back.stdout.str()[-3000:]
+    assert (pve.root / "proc/sys/vm/swappiness").read_text().strip() == "60"
+    assert (container.root / "proc/sys/net/ipv4/tcp_rmem").read_text().split()[1] == "131072"
+
+
+@pytest.mark.parametrize("side", ["container", "host"])
+def test_an_ssh_containers_journal_and_undo_as_the_run_was_given(
+        pytester: pytest.Pytester, sshd: SshServer, tmp_path: Path, side: str) -> None:
+    """``ssh://HOST/ROOT?lxc=101``: a container's journal by its path inside and by its host's
+    (``ROOT/var/lib/lxc/101/rootfs/...``, a file there), the host's by its path on the host;
+    the undo names the target as given and restores what the run changed."""
+    host = FakeHost(tmp_path / "pve").sysctls({"vm.swappiness": 60,
+                                               "net.ipv4.tcp_rmem": "4096 131072 6291456"})
+    container = lxc_container(host, "101")
+    entry = "net.ipv4.tcp_rmem: \"4096 87380 268435456\"" if side == "container" else \
+        "vm.swappiness: 10"
+    spec = pytester.makefile(".yaml", spec=f"version: 1\nsysctl:\n  {entry}\n")
+    url = sshd.url(host.root, query="?lxc=101")
+    fixed = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-target={url}",
+                               f"--gpuhost-ssh-config={sshd.client_config}", "--fix",
+                               "-p", "no:cacheprovider")
+    assert fixed.ret == pytest.ExitCode.OK, fixed.stdout.str()[-3000:]
+    journals = "var/lib/pytest-gpuhost/journal"
+    if side == "container":
+        [journal] = (container.root / journals).glob("*.jsonl")
+        on_host = host.root / rootfs_of("101") / journals / journal.name
+        assert on_host.is_file()
+        fixed.stdout.fnmatch_lines([
+            f"journal of {sshd.alias}-lxc-101: /{journals}/{journal.name} (on {sshd.alias}: "
+            f"{on_host})",
+            f"undo: --gpuhost-rollback={journal.name} --gpuhost-target={url} "
+            "--gpuhost-ssh-config=* (its host had nothing to change)"])
+    else:
+        [journal] = (host.root / journals).glob("*.jsonl")
+        fixed.stdout.fnmatch_lines([f"journal of {sshd.alias}: {journal}",
+                                    f"undo: --gpuhost-rollback --gpuhost-target={url} "
+                                    "--gpuhost-ssh-config=* (*)"])
+    [undo] = [line for line in fixed.outlines if line.startswith("undo: ")]
+    back = pytester.runpytest(*shlex.split(undo.removeprefix("undo: ").rsplit(" (", 1)[0]),
+                              "-p", "no:cacheprovider")
+    assert back.ret == pytest.ExitCode.OK, back.stdout.str()[-3000:]
+    assert (host.root / "proc/sys/vm/swappiness").read_text().strip() == "60"
+    assert (container.root / "proc/sys/net/ipv4/tcp_rmem").read_text().split()[1] == "131072"
+    assert "pytest-gpuhost-rollback-" not in back.stdout.str()  # never the temporary copy
 
 
 def test_local_under_gpuhost_host_is_a_container_for_when(

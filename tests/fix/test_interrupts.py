@@ -157,3 +157,22 @@ def test_a_fix_whose_report_waits_in_the_controller_s_queue_is_in_the_reports(
     assert entry.state == "applied", entry
     [check] = json.loads((pytester.path / "out.json").read_text())["checks"]
     assert (check["id"], check["outcome"]) == ("sysctl[vm.swappiness]", "fixed"), check
+
+
+def test_the_summary_after_a_signal_says_what_the_journal_and_report_say(
+        pytester: pytest.Pytester, fake: FakeHost, blocked: Blocked) -> None:
+    """SIGTERM while the fix's command runs: the change is ``unknown`` in the journal and an
+    ``error`` in the report, so the terminal never counts it applied."""
+    run = start_local_fix(pytester, fake.root)
+    blocked.started()
+    run.send_signal(signal.SIGTERM)
+    out, err = run.communicate(timeout=LIMIT_S)
+    said = out.decode() + err.decode()
+    assert run.returncode == pytest.ExitCode.INTERRUPTED, said
+    [entry] = read_journal(journal_of(fake.root)).entries
+    assert entry.state == "unknown"
+    [check] = json.loads((pytester.path / "out.json").read_text())["checks"]
+    assert check["outcome"] == "error"
+    assert check["message"] == entry.error  # what the journal says, never "not run"
+    assert "--fix: 0 of 1 fix applied, 1 cut short by the interrupt (journaled unknown)" \
+        in said.splitlines()

@@ -67,3 +67,23 @@ def test_seconds_are_checked_as_the_table_says(value: float, problem: str | None
     above = BY_NAME["connect_timeout"].seconds_problem(value)
     assert above == (None if value > 0 and problem is None else
                      "expected a finite number of seconds above 0")
+
+
+def test_gpuhost_hosts_help_states_the_docs_rule_of_where_a_setting_lives(
+        pytester: pytest.Pytester) -> None:
+    """Not "sysctls other than net.*": the global net.* ones (net.core.rmem_max) go to the
+    host too, the IPC and UTS namespaces' stay; the help names the reference's section."""
+    from pytest_gpuhost.checks.sysctl import sysctl_scope
+
+    from ..conftest import REPO
+
+    text = " ".join(pytester.runpytest("--help").stdout.str().split())
+    help_text = text.split("--gpuhost-host=URL", 1)[1].split("--gpuhost-ssh-config", 1)[0]
+    assert "other than net.*" not in help_text
+    assert "the global net.* such as net.core.rmem_max go there" in help_text
+    assert "the IPC and UTS ones" in help_text
+    assert "docs/reference.md#where-a-setting-lives" in help_text
+    assert (REPO / "docs" / "reference.md").read_text().count("\n## Where a setting lives\n") == 1
+    # what the help says, the kinds say
+    assert sysctl_scope("net.core.rmem_max") == "kernel"
+    assert sysctl_scope("net.ipv4.tcp_rmem") == sysctl_scope("kernel.shmmax") == "namespace"

@@ -640,3 +640,21 @@ def test_a_bundled_spec_beside_a_copy_of_it_keeps_its_path() -> None:
     assert [labels["spec_file"] for labels, _ in alone["gpuhost_check_ok"]] == [copy]
     empty = parse_exposition(textfile([], specs=[bundled], timestamp=1.0))
     assert {labels["spec_file"] for labels, _ in empty["gpuhost_checks"]} == {copy}
+
+
+def test_the_per_target_tables_cells_never_run_together() -> None:
+    """A target's outcomes of one kind are one cell (commas inside it), two spaces part the
+    cells: the total row of a container and its host reads as two cells."""
+    from pytest_gpuhost.reports.terminal import target_matrix
+
+    def record(n: int, outcome: Outcome, target: str) -> CheckResult:
+        return CheckResult(f"sysctl[k{n}]", "sysctl", f"k{n}", "1", "1", outcome, "",
+                           target=target)
+
+    records = [*(record(n, Outcome.PASSED, "lxc-101") for n in range(3)),
+               record(3, Outcome.SKIPPED, "local"), record(4, Outcome.FIXED, "local"),
+               record(5, Outcome.FAILED, "local"), record(6, Outcome.PASSED, "local")]
+    lines = target_matrix(records)
+    assert lines[-1] == "total   3 passed  1 skipped, 1 fixed, 1 failed, 1 passed"
+    assert [re.split(r"  +", line) for line in lines][-1] == [
+        "total", "3 passed", "1 skipped, 1 fixed, 1 failed, 1 passed"]

@@ -170,6 +170,33 @@ def test_a_recognised_container_without_its_host_says_where_to_check(
     result.stdout.fnmatch_lines(["*this is a container: check it where the kernel lives*"])
 
 
+def test_a_container_says_once_first_what_it_cannot_judge_and_offers_no_fix(
+        pytester: pytest.Pytester, tmp_path: Path) -> None:
+    """25 failures of the container's own settings come before its host's kernel checks: the
+    line that says which option judges those is written once, before every failure block
+    (never folded away after 20), and no kernel check offers --fix, which changes none."""
+    host = FakeHost(tmp_path / "pve").sysctls({**UNTUNED, **{f"net.ipv4.conf.c{n}.rp_filter": 1
+                                                          for n in range(25)}})
+    container = lxc_container(host, "101")
+    spec = pytester.makefile(".yaml", spec=SPEC + "".join(
+        f"  net.ipv4.conf.c{n}.rp_filter: 0\n" for n in range(25)))
+    result = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={container.root}",
+                                "--gpuhost-report=r.json", *RUN)
+    lines = result.stdout.lines
+    said = [n for n, line in enumerate(lines) if line.startswith("this is a container: 2 of "
+                                                                 "its kernel checks")]
+    blocks = [n for n, line in enumerate(lines) if line.startswith("____") and "gpuhost check"
+              in line]
+    assert len(said) == 1 and len(blocks) == 20, result.stdout.str()
+    assert said[0] < blocks[0]
+    assert "--gpuhost-host=ssh://[USER@]HOST" in lines[said[0]]
+    messages = [c["message"] for c in json.loads((pytester.path / "r.json").read_text())
+                ["checks"] if c["message"].startswith("this is a container")]
+    assert len(messages) == 2
+    assert not [m for m in messages if "run with --fix" in m or "--fix-persist" in m]
+    assert "(fixable: run with --fix)" in result.stdout.str()  # the container's own still say it
+
+
 @pytest.mark.parametrize(("cgroup", "held"), [("0::/init.scope\n", False),
                                               ("0::/lxc.payload.101/init.scope\n", True),
                                               ("0::/system.slice/docker-4f.scope\n", True),
@@ -337,7 +364,8 @@ def test_a_pairs_rollback_takes_its_own_runs_host_journal(pytester: pytest.Pytes
     own = [read_journal(p) for p in (first.root / journal).glob("*.jsonl")]
     assert [j.run for j in own] == ([host_journal.run] if inside else [])
     if inside:
-        one.stdout.fnmatch_lines(["undo: --gpuhost-rollback with the same target options*"])
+        one.stdout.fnmatch_lines([f"undo: --gpuhost-rollback --gpuhost-root={host.root} "
+                                  "--gpuhost-target=lxc://101 (*)"])
     two = pytester.runpytest(f"--gpuhost-spec={other}", root, "--gpuhost-target=lxc://102",
                              "--fix", *RUN)
     assert two.ret == 0, two.stdout.str()
