@@ -222,7 +222,7 @@ def test_the_example_host_after_fix_round_trips_through_pytest(
     assert [p.name for p in pytester.path.iterdir() if p.name.startswith(".golden")] == []
     verify = pytester.runpytest("--gpuhost-spec=golden.yaml", *common)
     assert verify.ret == pytest.ExitCode.OK, verify.stdout.str()[-3000:]
-    assert counts(verify) == {"passed": 197}
+    assert counts(verify) == {"passed": 245}
     spec = _kept(golden.read_text())
     assert spec["modules"]["nvidia_peermem"] == {
         "state": "absent", "when": "infiniband",
