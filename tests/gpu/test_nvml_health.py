@@ -6,7 +6,8 @@ between two samples."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -14,9 +15,11 @@ import pytest
 from pytest_gpuhost.gpu.agentnvml import AgentNvml
 from pytest_gpuhost.gpu.nvml import (
     ECC_COUNTS,
+    NVML_TIMEOUT_S,
     FakeGpu,
     FakeNvml,
     Nvml,
+    NvmlHung,
     NvmlNotSupported,
     RecordedNvml,
     RemappedRows,
@@ -28,6 +31,7 @@ from pytest_gpuhost.host import LocalHost
 from pytest_gpuhost.host.cache import CachedHost
 from pytest_gpuhost.host.remote import AgentHost, agent_command
 from pytest_gpuhost.host.ssh import ssh_argv
+from pytest_gpuhost.testing.clock import FakeClock
 from pytest_gpuhost.testing.fakehost import FakeHost
 from pytest_gpuhost.testing.fakenvml import (
     NvmlCounters,
@@ -252,3 +256,27 @@ def test_over_ssh_a_sample_of_every_gpu_is_one_round_trip(sshd: SshServer,
                 - first.gpus[A].violations["power"].violation_time) == 5_000
     finally:
         target.close()
+
+
+class HungDriver(LocalHost):
+    """A host whose driver never answers a sample (a GPU fallen off the bus) until released."""
+
+    def __init__(self, root: Path, clock: FakeClock, release: threading.Event) -> None:
+        super().__init__(root)
+        self.fake_clock, self.release = clock, release
+
+    def sample_gpus(self) -> Mapping[str, object]:
+        self.fake_clock.stall()
+        self.release.wait(60)  # a bound only: a sample that is not given up on comes back late
+        return {"source": "late", "monotonic": 0.0, "gpus": {}}
+
+
+def test_a_sample_the_driver_never_answers_is_given_up_on_in_time(tmp_path: Path) -> None:
+    clock, release = FakeClock(), threading.Event()
+    try:
+        started = clock.now()
+        with pytest.raises(NvmlHung, match="did not return within 60 s: a GPU may have fallen"):
+            take_sample(HungDriver(tree(tmp_path / "box").root, clock, release), clock=clock)
+        assert clock.now() - started == NVML_TIMEOUT_S
+    finally:
+        release.set()
