@@ -382,8 +382,7 @@ def capture_health(entries: Sequence[HealthEntry], records: Records, out: Captur
             continue
         form = _as_shown(item, found)
         for record in bad:
-            out.leave_out(f"gpus.{item.key}", f"WARNING already bad on {record.key}: "
-                                              f"{record.message}")
+            out.warn(f"gpus.{item.key}", f"already bad on {record.key}: {record.message}")
         if form is None:
             continue
         out.entries[item.key] = written(form, item.options, why=False)

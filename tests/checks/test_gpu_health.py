@@ -157,7 +157,8 @@ def test_capture_writes_them_as_the_host_shows_them_and_warns_where_one_is_bad(
     assert gpus["ecc_errors"] == {"uncorrected_volatile": 0, "uncorrected_aggregate": 0,
                                   "corrected_volatile": 1000}
     assert "remapped_rows" not in gpus  # pending on one GPU only: no one value says it
-    assert "WARNING already bad on 0000:01:00.0: a row remap is pending: reset the GPU" in text
+    assert ("# WARNING: gpus.remapped_rows: already bad on 0000:01:00.0: a row remap is "
+            "pending: reset the GPU") in text
     assert gpus["model"] == "NVIDIA RTX PRO 6000 Blackwell Server Edition"
     again = run_spec(tmp_path / "captured.yaml", host.root, workdir=tmp_path)
     assert {r.outcome for r in again.values()} == {Outcome.PASSED}
@@ -188,7 +189,9 @@ def test_capture_writes_a_bad_fact_every_gpu_shows_the_same_with_its_warning(
     gpus = yaml.safe_load(text)["gpus"]
     assert gpus["temperature"] == {"max": 90}
     assert gpus["clocks_event_reasons"] == {"not": ["hw_slowdown", "hw_power_brake_slowdown"]}
-    assert "WARNING already bad on 0000:21:00.0: 90 C, above 85 C" in text
-    assert "WARNING already bad on 0000:01:00.0: hw_thermal_slowdown is active" in text
+    assert "# WARNING: gpus.temperature: already bad on 0000:21:00.0: 90 C, above 85 C" in text
+    assert ("# WARNING: gpus.clocks_event_reasons: already bad on 0000:01:00.0: "
+            "hw_thermal_slowdown is active: the GPU is too hot") in text
+    assert "left out: WARNING" not in text
     again = run_spec(tmp_path / "captured.yaml", host.root, workdir=tmp_path)
     assert {r.outcome for r in again.values()} == {Outcome.PASSED}
