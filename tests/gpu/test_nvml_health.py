@@ -27,7 +27,7 @@ from pytest_gpuhost.gpu.nvml import (
 )
 from pytest_gpuhost.gpu.nvmlcodes import event_reasons
 from pytest_gpuhost.gpu.nvmlsample import POLICIES, take_sample
-from pytest_gpuhost.host import LocalHost
+from pytest_gpuhost.host import HostError, LocalHost
 from pytest_gpuhost.host.cache import CachedHost
 from pytest_gpuhost.host.remote import AgentHost, agent_command
 from pytest_gpuhost.host.ssh import ssh_argv
@@ -117,6 +117,15 @@ def test_an_older_nvidia_smi_answers_the_event_reasons_by_their_older_name(
     nvml = default_factory(LocalHost(host.root))()
     assert event_reasons(nvml.clocks_event_reasons(A)) == ["sw_power_cap"]
     assert nvml.temperature(A) == 91  # the rest of the health query still answers
+
+
+def test_an_nvidia_smi_without_a_health_field_still_answers_the_settings(tmp_path: Path) -> None:
+    host = tree(tmp_path / "box")
+    SmiFields(nvidia_smi(host, GPUS)).unknown("remapped_rows.pending")  # before driver 460
+    nvml = default_factory(LocalHost(host.root))()
+    assert nvml.power_limit(A) == 600_000 and nvml.ecc_mode(A) == (True, True)
+    with pytest.raises(HostError, match=r'Field "remapped_rows\.pending" is not a valid field'):
+        nvml.temperature(A)
 
 
 def test_the_fake_and_a_recorded_snapshot_answer_the_same(tmp_path: Path) -> None:
