@@ -63,6 +63,7 @@ class Moment(msgspec.Struct, frozen=True):
     ecc_errors: dict[str, int] = msgspec.field(default_factory=dict)
     """corrected_volatile, uncorrected_volatile."""
     remapped_rows: RemappedRows | None = None
+    retired_pages_pending: bool | None = None
     pcie_replays: int | None = None
     link_generation: int | None = None
     link_width: int | None = None
@@ -96,7 +97,7 @@ def moment(wire: Mapping[str, object]) -> Moment:
     """A GPU's moment from the agent's answer (a value of the wrong shape is missing)."""
     missing: dict[str, str] = {}
     found: dict[str, Any] = {}
-    for key in (*_PLAIN, "processes", "remapped_rows"):
+    for key in (*_PLAIN, "processes", "remapped_rows", "retired_pages_pending"):
         value = wire.get(key)
         why = _why(value) or (None if value is not None else "not reported")
         if why is not None:
@@ -134,7 +135,7 @@ def moment(wire: Mapping[str, object]) -> Moment:
 
 
 _TYPES: dict[str, Any] = {**dict.fromkeys(_PLAIN, int), "processes": tuple[Process, ...],
-                             "remapped_rows": RemappedRows}
+                             "remapped_rows": RemappedRows, "retired_pages_pending": bool}
 
 
 def take_sample(host: Host, *, timeout: float = NVML_TIMEOUT_S,

@@ -199,10 +199,12 @@ def test_a_sample_is_read_fresh_each_time_and_a_test_moves_the_driver_between_tw
         {"corrected_volatile": 7, "uncorrected_volatile": 1})
     assert (old.pcie_replays, new.pcie_replays) == (0, 120)
     assert new.remapped_rows == RemappedRows(3, 1, True, False)
+    assert (new.retired_pages_pending, after.gpus[B].retired_pages_pending) == (True, None)
     assert (old.link_generation, old.link_width, new.link_width) == (5, 16, 8)
     assert (new.sm_clock, new.max_sm_clock, new.temperature, new.power_usage,
             new.power_limit) == (2430, 2430, 91, 85_000, 600_000)
     assert after.gpus[B].ecc_errors == {}  # not supported there: said, not lost
+    assert after.gpus[B].missing["retired_pages_pending"].startswith("not supported")
     assert after.gpus[B].missing["ecc_errors.uncorrected_volatile"].startswith("not supported")
     assert nvml_state(state)[A]["power_limit"] == 600_000  # the old state lines still hold
 
@@ -234,6 +236,7 @@ def test_a_sample_from_nvidia_smi_names_its_processes_and_what_it_cannot_say(
         (1410, 2430, 412_500, 600_000, 91)
     assert event_reasons(a.clocks_event_reasons or 0) == ["hw_slowdown", "hw_thermal_slowdown"]
     assert a.remapped_rows == RemappedRows(3, 1, True, False)
+    assert (a.retired_pages_pending, b.retired_pages_pending) == (True, None)
     assert a.ecc_errors == {"corrected_volatile": 7, "uncorrected_volatile": 0}
     assert [(p.pid, p.name, p.used_memory) for p in b.processes or ()] == \
         [(48113, "python3", 2048 * 2**20)]

@@ -37,7 +37,7 @@ SAMPLE_FIELDS = ("pci.bus_id", "clocks_event_reasons.active", "clocks.sm", "cloc
                  "enforced.power.limit", "ecc.errors.corrected.volatile.total",
                  "ecc.errors.uncorrected.volatile.total", "remapped_rows.correctable",
                  "remapped_rows.uncorrectable", "remapped_rows.pending", "remapped_rows.failure",
-                 "pcie.link.gen.gpucurrent", "pcie.link.width.current")
+                 "retired_pages.pending", "pcie.link.gen.gpucurrent", "pcie.link.width.current")
 """A sample's fields (``nvmlreads.moment_of``'s; nvidia-smi has no violation times nor replay
 counter to query: those are not supported here)."""
 OLD_FIELD_NAMES = {"clocks_event_reasons.active": "clocks_throttle_reasons.active"}
@@ -151,6 +151,7 @@ def smi_sample(root: Commands, problem: str) -> dict[str, object]:
                            "uncorrected_volatile":
                            _smi(row["ecc.errors.uncorrected.volatile.total"], int)},
             "remapped_rows": _remapped(row),
+            "retired_pages_pending": _smi(row["retired_pages.pending"], _yes),
             "pcie_replays": dict(unsupported),
             "link_generation": _smi(row["pcie.link.gen.gpucurrent"], int),
             "link_width": _smi(row["pcie.link.width.current"], int),
