@@ -20,7 +20,7 @@ import msgspec
 from ..gpu.nvml import ECC_COUNTS, Nvml, NvmlNotSupported, NvmlSource
 from ..gpu.nvmlcodes import CLOCKS_EVENT_REASONS, event_reasons
 from ..host import Host
-from ..result import CheckResult, Outcome
+from ..result import CheckResult
 from ..specmodel import OPTION_KEYS, EntryOptions, SpecContext
 from ..specmodel.matchers import Verdict
 from . import KERNEL, Check, Evidence, NoFix, NotApplicable, Observation
@@ -376,13 +376,15 @@ def capture_health(entries: Sequence[HealthEntry], records: Records, out: Captur
         if why is not None:
             out.leave_out(f"gpus.{item.key}", why)
             continue
-        bad = [r for r in found if r.outcome is not Outcome.PASSED]
+        # judged by the entry itself: a catalog run passes every value it reads
+        bad = [r for r in found if not item.expect.judge(str(r.observed)).ok]
         if not bad:
             out.entries[item.key] = written(item.expect.form(), item.options)
             continue
         form = _as_shown(item, found)
         for record in bad:
-            out.warn(f"gpus.{item.key}", f"already bad on {record.key}: {record.message}")
+            why = item.expect.judge(str(record.observed)).reason
+            out.warn(f"gpus.{item.key}", f"already bad on {record.key}: {why}")
         if form is None:
             continue
         out.entries[item.key] = written(form, item.options, why=False)

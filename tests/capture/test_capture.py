@@ -23,6 +23,7 @@ from pytest_gpuhost.capture.writer import pick_target
 from pytest_gpuhost.capture.yamltext import scalar
 from pytest_gpuhost.checks import cpufreq, memory, nvml, pcie
 from pytest_gpuhost.checks.dmesg import allow_patterns, generalize
+from pytest_gpuhost.checks.gpuhealth import HEALTH_KEYS
 from pytest_gpuhost.checks.kernel import KEYS as KERNEL_KEYS
 from pytest_gpuhost.checks.p2p import FLOORS, p2p_floor
 from pytest_gpuhost.config.settings import SettingsError
@@ -555,7 +556,9 @@ def test_the_catalog_names_every_key_the_kinds_know_each_with_a_why() -> None:
     catalog = _kept(CATALOG.read_text())
     expected = {"kernel": set(KERNEL_KEYS), "cpufreq": set(cpufreq.KEYS),
                 "memory": set(memory.KEYS), "iommu": {"gpu_groups"},
-                "gpus": {"count", *nvml.KEYS}, "pcie": {*pcie.KEYS, *pcie.PATH_KEYS}}
+                # a model is the host's own, not a default: a spec names it
+                "gpus": {"count", *nvml.KEYS, *(set(HEALTH_KEYS) - {"model"})},
+                "pcie": {*pcie.KEYS, *pcie.PATH_KEYS}}
     for section, keys in expected.items():
         assert set(catalog[section]) == keys, section
     assert set(catalog["p2p"]["floors"]) == set(FLOORS)

@@ -195,3 +195,19 @@ def test_capture_writes_a_bad_fact_every_gpu_shows_the_same_with_its_warning(
     assert "left out: WARNING" not in text
     again = run_spec(tmp_path / "captured.yaml", host.root, workdir=tmp_path)
     assert {r.outcome for r in again.values()} == {Outcome.PASSED}
+
+
+def test_a_catalog_capture_judges_them_by_the_catalogs_limits(tmp_path: Path) -> None:
+    """A catalog run passes whatever it reads: the capture still warns of a bad fact, judged
+    by the catalog's own entry, and writes what passes on this host."""
+    host = tree(tmp_path / "box")
+    host.nvml(FakeNvml(devices={A: FakeGpu(temperature=90), B: FakeGpu()}))
+    run_spec(None, host.root, workdir=tmp_path, capture="captured.yaml")
+    text = (tmp_path / "captured.yaml").read_text()
+    assert "# WARNING: gpus.temperature: already bad on 0000:01:00.0: 90 C, above 85 C" in text
+    gpus = yaml.safe_load(text)["gpus"]
+    assert gpus["temperature"] == {"max": 90}
+    assert gpus["remapped_rows"]["pending"] is False and gpus["remapped_rows"]["why"]
+    again = run_spec(tmp_path / "captured.yaml", host.root, workdir=tmp_path)
+    health = {k: r.outcome for k, r in again.items() if k.startswith("gpus.temperature")}
+    assert set(health.values()) == {Outcome.PASSED} and len(health) == 2
