@@ -65,7 +65,7 @@ def test_the_proxmox_example_splits_the_spec_between_host_and_container(
                        "--gpuhost-target=lxc://101", "--gpuhost-report=r.json",
                        "-p", "no:cacheprovider")
     checks = json.loads((pytester.path / "r.json").read_text())["checks"]
-    assert len({c["id"] for c in checks}) == len(checks) == 198
+    assert len({c["id"] for c in checks}) == len(checks) == 246
     where = {c["id"].split("[")[0]: c["target"] for c in checks}
     assert where["p2p"] == where["gpus.nvml_inventory"] == "lxc-101"
     assert {where[k] for k in ("sysctl", "pcie.max_read_request", "gpus.persistence_mode",

@@ -16,6 +16,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..checks.capturing import WARNING
+
 _INTEGER = re.compile(r"-?(?:0|[1-9]\d{0,17})\Z")
 _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-/]*\Z")
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]*\Z")
@@ -106,9 +108,11 @@ def spec_text(header: Sequence[str], top: Mapping[str, Any],
         lines.append("")
         if entries:
             lines.append(f"{key(name)}:")
-            lines += [INDENT + comment(f"left out: {note}") for note in notes]
+            lines += [INDENT + comment(note if note.startswith(WARNING) else f"left out: {note}")
+                      for note in notes]
             lines += block(entries, 1)
         else:
             lines.append(comment(f"{name}: nothing captured"))
-            lines += [comment(f"  left out: {note}") for note in notes]
+            lines += [comment(f"  {note}" if note.startswith(WARNING) else f"  left out: {note}")
+                      for note in notes]
     return "\n".join(lines) + "\n"

@@ -36,6 +36,16 @@ class Captured(msgspec.Struct):
     def leave_out(self, what: str, why: str) -> None:
         self.notes.append(f"{what}: {' '.join(why.split())[:160]}")
 
+    def warn(self, what: str, why: str) -> None:
+        """A note that the host already fails what the entry holds (a health fact that is
+        bad), written as a ``WARNING:`` comment whether or not the entry was kept."""
+        self.notes.append(f"{WARNING} {what}: {' '.join(why.split())[:300]}")
+
+
+WARNING = "WARNING:"
+"""How a note that warns starts (``Captured.warn``): the YAML shows it as it is, not as an
+entry left out."""
+
 
 Records = Mapping[str, Sequence[CheckResult]]
 """A spec's records by kind, in run order."""

@@ -17,9 +17,10 @@ from ..specmodel import EntryOptions, SpecContext, parse_expectation
 from ..specmodel.matchers import Choice, Exact, Expectation, Integer
 from . import Check, Evidence, Fact, Facts, NoFix, Observation
 
-if TYPE_CHECKING:  # the NVML checks' module loads when a spec has an NVML key
+if TYPE_CHECKING:  # the NVML checks' modules load when a spec has an NVML key
     from ..specmodel import Node
     from .capturing import Captured, Records
+    from .gpuhealth import HealthEntry
     from .nvml import NvmlEntry
 
 PCI_DEVICES = "sys/bus/pci/devices"
@@ -153,6 +154,8 @@ class GpusSection(msgspec.Struct, frozen=True):
     count: tuple[Expectation, EntryOptions] | None
     nvml: tuple[NvmlEntry, ...] = ()
     where: str = ""
+    health: tuple[HealthEntry, ...] = ()
+    """The health facts (``gpuhealth``), by key."""
 
 
 class GpuCountProbe(NoFix, msgspec.Struct, frozen=True):
@@ -194,6 +197,10 @@ def capture_gpus(model: GpusSection, records: Records) -> Captured:
                     f"gpus.{item.key}")
         if item.key == "driver_match" and out.entries.get("driver_match") == "match":
             out.entries["driver_match"] = True
+    if model.health:
+        from .gpuhealth import capture_health
+
+        capture_health(model.health, records, out)
     return out
 
 
@@ -203,22 +210,27 @@ class GpusKind:
 
     @property
     def keys(self) -> tuple[str, ...]:
+        from .gpuhealth import HEALTH_KEYS
         from .nvml import KEYS as NVML_KEYS
 
-        return ("count", *NVML_KEYS)
+        return ("count", *NVML_KEYS, *HEALTH_KEYS)
 
     def parse(self, node: Node, context: SpecContext) -> GpusSection:
         count = None
         nvml: list[NvmlEntry] = []
+        health: list[HealthEntry] = []
         for key, value in node.mapping("gpus"):
             if key == "count":
                 count = parse_expectation(value, context, Integer(), what="gpus count",
                                           matchers=("min", "max"))
                 continue
+            from .gpuhealth import HEALTH_KEYS, parse_health
             from .nvml import KEYS as NVML_KEYS
             from .nvml import NvmlEntry
 
-            if key == "driver_match" and not value.is_mapping and value.scalar() is True:
+            if key in HEALTH_KEYS:
+                health.append(parse_health(key, value, context))
+            elif key == "driver_match" and not value.is_mapping and value.scalar() is True:
                 nvml.append(NvmlEntry(key, Exact("match", Choice(("match",))),
                                       EntryOptions(where=value.where)))
             elif key in NVML_KEYS:
@@ -228,9 +240,10 @@ class GpusKind:
                 nvml.append(NvmlEntry(key, expect, options))
             else:
                 raise value.unknown_key(key, "gpus", self.keys)
-        if count is None and not nvml:
+        if count is None and not nvml and not health:
             raise node.error(f"gpus is empty; expected one of: {', '.join(self.keys)}")
-        return GpusSection(count, tuple(sorted(nvml, key=lambda e: e.key)), node.where)
+        return GpusSection(count, tuple(sorted(nvml, key=lambda e: e.key)), node.where,
+                           tuple(sorted(health, key=lambda e: e.key)))
 
     def facts(self, section: GpusSection) -> Sequence[Fact[Any]]:
         return [GPUS]
@@ -245,4 +258,9 @@ class GpusKind:
 
             addresses = tuple(g.address for g in facts.get(GPUS))
             checks += expand_nvml(section.nvml, facts.nvml, addresses, section.where)
+        if section.health:
+            from .gpuhealth import expand_health
+
+            addresses = tuple(g.address for g in facts.get(GPUS))
+            checks += expand_health(section.health, facts.nvml, addresses)
         return checks

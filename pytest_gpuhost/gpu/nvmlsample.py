@@ -20,9 +20,10 @@ from typing import Any
 
 import msgspec
 
-from ..host import GpuSampling, Host, HostError
+from ..bounded import StillRunning, within
+from ..host import SYSTEM_CLOCK, Clock, GpuSampling, Host, HostError
 from ..linux.pciaddr import normalize_address
-from .nvmlapi import NvmlUnavailable, RemappedRows
+from .nvmlapi import NVML_TIMEOUT_S, NvmlHung, NvmlUnavailable, RemappedRows
 
 POLICIES = ("power", "thermal", "sync_boost", "board_limit", "reliability", "total_app_clocks",
             "total_base_clocks")
@@ -62,6 +63,7 @@ class Moment(msgspec.Struct, frozen=True):
     ecc_errors: dict[str, int] = msgspec.field(default_factory=dict)
     """corrected_volatile, uncorrected_volatile."""
     remapped_rows: RemappedRows | None = None
+    retired_pages_pending: bool | None = None
     pcie_replays: int | None = None
     link_generation: int | None = None
     link_width: int | None = None
@@ -95,7 +97,7 @@ def moment(wire: Mapping[str, object]) -> Moment:
     """A GPU's moment from the agent's answer (a value of the wrong shape is missing)."""
     missing: dict[str, str] = {}
     found: dict[str, Any] = {}
-    for key in (*_PLAIN, "processes", "remapped_rows"):
+    for key in (*_PLAIN, "processes", "remapped_rows", "retired_pages_pending"):
         value = wire.get(key)
         why = _why(value) or (None if value is not None else "not reported")
         if why is not None:
@@ -133,16 +135,24 @@ def moment(wire: Mapping[str, object]) -> Moment:
 
 
 _TYPES: dict[str, Any] = {**dict.fromkeys(_PLAIN, int), "processes": tuple[Process, ...],
-                             "remapped_rows": RemappedRows}
+                             "remapped_rows": RemappedRows, "retired_pages_pending": bool}
 
 
-def take_sample(host: Host) -> Sample:
+def take_sample(host: Host, *, timeout: float = NVML_TIMEOUT_S,
+                clock: Clock = SYSTEM_CLOCK) -> Sample:
     """Every GPU of ``host`` now, in one round trip (``GpuSampling.sample_gpus``);
     NvmlUnavailable with why where the host has no NVIDIA driver to ask, HostError where it
-    cannot be reached."""
+    cannot be reached, NvmlHung where the driver did not answer within ``timeout`` seconds of
+    ``clock`` (a GPU fallen off the bus blocks NVML in the kernel: on this machine the call is
+    left behind in its thread, as ``bounded.within`` does)."""
     if not isinstance(host, GpuSampling):
         raise NvmlUnavailable(f"{host.describe()} has no NVIDIA driver of its own to sample")
-    wire = host.sample_gpus()
+    try:
+        wire = within(timeout, host.sample_gpus, name="nvml-sample", clock=clock)
+    except StillRunning:
+        raise NvmlHung(f"the GPU sample of {host.describe()} did not return within "
+                       f"{timeout:g} s: a GPU may have fallen off the bus or the driver is "
+                       "wedged (look for Xid 79 in the kernel log)") from None
     if "unavailable" in wire:
         raise NvmlUnavailable(str(wire["unavailable"]))
     gpus = wire.get("gpus")

@@ -23,6 +23,7 @@ from pytest_gpuhost.capture.writer import pick_target
 from pytest_gpuhost.capture.yamltext import scalar
 from pytest_gpuhost.checks import cpufreq, memory, nvml, pcie
 from pytest_gpuhost.checks.dmesg import allow_patterns, generalize
+from pytest_gpuhost.checks.gpuhealth import HEALTH_KEYS
 from pytest_gpuhost.checks.kernel import KEYS as KERNEL_KEYS
 from pytest_gpuhost.checks.p2p import FLOORS, p2p_floor
 from pytest_gpuhost.config.settings import SettingsError
@@ -222,7 +223,7 @@ def test_the_example_host_after_fix_round_trips_through_pytest(
     assert [p.name for p in pytester.path.iterdir() if p.name.startswith(".golden")] == []
     verify = pytester.runpytest("--gpuhost-spec=golden.yaml", *common)
     assert verify.ret == pytest.ExitCode.OK, verify.stdout.str()[-3000:]
-    assert counts(verify) == {"passed": 197}
+    assert counts(verify) == {"passed": 245}
     spec = _kept(golden.read_text())
     assert spec["modules"]["nvidia_peermem"] == {
         "state": "absent", "when": "infiniband",
@@ -565,7 +566,9 @@ def test_the_catalog_names_every_key_the_kinds_know_each_with_a_why() -> None:
     catalog = _kept(CATALOG.read_text())
     expected = {"kernel": set(KERNEL_KEYS), "cpufreq": set(cpufreq.KEYS),
                 "memory": set(memory.KEYS), "iommu": {"gpu_groups"},
-                "gpus": {"count", *nvml.KEYS}, "pcie": {*pcie.KEYS, *pcie.PATH_KEYS}}
+                # a model is the host's own, not a default: a spec names it
+                "gpus": {"count", *nvml.KEYS, *(set(HEALTH_KEYS) - {"model"})},
+                "pcie": {*pcie.KEYS, *pcie.PATH_KEYS}}
     for section, keys in expected.items():
         assert set(catalog[section]) == keys, section
     assert set(catalog["p2p"]["floors"]) == set(FLOORS)

@@ -46,7 +46,7 @@ def test_allure3_files_each_check_under_its_category(pytester: pytest.Pytester,
     pytester.runpytest("--gpuhost-spec=blackwell8.yaml", f"--gpuhost-root={host}", "--fix",
                        "--fix-persist", "--alluredir=fix", "-p", "no:cacheprovider")
     fixed = generate(pytester.path / "fix", tmp_path / "fix-report", pytester.path)
-    assert len(fixed) == 198 + 6  # and the --fix-persist files, each a test of its own
+    assert len(fixed) == 246 + 6  # and the --fix-persist files, each a test of its own
     assert fixed["sysctl[vm.swappiness]"] == ["Fixed by --fix"]
     assert fixed["module[nvidia_peermem]"] == ["Fix failed"]
     assert fixed["dmesg"] == ["Hardware fault"]

@@ -88,7 +88,7 @@ def test_tests_sent_to_a_worker_that_just_died_cost_nothing(pytester: pytest.Pyt
     assert (pytester.path / "dead-worker.pid").exists()  # the race did happen
     report = json.loads((pytester.path / "out.json").read_text())
     outcomes = {check["id"]: check["outcome"] for check in report["checks"]}
-    assert len(outcomes) == 142 and report["complete"] is True
+    assert len(outcomes) == 190 and report["complete"] is True
     errors = {check["id"]: check["message"] for check in report["checks"]
               if check["outcome"] == "error"}
     crashed = [name for name, why in errors.items() if "crashed while running" in why]

@@ -219,7 +219,7 @@ def test_dry_run_reports_the_plan_and_writes_nothing(pytester: pytest.Pytester, 
     # P2P has no fixer; boot-time checks plan their drop-ins (--fix-persist is on); of the 6
     # persistence files, the 2 of lines the kinds supply (tmpfiles.d, grub.d) are skipped: a
     # kind's lines hold the values right now, and none of theirs is before the fix
-    assert counts(result) == {"passed": 81, "failed": 57, "would_fix": 62, "skipped": 4}
+    assert counts(result) == {"passed": 129, "failed": 57, "would_fix": 62, "skipped": 4}
     assert snapshot(example_host) == before  # not even a journal or a lock file
     result.stdout.fnmatch_lines([
         "--gpuhost-dry-run: 62 fixes planned (188 changes); nothing was written",
@@ -399,7 +399,7 @@ def test_fix_persist_writes_files_that_make_it_stick(pytester: pytest.Pytester, 
     (example_host / "proc/sys/kernel/osrelease").write_text("6.8.0-49-generic\n")
     args = [f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}", "--fix", "--fix-persist"]
     first = pytester.runpytest(*args)
-    assert counts(first) == {"passed": 139, "fixed": 51, "skipped": 2, "reboot_required": 12}
+    assert counts(first) == {"passed": 187, "fixed": 51, "skipped": 2, "reboot_required": 12}
     etc = example_host / "etc"
     dropin = (etc / "default/grub.d/90-gpuhost-blackwell8.cfg").read_text()
     assert dropin.endswith('GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT amd_pstate='
@@ -428,7 +428,7 @@ def test_fix_persist_writes_files_that_make_it_stick(pytester: pytest.Pytester, 
     assert not [p for p in etc.rglob(".*")]  # no temporary file left behind
     persisted = host_state(example_host)
     second = pytester.runpytest(*args)
-    assert counts(second) == {"passed": 190, "skipped": 2, "reboot_required": 12}
+    assert counts(second) == {"passed": 238, "skipped": 2, "reboot_required": 12}
     second.stdout.fnmatch_lines(["--fix: 0 of 0 fixes applied",
                                  "--fix-persist: 0 of 0 files written"])
     assert host_state(example_host) == persisted  # unchanged files are not rewritten

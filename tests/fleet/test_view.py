@@ -304,7 +304,7 @@ def test_fleet_html_from_a_run(pytester: pytest.Pytester, example_host: Path) ->
     blob = text.split('<script type="application/json" id="fleet-data">', 1)[1]
     data = json.loads(blob.split("</script>", 1)[0].replace("<\\/", "</"))
     [row] = data["targets"]
-    assert row[1] == -1 and len(row[3]) == 7 * 198  # one target, every check, a result
+    assert row[1] == -1 and len(row[3]) == 7 * 246  # one target, every check, a result
     causes = {data["strings"][row[3][i + 6]] for i in range(0, len(row[3]), 7)
               if row[3][i + 6] >= 0}  # each P2P pair's top cause, for its cell's tooltip
     assert causes and all(c.startswith("acs_redirect at 0000:") for c in causes)

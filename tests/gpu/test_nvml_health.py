@@ -6,7 +6,8 @@ between two samples."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -14,9 +15,11 @@ import pytest
 from pytest_gpuhost.gpu.agentnvml import AgentNvml
 from pytest_gpuhost.gpu.nvml import (
     ECC_COUNTS,
+    NVML_TIMEOUT_S,
     FakeGpu,
     FakeNvml,
     Nvml,
+    NvmlHung,
     NvmlNotSupported,
     RecordedNvml,
     RemappedRows,
@@ -24,10 +27,11 @@ from pytest_gpuhost.gpu.nvml import (
 )
 from pytest_gpuhost.gpu.nvmlcodes import event_reasons
 from pytest_gpuhost.gpu.nvmlsample import POLICIES, take_sample
-from pytest_gpuhost.host import LocalHost
+from pytest_gpuhost.host import HostError, LocalHost
 from pytest_gpuhost.host.cache import CachedHost
 from pytest_gpuhost.host.remote import AgentHost, agent_command
 from pytest_gpuhost.host.ssh import ssh_argv
+from pytest_gpuhost.testing.clock import FakeClock
 from pytest_gpuhost.testing.fakehost import FakeHost
 from pytest_gpuhost.testing.fakenvml import (
     NvmlCounters,
@@ -115,6 +119,15 @@ def test_an_older_nvidia_smi_answers_the_event_reasons_by_their_older_name(
     assert nvml.temperature(A) == 91  # the rest of the health query still answers
 
 
+def test_an_nvidia_smi_without_a_health_field_still_answers_the_settings(tmp_path: Path) -> None:
+    host = tree(tmp_path / "box")
+    SmiFields(nvidia_smi(host, GPUS)).unknown("remapped_rows.pending")  # before driver 460
+    nvml = default_factory(LocalHost(host.root))()
+    assert nvml.power_limit(A) == 600_000 and nvml.ecc_mode(A) == (True, True)
+    with pytest.raises(HostError, match=r'Field "remapped_rows\.pending" is not a valid field'):
+        nvml.temperature(A)
+
+
 def test_the_fake_and_a_recorded_snapshot_answer_the_same(tmp_path: Path) -> None:
     fake = FakeNvml(devices=dict(GPUS))
     host = tree(tmp_path / "box")
@@ -186,10 +199,12 @@ def test_a_sample_is_read_fresh_each_time_and_a_test_moves_the_driver_between_tw
         {"corrected_volatile": 7, "uncorrected_volatile": 1})
     assert (old.pcie_replays, new.pcie_replays) == (0, 120)
     assert new.remapped_rows == RemappedRows(3, 1, True, False)
+    assert (new.retired_pages_pending, after.gpus[B].retired_pages_pending) == (True, None)
     assert (old.link_generation, old.link_width, new.link_width) == (5, 16, 8)
     assert (new.sm_clock, new.max_sm_clock, new.temperature, new.power_usage,
             new.power_limit) == (2430, 2430, 91, 85_000, 600_000)
     assert after.gpus[B].ecc_errors == {}  # not supported there: said, not lost
+    assert after.gpus[B].missing["retired_pages_pending"].startswith("not supported")
     assert after.gpus[B].missing["ecc_errors.uncorrected_volatile"].startswith("not supported")
     assert nvml_state(state)[A]["power_limit"] == 600_000  # the old state lines still hold
 
@@ -221,6 +236,7 @@ def test_a_sample_from_nvidia_smi_names_its_processes_and_what_it_cannot_say(
         (1410, 2430, 412_500, 600_000, 91)
     assert event_reasons(a.clocks_event_reasons or 0) == ["hw_slowdown", "hw_thermal_slowdown"]
     assert a.remapped_rows == RemappedRows(3, 1, True, False)
+    assert (a.retired_pages_pending, b.retired_pages_pending) == (True, None)
     assert a.ecc_errors == {"corrected_volatile": 7, "uncorrected_volatile": 0}
     assert [(p.pid, p.name, p.used_memory) for p in b.processes or ()] == \
         [(48113, "python3", 2048 * 2**20)]
@@ -252,3 +268,27 @@ def test_over_ssh_a_sample_of_every_gpu_is_one_round_trip(sshd: SshServer,
                 - first.gpus[A].violations["power"].violation_time) == 5_000
     finally:
         target.close()
+
+
+class HungDriver(LocalHost):
+    """A host whose driver never answers a sample (a GPU fallen off the bus) until released."""
+
+    def __init__(self, root: Path, clock: FakeClock, release: threading.Event) -> None:
+        super().__init__(root)
+        self.fake_clock, self.release = clock, release
+
+    def sample_gpus(self) -> Mapping[str, object]:
+        self.fake_clock.stall()
+        self.release.wait(60)  # a bound only: a sample that is not given up on comes back late
+        return {"source": "late", "monotonic": 0.0, "gpus": {}}
+
+
+def test_a_sample_the_driver_never_answers_is_given_up_on_in_time(tmp_path: Path) -> None:
+    clock, release = FakeClock(), threading.Event()
+    try:
+        started = clock.now()
+        with pytest.raises(NvmlHung, match="did not return within 60 s: a GPU may have fallen"):
+            take_sample(HungDriver(tree(tmp_path / "box").root, clock, release), clock=clock)
+        assert clock.now() - started == NVML_TIMEOUT_S
+    finally:
+        release.set()

@@ -39,18 +39,18 @@ def test_a_failing_host_check_turns_gated_tests_into_errors(
     pytester.makepyfile(test_bench=BENCH)
     result = pytester.runpytest("test_bench.py", f"--gpuhost-spec={spec}",
                                 f"--gpuhost-root={example_host}", "--gpuhost-gate", "-v")
-    result.assert_outcomes(passed=81, failed=115, skipped=2, errors=2)
+    result.assert_outcomes(passed=129, failed=115, skipped=2, errors=2)
     lines = [line for line in result.stdout.lines if "::" in line and line.endswith("]")]
     # Every host check ran before the benchmarks.
-    assert [i for i, line in enumerate(lines) if "test_bench" in line] == [198, 199]
+    assert [i for i, line in enumerate(lines) if "test_bench" in line] == [246, 247]
     result.stdout.fnmatch_lines([
         "*_ ERROR at setup of test_bench_a _*",
-        escape("gpuhost gate closed: 115 of 198 host checks failed: sysctl[kernel.nmi_watchdog] "
+        escape("gpuhost gate closed: 115 of 246 host checks failed: sysctl[kernel.nmi_watchdog] "
                "(failed), ") + "*" + escape(", and 103 more"),
         "*_ ERROR at setup of test_bench_b _*",
     ])
     result.stdout.fnmatch_lines(["ERROR test_bench.py::test_bench_a - Failed: gpuhost gate "
-                                 "closed: 115 of 198*"])
+                                 "closed: 115 of 246*"])
     assert "cpuidle[C2]" in result.stdout.str()  # named in the summary table
 
 
@@ -74,7 +74,7 @@ def test_fixed_checks_open_the_gate(pytester: pytest.Pytester, spec: Path,
                                 f"--gpuhost-root={example_host}", "--gpuhost-gate", "--fix")
     assert result.ret == pytest.ExitCode.OK
     outcomes = result.parseoutcomes()
-    assert (outcomes["passed"], outcomes["fixed"], outcomes["skipped"]) == (137 + 2, 45, 2)
+    assert (outcomes["passed"], outcomes["fixed"], outcomes["skipped"]) == (185 + 2, 45, 2)
 
 
 REBOOT_SPEC = """version: 1
@@ -191,7 +191,7 @@ def test_gate_under_xdist_waits_for_every_worker(pytester: pytest.Pytester, spec
     # The peermem fix and the dmesg check ran on some worker; both gated tests saw them.
     for name in ("test_bench_a", "test_bench_b"):
         result.stdout.fnmatch_lines([f"*_ ERROR at setup of {name} _*", escape(
-            "gpuhost gate closed: 2 of 184 host checks failed: module[nvidia_peermem] "
+            "gpuhost gate closed: 2 of 232 host checks failed: module[nvidia_peermem] "
             "(fix_failed), dmesg (failed)")])
 
 

@@ -63,7 +63,7 @@ def test_verify_the_untuned_example_host(pytester: pytest.Pytester, spec: Path,
     before = snapshot(example_host)
     result = pytester.runpytest(f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}",
                                 "--gpuhost-report=out.json")
-    result.assert_outcomes(passed=81, failed=115, skipped=2)
+    result.assert_outcomes(passed=129, failed=115, skipped=2)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert snapshot(example_host) == before  # verification writes nothing
     result.stdout.fnmatch_lines([
@@ -87,7 +87,7 @@ def test_verify_the_untuned_example_host(pytester: pytest.Pytester, spec: Path,
         row("p2p", "56 - 56 - - -"),  # ACS redirect on every root port: all pairs slow
         row("pcie.aer", "8 8 - - - -"),
         row("dmesg", "1 1 - - - -"),
-        row("total", "198 81 115 - - 2"),
+        row("total", "246 129 115 - - 2"),
     ])
     result.stdout.fnmatch_lines([
         row("kernel.release", "1 - 1 - - -"),
@@ -117,7 +117,7 @@ def test_verify_the_untuned_example_host(pytester: pytest.Pytester, spec: Path,
     ])
     data = report(pytester.path / "out.json")
     assert data["fix"] is False
-    assert data["summary"] == {"passed": 81, "failed": 115, "fixed": 0, "fix_failed": 0,
+    assert data["summary"] == {"passed": 129, "failed": 115, "fixed": 0, "fix_failed": 0,
                                "skipped": 2, "error": 0, "would_fix": 0, "reboot_required": 0}
     pair = by_id(data)["p2p[0000:01:00.0->0000:81:00.0]"]
     assert (pair["kind"], pair["key"], pair["observed"], pair["outcome"]) == (
@@ -147,7 +147,7 @@ def test_fix_the_example_host_reproduces_the_real_story(pytester: pytest.Pyteste
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     # The P2P pairs are measured after the fixes: with MaxReadReq 4096 and ACS redirect off
     # all 56 clear their floor. Boot-time settings need --fix-persist: they stay failed.
-    assert counts(result) == {"passed": 137, "failed": 15, "fixed": 45, "skipped": 1}
+    assert counts(result) == {"passed": 185, "failed": 15, "fixed": 45, "skipped": 1}
     result.stdout.fnmatch_lines([
         escape("blackwell8.yaml::sysctl[kernel.numa_balancing] FIXED") + "*",
         escape("blackwell8.yaml::gpus.persistence_mode[0000:01:00.0] FIXED") + "*",
@@ -186,11 +186,11 @@ def test_second_fix_is_idempotent_and_writes_nothing(pytester: pytest.Pytester, 
     (example_host / "proc/sys/kernel/osrelease").write_text("6.8.0-49-generic\n")
     args = [f"--gpuhost-spec={spec}", f"--gpuhost-root={example_host}", "--fix", "--fix-persist"]
     first = pytester.runpytest(*args)
-    assert counts(first) == {"passed": 139, "fixed": 51, "skipped": 2, "reboot_required": 12}
+    assert counts(first) == {"passed": 187, "fixed": 51, "skipped": 2, "reboot_required": 12}
     assert first.ret == pytest.ExitCode.TESTS_FAILED  # a reboot is still due
     tuned = snapshot(example_host)
     second = pytester.runpytest(*args)
-    assert counts(second) == {"passed": 190, "skipped": 2, "reboot_required": 12}
+    assert counts(second) == {"passed": 238, "skipped": 2, "reboot_required": 12}
     second.stdout.fnmatch_lines(["--fix: 0 of 0 fixes applied",
                                  "--fix-persist: 0 of 0 files written"])
     assert snapshot(example_host) == tuned

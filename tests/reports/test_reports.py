@@ -36,7 +36,7 @@ def test_junit_properties_per_check_under_xunit1(pytester: pytest.Pytester, spec
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     cases = {case.get("name", ""): case for case in ET.parse(pytester.path / "junit.xml").iter(
         "testcase")}
-    assert len(cases) == 198 + 6
+    assert len(cases) == 246 + 6
 
     def props(name: str) -> dict[str, str]:
         return {p.get("name", ""): p.get("value", "") for p in cases[name].iter("property")}
@@ -67,7 +67,7 @@ def test_junit_is_valid_xunit2_by_default(pytester: pytest.Pytester, spec: Path,
                        "--fix-persist", "--junitxml=plain.xml")
     assert_valid_junit(pytester.path / "plain.xml")
     plain = ET.parse(pytester.path / "plain.xml")
-    assert len(list(plain.iter("testcase"))) == 198 + 6
+    assert len(list(plain.iter("testcase"))) == 246 + 6
     assert not [case for case in plain.iter("testcase") if case.find("properties") is not None]
     shutil.rmtree(example_host)
     shutil.copytree(EXAMPLE_HOST, example_host,
@@ -108,7 +108,7 @@ def test_junit_facts_under_xdist(pytester: pytest.Pytester, spec: Path,
     outcomes = [line.split(": ", 1)[1] for out in
                 ET.parse(pytester.path / "junit.xml").iter("system-out")
                 for line in str(out.text).splitlines() if line.startswith("gpuhost.outcome: ")]
-    assert sorted(outcomes) == sorted(["passed"] * 81 + ["failed"] * 115 + ["skipped"] * 2)
+    assert sorted(outcomes) == sorted(["passed"] * 129 + ["failed"] * 115 + ["skipped"] * 2)
 
 
 SAMPLE = re.compile(r'(?P<name>[a-z_]+)\{(?P<labels>(?:[a-z_]+="(?:[^"\\]|\\.)*",?)*)\} '
@@ -150,7 +150,7 @@ def test_prometheus_textfile_from_a_run(pytester: pytest.Pytester, spec: Path,
     assert [p.name for p in (pytester.path / "textfile").iterdir()] == ["gpuhost.prom"]
     metrics = parse_exposition((pytester.path / "textfile/gpuhost.prom").read_text())
     ok = {(labels["kind"], labels["key"]): value for labels, value in metrics["gpuhost_check_ok"]}
-    assert len(ok) == 198
+    assert len(ok) == 246
     assert ok[("sysctl", "vm.swappiness")] == 1
     assert ok[("module", "nvidia_peermem")] == 0
     assert ok[("dmesg", "")] == 0
@@ -159,7 +159,7 @@ def test_prometheus_textfile_from_a_run(pytester: pytest.Pytester, spec: Path,
     assert outcome[("nvidia_peermem", "fix_failed")] == 1
     assert sum(v for (key, _), v in outcome.items() if key == "nvidia_peermem") == 1
     counts = {labels["outcome"]: value for labels, value in metrics["gpuhost_checks"]}
-    assert counts == {"passed": 137, "failed": 14, "fixed": 45, "fix_failed": 1, "skipped": 1,
+    assert counts == {"passed": 185, "failed": 14, "fixed": 45, "fix_failed": 1, "skipped": 1,
                       "error": 0, "would_fix": 0, "reboot_required": 0}
     observed = {labels["key"]: value for labels, value in metrics["gpuhost_check_observed"]
                 if labels["kind"] == "pcie.max_read_request"}
@@ -230,8 +230,8 @@ def test_allure_results_of_a_fix_run(pytester: pytest.Pytester, spec: Path,
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     out = pytester.path / "allure-results"
     tests = allure_results(out)
-    assert len(tests) == 198
-    assert len({t["historyId"] for t in tests.values()}) == 198  # one history per check
+    assert len(tests) == 246
+    assert len({t["historyId"] for t in tests.values()}) == 246  # one history per check
     swap = tests["sysctl[vm.swappiness]"]
     assert swap["status"] == "passed"
     assert labels_of(swap)["feature"] == "sysctl"
@@ -437,7 +437,7 @@ def test_allure_under_xdist_writes_the_session_files_once(pytester: pytest.Pytes
                                   "-n", "2", "--alluredir=allure-results", "-p",
                                   "no:cacheprovider")
     out = pytester.path / "allure-results"
-    assert len(allure_results(out)) == 198
+    assert len(allure_results(out)) == 246
     assert "gpu.count=8\n" in (out / "environment.properties").read_text()
     assert (out / "categories.json").is_file()
     assert not list(out.glob(".*"))  # no temporary files left

@@ -42,7 +42,7 @@ def test_a_bare_name_runs_the_bundled_spec(pytester: pytest.Pytester,
                                 "--gpuhost-report=r.json", "--co", "-q")
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(["blackwell8.yaml::sysctl[[]kernel.nmi_watchdog]",
-                                 "198 tests collected*"])
+                                 "246 tests collected*"])
     run = pytester.runpytest("--gpuhost-spec=blackwell8", f"--gpuhost-root={example_host}",
                              "--gpuhost-report=r.json", "-m", "not gpuhost_slow")
     report = json.loads((pytester.path / "r.json").read_text())
@@ -70,7 +70,7 @@ def test_a_bundled_spec_s_ids_do_not_depend_on_where_the_package_is(
     args = ["--gpuhost-spec=blackwell8", f"--gpuhost-root={example_host}", "--co", "-q"]
     outside = pytester.runpytest(*args)
     under = pytester.runpytest(*args, f"--rootdir={REPO}")
-    assert ids(outside) == ids(under) and len(ids(outside)) == 198
+    assert ids(outside) == ids(under) and len(ids(outside)) == 246
     assert all(i.startswith("blackwell8.yaml::") for i in ids(outside))
     assert not any(str(BLACKWELL8.parent) in line for line in outside.stdout.lines)
 
@@ -87,7 +87,7 @@ def test_a_bundled_spec_s_check_is_selected_and_deselected_by_its_id(
     assert junit.count('classname="blackwell8.yaml"') == 2, junit
     assert_valid_junit(pytester.path / "j.xml")
     rest = pytester.runpytest(*spec, "--deselect", "blackwell8.yaml::dmesg", "--co", "-q")
-    rest.stdout.fnmatch_lines(["197/198 tests collected (1 deselected)*"])
+    rest.stdout.fnmatch_lines(["245/246 tests collected (1 deselected)*"])
 
 
 def test_a_copy_of_a_bundled_spec_at_the_top_of_the_rootdir_has_its_ids(
@@ -98,18 +98,18 @@ def test_a_copy_of_a_bundled_spec_at_the_top_of_the_rootdir_has_its_ids(
     root = f"--gpuhost-root={example_host}"
     copy = pytester.runpytest("--gpuhost-spec=blackwell8.yaml", root, "--co", "-q")
     bundled = pytester.runpytest("--gpuhost-spec=blackwell8", root, "--co", "-q")
-    assert ids(copy) == ids(bundled) and len(ids(copy)) == 198
+    assert ids(copy) == ids(bundled) and len(ids(copy)) == 246
     both = pytester.runpytest("--gpuhost-spec=blackwell8.yaml", "--gpuhost-spec=blackwell8",
                               root, "--co", "-q")
-    assert len(set(ids(both))) == 2 * 198
-    assert sum(i.startswith(f"{BLACKWELL8}::") for i in ids(both)) == 198
+    assert len(set(ids(both))) == 2 * 246
+    assert sum(i.startswith(f"{BLACKWELL8}::") for i in ids(both)) == 246
 
 
 def test_the_ini_names_a_bundled_spec_too(pytester: pytest.Pytester,
                                           example_host: Path) -> None:
     pytester.makeini(f"[pytest]\ngpuhost_spec = blackwell8\ngpuhost_root = {example_host}\n")
     result = pytester.runpytest("--co", "-q")
-    result.stdout.fnmatch_lines(["198 tests collected*"])
+    result.stdout.fnmatch_lines(["246 tests collected*"])
 
 
 @pytest.mark.parametrize(("given", "line"), [
@@ -187,6 +187,6 @@ def test_under_xdist_a_bundled_spec_s_check_whose_worker_died_is_in_the_report(
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     report = json.loads((pytester.path / "out.json").read_text())
     outcomes = {check["id"]: check["outcome"] for check in report["checks"]}
-    assert len(outcomes) == 142
+    assert len(outcomes) == 190
     assert outcomes["sysctl[vm.swappiness]"] == "error"
     assert outcomes["kernel.release"] == "failed"  # re-queued after the crash, and run

@@ -188,6 +188,7 @@ def moment_of(nv: Any, handle: Any) -> dict[str, object]:
     nv.each(gpu, "processes", lambda: compute_processes(nv, handle))
     gpu["ecc_errors"] = ecc_counts(nv, handle, ("corrected_volatile", "uncorrected_volatile"))
     nv.each(gpu, "remapped_rows", lambda: remapped_rows_of(nv, handle))
+    nv.each(gpu, "retired_pages_pending", lambda: retired_pending_of(nv, handle))
     nv.each(gpu, "pcie_replays", lambda: _uint(nv, "nvmlDeviceGetPcieReplayCounter", handle))
     nv.each(gpu, "link_generation",
             lambda: _uint(nv, "nvmlDeviceGetCurrPcieLinkGeneration", handle))

@@ -1,7 +1,7 @@
 """The GPUs through ``nvidia-smi`` under the root, where the NVML library cannot be loaded: its
-``--query-gpu`` answer in the form the library's facts have (settings, then health in a query of
-its own, so that a driver whose nvidia-smi lacks a health field loses those facts only), one
-sample (``--query-gpu`` and ``--query-compute-apps``) in the form of the library's, and a
+``--query-gpu`` answer in the form the library's facts have (settings and health in one
+query; where this nvidia-smi lacks a health field, the settings asked alone: it loses those facts
+only), one sample (``--query-gpu`` and ``--query-compute-apps``) in the form of the library's, and a
 setting changed with its flags. A field nvidia-smi reports as ``[N/A]`` or ``[Not Supported]``
 is ``{"error": ..., "unsupported": true}``, as a call the library does not support."""
 
@@ -30,13 +30,14 @@ HEALTH_FIELDS = ("pci.bus_id", "name", "temperature.gpu", "clocks_event_reasons.
                  "ecc.errors.uncorrected.aggregate.total", "retired_pages.pending",
                  "remapped_rows.correctable", "remapped_rows.uncorrectable",
                  "remapped_rows.pending", "remapped_rows.failure")
-"""The health facts' fields (``nvmlreads.health_of``'s)."""
+"""The health facts' fields (``nvmlreads.health_of``'s), asked with ``SMI_FIELDS`` in one
+query; where this nvidia-smi refuses one, the settings are asked alone."""
 SAMPLE_FIELDS = ("pci.bus_id", "clocks_event_reasons.active", "clocks.sm", "clocks.mem",
                  "clocks.max.sm", "clocks.max.mem", "temperature.gpu", "power.draw",
                  "enforced.power.limit", "ecc.errors.corrected.volatile.total",
                  "ecc.errors.uncorrected.volatile.total", "remapped_rows.correctable",
                  "remapped_rows.uncorrectable", "remapped_rows.pending", "remapped_rows.failure",
-                 "pcie.link.gen.gpucurrent", "pcie.link.width.current")
+                 "retired_pages.pending", "pcie.link.gen.gpucurrent", "pcie.link.width.current")
 """A sample's fields (``nvmlreads.moment_of``'s; nvidia-smi has no violation times nor replay
 counter to query: those are not supported here)."""
 OLD_FIELD_NAMES = {"clocks_event_reasons.active": "clocks_throttle_reasons.active"}
@@ -57,18 +58,14 @@ def bus_id(raw: str) -> str:
 def smi_facts(root: Commands, problem: str) -> dict[str, object]:
     """The GPUs as ``nvidia-smi --query-gpu`` reports them (``problem``: why the library
     could not be loaded, said with them)."""
-    done = root.run(["nvidia-smi", f"--query-gpu={','.join(SMI_FIELDS)}",
-                     "--format=csv,noheader,nounits"], timeout=60.0)
-    if done["returncode"] != 0:
-        return {"unavailable": f"{problem}; and nvidia-smi --query-gpu exited "
-                               f"{done['returncode']}: {str(done['stderr']).strip()[-300:]}"}
+    rows, health_problem = smi_query(root, "--query-gpu", SMI_FIELDS + HEALTH_FIELDS[1:])
+    if health_problem:  # an nvidia-smi without a health field: the settings alone
+        rows, failed = smi_query(root, "--query-gpu", SMI_FIELDS)
+        if failed:
+            return {"unavailable": f"{problem}; and {failed}"}
     gpus: dict[str, object] = {}
     driver = ""
-    for line in str(done["stdout"]).splitlines():
-        cells = [cell.strip() for cell in line.split(",")]
-        if len(cells) != len(SMI_FIELDS):
-            continue
-        row = {field: cells[index] for index, field in enumerate(SMI_FIELDS)}
+    for row in rows:
         driver = row["driver_version"]
         gpus[bus_id(row["pci.bus_id"])] = {
             "persistence_mode": _smi(row["persistence_mode"], _enabled),
@@ -78,8 +75,8 @@ def smi_facts(root: Commands, problem: str) -> dict[str, object]:
                                       lambda text: [_milliwatts(w) for w in text.split()]),
             "ecc_mode": _smi(f"{row['ecc.mode.current']} {row['ecc.mode.pending']}",
                              lambda text: [_enabled(word) for word in text.split()]),
+            **smi_health(row, health_problem),
         }
-    smi_health(root, gpus)
     return {"source": "nvidia-smi --query-gpu", "library_problem": problem,
             "driver_version": driver, "gpus": gpus}
 
@@ -106,26 +103,20 @@ def smi_query(root: Commands, option: str, fields: tuple[str, ...]
     return [], problem
 
 
-def smi_health(root: Commands, gpus: dict[str, object]) -> None:
-    """Each GPU's health facts (as ``nvmlreads.health_of`` gives them) added to ``gpus``."""
-    rows, problem = smi_query(root, "--query-gpu", HEALTH_FIELDS)
-    by_address = {bus_id(row["pci.bus_id"]): row for row in rows}
-    for address, gpu in gpus.items():
-        row = by_address.get(address)
-        if not isinstance(gpu, dict):
-            continue
-        if row is None:
-            for key in ("name", "ecc_errors", "remapped_rows", "retired_pages_pending",
-                        "temperature", "clocks_event_reasons"):
-                gpu[key] = {"error": problem or f"nvidia-smi did not list {address}"}
-            continue
-        gpu["name"] = _smi(row["name"], _name)
-        gpu["ecc_errors"] = {count: _smi(row[f"ecc.errors.{kind}.{counter}.total"], int)
-                             for count, kind, counter in _ECC}
-        gpu["remapped_rows"] = _remapped(row)
-        gpu["retired_pages_pending"] = _smi(row["retired_pages.pending"], _yes)
-        gpu["temperature"] = _smi(row["temperature.gpu"], int)
-        gpu["clocks_event_reasons"] = _smi(row["clocks_event_reasons.active"], _bits)
+def smi_health(row: dict[str, str], problem: str) -> dict[str, object]:
+    """One GPU's health facts (as ``nvmlreads.health_of`` gives them) from its row, or
+    ``problem`` for each where the query with them failed."""
+    if problem:
+        return {key: {"error": problem} for key in ("name", "ecc_errors", "remapped_rows",
+                                                    "retired_pages_pending", "temperature",
+                                                    "clocks_event_reasons")}
+    return {"name": _smi(row["name"], _name),
+            "ecc_errors": {count: _smi(row[f"ecc.errors.{kind}.{counter}.total"], int)
+                           for count, kind, counter in _ECC},
+            "remapped_rows": _remapped(row),
+            "retired_pages_pending": _smi(row["retired_pages.pending"], _yes),
+            "temperature": _smi(row["temperature.gpu"], int),
+            "clocks_event_reasons": _smi(row["clocks_event_reasons.active"], _bits)}
 
 
 def smi_sample(root: Commands, problem: str) -> dict[str, object]:
@@ -160,6 +151,7 @@ def smi_sample(root: Commands, problem: str) -> dict[str, object]:
                            "uncorrected_volatile":
                            _smi(row["ecc.errors.uncorrected.volatile.total"], int)},
             "remapped_rows": _remapped(row),
+            "retired_pages_pending": _smi(row["retired_pages.pending"], _yes),
             "pcie_replays": dict(unsupported),
             "link_generation": _smi(row["pcie.link.gen.gpucurrent"], int),
             "link_width": _smi(row["pcie.link.width.current"], int),
