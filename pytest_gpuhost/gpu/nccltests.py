@@ -39,7 +39,7 @@ NO_OP = ("all_gather", "broadcast", "alltoall")
 REASONS = ("no_row", "truncated", "other_collective", "died", "not_nccl_tests")
 
 _HEADER = re.compile(r"#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)\s+minBytes\s+(\d+)\s+maxBytes\s+(\d+)"
-                     r".*?iters:\s*(\d+).*?validation:\s*(\d+)(?:.*?graph:\s*(\d+))?")
+                     r".*?(?<!warmup )iters:\s*(\d+).*?validation:\s*(\d+)(?:.*?graph:\s*(\d+))?")
 _STARTING = re.compile(r"#\s*Collective test starting:\s*(\S+)")
 _DEVICE = re.compile(r"#\s*Rank\s+(\d+)\s+Group\s+(\d+)\s+Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+"
                      r"(\d+)\s+\[([^\]]*)\]\s*(.*)")
@@ -176,6 +176,11 @@ class NcclOutput(msgspec.Struct, frozen=True):
         return None
 
 
+def _failed(line: str) -> bool:
+    """A line that says the test failed (not a warning of NCCL's)."""
+    return any(said in line for said in _DIED_FIRST)
+
+
 def _number(text: str) -> float | None:
     return None if text == "N/A" else float(text)
 
@@ -268,8 +273,9 @@ class _Reader:
             self.test = starting.group(1) if starting is not None else None
 
     def other(self, line: str, stripped: str) -> None:
-        if stripped.startswith(_DIED_FIRST) or (self.died is None and " NCCL WARN " in line):
-            if self.died is None or not self.died.startswith(_DIED_FIRST):
+        failed = any(said in stripped for said in _DIED_FIRST)
+        if failed or (self.died is None and " NCCL WARN " in line):
+            if self.died is None or not _failed(self.died):
                 self.died = stripped  # a test's failure line says more than a warning before it
         elif stripped[0].isdigit():
             found = _ROW.match(line)
@@ -284,7 +290,7 @@ class _Reader:
             raise NcclOutputError("not_nccl_tests", "not an nccl-tests output: no '# nThread "
                                                     "... nGpus ...' header")
         if self.avg is None:
-            if died is not None and died.startswith(_DIED_FIRST):
+            if died is not None and _failed(died):
                 raise NcclOutputError("died", f"the run died after {len(rows)} rows: "
                                               f"{died[:300]}")
             raise NcclOutputError("truncated", f"the output is cut short after {len(rows)} "
