@@ -164,7 +164,7 @@ def _collective(name: str, node: Node, context: SpecContext) -> Collective:
                 raise value.error(f"nccl {name} from: needs a file, like results/{name}.txt")
             path = Path(text).expanduser()
             source = str(path if path.is_absolute() else
-                         (Path(node.file).resolve().parent / path))
+                         Path(context.folder or Path(node.file).absolute().parent) / path)
         elif key == "repeat":
             repeat = _count(value, f"nccl {name} repeat", 1)
         elif key == "retry":

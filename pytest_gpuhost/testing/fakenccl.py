@@ -98,7 +98,7 @@ def nccl_tests_text(gpus: Sequence[str], busbw: float | Callable[[int], float], 
         if cut_after is not None and number >= cut_after:
             break
         rate = busbw(size) if callable(busbw) else busbw
-        alg = rate / factor
+        alg = rate / factor if factor else 100.0  # one rank: busbw 0 whatever it moves
         time_us = size / (alg * 1e3) if alg else 0.0
         errors = wrong.get(size, 0)
         count = size // 4

@@ -63,10 +63,10 @@ def test_wrong_values_are_caught_out_of_place_and_in_place(where: str) -> None:
     text = nccl_tests_text(GPUS, 38.0, wrong={2**30: 3})
     if where == "in":  # only the in-place column says it
         lines = text.splitlines()
-        row = next(i for i, line in enumerate(lines) if line.strip().startswith("1073741824"))
-        cells = lines[row].split()
+        at = next(i for i, line in enumerate(lines) if line.strip().startswith("1073741824"))
+        cells = lines[at].split()
         cells[8] = "0"
-        lines[row] = "  ".join(cells)
+        lines[at] = "  ".join(cells)
         text = "\n".join(lines) + "\n"
     row = parse_nccl_tests(text).row(2**30)
     assert row.errors == (6 if where == "out" else 3)
