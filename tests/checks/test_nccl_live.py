@@ -6,6 +6,7 @@ group, a run that dies, and the same run over the tests' sshd through the agent.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,8 +28,8 @@ def spec(more: str = "", section: str = "") -> str:
     return SPEC.format(more=more, section=section)
 
 
-def output(busbw: float, **given: object) -> str:
-    return nccl_tests_text(GPUS, busbw, sizes=(2**30,), **{**HEALTHY, **given})  # type: ignore[arg-type]  # a test's keywords
+def output(busbw: float, **given: Any) -> str:
+    return nccl_tests_text(GPUS, busbw, sizes=(2**30,), **{**HEALTHY, **given})
 
 
 def test_a_live_run_says_what_it_ran_and_with_which_environment(tmp_path: Path) -> None:
