@@ -29,7 +29,7 @@ from allure_commons.types import AttachmentType, LabelType
 from ..files import write_output
 from ..result import CheckResult, Outcome, apply_failed
 from . import RunInfo, reverting
-from .topology import path_text
+from .topology import path_text, ring_text
 
 dynamic: Any = allure.dynamic
 """allure's dynamic API is untyped."""
@@ -114,6 +114,16 @@ def _read(evidence: Sequence[Mapping[str, str]]) -> str:
     return _text([f"{e['source']}: {e['raw']}" for e in evidence]) if evidence else "(nothing)\n"
 
 
+def _explained(details: Mapping[str, Any]) -> None:
+    """What limits a measurement: a P2P or host copy's PCIe path, a collective's ring."""
+    path = path_text(details)
+    if path is not None:
+        allure.attach(path, name="PCIe path", attachment_type=AttachmentType.TEXT)
+    ring = ring_text(details)
+    if ring is not None:
+        allure.attach(ring, name="ring and causes", attachment_type=AttachmentType.TEXT)
+
+
 def describe(result: CheckResult, host_name: str) -> None:
     """Labels, parameters, description, attachments and steps of the current Allure test."""
     dynamic.feature(result.kind)
@@ -147,9 +157,7 @@ def describe(result: CheckResult, host_name: str) -> None:
                   name="expected vs observed", attachment_type=AttachmentType.TEXT)
     allure.attach(json.dumps(result.as_dict(), indent=2), name="gpuhost record",
                   attachment_type=AttachmentType.JSON)
-    path = path_text(result.details)
-    if path is not None:  # a P2P or host copy: its PCIe path and what limits it
-        allure.attach(path, name="PCIe path", attachment_type=AttachmentType.TEXT)
+    _explained(result.details)
     for change in result.plan:  # a file a fix wrote (or would write): what it holds
         if isinstance(change.get("new"), str) and change.get("path"):
             allure.attach(str(change["new"]), name=f"{change['path']} (written)",

@@ -27,6 +27,8 @@ ACS_AT = 2
 """The GPU whose root port redirects (``acs``): hops 1->2 and 2->3 of the ring cross it."""
 ID = "nccl[all_reduce@1G]"
 
+pytest_plugins = ["pytester"]
+
 
 def board(root: Path, *, acs: bool = False) -> FakeHost:
     fake = FakeHost(root)
@@ -241,3 +243,41 @@ def test_more_gpus_than_the_target_has_is_an_error(tmp_path: Path) -> None:
     assert record.outcome is Outcome.ERROR
     assert record.message == ("all_reduce needs at least 2 GPUs and at most the target's 8 GPUs;"
                               " the spec asks for 16")
+
+
+def test_allure_and_the_fleet_page_show_a_collective_s_top_cause(pytester: pytest.Pytester,
+                                                                 tmp_path: Path) -> None:
+    import json
+
+    from pytest_gpuhost.fleet import read_reports
+    from pytest_gpuhost.fleet.page import page_data
+
+    from ..reports.test_reports import allure_results, attachment
+
+    fake = board(tmp_path / "host")
+    saved = pytester.path / "all_reduce.txt"
+    saved.write_text(nccl_tests_text(GPUS, 22.2, sizes=(2**30,), channels=8,
+                                     env={"NCCL_P2P_LEVEL": "PIX"},
+                                     transports={(3, 4): "SHM/direct/direct"}))
+    pytester.makefile(".yaml", spec=spec(Path(saved.name)))
+    result = pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}", "-p",
+                                "no:cacheprovider", "--alluredir=allure-results",
+                                "--gpuhost-report=out.json")
+    result.assert_outcomes(failed=1)
+    out = pytester.path / "allure-results"
+    ring = attachment(out, allure_results(out)[ID], "ring and causes").splitlines()
+    assert ring[0] == (f"all_reduce at 1G over 8 GPUs: busbw 22.2 GB/s (recorded in {saved})")
+    assert ring[2] == "environment taken: NCCL_P2P_LEVEL=PIX"
+    assert ring[12] == f"bound: 57.61 GB/s, the path of {GPUS[0]}->{GPUS[1]}; reached 38% of it"
+    assert ring[14].startswith(f"  nccl_transport at {GPUS[3]}->{GPUS[4]}: SHM/direct/direct on "
+                               "1 ring pair (of 64 connections): NCCL_P2P_LEVEL=PIX")
+    data = page_data(read_reports([pytester.path / "out.json"]), [], "t")
+    [row] = data["targets"]
+    tips = {data["strings"][data["checks"][row[3][i]][1]]: data["strings"][row[3][i + 6]]
+            for i in range(0, len(row[3]), 7) if row[3][i + 6] >= 0}
+    assert tips[ID].startswith(f"nccl_transport at {GPUS[3]}->{GPUS[4]}: sends ring traffic "
+                               "through host memory (SHM) instead of GPU to GPU; unset "
+                               "NCCL_P2P_LEVEL")
+    report = json.loads((pytester.path / "out.json").read_text())
+    [check] = report["checks"]
+    assert check["details"]["explain"][0]["cause"] == "nccl_transport"
