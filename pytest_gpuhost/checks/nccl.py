@@ -41,10 +41,11 @@ from .gpus import GPUS
 from .nccl_explain import CollectiveExplainer, Judged
 from .p2p import ORDER as P2P_ORDER
 from .p2p import _share, _tuning
-from .p2p_explain import Explainer
+from .p2p_explain import Explainer, Tuning
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # capture's module loads when a capture asks
     from ..specmodel import Node
+    from .capturing import Captured, Records
 
 ORDER = P2P_ORDER + 100  # after the P2P measurements (a ring stands on their pairs), before dmesg
 KEYS = (*COLLECTIVES, "env", "timeout", "channels", "pause")
@@ -83,8 +84,10 @@ class NcclSection(msgspec.Struct, frozen=True):
     timeout: float = TIMEOUT_S
     channels: int | None = None
     pause: float = PAUSE_S
-    tuning: Any = None
-    """The spec's pcie and iommu keys (``p2p_explain.Tuning``), for the words of a remedy."""
+    tuning: Tuning = msgspec.field(default_factory=Tuning)
+    """The spec's pcie and iommu keys, for the words of a remedy."""
+    options: EntryOptions | None = None
+    """The section's own (each collective's are its own, else these)."""
 
 
 def size_text(size: int) -> str:
@@ -140,7 +143,15 @@ def _floor(node: Node, name: str) -> tuple[float | None, float | None]:
     return float(value), None
 
 
-def _collective(name: str, node: Node, context: SpecContext) -> Collective:
+def _inherit(own: EntryOptions, outer: EntryOptions) -> EntryOptions:
+    """An entry's options, each it does not give taken from its section's."""
+    return EntryOptions(own.where, own.why if own.why is not None else outer.why,
+                        own.fix and outer.fix, own.when if own.when is not None else outer.when,
+                        own.severity if own.severity != "normal" else outer.severity)
+
+
+def _collective(name: str, node: Node, context: SpecContext, outer: EntryOptions
+                ) -> Collective:
     given = section(node, f"nccl {name}", ENTRY_KEYS, context)
     gpus: int | None = None
     sizes: list[tuple[str, int]] = []
@@ -174,7 +185,7 @@ def _collective(name: str, node: Node, context: SpecContext) -> Collective:
     if floor is None and share is None:
         raise node.error(f"nccl {name} needs min_busbw: GB/s (or {{path: 0.7}})")
     return Collective(name, gpus, tuple(dict.fromkeys(sizes)), floor, share, source, repeat,
-                      retry, given.options)
+                      retry, _inherit(given.options, outer))
 
 
 def _env(node: Node) -> tuple[tuple[str, str], ...]:
@@ -231,6 +242,10 @@ class NcclKind:
     scope = USERSPACE  # run where the benchmark runs
     measured = True
 
+    @staticmethod
+    def capture(model: NcclSection, records: Records) -> Captured:
+        return capture_nccl(model, records)
+
     def facts(self, section: NcclSection) -> Sequence[Fact[Any]]:
         return [GPUS]
 
@@ -241,7 +256,7 @@ class NcclKind:
         timeout, pause, channels = TIMEOUT_S, PAUSE_S, None
         for key, value in given.values.items():
             if key in COLLECTIVES:
-                collectives.append(_collective(key, value, context))
+                collectives.append(_collective(key, value, context, given.options))
             elif key == "env":
                 env = _env(value)
             elif key == "timeout":
@@ -254,7 +269,8 @@ class NcclKind:
                 channels = _count(value, "nccl channels", 1)
         if not collectives:
             raise node.error(f"nccl needs a collective: one or more of {', '.join(COLLECTIVES)}")
-        return NcclSection(tuple(collectives), env, timeout, channels, pause, _tuning(context))
+        return NcclSection(tuple(collectives), env, timeout, channels, pause, _tuning(context),
+                           given.options)
 
     def expand(self, section: NcclSection, facts: Facts) -> Sequence[Check]:
         found = facts.get(GPUS)
@@ -298,15 +314,18 @@ class Taken(msgspec.Struct, frozen=True):
     source: str
 
 
-class NcclProbe(NoFix):
+class NcclProbe(NoFix, msgspec.Struct, frozen=True):
     """Takes and judges one collective at one size."""
 
-    def __init__(self, entry: Collective, text: str, size: int, gpus: int,
-                 section: NcclSection, explainer: CollectiveExplainer,
-                 shared_dir: Path | None, sleep: Callable[[float], None]) -> None:
-        self.entry, self.text, self.size, self.gpus = entry, text, size, gpus
-        self.section, self.explainer = section, explainer
-        self.shared_dir, self.sleep = shared_dir, sleep
+    entry: Collective
+    text: str
+    size: int
+    gpus: int
+    section: NcclSection
+    explainer: CollectiveExplainer
+    shared_dir: Path | None
+    sleep: Callable[[float], None]
+    """How the pause before a failed floor's second run is waited (a test's clock)."""
 
     def reads(self) -> Sequence[Request]:
         own: tuple[Request, ...] = (Read("proc/stat"), Glob(f"{JOURNALS}/*.jsonl", read=False)) \
@@ -451,3 +470,53 @@ def _stale(host: Host, source: str) -> str | None:
 
 def _when(seconds: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
+
+
+def capture_nccl(model: NcclSection, records: Records) -> Captured:
+    """The nccl section as captured: each collective's floor at 90% of the lowest bus
+    bandwidth measured over its sizes, rounded down (a share of the ring's bound at 90% of the
+    lowest share reached, to a hundredth), the rest as the spec had it. A collective that
+    returned wrong data is left out: its bandwidth is no floor."""
+    from .capturing import Captured, options_of, problem, when_false
+    from .p2p import p2p_floor
+
+    out = Captured()
+    found = records.get("nccl", ())
+    for entry in model.collectives:
+        mine = [r for r in found if r.key is not None and r.key.split("@")[0] == entry.name]
+        sizes = [text for text, _ in entry.sizes]
+        settings: dict[str, Any] = {"gpus": "all" if entry.gpus is None else entry.gpus,
+                                    "bytes": sizes[0] if len(sizes) == 1 else sizes}
+        if when_false(mine, entry.options):
+            floor: Any = {"path": entry.path_share} if entry.floor is None else entry.floor
+        else:
+            why = problem(mine) or next((f"{r.key}: #wrong {r.details['wrong']}" for r in mine
+                                         if r.details.get("wrong")), None)
+            if why is not None:
+                out.leave_out(f"nccl {entry.name}", why)
+                continue
+            if entry.path_share is not None:
+                shares = [v for r in mine if isinstance(v := r.details.get("fraction"),
+                                                        (int, float))]
+                if len(shares) < len(mine):
+                    out.leave_out(f"nccl {entry.name}", "a ring's bound was not known")
+                    continue
+                floor = {"path": math.floor(min(shares) * 90) / 100}
+            else:
+                floor = p2p_floor(min(float(str(r.observed)) for r in mine))
+        settings["min_busbw"] = floor
+        if entry.source is not None:
+            settings["from"] = entry.source
+        if entry.repeat != 1:
+            settings["repeat"] = entry.repeat
+        if entry.retry != 1:
+            settings["retry"] = entry.retry
+        out.entries[entry.name] = {**settings, **options_of(entry.options)}
+    if out.entries and model.env:
+        out.entries["env"] = dict(model.env)
+    for key, value, default in (("timeout", model.timeout, TIMEOUT_S),
+                                ("channels", model.channels, None),
+                                ("pause", model.pause, PAUSE_S)):
+        if out.entries and value != default:
+            out.entries[key] = value
+    return out

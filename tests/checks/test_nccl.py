@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from pytest_gpuhost.files import OutputError
 from pytest_gpuhost.result import CheckResult, Outcome
 from pytest_gpuhost.specmodel import SpecError
 from pytest_gpuhost.testing.fakehost import ACS_KERNEL_DEFAULT, FakeHost
@@ -281,3 +282,39 @@ def test_allure_and_the_fleet_page_show_a_collective_s_top_cause(pytester: pytes
     report = json.loads((pytester.path / "out.json").read_text())
     [check] = report["checks"]
     assert check["details"]["explain"][0]["cause"] == "nccl_transport"
+
+
+def test_a_capture_holds_each_collective_to_90_percent_of_its_lowest(tmp_path: Path) -> None:
+    import yaml
+
+    fake = board(tmp_path / "host")
+    saved = tmp_path / "sweep.txt"
+    saved.write_text(nccl_tests_text(GPUS, lambda size: 30.0 if size < 2**30 else 37.6,
+                                     sizes=(2**28, 2**30), **HEALTHY))
+    text = (f"version: 1\nnccl:\n  all_reduce: {{bytes: [256M, 1G], min_busbw: 20, from: "
+            f"{saved}, why: tp}}\n  env: {{NCCL_MIN_NCHANNELS: \"8\"}}\n  pause: 3\n")
+    run_spec(text, fake.root, workdir=tmp_path, capture="got.yaml")
+    got = yaml.safe_load((tmp_path / "got.yaml").read_text())["nccl"]
+    assert got == {"all_reduce": {"gpus": "all", "bytes": ["256M", "1G"], "min_busbw": 27,
+                                  "from": str(saved), "why": "tp"},
+                   "env": {"NCCL_MIN_NCHANNELS": 8}, "pause": 3.0}  # env reads 8 as "8"
+    shared = text.replace("min_busbw: 20", "min_busbw: {path: 0.3}")
+    run_spec(shared, fake.root, workdir=tmp_path, capture="share.yaml")
+    share = yaml.safe_load((tmp_path / "share.yaml").read_text())["nccl"]["all_reduce"]
+    assert share["min_busbw"] == {"path": 0.46}  # 30 of 57.61 is 52%: 90% of it, rounded down
+    saved.write_text(nccl_tests_text(GPUS, 37.6, sizes=(2**28, 2**30), wrong={2**28: 1}))
+    with pytest.raises(OutputError, match="nccl all_reduce: all_reduce@256M: #wrong 2"):
+        run_spec(text, fake.root, workdir=tmp_path, capture="wrong.yaml")
+
+
+def test_the_catalog_runs_nccl_only_where_nccl_tests_is(tmp_path: Path) -> None:
+    from pytest_gpuhost.testing.fakenccl import install_nccl_tests
+
+    fake = board(tmp_path / "host")
+    done = run_spec((), fake.root, workdir=tmp_path, capture="all.yaml")
+    assert done[ID].outcome is Outcome.SKIPPED
+    assert done[ID].message == ("when: nccl_tests is false: no all_reduce_perf (nccl-tests) in "
+                                "the root's bin directories or on PATH")
+    install_nccl_tests(fake.root, [nccl_tests_text(GPUS, 37.6, sizes=(2**30,), **HEALTHY)])
+    again = run_spec((), fake.root, workdir=tmp_path, capture="again.yaml")
+    assert again[ID].outcome is Outcome.PASSED and again[ID].observed == "37.60"

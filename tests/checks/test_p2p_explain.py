@@ -320,3 +320,21 @@ def test_a_concurrent_flow_is_explained_as_its_pair(tmp_path: Path) -> None:
     assert observed.details["topology"] == "PHB" and observed.details["limit_gbps"] == 28.81
     assert observed.culprits is not None and observed.culprits.startswith(
         f"the link of {USP} to {RP0}, Gen5 x8 of Gen5 x16, leaves the path 28.81 of 57.61 GB/s")
+
+
+def test_a_pair_without_p2p_says_so_on_its_message_s_first_line(tmp_path: Path) -> None:
+    fake = build(tmp_path / "host", no_p2p=True)
+    rows = [[None if s == t or (s, t) == (0, 3) else 40.0 + s + t for t in range(4)]
+            for s in range(4)]  # nvbandwidth prints N/A for A -> D
+    fake.recorded_bandwidth("nvbandwidth.txt", nvbandwidth_text(
+        {"device_to_device_memcpy_read_ce": (D2D, [list(c) for c in zip(*rows, strict=True)])},
+        devices=["GPU"] * 4))
+    results = run_spec(SPEC, fake.root)
+    refused = results[f"p2p[{A}->{D}]"]
+    assert refused.outcome is Outcome.FAILED and refused.observed is None
+    assert refused.message.splitlines()[0] == (
+        f"P2P is unsupported on this pair: NVML's P2P read status ({NO_P2P}) leaves this pair "
+        "no peer path; enable P2P: the GPU model and driver must support it, and the "
+        "platform's firmware allow it (ACS, IOMMU, Above 4G Decoding) (nvbandwidth v0.8 "
+        "reported N/A for device 0 -> 3)")
+    assert refused.details["explain"][0]["cause"] == "p2p_unsupported"
