@@ -46,7 +46,6 @@ _DEVICE = re.compile(r"#\s*Rank\s+(\d+)\s+Group\s+(\d+)\s+Pid\s+(\d+)\s+on\s+(\S
 _NUMBER = r"(N/A|[-+0-9.eE]+)"
 _ROW = re.compile(r"\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)" + (r"\s+" + _NUMBER) * 8
                   + r"\s*\Z")
-_INFO = re.compile(r"(?:\S+\s+)?\[(\d+)\]\s+NCCL INFO\s+(.*)")
 _ENV = re.compile(r"(NCCL_\w+) set by environment to (.*?)\.?\s*\Z")
 _VERSION = re.compile(r"NCCL version (\S+)")
 _RING = re.compile(r"Channel (\d+)/(\d+)\s*:\s*((?:\d+\s*)+)\Z")
@@ -209,13 +208,9 @@ class _Info:
         self.connections: dict[tuple[int, int, int, str | None], Connection] = {}
 
     def take(self, text: str) -> None:
-        head = text[:8]
-        if head.startswith("Channel"):
-            found = _CONNECTION.match(text)
-            if found is not None:
-                g = found.groups()
-                key = (int(g[0]), int(g[1]), int(g[3]), g[5])
-                self.connections.setdefault(key, Connection(key[0], key[1], key[2], g[6], g[5]))
+        if text.startswith("Channel"):
+            if " via " in text:
+                self._connection(text)
                 return
             ring = _RING.match(text)
             if ring is not None:
@@ -223,23 +218,50 @@ class _Info:
                 self.rings.setdefault(int(ring.group(1)),
                                       tuple(int(r) for r in ring.group(3).split()))
             return
-        if head.startswith("NCCL_"):
+        if text.startswith("NCCL_"):
             env = _ENV.match(text)
             if env is not None:
                 self.env.setdefault(env.group(1), env.group(2).strip())
             return
-        if head.startswith("Trees"):
+        if text.startswith("Trees"):
             trees = _TREES.match(text)
             if trees is not None:
                 self.trees.append(trees.group(1).strip())
             return
-        if "coll channels" in text:
+        if self.channels is None and "coll channels" in text:
             channels = _CHANNELS.match(text)
-            if channels is not None and self.channels is None:
+            if channels is not None:
                 self.channels = int(channels.group(1))
             return
         if self.version is None and text.startswith("NCCL version"):
             self.version = _VERSION.match(text).group(1)  # type: ignore[union-attr]  # startswith
+
+    def _connection(self, text: str) -> None:
+        """``Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0``: split, not a regular expression
+        (a 32-channel run on 8 GPUs prints thousands)."""
+        words = text.split()
+        try:
+            arrow = words.index("->")
+            via = words.index("via", arrow)
+            channel = int(words[1].split("/", 1)[0])
+            source = int(words[arrow - 1].split("[", 1)[0])
+            target = int(words[arrow + 1].split("[", 1)[0])
+        except (ValueError, IndexError):
+            found = _CONNECTION.match(text)  # an unusual spacing
+            if found is None:
+                return
+            g = found.groups()
+            channel, source, target, via, words = int(g[0]), int(g[1]), int(g[3]), 0, ["", g[6]]
+            direction = g[5]
+        else:
+            direction = words[via - 1][1:-1] if words[via - 1] in ("[send]", "[receive]") \
+                else None
+        if via + 1 >= len(words):
+            return
+        key = (channel, source, target, direction)
+        if key not in self.connections:
+            self.connections[key] = Connection(channel, source, target, words[via + 1],
+                                               direction)
 
 
 class _Reader:
@@ -311,10 +333,9 @@ def parse_nccl_tests(text: str) -> NcclOutput:
     (``truncated``)."""
     reader, info = _Reader(), _Info()
     for line in text.splitlines():
-        if "NCCL INFO" in line:
-            found = _INFO.match(line)
-            if found is not None:
-                info.take(found.group(2).rstrip())
+        at = line.find(" NCCL INFO ")
+        if at >= 0:
+            info.take(line[at + 11:].strip())
             continue
         stripped = line.strip()
         if not stripped:
