@@ -318,3 +318,14 @@ def test_the_catalog_runs_nccl_only_where_nccl_tests_is(tmp_path: Path) -> None:
     install_nccl_tests(fake.root, [nccl_tests_text(GPUS, 37.6, sizes=(2**30,), **HEALTHY)])
     again = run_spec((), fake.root, workdir=tmp_path, capture="again.yaml")
     assert again[ID].outcome is Outcome.PASSED and again[ID].observed == "37.60"
+
+
+def test_the_reference_s_explanation_is_what_the_check_says(tmp_path: Path) -> None:
+    reference = (Path(__file__).parents[2] / "docs" / "reference.md").read_text()
+    block = reference.split(f"```text\n{ID} failed: ", 1)[1].split("```", 1)[0]
+    text = nccl_tests_text(GPUS, 22.2, sizes=(2**30,), env={"NCCL_P2P_LEVEL": "PIX"},
+                           transports={(0, 1): "SHM/direct/direct", (3, 4): "SHM/direct/direct"})
+    record = judge(tmp_path, text)
+    assert record.message == " ".join(block.split())
+    assert (record.details["limit_gbps"], record.details["fraction"]) == (57.61, 0.385)
+    assert f"`fraction` ({record.details['fraction']})" in reference
