@@ -48,7 +48,7 @@ if TYPE_CHECKING:  # capture's module loads when a capture asks
     from .capturing import Captured, Records
 
 ORDER = P2P_ORDER + 100  # after the P2P measurements (a ring stands on their pairs), before dmesg
-KEYS = (*COLLECTIVES, "env", "timeout", "channels", "pause")
+KEYS = (*COLLECTIVES, "env", "timeout", "channels", "pause", "tests_dir")
 ENTRY_KEYS = ("gpus", "bytes", "min_busbw", "from", "repeat", "retry")
 TIMEOUT_S = 600.0
 """How long one run may take (``timeout:``): 8 GPUs at 1G take seconds; a peer path that hangs
@@ -88,6 +88,8 @@ class NcclSection(msgspec.Struct, frozen=True):
     """The spec's pcie and iommu keys, for the words of a remedy."""
     options: EntryOptions | None = None
     """The section's own (each collective's are its own, else these)."""
+    tests_dir: str | None = None
+    """nccl-tests' build directory, relative to the target's root (``/`` on a machine)."""
 
 
 def size_text(size: int) -> str:
@@ -200,6 +202,16 @@ def _env(node: Node) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
+def _directory(node: Node) -> str:
+    """``tests_dir``: a directory of the target (absolute or not, it is under its root)."""
+    text = node.string("nccl tests_dir").strip()
+    parts = [part for part in text.split("/") if part not in ("", ".")]
+    if not parts or ".." in parts or "\0" in text:
+        raise node.error(f"nccl tests_dir must be a directory under the target's root, like "
+                         f"/opt/nccl-tests/build, got {text!r}")
+    return "/".join(parts)
+
+
 class CollectiveFloor(msgspec.Struct, frozen=True):
     """The bus bandwidth must reach ``floor`` GB/s, and the collective return no wrong value;
     ``stale``: the saved output predates the host's state (a warning, or said with a
@@ -254,6 +266,7 @@ class NcclKind:
         collectives = []
         env: tuple[tuple[str, str], ...] = ()
         timeout, pause, channels = TIMEOUT_S, PAUSE_S, None
+        tests_dir: str | None = None
         for key, value in given.values.items():
             if key in COLLECTIVES:
                 collectives.append(_collective(key, value, context, given.options))
@@ -267,10 +280,12 @@ class NcclKind:
                 pause = _seconds(value, "nccl pause")
             elif key == "channels":
                 channels = _count(value, "nccl channels", 1)
+            elif key == "tests_dir":
+                tests_dir = _directory(value)
         if not collectives:
             raise node.error(f"nccl needs a collective: one or more of {', '.join(COLLECTIVES)}")
         return NcclSection(tuple(collectives), env, timeout, channels, pause, _tuning(context),
-                           given.options)
+                           given.options, tests_dir)
 
     def expand(self, section: NcclSection, facts: Facts) -> Sequence[Check]:
         found = facts.get(GPUS)
@@ -329,7 +344,8 @@ class NcclProbe(NoFix, msgspec.Struct, frozen=True):
 
     def reads(self) -> Sequence[Request]:
         own: tuple[Request, ...] = (Read("proc/stat"), Glob(f"{JOURNALS}/*.jsonl", read=False)) \
-            if self.entry.source else collective_probe().reads(self.entry.name)
+            if self.entry.source else collective_probe().reads(self.entry.name,
+                                                               self.section.tests_dir)
         return (*self.explainer.pairs.reads(), *own)
 
     def observe(self, host: Host) -> Observation:
@@ -369,7 +385,8 @@ class NcclProbe(NoFix, msgspec.Struct, frozen=True):
         with measuring_alone(self.shared_dir):
             for _ in range(self.entry.repeat):
                 ran = probe.run(host, self.entry.name, self.text, self.gpus,
-                                dict(self.section.env), self.section.timeout)
+                                dict(self.section.env), self.section.timeout,
+                                self.section.tests_dir)
                 if ran.returncode != 0:
                     try:
                         parse_nccl_tests(ran.text)
@@ -514,7 +531,8 @@ def capture_nccl(model: NcclSection, records: Records) -> Captured:
         out.entries[entry.name] = {**settings, **options_of(entry.options)}
     if out.entries and model.env:
         out.entries["env"] = dict(model.env)
-    for key, value, default in (("timeout", model.timeout, TIMEOUT_S),
+    for key, value, default in (("tests_dir", model.tests_dir, None),
+                                ("timeout", model.timeout, TIMEOUT_S),
                                 ("channels", model.channels, None),
                                 ("pause", model.pause, PAUSE_S)):
         if out.entries and value != default:

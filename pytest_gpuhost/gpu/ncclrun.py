@@ -36,16 +36,21 @@ class Ran(msgspec.Struct, frozen=True):
 class NcclTestsProbe:
     """Runs one collective at one size; a HostError says why it could not."""
 
-    def reads(self, collective: str) -> tuple[Request, ...]:
-        return (Which(binary(collective)),)
+    def reads(self, collective: str, tests_dir: str | None = None) -> tuple[Request, ...]:
+        return () if tests_dir else (Which(binary(collective)),)
 
     def run(self, host: Host, collective: str, size: str, gpus: int,
-            env: Mapping[str, str], timeout: float) -> Ran:
+            env: Mapping[str, str], timeout: float, tests_dir: str | None = None) -> Ran:
+        """``tests_dir``: nccl-tests' build directory inside the root (else the binary is
+        found as ``which`` finds a command)."""
         name = binary(collective)
-        if host.which(name) is None:
+        if tests_dir:
+            name = f"{tests_dir}/{name}"
+        elif host.which(name) is None:
             raise HostError(f"{name} not found on {host.describe()}: build nccl-tests "
                             "(https://github.com/NVIDIA/nccl-tests, make) and put its build/ "
-                            "on PATH, or judge a saved run with from: FILE")
+                            "on PATH or name it in tests_dir:, or judge a saved run with "
+                            "from: FILE")
         argv = [name, "-b", size, "-e", size, "-g", str(gpus)]
         report_progress(f"running {' '.join(argv)}")
         try:

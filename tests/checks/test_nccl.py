@@ -230,6 +230,8 @@ def test_one_check_per_collective_and_size(tmp_path: Path) -> None:
     ("nccl: {allreduce: {bytes: 1G, min_busbw: 3}}", "allreduce"),
     ("nccl: {all_reduce: {bytes: 1G, min_busbw: 3}, env: {OMP_NUM_THREADS: 4}}",
      "nccl env names NCCL_* variables"),
+    ("nccl: {all_reduce: {bytes: 1G, min_busbw: 3}, tests_dir: ../build}",
+     "nccl tests_dir must be a directory under the target's root"),
 ])
 def test_bad_sections_are_spec_errors(tmp_path: Path, section: str, message: str) -> None:
     with pytest.raises(SpecError, match=None) as raised:

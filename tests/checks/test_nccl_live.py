@@ -129,3 +129,15 @@ def test_the_live_run_over_ssh_through_the_agent(tmp_path: Path, sshd: SshServer
     assert record.outcome is Outcome.FAILED
     assert record.details["explain"][0]["cause"] == "nccl_transport"
     assert "NCCL_P2P_LEVEL=PIX on NODE, SYS pairs" in record.message
+
+
+def test_tests_dir_runs_the_build_directory_s_binary(tmp_path: Path) -> None:
+    fake = board(tmp_path / "host")
+    install_nccl_tests(fake.root, [output(37.6)], directory="opt/nccl-tests/build")
+    record = run_spec(spec(section="  tests_dir: /opt/nccl-tests/build\n"), fake.root)[ID]
+    assert record.outcome is Outcome.PASSED
+    assert record.details["source"] == ("ran opt/nccl-tests/build/all_reduce_perf -b 1G -e 1G "
+                                        "-g 8")
+    missing = run_spec(spec(section="  tests_dir: opt/elsewhere\n"), fake.root)[ID]
+    assert missing.outcome is Outcome.ERROR
+    assert "opt/elsewhere/all_reduce_perf is not an executable file" in missing.message
