@@ -408,7 +408,7 @@ class NcclProbe(NoFix, msgspec.Struct, frozen=True):
                     raise NcclOutputError("other_collective", f"not an output of "
                                           f"{self.entry.name}: {other}")
                 if output.ranks < 2:
-                    raise NcclOutputError("no_row", f"a run of {output.ranks} rank moves "
+                    raise NcclOutputError("one_rank", f"a run of {output.ranks} rank moves "
                                           "nothing over a link: its busbw is no link figure")
                 rows.append(output.row(self.size))
             except NcclOutputError as exc:

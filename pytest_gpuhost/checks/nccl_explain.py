@@ -25,7 +25,7 @@ hop: ``limit_gbps`` is that hop's path limit, ``fraction`` the share of it reach
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -120,10 +120,16 @@ class CollectiveExplainer:
 
     def explain(self, host: Host, output: NcclOutput, row: Row) -> CollectiveExplained:
         facts = self.pairs.prepare(host)
-        ranks = rank_addresses(output, self.gpus)
-        hops = ring_hops(output, ranks)
         notes: list[str] = []
-        if not output.rings:
+        machines = sorted({d.host for d in output.devices})
+        if len(machines) > 1:  # this target's GPUs are one machine's: not the others'
+            ranks: dict[int, str] = {}
+            notes.append(f"a run over {len(machines)} machines ({', '.join(machines[:4])}): "
+                         "its hops are not this target's paths, and are not explained")
+        else:
+            ranks = rank_addresses(output, self.gpus)
+        hops = ring_hops(output, ranks)
+        if not output.rings and ranks:
             notes.append("the output prints no ring (NCCL_DEBUG=INFO): its hops are taken in "
                          "rank order")
         env = output.environment()
@@ -159,7 +165,7 @@ class CollectiveExplainer:
         return CollectiveExplained(tuple(ranked), hops, limit, tuple(dict.fromkeys(notes)))
 
     def _transports(self, output: NcclOutput, ranks: Mapping[int, str], env: Mapping[str, str],
-                    named: set[str], level_of: Any) -> list[Cause]:
+                    named: set[str], level_of: Callable[[str, str], str]) -> list[Cause]:
         """A cause per reason that ring neighbours do not talk P2P."""
         hosts = {d.rank: d.host for d in output.devices}
         off: dict[tuple[str, str], tuple[str, str]] = {}

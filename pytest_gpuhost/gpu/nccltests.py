@@ -36,7 +36,7 @@ ROOTED = ("broadcast", "reduce")
 """Collectives whose rows have a root (>= 0); the others print -1."""
 NO_OP = ("all_gather", "broadcast", "alltoall")
 """Collectives whose rows have no reduction (``none``); the others name one (``sum``)."""
-REASONS = ("no_row", "truncated", "other_collective", "died", "not_nccl_tests")
+REASONS = ("no_row", "truncated", "other_collective", "died", "not_nccl_tests", "one_rank")
 
 _HEADER = re.compile(r"#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)\s+minBytes\s+(\d+)\s+maxBytes\s+(\d+)"
                      r".*?(?<!warmup )iters:\s*(\d+).*?validation:\s*(\d+)(?:.*?graph:\s*(\d+))?")

@@ -198,7 +198,8 @@ def test_a_saved_run_older_than_the_host_s_state_is_judged_with_a_warning(
      "the run died after 0 rows: gpu-node-07: Test NCCL failure common.cu:1154 'unhandled "
      "system error' (died)"),
     (nccl_tests_text(GPUS[:1], 0.0, sizes=(2**30,)), "a run of 1 rank moves nothing over a "
-                                                     "link"),
+                                                     "link: its busbw is no link figure "
+                                                     "(one_rank)"),
 ])
 def test_a_saved_output_that_cannot_be_judged_is_an_error_saying_which(
         tmp_path: Path, text: str, words: str) -> None:
@@ -331,3 +332,16 @@ def test_the_reference_s_explanation_is_what_the_check_says(tmp_path: Path) -> N
     assert record.message == " ".join(block.split())
     assert (record.details["limit_gbps"], record.details["fraction"]) == (57.61, 0.385)
     assert f"`fraction` ({record.details['fraction']})" in reference
+
+
+def test_a_saved_run_over_two_machines_is_judged_but_its_hops_not_explained(
+        tmp_path: Path) -> None:
+    text = nccl_tests_text(GPUS, 30.0, sizes=(2**30,), **HEALTHY)
+    text = text.replace("#  Rank  7 Group  0 Pid  48213 on gpu-node-07",
+                        "#  Rank  7 Group  0 Pid  48213 on gpu-node-08")
+    record = judge(tmp_path, text, more=SPEC_ENV)
+    assert record.outcome is Outcome.FAILED and record.observed == "30.00"
+    assert record.details["ring"] == [] and record.details["limit_gbps"] is None
+    assert record.details["explain_notes"][0] == ("a run over 2 machines (gpu-node-07, "
+                                                  "gpu-node-08): its hops are not this "
+                                                  "target's paths, and are not explained")
