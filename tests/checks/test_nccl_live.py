@@ -141,3 +141,26 @@ def test_tests_dir_runs_the_build_directory_s_binary(tmp_path: Path) -> None:
     missing = run_spec(spec(section="  tests_dir: opt/elsewhere\n"), fake.root)[ID]
     assert missing.outcome is Outcome.ERROR
     assert "opt/elsewhere/all_reduce_perf is not an executable file" in missing.message
+
+
+def test_the_gpu_script_records_defaults_and_p2p_disabled(tmp_path: Path) -> None:
+    """bench/nccl_gpu.py, on a fake tree instead of this machine's GPUs: two runs, NCCL's
+    defaults then NCCL_P2P_DISABLE=1, each record's busbw and causes."""
+    import subprocess
+    import sys
+
+    fake = board(tmp_path / "host")
+    install_nccl_tests(fake.root, [
+        output(37.6, env={}),
+        output(14.0, env={"NCCL_P2P_DISABLE": "1"}, default_transport="SHM/direct/direct")])
+    script = Path(__file__).parents[2] / "bench" / "nccl_gpu.py"
+    done = subprocess.run([sys.executable, str(script), "--root", str(fake.root)],
+                          capture_output=True, text=True, check=True)
+    printed = done.stdout.splitlines()
+    assert printed[0].startswith("- NCCL's defaults: passed, busbw 37.6 GB/s over 8 GPUs "
+                                 "(NCCL 2.26.2+cuda12.8, 8 channels")
+    disabled = printed.index(next(line for line in printed
+                                  if line.startswith("- NCCL_P2P_DISABLE=1")))
+    assert printed[disabled].startswith("- NCCL_P2P_DISABLE=1: passed, busbw 14.0 GB/s")
+    assert printed[disabled + 1].startswith("  - nccl_transport at ")
+    assert [c["env"].get("NCCL_P2P_DISABLE") for c in calls(fake.root)] == [None, "1"]
