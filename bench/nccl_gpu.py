@@ -17,7 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-CASES = (("NCCL's defaults", {}), ("NCCL_P2P_DISABLE=1", {"NCCL_P2P_DISABLE": "1"}))
+CASES: tuple[tuple[str, dict[str, str]], ...] = (
+    ("NCCL's defaults", {}), ("NCCL_P2P_DISABLE=1", {"NCCL_P2P_DISABLE": "1"}))
 
 
 def spec_text(size: str, env: dict[str, str]) -> str:
