@@ -48,6 +48,8 @@ LEVELS = {"LOC": 0, "NVL": 1, "NVB": 2, "PIX": 3, "PXB": 4, "PXN": 5, "PHB": 6, 
           "SYS": 7}
 """NCCL's path classes, tightest first (nvidia-smi's NODE is NCCL's PHB): P2P is used on a pair
 whose class is at most ``NCCL_P2P_LEVEL``."""
+CROSSING = ("the board decides it: a ring over both sockets crosses their interconnect twice; "
+            "hold it to a floor that allows for that, or run the job on one socket's GPUs")
 OWN = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE")
 """Variables the check itself sets to read NCCL's choices: never a cause."""
 
@@ -155,6 +157,9 @@ class CollectiveExplainer:
             notes += explained.notes
         for cause, on in places.values():
             more = f" and {len(on) - 1} more" if len(on) > 1 else ""
+            if cause.cause == "cross_socket":  # a pair's words name the pair's floors
+                cause = msgspec.structs.replace(
+                    cause, remedy=CROSSING, subject=f"the ring's hop {on[0]} ({cause.observed})")
             causes.append(msgspec.structs.replace(cause, at=f"{cause.at} (hop {on[0]}{more})"))
         causes += self._env(output, env, named)
         order = {id(c): i for i, c in enumerate(causes)}

@@ -84,6 +84,10 @@ def test_a_saved_run_of_a_tuned_board_passes_and_says_its_bound(tmp_path: Path) 
     assert record.expected == ">= 35 GB/s (all_reduce busbw at 1G)"
     details = record.details
     assert causes(record) == ["cross_socket", "cross_socket"]  # the board's: hops 3->4, 7->0
+    crossing = record.details["explain"][0]
+    assert crossing["at"] == f"pci0000:60 -> pci0000:80 (hop {GPUS[3]}->{GPUS[4]})"
+    assert crossing["remedy"].startswith("the board decides it: a ring over both sockets "
+                                         "crosses their interconnect twice")
     assert details["limit_gbps"] == 57.61 and details["fraction"] == 0.653
     assert details["ring"][3] == f"{GPUS[3]}->{GPUS[4]}" and len(details["ring"]) == 8
     assert (details["channels"], details["nccl_version"]) == (8, "2.26.2+cuda12.8")
