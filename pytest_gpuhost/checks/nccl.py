@@ -346,6 +346,8 @@ class NcclProbe(NoFix, msgspec.Struct, frozen=True):
         own: tuple[Request, ...] = (Read("proc/stat"), Glob(f"{JOURNALS}/*.jsonl", read=False)) \
             if self.entry.source else collective_probe().reads(self.entry.name,
                                                                self.section.tests_dir)
+        if self.entry.source is None and self.explainer.pairs.prepared:
+            own = ()  # a run made the host forget the batch: what is left is read by the run
         return (*self.explainer.pairs.reads(), *own)
 
     def observe(self, host: Host) -> Observation:

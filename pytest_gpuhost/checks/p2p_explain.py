@@ -229,6 +229,11 @@ class Explainer:
                     self._nvml_note = f"NVML's P2P status: {exc}"
         return self._facts
 
+    @property
+    def prepared(self) -> bool:
+        """Whether ``prepare`` has read the paths (a later read of them costs nothing)."""
+        return self._facts is not None
+
     def p2p_status(self, source: str, target: str) -> str:
         """NVML's P2P read status of the pair (``ok`` where NVML was not asked or said so),
         once ``prepare`` has read it."""

@@ -5,6 +5,7 @@ agent, as every command runs there."""
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Mapping
 
 import msgspec
@@ -46,17 +47,18 @@ class NcclTestsProbe:
         name = binary(collective)
         if tests_dir:
             name = f"{tests_dir}/{name}"
-        elif host.which(name) is None:
-            raise HostError(f"{name} not found on {host.describe()}: build nccl-tests "
-                            "(https://github.com/NVIDIA/nccl-tests, make) and put its build/ "
-                            "on PATH or name it in tests_dir:, or judge a saved run with "
-                            "from: FILE")
         argv = [name, "-b", size, "-e", size, "-g", str(gpus)]
         report_progress(f"running {' '.join(argv)}")
-        try:
+        try:  # not found is the run's own answer: no round trip to ask first
             done = host.run(argv, env={**env, **NCCL_TESTS_ENV}, timeout=timeout)
         except CommandTimeout:
             raise HostError(f"{' '.join(argv)} did not finish within {timeout:g} s; its "
                             f"process group was killed: {SLOW_HINT}") from None
+        except HostError as exc:
+            if exc.errno != errno.ENOENT:
+                raise
+            raise HostError(f"{exc}: build nccl-tests (https://github.com/NVIDIA/nccl-tests, "
+                            "make) and put its build/ on PATH or name it in tests_dir:, or "
+                            "judge a saved run with from: FILE", errno.ENOENT) from None
         text = done.stdout + (("\n" + done.stderr) if done.stderr else "")
         return Ran(text, done.shown, done.returncode)

@@ -20,6 +20,8 @@ from ..conftest import NEEDS_OPENSSH
 from ..runner import run_spec
 from .test_nccl import GPUS, HEALTHY, ID, board
 
+pytest_plugins = ["pytester"]
+
 SPEC = ("version: 1\nnccl:\n  all_reduce: {{bytes: 1G, min_busbw: 35{more}}}\n"
         "  env: {{NCCL_MIN_NCHANNELS: \"8\"}}\n{section}")
 
@@ -99,7 +101,10 @@ def test_a_run_past_its_timeout_is_killed_with_its_process_group(tmp_path: Path)
 def test_a_run_that_dies_or_is_missing_is_an_error_saying_so(tmp_path: Path) -> None:
     fake = board(tmp_path / "host")
     assert run_spec(spec(), fake.root)[ID].message.startswith(
-        "all_reduce_perf not found on ")
+        f"all_reduce_perf not found in {fake.root}/usr/sbin, ")
+    assert run_spec(spec(), fake.root)[ID].message.endswith(
+        ": build nccl-tests (https://github.com/NVIDIA/nccl-tests, make) and put its build/ on "
+        "PATH or name it in tests_dir:, or judge a saved run with from: FILE")
     install_nccl_tests(fake.root, [output(30.0, cut_after=0, failure="unhandled cuda error")],
                        codes=[1])
     record = run_spec(spec(), fake.root)[ID]
@@ -165,3 +170,28 @@ def test_the_gpu_script_records_defaults_and_p2p_disabled(tmp_path: Path) -> Non
     assert printed[disabled + 1].startswith("  - nccl_transport at ")
     envs = [c["env"] for c in calls(fake.root)]
     assert [e.get("NCCL_P2P_DISABLE") for e in envs if isinstance(e, dict)] == [None, "1"]
+
+
+def test_the_explanation_reads_in_the_run_s_one_batch(pytester: pytest.Pytester,
+                                                      tmp_path: Path) -> None:
+    """The ring's hops are explained from the paths' reads, fetched with every other
+    observation before the run: a spec with nccl asks the host no more often than the same
+    spec without it, but to find and run all_reduce_perf, twice for two sizes."""
+    from ..run.test_batched_reads import Counting
+
+    spec_text = "version: 1\npcie: {max_read_request: 4096, acs_redirect: off}\n"
+    counted = []
+    nccl = "nccl: {all_reduce: {bytes: [512M, 1G], min_busbw: 35}}\n"
+    for name, text in (("without", spec_text), ("with", spec_text + nccl)):
+        fake = board(tmp_path / name)
+        install_nccl_tests(fake.root, [nccl_tests_text(GPUS, 37.6, sizes=(2**29, 2**30),
+                                                       **HEALTHY)])
+        (tmp_path / f"{name}.yaml").write_text(text)
+        plugin = Counting()
+        result = pytester.runpytest(f"--gpuhost-spec={tmp_path / name}.yaml",
+                                    f"--gpuhost-root={fake.root}", "-p", "no:cacheprovider",
+                                    plugins=[plugin])
+        assert result.ret == 0
+        counted.append(plugin.calls)
+    assert counted[1].pop("run") == 2  # a run per size, its binary found in the batch
+    assert counted[0] == counted[1]
