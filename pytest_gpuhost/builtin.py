@@ -2,7 +2,7 @@
 the public hooks.
 
 A kind's module is imported when a run first needs the kind (its section is in a spec, or a
-catalog capture asks every kind): a run pays for the kinds its spec uses, not for all eleven.
+catalog capture asks every kind): a run pays for the kinds its spec uses, not for all twelve.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ BUILTIN_KINDS = (
     ("cpuidle", "cpuidle", "CpuidleKind"),
     ("modules", "modules", "ModulesKind"),
     ("p2p", "p2p", "P2pKind"),
+    ("nccl", "nccl", "NcclKind"),
     ("dmesg", "dmesg", "DmesgKind"),
 )
 """(section, module of pytest_gpuhost.checks, class), in the order their sections run."""

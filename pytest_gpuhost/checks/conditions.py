@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 import msgspec
 
-from ..host import Host, HostError, ListDir, Read, Reply, Request, Stat
+from ..host import Host, HostError, ListDir, Read, Reply, Request, Stat, Which
 
 ConditionFn = Callable[[Host], tuple[bool, str]]
 """Returns whether the condition holds and a reason that says what was seen."""
@@ -84,7 +84,15 @@ def _infiniband(host: Host) -> tuple[bool, str]:
     return False, "no RDMA device under sys/class/infiniband"
 
 
+def _nccl_tests(host: Host) -> tuple[bool, str]:
+    found = host.which("all_reduce_perf")
+    if found is not None:
+        return True, f"nccl-tests' all_reduce_perf is at {found}"
+    return False, "no all_reduce_perf (nccl-tests) in the root's bin directories or on PATH"
+
+
 infiniband = HostCondition(_infiniband, (ListDir("sys/class/infiniband"),))
+nccl_tests = HostCondition(_nccl_tests, (Which("all_reduce_perf"),))
 container = HostCondition(_container, CONTAINER_READS)
 
 def in_container(host: Host) -> bool:
@@ -95,4 +103,5 @@ def in_container(host: Host) -> bool:
         return False
 
 
-BUILTIN_CONDITIONS: dict[str, ConditionFn] = {"infiniband": infiniband, "container": container}
+BUILTIN_CONDITIONS: dict[str, ConditionFn] = {"infiniband": infiniband, "container": container,
+                                              "nccl_tests": nccl_tests}

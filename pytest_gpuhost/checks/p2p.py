@@ -36,7 +36,7 @@ from ..specmodel import EntryOptions, SpecContext, parse_expectation, section
 from ..specmodel.matchers import Floor, finite
 from . import USERSPACE, Check, Evidence, Fact, Facts, NoFix, Observation
 from .gpus import GPUS
-from .p2p_explain import Explainer, PathFloor, Tuning, flow_of
+from .p2p_explain import NO_PEER, Explained, Explainer, PathFloor, Tuning, flow_of
 from .p2p_path import SOCKET_HOP_GBPS
 
 if TYPE_CHECKING:  # capture's module loads when a capture asks
@@ -378,7 +378,7 @@ class RateProbe(NoFix, msgspec.Struct, frozen=True):
             details.update(explained.details(rate.gbps))
             evidence += explained.evidence()
         if rate.gbps is None:
-            return Observation(None, tuple(evidence), rate.problem,
+            return Observation(None, tuple(evidence), _no_rate(rate.problem, explained),
                                details={**details, "gbps": None})
         expect = None
         if self.path_floor is not None and explained is not None:
@@ -389,6 +389,16 @@ class RateProbe(NoFix, msgspec.Struct, frozen=True):
         return Observation(shown, tuple(evidence), None, details={**details, "gbps": rate.gbps},
                            culprits=explained.culprits() if explained is not None else None,
                            expect=expect)
+
+
+def _no_rate(problem: str | None, explained: Explained | None) -> str | None:
+    """Why a pair has no rate, said first where its peer path is unsupported: a tool's own
+    words (``nvbandwidth v0.8 reported N/A for device 0 -> 5``) do not say why."""
+    unsupported = next((c for c in explained.causes if c.cause == "p2p_unsupported"), None) \
+        if explained is not None else None
+    if unsupported is None or problem is None or problem.startswith(NO_PEER):
+        return problem
+    return f"P2P is unsupported on this pair: {unsupported.words} ({problem})"
 
 
 P2P_SHARE = 0.9

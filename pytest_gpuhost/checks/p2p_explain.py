@@ -240,6 +240,16 @@ class Explainer:
                     self._nvml_note = f"NVML's P2P status: {exc}"
         return self._facts
 
+    @property
+    def prepared(self) -> bool:
+        """Whether ``prepare`` has read the paths (a later read of them costs nothing)."""
+        return self._facts is not None
+
+    def p2p_status(self, source: str, target: str) -> str:
+        """NVML's P2P read status of the pair (``ok`` where NVML was not asked or said so),
+        once ``prepare`` has read it."""
+        return self._status.get((source, target), "ok")
+
     def _read_paths(self, host: Host) -> PathFacts:
         """The paths as the host of a container reads them (live: after its fixes), else as
         ``host`` does; a host that cannot be read leaves what ``host`` reads, saying why."""

@@ -54,7 +54,8 @@ def _evidence(record: Any) -> str:
 
 
 def _cause(record: Any) -> str | None:
-    """A P2P record's top cause (its ``explain``'s first entry), as the cell's tooltip says it."""
+    """A P2P or collective record's top cause (its ``explain``'s first entry), as the cell's
+    tooltip says it."""
     details = record.get("details")
     causes = details.get("explain") if isinstance(details, dict) else None
     if not isinstance(causes, list) or not causes or not isinstance(causes[0], dict):

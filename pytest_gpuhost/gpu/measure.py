@@ -14,10 +14,11 @@ in ``var/lib/pytest-gpuhost/``).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -84,17 +85,28 @@ class SharedMeasurement:
     def _shared(self) -> dict[str, Any]:
         assert self._shared_dir is not None
         cache = self._shared_dir / f"p2p-{self.key}.json"
-        with open(self._shared_dir / LOCK_NAME, "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # one measurement at a time across all workers
-            try:
-                if cache.exists():
-                    data: dict[str, Any] = json.loads(cache.read_text())
-                    return data
-                record = self._take()
-                write_atomically(cache, json.dumps(record))
-                return record
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        with measuring_alone(self._shared_dir):
+            if cache.exists():
+                data: dict[str, Any] = json.loads(cache.read_text())
+                return data
+            record = self._take()
+            write_atomically(cache, json.dumps(record))
+            return record
+
+
+@contextlib.contextmanager
+def measuring_alone(shared_dir: Path | None) -> Iterator[None]:
+    """One measurement at a time across all the run's xdist workers (a P2P measurement, a
+    collective's run): the lock file in the directory they share; nothing to hold without."""
+    if shared_dir is None:
+        yield
+        return
+    with open(shared_dir / LOCK_NAME, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def probe_reads(section: ProbeSettings) -> tuple[Request, ...]:

@@ -1,5 +1,6 @@
-"""The bandwidth probes by name: each is one module (``probe.BandwidthProbe``) and one line here,
-imported when a measurement first needs it. ``auto`` asks them in this order."""
+"""The probes by name: each is one module and one line here, imported when a measurement first
+needs it. The bandwidth probes (``probe.BandwidthProbe``) take the p2p section's measurement,
+``auto`` asking them in their order; the collective probes run the nccl section's."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from .ncclrun import NcclTestsProbe
     from .probe import BandwidthProbe
 
 PROBES = {
@@ -27,3 +29,16 @@ def probe_named(name: str) -> BandwidthProbe:
 def every_probe() -> list[BandwidthProbe]:
     """Every probe, in the order ``auto`` asks them."""
     return [probe_named(name) for name in PROBES]
+
+
+COLLECTIVE_PROBES = {
+    "nccl-tests": ("ncclrun", "NcclTestsProbe"),
+}
+"""A collective probe's name -> (its module of ``pytest_gpuhost.gpu``, its class)."""
+
+
+def collective_probe(name: str = "nccl-tests") -> NcclTestsProbe:
+    """The collective probe of that name (KeyError for a name no probe has)."""
+    module, cls = COLLECTIVE_PROBES[name]
+    probe: NcclTestsProbe = getattr(importlib.import_module(f"{__package__}.{module}"), cls)()
+    return probe

@@ -154,8 +154,10 @@ class Host(Protocol):
 
     def run(self, argv: list[str], env: Mapping[str, str] | None = None, *,
             timeout: float = COMMAND_TIMEOUT_S) -> CommandResult:
-        """``env``: variables merged over the inherited environment. Raises CommandTimeout
-        (after killing the command's process group) when it runs too long."""
+        """``argv[0]``: a bare name (as ``which`` finds it) or a path inside the root
+        (``opt/nccl-tests/build/all_reduce_perf``). ``env``: variables merged over the inherited
+        environment. Raises CommandTimeout (after killing the command's process group) when it
+        runs too long."""
 
 
 # -- the optional half: each a small protocol, had whole or not at all ---------------------------

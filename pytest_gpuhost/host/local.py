@@ -28,6 +28,7 @@ from .requests import (
     Stat,
     Which,
     checked_command,
+    checked_program,
     checked_relative,
 )
 
@@ -233,7 +234,7 @@ class LocalHost:
 
     def run(self, argv: list[str], env: Mapping[str, str] | None = None, *,
             timeout: float = COMMAND_TIMEOUT_S) -> CommandResult:
-        checked_command(argv[0] if argv else "")
+        checked_program(argv[0] if argv else "")
         try:
             done = self._root.run(list(argv), dict(env or {}), timeout)
         except OpError as exc:

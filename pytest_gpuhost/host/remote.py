@@ -44,6 +44,7 @@ from . import (
     TargetLost,
     TargetTimeout,
     checked_command,
+    checked_program,
     checked_relative,
     current_step,
     doing,
@@ -350,7 +351,7 @@ class AgentHost(Pipes, BatchReads):
 
     def run(self, argv: list[str], env: Mapping[str, str] | None = None, *,
             timeout: float = COMMAND_TIMEOUT_S) -> CommandResult:
-        checked_command(argv[0] if argv else "")
+        checked_program(argv[0] if argv else "")
         try:
             done = self._op({"op": "run", "argv": list(argv), "env": dict(env or {}),
                              "timeout": timeout}, timeout + OPERATION_TIMEOUT_S)

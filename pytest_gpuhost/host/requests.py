@@ -36,6 +36,15 @@ def checked_relative(path: str) -> str:
     return "/".join(parts)
 
 
+def checked_program(name: str) -> str:
+    """What a command line may start with: a bare name (found as ``which`` finds it), or a path
+    inside the root (``opt/nccl-tests/build/all_reduce_perf``: relative, no ``..``; resolved
+    inside the root by the agent, its links too)."""
+    if isinstance(name, str) and "/" in name and "\0" not in name:
+        return checked_relative(name)
+    return checked_command(name)
+
+
 def checked_command(name: str) -> str:
     """A command's bare name: a path (``../../bin/sh``) could run something outside the root."""
     if not isinstance(name, str) or not name or "/" in name or "\0" in name:

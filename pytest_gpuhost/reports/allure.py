@@ -29,7 +29,7 @@ from allure_commons.types import AttachmentType, LabelType
 from ..files import write_output
 from ..result import WILL_REVERT, CheckResult, Outcome, apply_failed
 from . import RunInfo, reverting
-from .topology import path_text
+from .topology import path_text, ring_text
 
 dynamic: Any = allure.dynamic
 """allure's dynamic API is untyped."""
@@ -129,6 +129,16 @@ def _read(evidence: Sequence[Mapping[str, str]]) -> str:
     return _text([f"{e['source']}: {e['raw']}" for e in evidence]) if evidence else "(nothing)\n"
 
 
+def _explained(details: Mapping[str, Any]) -> None:
+    """What limits a measurement: a P2P or host copy's PCIe path, a collective's ring."""
+    path = path_text(details)
+    if path is not None:
+        allure.attach(path, name="PCIe path", attachment_type=AttachmentType.TEXT)
+    ring = ring_text(details)
+    if ring is not None:
+        allure.attach(ring, name="ring and causes", attachment_type=AttachmentType.TEXT)
+
+
 def _label(result: CheckResult) -> None:
     """The current Allure test's labels and tags."""
     dynamic.feature(result.kind)
@@ -172,9 +182,7 @@ def describe(result: CheckResult, host_name: str) -> None:
     events = _gpu_events(result)
     if events is not None:  # the kernel log's Xid: GPU, code, class and what to do
         allure.attach(events, name="GPU events", attachment_type=AttachmentType.TEXT)
-    path = path_text(result.details)
-    if path is not None:  # a P2P or host copy: its PCIe path and what limits it
-        allure.attach(path, name="PCIe path", attachment_type=AttachmentType.TEXT)
+    _explained(result.details)
     for change in result.plan:  # a file a fix wrote (or would write): what it holds
         if isinstance(change.get("new"), str) and change.get("path"):
             allure.attach(str(change["new"]), name=f"{change['path']} (written)",

@@ -1,7 +1,8 @@
 """``--gpuhost-topology``: each target's GPUs as ``nvidia-smi topo -m`` draws them, read from
 sysfs alone (no driver needed), with per GPU its NUMA node, link, MaxReadReq and IOMMU group
 type, the ACS Control of every bridge on the GPUs' paths, and, where the run measured them,
-each pair's GB/s and share of what its path carries."""
+each pair's GB/s and share of what its path carries; a P2P record's path and a collective's ring
+as text, with the causes of each."""
 
 from __future__ import annotations
 
@@ -115,6 +116,37 @@ def path_text(details: Mapping[str, Any]) -> str | None:
     lines += [f"  {c['cause']} at {_shown(c['at'])}: {_shown(c['observed'])} (expected "
               f"{c['expected']}): {c['effect']}; {c['remedy']}" for c in causes]
     lines += [f"not read: {_shown(problem)}" for problem in path["problems"]]
+    return "\n".join(lines) + "\n"
+
+
+def ring_text(details: Mapping[str, Any]) -> str | None:
+    """A collective record's ring as text (Allure attaches it): what NCCL chose, each hop, the
+    bound its slowest hop sets and the causes, largest cost first; None for a record without a
+    ring."""
+    ring = details.get("ring")
+    if not isinstance(ring, list):
+        return None
+    transports = details.get("transports") or {}
+    lines = [f"{_shown(details.get('collective'))} at {_shown(details.get('size'))} over "
+             f"{_shown(details.get('gpus'))} GPUs: busbw {_shown(details.get('busbw'))} GB/s "
+             f"({_shown(details.get('source'))})",
+             f"NCCL {_shown(details.get('nccl_version'))}, {_shown(details.get('channels'))} "
+             "channels, transports: " + (", ".join(f"{_shown(name)} x{count}" for name, count
+                                                   in transports.items()) or "not printed")]
+    env = details.get("env") or {}
+    if env:
+        lines.append("environment taken: " + ", ".join(f"{_shown(k)}={_shown(v)}"
+                                                      for k, v in env.items()))
+    lines += ["ring hops:", *(f"  {_shown(hop)}" for hop in ring)]
+    limit = details.get("limit_gbps")
+    if limit is not None:
+        lines.append(f"bound: {limit:.2f} GB/s, the path of {_shown(details.get('limit_hop'))}"
+                     f"; reached {details.get('fraction') or 0:.0%} of it")
+    causes = details.get("explain") or []
+    lines.append("limited by, largest cost first:" if causes else "nothing found that limits it")
+    lines += [f"  {c['cause']} at {_shown(c['at'])}: {_shown(c['observed'])} (expected "
+              f"{_shown(c['expected'])}): {c['effect']}; {c['remedy']}" for c in causes]
+    lines += [f"not judged: {_shown(note)}" for note in details.get("explain_notes") or ()]
     return "\n".join(lines) + "\n"
 
 

@@ -78,6 +78,9 @@ class SpecContext(msgspec.Struct, frozen=True):
     sections: Mapping[str, Node] = msgspec.field(default_factory=dict)
     """Every section of the spec by name, for a kind whose words depend on another's keys
     (p2p names the pcie keys that fix what slows a pair); a kind parses only its own."""
+    folder: str = ""
+    """The spec file's folder, absolute: where a path the spec gives of this machine is
+    relative to (nccl's ``from:``)."""
 
     def parse_options(self, node: Node, pairs: Iterable[tuple[str, Node]]) -> EntryOptions:
         """Entry options from the option keys among ``pairs`` (other keys are the caller's)."""
@@ -280,7 +283,7 @@ def parse_spec(
     envelope = None
     if ENVELOPE in pairs:
         envelope = parse_limits(pairs.pop(ENVELOPE))
-    context = SpecContext(frozenset(conditions), name, pairs)
+    context = SpecContext(frozenset(conditions), name, pairs, str(path.absolute().parent))
     for key, node in pairs.items():
         if key not in parsers:
             known = ", ".join(parsers)

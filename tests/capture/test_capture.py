@@ -282,7 +282,7 @@ def test_values_follow_the_rules_for_switches_buffers_links_and_p2p(tmp_path: Pa
     # off cannot pass any floor, so its class is left out, saying which pair.
     assert got["p2p"]["floors"] == {"same_numa": 36}
     assert "# left out: p2p floor cross_numa: 0000:01:00.0->0000:a1:00.0: nothing was read: " \
-           "nvbandwidth v0.8 reported N/A" in text
+           "P2P is unsupported on this pair: NVML's P2P read status (not supported)" in text
 
 
 def test_a_path_floor_is_90_percent_of_the_lowest_share_measured(tmp_path: Path) -> None:

@@ -374,3 +374,21 @@ def test_the_tuned_example_passes_its_path_floor(pytester: pytest.Pytester,
         == {"passed"}
     assert all(c["details"]["floor"] == 43.35 for c in board.values()
                if c["details"]["class"] == "cross_numa")
+
+
+def test_a_pair_without_p2p_says_so_on_its_message_s_first_line(tmp_path: Path) -> None:
+    fake = build(tmp_path / "host", no_p2p=True)
+    rows = [[None if s == t or (s, t) == (0, 3) else 40.0 + s + t for t in range(4)]
+            for s in range(4)]  # nvbandwidth prints N/A for A -> D
+    fake.recorded_bandwidth("nvbandwidth.txt", nvbandwidth_text(
+        {"device_to_device_memcpy_read_ce": (D2D, [list(c) for c in zip(*rows, strict=True)])},
+        devices=["GPU"] * 4))
+    results = run_spec(SPEC, fake.root)
+    refused = results[f"p2p[{A}->{D}]"]
+    assert refused.outcome is Outcome.FAILED and refused.observed is None
+    assert refused.message.splitlines()[0] == (
+        f"P2P is unsupported on this pair: NVML's P2P read status ({NO_P2P}) leaves this pair "
+        "no peer path; enable P2P: the GPU model and driver must support it, and the "
+        "platform's firmware allow it (ACS, IOMMU, Above 4G Decoding) (nvbandwidth v0.8 "
+        "reported N/A for device 0 -> 3)")
+    assert refused.details["explain"][0]["cause"] == "p2p_unsupported"

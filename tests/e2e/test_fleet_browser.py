@@ -320,3 +320,28 @@ def test_a_p2p_cells_tooltip_names_its_top_cause(pytester: pytest.Pytester,
         "p2p[0000:01:00.0->0000:21:00.0]: failed; top cause: acs_redirect at 0000:20:01.1: "
         "sends this pair through the root complex; --fix clears it")
     assert "cause\nacs_redirect at 0000:20:01.1" in seen["detail"]
+
+
+def test_a_collective_s_cell_names_its_top_cause_as_a_pair_s(pytester: pytest.Pytester,
+                                                            tmp_path: Path) -> None:
+    """A saved all_reduce run of NCCL_P2P_LEVEL=PIX on a direct-attach board: its cell's
+    tooltip and detail name the transport it fell back to, as a P2P pair's name its cause."""
+    from pytest_gpuhost.testing.fakenccl import nccl_tests_text
+
+    from ..checks.test_nccl import GPUS, ID, board
+
+    fake = board(tmp_path / "host")
+    (pytester.path / "all_reduce.txt").write_text(nccl_tests_text(
+        GPUS, 22.2, sizes=(2**30,), channels=8, env={"NCCL_P2P_LEVEL": "PIX"},
+        transports={(3, 4): "SHM/direct/direct"}))
+    pytester.makefile(".yaml", spec="version: 1\nnccl:\n  all_reduce: {bytes: 1G, min_busbw: "
+                                    "35, from: all_reduce.txt}\n")
+    pytester.runpytest("spec.yaml", f"--gpuhost-root={fake.root}", "-p", "no:cacheprovider",
+                       "--gpuhost-fleet-html=fleet.html")
+    seen = driven(pytester.path / "fleet.html", TOOLTIPS.replace('"p2p"', '"nccl"'))
+    assert seen["sectionTitles"] == [
+        "nccl: 1 of 1 not good: 1 nccl failed; top cause: nccl_transport (1 of 1)"]
+    assert seen["pairTitle"].startswith(
+        f"{ID}: failed; top cause: nccl_transport at {GPUS[3]}->{GPUS[4]}: sends ring traffic "
+        "through host memory (SHM) instead of GPU to GPU; unset NCCL_P2P_LEVEL")
+    assert f"cause\nnccl_transport at {GPUS[3]}->{GPUS[4]}" in seen["detail"]

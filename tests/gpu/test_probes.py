@@ -45,3 +45,13 @@ def test_auto_in_a_fake_tree_takes_its_recorded_output(tmp_path: Path) -> None:
     measurer = measure.Measurer(section, LocalHost(tmp_path), (), {})
     found = [probe.here(measurer) for probe in probes.every_probe()]
     assert found == [None, None, "var/lib/pytest-gpuhost/nvbandwidth.json"]
+
+
+@pytest.mark.parametrize("name", sorted(probes.COLLECTIVE_PROBES))
+def test_each_collective_probe_is_one_module_and_one_line(name: str) -> None:
+    probe = probes.collective_probe(name)
+    module = inspect.getmodule(probe)
+    assert module is not None and module.__name__.endswith(
+        f".{probes.COLLECTIVE_PROBES[name][0]}")
+    assert probe.reads("all_reduce") == (Which("all_reduce_perf"),)
+    assert probe.reads("all_reduce", "opt/nccl-tests/build") == ()  # run by its path there

@@ -102,6 +102,29 @@ def test_command_names_with_a_slash_are_refused(host: LocalHost) -> None:
         host.run(["../../bin/sh"])
 
 
+def test_a_command_named_by_its_path_inside_the_root_runs_there(fake: FakeHost,
+                                                                 tmp_path: Path) -> None:
+    """nccl's tests_dir: a build directory of the target, run by its path inside the root (on
+    this machine and through the agent); a link out of it resolves inside it, and a path that
+    climbs out or starts at / is refused."""
+    fake.file("opt/build/hello", "#!/bin/sh\necho built $1\n", mode=0o755)
+    (fake.root / "opt/build/sh").symlink_to("/bin/sh")  # the root's own bin/sh: there is none
+    outside = tmp_path / "outside"
+    outside.write_text("#!/bin/sh\necho escaped\n")
+    outside.chmod(0o755)
+    for host in (LocalHost(fake.root), _agent(fake.root, 60.0)):
+        try:
+            assert host.run(["opt/build/hello", "x"]).stdout == "built x\n"
+            with pytest.raises(HostError, match="opt/build/sh is not an executable file"):
+                host.run(["opt/build/sh", "-c", "echo escaped"])
+            for climbing in ("opt/../../outside", "/bin/sh", f"{outside}"):
+                with pytest.raises(UnsafePath):
+                    host.run([climbing])
+        finally:
+            if isinstance(host, AgentHost):
+                host.close()
+
+
 def test_first_command_directory_wins(fake: FakeHost, host: LocalHost) -> None:
     fake.file("usr/sbin/tool", "#!/bin/sh\necho usr-sbin\n", mode=0o755)
     fake.file("bin/tool", "#!/bin/sh\necho bin\n", mode=0o755)

@@ -1,6 +1,6 @@
-"""Commands inside a root: found under its sbin/bin directories (on PATH only at ``/``), run without
-a shell in their own session, outputs bounded, and ended with their whole process group at a
-timeout, a cancel or a signal."""
+"""Commands inside a root: found under its sbin/bin directories (on PATH only at ``/``) or named by
+their path inside it, run without a shell in their own session, outputs bounded, and ended with
+their whole process group at a timeout, a cancel or a signal."""
 
 from __future__ import annotations
 
@@ -73,7 +73,12 @@ class Commands(Contained):
         process group first, and the change stays unknown."""
         if not argv or not all(isinstance(arg, str) and "\0" not in arg for arg in argv):
             raise OpError(f"not a command line: {argv!r}", errno.EINVAL)
-        executable = self.which(argv[0])
+        if "/" in argv[0]:  # a path inside the root, resolved there (check_relative refuses ..)
+            executable = self._executable(argv[0])
+            if executable is None:
+                raise OpError(f"{self.shown(argv[0])} is not an executable file", errno.ENOENT)
+        else:
+            executable = self.which(argv[0])
         if executable is None:
             searched = ", ".join(self.shown(d) for d in COMMAND_DIRS)
             raise OpError(f"{argv[0]} not found in {searched}"
