@@ -699,7 +699,9 @@ def render(results: dict[tuple[int, Variant], list[Measured]],
     for count in counts:
         for ours, theirs in ((("pytest", 4), ("ansible", 4)), (("pytest", 4), ("ansible", 20)),
                              (("pytest", 1), ("ansible", 4)), (("pytest", 4), ("pdsh", 4)),
-                             (("pytest", 1), ("pdsh", 4))):
+                             (("pytest", 1), ("pdsh", 4)),
+                             *((("pytest", 4), other) for other in variants
+                               if other[0] == "pdsh" and other[1] != 4)):
             if (count, ours) in results and (count, theirs) in results:
                 values = ratios(results, count, ours, theirs)
                 limit = ratio_goal(count, ours, theirs) if not latency else None
