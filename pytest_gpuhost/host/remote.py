@@ -157,9 +157,11 @@ class AgentHost(Pipes, BatchReads):
         try:
             self._send_raw(agent_upload(), self.connect_timeout + 5.0, "the agent's source",
                            silent=True)
+            sent = len(first)
             if first:
                 try:
-                    self._send_raw(first, self.connect_timeout + 5.0, "the first request(s)")
+                    sent = self._send_raw(first, self.connect_timeout + 5.0,
+                                          "the first request(s)", until_said=True)
                 except TargetTimeout:
                     raise
                 except HostError:  # the hello (or ssh's last words) says why
@@ -180,6 +182,12 @@ class AgentHost(Pipes, BatchReads):
             self._close_process(kill=problem is not None)
             raise self._lost
         self._hello = hello["hello"]
+        if sent < len(first):  # the hello came while the batch went out: the rest of it
+            try:
+                self._send_raw(first[sent:], self.connect_timeout + 5.0, "the first request(s)")
+            except BaseException as exc:
+                self._lose_start(exc)
+                raise
 
     def _lose_start(self, exc: BaseException) -> None:
         """The connection could not be made: the target is lost, saying why."""

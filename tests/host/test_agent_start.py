@@ -205,8 +205,9 @@ def test_a_connections_first_batch_goes_out_behind_the_agent_before_its_hello(
 def test_an_agent_that_refuses_its_root_says_why_with_a_first_batch_behind_it(
         tmp_path: Path) -> None:
     """The agent answers a root it cannot open with a hello that says so, and exits: the
-    batch sent behind it finds the pipe closed, and the hello's words are what the run says,
-    as they were before a batch came with the agent."""
+    batch sent behind it (bigger than a pipe holds) stops when the agent speaks, or finds the
+    pipe closed, and the hello's words are what the run says, as they were before a batch
+    came with the agent."""
     missing = tmp_path / "no-such-root"
     host = AgentHost("test://missing", [sys.executable, *agent_command(str(missing))[1:]],
                      str(missing), name="missing")
@@ -233,3 +234,39 @@ def test_the_bootstrap_leaves_what_follows_the_agent_to_the_agent(fake: FakeHost
     whole, answer = take_message(said)
     assert whole, (bytes(said[:200]), process.stderr[-2000:])
     assert decode(answer) == [{"value": b"10\n"}], answer
+
+
+def test_a_first_batch_bigger_than_a_pipe_goes_out_whole_around_the_hello(
+        fake: FakeHost) -> None:
+    """A first batch bigger than the pipe holds is still going out when the agent says its
+    hello (it reads the batch only after): the send stops for the hello and the rest follows,
+    or the agent would wait for it as the run waits for the answer."""
+    fake.sysctl("vm.swappiness", 10)
+    many = [Read("proc/sys/vm/swappiness"),
+            *(Read(f"proc/sys/{'x' * 100}/{index}") for index in range(1000))]
+    host = AgentHost("test://big", [sys.executable, *agent_command(str(fake.root))[1:]],
+                     str(fake.root), name="big")
+    replies = ended_within(HANG_BOUND, lambda: host.batch(many), "a big first batch")
+    assert isinstance(replies, list), replies
+    assert replies[0].data() == b"10\n" and len(replies) == len(many)
+    assert (host.traffic.connections, host.traffic.round_trips) == (1, 1)
+    host.close()
+
+
+def test_a_target_that_speaks_after_the_agent_and_stops_reading_is_lost_at_once(
+        fake: FakeHost) -> None:
+    """A target that takes the agent, then prints what is not its hello and reads no more:
+    the first batch behind the agent (bigger than the pipe holds) stops going out when the
+    target speaks, and what it said loses it at once, not when the send's time is up."""
+    reads_then_talks = [sys.executable, "-c", (
+        "import sys, time\ni = sys.stdin.buffer\nh = i.readline().split()\n"
+        "i.read(int(h[0]) + int(h[1]))\nsys.stdout.write('Welcome to pve1\\n')\n"
+        "sys.stdout.flush()\ntime.sleep(600)\n")]
+    host = AgentHost("test://talks", reads_then_talks, str(fake.root), connect_timeout=600.0,
+                     name="talks")
+    many = [Read(f"proc/sys/{'x' * 100}/{index}") for index in range(1000)]
+    lost = ended_within(HANG_BOUND, lambda: host.batch(many), "a target that speaks late")
+    assert isinstance(lost, TargetLost), lost
+    assert str(lost).startswith("cannot reach test://talks: the target sent something that "
+                                "is not the agent's answer: b'Welcome to pve1"), str(lost)
+    host.close()
