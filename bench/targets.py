@@ -60,10 +60,14 @@ from pytest_gpuhost.testing.sshd import SshServer, start_sshd  # noqa: E402
 SECTION = "## (7) many targets over ssh"
 LATENCY_SECTION = "## (7b) many targets over a link with {rtt:.0f} ms of round-trip latency"
 RELAY = REPO / "bench" / "latency_relay.py"
+PDSH_LIKE = REPO / "bench" / "pdsh_like.py"
 """An ssh ProxyCommand that delays every byte (``--latency``): Ansible's ssh reads the same
 configuration, so both tools cross the same link."""
 GOAL_S = 12.0
 """Issue 26's goal: 100 targets in 12 s or less at -n 4 on this machine."""
+PDSH_GOALS = {100: 1.3, 500: 1.2}
+"""Issue 41's goals: at most this times the pdsh-like limit's wall time, at the same
+parallelism (pytest -n 4 against pdsh-like -f 4)."""
 GOAL_RATIO = 0.5
 """Issue 26's goal: at most half of Ansible's ad hoc read at the same parallelism (beyond it:
 0.33)."""
@@ -141,6 +145,9 @@ def build(work: Path, server: SshServer, count: int, latency: float = 0.0) -> Pa
         + "\n\n[gpu:vars]\nansible_host=127.0.0.1\n"
         f"ansible_port={server.port}\nansible_user={server.user}\n"
         f"ansible_ssh_private_key_file={server.directory / 'user_key'}\n")
+    (directory / "user_key").symlink_to(server.directory / "user_key")
+    (directory / "targets.txt").write_text("".join(
+        f"{server.user}@127.0.0.1 {server.port} {line.split('=', 1)[1]}\n" for line in hosts))
     (directory / "spec.yaml").write_text(SPEC)
     relay = f"  ProxyCommand {sys.executable} {RELAY} %h %p {latency}\n" if latency else ""
     (directory / "ssh_config").write_text(
@@ -170,6 +177,13 @@ def ansible_env(directory: Path, env: dict[str, str]) -> dict[str, str]:
             "ANSIBLE_HOST_KEY_CHECKING": "True"}
 
 
+def pdsh_command(forks: int) -> list[str]:
+    """The limit: bench/pdsh_like.py, one ``ssh HOST cat FILES`` a target, ``forks`` at once
+    (what ``pdsh -R ssh -f N`` does), over the same ssh configuration."""
+    return [sys.executable, str(PDSH_LIKE), "-f", str(forks), "-F", "ssh_config", "-i", "user_key",
+            "targets.txt", *FILES]
+
+
 def end_masters(directory: Path) -> None:
     """Ansible's persisting masters ended after its run: the next run starts cold, as every
     pytest run does."""
@@ -190,7 +204,9 @@ def command(workers: int) -> list[str]:
 
 PHASES = """\
 \"\"\"When each phase of the run began (written by bench/targets.py; ``-p phases``).\"\"\"
-import json, os, time
+import json, os, resource, time
+
+import pytest
 
 seen = {}
 
@@ -202,6 +218,16 @@ def _mark(name, last=False):
 
 def pytest_configure(config):
     _mark("configured")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session):
+    _mark("collecting")  # before pytest-gpuhost's own hook connects to the targets
+    return (yield)
+
+
+def pytest_collection_finish(session):
+    _mark("collected")
 
 
 def pytest_xdist_setupnodes(config, specs):
@@ -218,10 +244,13 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_unconfigure(config):
-    if not hasattr(config, "workerinput"):
-        _mark("unconfigured")
-        with open(os.environ["BENCH_PHASES"], "w") as out:
-            json.dump(seen, out)
+    worker = getattr(config, "workerinput", {}).get("workerid")
+    _mark("unconfigured")
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    seen["cpu"] = time.process_time()
+    seen["children cpu"] = children.ru_utime + children.ru_stime
+    with open(os.environ["BENCH_PHASES"] + (f".{worker}" if worker else ""), "w") as out:
+        json.dump(seen, out)
 """
 
 
@@ -239,9 +268,22 @@ def profile(directory: Path, workers: int, env: dict[str, str]) -> list[tuple[st
                         "PYTHONPATH": os.pathsep.join(filter(None, [str(directory),
                                                                     env.get("PYTHONPATH")]))})
     end = time.time()
-    seen = sorted(json.loads(marks.read_text()).items(), key=lambda item: item[1])
+    found = json.loads(marks.read_text())
+    each = [json.loads(path.read_text()) for path in directory.glob("phases.json.gw*")]
+    cpu = [("controller's CPU", found.pop("cpu")), ("workers' CPU", sum(
+        worker["cpu"] for worker in each)), ("their ssh clients' CPU", sum(
+            worker["children cpu"] for worker in each) + found.pop("children cpu")
+            - sum(worker["cpu"] for worker in each))]
+    for worker in each:
+        del worker["cpu"], worker["children cpu"]
+    if each:  # the controller collects nothing: the last worker to get to each phase
+        found.pop("collecting", None)
+        found.pop("collected", None)
+        for name in ("configured", "collecting", "collected"):
+            found[f"worker {name} (last)"] = max(worker[name] for worker in each)
+    seen = sorted(found.items(), key=lambda item: item[1])
     points = [("start", start), *seen, ("exited", end)]
-    return [(f"{a} -> {b}", tb - ta) for (a, ta), (b, tb) in itertools.pairwise(points)]
+    return [(f"{a} -> {b}", tb - ta) for (a, ta), (b, tb) in itertools.pairwise(points)] + cpu
 
 
 def become_subreaper() -> None:
@@ -302,6 +344,8 @@ def run_once(directory: Path, workers: int, count: int, server: SshServer,
     since = server.log.stat().st_size
     if tool == "ansible":
         argv, env = ansible_command(workers), ansible_env(directory, env)
+    elif tool == "pdsh":
+        argv = pdsh_command(workers)
     else:
         argv = [sys.executable, *command(workers)]
     with tempfile.TemporaryFile("w+") as output:
@@ -329,6 +373,10 @@ def run_once(directory: Path, workers: int, count: int, server: SshServer,
     tree_cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     counted = server_counts(server, since)
     target_cpu = children_cpu(server.process.pid) - target_before
+    if tool == "pdsh":
+        if f"{count} of {count} targets read" not in text:
+            raise SystemExit(f"{count} targets, pdsh-like -f {workers}: {text[-500:]}")
+        return Measured(wall, peak[0], tree_cpu, target_cpu, 0, 0, *counted)
     if tool == "ansible":
         read = sum(1 for line in text.splitlines() if "| CHANGED | rc=0 |" in line)
         if read != count:
@@ -362,6 +410,22 @@ def connection_cost(server: SshServer, rounds: int = 10) -> float:
         times.append(time.perf_counter() - start)
         host.close()
     return statistics.median(times)
+
+
+def connection_parts(server: SshServer, rounds: int = 10) -> tuple[float, float]:
+    """Wall seconds (medians of ``rounds``) of ``ssh HOST true`` (a login alone) and of ``ssh
+    HOST python3 -I -S -c pass`` (a login and the agent's python starting, nothing loaded):
+    what ``connection_cost`` is made of, less the agent's upload, load, hello and batch."""
+    parts = []
+    for inner in (["true"], ["python3", "-I", "-S", "-c", "pass"]):
+        times = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            subprocess.run(["ssh", "-F", str(server.client_config), server.alias, *inner],
+                           check=True, stdin=subprocess.DEVNULL, capture_output=True)
+            times.append(time.perf_counter() - start)
+        parts.append(statistics.median(times))
+    return parts[0], parts[1]
 
 
 def login_cpu(server: SshServer, kex: str | None, rounds: int = 10) -> float:
@@ -414,19 +478,24 @@ def name_of(variant: Variant) -> str:
     tool, number = variant
     if tool == "ansible":
         return f"ansible -f {number}"
+    if tool == "pdsh":
+        return f"pdsh-like -f {number}"
     return f"pytest -n {number}" if number else "pytest, no -n"
 
 
 def measure(work: Path, server: SshServer, counts: list[int], variants: list[Variant],
             repeat: int, env: dict[str, str],
             figures: dict[tuple[int, Variant], list[Measured]], label: str = "",
-            latency: float = 0.0) -> None:
+            latency: float = 0.0, ansible_upto: int | None = None) -> None:
     """``repeat`` rounds of every variant, per target count (their order reversed every
-    other round), each connection ``latency`` seconds late each way (``build``)."""
+    other round), each connection ``latency`` seconds late each way (``build``); Ansible
+    only up to ``ansible_upto`` targets."""
     for count in sorted(counts):
         directory = build(work, server, count, latency)
+        here = [variant for variant in variants if variant[0] != "ansible"
+                or ansible_upto is None or count <= ansible_upto]
         for round_ in range(repeat):
-            for variant in variants if round_ % 2 == 0 else variants[::-1]:
+            for variant in here if round_ % 2 == 0 else here[::-1]:
                 load1 = float(Path("/proc/loadavg").read_text().split()[0])
                 measured = dataclasses.replace(
                     run_once(directory, variant[1], count, server, env, variant[0]),
@@ -451,6 +520,11 @@ def main() -> int:
     parser.add_argument("--forks", default="4,20",
                         help="ansible's -f values, comma-separated; empty: no ansible "
                              "(default 4,20)")
+    parser.add_argument("--pdsh", default="4",
+                        help="the pdsh-like limit's -f values (bench/pdsh_like.py), "
+                             "comma-separated; empty: none (default 4)")
+    parser.add_argument("--ansible-upto", type=int, default=100, metavar="N",
+                        help="run Ansible only at counts up to N targets (default 100)")
     parser.add_argument("--repeat", type=int, default=3, help="measured rounds (default 3)")
     parser.add_argument("--big", type=int, default=0, metavar="N",
                         help="also N targets, once, at -n 4 (the issue's 500)")
@@ -469,6 +543,7 @@ def main() -> int:
     counts = [int(n) for n in args.targets.split(",")]
     variants: list[Variant] = [("pytest", int(n)) for n in args.workers.split(",")]
     variants += [("ansible", int(n)) for n in args.forks.split(",") if n]
+    variants += [("pdsh", int(n)) for n in args.pdsh.split(",") if n]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     began, before = time.perf_counter(), load()
     become_subreaper()
@@ -483,6 +558,7 @@ def main() -> int:
                             log_level="VERBOSE")
         try:
             one = connection_cost(server)
+            parts = connection_parts(server)
             logins = (negotiated_kex(server), login_cpu(server, None),
                       login_cpu(server, "curve25519-sha256"))
             warm = build(work, server, min(counts))
@@ -490,7 +566,7 @@ def main() -> int:
             shutil.rmtree(warm)
             shutil.rmtree(work / "roots")
             measure(work, server, counts, variants, args.repeat, env, results,
-                    latency=args.latency)
+                    latency=args.latency, ansible_upto=args.ansible_upto)
             phases = []
             if 100 in counts and ("pytest", 4) in variants:
                 directory = build(work, server, 100, args.latency)
@@ -509,7 +585,7 @@ def main() -> int:
             server.stop()
     elapsed = time.perf_counter() - began
     section = render(results, extra, baseline, counts, variants, one, args, elapsed,
-                     (before, load()), phases, logins)
+                     (before, load()), phases, logins, parts)
     print(section)
     if args.results is not None:
         from bench import put_section  # bench/bench.py: RESULTS.md's sections, one way
@@ -553,16 +629,57 @@ def ratios(results: dict[tuple[int, Variant], list[Measured]], count: int, ours:
                                             strict=True)]
 
 
+def ratio_goal(count: int, ours: Variant, theirs: Variant) -> float | None:
+    """The goal of a ratio of wall times: issue 26's against Ansible at 100 targets, issue 41's
+    against the pdsh-like limit at 100 and 500, each at the same parallelism."""
+    if ours[1] != theirs[1]:
+        return None
+    if theirs[0] == "pdsh":
+        return PDSH_GOALS.get(count)
+    return GOAL_RATIO if count == 100 else None
+
+
+def fitted(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """(fixed, per target): the least-squares line through (targets, seconds)."""
+    mean_n = statistics.fmean(n for n, _ in points)
+    mean_s = statistics.fmean(s for _, s in points)
+    slope = sum((n - mean_n) * (s - mean_s) for n, s in points) / \
+        sum((n - mean_n) ** 2 for n, _ in points)
+    return mean_s - slope * mean_n, slope
+
+
+def costs(results: dict[tuple[int, Variant], list[Measured]], counts: list[int],
+          variants: list[Variant]) -> list[str]:
+    """Each tool's fixed cost and cost per target: the line through its medians at each count
+    (wall time, and the CPU of both sides), where it ran at two counts or more."""
+    lines = []
+    for variant in variants:
+        runs = [(count, results[count, variant]) for count in sorted(counts)
+                if (count, variant) in results]
+        if len(runs) < 2:
+            continue
+        wall = fitted([(n, statistics.median(m.wall for m in r)) for n, r in runs])
+        tree = fitted([(n, statistics.median(m.tree_cpu for m in r)) for n, r in runs])
+        targets = fitted([(n, statistics.median(m.target_cpu for m in r)) for n, r in runs])
+        lines.append(f"| {name_of(variant)} | {', '.join(str(n) for n, _ in runs)} | "
+                     f"{wall[0]:.1f} s | {wall[1] * 1000:.0f} ms | {tree[0]:.1f} s | "
+                     f"{tree[1] * 1000:.0f} ms | {targets[0]:.1f} s | "
+                     f"{targets[1] * 1000:.0f} ms |")
+    return lines
+
+
 def render(results: dict[tuple[int, Variant], list[Measured]],
            extra: dict[tuple[int, Variant], list[Measured]],
            baseline: dict[tuple[int, Variant], list[Measured]], counts: list[int],
            variants: list[Variant], one: float, args: argparse.Namespace, elapsed: float,
            loads: tuple[str, str], phases: list[tuple[str, float]],
-           logins: tuple[str, float, float]) -> str:
+           logins: tuple[str, float, float], parts: tuple[float, float]) -> str:
     cores, latency = os.cpu_count() or 1, args.latency
     rows = []
     for count in counts:
         for variant in variants:
+            if (count, variant) not in results:
+                continue
             runs = results[count, variant]
             goal = (count, variant) == (100, ("pytest", 4)) and not latency
             met = ("yes" if statistics.median(m.wall for m in runs) <= GOAL_S else "**no**") \
@@ -581,18 +698,23 @@ def render(results: dict[tuple[int, Variant], list[Measured]],
     compared = []
     for count in counts:
         for ours, theirs in ((("pytest", 4), ("ansible", 4)), (("pytest", 4), ("ansible", 20)),
-                             (("pytest", 1), ("ansible", 4))):
+                             (("pytest", 1), ("ansible", 4)), (("pytest", 4), ("pdsh", 4)),
+                             (("pytest", 1), ("pdsh", 4)),
+                             *((("pytest", 4), other) for other in variants
+                               if other[0] == "pdsh" and other[1] != 4)):
             if (count, ours) in results and (count, theirs) in results:
                 values = ratios(results, count, ours, theirs)
-                goal = ours[1] == theirs[1] and count == 100 and not latency
-                met = ("yes" if statistics.median(values) <= GOAL_RATIO else "**no**") \
-                    if goal else ""
+                limit = ratio_goal(count, ours, theirs) if not latency else None
+                met = ("yes" if statistics.median(values) <= limit else "**no**") \
+                    if limit is not None else ""
                 compared.append(f"| {count} targets | {name_of(ours)} / {name_of(theirs)} | "
-                                f"{f'<= {GOAL_RATIO}' if goal else ''} | "
+                                f"{f'<= {limit}' if limit is not None else ''} | "
                                 f"{spread(values, 2)} | {met} |")
     invocation = (f"python bench/targets.py --targets {','.join(map(str, counts))} --workers "
                   f"{','.join(str(n) for tool, n in variants if tool == 'pytest')} --forks "
                   f"{','.join(str(n) for tool, n in variants if tool == 'ansible')} "
+                  f"--pdsh {','.join(str(n) for tool, n in variants if tool == 'pdsh')} "
+                  f"--ansible-upto {args.ansible_upto} "
                   f"--repeat {args.repeat}"
                   + (f" --big {args.big}" if args.big else "")
                   + (" --shell-rc" if args.shell_rc else "")
@@ -619,6 +741,17 @@ def render(results: dict[tuple[int, Variant], list[Measured]],
                    "with min-max:\n\n| targets | ratio | goal | value | met |\n"
                    "| --- | --- | --- | --- | --- |\n" + "\n".join(compared) + "\n"
                    ) if compared else ""
+    lines = costs(results, counts, variants)
+    cost_table = ("Fixed cost and cost per target: the least-squares line through each tool's "
+                  "medians at each count (wall time; the CPU of the process tree here, and of "
+                  "the target side, which on a real fleet each target spends itself):"
+                  "\n\n| tool | at targets | wall: fixed | wall: per target | tree CPU: fixed "
+                  "| tree CPU: per target | targets' CPU: fixed | targets' CPU: per target |"
+                  "\n| --- | --- | --- | --- | --- | --- | --- | --- |\n"
+                  + "\n".join(lines) + "\n") if lines else ""
+    pdsh_line = (f"cd $BENCH/fleet100 && python bench/pdsh_like.py -f 4 -F ssh_config "
+                 f"-i user_key targets.txt {' '.join(FILES)}\n") \
+        if any(tool == "pdsh" for tool, _ in variants) else ""
     ansible_line = f"cd $BENCH/fleet100 && {ansible_args} {shown_ansible}\n" \
         if any(tool == "ansible" for tool, _ in variants) else ""
     title = LATENCY_SECTION.format(rtt=2000 * latency) if latency else SECTION
@@ -650,8 +783,12 @@ logins / sessions / commands | pytest's report: sessions / round trips | met |
 {chr(10).join(rows)}
 
 {ratio_table}
+{cost_table}
 - one target's connection alone (ssh, key exchange, login, python3, the agent's hello, one \
-batch): {one * 1000:.0f} ms of wall time here
+batch): {one * 1000:.0f} ms of wall time here, of which a login alone (`ssh HOST true`) \
+{parts[0] * 1000:.0f} ms and python3's start on the target (`ssh HOST python3 -I -S -c pass`, \
+less the login) {(parts[1] - parts[0]) * 1000:.0f} ms: the agent's upload, load, hello and \
+one batch the remaining {(one - parts[1]) * 1000:.0f} ms (medians of 10, one at a time)
 - one login alone (`ssh HOST true`, CPU of client and server together, median of 10): \
 {logins[1] * 1000:.0f} ms with OpenSSH's default key exchange here ({logins[0]}), \
 {logins[2] * 1000:.0f} ms with curve25519-sha256: 100 logins cost \
@@ -667,7 +804,7 @@ Commands:
 {f"git archive {commit} | tar -x -C {args.baseline}{chr(10)}" if args.baseline else ""}\
 {invocation}
 cd $BENCH/fleet100 && {shown}
-{ansible_line}```
+{ansible_line}{pdsh_line}```
 """
 
 

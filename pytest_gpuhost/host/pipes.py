@@ -95,7 +95,7 @@ class Pipes:
             self.spent += time.monotonic() - start
 
     def _send_raw(self, data: bytes, timeout: float, sending: str, *,
-                  silent: bool = False) -> None:
+                  silent: bool = False, until_said: bool = False) -> int:
         """Write ``data`` within ``timeout`` seconds and within what is left of the time limit.
 
         A target that stops reading (a frozen container: ``lxc-freeze``, a backup in suspend
@@ -105,7 +105,10 @@ class Pipes:
         nothing before it has all of ``data`` (the agent, which starts only once it has read
         itself); what it says before that is not the agent's (a shell's startup file that
         prints, a forced command), and ends the send at once rather than when a target that
-        no longer reads has let the deadline pass."""
+        no longer reads has let the deadline pass. ``until_said``: what the target says ends
+        the send too, but quietly, left for the next ``_wait`` to judge (a first batch sent
+        behind the agent: its hello, or what is not the agent's). Returns the bytes written:
+        all of ``data`` unless the target spoke first."""
         assert self._process is not None and self._process.stdin is not None
         assert self._process.stdout is not None
         fd = self._process.stdin.fileno()
@@ -114,7 +117,7 @@ class Pipes:
         with self._waiting(timeout) as (deadline, bounded), \
                 selectors.DefaultSelector() as selector:
             selector.register(fd, selectors.EVENT_WRITE)
-            if silent:
+            if silent or until_said:
                 selector.register(out, selectors.EVENT_READ)
             self._partial = True
             while rest:
@@ -128,6 +131,10 @@ class Pipes:
                 ready = selector.select(min(remaining, 1.0))
                 if not ready:
                     continue
+                if until_said and any(key.fd == out for key, _ in ready):
+                    written = len(data) - len(rest)
+                    self.traffic.bytes_sent += written
+                    return written  # still partial: the rest goes once the target is heard
                 if any(key.fd == out for key, _ in ready):
                     said = os.read(out, 4096)  # what a message shows of it: the first 200
                     if not said:
@@ -141,6 +148,7 @@ class Pipes:
                     raise self._gone("the connection closed") from None
             self._partial = False
         self.traffic.bytes_sent += len(data)
+        return len(data)
 
     def _wait(self, timeout: float, waiting_for: str, why: str | None = None) -> object:
         """One message within ``timeout`` seconds and within what is left of the time limit

@@ -80,26 +80,35 @@ BOOTSTRAP = (
     f"if sys.version_info < {MINIMUM_PYTHON}: sys.exit('pytest-gpuhost needs python3 "
     f"{'.'.join(map(str, MINIMUM_PYTHON))} or later on the target; it has ' + "
     "sys.version.split()[0])\n"
-    "i = sys.stdin.buffer\n"
+    "i = sys.stdin.buffer.raw\n"
+    "def r(n):\n"
+    "    b = b''\n"
+    "    while len(b) < n:\n"
+    "        d = i.read(n - len(b))\n"
+    "        if not d: break\n"
+    "        b += d\n"
+    "    return b\n"
     "h = i.readline().split()\n"
-    "s = i.read(int(h[0]))\n"
-    "c = i.read(int(h[1]))\n"
+    "s = r(int(h[0]))\n"
+    "c = r(int(h[1]))\n"
     "m = getattr(sys.modules.get('_frozen_importlib_external'), 'MAGIC_NUMBER', b'')\n"
     "if c and m.hex() == h[2].decode():\n"
     "    import marshal\n"
     "    c = marshal.loads(c)\n"
     "else:\n"
     f"    c = compile(s, {AGENT_NAME!r}, 'exec')\n"
-    "del i, h, s, m\n"
+    "del i, h, s, m, r\n"
     "exec(c)\n"
 )
 """What the target runs (``python3 -I -S``: the standard library only, nothing of the target's
 environment, working directory or site-packages in its module path): it reads the agent from
 standard input and runs it with the root as its argument; the agent then serves on the same
-pipes. Nothing is written there. The agent comes twice: as source, and compiled by this
-machine's Python (``marshal``) with the bytecode's magic number; a target whose Python has the
-same magic number runs the compiled code (compiling the agent is a third of a start's CPU
-there), any other compiles the source."""
+pipes. Nothing is written there. It reads standard input unbuffered, exactly the agent's
+bytes: the run's first batch follows them in the same pipe (``AgentHost._start``), and a
+buffered reader would take its first bytes away from the agent. The agent comes twice: as
+source, and compiled by this machine's Python (``marshal``) with the bytecode's magic number;
+a target whose Python has the same magic number runs the compiled code (compiling the agent is
+a third of a start's CPU there), any other compiles the source."""
 AGENT_FLAGS = ("-I", "-S")
 
 
@@ -134,7 +143,12 @@ class AgentHost(Pipes, BatchReads):
         with doing("connecting"):
             self._start()
 
-    def _start(self) -> None:
+    def _start(self, first: bytes = b"") -> None:
+        """Start the agent and take its hello. ``first``: a batch of reads sent right behind
+        the agent, before its hello comes back (``_exchange``): the agent reads it once it
+        has started, so a new connection's first batch costs no round trip of its own. A
+        send of it that fails (an agent that refused its root and exited) is left for the
+        hello to explain, as it would have without it."""
         start = time.monotonic()
         try:
             self._spawn()
@@ -145,6 +159,15 @@ class AgentHost(Pipes, BatchReads):
         try:
             self._send_raw(agent_upload(), self.connect_timeout + 5.0, "the agent's source",
                            silent=True)
+            sent = len(first)
+            if first:
+                try:
+                    sent = self._send_raw(first, self.connect_timeout + 5.0,
+                                          "the first request(s)", until_said=True)
+                except TargetTimeout:
+                    raise
+                except HostError:  # the hello (or ssh's last words) says why
+                    pass
             hello = self._wait(self.connect_timeout + 5.0, "the agent to start")
         except BaseException as exc:
             self._lose_start(exc)
@@ -161,6 +184,12 @@ class AgentHost(Pipes, BatchReads):
             self._close_process(kill=problem is not None)
             raise self._lost
         self._hello = hello["hello"]
+        if sent < len(first):  # the hello came while the batch went out: the rest of it
+            try:
+                self._send_raw(first[sent:], self.connect_timeout + 5.0, "the first request(s)")
+            except BaseException as exc:
+                self._lose_start(exc)
+                raise
 
     def _lose_start(self, exc: BaseException) -> None:
         """The connection could not be made: the target is lost, saying why."""
@@ -184,12 +213,21 @@ class AgentHost(Pipes, BatchReads):
             raise self._lost from None
 
     def _exchange(self, requests: list[dict[str, object]], timeout: float,
-                  why: str | None = None) -> list[dict[str, object]]:
-        self._connect()
+                  why: str | None = None, *, reads: bool = False) -> list[dict[str, object]]:
+        """One batch, one round trip. ``reads``: the requests only read, so where there is no
+        connection yet they go out right behind the agent, before its hello (``_start``)."""
         data = json.dumps(encode(requests), separators=(",", ":")).encode()
+        message = b"%d\n" % len(data) + data
+        pipelined = reads and self._process is None and self._lost is None
+        if pipelined:
+            with doing("connecting"):
+                self._start(message)
+        else:
+            self._connect()
         count = f"{len(requests)} request(s)"
         try:
-            self._send_raw(b"%d\n" % len(data) + data, timeout, count)
+            if not pipelined:
+                self._send_raw(message, timeout, count)
             answer = self._wait(timeout, f"the answer to {count}", why)
         except TargetTimeout as exc:
             self._lost = exc
@@ -297,7 +335,8 @@ class AgentHost(Pipes, BatchReads):
     def batch(self, requests: Sequence[Request]) -> list[Reply]:
         if not requests:
             return []
-        answers = self._exchange([r.wire() for r in requests], OPERATION_TIMEOUT_S)
+        answers = self._exchange([r.wire() for r in requests], OPERATION_TIMEOUT_S,
+                                 reads=True)  # a batch's requests only read
         return [reply_from_wire(request, answer)
                 for request, answer in zip(requests, answers, strict=True)]
 
