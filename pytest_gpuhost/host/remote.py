@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import errno
 import json
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -127,6 +128,10 @@ class AgentHost(Pipes, BatchReads):
         self.connect_timeout = connect_timeout
         self._hello: dict[str, object] = {}
         self._lost: HostError | None = None
+        self._one_at_a_time = threading.RLock()
+        """Held for a request and its answer: a benchmark's envelope samples the GPUs from a
+        thread of its own while the run's thread may ask too, and the one connection carries
+        one exchange at a time (a caller waits for the other's answer, at most its timeout)."""
 
     # -- the connection ---------------------------------------------------------------------
 
@@ -216,6 +221,12 @@ class AgentHost(Pipes, BatchReads):
                   why: str | None = None, *, reads: bool = False) -> list[dict[str, object]]:
         """One batch, one round trip. ``reads``: the requests only read, so where there is no
         connection yet they go out right behind the agent, before its hello (``_start``)."""
+        with self._one_at_a_time:
+            return self._exchange_now(requests, timeout, why, reads=reads)
+
+    def _exchange_now(self, requests: list[dict[str, object]], timeout: float,
+                      why: str | None, *, reads: bool) -> list[dict[str, object]]:
+        """``_exchange``, its turn come."""
         data = json.dumps(encode(requests), separators=(",", ":")).encode()
         message = b"%d\n" % len(data) + data
         pipelined = reads and self._process is None and self._lost is None

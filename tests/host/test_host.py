@@ -519,3 +519,36 @@ def test_a_lookup_raced_by_a_mount_is_retried_then_walked(
     assert host.read_text("sys/bus/pci/devices/0000:01:00.0/vendor").strip() == "0x10de"
     assert raced.calls == min(times + 1, agent.containment._OPENAT2_TRIES)
     assert host._root._openat2  # still used for the next lookups
+
+
+def test_a_connection_used_from_two_threads_answers_each_its_own(fake: FakeHost) -> None:
+    """A benchmark's envelope samples the GPUs from a background thread while the run's thread
+    may ask the same target (a sample left behind in flight, then the host's half read at the
+    end): one request and its answer at a time on the one connection, never one thread's answer
+    read by the other or two requests' bytes interleaved on the pipe."""
+    import threading
+
+    fake.sysctl("vm.swappiness", 10).sysctl("vm.dirty_ratio", 40)
+    host = _agent(fake.root, 600.0)
+    start = threading.Barrier(2)
+    wrong: list[str] = []
+
+    def ask(key: str, value: bytes) -> None:
+        start.wait()
+        for _ in range(150):
+            try:
+                reply = host.batch([Read(f"proc/sys/vm/{key}")])[0]
+            except HostError as exc:
+                wrong.append(f"{key}: {exc}")
+                return
+            if reply.data() != value:
+                wrong.append(f"{key}: {reply.data()!r}")
+
+    threads = [threading.Thread(target=ask, args=("swappiness", b"10\n")),
+               threading.Thread(target=ask, args=("dirty_ratio", b"40\n"))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert wrong == []
+    assert host.lost is None and host.traffic.round_trips == 300
