@@ -174,7 +174,9 @@ def _boot_time(host: Host) -> float | None:
     return None
 
 
-class Walk(msgspec.Struct):
+class Walk(msgspec.Struct, frozen=True):
+    """What one pass over the kernel log counted and kept."""
+
     considered: int = 0
     at_level: int = 0
     allowed: int = 0
@@ -191,8 +193,7 @@ def _partition(records: Iterable[Record | None], section: DmesgSection, after_se
     levels = frozenset(section.levels)
     searches = [pattern.search for pattern in section.allow]
     rule = section.xid
-    walk = Walk()
-    offending = walk.offending
+    offending: list[Record] = []
     since_usec = float("-inf") if after_usec is None else after_usec
     considered = at_level = malformed = allowed = 0
     for record in records:
@@ -224,9 +225,7 @@ def _partition(records: Iterable[Record | None], section: DmesgSection, after_se
                 break
         else:
             offending.append(record)
-    walk.considered, walk.at_level, walk.malformed, walk.allowed = (
-        considered, at_level, malformed, allowed)
-    return walk
+    return Walk(considered, at_level, allowed, malformed, offending)
 
 
 def _short(text: str, width: int = SHORT) -> str:
