@@ -44,6 +44,7 @@ from .kind import measured_of as measured_of
 from .kind import persistence_of as persistence_of
 from .kind import persists_to_of as persists_to_of
 from .kind import scope_of as scope_of
+from .offers import Offer as Offer
 from .persistence import PERSIST_TARGETS as PERSIST_TARGETS
 from .persistence import BootCommand as BootCommand
 from .persistence import PersistLine as PersistLine
@@ -273,6 +274,7 @@ class Facts:
         of (config space past its 64-byte header) is read there."""
         self._nvml = nvml
         self._cache: dict[Fact[Any] | Callable[[Host], Any], Any] = {}
+        self._offers: dict[Offer[Any], Callable[[], Any]] = {}
         self.sleep: Callable[[float], None] = time.sleep
         """How a check waits out a sampling window (cpuidle residency); tests replace it."""
 
@@ -293,6 +295,22 @@ class Facts:
         if isinstance(value, _Unread):
             raise raised(value.error)
         return cast(T, value)
+
+    def offer(self, key: Offer[T], take: Callable[[], T]) -> None:
+        """Offer what ``key`` names to the other kinds of its spec (``offers``): ``take`` gives
+        it, measured on first use and once per session. A kind's ``expand`` offers; the first
+        offer of a key stands."""
+        self._offers.setdefault(key, take)
+
+    def asked(self, key: Offer[T]) -> Callable[[], T | None]:
+        """What ``key`` names as a call for a check to make when it runs (the offering kind
+        may expand after the asking one): it gives the value, None where nothing offers it,
+        and raises what taking it raised (a ``HostError`` saying why there is none)."""
+        def take() -> T | None:
+            offered = self._offers.get(key)
+            return None if offered is None else cast(T, offered())
+
+        return take
 
     def known(self, fact: Fact[Any] | Callable[[Host], Any]) -> bool:
         """Whether the fact was read already (asking for it then costs no read)."""

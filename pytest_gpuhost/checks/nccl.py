@@ -38,12 +38,14 @@ from ..specmodel import EntryOptions, SpecContext, section
 from ..specmodel.matchers import Verdict, parse_rate
 from . import USERSPACE, Check, Evidence, Fact, Facts, NoFix, Observation
 from .gpus import GPUS
-from .nccl_explain import CollectiveExplainer, Judged
+from .nccl_explain import Bound, CollectiveExplainer, Judged
+from .offers import p2p_bandwidth
 from .p2p import ORDER as P2P_ORDER
 from .p2p import _share, _tuning
 from .p2p_explain import Explainer, Tuning
 
-if TYPE_CHECKING:  # capture's module loads when a capture asks
+if TYPE_CHECKING:  # capture's module loads when a capture asks, the parsers with a measurement
+    from ..gpu.bandwidth import Measurements
     from ..specmodel import Node
     from .capturing import Captured, Records
 
@@ -90,6 +92,9 @@ class NcclSection(msgspec.Struct, frozen=True):
     """The section's own (each collective's are its own, else these)."""
     tests_dir: str | None = None
     """nccl-tests' build directory, relative to the target's root (``/`` on a machine)."""
+    spec: str = ""
+    """The spec file it came from: where that spec's p2p section measures the pairs, each ring
+    hop is bounded by its measurement too (``offers.p2p_bandwidth``)."""
 
 
 def size_text(size: int) -> str:
@@ -285,12 +290,13 @@ class NcclKind:
         if not collectives:
             raise node.error(f"nccl needs a collective: one or more of {', '.join(COLLECTIVES)}")
         return NcclSection(tuple(collectives), env, timeout, channels, pause, _tuning(context),
-                           given.options, tests_dir)
+                           given.options, tests_dir, node.file)
 
     def expand(self, section: NcclSection, facts: Facts) -> Sequence[Check]:
         found = facts.get(GPUS)
         gpus = tuple(g.address for g in found)
         explainer = Explainer(found, facts.nvml, section.tuning, kernel=facts.kernel)
+        measured = facts.asked(p2p_bandwidth(section.spec))
         checks = []
         for entry in section.collectives:
             count = len(gpus) if entry.gpus is None else entry.gpus
@@ -306,7 +312,7 @@ class NcclKind:
                     judged = Judged(dict(section.env), section.channels)
                     probe = NcclProbe(entry, text, size, count, section,
                                       CollectiveExplainer(explainer, gpus[:count], judged),
-                                      facts.shared_dir, lambda s: facts.sleep(s))
+                                      facts.shared_dir, lambda s: facts.sleep(s), measured)
                 checks.append(Check("nccl", key, floor, entry.options, probe, order=ORDER,
                                     subjects={"gpus": " ".join(gpus[:count])}, slow=True,
                                     measured=True))
@@ -341,6 +347,9 @@ class NcclProbe(NoFix, msgspec.Struct, frozen=True):
     shared_dir: Path | None
     sleep: Callable[[float], None]
     """How the pause before a failed floor's second run is waited (a test's clock)."""
+    p2p: Callable[[], Measurements | None] = lambda: None
+    """The pairs' P2P bandwidth as the spec's p2p section measures it (once for both kinds),
+    None where it measures none: each ring hop is bounded by it beside its path."""
 
     def reads(self) -> Sequence[Request]:
         own: tuple[Request, ...] = (Read("proc/stat"), Glob(f"{JOURNALS}/*.jsonl", read=False)) \
@@ -352,25 +361,37 @@ class NcclProbe(NoFix, msgspec.Struct, frozen=True):
 
     def observe(self, host: Host) -> Observation:
         self.explainer.pairs.prepare(host)  # before a run's command, from the batch
+        measured, unmeasured = self._measured()  # before the run: not under its lock
         if self.entry.source is not None:
             taken = self._take([self._saved()], f"recorded in {self.entry.source}")
-            return self._judged(host, taken, (), _stale(host, self.entry.source))
+            return self._judged(host, taken, (), _stale(host, self.entry.source), measured,
+                                unmeasured)
         first = self._live(host)
-        explained = self.explainer.explain(host, first.outputs[0], first.rows[0])
+        explained = self.explainer.explain(host, first.outputs[0], first.rows[0], measured)
         floor = self._floor(explained.limit)
         if self.entry.retry and not any(r.errors for r in first.rows) and first.busbw < floor:
             self.sleep(self.section.pause)
             second = self._live(host)
-            return self._judged(host, second, (first.busbw, second.busbw), None)
-        return self._judged(host, first, (), None)
+            return self._judged(host, second, (first.busbw, second.busbw), None, measured,
+                                unmeasured)
+        return self._judged(host, first, (), None, measured, unmeasured)
 
-    def _floor(self, limit: tuple[float, str] | None) -> float:
+    def _measured(self) -> tuple[Measurements | None, str | None]:
+        """The spec's P2P measurement (taken here if no p2p check took it yet), or why there is
+        none: a failed measurement leaves each hop bounded by its path."""
+        try:
+            return self.p2p(), None
+        except HostError as exc:
+            return None, f"the p2p section's measurement failed ({exc}): each hop is bounded " \
+                         "by its path alone"
+
+    def _floor(self, limit: Bound | None) -> float:
         floor = self.entry.floor or 0.0
         if self.entry.path_share is not None:
             if limit is None:
                 raise HostError("min_busbw path: needs the link registers of every hop of the "
                                 "ring's path (see the p2p check's topology)")
-            floor = max(floor, round(self.entry.path_share * limit[0], 2))
+            floor = max(floor, round(self.entry.path_share * limit.gbps, 2))
         return floor
 
     def _saved(self) -> str:
@@ -420,16 +441,21 @@ class NcclProbe(NoFix, msgspec.Struct, frozen=True):
         return Taken(tuple(outputs), tuple(rows), busbw, source)
 
     def _judged(self, host: Host, taken: Taken, attempts: tuple[float, ...],
-                stale: str | None) -> Observation:
+                stale: str | None, measured: Measurements | None = None,
+                unmeasured: str | None = None) -> Observation:
         output, row = taken.outputs[-1], taken.rows[-1]
-        explained = self.explainer.explain(host, output, row)
+        explained = self.explainer.explain(host, output, row, measured)
+        if unmeasured is not None:
+            explained = msgspec.structs.replace(explained, notes=(*explained.notes, unmeasured))
         floor = self._floor(explained.limit)
         wrong = sum(r.errors for r in taken.rows)
         label = f"{self.entry.name} busbw at {self.text}"
-        if self.entry.path_share is not None and explained.limit is not None and \
+        bound = explained.limit
+        if self.entry.path_share is not None and bound is not None and \
                 floor > (self.entry.floor or 0.0):
             label = (f"{label}; path: {self.entry.path_share:.0%} of the ring's bound "
-                     f"{explained.limit[0]:.2f} GB/s")
+                     f"{bound.gbps:.2f} GB/s"
+                     + (f", {bound.words()}" if bound.by == "measured" else ""))
         runs = [r.busbw for r in taken.rows]
         transports: dict[str, int] = {}
         for connection in output.connections:

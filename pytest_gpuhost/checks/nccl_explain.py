@@ -20,13 +20,16 @@ path facts were read in the run's batch. Causes of its own:
 Estimated costs, for the order only: wrong data 100%, a hop over SHM 50%, too few channels 41%
 at 2 of 8 (22.2 against 37.6 GB/s, the public 8x RTX PRO 6000 figures), an unexpected setting
 5%; a hop's path causes cost what they cost the pair. A ring all-reduce cannot beat its slowest
-hop: ``limit_gbps`` is that hop's path limit, ``fraction`` the share of it reached.
+hop: ``limit_gbps`` is what that hop carries, ``fraction`` the share of it reached. A hop carries
+what its path's links allow (the P2P limit of the path), or, where the spec's p2p section
+measures the pairs (offered as ``offers.p2p_bandwidth``, measured once for both), the lower of
+that and its measured P2P bandwidth; ``limit_by`` says which (``path`` or ``measured``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -34,6 +37,9 @@ from ..gpu.nccltests import NcclOutput, Row, rank_addresses
 from ..host import Host
 from . import Evidence
 from .p2p_explain import Cause, Explainer, Flow
+
+if TYPE_CHECKING:  # the parsers load when a measurement is taken
+    from ..gpu.bandwidth import Measurements
 
 CAUSES = ("nccl_wrong", "nccl_transport", "p2p_unsupported", "link_downtrained",
           "nccl_channels", "acs_redirect", "max_read_request", "cross_socket",
@@ -61,12 +67,44 @@ class Judged(msgspec.Struct, frozen=True):
     channels: int | None = None
 
 
+class HopLimit(msgspec.Struct, frozen=True):
+    """What one ring hop (``A->B``) carries: its path's P2P limit and, where the spec's p2p
+    section measures the pair, its measured P2P bandwidth (None where unknown)."""
+
+    hop: str
+    path: float | None
+    measured: float | None = None
+
+    @property
+    def bound(self) -> tuple[float, str] | None:
+        """(GB/s, ``path`` or ``measured``): the lower of the two known, None where neither is."""
+        known = [(value, by) for value, by in ((self.measured, "measured"), (self.path, "path"))
+                 if value is not None]
+        return min(known, key=lambda k: k[0]) if known else None
+
+
+class Bound(msgspec.Struct, frozen=True):
+    """What the ring cannot exceed: its slowest hop's bound."""
+
+    gbps: float
+    hop: str
+    by: str
+    """``path`` (its path's P2P limit) or ``measured`` (its P2P bandwidth as the p2p section
+    measured it, where that is lower; on a tie, the measurement)."""
+
+    def words(self) -> str:
+        """``the path of A->B`` or ``the measured P2P bandwidth of A->B``."""
+        return f"the {'measured P2P bandwidth' if self.by == 'measured' else 'path'} of " \
+               f"{self.hop}"
+
+
 class CollectiveExplained(msgspec.Struct, frozen=True):
     causes: tuple[Cause, ...]
     hops: tuple[tuple[str, str], ...]
-    limit: tuple[float, str] | None
-    """(GB/s, the hop ``A->B``) of the slowest hop's path, None where a hop's is unknown."""
+    limit: Bound | None
+    """The slowest hop's bound, None where a hop's is unknown."""
     notes: tuple[str, ...] = ()
+    hop_limits: tuple[HopLimit, ...] = ()
 
     def culprits(self) -> str | None:
         """The top cause in words, then the others by name (the failure's first line)."""
@@ -78,12 +116,16 @@ class CollectiveExplained(msgspec.Struct, frozen=True):
         return top.words + more
 
     def details(self, busbw: float | None) -> dict[str, Any]:
-        limit = round(self.limit[0], 2) if self.limit is not None else None
+        bound = self.limit
         details: dict[str, Any] = {
-            "limit_gbps": limit, "limit_hop": self.limit[1] if self.limit is not None else None,
-            "fraction": round(busbw / self.limit[0], 3)
-            if self.limit is not None and busbw else None,
+            "limit_gbps": round(bound.gbps, 2) if bound is not None else None,
+            "limit_hop": bound.hop if bound is not None else None,
+            "limit_by": bound.by if bound is not None else None,
+            "fraction": round(busbw / bound.gbps, 3) if bound is not None and busbw else None,
             "ring": [f"{a}->{b}" for a, b in self.hops],
+            "hop_limits": {h.hop: {"path_gbps": _rounded(h.path),
+                                   "measured_gbps": _rounded(h.measured)}
+                           for h in self.hop_limits},
             "explain": [c.as_dict() for c in self.causes]}
         if self.notes:
             details["explain_notes"] = list(self.notes)
@@ -93,10 +135,20 @@ class CollectiveExplained(msgspec.Struct, frozen=True):
         shown = [Evidence(f"explain: {c.cause}", f"{c.at}: {c.observed} (expected "
                                                   f"{c.expected}): {c.effect}")
                  for c in self.causes]
-        if self.limit is not None:
-            shown.insert(0, Evidence("ring bound", f"{self.limit[0]:.2f} GB/s, the path of its "
-                                                   f"slowest hop {self.limit[1]}"))
+        bound = self.limit
+        if bound is not None:
+            slowest = next(h for h in self.hop_limits if h.hop == bound.hop)
+            beside = f" (its path carries {slowest.path:.2f})" \
+                if bound.by == "measured" and slowest.path is not None else \
+                f" (measured {slowest.measured:.2f})" if slowest.measured is not None else ""
+            what = "measured P2P bandwidth" if bound.by == "measured" else "path"
+            shown.insert(0, Evidence("ring bound", f"{bound.gbps:.2f} GB/s, the {what} of its "
+                                                   f"slowest hop {bound.hop}{beside}"))
         return tuple(shown) + tuple(Evidence("explain: not judged", n) for n in self.notes)
+
+
+def _rounded(value: float | None) -> float | None:
+    return round(value, 2) if value is not None else None
 
 
 def ring_hops(output: NcclOutput, ranks: Mapping[int, str]) -> tuple[tuple[str, str], ...]:
@@ -120,7 +172,10 @@ class CollectiveExplainer:
         self.gpus = tuple(gpus)
         self.judged = judged
 
-    def explain(self, host: Host, output: NcclOutput, row: Row) -> CollectiveExplained:
+    def explain(self, host: Host, output: NcclOutput, row: Row,
+                measured: Measurements | None = None) -> CollectiveExplained:
+        """``measured``: the pairs' P2P bandwidth as the spec's p2p section measured it, which
+        bounds each hop beside its path."""
         facts = self.pairs.prepare(host)
         notes: list[str] = []
         machines = sorted({d.host for d in output.devices})
@@ -141,16 +196,26 @@ class CollectiveExplainer:
         named: set[str] = set()
         causes += self._transports(output, ranks, env, named, lambda a, b: facts.pair(a, b).level)
         causes += self._channels(output, env, named, notes)
-        limit: tuple[float, str] | None = None
+        limit: Bound | None = None
         unknown = False
+        unmeasured: list[str] = []
+        limits: list[HopLimit] = []
         places: dict[tuple[str, str], tuple[Cause, list[str]]] = {}
         for source, target in hops:
             explained = self.pairs.explain(host, Flow("ring", source, target))
             found = explained.path.limit()
-            if found is None:
+            hop = f"{source}->{target}"
+            rate = measured.rates.get(hop) if measured is not None else None
+            if measured is not None and (rate is None or rate.gbps is None):
+                unmeasured.append(hop if rate is None or not rate.problem else
+                                  f"{hop} ({rate.problem})")
+            limits.append(HopLimit(hop, found[0] if found is not None else None,
+                                   rate.gbps if rate is not None else None))
+            bound = limits[-1].bound
+            if bound is None:
                 unknown = True
-            elif limit is None or found[0] < limit[0]:
-                limit = (found[0], f"{source}->{target}")
+            elif limit is None or bound[0] < limit.gbps:
+                limit = Bound(bound[0], hop, bound[1])
             for cause in explained.causes:
                 kept = places.setdefault((cause.cause, cause.at), (cause, []))
                 kept[1].append(f"{source}->{target}")
@@ -164,10 +229,16 @@ class CollectiveExplainer:
         causes += self._env(output, env, named)
         order = {id(c): i for i, c in enumerate(causes)}
         ranked = sorted(causes, key=lambda c: (-c.loss, CAUSES.index(c.cause), order[id(c)]))
+        if unmeasured:
+            notes.append(f"{measured.source if measured is not None else 'p2p'} has no rate "
+                         f"for the ring's {'hop' if len(unmeasured) == 1 else 'hops'} "
+                         f"{', '.join(unmeasured)}: bounded by the path alone")
         if unknown:
             limit = None
-            notes.append("the ring's bound needs the link registers of every hop's path")
-        return CollectiveExplained(tuple(ranked), hops, limit, tuple(dict.fromkeys(notes)))
+            notes.append("the ring's bound needs the link registers of every hop's path"
+                         + (" or its measured P2P bandwidth" if measured is not None else ""))
+        return CollectiveExplained(tuple(ranked), hops, limit, tuple(dict.fromkeys(notes)),
+                                   tuple(limits))
 
     def _transports(self, output: NcclOutput, ranks: Mapping[int, str], env: Mapping[str, str],
                     named: set[str], level_of: Callable[[str, str], str]) -> list[Cause]:

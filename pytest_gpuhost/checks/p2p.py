@@ -36,6 +36,7 @@ from ..specmodel import EntryOptions, SpecContext, parse_expectation, section
 from ..specmodel.matchers import Floor, finite
 from . import USERSPACE, Check, Evidence, Fact, Facts, NoFix, Observation
 from .gpus import GPUS
+from .offers import p2p_bandwidth
 from .p2p_explain import NO_PEER, Explained, Explainer, PathFloor, Tuning, flow_of
 from .p2p_path import SOCKET_HOP_GBPS
 
@@ -78,6 +79,9 @@ class P2pSection(msgspec.Struct, frozen=True):
     path_floor: PathFloor | None = None
     tuning: Tuning = msgspec.field(default_factory=Tuning)
     """The spec's pcie and iommu keys, for the words of a remedy."""
+    spec: str = ""
+    """The spec file it came from: its measurement of the pairs is offered to the kinds of
+    that spec (``offers.p2p_bandwidth``)."""
 
     def floor(self, name: str) -> float | None:
         return dict(self.floors).get(name)
@@ -247,7 +251,7 @@ class P2pKind:
         if between_sockets is not None:
             tuning = msgspec.structs.replace(tuning, between_sockets=between_sockets)
         return P2pSection(probe, path, size, tuple(sorted(floors.items())), margin, concurrent,
-                          given.options, timeout, path_floor, tuning)
+                          given.options, timeout, path_floor, tuning, node.file)
 
     def expand(self, section: P2pSection, facts: Facts) -> Sequence[Check]:
         found = facts.get(GPUS)
@@ -265,6 +269,8 @@ class P2pKind:
         key = cache_key([facts.host.describe(), section.probe, section.path, section.size,
                          gpus, wanted])
         shared = SharedMeasurement(key, measurer.measure, facts.shared_dir)
+        if wanted["pairs"]:  # a collective's ring stands on its hops' (nccl), measured once
+            facts.offer(p2p_bandwidth(section.spec), shared.get)
         explainer = Explainer(found, facts.nvml, section.tuning, kernel=facts.kernel)
         checks: list[Check] = []
 

@@ -140,7 +140,9 @@ def ring_text(details: Mapping[str, Any]) -> str | None:
     lines += ["ring hops:", *(f"  {_shown(hop)}" for hop in ring)]
     limit = details.get("limit_gbps")
     if limit is not None:
-        lines.append(f"bound: {limit:.2f} GB/s, the path of {_shown(details.get('limit_hop'))}"
+        what = "the measured P2P bandwidth" if details.get("limit_by") == "measured" else \
+            "the path"
+        lines.append(f"bound: {limit:.2f} GB/s, {what} of {_shown(details.get('limit_hop'))}"
                      f"; reached {details.get('fraction') or 0:.0%} of it")
     causes = details.get("explain") or []
     lines.append("limited by, largest cost first:" if causes else "nothing found that limits it")
