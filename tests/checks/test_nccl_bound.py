@@ -14,6 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from pytest_gpuhost.checks import Facts
+from pytest_gpuhost.checks.offers import p2p_bandwidth
+from pytest_gpuhost.gpu.bandwidth import Measurements, Rate
+from pytest_gpuhost.host import LocalHost
 from pytest_gpuhost.reports.topology import ring_text
 from pytest_gpuhost.result import CheckResult, Outcome
 from pytest_gpuhost.testing.fakehost import FakeHost
@@ -98,6 +102,38 @@ def test_the_ring_is_bound_by_its_slowest_measured_hop_measured_once(tmp_path: P
                                       f"hop {HOP} (its path carries 57.61)")
     assert f"bound: 30.00 GB/s, the measured P2P bandwidth of {HOP}; reached 74% of it" in \
         str(ring_text(record.details)).splitlines()  # Allure's attachment
+
+
+def test_an_offer_is_asked_for_when_a_check_runs(tmp_path: Path) -> None:
+    """The seam: what a kind asked for before another offered it is the offer, taken when
+    asked; the first offer of a key stands; a key of another spec, or no offer, is None."""
+    facts = Facts(LocalHost(tmp_path))
+    asked = facts.asked(p2p_bandwidth("a.yaml"))
+    other = facts.asked(p2p_bandwidth("b.yaml"))
+    taken: list[str] = []
+
+    def take(name: str) -> Measurements:
+        taken.append(name)
+        return Measurements(name, {HOP: Rate(30.0)})
+
+    assert asked() is None
+    facts.offer(p2p_bandwidth("a.yaml"), lambda: take("first"))
+    facts.offer(p2p_bandwidth("a.yaml"), lambda: take("second"))
+    assert taken == []  # offered, not taken
+    got = asked()
+    assert got is not None and got.source == "first" and taken == ["first"]
+    assert other() is None
+
+
+def test_a_nccl_section_before_the_p2p_section_is_bound_alike(tmp_path: Path) -> None:
+    """Whichever section the spec names first."""
+    fake = board(tmp_path / "host")
+    measured(fake, {SLOW: 30.0})
+    saved = tmp_path / "all_reduce.txt"
+    saved.write_text(nccl_tests_text(GPUS, 22.2, sizes=(2**30,), **HEALTHY))
+    records = run_spec(f"version: 1\n{nccl(saved)}{P2P}", fake.root)
+    assert bound(records[ID]) == (30.0, HOP, "measured", 0.74)
+    assert len(runs(fake)) == 1
 
 
 def test_a_measurement_above_every_path_leaves_the_path_s_bound(tmp_path: Path) -> None:
