@@ -80,6 +80,11 @@ def judge(tmp_path: Path, busbw: float, *, floor: str = "20", p2p: str = P2P,
     return run_spec(f"version: 1\n{p2p}{nccl(saved, floor)}", fake.root), fake
 
 
+def reference() -> str:
+    """docs/reference.md, its whitespace as one space."""
+    return " ".join((Path(__file__).parents[2] / "docs" / "reference.md").read_text().split())
+
+
 def bound(record: CheckResult) -> tuple[object, ...]:
     details = record.details
     return (details["limit_gbps"], details["limit_hop"], details["limit_by"],
@@ -100,6 +105,7 @@ def test_the_ring_is_bound_by_its_slowest_measured_hop_measured_once(tmp_path: P
     evidence = {e["source"]: e["raw"] for e in record.evidence}
     assert evidence["ring bound"] == (f"30.00 GB/s, the measured P2P bandwidth of its slowest "
                                       f"hop {HOP} (its path carries 57.61)")
+    assert f"`{evidence['ring bound']}`" in reference()  # the reference says what it does
     assert f"bound: 30.00 GB/s, the measured P2P bandwidth of {HOP}; reached 74% of it" in \
         str(ring_text(record.details)).splitlines()  # Allure's attachment
 
@@ -156,6 +162,7 @@ def test_a_path_share_floor_is_a_share_of_the_measured_bound(
     assert record.expected == (f">= {floor:g} GB/s (all_reduce busbw at 1G; path: "
                                f"{float(share):.0%} of the ring's bound 30.00 GB/s, the measured "
                                f"P2P bandwidth of {HOP})")
+    assert share != "0.7" or f"`{record.expected}`" in reference()
 
 
 def test_without_p2p_the_bound_is_the_path_s(tmp_path: Path) -> None:
