@@ -46,7 +46,8 @@ def lines(title: str, record: dict[str, object]) -> list[str]:
     return [f"- {title}: {record['outcome']}, busbw {details.get('busbw')} GB/s over "
             f"{details.get('gpus')} GPUs (NCCL {details.get('nccl_version')}, "
             f"{details.get('channels')} channels, transports {details.get('transports')}); "
-            f"bound {details.get('limit_gbps')} GB/s, {details.get('fraction')} of it",
+            f"bound {details.get('limit_gbps')} GB/s ({details.get('limit_by')} of "
+            f"{details.get('limit_hop')}), {details.get('fraction')} of it",
             *(f"  - {c['cause']} at {c['at']}: {c['observed']}" for c in causes)]
 
 

@@ -49,11 +49,12 @@ sys.stdout.write((root / "nvbandwidth.json").read_text())
 P2P = "p2p: {probe: nvbandwidth, floors: {same_numa: 1, cross_numa: 1}}\n"
 
 
-def measured(fake: FakeHost, rates: Mapping[tuple[str, str], float], rest: float = 50.0) -> None:
-    """A fake nvbandwidth under the root whose read test gives ``rates`` (data from a to b), and
-    ``rest`` GB/s for every other pair."""
-    cells = [["N/A" if a == b else f"{rates.get((a, b), rest):.4f}" for a in GPUS]
-             for b in GPUS]  # row b reads from column a: data a -> b
+def measured(fake: FakeHost, rates: Mapping[tuple[str, str], float | None],
+             rest: float = 50.0) -> None:
+    """A fake nvbandwidth under the root whose read test gives ``rates`` (data from a to b; None:
+    ``N/A``), and ``rest`` GB/s for every other pair."""
+    cells = [["N/A" if a == b or (rate := rates.get((a, b), rest)) is None else f"{rate:.4f}"
+              for a in GPUS] for b in GPUS]  # row b reads from column a: data a -> b
     fake.file("nvbandwidth.json", json.dumps({"nvbandwidth": {"version": "v0.8", "testcases": [
         {"name": "device_to_device_memcpy_read_ce", "status": "Passed",
          "bandwidth_description": "memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)",
@@ -72,7 +73,7 @@ def nccl(saved: Path, floor: str = "20") -> str:
 
 
 def judge(tmp_path: Path, busbw: float, *, floor: str = "20", p2p: str = P2P,
-          rates: Mapping[tuple[str, str], float] | None = None) -> tuple[Run, FakeHost]:
+          rates: Mapping[tuple[str, str], float | None] | None = None) -> tuple[Run, FakeHost]:
     fake = board(tmp_path / "host")
     measured(fake, {SLOW: 30.0} if rates is None else rates)
     saved = tmp_path / "all_reduce.txt"
@@ -150,6 +151,19 @@ def test_a_measurement_above_every_path_leaves_the_path_s_bound(tmp_path: Path) 
     assert evidence["ring bound"] == (f"45.00 GB/s, the path of its slowest hop {GPUS[3]}->"
                                       f"{GPUS[4]} (measured 50.00)")
     assert len(runs(fake)) == 1
+
+
+def test_a_hop_the_measurement_has_no_rate_for_is_bound_by_its_path(tmp_path: Path) -> None:
+    records, _ = judge(tmp_path, 22.2, rates={SLOW: None, (GPUS[5], GPUS[6]): 40.0})
+    assert records[f"p2p[{HOP}]"].observed is None
+    record = records[ID]
+    assert bound(record) == (40.0, f"{GPUS[5]}->{GPUS[6]}", "measured", 0.555)
+    assert record.details["hop_limits"][HOP] == {"path_gbps": 57.61, "measured_gbps": None}
+    [note] = [n for n in record.details["explain_notes"] if HOP in n]
+    assert note.startswith("nvbandwidth v0.8 (ran nvbandwidth -j -b 256 -t "
+                           "device_to_device_memcpy_read_ce): device_to_device_memcpy_read_ce "
+                           f"has no rate for the ring's hop {HOP} (")
+    assert note.endswith("): bounded by the path alone")
 
 
 @pytest.mark.parametrize(("share", "outcome", "floor"), [
