@@ -134,13 +134,17 @@ class HostHalf:
 
     def __init__(self, host: Host, *, gpus: Sequence[str] | None = None,
                  state: StateReader | None = None,
-                 known: Callable[[], Sequence[Gpu]] | None = None) -> None:
+                 known: Callable[[], Sequence[Gpu]] | None = None,
+                 state_before: StateReader | None = None) -> None:
         self.host = host
         self.gpus = gpus
         self.known = known
         """The host's GPUs as the run already read them (its collection's facts); None:
         read here."""
         self.state = state
+        self.state_before = state_before
+        """The host checks' values at the start, where they differ from ``state`` (the values
+        the run's checks already read, read again only where they did not); None: ``state``."""
         self.errors: list[str] = []
         self._devices: list[str] = []
         self._seq: int | None = None
@@ -153,9 +157,9 @@ class HostHalf:
             self.errors.append(f"{what}: {exc}")
             return None
 
-    def _side(self) -> HostSide:
+    def _side(self, reader: StateReader | None) -> HostSide:
         aer = self._try("the AER counters", lambda: read_aer(self.host, self._devices))
-        state = self._try("the host checks", self.state) if self.state is not None else None
+        state = self._try("the host checks", reader) if reader is not None else None
         return HostSide(aer=aer if isinstance(aer, dict) else {},
                         state=dict(state) if isinstance(state, Mapping) else None)
 
@@ -166,14 +170,15 @@ class HostHalf:
         self._devices = found if isinstance(found, list) else []
         seq = self._try("the kernel log", lambda: last_seq(self.host))
         self._seq = seq if isinstance(seq, int) else None
-        self._before = self._side()
+        self._before = self._side(self.state_before if self.state is not None and
+                                  self.state_before is not None else self.state)
 
     def close(self) -> HostWindow:
         logged: object = None
         if self._seq is not None:
             seq = self._seq
             logged = self._try("the kernel log", lambda: new_records(self.host, seq))
-        after = self._side()
+        after = self._side(self.state)
         return HostWindow(self._before, after,
                           tuple(logged) if isinstance(logged, list) else (),
                           tuple(self.errors))

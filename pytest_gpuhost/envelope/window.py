@@ -38,7 +38,8 @@ class Envelope:
                  state: StateReader | None = None, gpus: Sequence[str] | None = None,
                  roots: Callable[[], Sequence[int]] | None = None,
                  runs_on: Host | bool | None = True, clock: Clock = SYSTEM_CLOCK,
-                 known_gpus: Callable[[], Sequence[Gpu]] | None = None) -> None:
+                 known_gpus: Callable[[], Sequence[Gpu]] | None = None,
+                 state_before: StateReader | None = None) -> None:
         self.host = host
         self.limits = limits
         self.sampler = sampler
@@ -48,7 +49,8 @@ class Envelope:
         self.runs_on: Host | None = host if runs_on is True else \
             runs_on if not isinstance(runs_on, bool) else None
         self.clock = clock
-        self.half = HostHalf(host, gpus=gpus, state=state, known=known_gpus)
+        self.half = HostHalf(host, gpus=gpus, state=state, known=known_gpus,
+                             state_before=state_before)
         self.sampling: Sampling | None = None
         self.verdict: dict[str, Any] | None = None
         self._start = 0.0

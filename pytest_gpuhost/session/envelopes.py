@@ -2,16 +2,20 @@
 GPUs and kernel the target uses: a container's host), the spec's limits, the GPU sampler a
 plugin supplies, and the host checks observed again at both ends of the window.
 
-The host checks are read live, each phase in one batch (one round trip on a remote target):
-every check of the target's specs that reads a setting (not a measurement, not the kernel log
-or the AER counters, which the envelope reads itself). Their values by id, ``@target`` added
-where the run names its targets, are the window's ``state`` (``verdict``'s comparison).
+The host checks are every check of the target's specs that reads a setting (not a measurement,
+not the kernel log or the AER counters, which the envelope reads itself). Their values by id,
+``@target`` added where the run names its targets, are the window's ``state`` (``verdict``'s
+comparison). At the window's end they are read live, in one batch (one round trip on a remote
+target). At its start, a value this process already read (``KnownState``: the record of the
+run's own check of it, the gate's, or the last envelope's end) is taken as it is, so that a
+benchmark after the gate pays for one read of the host checks, not two; only the others are
+read, in one batch.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from ..checks import Check, NotApplicable, reads_of
@@ -22,7 +26,9 @@ from .target import LOCAL
 
 if TYPE_CHECKING:
     from ..envelope.facts import GpuSampler
+    from ..envelope.hostside import StateReader
     from ..envelope.window import Envelope
+    from ..result import CheckResult
     from . import Session, Target
 
 SamplerFor = Callable[[Host], "GpuSampler | str"]
@@ -56,6 +62,59 @@ def settings_of(session: Session, target: Target) -> list[tuple[Check, Target]]:
     return found
 
 
+def key_of(check: Check, where: Target, named: bool) -> str:
+    """A host check's name in an envelope's ``state``: its id, ``@target`` in a run that
+    names its targets (as its record's id and target say it)."""
+    return f"{check.id}@{where.name}" if named else check.id
+
+
+class KnownState:
+    """The host checks' values this process has read, by ``key_of``: its own checks' records
+    (``records``: what the run observed, or read back after a fix), then each envelope's read
+    at its end, the host as the next benchmark finds it. A value not read (None) is not
+    known: it is read again."""
+
+    def __init__(self, records: Callable[[], Iterable[CheckResult]] = tuple) -> None:
+        self.records = records
+        self.read: dict[str, str] = {}
+
+    def values(self) -> dict[str, str]:
+        found = {f"{r.id}@{r.target}" if r.target else r.id: r.observed
+                 for r in self.records() if r.observed is not None and not r.measured}
+        found.update(self.read)
+        return found
+
+    def remember(self, values: dict[str, str | None]) -> dict[str, str | None]:
+        self.read.update({key: value for key, value in values.items() if value is not None})
+        return values
+
+
+def readers(checks: Sequence[tuple[Check, Target]], named: bool, known: KnownState | None
+            ) -> tuple[StateReader, StateReader | None]:
+    """The host checks' readers at the window's end (live, one batch per host) and at its
+    start (``known``'s values, the others read live; None: live too)."""
+    def after() -> dict[str, str | None]:
+        values = observe(checks, named)
+        return known.remember(values) if known is not None else values
+
+    if known is None:
+        return after, None
+
+    def before() -> dict[str, str | None]:
+        have = known.values()
+        values: dict[str, str | None] = {}
+        unread = []
+        for check, where in checks:
+            key = key_of(check, where, named)
+            if key in have:
+                values[key] = have[key]
+            else:
+                unread.append((check, where))
+        return {**values, **(observe(unread, named) if unread else {})}
+
+    return after, before
+
+
 def observe(checks: Sequence[tuple[Check, Target]], named: bool) -> dict[str, str | None]:
     """Each check's value read now (None: it read nothing, or could not be read), by id; every
     host's reads in one batch."""
@@ -69,7 +128,7 @@ def observe(checks: Sequence[tuple[Check, Target]], named: bool) -> dict[str, st
             host.prefetch(reads[key])
     values: dict[str, str | None] = {}
     for check, where in checks:
-        name = f"{check.id}@{where.name}" if named else check.id
+        name = key_of(check, where, named)
         try:
             values[name] = check.probe.observe(hosts[id(where)]).value
         except (HostError, NotApplicable):
@@ -82,12 +141,14 @@ def observe(checks: Sequence[tuple[Check, Target]], named: bool) -> dict[str, st
 def open_envelope(session: Session, sampler_for: SamplerFor, *,
                   target: str | None = None, gpus: Sequence[str] | None = None,
                   roots: Callable[[], Sequence[int]] | None = None,
-                  limits: Limits | None = None, pids_there: bool = False) -> Envelope:
+                  limits: Limits | None = None, pids_there: bool = False,
+                  known: KnownState | None = None) -> Envelope:
     """An envelope (not yet entered) on ``target`` (None: the run's first), taken on the
     machine whose GPUs and kernel it uses. The benchmark runs here (``roots``: this process,
     or the pids given): on a target that is this machine, or a container of it, its process
     tree is read there; on a remote target only when ``pids_there`` says the ``roots`` are
-    that target's pids."""
+    that target's pids. ``known``: the host checks' values this process already read, the
+    window's start where it has them (None: read at both ends)."""
     from ..envelope.window import Envelope
 
     chosen = session.targets[target] if target is not None else session.target
@@ -96,9 +157,10 @@ def open_envelope(session: Session, sampler_for: SamplerFor, *,
     checks = settings_of(session, chosen) if session.specs else []
     here = chosen.url == LOCAL  # this machine at its root, or a container of it
     runs_on = chosen.connection if here or pids_there else None
+    after, before = readers(checks, session.named, known) if checks else (None, None)
     return Envelope(kernel.connection, limits=limits or limits_of(session, chosen),
                     sampler=None if isinstance(found, str) else found,
                     without=found if isinstance(found, str) else None,
-                    state=(lambda: observe(checks, session.named)) if checks else None,
+                    state=after, state_before=before,
                     gpus=gpus, roots=roots, runs_on=runs_on,
                     known_gpus=lambda: kernel.facts.get(GPUS))
