@@ -1,7 +1,7 @@
 """The host's half of a benchmark's envelope, read without NVML through a ``Host``: the kernel
 log's new records (Xid, NVRM, AER) since the window opened, the AER counters of each GPU and of
 each bridge on its path, the host checks' values at both ends, and which processes are the
-benchmark's (its process tree).
+benchmark's (its process tree, mapped across a container's pid namespace).
 
 Each read that fails is a line of the envelope's errors, never an exception: the window is
 taken whatever part of the host can be read.
@@ -103,10 +103,10 @@ def process_tree(host: Host, roots: Iterable[int]) -> frozenset[int]:
     return frozenset(seen)
 
 
-def innermost_pid(host: Host, pid: int) -> int | None:
-    """The pid a process has in its own (innermost) pid namespace: the last of ``NSpid`` in
-    ``proc/PID/status`` (a container's process, as its container numbers it); None where it
-    cannot be read."""
+def namespace_pids(host: Host, pid: int) -> tuple[int, ...] | None:
+    """A process's pid in each pid namespace it is in, the host's first (``NSpid`` of
+    ``proc/PID/status``); () where the kernel does not say (``NSpid`` came with Linux 4.1);
+    None where the status cannot be read."""
     try:
         status = host.read_text(f"proc/{pid}/status")
     except HostError:
@@ -114,8 +114,71 @@ def innermost_pid(host: Host, pid: int) -> int | None:
     for line in status.splitlines():
         if line.startswith("NSpid:"):
             words = line.split()[1:]
-            return int(words[-1]) if words and words[-1].isdigit() else None
-    return None
+            return tuple(int(w) for w in words) if all(w.isdigit() for w in words) else None
+    return ()
+
+
+def innermost_pid(host: Host, pid: int) -> int | None:
+    """The pid a process has in its own (innermost) pid namespace: the last of ``NSpid`` in
+    ``proc/PID/status`` (a container's process, as its container numbers it); None where it
+    cannot be read."""
+    pids = namespace_pids(host, pid)
+    return pids[-1] if pids else None
+
+
+def cgroups_of(host: Host, pid: int) -> dict[str, str] | None:
+    """A process's cgroup in each hierarchy (``ID:CONTROLLERS`` -> path, ``proc/PID/cgroup``);
+    None where it cannot be read."""
+    try:
+        text = host.read_text(f"proc/{pid}/cgroup")
+    except HostError:
+        return None
+    found = {}
+    for line in text.splitlines():
+        parts = line.split(":", 2)  # a path may hold a colon; the first two fields do not
+        if len(parts) == 3:
+            found[f"{parts[0]}:{parts[1]}"] = parts[2]
+    return found or None
+
+
+def in_cgroups(inner: Mapping[str, str], outer: Mapping[str, str]) -> bool:
+    """Whether a process of cgroups ``inner`` is in ``outer``'s, or below, in every hierarchy
+    of ``outer``; never where one of them is a root (``/``, which every process of the
+    machine is below: a cgroup namespace's root shows so too)."""
+    if not outer:
+        return False
+    for hierarchy, path in outer.items():
+        base = path.rstrip("/")
+        held = inner.get(hierarchy)
+        if not base or held is None or not (held == path or held.startswith(base + "/")):
+            return False
+    return True
+
+
+def container_pids(host: Host, runs_on: Host, pids: Iterable[int], tree: frozenset[int]
+                   ) -> frozenset[int]:
+    """Of ``pids`` (on the GPUs, as ``host`` numbers them), those of the benchmark's ``tree``
+    as ``runs_on``, a container of ``host``, numbers it: by each one's pid in the container's
+    namespace (the last of ``NSpid``); where the kernel does not give ``NSpid`` (before
+    Linux 4.1), by the container's cgroup: in the cgroup of one of the tree's processes, as
+    the container reads it, or below it (those kernels have no cgroup namespace, so the
+    container reads the host's paths; a tree in a root cgroup matches nothing)."""
+    found = set()
+    theirs: list[dict[str, str]] | None = None
+    for pid in pids:
+        inside = namespace_pids(host, pid)
+        if inside:
+            if inside[-1] in tree:
+                found.add(pid)
+            continue
+        if inside is None:
+            continue
+        if theirs is None:  # read once a call, and only on such a kernel
+            theirs = [c for c in (cgroups_of(runs_on, p) for p in sorted(tree)) if c]
+        held = cgroups_of(host, pid)
+        if held is not None and any(in_cgroups(held, outer) for outer in theirs):
+            found.add(pid)
+    return frozenset(found)
 
 
 def process_names(host: Host, pids: Iterable[int]) -> dict[int, str]:
