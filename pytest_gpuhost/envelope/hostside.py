@@ -3,17 +3,19 @@ log's new records (Xid, NVRM, AER) since the window opened, the AER counters of 
 each bridge on its path, the host checks' values at both ends, and which processes are the
 benchmark's (its process tree, mapped across a container's pid namespace).
 
-Each read that fails is a line of the envelope's errors, never an exception: the window is
-taken whatever part of the host can be read.
+At each end the kernel log and the AER counters are read in one batch (one round trip on a
+remote target). Each read that fails is a line of the envelope's errors, never an exception:
+the window is taken whatever part of the host can be read.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from ..checks.gpus import PCI_DEVICES, Gpu, find_gpus
 from ..checks.pcie_path import AER_FILES, gpu_paths, parse_aer
-from ..host import Host, HostError, Read
+from ..host import CachedHost, Host, HostError, Kmsg, Read
 from ..linux.kmsg import iter_records
 from .facts import HostSide, HostWindow
 
@@ -42,10 +44,16 @@ def devices(host: Host, gpus: Sequence[str] | None) -> list[str]:
     return devices_of(find_gpus(host), gpus)
 
 
+def aer_reads(addresses: Iterable[str]) -> list[Read]:
+    """The reads of the AER counters of each device."""
+    return [Read(f"{PCI_DEVICES}/{address}/{name}") for address in addresses
+            for name in AER_FILES]
+
+
 def read_aer(host: Host, addresses: Iterable[str]) -> dict[str, dict[str, int]]:
     """Device -> aer_dev_* -> total, for those that have the files (one batch of reads)."""
     wanted = [(address, name) for address in addresses for name in AER_FILES]
-    replies = host.batch([Read(f"{PCI_DEVICES}/{address}/{name}") for address, name in wanted])
+    replies = host.batch(aer_reads(addresses))
     totals: dict[str, dict[str, int]] = {}
     for (address, name), reply in zip(wanted, replies, strict=True):
         if reply.error is None and isinstance(reply.value, bytes):
@@ -220,8 +228,16 @@ class HostHalf:
             self.errors.append(f"{what}: {exc}")
             return None
 
-    def _side(self, reader: StateReader | None) -> HostSide:
-        aer = self._try("the AER counters", lambda: read_aer(self.host, self._devices))
+    def _end(self, kernel_log: bool) -> CachedHost:
+        """The host's own reads of one end, the kernel log's and the AER counters', in one
+        batch (one round trip on a remote target); each read that failed says so when read."""
+        end = CachedHost(self.host)
+        with contextlib.suppress(HostError):
+            end.prefetch([*([Kmsg(KMSG)] if kernel_log else []), *aer_reads(self._devices)])
+        return end
+
+    def _side(self, end: Host, reader: StateReader | None) -> HostSide:
+        aer = self._try("the AER counters", lambda: read_aer(end, self._devices))
         state = self._try("the host checks", reader) if reader is not None else None
         return HostSide(aer=aer if isinstance(aer, dict) else {},
                         state=dict(state) if isinstance(state, Mapping) else None)
@@ -231,17 +247,19 @@ class HostHalf:
         found = self._try("the GPUs' PCI paths", (lambda: devices(self.host, self.gpus))
                           if known is None else (lambda: devices_of(known(), self.gpus)))
         self._devices = found if isinstance(found, list) else []
-        seq = self._try("the kernel log", lambda: last_seq(self.host))
+        end = self._end(kernel_log=True)
+        seq = self._try("the kernel log", lambda: last_seq(end))
         self._seq = seq if isinstance(seq, int) else None
-        self._before = self._side(self.state_before if self.state is not None and
+        self._before = self._side(end, self.state_before if self.state is not None and
                                   self.state_before is not None else self.state)
 
     def close(self) -> HostWindow:
         logged: object = None
+        end = self._end(kernel_log=self._seq is not None)
         if self._seq is not None:
             seq = self._seq
-            logged = self._try("the kernel log", lambda: new_records(self.host, seq))
-        after = self._side(self.state)
+            logged = self._try("the kernel log", lambda: new_records(end, seq))
+        after = self._side(end, self.state)
         return HostWindow(self._before, after,
                           tuple(logged) if isinstance(logged, list) else (),
                           tuple(self.errors))

@@ -8,12 +8,14 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
+from pytest_gpuhost.checks.gpus import find_gpus
 from pytest_gpuhost.envelope.facts import HW_SLOWDOWN
 from pytest_gpuhost.envelope.hostside import HostHalf, process_tree
 from pytest_gpuhost.envelope.window import Envelope
 from pytest_gpuhost.host import LocalHost
 from pytest_gpuhost.specmodel.envelope import DEFAULTS
 from pytest_gpuhost.testing.clock import FakeClock
+from pytest_gpuhost.testing.counting import CountingHost
 from pytest_gpuhost.testing.fakehost import FakeHost
 
 from .fakegpus import A, FakeGpus
@@ -171,3 +173,19 @@ def test_a_benchmark_in_a_root_cgroup_matches_no_process_by_cgroup(
                   clock=FakeClock()) as envelope:
         gpus.set(A, processes={50000: "python3"})
     assert envelope.reasons == [f"{A}: pid 50000 (python3) on the GPU, not the benchmark's"]
+
+
+def test_each_end_of_the_host_half_is_one_round_trip(fake: FakeHost) -> None:
+    """The kernel log and the AER counters of every device are read in one batch at each end
+    (one round trip on a remote target); the GPUs' paths come from the run's collection."""
+    host = gpu_host(fake)
+    found = find_gpus(host)
+    counted = CountingHost(host)
+    half = HostHalf(counted, known=lambda: found)
+    half.open()
+    opened = dict(counted.calls)
+    fake.kmsg([(3, XID)])
+    counted.calls.clear()
+    window = half.close()
+    assert (opened, dict(counted.calls)) == ({"batch": 1}, {"batch": 1})
+    assert window.kernel_log == (XID,) and set(window.after.aer) == {A, ROOT_PORT}
