@@ -126,14 +126,6 @@ def namespace_pids(host: Host, pid: int) -> tuple[int, ...] | None:
     return ()
 
 
-def innermost_pid(host: Host, pid: int) -> int | None:
-    """The pid a process has in its own (innermost) pid namespace: the last of ``NSpid`` in
-    ``proc/PID/status`` (a container's process, as its container numbers it); None where it
-    cannot be read."""
-    pids = namespace_pids(host, pid)
-    return pids[-1] if pids else None
-
-
 def cgroups_of(host: Host, pid: int) -> dict[str, str] | None:
     """A process's cgroup in each hierarchy (``ID:CONTROLLERS`` -> path, ``proc/PID/cgroup``);
     None where it cannot be read."""
@@ -214,8 +206,8 @@ class HostHalf:
         read here."""
         self.state = state
         self.state_before = state_before
-        """The host checks' values at the start, where they differ from ``state`` (the values
-        the run's checks already read, read again only where they did not); None: ``state``."""
+        """The host checks' reader at the start, where it is not ``state``'s (the values the
+        run's checks already read, read again only where they did not); None: ``state``."""
         self.errors: list[str] = []
         self._devices: list[str] = []
         self._seq: int | None = None
