@@ -4,8 +4,9 @@ each bridge on its path, the host checks' values at both ends, and which process
 benchmark's (its process tree, mapped across a container's pid namespace).
 
 At each end the kernel log and the AER counters are read in one batch (one round trip on a
-remote target). Each read that fails is a line of the envelope's errors, never an exception:
-the window is taken whatever part of the host can be read.
+remote target), with the host checks' reads of that end where the session joins them. Each
+read that fails is a line of the envelope's errors, never an exception: the window is taken
+whatever part of the host can be read.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from ..checks.gpus import PCI_DEVICES, Gpu, find_gpus
 from ..checks.pcie_path import AER_FILES, gpu_paths, parse_aer
-from ..host import CachedHost, Host, HostError, Kmsg, Read
+from ..host import CachedHost, Host, HostError, Kmsg, Read, Request
 from ..linux.kmsg import iter_records
 from .facts import HostSide, HostWindow
 
@@ -29,6 +30,9 @@ MAX_DEPTH = 64
 
 StateReader = Callable[[], Mapping[str, "str | None"]]
 """The host checks' values now, by id (the session observes them live)."""
+EndBatch = Callable[[Sequence[Request], bool], CachedHost]
+"""Reads the host half's requests of one end (True: the window's end, False: its start) in one
+batch with the host checks' reads of that end, and serves them: one round trip an end."""
 
 
 def devices_of(found: Sequence[Gpu], gpus: Sequence[str] | None) -> list[str]:
@@ -198,7 +202,8 @@ class HostHalf:
     def __init__(self, host: Host, *, gpus: Sequence[str] | None = None,
                  state: StateReader | None = None,
                  known: Callable[[], Sequence[Gpu]] | None = None,
-                 state_before: StateReader | None = None) -> None:
+                 state_before: StateReader | None = None,
+                 end_batch: EndBatch | None = None) -> None:
         self.host = host
         self.gpus = gpus
         self.known = known
@@ -208,6 +213,8 @@ class HostHalf:
         self.state_before = state_before
         """The host checks' reader at the start, where it is not ``state``'s (the values the
         run's checks already read, read again only where they did not); None: ``state``."""
+        self.end_batch = end_batch
+        """Where the host checks' reads join each end's batch; None: the half's alone."""
         self.errors: list[str] = []
         self._devices: list[str] = []
         self._seq: int | None = None
@@ -220,12 +227,20 @@ class HostHalf:
             self.errors.append(f"{what}: {exc}")
             return None
 
-    def _end(self, kernel_log: bool) -> CachedHost:
+    def _end(self, kernel_log: bool, closing: bool) -> Host:
         """The host's own reads of one end, the kernel log's and the AER counters', in one
-        batch (one round trip on a remote target); each read that failed says so when read."""
+        batch (one round trip on a remote target), the host checks' with them where
+        ``end_batch`` joins them; each read that failed says so when read."""
+        wanted: list[Request] = [*([Kmsg(KMSG)] if kernel_log else []),
+                                 *aer_reads(self._devices)]
+        if self.end_batch is not None:
+            batch = self.end_batch
+            joined = self._try("the host checks' reads", lambda: batch(wanted, closing))
+            if isinstance(joined, CachedHost):
+                return joined
         end = CachedHost(self.host)
         with contextlib.suppress(HostError):
-            end.prefetch([*([Kmsg(KMSG)] if kernel_log else []), *aer_reads(self._devices)])
+            end.prefetch(wanted)
         return end
 
     def _side(self, end: Host, reader: StateReader | None) -> HostSide:
@@ -239,7 +254,7 @@ class HostHalf:
         found = self._try("the GPUs' PCI paths", (lambda: devices(self.host, self.gpus))
                           if known is None else (lambda: devices_of(known(), self.gpus)))
         self._devices = found if isinstance(found, list) else []
-        end = self._end(kernel_log=True)
+        end = self._end(kernel_log=True, closing=False)
         seq = self._try("the kernel log", lambda: last_seq(end))
         self._seq = seq if isinstance(seq, int) else None
         self._before = self._side(end, self.state_before if self.state is not None and
@@ -247,7 +262,7 @@ class HostHalf:
 
     def close(self) -> HostWindow:
         logged: object = None
-        end = self._end(kernel_log=self._seq is not None)
+        end = self._end(kernel_log=self._seq is not None, closing=True)
         if self._seq is not None:
             seq = self._seq
             logged = self._try("the kernel log", lambda: new_records(end, seq))

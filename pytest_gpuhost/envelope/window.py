@@ -19,7 +19,14 @@ from ..host import Host
 from ..host.clock import SYSTEM_CLOCK, Clock
 from ..specmodel.envelope import DEFAULTS, Limits
 from .facts import GpuSampler, Sample
-from .hostside import HostHalf, StateReader, container_pids, process_names, process_tree
+from .hostside import (
+    EndBatch,
+    HostHalf,
+    StateReader,
+    container_pids,
+    process_names,
+    process_tree,
+)
 from .sampling import Sampling
 from .verdict import judge, summary
 
@@ -41,7 +48,8 @@ class Envelope:
                  roots: Callable[[], Sequence[int]] | None = None,
                  runs_on: Host | bool | None = True, clock: Clock = SYSTEM_CLOCK,
                  known_gpus: Callable[[], Sequence[Gpu]] | None = None,
-                 state_before: StateReader | None = None) -> None:
+                 state_before: StateReader | None = None,
+                 end_batch: EndBatch | None = None) -> None:
         self.host = host
         self.limits = limits
         self.sampler = sampler
@@ -52,7 +60,7 @@ class Envelope:
             runs_on if not isinstance(runs_on, bool) else None
         self.clock = clock
         self.half = HostHalf(host, gpus=gpus, state=state, known=known_gpus,
-                             state_before=state_before)
+                             state_before=state_before, end_batch=end_batch)
         self.sampling: Sampling | None = None
         self.verdict: dict[str, Any] | None = None
         self._start = 0.0
