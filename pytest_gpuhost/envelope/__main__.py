@@ -4,12 +4,13 @@ SGLang's serving benchmark, nccl-tests) run inside an envelope.
     python -m pytest_gpuhost.envelope [--gpuhost-spec=FILE] [--gpuhost-target=URL]
         [--gpuhost-root=DIR] [--gpuhost-ssh-config=FILE] [--out FILE] [-p MODULE] -- CMD ARGS...
 
-The host's checks are read first (their state and its digest, as a pytest run records them),
-the command runs with its output passed through, and the envelope around it is judged by the
-spec's ``envelope:`` limits: ``--out`` gets it as JSON with the state, stderr one line with the
-verdict. The exit status is the command's own (128 + N for a command ended by signal N); 4 when
-the envelope could not be taken (a bad spec, a target that cannot be reached), with one line
-and no traceback. A SIGTERM or SIGINT is passed to the command, and the envelope still closes.
+The host's checks are read first (their state and its digest, as a pytest run records them;
+the envelope's start takes their values as read), the command runs with its output passed
+through, and the envelope around it is judged by the spec's ``envelope:`` limits: ``--out``
+gets it as JSON with the state, stderr one line with the verdict. The exit status is the
+command's own (128 + N for a command ended by signal N); 4 when the envelope could not be
+taken (a bad spec, a target that cannot be reached), with one line and no traceback. A
+SIGTERM or SIGINT is passed to the command, and the envelope still closes.
 
 A program, imported by nothing: it stands above every layer (``tests/test_layers.py``).
 """
@@ -122,11 +123,9 @@ def _session(options: argparse.Namespace, manager: Any, bare: Path) -> Any:
                    lambda host: manager.hook.pytest_gpuhost_nvml(host=host))
 
 
-def host_state(session: Any) -> dict[str, Any] | None:
-    """The host state of the spec's checks, read (never fixed) as a pytest run reads them;
-    the slow ones (bandwidth measurements) left out."""
-    from ..runstate import state_of
-
+def host_records(session: Any) -> list[Any]:
+    """The records of the spec's checks, read (never fixed) as a pytest run reads them; the
+    slow ones (bandwidth measurements) left out."""
     records = []
     for spec in session.specs.values():
         for target in session.targets.values():
@@ -136,7 +135,7 @@ def host_state(session: Any) -> dict[str, Any] | None:
             for where in {id(w): w for _, w in checks}.values():
                 where.select([c for c, w in checks if w is where])
             records += [session.run(check, where) for check, where in checks]
-    return state_of(session, records)
+    return records
 
 
 @contextlib.contextmanager
@@ -160,7 +159,8 @@ def run_inside(options: argparse.Namespace) -> tuple[int, dict[str, Any], str]:
     """The command's status, the document written to --out, and the verdict's line."""
     from ..config.settings import SettingsError
     from ..host import HostError
-    from ..session.envelopes import open_envelope
+    from ..runstate import state_of
+    from ..session.envelopes import KnownState, open_envelope
     from ..specmodel import SpecError
     from .verdict import summary
 
@@ -170,11 +170,13 @@ def run_inside(options: argparse.Namespace) -> tuple[int, dict[str, Any], str]:
             bare = Path(directory) / "envelope.yaml"
             bare.write_text(BARE_SPEC)
             session = _session(options, manager, bare)  # the spec is read, and not again
-        state = host_state(session)
+        records = host_records(session)
+        state = state_of(session, records)
         child: list[subprocess.Popen[bytes]] = []
         envelope = open_envelope(
             session, lambda host: manager.hook.pytest_gpuhost_envelope_sampler(host=host),
-            roots=lambda: [process.pid for process in child] or [os.getpid()])
+            roots=lambda: [process.pid for process in child] or [os.getpid()],
+            known=KnownState(lambda: records))
     except (SettingsError, SpecError, HostError, CannotTake, OSError) as exc:
         raise CannotTake(str(exc)) from None
     with envelope, _passed_on(child):

@@ -1,11 +1,8 @@
 """What one sample of a benchmark's envelope holds: each GPU's counters and readings at one
-moment (``GpuFacts``), and the small interface every source of them answers (``GpuSampler``:
-NVML over ctypes, nvidia-smi, a target's agent, or a test's fake).
-
-Counters are as NVML gives them: cumulative since the driver loaded (violation times in
-nanoseconds, ECC errors, PCIe replays), so that a window's share or count is a difference of
-two samples; readings (clocks, temperature, power, the clock event reasons, the processes) are
-what the GPU does at that moment. A value a source cannot read is None, never 0.
+moment (``GpuFacts``, the GPU layer's one model of them, re-exported here where a sampler
+plugin has always imported it), the small interface every source of them answers
+(``GpuSampler``: NVML over ctypes, nvidia-smi, a target's agent, or a test's fake), and the
+host's half of a window.
 """
 
 from __future__ import annotations
@@ -15,13 +12,15 @@ from typing import Protocol
 
 import msgspec
 
-# nvmlClocksEventReasons (nvml.h; ``nvmlClocksThrottleReasons`` on older drivers)
-GPU_IDLE = 0x1
-SW_POWER_CAP = 0x4
-HW_SLOWDOWN = 0x8
-SW_THERMAL_SLOWDOWN = 0x20
-HW_THERMAL_SLOWDOWN = 0x40
-HW_POWER_BRAKE_SLOWDOWN = 0x80
+from ..gpu.gpufacts import GPU_IDLE as GPU_IDLE  # re-exported: the envelope's names
+from ..gpu.gpufacts import HW_POWER_BRAKE_SLOWDOWN as HW_POWER_BRAKE_SLOWDOWN
+from ..gpu.gpufacts import HW_SLOWDOWN as HW_SLOWDOWN
+from ..gpu.gpufacts import HW_THERMAL_SLOWDOWN as HW_THERMAL_SLOWDOWN
+from ..gpu.gpufacts import POLICIES as POLICIES
+from ..gpu.gpufacts import SW_POWER_CAP as SW_POWER_CAP
+from ..gpu.gpufacts import SW_THERMAL_SLOWDOWN as SW_THERMAL_SLOWDOWN
+from ..gpu.gpufacts import GpuFacts as GpuFacts
+
 SLOWDOWNS = {
     "HW slowdown": HW_SLOWDOWN,
     "HW thermal slowdown": HW_THERMAL_SLOWDOWN,
@@ -31,40 +30,9 @@ SLOWDOWNS = {
 """The reasons the ``slowdown`` limit judges, by the words a reason says them in."""
 POWER_CAPS = {"SW power cap": SW_POWER_CAP}
 """The reason the ``power_cap`` limit judges."""
-POLICIES = ("power", "thermal", "sync_boost", "board_limit", "reliability", "total_app_clocks",
-            "total_base_clocks")
-"""``nvmlDeviceGetViolationStatus``'s policies (``NVML_PERF_POLICY_POWER``...), by name."""
 JUDGED_POLICIES = {"thermal": "slowdown", "power": "power_cap"}
 """The violation times a limit judges (the others are shown, not judged: base clocks are
 "violated" by every boost)."""
-
-
-class GpuFacts(msgspec.Struct, frozen=True, omit_defaults=True):
-    """One GPU at one moment; None: the source could not read it."""
-
-    violation_ns: Mapping[str, int] = msgspec.field(default_factory=dict)
-    """Policy (``POLICIES``) -> nanoseconds spent in violation since the driver loaded."""
-    violation_at_us: int | None = None
-    """The driver's own timestamp of those times (``referenceTime``, microseconds): where two
-    samples have it, a share is over its difference, the driver's clock for its counters."""
-    reasons: int | None = None
-    """The clock event reasons' bit mask."""
-    sm_clock: int | None = None
-    sm_max: int | None = None
-    mem_clock: int | None = None
-    mem_max: int | None = None
-    temperature: int | None = None
-    power_mw: int | None = None
-    power_limit_mw: int | None = None
-    processes: Mapping[int, str] | None = None
-    """Compute processes on the GPU: pid (as the GPU's host numbers it) -> name."""
-    ecc_corrected: int | None = None
-    ecc_uncorrected: int | None = None
-    remapped_pending: bool | None = None
-    remapped_failure: bool | None = None
-    pcie_replays: int | None = None
-    link_generation: int | None = None
-    link_width: int | None = None
 
 
 class Sample(msgspec.Struct, frozen=True):

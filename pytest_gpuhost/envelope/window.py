@@ -19,7 +19,14 @@ from ..host import Host
 from ..host.clock import SYSTEM_CLOCK, Clock
 from ..specmodel.envelope import DEFAULTS, Limits
 from .facts import GpuSampler, Sample
-from .hostside import HostHalf, StateReader, innermost_pid, process_names, process_tree
+from .hostside import (
+    EndBatch,
+    HostHalf,
+    StateReader,
+    container_pids,
+    process_names,
+    process_tree,
+)
 from .sampling import Sampling
 from .verdict import judge, summary
 
@@ -30,15 +37,19 @@ class Envelope:
     command's: ``roots`` is read when a sample needs it, so a command started later counts),
     on ``runs_on``: the host whose pids they are (default ``host``: where the GPUs are). Where
     ``runs_on`` is a container of ``host``, a process on a GPU is the benchmark's when its pid
-    in the container's namespace (``NSpid``) is; ``runs_on`` None: the benchmark runs on no
-    host the run reads (a remote target), and other processes are shown, not judged."""
+    in the container's namespace (``NSpid``) is, or, on a kernel without ``NSpid``, when it
+    is in the cgroup of one of the benchmark's processes (``hostside.container_pids``);
+    ``runs_on`` None: the benchmark runs on no host the run reads (a remote target), and
+    other processes are shown, not judged."""
 
     def __init__(self, host: Host, *, limits: Limits = DEFAULTS,
                  sampler: GpuSampler | None = None, without: str | None = None,
                  state: StateReader | None = None, gpus: Sequence[str] | None = None,
                  roots: Callable[[], Sequence[int]] | None = None,
                  runs_on: Host | bool | None = True, clock: Clock = SYSTEM_CLOCK,
-                 known_gpus: Callable[[], Sequence[Gpu]] | None = None) -> None:
+                 known_gpus: Callable[[], Sequence[Gpu]] | None = None,
+                 state_before: StateReader | None = None,
+                 end_batch: EndBatch | None = None) -> None:
         self.host = host
         self.limits = limits
         self.sampler = sampler
@@ -48,21 +59,22 @@ class Envelope:
         self.runs_on: Host | None = host if runs_on is True else \
             runs_on if not isinstance(runs_on, bool) else None
         self.clock = clock
-        self.half = HostHalf(host, gpus=gpus, state=state, known=known_gpus)
+        self.half = HostHalf(host, gpus=gpus, state=state, known=known_gpus,
+                             state_before=state_before, end_batch=end_batch)
         self.sampling: Sampling | None = None
         self.verdict: dict[str, Any] | None = None
         self._start = 0.0
 
     def ours(self, pids: frozenset[int]) -> frozenset[int]:
-        """Of ``pids`` (on the GPUs), the benchmark's: in its process tree, directly or by
-        their pid in the namespace of the container it runs in."""
+        """Of ``pids`` (on the GPUs), the benchmark's: in its process tree, directly or
+        mapped across the pid namespace of the container it runs in."""
         if self.runs_on is None:
             return pids  # not judged: the verdict says whose they are is unknown
         tree = process_tree(self.runs_on, self.roots())
-        found = set(pids & tree)
+        found = pids & tree
         if self.runs_on is not self.host:
-            found |= {pid for pid in pids - tree if innermost_pid(self.host, pid) in tree}
-        return frozenset(found)
+            found |= container_pids(self.host, self.runs_on, pids - tree, tree)
+        return found
 
     def __enter__(self) -> Envelope:
         self.half.open()

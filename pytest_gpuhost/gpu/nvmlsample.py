@@ -4,13 +4,10 @@ says now, in one round trip, never from a cache (``take_sample``).
 The host's agent reads it (``Gpus.sample``: the root's libnvidia-ml.so.1 through ctypes, or
 ``nvidia-smi --query-gpu`` and ``--query-compute-apps`` where no library loads) on the machine
 that has the GPUs: this one for a local root, the target for ssh://, the container's host for
-lxc://. Each ``Moment`` holds what the driver answered; a fact it does not support (or that
-failed) is None, and ``missing`` says why, by the fact's name (``violations.thermal`` for one
-policy), so one missing fact never loses the others.
-
-Units are NVML's: clocks in MHz, temperature in C, power in mW, memory in bytes, violation
-times in ns against a ``reference_time`` in us (the driver's own stamp); ``monotonic`` is the
-agent's clock (seconds) when that GPU's reads began.
+lxc://. Each GPU's answer becomes its ``GpuFacts`` (``gpufacts.py``, the one model a sampler
+plugin builds and the envelope judges); a fact the driver does not support (or that failed) is
+None, and ``missing`` says why, by the fact's name (``violations.thermal`` for one policy), so
+one missing fact never loses the others.
 """
 
 from __future__ import annotations
@@ -23,53 +20,27 @@ import msgspec
 from ..bounded import StillRunning, within
 from ..host import SYSTEM_CLOCK, Clock, GpuSampling, Host, HostError
 from ..linux.pciaddr import normalize_address
+from .gpufacts import POLICIES as POLICIES  # re-exported: this module's name of them
+from .gpufacts import GpuFacts
 from .nvmlapi import NVML_TIMEOUT_S, NvmlHung, NvmlUnavailable, RemappedRows
-
-POLICIES = ("power", "thermal", "sync_boost", "board_limit", "reliability", "total_app_clocks",
-            "total_base_clocks")
-"""nvmlDeviceGetViolationStatus's NVML_PERF_POLICY_* as ``Moment.violations`` names them."""
 
 
 class Violation(msgspec.Struct, frozen=True):
-    """nvmlViolationTime_t: the driver's stamp (us) and the time spent in violation (ns)."""
+    """nvmlViolationTime_t as the agent answers it: the driver's stamp (us) and the time spent
+    in violation (ns)."""
 
     reference_time: int
     violation_time: int
 
 
 class Process(msgspec.Struct, frozen=True):
-    """A compute process on the GPU: its pid in the GPU's host's pid namespace, its used memory
-    (bytes; None where the driver does not say), its name where nvidia-smi gave it."""
+    """A compute process as the agent answers it: its pid in the GPU's host's pid namespace,
+    its used memory (bytes; None where the driver does not say), its name where nvidia-smi
+    gave it."""
 
     pid: int
     used_memory: int | None = None
     name: str | None = None
-
-
-class Moment(msgspec.Struct, frozen=True):
-    """One GPU at one moment."""
-
-    monotonic: float
-    violations: dict[str, Violation]
-    clocks_event_reasons: int | None = None
-    sm_clock: int | None = None
-    mem_clock: int | None = None
-    max_sm_clock: int | None = None
-    max_mem_clock: int | None = None
-    temperature: int | None = None
-    power_usage: int | None = None
-    power_limit: int | None = None
-    processes: tuple[Process, ...] | None = None
-    ecc_errors: dict[str, int] = msgspec.field(default_factory=dict)
-    """corrected_volatile, uncorrected_volatile."""
-    remapped_rows: RemappedRows | None = None
-    retired_pages_pending: bool | None = None
-    pcie_replays: int | None = None
-    link_generation: int | None = None
-    link_width: int | None = None
-    missing: dict[str, str] = msgspec.field(default_factory=dict)
-    """Each fact the driver did not give, and why (``not supported: ...`` where it does not
-    support it)."""
 
 
 class Sample(msgspec.Struct, frozen=True):
@@ -77,7 +48,7 @@ class Sample(msgspec.Struct, frozen=True):
     """Which driver answered: the library (and its path) or nvidia-smi."""
     monotonic: float
     """The agent's clock when the sample began."""
-    gpus: dict[str, Moment]
+    gpus: dict[str, GpuFacts]
 
 
 _PLAIN = ("clocks_event_reasons", "sm_clock", "mem_clock", "max_sm_clock", "max_mem_clock",
@@ -93,8 +64,8 @@ def _why(value: object) -> str | None:
     return None
 
 
-def moment(wire: Mapping[str, object]) -> Moment:
-    """A GPU's moment from the agent's answer (a value of the wrong shape is missing)."""
+def moment(wire: Mapping[str, object]) -> GpuFacts:
+    """A GPU's facts from the agent's answer (a value of the wrong shape is missing)."""
     missing: dict[str, str] = {}
     found: dict[str, Any] = {}
     for key in (*_PLAIN, "processes", "remapped_rows", "retired_pages_pending"):
@@ -130,8 +101,34 @@ def moment(wire: Mapping[str, object]) -> Moment:
         except msgspec.ValidationError as exc:
             missing[key] = f"not understood: {exc}"
             del found[key]
-    return Moment(float(str(wire.get("monotonic", 0.0))), violations, ecc_errors=ecc,
-                  missing=missing, **found)
+    return _facts(found, violations, ecc, missing, float(str(wire.get("monotonic", 0.0))))
+
+
+def _facts(found: Mapping[str, Any], violations: Mapping[str, Violation],
+           ecc: Mapping[str, int], missing: dict[str, str], monotonic: float) -> GpuFacts:
+    """The facts of the agent's answer, each under its ``GpuFacts`` name."""
+    rows: RemappedRows | None = found.get("remapped_rows")
+    processes: tuple[Process, ...] | None = found.get("processes")
+    stamps = [v.reference_time for v in violations.values()]
+    return GpuFacts(
+        violation_ns={policy: v.violation_time for policy, v in violations.items()},
+        violation_at_us=max(stamps) if stamps else None,
+        reasons=found.get("clocks_event_reasons"), sm_clock=found.get("sm_clock"),
+        sm_max=found.get("max_sm_clock"), mem_clock=found.get("mem_clock"),
+        mem_max=found.get("max_mem_clock"), temperature=found.get("temperature"),
+        power_mw=found.get("power_usage"), power_limit_mw=found.get("power_limit"),
+        processes=None if processes is None else {p.pid: p.name or "" for p in processes},
+        process_memory={p.pid: p.used_memory for p in processes or ()
+                        if p.used_memory is not None},
+        ecc_corrected=ecc.get("corrected_volatile"),
+        ecc_uncorrected=ecc.get("uncorrected_volatile"),
+        remapped_pending=None if rows is None else rows.pending,
+        remapped_failure=None if rows is None else rows.failure,
+        remapped_corrected=None if rows is None else rows.corrected,
+        remapped_uncorrected=None if rows is None else rows.uncorrected,
+        retired_pages_pending=found.get("retired_pages_pending"),
+        pcie_replays=found.get("pcie_replays"), link_generation=found.get("link_generation"),
+        link_width=found.get("link_width"), monotonic=monotonic, missing=missing)
 
 
 _TYPES: dict[str, Any] = {**dict.fromkeys(_PLAIN, int), "processes": tuple[Process, ...],

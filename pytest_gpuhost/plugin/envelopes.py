@@ -22,6 +22,7 @@ import pytest
 
 if TYPE_CHECKING:
     from ..envelope.window import Envelope
+    from ..session.envelopes import KnownState
     from ..specmodel.envelope import Limits
     from .run import Run
 
@@ -40,6 +41,9 @@ class EnvelopeHooks:
     def __init__(self, run: Run) -> None:
         self.run = run
         self.strict = run.settings.envelope == "strict"
+        self.known: KnownState | None = None
+        """The host checks' values this process read (its checks' records, the last
+        envelope's end): each envelope's start, without reading them again."""
 
     def opener(self, item: pytest.Item) -> Callable[..., Envelope]:
         """The ``gpuhost_envelope`` fixture's value: ``gpuhost_envelope(target=None,
@@ -57,10 +61,14 @@ class EnvelopeHooks:
         return open_one
 
     def _open(self, **given: Any) -> Envelope:
-        from ..session.envelopes import open_envelope
+        from ..session.envelopes import KnownState, open_envelope
 
+        if self.known is None:
+            ledger = self.run.ledger
+            self.known = KnownState(lambda: ledger.records.values())
         hook = self.run.config.hook.pytest_gpuhost_envelope_sampler
-        return open_envelope(self.run.session, lambda host: hook(host=host), **given)
+        return open_envelope(self.run.session, lambda host: hook(host=host),
+                             known=self.known, **given)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:

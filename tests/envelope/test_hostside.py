@@ -8,12 +8,14 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
+from pytest_gpuhost.checks.gpus import find_gpus
 from pytest_gpuhost.envelope.facts import HW_SLOWDOWN
 from pytest_gpuhost.envelope.hostside import HostHalf, process_tree
 from pytest_gpuhost.envelope.window import Envelope
 from pytest_gpuhost.host import LocalHost
 from pytest_gpuhost.specmodel.envelope import DEFAULTS
 from pytest_gpuhost.testing.clock import FakeClock
+from pytest_gpuhost.testing.counting import CountingHost
 from pytest_gpuhost.testing.fakehost import FakeHost
 
 from .fakegpus import A, FakeGpus
@@ -126,3 +128,64 @@ def test_a_benchmark_in_a_container_is_never_its_own_stray_process(
                   clock=FakeClock()) as envelope:
         gpus.set(A, processes={48113: "python3", 50000: "python3"})
     assert envelope.reasons == [f"{A}: pid 50000 (python3) on the GPU, not the benchmark's"]
+
+
+def test_on_a_kernel_without_nspid_a_benchmark_in_a_container_is_matched_by_its_cgroup(
+        fake: FakeHost, tmp_path: Path) -> None:
+    """Before Linux 4.1 ``/proc/PID/status`` has no ``NSpid``; those kernels have no cgroup
+    namespace either, so the container reads its processes' cgroups as the host names them:
+    a process on the GPU in the benchmark's cgroup (or below it) is the benchmark's; one in
+    another container's, or the host's own, is not."""
+    host = gpu_host(fake)
+    container = FakeHost(tmp_path / "ct")
+    container.file("proc/42/task/42/children", "43")
+    v1 = "4:devices:/lxc/101\n1:name=systemd:/lxc/101/system.slice/serve.service\n"
+    container.file("proc/42/cgroup", v1)
+    container.file("proc/43/cgroup", v1)
+    status = "Name:\tpython3\nPid:\t{0}\nPPid:\t1\n"
+    for pid, cgroup in ((48113, v1),  # the benchmark's worker, as the host numbers it
+                        (48114, v1.replace("serve.service", "serve.service/gpu")),  # below
+                        (50000, v1.replace("101", "102")),  # another container's
+                        (50001, "4:devices:/\n1:name=systemd:/user.slice\n")):  # the host's
+        fake.file(f"proc/{pid}/status", status.format(pid))
+        fake.file(f"proc/{pid}/cgroup", cgroup)
+    gpus = FakeGpus(A)
+    with Envelope(host, sampler=gpus, roots=lambda: [42], runs_on=LocalHost(container.root),
+                  clock=FakeClock()) as envelope:
+        gpus.set(A, processes={48113: "python3", 48114: "python3", 50000: "python3",
+                               50001: "python3"})
+    assert envelope.reasons == [f"{A}: pid 50000 (python3) on the GPU, not the benchmark's",
+                                f"{A}: pid 50001 (python3) on the GPU, not the benchmark's"]
+
+
+def test_a_benchmark_in_a_root_cgroup_matches_no_process_by_cgroup(
+        fake: FakeHost, tmp_path: Path) -> None:
+    """A cgroup namespace shows the container its root (``0::/``), below which every process
+    of the host is: the cgroup says nothing there, and a process without ``NSpid`` is not
+    taken for the benchmark's."""
+    host = gpu_host(fake)
+    container = FakeHost(tmp_path / "ct")
+    container.file("proc/42/cgroup", "0::/\n")
+    fake.file("proc/50000/status", "Name:\tpython3\nPid:\t50000\n")
+    fake.file("proc/50000/cgroup", "0::/lxc.payload.101\n")
+    gpus = FakeGpus(A)
+    with Envelope(host, sampler=gpus, roots=lambda: [42], runs_on=LocalHost(container.root),
+                  clock=FakeClock()) as envelope:
+        gpus.set(A, processes={50000: "python3"})
+    assert envelope.reasons == [f"{A}: pid 50000 (python3) on the GPU, not the benchmark's"]
+
+
+def test_each_end_of_the_host_half_is_one_round_trip(fake: FakeHost) -> None:
+    """The kernel log and the AER counters of every device are read in one batch at each end
+    (one round trip on a remote target); the GPUs' paths come from the run's collection."""
+    host = gpu_host(fake)
+    found = find_gpus(host)
+    counted = CountingHost(host)
+    half = HostHalf(counted, known=lambda: found)
+    half.open()
+    opened = dict(counted.calls)
+    fake.kmsg([(3, XID)])
+    counted.calls.clear()
+    window = half.close()
+    assert (opened, dict(counted.calls)) == ({"batch": 1}, {"batch": 1})
+    assert window.kernel_log == (XID,) and set(window.after.aer) == {A, ROOT_PORT}

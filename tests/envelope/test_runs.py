@@ -81,6 +81,12 @@ def spin():
         pass
 
 
+def test_a_daemon_sets_it_back():  # not a benchmark: after the host checks, before the first
+    if os.environ.get("EARLY"):
+        with open(os.environ["EARLY"], "w") as f:
+            f.write("1\\n")
+
+
 def test_decode(benchmark, gpus):
     gpus.throttled = float(os.environ.get("THROTTLED", "0"))
     if os.environ.get("STRAY"):
@@ -107,7 +113,7 @@ def node(pytester: pytest.Pytester, fake: FakeHost) -> FakeHost:
 
 def run(pytester: pytest.Pytester, node: FakeHost, monkeypatch: pytest.MonkeyPatch,
         *args: str, **env: str) -> pytest.RunResult:
-    for name in ("THROTTLED", "STRAY", "SYSCTL"):
+    for name in ("THROTTLED", "STRAY", "SYSCTL", "EARLY"):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -170,6 +176,21 @@ def test_a_sysctl_changed_mid_run_and_a_stray_process_are_named(
         "0000:41:00.0: pid 48113 (python3) on the GPU, not the benchmark's",
         "sysctl[kernel.numa_balancing] changed during the run: 0 -> 1"]
     assert decode["before"]["state"] != decode["after"]["state"]
+    # the next benchmark starts from the host as this one left it: nothing changed during it
+    assert envelopes(pytester)["test_prefill"]["valid"]
+
+
+def test_a_setting_put_back_after_the_gate_is_named_by_the_next_benchmark(
+        pytester: pytest.Pytester, node: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The envelope's start is the value the run's check read (not read again): a daemon that
+    puts the setting back between the gate and the benchmark is named."""
+    sysctl = node.root / "proc/sys/kernel/numa_balancing"
+    result = run(pytester, node, monkeypatch, EARLY=str(sysctl))
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    found = envelopes(pytester)
+    assert texts(found["test_decode"]) == [
+        "sysctl[kernel.numa_balancing] changed during the run: 0 -> 1"]
+    assert found["test_prefill"]["valid"], texts(found["test_prefill"])
 
 
 def test_strict_makes_an_invalid_envelope_an_error_of_its_test(
@@ -323,6 +344,6 @@ def test_an_envelope_that_cannot_be_opened_is_a_warning_not_a_failed_benchmark(
         "    raise RuntimeError('the sampler plugin is broken')"))
     result = run(pytester, node, monkeypatch)
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-    assert result.parseoutcomes()["passed"] == 3
+    assert result.parseoutcomes()["passed"] == 4
     result.stdout.fnmatch_lines(["*PytestWarning: gpuhost: no envelope for test_decode: the "
                                  "sampler plugin is broken*"])

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_gpuhost.envelope.facts import GpuFacts
 from pytest_gpuhost.gpu.agentnvml import AgentNvml
 from pytest_gpuhost.gpu.nvml import (
     ECC_COUNTS,
@@ -149,10 +150,10 @@ def test_a_library_without_the_newer_calls_falls_back_to_the_older_ones(tmp_path
         counters.process(A, pid, pid * 2**20)
     sample = take_sample(LocalHost(host.root))
     gpu = sample.gpus[A]
-    assert event_reasons(gpu.clocks_event_reasons or 0) == ["hw_slowdown", "hw_thermal_slowdown"]
-    assert [(p.pid, p.used_memory) for p in gpu.processes or ()] == \
-        [(4242, 4242 * 2**20), (4343, 4343 * 2**20), (4444, 4444 * 2**20)]
-    assert gpu.remapped_rows is None
+    assert event_reasons(gpu.reasons or 0) == ["hw_slowdown", "hw_thermal_slowdown"]
+    assert gpu.process_memory == {4242: 4242 * 2**20, 4343: 4343 * 2**20, 4444: 4444 * 2**20}
+    assert list(gpu.processes or {}) == [4242, 4343, 4444]
+    assert (gpu.remapped_pending, gpu.remapped_corrected) == (None, None)
     assert gpu.missing["remapped_rows"].startswith("not supported")
     assert gpu.temperature == 91  # the others are still read
 
@@ -164,7 +165,7 @@ def test_many_processes_are_read_whole(tmp_path: Path) -> None:
     counters = NvmlCounters(nvml_library(host, GPUS))
     for pid in range(1000, 1030):
         counters.process(B, pid)
-    assert [p.pid for p in take_sample(LocalHost(host.root)).gpus[B].processes or ()] == \
+    assert list(take_sample(LocalHost(host.root)).gpus[B].processes or {}) == \
         list(range(1000, 1030))
 
 
@@ -187,23 +188,24 @@ def test_a_sample_is_read_fresh_each_time_and_a_test_moves_the_driver_between_tw
     after = take_sample(cached)
     assert after.monotonic >= before.monotonic
     old, new = before.gpus[A], after.gpus[A]
-    assert set(new.violations) == set(POLICIES) and not new.missing
-    assert (new.violations["thermal"].violation_time
-            - old.violations["thermal"].violation_time) == 340_000_000
-    assert new.violations["thermal"].reference_time == 2_000_000
-    assert (old.clocks_event_reasons, new.clocks_event_reasons) == (0x48, 0x8)
-    assert ([p.pid for p in old.processes or ()], [p.pid for p in new.processes or ()]) == \
-        ([], [48113])
-    assert (old.ecc_errors, new.ecc_errors) == (
-        {"corrected_volatile": 7, "uncorrected_volatile": 0},
-        {"corrected_volatile": 7, "uncorrected_volatile": 1})
+    assert isinstance(new, GpuFacts)  # the one model: what a sampler plugin builds
+    assert new.monotonic is not None and new.monotonic >= after.monotonic
+    assert set(new.violation_ns) == set(POLICIES) and not new.missing
+    assert new.violation_ns["thermal"] - old.violation_ns["thermal"] == 340_000_000
+    assert new.violation_at_us == 2_000_000
+    assert (old.reasons, new.reasons) == (0x48, 0x8)
+    assert (list(old.processes or {}), list(new.processes or {})) == ([], [48113])
+    assert (old.ecc_corrected, old.ecc_uncorrected, new.ecc_corrected,
+            new.ecc_uncorrected) == (7, 0, 7, 1)
     assert (old.pcie_replays, new.pcie_replays) == (0, 120)
-    assert new.remapped_rows == RemappedRows(3, 1, True, False)
+    assert (new.remapped_corrected, new.remapped_uncorrected, new.remapped_pending,
+            new.remapped_failure) == (3, 1, True, False)
     assert (new.retired_pages_pending, after.gpus[B].retired_pages_pending) == (True, None)
     assert (old.link_generation, old.link_width, new.link_width) == (5, 16, 8)
-    assert (new.sm_clock, new.max_sm_clock, new.temperature, new.power_usage,
-            new.power_limit) == (2430, 2430, 91, 85_000, 600_000)
-    assert after.gpus[B].ecc_errors == {}  # not supported there: said, not lost
+    assert (new.sm_clock, new.sm_max, new.temperature, new.power_mw,
+            new.power_limit_mw) == (2430, 2430, 91, 85_000, 600_000)
+    # not supported there: said, not lost
+    assert (after.gpus[B].ecc_corrected, after.gpus[B].ecc_uncorrected) == (None, None)
     assert after.gpus[B].missing["retired_pages_pending"].startswith("not supported")
     assert after.gpus[B].missing["ecc_errors.uncorrected_volatile"].startswith("not supported")
     assert nvml_state(state)[A]["power_limit"] == 600_000  # the old state lines still hold
@@ -216,7 +218,7 @@ def test_a_call_the_driver_stops_supporting_is_missing_from_the_next_sample(
     counters = NvmlCounters(nvml_library(host, GPUS))
     counters.unsupported(A, ["nvmlDeviceGetViolationStatus", "nvmlDeviceGetPowerUsage"])
     gpu = take_sample(LocalHost(host.root)).gpus[A]
-    assert gpu.violations == {} and gpu.power_usage is None
+    assert gpu.violation_ns == {} and gpu.violation_at_us is None and gpu.power_mw is None
     assert sorted(gpu.missing) == ["power_usage", *sorted(f"violations.{p}" for p in POLICIES)]
     assert "Not Supported" in gpu.missing["power_usage"]
     assert gpu.temperature == 91
@@ -232,16 +234,16 @@ def test_a_sample_from_nvidia_smi_names_its_processes_and_what_it_cannot_say(
     sample = take_sample(LocalHost(host.root))
     assert sample.source == "nvidia-smi --query-gpu"
     a, b = sample.gpus[A], sample.gpus[B]
-    assert (a.sm_clock, a.max_sm_clock, a.power_usage, a.power_limit, a.temperature) == \
+    assert (a.sm_clock, a.sm_max, a.power_mw, a.power_limit_mw, a.temperature) == \
         (1410, 2430, 412_500, 600_000, 91)
-    assert event_reasons(a.clocks_event_reasons or 0) == ["hw_slowdown", "hw_thermal_slowdown"]
-    assert a.remapped_rows == RemappedRows(3, 1, True, False)
+    assert event_reasons(a.reasons or 0) == ["hw_slowdown", "hw_thermal_slowdown"]
+    assert (a.remapped_corrected, a.remapped_uncorrected, a.remapped_pending,
+            a.remapped_failure) == (3, 1, True, False)
     assert (a.retired_pages_pending, b.retired_pages_pending) == (True, None)
-    assert a.ecc_errors == {"corrected_volatile": 7, "uncorrected_volatile": 0}
-    assert [(p.pid, p.name, p.used_memory) for p in b.processes or ()] == \
-        [(48113, "python3", 2048 * 2**20)]
-    assert a.processes == ()
-    assert a.violations == {} and a.pcie_replays is None
+    assert (a.ecc_corrected, a.ecc_uncorrected) == (7, 0)
+    assert (b.processes, b.process_memory) == ({48113: "python3"}, {48113: 2048 * 2**20})
+    assert a.processes == {}
+    assert a.violation_ns == {} and a.pcie_replays is None
     assert a.missing["pcie_replays"].startswith("not supported")
     assert (a.link_generation, a.link_width) == (5, 16)
 
@@ -264,8 +266,8 @@ def test_over_ssh_a_sample_of_every_gpu_is_one_round_trip(sshd: SshServer,
         second = take_sample(target)
         assert target.traffic.round_trips == trips + 1
         assert sorted(second.gpus) == [A, B]
-        assert (second.gpus[A].violations["power"].violation_time
-                - first.gpus[A].violations["power"].violation_time) == 5_000
+        assert (second.gpus[A].violation_ns["power"]
+                - first.gpus[A].violation_ns["power"]) == 5_000
     finally:
         target.close()
 
