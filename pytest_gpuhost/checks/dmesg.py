@@ -54,7 +54,7 @@ KEPT = 1_000
 """Distinct offending texts kept in the record's details (``offending``), for --gpuhost-capture
 to allow them by pattern; past that many, ``offending_cut`` says how many more there were."""
 LAST = 10_000  # order rank: after every other kind
-_SEQ = attrgetter("seq")
+_SEQ, _RECORD = attrgetter("seq"), attrgetter("record")
 
 
 class DmesgSection(msgspec.Struct, frozen=True):
@@ -136,8 +136,7 @@ class DmesgProbe(NoFix, msgspec.Struct, frozen=True):
         judged = xids.judged()
         count = len(walk.offending) + len(judged.failing)
         offending = heapq.nsmallest(  # sorted(...)[:SHOWN], not the whole flood sorted
-            SHOWN, itertools.chain(walk.offending, (s.record for s in judged.failing)),
-            key=_SEQ)
+            SHOWN, itertools.chain(walk.offending, map(_RECORD, judged.failing)), key=_SEQ)
         summary = (f"{walk.considered} records since {self.section.since}, {walk.at_level} at "
                    f"the levels, {walk.allowed} allowed as noise, {count} offending")
         if walk.malformed:
@@ -199,7 +198,7 @@ def _partition(records: Iterable[Record | None], section: DmesgSection, after_se
     what it cost before the GPU events were judged, but one prefix test."""
     levels = frozenset(section.levels)
     searches = [pattern.search for pattern in section.allow]
-    drivers, starts = DRIVERS, str.startswith
+    drivers, starts, feed, keep = DRIVERS, str.startswith, xids.feed, xids.keep
     offending: list[Record] = []
     if after_usec is not None:  # since a time: a test that a run since boot never pays
         records = (r for r in records if r is None or r.usec >= after_usec)
@@ -215,7 +214,7 @@ def _partition(records: Iterable[Record | None], section: DmesgSection, after_se
         text = record.text
         if starts(text, drivers):
             at = record.level in levels
-            seen = xids.feed(record, considered)
+            seen = feed(record, considered)
             if seen is not None:
                 events_at += at
                 for search in searches:
@@ -223,7 +222,7 @@ def _partition(records: Iterable[Record | None], section: DmesgSection, after_se
                         events_allowed += 1
                         break
                 else:
-                    xids.keep(seen)
+                    keep(seen)
                 continue
             if not at:
                 continue

@@ -165,7 +165,15 @@ class XidLog:
         match = parse.xid_head(text)
         if match is not None:
             self._run_start = None  # an Xid is no part of a load's probe
-            return self._xid(record, match)
+            head = self._heads.get(match.group())
+            if head is None:
+                head = self._heads[match.group()] = self._head(match)
+            if head.entry is None:  # an SXid, or Xid 154: its text says which entry
+                return self._xid(record, match, head)
+            if head.verdict is None:
+                return None
+            return Seen(record, head.kind, head.code, head.gpu, head.entry, head.verdict,
+                        (head.rank, head.gpu, head.code, record.seq))
         event = parse.event_without_xid(text)
         if event is None and parse.unloading(text):
             self._run_start = None  # a load's run of records starts after these
@@ -192,20 +200,16 @@ class XidLog:
             self.uuids[uuid[0]] = uuid[1]
         return None
 
-    def _xid(self, record: Record, match: re.Match[str]) -> Seen | None:
-        head = self._heads.get(match.group())
-        if head is None:
-            head = self._heads[match.group()] = self._head(match)
-        entry, verdict, rank = head.entry, head.verdict, head.rank
-        if entry is None:  # an SXid, or Xid 154: its text says which entry
-            detail = parse.xid_detail(record.text, match)
-            entry = sxid_entry(head.code, detail) if head.kind == "SXid" \
-                else xid_entry(head.code, detail)
-            verdict, rank = self.rule.verdict(entry), -severity(entry.action)
+    def _xid(self, record: Record, match: re.Match[str], head: _Head) -> Seen | None:
+        """An SXid, or Xid 154, whose text says which entry."""
+        detail = parse.xid_detail(record.text, match)
+        entry = sxid_entry(head.code, detail) if head.kind == "SXid" \
+            else xid_entry(head.code, detail)
+        verdict = self.rule.verdict(entry)
         if verdict is None:
             return None
         return Seen(record, head.kind, head.code, head.gpu, entry, verdict,
-                    (rank, head.gpu, head.code, record.seq))
+                    (-severity(entry.action), head.gpu, head.code, record.seq))
 
     def _head(self, match: re.Match[str]) -> _Head:
         kind, code, gpu = parse.head_of(match)
