@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from .. import long_lived
 from ..host import Host, HostError, Kmsg, Read, Reply, Request
 from ..linux.kmsg import LEVELS, Record, iter_records, level_number
 from ..linux.xid import DRIVERS, code_span
@@ -131,9 +132,10 @@ class DmesgProbe(NoFix, msgspec.Struct, frozen=True):
                                    f"boot's time, and {BOOT_TIME} has no btime line")
             after_usec = (self.section.after - boot) * 1e6
         xids = XidLog(self.section.xid)
-        walk = _partition(iter_records(host.read_kmsg(KMSG)), self.section, self.after_seq,
-                          after_usec, xids)
-        judged = xids.judged()
+        with long_lived.paused():  # a flood's events, kept, would set the collector walking
+            walk = _partition(iter_records(host.read_kmsg(KMSG)), self.section,
+                              self.after_seq, after_usec, xids)
+            judged = xids.judged()
         count = len(walk.offending) + len(judged.failing)
         offending = heapq.nsmallest(  # sorted(...)[:SHOWN], not the whole flood sorted
             SHOWN, itertools.chain(walk.offending, map(_RECORD, judged.failing)), key=_SEQ)
