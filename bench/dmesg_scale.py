@@ -18,9 +18,9 @@ this checkout's code and each CHECKOUT's (its own ``.venv``, as ``python3 -m ven
 .venv/bin/pip install -e .`` makes it), each in a fresh process, the order reversed every
 other round, and each ratio is the median of the rounds' ratios.
 
-The largest default size is 500,000 records (36 MB of dev/kmsg): about the most records of
+The largest default size is 500,000 records (34 MB of dev/kmsg): about the most records of
 this size a ring buffer of 32 MiB holds, the largest ``CONFIG_LOG_BUF_SHIFT`` gives (each
-record's text takes its length and 8 bytes, rounded up to 8). 1,000,000 of them (72 MB) are
+record's text takes its length and 8 bytes, rounded up to 8). 1,000,000 of them (68 MB) are
 more than the check reads (``KMSG_LIMIT``, 64 MiB): it refuses such a log rather than read
 it, and this bench says so for a size over the limit instead of timing it.
 """
