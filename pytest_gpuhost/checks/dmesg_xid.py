@@ -159,11 +159,9 @@ class XidLog:
         (a million records of noise cost nothing here): a gap in ``index`` is one of them,
         which ends a run of the driver's records."""
         text = record.text
-        if index != self._last + 1:
-            self._run_start = None
-        self._last = index
         match = parse.xid_head(text)
         if match is not None:
+            self._last = index
             self._run_start = None  # an Xid is no part of a load's probe
             head = self._heads.get(match.group())
             if head is None:
@@ -174,6 +172,9 @@ class XidLog:
                 return None
             return Seen(record, head.kind, head.code, head.gpu, head.entry, head.verdict,
                         (head.rank, head.gpu, head.code, record.seq))
+        if index != self._last + 1:
+            self._run_start = None
+        self._last = index
         event = parse.event_without_xid(text)
         if event is None and parse.unloading(text):
             self._run_start = None  # a load's run of records starts after these

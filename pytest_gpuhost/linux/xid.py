@@ -33,6 +33,10 @@ _XID = re.compile(rf"{_HEAD},? ?"
 _XID_HEAD = re.compile(_HEAD)
 """``_XID`` but its optional rest (pid, name, what the driver says): where one matches the other
 does, with the same kind, GPU and code."""
+xid_head = _XID_HEAD.search
+"""``xid_head(text)``: the kind, GPU and code of the Xid or SXid in ``text`` (``head_of``),
+without the rest of its event: what a walk of the log judges it by (the pattern's own search:
+a flood calls it once a record)."""
 _ANY_ADDRESS = re.compile(
     rf"(?<![0-9a-fA-F:])(?:PCI:)?(?P<address>{_ADDRESS})(?![0-9a-fA-F]|:[0-9a-fA-F])")
 _THE_GPU = re.compile(rf"NVRM: The NVIDIA GPU (?P<address>{_ADDRESS})")
@@ -90,12 +94,6 @@ def code_span(text: str) -> tuple[int, int] | None:
     """Where the code of the Xid or SXid in ``text`` is (a capture's pattern keeps it)."""
     match = _XID.search(text)
     return match.span("code") if match else None
-
-
-def xid_head(text: str) -> re.Match[str] | None:
-    """The kind, GPU and code of the Xid or SXid in ``text`` (``head_of``), without the rest
-    of its event: what a walk of the log judges it by."""
-    return _XID_HEAD.search(text)
 
 
 def head_of(match: re.Match[str]) -> tuple[str, int, str]:
