@@ -26,9 +26,17 @@ from typing import NamedTuple
 
 _ADDRESS = r"(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
 _WHERE = rf"\((?:PCI:)?(?P<where>{_ADDRESS}|GPU-[0-9a-fA-F-]+)\)"
-_XID = re.compile(rf"\b(?P<kind>S?Xid) {_WHERE}: (?P<code>\d+)\b,? ?"
+_HEAD = rf"\b(?P<kind>S?Xid) {_WHERE}: (?P<code>\d+)\b"
+_XID = re.compile(rf"{_HEAD},? ?"
                   r"(?:pid=(?:'?<unknown>'?|(?P<pid>\d+))(?:, |,?$))?"
                   r"(?:name=(?P<name>[^,]*)(?:, |,?$))?(?P<rest>.*)", re.DOTALL)
+_XID_HEAD = re.compile(_HEAD)
+"""``_XID`` but its optional rest (pid, name, what the driver says): where one matches the other
+does, with the same kind, GPU and code."""
+xid_head = _XID_HEAD.search
+"""``xid_head(text)``: the kind, GPU and code of the Xid or SXid in ``text`` (``head_of``),
+without the rest of its event: what a walk of the log judges it by (the pattern's own search:
+a flood calls it once a record)."""
 _ANY_ADDRESS = re.compile(
     rf"(?<![0-9a-fA-F:])(?:PCI:)?(?P<address>{_ADDRESS})(?![0-9a-fA-F]|:[0-9a-fA-F])")
 _THE_GPU = re.compile(rf"NVRM: The NVIDIA GPU (?P<address>{_ADDRESS})")
@@ -88,6 +96,18 @@ def code_span(text: str) -> tuple[int, int] | None:
     return match.span("code") if match else None
 
 
+def head_of(match: re.Match[str]) -> tuple[str, int, str]:
+    """(kind, code, GPU) of an ``xid_head``."""
+    kind, where, code = match.group("kind", "where", "code")
+    return kind, int(code), gpu_address(where)
+
+
+def xid_detail(text: str, head: re.Match[str]) -> str:
+    """``XidEvent.detail`` of the Xid or SXid whose ``xid_head`` is ``head``."""
+    match = _XID.match(text, head.start())
+    return match.group("rest").strip() if match else ""
+
+
 def parse_event(text: str) -> XidEvent | None:
     """The Xid, SXid or event without an Xid in one record's text, or None."""
     match = _XID.search(text)
@@ -97,6 +117,12 @@ def parse_event(text: str) -> XidEvent | None:
         name = name.strip() if name else None
         return XidEvent(kind, int(code), gpu_address(where), int(pid) if pid else None,
                         None if not name or name == "<unknown>" else name, text, rest.strip())
+    return event_without_xid(text)
+
+
+def event_without_xid(text: str) -> XidEvent | None:
+    """A GPU off the bus or one the driver could not bring up, said without an Xid, in a
+    record's text that has no Xid (``xid_head`` found none), or None."""
     if "NVRM" not in text:
         return None
     for what in (FALLEN_OFF, INIT_FAILED):
