@@ -45,6 +45,9 @@ class Controller:
         self.progress: Callable[[], Progress | None] = lambda: None
         """The xdist workers' logs (``distributing.py``), which tell why a check never
         reported; nothing without xdist."""
+        self.workers_cut_short: Callable[[], dict[str, tuple[int, CheckResult]]] = dict
+        """nodeid -> (index, record) of each check whose fix an interrupt cut short on an
+        xdist worker, from the workers' logs (``distributing.py``): no report of it came."""
         self.uncollected: Callable[[], list[tuple[str, str | None]]] = lambda: []
         """The remote targets no xdist worker collected, each with how the last worker
         given it ended (``distributing.py``)."""
@@ -89,7 +92,8 @@ class Controller:
         if self.run.config.option.collectonly:
             return self.book.ordered()
         stopped = self.run.stopped or self.stopped_early
-        for nodeid, (index, record) in self.run.cut_short.items():
+        for nodeid, (index, record) in {**self.workers_cut_short(),
+                                        **self.run.cut_short}.items():
             if nodeid not in self.book.results:
                 self.book.add(nodeid, index, record)
         progress = None if stopped else self.progress()  # the workers' logs: why not reported

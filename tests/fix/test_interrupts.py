@@ -114,7 +114,7 @@ def test_a_signal_to_the_xdist_controller_alone_stops_the_worker_s_command(
         f"the run was interrupted ({why}) during run modprobe -- nvidia"), entry.error
     [check] = json.loads((pytester.path / "out.json").read_text())["checks"]
     assert (check["id"], check["outcome"]) == ("module[nvidia]", "error")
-    assert "interrupted" in check["message"]
+    assert check["message"] == entry.error  # the journal's words, never "not run"
 
 
 SIGNALLED_WITH_A_REPORT_QUEUED = """
@@ -176,3 +176,24 @@ def test_the_summary_after_a_signal_says_what_the_journal_and_report_say(
     assert check["message"] == entry.error  # what the journal says, never "not run"
     assert "--fix: 0 of 1 fix applied, 1 cut short by the interrupt (journaled unknown)" \
         in said.splitlines()
+
+
+def test_the_summary_after_a_signal_to_an_xdist_run_says_what_the_journal_says(
+        pytester: pytest.Pytester, fake: FakeHost, blocked: Blocked) -> None:
+    """The twin of the serial run's under ``-n 2``: the worker's fix cut short reaches the
+    controller with the journal's words (an ``error``, journaled ``unknown``), never as a check
+    that did not run, in the JSON report and on the terminal."""
+    run = start_fix(pytester, f"--gpuhost-root={fake.root}", "--gpuhost-report=out.json",
+                    "-n", "2")
+    blocked.started()
+    run.send_signal(signal.SIGTERM)  # the controller alone: it hands the signal on
+    out, err = run.communicate(timeout=LIMIT_S)
+    said = out.decode() + err.decode()
+    assert run.returncode == pytest.ExitCode.INTERRUPTED, said
+    [entry] = read_journal(journal_of(fake.root)).entries
+    assert entry.state == "unknown"
+    [check] = json.loads((pytester.path / "out.json").read_text())["checks"]
+    assert (check["id"], check["outcome"]) == ("module[nvidia]", "error")
+    assert check["message"] == entry.error  # what the journal says, never "not run"
+    assert "--fix: 0 of 1 fix applied, 1 cut short by the interrupt (journaled unknown)" \
+        in said.splitlines(), said
