@@ -7,6 +7,7 @@ command holds until it ends)."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -178,15 +179,21 @@ def test_the_summary_after_a_signal_says_what_the_journal_and_report_say(
         in said.splitlines()
 
 
+@pytest.mark.parametrize("group", [False, True], ids=["controller", "process-group"])
 def test_the_summary_after_a_signal_to_an_xdist_run_says_what_the_journal_says(
-        pytester: pytest.Pytester, fake: FakeHost, blocked: Blocked) -> None:
+        pytester: pytest.Pytester, fake: FakeHost, blocked: Blocked, group: bool) -> None:
     """The twin of the serial run's under ``-n 2``: the worker's fix cut short reaches the
     controller with the journal's words (an ``error``, journaled ``unknown``), never as a check
-    that did not run, in the JSON report and on the terminal."""
+    that did not run, in the JSON report and on the terminal; whether the signal reached the
+    controller alone (``kill PID``: it hands the signal on) or every process of the run
+    (systemd's SIGTERM to the unit)."""
     run = start_fix(pytester, f"--gpuhost-root={fake.root}", "--gpuhost-report=out.json",
                     "-n", "2")
     blocked.started()
-    run.send_signal(signal.SIGTERM)  # the controller alone: it hands the signal on
+    if group:
+        os.killpg(run.pid, signal.SIGTERM)  # its own session: the run's processes alone
+    else:
+        run.send_signal(signal.SIGTERM)
     out, err = run.communicate(timeout=LIMIT_S)
     said = out.decode() + err.decode()
     assert run.returncode == pytest.ExitCode.INTERRUPTED, said
@@ -197,3 +204,5 @@ def test_the_summary_after_a_signal_to_an_xdist_run_says_what_the_journal_says(
     assert check["message"] == entry.error  # what the journal says, never "not run"
     assert "--fix: 0 of 1 fix applied, 1 cut short by the interrupt (journaled unknown)" \
         in said.splitlines(), said
+    assert f"(undo: --gpuhost-rollback={journal_of(fake.root)} --gpuhost-root={fake.root})" \
+        in said
