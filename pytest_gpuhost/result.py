@@ -57,6 +57,12 @@ APPLY_FAILED = "apply failed"
 command failed), told apart from a fix that was applied but did not hold."""
 
 
+BETWEEN_SOCKETS = "between_sockets_gbps"
+"""The detail of a p2p record that says what the hop between sockets carries a pair's path (the
+spec's ``between_sockets``, else the default): ``--gpuhost-topology``'s pairs of its target take
+the same figure (a plugin's own kind may give it too)."""
+
+
 class FixFailure(msgspec.Struct, frozen=True):
     """How a fix failed, each way worded once (``worded``) for the ``fix_failed`` record's
     message, which every report shows as it is."""

@@ -32,6 +32,7 @@ import msgspec
 from ..gpu.measure import Measurer, SharedMeasurement, cache_key, probe_reads
 from ..gpu.nvml import NvmlSource, NvmlUnavailable
 from ..host import Host, HostError, Request
+from ..result import BETWEEN_SOCKETS
 from ..specmodel import EntryOptions, SpecContext, parse_expectation, section
 from ..specmodel.matchers import Floor, finite
 from . import USERSPACE, Check, Evidence, Fact, Facts, NoFix, Observation
@@ -371,6 +372,8 @@ class RateProbe(NoFix, msgspec.Struct, frozen=True):
         measured = self.measurement.get()
         details: dict[str, object] = {"class": self.cls, "floor": self.floor,
                                       "probe": measured.source}
+        if self.explainer is not None:  # what --gpuhost-topology's pairs take too
+            details[BETWEEN_SOCKETS] = self.explainer.tuning.between_sockets
         evidence = [Evidence("measured by", measured.source)]
         evidence += [Evidence("note", note) for note in measured.notes]
         rate = measured.rates.get(self.key)

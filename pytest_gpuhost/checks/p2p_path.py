@@ -10,6 +10,7 @@ builds from them.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -300,11 +301,16 @@ class PathFacts:
         return self._path(HOST, gpu, None, ((), where.bridges), None, [], (HOST, "GPU"))
 
 
-    def topology(self) -> dict[str, Any]:
+    def topology(self, between_sockets: float | None = None) -> dict[str, Any]:
         """The GPUs' topology for ``--gpuhost-topology`` and the JSON report: the GPU x GPU
         matrix of classes, per GPU its NUMA node, link, MaxReadReq and IOMMU group type, per
         bridge of the paths its kind, the GPUs below it and its ACS Control, and per ordered
-        pair what its path carries."""
+        pair what its path carries, the hop between sockets carrying ``between_sockets`` GB/s
+        (None: these facts' own figure), which it names."""
+        if between_sockets is not None and between_sockets != self.between_sockets:
+            other = copy.copy(self)
+            other.between_sockets = between_sockets
+            return other.topology()
         addresses = sorted(self.gpus, key=address_order)
         gpus = []
         for gpu in addresses:
@@ -340,7 +346,8 @@ class PathFacts:
                            for a in addresses],
                 "pairs": {key: {"class": path.level, "limit_gbps": _rounded(path.limit()),
                                 "capable_gbps": _rounded(path.limit(capability=True))}
-                          for key, path in pairs.items()}}
+                          for key, path in pairs.items()},
+                "between_sockets_gbps": self.between_sockets}
 
 
 def _rounded(found: tuple[float, PathLink | None] | None) -> float | None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from ..reports import Reporter, RunInfo, TargetInfo
-from ..result import NOT_RUN, CheckResult, Outcome
+from ..result import BETWEEN_SOCKETS, NOT_RUN, CheckResult, Outcome
 from ..runstate import with_state
 from .book import RecordBook, never_collected
 from .items import GpuhostItem
@@ -45,6 +45,9 @@ class Controller:
         self.progress: Callable[[], Progress | None] = lambda: None
         """The xdist workers' logs (``distributing.py``), which tell why a check never
         reported; nothing without xdist."""
+        self.workers_cut_short: Callable[[], dict[str, tuple[int, CheckResult]]] = dict
+        """nodeid -> (index, record) of each check whose fix an interrupt cut short on an
+        xdist worker, from the workers' logs (``distributing.py``): no report of it came."""
         self.uncollected: Callable[[], list[tuple[str, str | None]]] = lambda: []
         """The remote targets no xdist worker collected, each with how the last worker
         given it ended (``distributing.py``)."""
@@ -89,7 +92,8 @@ class Controller:
         if self.run.config.option.collectonly:
             return self.book.ordered()
         stopped = self.run.stopped or self.stopped_early
-        for nodeid, (index, record) in self.run.cut_short.items():
+        for nodeid, (index, record) in {**self.workers_cut_short(),
+                                        **self.run.cut_short}.items():
             if nodeid not in self.book.results:
                 self.book.add(nodeid, index, record)
         progress = None if stopped else self.progress()  # the workers' logs: why not reported
@@ -151,10 +155,33 @@ class Controller:
             targets=targets if session.named else (),
             node_targets=settings.node_targets if session.named else None,
             stopped=self.run.stopped or self.stopped_early,
-            topologies=tuple((name, target.topology()) for name, target in
-                             session.targets.items() if target.unreachable is None)
+            topologies=tuple((name, target.topology(self._between_sockets(name))) for name,
+                             target in session.targets.items() if target.unreachable is None)
             if settings.topology else (),
             benchmarks=tuple(self.envelopes.benchmarks) if self.envelopes is not None else ())
+
+    def _between_sockets(self, target: str) -> float | None:
+        """GB/s the hop between sockets carries on ``target``, as the p2p records of its GPUs
+        say the spec stated it: its own, and those of each container whose kernel it holds
+        (their pairs' paths are its); the lowest, where two specs differ; None where none
+        says."""
+        kernel_on = {address.name: address.kernel_on for address in self.run.settings.targets}
+
+        def on_target(name: str | None) -> bool:
+            seen: list[str] = []
+            while name is not None and name not in seen:
+                if name == target:
+                    return True
+                seen.append(name)
+                name = kernel_on.get(name)
+            return False
+
+        named = self.run.session.named
+        stated = [float(record.details[BETWEEN_SOCKETS])
+                  for _, record in self.book.results.values()
+                  if isinstance(record.details.get(BETWEEN_SOCKETS), (int, float))
+                  and (not named or on_target(record.target))]
+        return min(stated, default=None)
 
     def reporters(self) -> list[tuple[str, Reporter]]:
         """The reports the run asks for, by name (``reports.REPORTS`` and every plugin's)."""

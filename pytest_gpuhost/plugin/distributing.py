@@ -31,6 +31,7 @@ import pytest
 from ..files import write_atomically
 from ..fix import LockUnavailable
 from ..fix.run import JOURNAL_KEY, RUN_KEY
+from ..result import CheckResult
 from ..session.collecting import export_collection
 from .run import refuse_before_changes
 from .scheduling import TargetScheduling, target_scope
@@ -272,6 +273,12 @@ class Distributing:
         if not self.targeted:
             return []
         return [(name, self.lost.get(name)) for name in self.remote if name not in self.collected]
+
+    def cut_short(self) -> dict[str, tuple[int, CheckResult]]:
+        """nodeid -> (index, record) of each check whose fix an interrupt cut short on a
+        worker, as its log says (read after the workers' reports were drained)."""
+        return {nodeid: (index, CheckResult.from_dict(record)) for nodeid, (index, record)
+                in self.progress().cut_short.items()}
 
     def progress(self) -> Progress:
         """What the workers' logs say they started and finished, and which went down."""

@@ -159,8 +159,9 @@ class GpuhostItem(pytest.Item):
         except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP: no report of this test follows
             fixer = self.target.fixrun.fixer
             if fixer is not None and fixer.interrupted is not None:
-                run.cut_short[self.nodeid] = (self.index, error_record(
-                    self.check, fixer.interrupted, self._target_name(run)))
+                record = error_record(self.check, fixer.interrupted, self._target_name(run))
+                run.cut_short[self.nodeid] = (self.index, record)
+                run.ledger.cut_short(self.nodeid, self.index, record)  # an xdist worker's
             raise
         except LockUnavailable as exc:
             reason = str(exc)

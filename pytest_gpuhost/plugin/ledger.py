@@ -43,6 +43,10 @@ class Ledger:
         if record is not None:
             self.records[index] = record
 
+    def cut_short(self, nodeid: str, index: int, record: CheckResult) -> None:
+        """A check whose fix an interrupt cut short: this process's controller has its record
+        (``Run.cut_short``)."""
+
     def wait_for(self, indices: Iterable[int]) -> list[int]:
         """The checks of ``indices`` that will not finish first: none here (they ran before)."""
         return []

@@ -237,6 +237,7 @@ def _register(config: pytest.Config, run: Run) -> None:
             manager.register(distributing, "gpuhost-distributing")
             controller.progress = distributing.progress
             controller.uncollected = distributing.uncollected
+            controller.workers_cut_short = distributing.cut_short
             distributing.start()
     if settings.alluredir is not None:
         from ..reports.allure import AllureEvidence

@@ -140,6 +140,10 @@ class SharedLedger(Ledger):
         shared = record.as_dict() if self.sharing and record is not None else None
         self.log.mark(index, verdict, shared)
 
+    def cut_short(self, nodeid: str, index: int, record: CheckResult) -> None:
+        """In this worker's log, for the controller: no report of the check follows."""
+        self.log.cut(index, nodeid, record.as_dict())
+
     def wait_for(self, indices: Iterable[int]) -> list[int]:
         return self.log.wait_for(indices)
 

@@ -9,7 +9,9 @@ where every report says the check did not run. Here the controller hands each si
 worker it started (``interrupts.forward``), each worker unwinds as a run without xdist does (its
 command's group killed, its remote agents told to cancel, the change journaled ``unknown``), and
 the controller reads the workers' reports until each has finished, or ``DRAIN_S`` has passed
-(xdist gives its workers as long before it kills them).
+(xdist gives its workers as long before it kills them). A fix the signal cut short sends no
+report (pytest reports none of a test it interrupts): the worker writes its record to its log
+before it unwinds (``workers.DoneLog.cut``), and the controller's book takes it from there.
 """
 
 from __future__ import annotations

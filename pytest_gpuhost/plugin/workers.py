@@ -69,6 +69,9 @@ class Progress(msgspec.Struct):
     """Index -> id of every host check a worker collected (the gate waits for them all)."""
     targets: set[str] = msgspec.field(default_factory=set)
     """The targets some worker collected (under the target scheduler, each its own)."""
+    cut_short: dict[str, tuple[int, dict[str, Any]]] = msgspec.field(default_factory=dict)
+    """Nodeid -> (index, record) of each check whose fix an interrupt cut short on a worker:
+    pytest reports no test it interrupts, so the controller takes its record from here."""
 
     def lost(self, indices: Iterable[int]) -> list[int]:
         """Once a worker went down: the checks not finished that no live worker is running
@@ -118,6 +121,12 @@ class DoneLog:
             line["record"] = record
         self._append(line)
 
+    def cut(self, index: int, nodeid: str, record: dict[str, Any]) -> None:
+        """A check whose fix an interrupt cut short, with its record (its change ``unknown``
+        in the journal): written before the worker unwinds, so read by the controller once
+        the worker has finished."""
+        self._append({"cut": index, "nodeid": nodeid, "record": record})
+
     def read(self) -> Progress:
         """Read what every log gained since the last read, and which workers went down."""
         for path in sorted(self.directory.glob("log-*")):
@@ -134,6 +143,9 @@ class DoneLog:
                     self.progress.started[int(entry["start"])] = worker
                 elif "collected" in entry:
                     self._collected(entry)
+                elif "cut" in entry:
+                    self.progress.cut_short[str(entry["nodeid"])] = (int(entry["cut"]),
+                                                                     entry["record"])
                 else:
                     self.progress.done[int(entry["done"])] = str(entry["verdict"])
                     if "record" in entry:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -42,6 +42,9 @@ from ..result import CheckResult
 from .containers import CONTAINER, guarded, in_kernel, kernel_target, on_host, written_for
 from .hostfacts import HOST_FACTS as HOST_FACTS  # re-exported (session)
 from .hostfacts import HostFacts as HostFacts  # re-exported (session)
+
+if TYPE_CHECKING:
+    from ..checks.p2p_path import PathFacts
 
 LOCAL = "local"
 
@@ -122,7 +125,8 @@ class Target:
         re-read after a fix is batched too, for the pending checks of the phase."""
         self._fresh = False
         self._host_facts: HostFacts | None = None
-        self._topology: dict[str, Any] | None = None
+        self._topology: PathFacts | str | None = None
+        """``topology``'s paths as read (``PathFacts``), or why they could not be."""
         self._finished = False
         """``finish``: this process is done with the target (its fixer is closed)."""
         self._container: tuple[bool, str] | None = None
@@ -342,18 +346,22 @@ class Target:
         self._pending.clear()
         self._batched.clear()
 
-    def topology(self) -> dict[str, Any]:
+    def topology(self, between_sockets: float | None = None) -> dict[str, Any]:
         """--gpuhost-topology: the GPUs' PCIe topology as the target holds it at the end, read
-        once (one batch; none where the p2p checks' reads are still cached)."""
+        once (one batch; none where the p2p checks' reads are still cached); a pair across
+        sockets is limited by ``between_sockets`` GB/s, the figure its p2p checks were given
+        (None: the default)."""
         if self._topology is None:
             from ..checks.p2p_path import read_path_facts
 
             try:
                 gpus = self.facts.get(GPUS)
-                self._topology = read_path_facts(self.host, gpus).topology()
+                self._topology = read_path_facts(self.host, gpus)
             except HostError as exc:
-                self._topology = {"problem": str(exc)}
-        return self._topology
+                self._topology = str(exc)
+        if isinstance(self._topology, str):
+            return {"problem": self._topology}
+        return self._topology.topology(between_sockets)
 
     def host_facts(self) -> HostFacts:
         """What the target says about itself, read with the collection's facts and kept: the

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from pytest_gpuhost.host import LocalHost
 from pytest_gpuhost.testing.fakehost import FakeHost
 
 from ..conftest import FIXTURES
+from ..test_example_host import PROXMOX_HOST
 from .test_p2p_explain import A, B, C, D, build
 
 pytest_plugins = ["pytester"]
@@ -136,6 +138,57 @@ def test_gpuhost_topology_prints_the_view_and_reports_it(pytester: pytest.Pytest
     report = json.loads((pytester.path / "out.json").read_text())
     assert list(report["topology"]) == ["local"]
     assert report["topology"]["local"]["matrix"][0] == ["X", "PIX", "PHB", "SYS"]
+
+
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["serial", "xdist"])
+def test_the_topology_s_pairs_carry_the_hop_between_sockets_the_spec_states(
+        pytester: pytest.Pytester, tmp_path: Path, xdist: tuple[str, ...]) -> None:
+    """``between_sockets: 51``: the JSON topology's cross-socket pairs are limited by 51 GB/s,
+    as the records and the terminal's matrix are, not by the default 45; every pair's
+    ``limit_gbps`` is its record's."""
+    fake = build(tmp_path / "host")
+    pytester.makefile(".yaml", spec="version: 1\np2p: {floors: {same_numa: 1, cross_numa: 1, "
+                      "between_sockets: 51}}\n")
+    result = pytester.runpytest_subprocess(
+        "spec.yaml", f"--gpuhost-root={fake.root}", "--gpuhost-topology",
+        "--gpuhost-report=out.json", "-p", "no:cacheprovider", *xdist)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(["GPU0  X          41.00 71%  42.00 73%  43.00 84%"])
+    report = json.loads((pytester.path / "out.json").read_text())
+    topology = report["topology"]["local"]
+    assert topology["between_sockets_gbps"] == 51.0
+    assert topology["pairs"][f"{A}->{D}"] == {"class": "SYS", "limit_gbps": 51.0,
+                                              "capable_gbps": 51.0}
+    records = {c["key"]: c["details"] for c in report["checks"] if c["kind"] == "p2p"}
+    assert len(records) == 12
+    assert {key: pair["limit_gbps"] for key, pair in topology["pairs"].items()} == \
+        {key: details["limit_gbps"] for key, details in records.items()}
+    assert {details["between_sockets_gbps"] for details in records.values()} == {51.0}
+
+
+def test_a_containers_host_s_topology_carries_the_hop_its_containers_spec_states(
+        pytester: pytest.Pytester, tmp_path: Path) -> None:
+    """A container's pairs are explained by its host's paths: the host's topology (the one
+    with the link registers) takes the figure the container's spec states, and its pairs
+    carry what the container's records say they do."""
+    root = tmp_path / "pve"
+    shutil.copytree(PROXMOX_HOST, root, symlinks=True)
+    pytester.makefile(".yaml", spec="version: 1\np2p: {floors: {same_numa: 1, cross_numa: 1, "
+                      "between_sockets: 51}}\n")
+    result = pytester.runpytest("spec.yaml", f"--gpuhost-root={root}", "--gpuhost-target=lxc://101",
+                                "--gpuhost-topology", "--gpuhost-report=out.json",
+                                "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    report = json.loads((pytester.path / "out.json").read_text())
+    host = report["topology"]["local"]
+    assert host["between_sockets_gbps"] == 51.0
+    records = {c["key"]: c["details"] for c in report["checks"]
+               if c["kind"] == "p2p" and c["target"] == "lxc-101"}
+    assert len(records) == 56
+    assert {key: pair["limit_gbps"] for key, pair in host["pairs"].items()} == \
+        {key: details["limit_gbps"] for key, details in records.items()}
+    assert {pair["limit_gbps"] for pair in host["pairs"].values()
+            if pair["class"] == "SYS"} == {51.0}
 
 
 def test_a_host_value_in_the_view_is_printed_escaped(pytester: pytest.Pytester,

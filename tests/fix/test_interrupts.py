@@ -7,6 +7,7 @@ command holds until it ends)."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -114,7 +115,7 @@ def test_a_signal_to_the_xdist_controller_alone_stops_the_worker_s_command(
         f"the run was interrupted ({why}) during run modprobe -- nvidia"), entry.error
     [check] = json.loads((pytester.path / "out.json").read_text())["checks"]
     assert (check["id"], check["outcome"]) == ("module[nvidia]", "error")
-    assert "interrupted" in check["message"]
+    assert check["message"] == entry.error  # the journal's words, never "not run"
 
 
 SIGNALLED_WITH_A_REPORT_QUEUED = """
@@ -176,3 +177,32 @@ def test_the_summary_after_a_signal_says_what_the_journal_and_report_say(
     assert check["message"] == entry.error  # what the journal says, never "not run"
     assert "--fix: 0 of 1 fix applied, 1 cut short by the interrupt (journaled unknown)" \
         in said.splitlines()
+
+
+@pytest.mark.parametrize("group", [False, True], ids=["controller", "process-group"])
+def test_the_summary_after_a_signal_to_an_xdist_run_says_what_the_journal_says(
+        pytester: pytest.Pytester, fake: FakeHost, blocked: Blocked, group: bool) -> None:
+    """The twin of the serial run's under ``-n 2``: the worker's fix cut short reaches the
+    controller with the journal's words (an ``error``, journaled ``unknown``), never as a check
+    that did not run, in the JSON report and on the terminal; whether the signal reached the
+    controller alone (``kill PID``: it hands the signal on) or every process of the run
+    (systemd's SIGTERM to the unit)."""
+    run = start_fix(pytester, f"--gpuhost-root={fake.root}", "--gpuhost-report=out.json",
+                    "-n", "2")
+    blocked.started()
+    if group:
+        os.killpg(run.pid, signal.SIGTERM)  # its own session: the run's processes alone
+    else:
+        run.send_signal(signal.SIGTERM)
+    out, err = run.communicate(timeout=LIMIT_S)
+    said = out.decode() + err.decode()
+    assert run.returncode == pytest.ExitCode.INTERRUPTED, said
+    [entry] = read_journal(journal_of(fake.root)).entries
+    assert entry.state == "unknown"
+    [check] = json.loads((pytester.path / "out.json").read_text())["checks"]
+    assert (check["id"], check["outcome"]) == ("module[nvidia]", "error")
+    assert check["message"] == entry.error  # what the journal says, never "not run"
+    assert "--fix: 0 of 1 fix applied, 1 cut short by the interrupt (journaled unknown)" \
+        in said.splitlines(), said
+    assert f"(undo: --gpuhost-rollback={journal_of(fake.root)} --gpuhost-root={fake.root})" \
+        in said

@@ -4,8 +4,11 @@ mock nodes."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pytest_gpuhost.plugin.book import RecordBook, no_record
-from pytest_gpuhost.plugin.workers import Progress
+from pytest_gpuhost.plugin.worker import SharedLedger
+from pytest_gpuhost.plugin.workers import CONTROLLER, DoneLog, Progress
 from pytest_gpuhost.reports import TargetInfo
 from pytest_gpuhost.result import CheckResult, Outcome
 
@@ -178,3 +181,22 @@ def test_a_check_that_reported_twice_keeps_its_worse_record() -> None:
     # the same worker again: a rerun (pytest-rerunfailures), whose later record counts
     book.add(f"{SPEC}::sysctl[a]", 0, record("sysctl[a]"), worker="gw0")
     assert outcomes(book.records())[0] == ("sysctl[a]", "passed")
+
+
+def test_a_fix_cut_short_on_a_worker_reaches_the_controller_through_its_log(
+        tmp_path: Path) -> None:
+    """pytest reports no test an interrupt cuts short: the worker's log carries its record,
+    word for word, to the controller, which reads it beside the other workers' lines."""
+    cut = record("module[nvidia]", Outcome.ERROR, "the run was interrupted (SIGTERM received) "
+                 "during run modprobe -- nvidia (absent -> loaded); what it did is unknown",
+                 target="gpu1")
+    ledger = SharedLedger(DoneLog(tmp_path, "gw1"), records=False)
+    ledger.started(3)
+    ledger.cut_short(f"{SPEC}::module[nvidia]@gpu1", 3, cut)
+    ledger.finished(4, "passed", None)
+    ledger.close()
+    progress = DoneLog(tmp_path, CONTROLLER).read()
+    [(nodeid, (index, shared))] = progress.cut_short.items()
+    assert (nodeid, index) == (f"{SPEC}::module[nvidia]@gpu1", 3)
+    assert CheckResult.from_dict(shared) == cut
+    assert progress.done == {4: "passed"}  # the check cut short never finished
