@@ -44,7 +44,6 @@ from .kind import measured_of as measured_of
 from .kind import persistence_of as persistence_of
 from .kind import persists_to_of as persists_to_of
 from .kind import scope_of as scope_of
-from .offers import Offer as Offer
 from .persistence import PERSIST_TARGETS as PERSIST_TARGETS
 from .persistence import BootCommand as BootCommand
 from .persistence import PersistLine as PersistLine
@@ -54,6 +53,7 @@ from .persistence import settled as settled
 if TYPE_CHECKING:
     from ..gpu.nvml import NvmlSource
     from .changes import Plan
+    from .offers import Offer  # a kind's key (checks.offers): loaded by the kinds that use one
     from .persistence import CONTROL as CONTROL  # re-exported: a kind's persistence names it
 
 
