@@ -54,3 +54,18 @@ def test_workers_that_all_finished_are_left_to_xdist_s_teardown() -> None:
     signals().end_unfinished(dsession)
     assert dsession.nodemanager.torn_down == 0
     assert dsession.reported == []
+
+
+def test_a_teardown_that_fails_leaves_the_interrupt_as_it_was() -> None:
+    """The signal's ``KeyboardInterrupt`` is what ends the run (its exit status): a failing
+    teardown of the workers (xdist's own, which tries again at the session's end) replaces it
+    with no error of its own."""
+    dsession = FakeDSession([])
+
+    def fails() -> None:
+        raise OSError("cannot send (already closed?)")
+
+    dsession.nodemanager.teardown_nodes = fails  # type: ignore[method-assign]
+    ending = signals("gw0")
+    ending.end_unfinished(dsession)
+    assert ending.up == {"gw0"}  # not known to be gone
