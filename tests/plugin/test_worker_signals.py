@@ -15,8 +15,11 @@ class FakeNodes:
     def __init__(self, dsession: FakeDSession, last: list[tuple[str, dict[str, Any]]]) -> None:
         self.dsession, self.last = dsession, last
         self.torn_down = 0
+        self.error: Exception | None = None
 
     def teardown_nodes(self) -> None:
+        if self.error is not None:
+            raise self.error
         self.torn_down += 1
         for message in self.last:
             self.dsession.queue.put(message)
@@ -61,11 +64,7 @@ def test_a_teardown_that_fails_leaves_the_interrupt_as_it_was() -> None:
     teardown of the workers (xdist's own, which tries again at the session's end) replaces it
     with no error of its own."""
     dsession = FakeDSession([])
-
-    def fails() -> None:
-        raise OSError("cannot send (already closed?)")
-
-    dsession.nodemanager.teardown_nodes = fails  # type: ignore[method-assign]
+    dsession.nodemanager.error = OSError("cannot send (already closed?)")
     ending = signals("gw0")
     ending.end_unfinished(dsession)
     assert ending.up == {"gw0"}  # not known to be gone
