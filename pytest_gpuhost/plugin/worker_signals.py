@@ -11,7 +11,11 @@ command's group killed, its remote agents told to cancel, the change journaled `
 the controller reads the workers' reports until each has finished, or ``DRAIN_S`` has passed
 (xdist gives its workers as long before it kills them). A fix the signal cut short sends no
 report (pytest reports none of a test it interrupts): the worker writes its record to its log
-before it unwinds (``workers.DoneLog.cut``), and the controller's book takes it from there.
+before it unwinds (``workers.DoneLog.cut``), and the controller's book takes it from there. A
+worker not finished by then (a loaded machine) is ended before the run's end reads those logs:
+xdist's own teardown of its workers, done early (each told to exit, waited for, killed after
+``NodeManager.EXIT_TIMEOUT``), so every log is read once its worker is gone, however slowly it
+unwound, and the reports it sent meanwhile are read too.
 """
 
 from __future__ import annotations
@@ -69,7 +73,9 @@ class WorkerSignals:
             from xdist.dsession import Interrupted as Stopped  # xdist's own stop, drained
 
             if not isinstance(exc, Stopped):
-                self.drain(session.config.pluginmanager.getplugin("dsession"))
+                dsession = session.config.pluginmanager.getplugin("dsession")
+                self.drain(dsession)
+                self.end_unfinished(dsession)
             raise
 
     def drain(self, dsession: Any) -> None:
@@ -93,6 +99,31 @@ class WorkerSignals:
                 try:
                     dsession.worker_testreport(**kwargs)
                 except Exception:  # a report's hook failing ends the reading, not the run
+                    return
+
+    def end_unfinished(self, dsession: Any) -> None:
+        """A worker still up after ``drain`` is ended now, not at xdist's teardown after the
+        run's reports are written: ``NodeManager.teardown_nodes`` (xdist's own, a no-op when
+        xdist calls it again) waits for each worker's process to end and kills it after
+        ``EXIT_TIMEOUT``, so its log holds all it wrote (the record of a fix it cut short);
+        then the reports it sent while it unwound are read."""
+        nodemanager = getattr(dsession, "nodemanager", None)
+        if not self.up or nodemanager is None:
+            return
+        try:
+            nodemanager.teardown_nodes()
+        except Exception:  # the run still ends as interrupted; xdist's own teardown tries again
+            return
+        self.up.clear()
+        while True:
+            try:
+                name, kwargs = dsession.queue.get_nowait()
+            except queue.Empty:
+                return
+            if name == "testreport":
+                try:
+                    dsession.worker_testreport(**kwargs)
+                except Exception:  # as in ``drain``: a report's hook failing ends the reading
                     return
 
     def pytest_unconfigure(self) -> None:

@@ -206,3 +206,63 @@ def test_the_summary_after_a_signal_to_an_xdist_run_says_what_the_journal_says(
         in said.splitlines(), said
     assert f"(undo: --gpuhost-rollback={journal_of(fake.root)} --gpuhost-root={fake.root})" \
         in said
+
+
+
+UNWINDING_UNTIL_THE_TEARDOWN = """
+import os, time
+from pathlib import Path
+
+from pytest_gpuhost.plugin import worker_signals, workers
+from xdist import workermanage
+
+TEARDOWN = Path(__file__).parent / "teardown"
+LIMIT_S = {limit!r}
+
+if "PYTEST_XDIST_WORKER" in os.environ:
+    written = workers.DoneLog.cut
+
+    def cut(self, *args, **kwargs):
+        # The worker's unwind, held until the controller ends its workers (xdist's teardown).
+        deadline = time.monotonic() + LIMIT_S
+        while not TEARDOWN.exists():
+            if time.monotonic() > deadline:
+                raise AssertionError("the controller never ended its workers")
+            time.sleep(0.01)
+        return written(self, *args, **kwargs)
+
+    workers.DoneLog.cut = cut
+else:
+    worker_signals.DRAIN_S = 0.0  # the controller's wait for its workers passes at once
+    teardown_nodes = workermanage.NodeManager.teardown_nodes
+
+    def tearing_down(self):
+        TEARDOWN.touch()
+        return teardown_nodes(self)
+
+    workermanage.NodeManager.teardown_nodes = tearing_down
+"""
+
+
+def test_a_worker_that_unwinds_after_the_controller_s_drain_still_reports_its_cut_fix(
+        pytester: pytest.Pytester, fake: FakeHost, blocked: Blocked) -> None:
+    """A loaded machine: the worker writes the record of the fix the signal cut short only
+    after the controller stopped waiting for its reports (``DRAIN_S`` passed at once here),
+    as late as xdist's teardown of its workers, which waits for them. The controller reads
+    the workers' logs once they are gone, so the report still has the journal's words, never
+    "not run"."""
+    pytester.makeconftest(UNWINDING_UNTIL_THE_TEARDOWN.format(limit=LIMIT_S))
+    run = start_fix(pytester, f"--gpuhost-root={fake.root}", "--gpuhost-report=out.json",
+                    "-n", "2")
+    blocked.started()
+    run.send_signal(signal.SIGTERM)
+    out, err = run.communicate(timeout=LIMIT_S)
+    said = out.decode() + err.decode()
+    assert run.returncode == pytest.ExitCode.INTERRUPTED, said
+    [entry] = read_journal(journal_of(fake.root)).entries
+    assert entry.state == "unknown"
+    [check] = json.loads((pytester.path / "out.json").read_text())["checks"]
+    assert (check["id"], check["outcome"]) == ("module[nvidia]", "error"), said
+    assert check["message"] == entry.error  # what the journal says, never "not run"
+    assert "--fix: 0 of 1 fix applied, 1 cut short by the interrupt (journaled unknown)" \
+        in said.splitlines(), said
