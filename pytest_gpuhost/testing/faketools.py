@@ -1,6 +1,7 @@
 """Fake tools as real files in a fake host tree: a ``modprobe`` that edits the tree the way the
 kernel would (or fails the way a real one does), an ``nvbandwidth`` that replays recorded rates
-by the reading GPU's MaxReadReq, pciutils' ``setpci``, and nvbandwidth's text output. Each script
+by the reading GPU's MaxReadReq or one that prints a saved output and counts its runs,
+pciutils' ``setpci``, and nvbandwidth's text output. Each script
 is written under the tree's root and runs there as the real tool would."""
 
 from __future__ import annotations
@@ -231,6 +232,34 @@ def main(argv):
 
 sys.exit(main(sys.argv[1:]))
 '''
+
+SAVED_NVBANDWIDTH = FAKE_TOOL_START + r'''
+"""A fake nvbandwidth that logs each run (its arguments, a line of ROOT/nvbandwidth.log), refuses
+to overlap another run (exit 3: what a second measurement at once would do to the first) and
+prints ROOT/nvbandwidth.json, a saved -j output; a run lasts HOLD_S at least."""
+import fcntl, os, sys, time
+from pathlib import Path
+HOLD_S = __HOLD_S__
+root = Path(__file__).resolve().parents[2]
+busy = os.open(root / "nvbandwidth.busy", os.O_CREAT | os.O_RDWR)
+try:
+    fcntl.flock(busy, fcntl.LOCK_EX | fcntl.LOCK_NB)
+except BlockingIOError:
+    print("two nvbandwidth runs at once", file=sys.stderr)
+    sys.exit(3)
+with open(root / "nvbandwidth.log", "a") as out:
+    out.write(" ".join(sys.argv[1:]) + "\n")
+time.sleep(HOLD_S)
+sys.stdout.write((root / "nvbandwidth.json").read_text())
+'''
+
+
+def saved_nvbandwidth_script(hold_s: float = 0.0) -> str:
+    """A fake nvbandwidth (ROOT/usr/bin/nvbandwidth) that counts its runs in ROOT/nvbandwidth.log,
+    fails a run that overlaps another, and prints ROOT/nvbandwidth.json; each run holds the
+    tool ``hold_s`` (a window in which a second run at once would be caught)."""
+    return SAVED_NVBANDWIDTH.replace("__HOLD_S__", repr(float(hold_s)))
+
 
 def nvbandwidth_script(config: Mapping[str, object]) -> str:
     """The fake nvbandwidth of ``config`` (``FakeHost.nvbandwidth``)."""

@@ -8,7 +8,6 @@ each run."""
 from __future__ import annotations
 
 import json
-import stat
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from pytest_gpuhost.reports.topology import ring_text
 from pytest_gpuhost.result import CheckResult, Outcome
 from pytest_gpuhost.testing.fakehost import FakeHost
 from pytest_gpuhost.testing.fakenccl import nccl_tests_text
+from pytest_gpuhost.testing.faketools import saved_nvbandwidth_script
 
 from ..runner import Run, run_spec
 from .test_nccl import GPUS, HEALTHY, ID, SPEC_ENV, board
@@ -31,21 +31,6 @@ pytest_plugins = ["pytester"]
 SLOW = (GPUS[1], GPUS[2])
 """The hop the measurement finds slow: 30 GB/s, below its path's 57.61 and the sockets' 45."""
 HOP = f"{SLOW[0]}->{SLOW[1]}"
-FAKE_NVBANDWIDTH = r'''#!/usr/bin/env python3
-"""A fake nvbandwidth: logs each run (refusing to overlap another) and prints saved -j JSON."""
-import fcntl, os, sys
-from pathlib import Path
-root = Path(__file__).resolve().parents[2]
-busy = os.open(root / "nvbandwidth.busy", os.O_CREAT | os.O_RDWR)
-try:
-    fcntl.flock(busy, fcntl.LOCK_EX | fcntl.LOCK_NB)
-except BlockingIOError:
-    print("two nvbandwidth runs at once", file=sys.stderr)
-    sys.exit(3)
-with open(root / "nvbandwidth.log", "a") as out:
-    out.write(" ".join(sys.argv[1:]) + "\n")
-sys.stdout.write((root / "nvbandwidth.json").read_text())
-'''
 P2P = "p2p: {probe: nvbandwidth, floors: {same_numa: 1, cross_numa: 1}}\n"
 
 
@@ -59,8 +44,7 @@ def measured(fake: FakeHost, rates: Mapping[tuple[str, str], float | None],
         {"name": "device_to_device_memcpy_read_ce", "status": "Passed",
          "bandwidth_description": "memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)",
          "bandwidth_matrix": cells}]}}))
-    script = fake.file("usr/bin/nvbandwidth", FAKE_NVBANDWIDTH)
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    fake.file("usr/bin/nvbandwidth", saved_nvbandwidth_script(), mode=0o755)
 
 
 def runs(fake: FakeHost) -> list[str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import stat
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from pytest_gpuhost.host import CommandResult, HostError, LocalHost
 from pytest_gpuhost.result import CheckResult, Outcome
 from pytest_gpuhost.specmodel import SpecError
 from pytest_gpuhost.testing.fakehost import FakeHost, nvbandwidth_text
+from pytest_gpuhost.testing.faketools import saved_nvbandwidth_script
 
 from ..conftest import FIXTURES
 from ..runner import Run, run_spec
@@ -231,25 +231,6 @@ def test_a_failed_measurement_is_reported_by_every_check(tmp_path: Path) -> None
     assert calls == [1]
 
 
-FAKE_NVBANDWIDTH = r'''#!/usr/bin/env python3
-"""A fake nvbandwidth: logs each run (refusing to overlap another) and prints saved -j JSON."""
-import fcntl, os, sys, time
-from pathlib import Path
-root = Path(__file__).resolve().parents[2]
-log = root / "nvbandwidth.log"
-busy = os.open(root / "nvbandwidth.busy", os.O_CREAT | os.O_RDWR)
-try:
-    fcntl.flock(busy, fcntl.LOCK_EX | fcntl.LOCK_NB)
-except BlockingIOError:
-    print("two nvbandwidth runs at once", file=sys.stderr)
-    sys.exit(3)
-with open(log, "a") as out:
-    out.write(" ".join(sys.argv[1:]) + "\n")
-time.sleep(0.3)
-sys.stdout.write((root / "nvbandwidth.json").read_text())
-'''
-
-
 def json_output(rows: list[list[float | None]]) -> str:
     cells = [["N/A" if v is None else f"{v:.4f}" for v in row] for row in read_matrix(rows)]
     return json.dumps({"nvbandwidth": {"version": "v0.8", "testcases": [
@@ -260,8 +241,7 @@ def json_output(rows: list[list[float | None]]) -> str:
 def test_under_xdist_nvbandwidth_runs_once(pytester: pytest.Pytester, fake: FakeHost) -> None:
     four_gpus(fake)
     fake.file("nvbandwidth.json", json_output(ROWS))
-    script = fake.file("usr/bin/nvbandwidth", FAKE_NVBANDWIDTH)
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    fake.file("usr/bin/nvbandwidth", saved_nvbandwidth_script(hold_s=0.3), mode=0o755)
     pytester.makefile(".yaml", spec=spec(inside="  size: 64MiB\n"))
     result = pytester.runpytest_subprocess("spec.yaml", f"--gpuhost-root={fake.root}", "-n", "4",
                                            "-p", "no:cacheprovider", "--gpuhost-report=out.json")
