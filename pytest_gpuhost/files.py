@@ -1,4 +1,5 @@
-"""Writing report files: atomically, and never replacing what is not a file.
+"""The files of this machine that a user names: report files written atomically, never
+replacing what is not a file; a saved output read as a regular file only.
 
 A report path is checked when the run is configured (``check_output``), before anything is
 changed, so a bad path is a usage error (exit 4), not a traceback after the fixes. At the end,
@@ -6,7 +7,9 @@ changed, so a bad path is a usage error (exit 4), not a traceback after the fixe
 symlink to the file it names and replaces that (but not another user's link in a sticky,
 world-writable directory, which the kernel's fs.protected_symlinks would not follow), and
 writes a character device or a FIFO as it is (``--gpuhost-report=/dev/stdout``); it never
-replaces a device, a FIFO or a link with a file.
+replaces a device, a FIFO or a link with a file. ``read_regular`` reads a file the spec names
+(a saved tool output): opened without blocking (a FIFO would wait for a writer forever), a
+regular file only, and no more than a limit.
 """
 
 from __future__ import annotations
@@ -16,6 +19,32 @@ import os
 import stat
 import tempfile
 from pathlib import Path
+
+FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+              (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+              (stat.S_ISSOCK, "a socket"))
+"""What a path that is not a regular file is, in words (``file_kind``)."""
+
+
+def file_kind(mode: int) -> str:
+    """``a FIFO``, ``a directory``, ...: what a file of ``mode`` is where a regular one was
+    wanted."""
+    return next((name for test, name in FILE_KINDS if test(mode)), "not a regular file")
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """At most ``limit`` bytes of the regular file ``path``; an OSError for anything else (its
+    ``strerror`` says what the path is: ``a FIFO, not a regular file``), never a read that
+    waits for a writer or never ends."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, f"{file_kind(mode)}, not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as file:
+            return file.read(limit)
+    finally:
+        os.close(fd)
 
 
 class OutputError(Exception):

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from ..files import read_regular
 from ..gpu.measure import measuring_alone
 from ..gpu.nccltests import COLLECTIVES, NcclOutput, NcclOutputError, Row, parse_nccl_tests
 from ..gpu.probes import collective_probe
@@ -397,8 +398,7 @@ class NcclProbe(NoFix, msgspec.Struct, frozen=True):
     def _saved(self) -> str:
         path = Path(str(self.entry.source))
         try:
-            with path.open("rb") as file:
-                return file.read(SAVED_LIMIT).decode("utf-8", errors="replace")
+            return read_regular(path, SAVED_LIMIT).decode("utf-8", errors="replace")
         except OSError as exc:
             raise HostError(f"cannot read {path}: {exc.strerror}") from exc
 

@@ -7,8 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..files import read_regular
 from ..host import HostError, Read
 from .probe import RECORDED, RECORDED_DIR
+
+SAVED_LIMIT = 64 * 2**20
+"""Bytes of a saved output read from this machine (a tool's whole output is far less)."""
 
 if TYPE_CHECKING:
     from ..host import Request
@@ -39,7 +43,7 @@ class SavedOutput:
         assert source is not None
         if Path(source).is_absolute():
             try:
-                text = Path(source).read_text(encoding="utf-8", errors="replace")
+                text = read_regular(Path(source), SAVED_LIMIT).decode("utf-8", errors="replace")
             except OSError as exc:
                 raise HostError(f"cannot read {source}: {exc.strerror}") from exc
         else:

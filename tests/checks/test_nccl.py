@@ -19,6 +19,7 @@ from pytest_gpuhost.specmodel import SpecError
 from pytest_gpuhost.testing.fakehost import ACS_KERNEL_DEFAULT, FakeHost
 from pytest_gpuhost.testing.fakenccl import nccl_tests_text
 
+from ..conftest import ended_within
 from ..runner import run_spec
 
 BUSES = (0x01, 0x21, 0x41, 0x61, 0x81, 0xA1, 0xC1, 0xE1)
@@ -211,6 +212,22 @@ def test_a_saved_output_that_cannot_be_judged_is_an_error_saying_which(
     assert record.outcome is Outcome.ERROR
     assert record.message.startswith(f"recorded in {tmp_path / 'all_reduce.txt'}: ")
     assert words in record.message
+
+
+@pytest.mark.parametrize("kind", ["FIFO", "directory"])
+def test_a_saved_output_that_is_no_regular_file_is_an_error_and_never_waits(
+        tmp_path: Path, kind: str) -> None:
+    """A FIFO named by ``from:`` would block an open for reading until a writer came."""
+    fake = board(tmp_path / "host")
+    saved = tmp_path / "all_reduce.txt"
+    if kind == "FIFO":
+        os.mkfifo(saved)
+    else:
+        saved.mkdir()
+    done = ended_within(60.0, lambda: run_spec(spec(saved), fake.root)[ID],
+                        "judging a FIFO as a saved output")
+    assert isinstance(done, CheckResult) and done.outcome is Outcome.ERROR
+    assert f"cannot read {saved}: a {kind}, not a regular file" in done.message
 
 
 def test_one_check_per_collective_and_size(tmp_path: Path) -> None:

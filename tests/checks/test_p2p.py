@@ -4,6 +4,7 @@ and one measurement per session even under ``-n 4``."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,7 +20,7 @@ from pytest_gpuhost.specmodel import SpecError
 from pytest_gpuhost.testing.fakehost import FakeHost, nvbandwidth_text
 from pytest_gpuhost.testing.faketools import saved_nvbandwidth_script
 
-from ..conftest import FIXTURES
+from ..conftest import FIXTURES, ended_within
 from ..runner import Run, run_spec
 
 pytest_plugins = ["pytester"]
@@ -105,6 +106,19 @@ def test_file_probe_relative_to_the_root_and_absolute(fake: FakeHost, tmp_path: 
     assert "does not name this GPU pair" not in absolute[f"p2p[{G[0]}->{G[1]}]"].message
     missing = absolute[f"p2p[{G[0]}->{G[3]}]"]
     assert missing.outcome is Outcome.FAILED and "(0, 3)" in missing.message
+
+
+def test_an_absolute_file_probe_that_is_a_fifo_is_an_error_and_never_waits(
+        fake: FakeHost, tmp_path: Path) -> None:
+    four_gpus(fake)
+    fifo = tmp_path / "nvb.json"
+    os.mkfifo(fifo)
+    done = ended_within(60.0, lambda: run_spec(spec(f"file:{fifo}"), fake.root),
+                        "reading a FIFO as a saved output")
+    assert isinstance(done, Run)
+    record = done[f"p2p[{G[0]}->{G[1]}]"]
+    assert record.outcome is Outcome.ERROR
+    assert f"cannot read {fifo}: a FIFO, not a regular file" in record.message
 
 
 def test_p2p_sample_cannot_access_peer_fails_the_pair(fake: FakeHost) -> None:
